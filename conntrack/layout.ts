@@ -1,0 +1,180 @@
+/**
+ * The byte layout of every SharedArrayBuffer uvs shares between the control thread and the
+ * dataplane workers. This is the only file that knows offsets; everything else uses these names.
+ *
+ * All words are 32-bit little-endian (the host's order: typed arrays, not DataView).
+ *
+ * ── Connection table (one SAB) ─────────────────────────────────────────────────────────────
+ *   [header: HDR_WORDS int32]
+ *   [in-chain heads: buckets int32]    entry index + 1 of the client→server chain head; 0 = empty
+ *   [out-chain heads: buckets int32]   the same for server→client keys
+ *   [bucket locks: buckets int32]      0 = free, else owner id (worker id + 1; control = 1000);
+ *                                      one lock guards bucket i of both chain arrays
+ *   [entries: capacity × ENTRY_WORDS int32]
+ *
+ * capacity and buckets are powers of two and buckets = capacity: each entry sits on one in-chain
+ * and one out-chain, so a full table averages one entry per chain of each kind. Chains, not open addressing: deletion needs no tombstones and a lookup holding a bucket
+ * lock can never see an entry freed under it (freeing takes both of the entry's bucket locks).
+ *
+ * Lock order, always: bucket locks (lower index first) → entry lock → alloc lock. A lock word
+ * holds its owner's id so the control thread can release what a crashed worker held.
+ */
+
+export const TABLE_MAGIC = 0x55565331; // "UVS1"
+
+// Header words.
+export const H_MAGIC = 0;
+export const H_CAPACITY = 1;
+export const H_BUCKETS = 2;
+export const H_SALT = 3;
+export const H_COUNT = 4; // live entries (atomic)
+export const H_FREE_HEAD = 5; // entry index + 1 of the first free entry; 0 = table full
+export const H_ALLOC_LOCK = 6;
+export const H_EPOCH_LO = 7; // ms since the Unix epoch when the table was made, split in two
+export const H_EPOCH_HI = 8; //   words: entry times are ms relative to it (int32: 24 days span)
+export const H_TIMEOUTS = 16; // 16 words: per-state timeouts in ms, TCP states 0..10 then UDP
+export const HDR_WORDS = 64;
+
+/** Timeout slots inside H_TIMEOUTS: TCP states use their state index; UDP uses this one. */
+export const TIMEOUT_UDP = 11;
+export const TIMEOUT_SLOTS = 16;
+
+// Entry words (ENTRY_WORDS int32 = 64 bytes, one cache line).
+export const E_LOCK = 0;
+export const E_FLAGS = 1; // F_* below | forwarding method in the low 3 bits (kernel's FWD_MASK)
+export const E_PROTO = 2; // IP protocol number
+export const E_STATE = 3; // protocol state index (TCP: 0..10, UDP: 0)
+export const E_CADDR = 4; // client address
+export const E_CPORTS = 5; // cport << 16 | vport: the client→server key's ports
+export const E_VADDR = 6; // virtual address
+export const E_DADDR = 7; // real server address
+export const E_DPORTS = 8; // dport << 16 | lport: the server→client key's ports
+export const E_LADDR = 9; // address the real server replies to (masq: client; full-NAT: pool)
+export const E_RS = 10; // real-server slot (index into the real-server region)
+export const E_SVC = 11; // service slot
+export const E_NEXT_IN = 12; // chain link of the client→server key: entry index + 1, 0 = end
+export const E_NEXT_OUT = 13; // chain link of the server→client key
+export const E_EXPIRES = 14; // ms (table-relative) when the entry times out
+export const E_IN_PKTS = 15; // client→server packets, saturating (sync threshold, drop_entry)
+export const ENTRY_WORDS = 16;
+
+// E_FLAGS bits, values as the kernel's IP_VS_CONN_F_* (include/uapi/linux/ip_vs.h).
+export const FWD_MASK = 0x7;
+export const FWD_MASQ = 0;
+export const FWD_TUNNEL = 2;
+export const FWD_DROUTE = 3;
+export const F_NOOUTPUT = 0x80;
+export const F_INACTIVE = 0x100;
+export const F_TEMPLATE = 0x1000;
+export const F_IN_USE = 0x10000; // uvs: slot holds a live entry
+
+/** Owner id the control thread uses in lock words; workers use their id + 1 (< 1000). */
+export const OWNER_CONTROL = 1000;
+
+export function tableBytes(capacity: number): number {
+  return (HDR_WORDS + 3 * capacity + capacity * ENTRY_WORDS) * 4;
+}
+export function inHeadsOffset(): number {
+  return HDR_WORDS;
+}
+export function outHeadsOffset(capacity: number): number {
+  return HDR_WORDS + capacity;
+}
+export function bucketLocksOffset(capacity: number): number {
+  return HDR_WORDS + 2 * capacity;
+}
+export function entriesOffset(capacity: number): number {
+  return HDR_WORDS + 3 * capacity;
+}
+
+/*
+ * ── Real-server region (one SAB) ───────────────────────────────────────────────────────────
+ * One slot of RS_WORDS int32 per real server, allocated by the control thread and kept while any
+ * connection points at it (a deleted server sits in the "trash" like the kernel's).
+ */
+export const RS_ACTIVE = 0; // ActiveConn (atomic)
+export const RS_INACTIVE = 1; // InActConn (atomic)
+export const RS_PERSIST = 2; // PersistConn (atomic)
+export const RS_FLAGS = 3; // RSF_* (atomic)
+export const RS_UTHRESH = 4; // upper connection threshold (-x), 0 = none
+export const RS_LTHRESH = 5; // lower connection threshold (-y), 0 = none
+export const RS_WEIGHT = 6; // current weight (the snapshot has it too; this one is live)
+export const RS_WORDS = 8;
+export const RSF_AVAILABLE = 0x1; // kernel IP_VS_DEST_F_AVAILABLE: in a service's list
+export const RSF_OVERLOAD = 0x2; // kernel IP_VS_DEST_F_OVERLOAD
+
+/*
+ * ── Scheduler state region (one SAB) ───────────────────────────────────────────────────────
+ * One slot of SCHED_WORDS int32 per service: word 0 is the slot's lock (owner id), the rest is the
+ * scheduler's own mutable state (rr's cursor, wrr's cl/cw, …). Scheduling a new flow takes the
+ * lock, so rr stays a single global rotation however many workers there are — as in the kernel.
+ */
+export const SCHED_LOCK = 0;
+export const SCHED_STATE = 1; // first word a scheduler may use
+export const SCHED_WORDS = 16;
+
+/*
+ * ── Worker counters (one SAB per worker, single writer, Float64) ───────────────────────────
+ * Plain stores, no atomics: one writer each; readers (metrics, API) sum the workers.
+ *   [W_GLOBAL_WORDS global counters][per real-server slot: RSC_WORDS][per service slot: RSC_WORDS]
+ */
+export const C_RX_PACKETS = 0;
+export const C_RX_BYTES = 1;
+export const C_TX_PACKETS = 2;
+export const C_TX_BYTES = 3;
+export const C_TX_ERRORS = 4; // packets the device would not take
+export const C_BATCHES = 5;
+export const C_CONNS_NEW = 6;
+export const C_DROP_BASE = 16; // + DropReason
+export const W_GLOBAL_WORDS = 64;
+// Per real server / per service counters (kernel ip_vs_stats).
+export const RSC_CONNS = 0;
+export const RSC_INPKTS = 1;
+export const RSC_OUTPKTS = 2;
+export const RSC_INBYTES = 3;
+export const RSC_OUTBYTES = 4;
+export const RSC_WORDS = 5;
+
+export function counterWords(maxRealServers: number, maxServices: number): number {
+  return W_GLOBAL_WORDS + (maxRealServers + maxServices) * RSC_WORDS;
+}
+export function rsCounterBase(rs: number): number {
+  return W_GLOBAL_WORDS + rs * RSC_WORDS;
+}
+export function svcCounterBase(maxRealServers: number, svc: number): number {
+  return W_GLOBAL_WORDS + (maxRealServers + svc) * RSC_WORDS;
+}
+
+/** Why a packet was dropped; index into the drop counters, names used by metrics and the API. */
+export const enum Drop {
+  BadVersion = 0,
+  BadHeaderLength,
+  Truncated,
+  BadChecksum,
+  Fragment,
+  UnsupportedProtocol,
+  Ipv6,
+  NoService,
+  NoRealServer,
+  TableFull,
+  NoConnection,
+  RealServerGone,
+  IcmpIgnored,
+  TtlExceeded,
+}
+export const DROP_NAMES = [
+  'bad_version',
+  'bad_header_length',
+  'truncated',
+  'bad_checksum',
+  'fragment',
+  'unsupported_protocol',
+  'ipv6',
+  'no_service',
+  'no_real_server',
+  'table_full',
+  'no_connection',
+  'real_server_gone',
+  'icmp_ignored',
+  'ttl_exceeded',
+] as const;

@@ -1,0 +1,432 @@
+/**
+ * The shared-memory connection table: one per node, used by every dataplane worker and by the
+ * control thread (sweeper, API). Layout and lock order: ./layout.ts.
+ *
+ * Both directions of a flow resolve to the same entry: the client→server key
+ * (proto, caddr, cport, vaddr, vport) sits on an in-chain, the server→client key
+ * (proto, daddr, dport, laddr, lport) on an out-chain. A caller looks a key up holding that
+ * bucket's lock and keeps it while it reads or updates the entry, so an entry cannot be freed
+ * under it (freeing takes both of the entry's bucket locks).
+ *
+ * Counting follows the kernel (ip_vs_conn.c: ip_vs_bind_dest / ip_vs_unbind_dest): a new entry
+ * starts INACTIVE (InActConn + 1), state changes move it between InActConn and ActiveConn, and the
+ * OVERLOAD flag is set on bind when the upper threshold is reached and cleared on unbind per the
+ * lower threshold (or 3/4 of the upper one).
+ *
+ * Nothing here allocates per call; failures are return values (-1), never exceptions.
+ */
+import * as L from './layout';
+import { TCP_ACTIVE, tcpNextState, TCP_STATE_COUNT } from './state';
+
+const IPPROTO_TCP = 6;
+
+export interface TableTimeouts {
+  /** Seconds per TCP state, index = state (11 entries). */
+  tcp: number[];
+  udp: number;
+}
+
+export class ConnTable {
+  readonly sab: SharedArrayBuffer;
+  readonly i32: Int32Array;
+  readonly capacity: number;
+  readonly mask: number;
+  readonly salt: number;
+  readonly epoch: number;
+  private readonly inHeads: number;
+  private readonly outHeads: number;
+  private readonly locks: number;
+  private readonly entries: number;
+  /** Real-server region (layout.ts RS_*). */
+  readonly rs: Int32Array;
+  /** This thread's lock owner id. */
+  readonly owner: number;
+
+  static create(capacity: number, timeouts: TableTimeouts): SharedArrayBuffer {
+    if (!Number.isInteger(capacity) || capacity < 16 || (capacity & (capacity - 1)) !== 0) {
+      throw new RangeError(`connection table capacity must be a power of two ≥ 16, got ${capacity}`);
+    }
+    const sab = new SharedArrayBuffer(L.tableBytes(capacity));
+    const a = new Int32Array(sab);
+    a[L.H_MAGIC] = L.TABLE_MAGIC;
+    a[L.H_CAPACITY] = capacity;
+    a[L.H_BUCKETS] = capacity;
+    a[L.H_SALT] = (Math.random() * 0x100000000) | 0;
+    const epoch = Date.now();
+    a[L.H_EPOCH_LO] = epoch % 0x100000000 | 0;
+    a[L.H_EPOCH_HI] = Math.floor(epoch / 0x100000000);
+    const entries = L.entriesOffset(capacity);
+    for (let e = 0; e < capacity; e++) {
+      a[entries + e * L.ENTRY_WORDS + L.E_NEXT_IN] = e + 1 < capacity ? e + 2 : 0;
+    }
+    a[L.H_FREE_HEAD] = 1;
+    setTimeouts(a, timeouts);
+    return sab;
+  }
+
+  constructor(sab: SharedArrayBuffer, rsSab: SharedArrayBuffer, owner: number) {
+    this.sab = sab;
+    this.i32 = new Int32Array(sab);
+    if (this.i32[L.H_MAGIC] !== L.TABLE_MAGIC) throw new Error('not a uvs connection table');
+    this.capacity = this.i32[L.H_CAPACITY]!;
+    this.mask = this.capacity - 1;
+    this.salt = this.i32[L.H_SALT]!;
+    this.epoch = (this.i32[L.H_EPOCH_LO]! >>> 0) + this.i32[L.H_EPOCH_HI]! * 0x100000000;
+    this.inHeads = L.inHeadsOffset();
+    this.outHeads = L.outHeadsOffset(this.capacity);
+    this.locks = L.bucketLocksOffset(this.capacity);
+    this.entries = L.entriesOffset(this.capacity);
+    this.rs = new Int32Array(rsSab);
+    this.owner = owner;
+  }
+
+  /** Table-relative milliseconds (int32, wraps after 24 days; compare with (a - b) | 0). */
+  now(): number {
+    return (Date.now() - this.epoch) | 0;
+  }
+
+  setTimeouts(t: TableTimeouts): void {
+    setTimeouts(this.i32, t);
+  }
+
+  count(): number {
+    return Atomics.load(this.i32, L.H_COUNT);
+  }
+
+  /** Word offset of entry e. */
+  base(e: number): number {
+    return this.entries + e * L.ENTRY_WORDS;
+  }
+
+  // ── hashing ───────────────────────────────────────────────────────────────────────────────
+  /** Bucket of a key: salted murmur3-style mix of (proto, addr1, ports, addr2). */
+  bucket(proto: number, a1: number, ports: number, a2: number): number {
+    let h = this.salt ^ proto;
+    h = Math.imul(h ^ a1, 0xcc9e2d51);
+    h = (h << 15) | (h >>> 17);
+    h = Math.imul(h ^ ports, 0x1b873593);
+    h = (h << 13) | (h >>> 19);
+    h = Math.imul(h ^ a2, 0xe6546b64);
+    h ^= h >>> 16;
+    h = Math.imul(h, 0x85ebca6b);
+    h ^= h >>> 13;
+    h = Math.imul(h, 0xc2b2ae35);
+    h ^= h >>> 16;
+    return h & this.mask;
+  }
+
+  // ── locks ─────────────────────────────────────────────────────────────────────────────────
+  lockBucket(b: number): void {
+    const i = this.locks + b;
+    while (Atomics.compareExchange(this.i32, i, 0, this.owner) !== 0) {
+      /* spin: critical sections are a few dozen instructions */
+    }
+  }
+  unlockBucket(b: number): void {
+    Atomics.store(this.i32, this.locks + b, 0);
+  }
+  private lockWord(i: number): void {
+    while (Atomics.compareExchange(this.i32, i, 0, this.owner) !== 0) {
+      /* spin */
+    }
+  }
+  private lockPair(b1: number, b2: number): void {
+    if (b1 === b2) this.lockBucket(b1);
+    else if (b1 < b2) {
+      this.lockBucket(b1);
+      this.lockBucket(b2);
+    } else {
+      this.lockBucket(b2);
+      this.lockBucket(b1);
+    }
+  }
+  private unlockPair(b1: number, b2: number): void {
+    this.unlockBucket(b1);
+    if (b1 !== b2) this.unlockBucket(b2);
+  }
+
+  /**
+   * Releases every lock word held by `owner` (a worker that died mid-section). The entry it was
+   * changing may be half-updated; chains stay consistent because each link change is one store.
+   */
+  releaseLocksOf(owner: number): number {
+    let released = 0;
+    const a = this.i32;
+    for (let b = 0; b < this.capacity; b++) {
+      if (Atomics.compareExchange(a, this.locks + b, owner, 0) === owner) released++;
+    }
+    for (let e = 0; e < this.capacity; e++) {
+      if (Atomics.compareExchange(a, this.base(e) + L.E_LOCK, owner, 0) === owner) released++;
+    }
+    if (Atomics.compareExchange(a, L.H_ALLOC_LOCK, owner, 0) === owner) released++;
+    return released;
+  }
+
+  // ── lookups (caller holds the bucket lock) ───────────────────────────────────────────────
+  /** Entry whose client→server key matches, or -1. */
+  findIn(b: number, proto: number, caddr: number, cports: number, vaddr: number): number {
+    const a = this.i32;
+    let ref = a[this.inHeads + b]!;
+    while (ref !== 0) {
+      const e = ref - 1;
+      const o = this.entries + e * L.ENTRY_WORDS;
+      if (a[o + L.E_CADDR] === caddr && a[o + L.E_CPORTS] === cports && a[o + L.E_VADDR] === vaddr && a[o + L.E_PROTO] === proto) {
+        return e;
+      }
+      ref = a[o + L.E_NEXT_IN]!;
+    }
+    return -1;
+  }
+
+  /** Entry whose server→client key matches, or -1. */
+  findOut(b: number, proto: number, daddr: number, dports: number, laddr: number): number {
+    const a = this.i32;
+    let ref = a[this.outHeads + b]!;
+    while (ref !== 0) {
+      const e = ref - 1;
+      const o = this.entries + e * L.ENTRY_WORDS;
+      if (a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports && a[o + L.E_LADDR] === laddr && a[o + L.E_PROTO] === proto) {
+        return e;
+      }
+      ref = a[o + L.E_NEXT_OUT]!;
+    }
+    return -1;
+  }
+
+  /**
+   * A packet of entry e was seen in direction dir (state.ts DIR_*): advance the protocol state,
+   * move the entry between ActiveConn and InActConn on a change, re-arm its timer.
+   * Caller holds one of the entry's bucket locks. Returns the new state.
+   */
+  touch(e: number, dir: number, tcpFlags: number, now: number): number {
+    const a = this.i32;
+    const o = this.entries + e * L.ENTRY_WORDS;
+    this.lockWord(o + L.E_LOCK);
+    const proto = a[o + L.E_PROTO]!;
+    let state = a[o + L.E_STATE]!;
+    let timeoutSlot = L.TIMEOUT_UDP;
+    if (proto === IPPROTO_TCP) {
+      let flags = a[o + L.E_FLAGS]!;
+      if (dir === 1 && flags & L.F_NOOUTPUT) {
+        // The first reply clears NOOUTPUT for good (masq entries start without it anyway).
+        flags &= ~L.F_NOOUTPUT;
+        a[o + L.E_FLAGS] = flags;
+      } else if (dir === 0 && flags & L.F_NOOUTPUT) {
+        dir = 2;
+      }
+      const next = tcpNextState(dir, tcpFlags, state);
+      if (next !== state) {
+        const rsBase = a[o + L.E_RS]! * L.RS_WORDS;
+        if (!(flags & L.F_INACTIVE) && TCP_ACTIVE[next] === 0) {
+          Atomics.sub(this.rs, rsBase + L.RS_ACTIVE, 1);
+          Atomics.add(this.rs, rsBase + L.RS_INACTIVE, 1);
+          a[o + L.E_FLAGS] = flags | L.F_INACTIVE;
+        } else if (flags & L.F_INACTIVE && TCP_ACTIVE[next] === 1) {
+          Atomics.sub(this.rs, rsBase + L.RS_INACTIVE, 1);
+          Atomics.add(this.rs, rsBase + L.RS_ACTIVE, 1);
+          a[o + L.E_FLAGS] = flags & ~L.F_INACTIVE;
+        }
+        state = next;
+        a[o + L.E_STATE] = state;
+      }
+      timeoutSlot = state;
+    }
+    a[o + L.E_EXPIRES] = (now + a[L.H_TIMEOUTS + timeoutSlot]!) | 0;
+    if (dir !== 1) {
+      const p = a[o + L.E_IN_PKTS]!;
+      if (p < 0x7fffffff) a[o + L.E_IN_PKTS] = p + 1;
+    }
+    Atomics.store(a, o + L.E_LOCK, 0);
+    return state;
+  }
+
+  // ── insert / remove ──────────────────────────────────────────────────────────────────────
+  /**
+   * Inserts a new entry bound to real server `rs` (counted INACTIVE, OVERLOAD checked) in state
+   * NONE with a 2 s timer like ip_vs_conn_new; the caller then touch()es it with the first
+   * packet. Returns the entry, an existing entry with the same client→server key (another worker
+   * won the race: nothing was bound), or -1 when the table is full.
+   */
+  insert(
+    proto: number,
+    caddr: number,
+    cports: number,
+    vaddr: number,
+    daddr: number,
+    dports: number,
+    laddr: number,
+    fwdFlags: number,
+    rs: number,
+    svc: number,
+    now: number,
+  ): number {
+    const a = this.i32;
+    const b1 = this.bucket(proto, caddr, cports, vaddr);
+    const b2 = this.bucket(proto, daddr, dports, laddr);
+    // Allocate before taking the bucket locks: an allocated, unlinked entry is private.
+    this.lockWord(L.H_ALLOC_LOCK);
+    const ref = a[L.H_FREE_HEAD]!;
+    if (ref === 0) {
+      Atomics.store(a, L.H_ALLOC_LOCK, 0);
+      return -1;
+    }
+    const e = ref - 1;
+    const o = this.entries + e * L.ENTRY_WORDS;
+    a[L.H_FREE_HEAD] = a[o + L.E_NEXT_IN]!;
+    Atomics.store(a, L.H_ALLOC_LOCK, 0);
+
+    a[o + L.E_PROTO] = proto;
+    a[o + L.E_STATE] = 0;
+    a[o + L.E_CADDR] = caddr;
+    a[o + L.E_CPORTS] = cports;
+    a[o + L.E_VADDR] = vaddr;
+    a[o + L.E_DADDR] = daddr;
+    a[o + L.E_DPORTS] = dports;
+    a[o + L.E_LADDR] = laddr;
+    a[o + L.E_RS] = rs;
+    a[o + L.E_SVC] = svc;
+    a[o + L.E_IN_PKTS] = 0;
+    a[o + L.E_EXPIRES] = (now + a[L.H_TIMEOUTS + 0]!) | 0;
+
+    this.lockPair(b1, b2);
+    const existing = this.findIn(b1, proto, caddr, cports, vaddr);
+    if (existing >= 0) {
+      this.unlockPair(b1, b2);
+      this.pushFree(e);
+      return existing;
+    }
+    a[o + L.E_FLAGS] = L.F_IN_USE | L.F_INACTIVE | fwdFlags;
+    a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
+    a[o + L.E_NEXT_OUT] = a[this.outHeads + b2]!;
+    a[this.inHeads + b1] = e + 1;
+    a[this.outHeads + b2] = e + 1;
+    this.unlockPair(b1, b2);
+    Atomics.add(a, L.H_COUNT, 1);
+    this.bindRealServer(rs);
+    return e;
+  }
+
+  private pushFree(e: number): void {
+    const a = this.i32;
+    const o = this.entries + e * L.ENTRY_WORDS;
+    a[o + L.E_FLAGS] = 0;
+    this.lockWord(L.H_ALLOC_LOCK);
+    a[o + L.E_NEXT_IN] = a[L.H_FREE_HEAD]!;
+    a[o + L.E_NEXT_OUT] = 0;
+    a[L.H_FREE_HEAD] = e + 1;
+    Atomics.store(a, L.H_ALLOC_LOCK, 0);
+  }
+
+  private bindRealServer(rs: number): void {
+    const r = this.rs;
+    const o = rs * L.RS_WORDS;
+    const inactive = Atomics.add(r, o + L.RS_INACTIVE, 1) + 1;
+    const upper = r[o + L.RS_UTHRESH]!;
+    if (upper !== 0 && Atomics.load(r, o + L.RS_ACTIVE) + inactive >= upper) {
+      Atomics.or(r, o + L.RS_FLAGS, L.RSF_OVERLOAD);
+    }
+  }
+
+  private unbindRealServer(rs: number, wasInactive: boolean): void {
+    const r = this.rs;
+    const o = rs * L.RS_WORDS;
+    Atomics.sub(r, o + (wasInactive ? L.RS_INACTIVE : L.RS_ACTIVE), 1);
+    const total = Atomics.load(r, o + L.RS_ACTIVE) + Atomics.load(r, o + L.RS_INACTIVE);
+    const lower = r[o + L.RS_LTHRESH]!;
+    const upper = r[o + L.RS_UTHRESH]!;
+    let clear: boolean;
+    if (lower !== 0) clear = total < lower;
+    else if (upper !== 0) clear = total * 4 < upper * 3;
+    else clear = true;
+    if (clear) Atomics.and(r, o + L.RS_FLAGS, ~L.RSF_OVERLOAD);
+  }
+
+  /**
+   * Removes entry e if it is still live and (when onlyIfExpired) its timer is due at `now`.
+   * Takes both bucket locks; the caller must hold none. Returns true if removed.
+   */
+  remove(e: number, onlyIfExpired: boolean, now: number): boolean {
+    const a = this.i32;
+    const o = this.entries + e * L.ENTRY_WORDS;
+    let b1: number, b2: number;
+    for (;;) {
+      // Key fields cannot change while the entry is linked; if it was freed and reused between
+      // the unlocked read and the lock, the buckets differ and we try again with the new key.
+      const proto = a[o + L.E_PROTO]!;
+      b1 = this.bucket(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!);
+      b2 = this.bucket(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!);
+      this.lockPair(b1, b2);
+      const p2 = a[o + L.E_PROTO]!;
+      if (
+        b1 === this.bucket(p2, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!) &&
+        b2 === this.bucket(p2, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!)
+      ) {
+        break;
+      }
+      this.unlockPair(b1, b2);
+    }
+    const flags = a[o + L.E_FLAGS]!;
+    if (!(flags & L.F_IN_USE) || (onlyIfExpired && ((a[o + L.E_EXPIRES]! - now) | 0) > 0)) {
+      this.unlockPair(b1, b2);
+      return false;
+    }
+    if (!this.unlink(this.inHeads + b1, e, L.E_NEXT_IN)) {
+      this.unlockPair(b1, b2); // not on this chain: it was recycled with another key
+      return false;
+    }
+    this.unlink(this.outHeads + b2, e, L.E_NEXT_OUT);
+    a[o + L.E_FLAGS] = 0;
+    this.unlockPair(b1, b2);
+    Atomics.sub(a, L.H_COUNT, 1);
+    this.unbindRealServer(a[o + L.E_RS]!, (flags & L.F_INACTIVE) !== 0);
+    this.pushFree(e);
+    return true;
+  }
+
+  private unlink(headIdx: number, e: number, nextField: number): boolean {
+    const a = this.i32;
+    let prevIdx = headIdx;
+    let ref = a[headIdx]!;
+    while (ref !== 0) {
+      if (ref === e + 1) {
+        a[prevIdx] = a[this.entries + e * L.ENTRY_WORDS + nextField]!;
+        return true;
+      }
+      prevIdx = this.entries + (ref - 1) * L.ENTRY_WORDS + nextField;
+      ref = a[prevIdx]!;
+    }
+    return false;
+  }
+
+  /** Removes every entry whose timer is due; returns how many. Control thread, once a second. */
+  expire(now: number): number {
+    const a = this.i32;
+    let removed = 0;
+    for (let e = 0; e < this.capacity; e++) {
+      const o = this.entries + e * L.ENTRY_WORDS;
+      if (a[o + L.E_FLAGS]! & L.F_IN_USE && ((a[o + L.E_EXPIRES]! - now) | 0) <= 0) {
+        if (this.remove(e, true, now)) removed++;
+      }
+    }
+    return removed;
+  }
+
+  /** Calls fn for every live entry (unlocked read: a consistent-enough view for listings). */
+  forEach(fn: (e: number, o: number) => void): void {
+    const a = this.i32;
+    for (let e = 0; e < this.capacity; e++) {
+      const o = this.entries + e * L.ENTRY_WORDS;
+      if (a[o + L.E_FLAGS]! & L.F_IN_USE) fn(e, o);
+    }
+  }
+}
+
+function setTimeouts(a: Int32Array, t: TableTimeouts): void {
+  for (let s = 0; s < TCP_STATE_COUNT; s++) a[L.H_TIMEOUTS + s] = Math.round((t.tcp[s] ?? 0) * 1000);
+  a[L.H_TIMEOUTS + L.TIMEOUT_UDP] = Math.round(t.udp * 1000);
+}
+
+/** Real-server region for `slots` servers. */
+export function createRealServerRegion(slots: number): SharedArrayBuffer {
+  return new SharedArrayBuffer(slots * L.RS_WORDS * 4);
+}

@@ -1,0 +1,31 @@
+/** A tiny HTTP client for the admin API over its unix socket (uvsadm, tests, the demo). */
+import { request } from 'node:http';
+
+export const DEFAULT_SOCKET = process.env.UVS_SOCKET ?? '/run/uvs/uvsd.sock';
+
+export function apiCall<T = unknown>(socket: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
+  return new Promise((resolve, reject) => {
+    const data = body === undefined ? undefined : JSON.stringify(body);
+    const req = request(
+      { socketPath: socket, method, path, headers: data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {} },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let parsed: unknown = text;
+          try {
+            parsed = text ? JSON.parse(text) : null;
+          } catch {
+            /* not JSON: keep the text */
+          }
+          resolve({ status: res.statusCode ?? 0, body: parsed as T });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.setTimeout(10000, () => req.destroy(new Error(`API ${method} ${path} timed out`)));
+    if (data) req.write(data);
+    req.end();
+  });
+}

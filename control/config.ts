@@ -1,0 +1,330 @@
+/**
+ * The configuration: one YAML file, one validator (also used for API bodies), one defaults object.
+ * Unknown fields are errors; every error names the field path and the reason. Durations are
+ * seconds, or strings with a unit ("900s", "15m", "2h", "1d"). uvs.example.yaml documents every
+ * field.
+ */
+import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { parse as parseYaml } from 'yaml';
+import { parseCidr, parseIPv4, type Cidr } from '../lb/addr';
+import { getScheduler, schedulerNames } from '../schedulers/registry';
+import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
+import { UvsError } from './errors';
+
+export type Protocol = 'tcp' | 'udp';
+export type Forwarding = 'masq';
+
+export interface RealServerConfig {
+  address: string;
+  port: number;
+  weight: number;
+  forwarding: Forwarding;
+  upperThreshold: number;
+  lowerThreshold: number;
+}
+
+export interface ServiceConfig {
+  name: string;
+  protocol: Protocol;
+  address: string;
+  port: number;
+  scheduler: string;
+  schedFlags: string[];
+  forwarding: Forwarding;
+  realServers: RealServerConfig[];
+}
+
+export interface UvsConfig {
+  dataplane: {
+    device: string;
+    vipCidrs: string[];
+    workers: number;
+    tableSize: number;
+    maxRealServers: number;
+    maxServices: number;
+    mtu: number;
+    routeTable: number;
+    rulePriority: number;
+    batch: number;
+    /** Answer ICMP echo requests sent to a VIP. */
+    answerPing: boolean;
+  };
+  timeouts: {
+    /** Seconds per TCP state name (ESTABLISHED, FIN_WAIT, …). */
+    tcp: Record<string, number>;
+    udp: number;
+    /** Sweeper period, seconds. */
+    sweepInterval: number;
+  };
+  api: { socket: string };
+  log: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'; pretty: boolean };
+  services: ServiceConfig[];
+}
+
+export const DEFAULTS = {
+  device: 'uvs0',
+  tableSize: 65536, // entries; 64 B each + 12 B of chains and locks → ~5 MiB
+  maxRealServers: 4096,
+  maxServices: 1024,
+  mtu: 1500,
+  routeTable: 4711, // policy-routing table for masq replies; any unused id
+  rulePriority: 4711,
+  batch: 64, // packets per read; amortises poll() and the JS↔C crossing
+  socket: '/run/uvs/uvsd.sock',
+  sweepInterval: 1,
+  weight: 1,
+} as const;
+
+const SCHED_FLAG_NAMES = ['flag-1', 'flag-2', 'flag-3', 'sh-fallback', 'sh-port', 'mh-fallback', 'mh-port'];
+
+// ── small validation kit ─────────────────────────────────────────────────────────────────────
+type Obj = Record<string, unknown>;
+
+function fail(path: string, reason: string): never {
+  throw new UvsError('UVS_ERR_CONFIG_INVALID', reason, path);
+}
+
+function isObj(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function obj(v: unknown, path: string, allowed: string[]): Obj {
+  if (v === undefined || v === null) return {};
+  if (!isObj(v)) fail(path, 'must be a mapping');
+  for (const k of Object.keys(v)) {
+    if (!allowed.includes(k)) fail(path ? `${path}.${k}` : k, `unknown field (allowed: ${allowed.join(', ')})`);
+  }
+  return v;
+}
+
+function int(v: unknown, path: string, def: number | undefined, min: number, max: number): number {
+  if (v === undefined) {
+    if (def === undefined) fail(path, 'is required');
+    return def;
+  }
+  if (typeof v !== 'number' || !Number.isInteger(v)) fail(path, `must be an integer, got ${JSON.stringify(v)}`);
+  if (v < min || v > max) fail(path, `must be between ${min} and ${max}, got ${v}`);
+  return v;
+}
+
+function str(v: unknown, path: string, def?: string): string {
+  if (v === undefined) {
+    if (def === undefined) fail(path, 'is required');
+    return def;
+  }
+  if (typeof v !== 'string' || v.length === 0) fail(path, 'must be a non-empty string');
+  return v;
+}
+
+function bool(v: unknown, path: string, def: boolean): boolean {
+  if (v === undefined) return def;
+  if (typeof v !== 'boolean') fail(path, 'must be true or false');
+  return v;
+}
+
+const UNIT: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
+
+/** Seconds from a number or a string with a unit. */
+export function duration(v: unknown, path: string, def: number, max = 2678400): number {
+  if (v === undefined) return def;
+  let secs: number;
+  if (typeof v === 'number') secs = v;
+  else if (typeof v === 'string') {
+    const m = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/.exec(v.trim());
+    if (!m) fail(path, `must be a duration like 900, "900s", "15m" or "2h", got ${JSON.stringify(v)}`);
+    secs = Number(m[1]) * UNIT[m[2] ?? 's']!;
+  } else fail(path, 'must be a duration (seconds, or a string with a unit)');
+  if (!(secs >= 0) || secs > max) fail(path, `must be between 0 and ${max} seconds`);
+  return secs;
+}
+
+function ipv4(v: unknown, path: string): string {
+  const s = str(v, path);
+  if (s.includes(':')) throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'IPv6 addresses are not supported yet (IPv4 only)', path);
+  if (parseIPv4(s) === null) fail(path, `must be an IPv4 address, got ${JSON.stringify(s)}`);
+  return s;
+}
+
+function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
+  if (v === undefined) return def;
+  if (v === 'masq') return v;
+  if (v === 'tunnel' || v === 'fullnat') {
+    throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', `forwarding "${v}" is not implemented yet; use "masq"`, path);
+  }
+  if (v === 'route' || v === 'droute' || v === 'direct') {
+    throw new UvsError(
+      'UVS_ERR_CONFIG_UNSUPPORTED',
+      'direct routing needs layer-2 frames, which a TUN device does not carry; use "masq"',
+      path,
+    );
+  }
+  fail(path, `must be "masq", got ${JSON.stringify(v)}`);
+}
+
+// ── the validator ────────────────────────────────────────────────────────────────────────────
+/** Validates a parsed YAML document and fills defaults. Throws UvsError naming the field. */
+export function validateConfig(doc: unknown): UvsConfig {
+  const root = obj(doc, '', ['dataplane', 'timeouts', 'api', 'log', 'services']);
+  const dp = obj(root.dataplane, 'dataplane', [
+    'device',
+    'vipCidrs',
+    'workers',
+    'tableSize',
+    'maxRealServers',
+    'maxServices',
+    'mtu',
+    'routeTable',
+    'rulePriority',
+    'batch',
+    'answerPing',
+  ]);
+  const device = str(dp.device, 'dataplane.device', DEFAULTS.device);
+  if (!/^[a-zA-Z0-9_.-]{1,15}$/.test(device)) fail('dataplane.device', 'must be 1–15 characters of letters, digits, _ . -');
+  if (!Array.isArray(dp.vipCidrs) || dp.vipCidrs.length === 0) fail('dataplane.vipCidrs', 'must be a non-empty list of IPv4 CIDRs');
+  const vipCidrs = dp.vipCidrs.map((c, i) => {
+    const p = `dataplane.vipCidrs[${i}]`;
+    if (typeof c !== 'string' || parseCidr(c) === null) fail(p, `must be an IPv4 CIDR like 10.0.0.0/24, got ${JSON.stringify(c)}`);
+    return c;
+  });
+  const tableSize = int(dp.tableSize, 'dataplane.tableSize', DEFAULTS.tableSize, 16, 1 << 26);
+  if ((tableSize & (tableSize - 1)) !== 0) fail('dataplane.tableSize', `must be a power of two, got ${tableSize}`);
+  if ([253, 254, 255].includes(dp.routeTable as number)) fail('dataplane.routeTable', 'must not be 253–255 (the default, main and local tables)');
+  const dataplane = {
+    device,
+    vipCidrs,
+    workers: int(dp.workers, 'dataplane.workers', availableParallelism(), 1, 64),
+    tableSize,
+    maxRealServers: int(dp.maxRealServers, 'dataplane.maxRealServers', DEFAULTS.maxRealServers, 1, 1 << 20),
+    maxServices: int(dp.maxServices, 'dataplane.maxServices', DEFAULTS.maxServices, 1, 1 << 16),
+    mtu: int(dp.mtu, 'dataplane.mtu', DEFAULTS.mtu, 576, 9000),
+    routeTable: int(dp.routeTable, 'dataplane.routeTable', DEFAULTS.routeTable, 1, 0x7fffffff),
+    rulePriority: int(dp.rulePriority, 'dataplane.rulePriority', DEFAULTS.rulePriority, 1, 32765),
+    batch: int(dp.batch, 'dataplane.batch', DEFAULTS.batch, 1, 1024),
+    answerPing: bool(dp.answerPing, 'dataplane.answerPing', true),
+  };
+
+  const to = obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sweepInterval']);
+  const tcp: Record<string, number> = {};
+  TCP_STATE_NAMES.forEach((n, i) => (tcp[n] = TCP_DEFAULT_TIMEOUTS[i]!));
+  tcp.ESTABLISHED = duration(to.tcp, 'timeouts.tcp', tcp.ESTABLISHED!);
+  tcp.FIN_WAIT = duration(to.tcpFin, 'timeouts.tcpFin', tcp.FIN_WAIT!);
+  const states = obj(to.tcpStates, 'timeouts.tcpStates', [...TCP_STATE_NAMES]);
+  for (const [k, v] of Object.entries(states)) tcp[k] = duration(v, `timeouts.tcpStates.${k}`, tcp[k]!);
+  const timeouts = {
+    tcp,
+    udp: duration(to.udp, 'timeouts.udp', UDP_DEFAULT_TIMEOUT),
+    sweepInterval: duration(to.sweepInterval, 'timeouts.sweepInterval', DEFAULTS.sweepInterval, 60),
+  };
+  if (timeouts.sweepInterval < 0.05) fail('timeouts.sweepInterval', 'must be at least 0.05 s');
+
+  const api = obj(root.api, 'api', ['socket']);
+  const log = obj(root.log, 'log', ['level', 'pretty']);
+  const level = str(log.level, 'log.level', 'info');
+  const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+  if (!(levels as readonly string[]).includes(level)) fail('log.level', `must be one of ${levels.join(', ')}`);
+
+  if (root.services !== undefined && !Array.isArray(root.services)) fail('services', 'must be a list');
+  const services = ((root.services as unknown[] | undefined) ?? []).map((s, i) => validateService(s, `services[${i}]`));
+  const seen = new Map<string, string>();
+  services.forEach((s, i) => {
+    const key = `${s.protocol} ${s.address}:${s.port}`;
+    if (seen.has(key)) fail(`services[${i}]`, `duplicates ${seen.get(key)} (${key})`);
+    seen.set(key, `services[${i}]`);
+    const inVip = vipCidrs.some((c) => {
+      const cidr = parseCidr(c) as Cidr;
+      return (parseIPv4(s.address)! & cidr.mask) === cidr.net;
+    });
+    if (!inVip) fail(`services[${i}].address`, `${s.address} is not inside dataplane.vipCidrs (${vipCidrs.join(', ')})`);
+  });
+  if (services.length > dataplane.maxServices) fail('services', `more than dataplane.maxServices (${dataplane.maxServices})`);
+
+  return {
+    dataplane,
+    timeouts,
+    api: { socket: str(api.socket, 'api.socket', DEFAULTS.socket) },
+    log: { level: level as UvsConfig['log']['level'], pretty: bool(log.pretty, 'log.pretty', false) },
+    services,
+  };
+}
+
+export function validateService(v: unknown, path: string): ServiceConfig {
+  const s = obj(v, path, [
+    'name',
+    'protocol',
+    'address',
+    'port',
+    'scheduler',
+    'schedFlags',
+    'persistence',
+    'netmask',
+    'forwarding',
+    'realServers',
+  ]);
+  if (!isObj(v)) fail(path, 'must be a mapping');
+  const protocol = str(s.protocol, `${path}.protocol`, 'tcp');
+  if (protocol === 'sctp') throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'SCTP services are not supported yet', `${path}.protocol`);
+  if (protocol !== 'tcp' && protocol !== 'udp') fail(`${path}.protocol`, `must be tcp or udp, got ${JSON.stringify(protocol)}`);
+  const address = ipv4(s.address, `${path}.address`);
+  const port = int(s.port, `${path}.port`, undefined, 1, 65535);
+  const scheduler = str(s.scheduler, `${path}.scheduler`, 'wlc');
+  if (!getScheduler(scheduler)) fail(`${path}.scheduler`, `unknown scheduler ${JSON.stringify(scheduler)} (available: ${schedulerNames().join(', ')})`);
+  const flags = s.schedFlags === undefined ? [] : s.schedFlags;
+  if (!Array.isArray(flags)) fail(`${path}.schedFlags`, 'must be a list');
+  const schedFlags = flags.map((f, i) => {
+    if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f)) fail(`${path}.schedFlags[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}`);
+    if (f.startsWith('sh-') && scheduler !== 'sh') fail(`${path}.schedFlags[${i}]`, `${f} needs scheduler sh`);
+    if (f.startsWith('mh-') && scheduler !== 'mh') fail(`${path}.schedFlags[${i}]`, `${f} needs scheduler mh`);
+    return f;
+  });
+  if (s.persistence !== undefined && s.persistence !== 0 && s.persistence !== false) {
+    throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'persistence is not implemented yet', `${path}.persistence`);
+  }
+  if (s.netmask !== undefined && s.netmask !== '255.255.255.255') {
+    throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'netmask applies to persistence, which is not implemented yet', `${path}.netmask`);
+  }
+  const fwd = forwarding(s.forwarding, `${path}.forwarding`, 'masq');
+  if (s.realServers !== undefined && !Array.isArray(s.realServers)) fail(`${path}.realServers`, 'must be a list');
+  const realServers = ((s.realServers as unknown[] | undefined) ?? []).map((r, j) => validateRealServer(r, `${path}.realServers[${j}]`, port, fwd));
+  const seen = new Set<string>();
+  realServers.forEach((r, j) => {
+    const k = `${r.address}:${r.port}`;
+    if (seen.has(k)) fail(`${path}.realServers[${j}]`, `${k} is listed twice`);
+    seen.add(k);
+  });
+  const name = s.name === undefined ? `${protocol}/${address}:${port}` : str(s.name, `${path}.name`);
+  return { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers };
+}
+
+export function validateRealServer(v: unknown, path: string, servicePort: number, fwd: Forwarding): RealServerConfig {
+  const r = obj(v, path, ['address', 'port', 'weight', 'forwarding', 'upperThreshold', 'lowerThreshold']);
+  if (!isObj(v)) fail(path, 'must be a mapping');
+  const upperThreshold = int(r.upperThreshold, `${path}.upperThreshold`, 0, 0, 0x7fffffff);
+  const lowerThreshold = int(r.lowerThreshold, `${path}.lowerThreshold`, 0, 0, 0x7fffffff);
+  if (lowerThreshold > upperThreshold) fail(`${path}.lowerThreshold`, `must not exceed upperThreshold (${upperThreshold}), as in the kernel`);
+  return {
+    address: ipv4(r.address, `${path}.address`),
+    port: int(r.port, `${path}.port`, servicePort, 1, 65535),
+    weight: int(r.weight, `${path}.weight`, DEFAULTS.weight, 0, 65535),
+    forwarding: forwarding(r.forwarding, `${path}.forwarding`, fwd),
+    upperThreshold,
+    lowerThreshold,
+  };
+}
+
+/** Reads and validates a YAML file. */
+export function loadConfigFile(file: string): UvsConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new UvsError('UVS_ERR_CONFIG_READ', `${file}: ${(e as Error).message}`);
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (e) {
+    throw new UvsError('UVS_ERR_CONFIG_READ', `${file}: not valid YAML: ${(e as Error).message}`);
+  }
+  return validateConfig(doc);
+}

@@ -1,0 +1,150 @@
+/**
+ * uvsd's control thread: owns the configuration, the shared memory, the service model, the
+ * dataplane, the sweeper and the API. Workers never see any of this but the shared regions and
+ * the snapshots it publishes.
+ */
+import type { Logger } from 'pino';
+import * as L from '../conntrack/layout';
+import { ConnTable, createRealServerRegion } from '../conntrack/table';
+import { TCP_STATE_NAMES } from '../conntrack/state';
+import { Dataplane } from '../lb/dataplane';
+import { startApi, type ApiServer } from './api';
+import { loadConfigFile, type UvsConfig } from './config';
+import { UvsError } from './errors';
+import { ServiceModel } from './services';
+import { StatsReader } from './stats';
+
+export function tableTimeouts(cfg: UvsConfig): { tcp: number[]; udp: number } {
+  return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp };
+}
+
+export class Daemon {
+  cfg: UvsConfig;
+  readonly configFile: string;
+  readonly log: Logger;
+  readonly table: ConnTable;
+  readonly model: ServiceModel;
+  readonly stats: StatsReader;
+  readonly dataplane: Dataplane;
+  private api: ApiServer | null = null;
+  private sweeper: NodeJS.Timeout | null = null;
+  readonly startedAt = Date.now();
+  expiredTotal = 0;
+  reloads = { ok: 0, failed: 0, lastError: null as string | null };
+
+  private constructor(cfg: UvsConfig, configFile: string, log: Logger) {
+    this.cfg = cfg;
+    this.configFile = configFile;
+    this.log = log;
+    const dp = cfg.dataplane;
+    const tableSab = ConnTable.create(dp.tableSize, tableTimeouts(cfg));
+    const rsSab = createRealServerRegion(dp.maxRealServers);
+    const schedSab = new SharedArrayBuffer(dp.maxServices * L.SCHED_WORDS * 4);
+    const counters = Array.from({ length: dp.workers }, () => new SharedArrayBuffer(L.counterWords(dp.maxRealServers, dp.maxServices) * 8));
+    this.table = new ConnTable(tableSab, rsSab, L.OWNER_CONTROL);
+    this.stats = new StatsReader(counters, dp.maxRealServers);
+    this.model = new ServiceModel(rsSab, schedSab, dp.maxRealServers, dp.maxServices);
+    this.model.onFreshRealServerSlot = (slot) => this.stats.zeroRealServer(slot);
+    this.model.onFreshServiceSlot = (slot) => this.stats.zeroService(slot);
+    const snapshot = this.model.apply(cfg);
+    this.dataplane = new Dataplane(
+      {
+        device: dp.device,
+        vipCidrs: dp.vipCidrs,
+        workers: dp.workers,
+        mtu: dp.mtu,
+        routeTable: dp.routeTable,
+        rulePriority: dp.rulePriority,
+        batch: dp.batch,
+        maxRealServers: dp.maxRealServers,
+      },
+      { table: tableSab, realServers: rsSab, sched: schedSab, counters },
+      snapshot,
+      log.child({ component: 'dataplane' }),
+    );
+    this.dataplane.releaseLocks = (owner) => this.releaseLocksOf(owner);
+  }
+
+  static async start(configFile: string, log: Logger): Promise<Daemon> {
+    const cfg = loadConfigFile(configFile);
+    const d = new Daemon(cfg, configFile, log);
+    await d.dataplane.start();
+    try {
+      d.dataplane.syncReplyRules(d.model.replyRules());
+      d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
+      d.api = await startApi(d, cfg.api.socket, log.child({ component: 'api' }));
+    } catch (e) {
+      await d.stop();
+      throw e;
+    }
+    log.info({ services: cfg.services.length, tableSize: cfg.dataplane.tableSize, workers: cfg.dataplane.workers, api: cfg.api.socket }, 'uvsd started');
+    return d;
+  }
+
+  private releaseLocksOf(owner: number): number {
+    let n = this.table.releaseLocksOf(owner);
+    const sched = this.model.sched;
+    for (let i = 0; i < sched.length; i += L.SCHED_WORDS) {
+      if (Atomics.compareExchange(sched, i + L.SCHED_LOCK, owner, 0) === owner) n++;
+    }
+    return n;
+  }
+
+  sweep(): void {
+    const removed = this.table.expire(this.table.now());
+    this.expiredTotal += removed;
+    const freed = this.model.collectTrash();
+    if (freed > 0) this.dataplane.syncReplyRules(this.model.replyRules());
+  }
+
+  /**
+   * Re-reads the configuration file. A bad file is rejected with the field and reason and the
+   * running configuration stays; a good one is applied as a diff (see services.ts).
+   */
+  reload(): { ok: true; version: number } | { ok: false; error: UvsError } {
+    let cfg: UvsConfig;
+    try {
+      cfg = loadConfigFile(this.configFile);
+      const fixed = ['device', 'workers', 'tableSize', 'maxRealServers', 'maxServices', 'mtu', 'routeTable', 'rulePriority', 'batch'] as const;
+      for (const k of fixed) {
+        if (cfg.dataplane[k] !== this.cfg.dataplane[k]) {
+          throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', `cannot change on reload (restart uvsd): was ${this.cfg.dataplane[k]}, now ${cfg.dataplane[k]}`, `dataplane.${k}`);
+        }
+      }
+      if (cfg.dataplane.vipCidrs.join() !== this.cfg.dataplane.vipCidrs.join()) {
+        throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', 'dataplane.vipCidrs');
+      }
+    } catch (e) {
+      const err = e instanceof UvsError ? e : new UvsError('UVS_ERR_CONFIG_INVALID', (e as Error).message);
+      this.reloads.failed++;
+      this.reloads.lastError = err.message;
+      this.log.error({ code: err.code, path: err.path, err: err.message }, 'configuration rejected; keeping the running one');
+      return { ok: false, error: err };
+    }
+    let snapshot;
+    try {
+      snapshot = this.model.apply(cfg);
+    } catch (e) {
+      const err = new UvsError('UVS_ERR_CONFIG_INVALID', (e as Error).message);
+      this.reloads.failed++;
+      this.reloads.lastError = err.message;
+      this.log.error({ err: err.message }, 'configuration rejected; keeping the running one');
+      return { ok: false, error: err };
+    }
+    this.cfg = cfg;
+    this.table.setTimeouts(tableTimeouts(cfg));
+    this.dataplane.publish(snapshot);
+    this.dataplane.syncReplyRules(this.model.replyRules());
+    this.reloads.ok++;
+    this.log.info({ version: snapshot.version, services: cfg.services.length }, 'configuration reloaded');
+    return { ok: true, version: snapshot.version };
+  }
+
+  async stop(): Promise<void> {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper = null;
+    if (this.api) await this.api.close();
+    this.api = null;
+    await this.dataplane.stop();
+  }
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env node
+/**
+ * uvsd — the uvs daemon. One per load-balancer node.
+ */
+import { loadConfigFile } from './config';
+import { Daemon } from './daemon';
+import { UvsError } from './errors';
+import { makeLogger } from './log';
+import { cleanupRouting } from '../lb/dataplane';
+
+const HELP = `Usage: uvsd --config FILE [-v] [--pretty]
+       uvsd --cleanup [--config FILE]
+
+Runs the uvs load balancer: creates the TUN device (dataplane.device, one queue per worker),
+routes the VIP ranges to it, installs the masq reply rules and serves the admin API on a
+root-only unix socket (api.socket).
+
+  --config FILE   YAML configuration (see uvs.example.yaml)
+  --cleanup       remove the device, routes and rules a uvsd with this configuration created
+                  (defaults used if no --config), then exit
+  -v              debug logging (overrides log.level)
+  --pretty        human-readable log lines instead of JSON
+  -h, --help      this text
+
+Signals: SIGHUP reloads the configuration (a bad file is rejected, the running one stays);
+SIGINT/SIGTERM stop and remove everything uvsd created.`;
+
+async function main(argv: string[]): Promise<number> {
+  let config: string | undefined;
+  let cleanup = false;
+  let verbose = false;
+  let pretty = false;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--config' || a === '-c') config = argv[++i];
+    else if (a.startsWith('--config=')) config = a.slice(9);
+    else if (a === '--cleanup') cleanup = true;
+    else if (a === '-v' || a === '--verbose') verbose = true;
+    else if (a === '--pretty') pretty = true;
+    else if (a === '-h' || a === '--help') {
+      console.log(HELP);
+      return 0;
+    } else {
+      console.error(`uvsd: unknown argument ${a}\n\n${HELP}`);
+      return 2;
+    }
+  }
+  if (cleanup) {
+    const dp = config
+      ? loadConfigFile(config).dataplane
+      : { device: 'uvs0', routeTable: 4711, rulePriority: 4711, vipCidrs: [] as string[] };
+    cleanupRouting(dp);
+    console.log(`uvsd: removed ${dp.device}, its routes and rules (table ${dp.routeTable}, rule priority ${dp.rulePriority})`);
+    return 0;
+  }
+  if (!config) {
+    console.error(`uvsd: --config is required\n\n${HELP}`);
+    return 2;
+  }
+  let cfgLevel: string;
+  let cfgPretty: boolean;
+  try {
+    const c = loadConfigFile(config);
+    cfgLevel = c.log.level;
+    cfgPretty = c.log.pretty;
+  } catch (e) {
+    const err = e as UvsError;
+    console.error(`uvsd: ${err.code ?? 'error'}: ${err.message}`);
+    return 2;
+  }
+  const log = makeLogger(verbose ? 'debug' : cfgLevel, pretty || cfgPretty);
+  let daemon: Daemon;
+  try {
+    daemon = await Daemon.start(config, log);
+  } catch (e) {
+    const err = e as UvsError;
+    log.fatal({ code: err.code, err: err.message }, 'uvsd failed to start');
+    return 1;
+  }
+  process.on('uncaughtException', (err) => log.error({ err: err.message, stack: err.stack }, 'uncaught exception (daemon keeps running)'));
+  process.on('unhandledRejection', (err) => log.error({ err: String(err) }, 'unhandled rejection (daemon keeps running)'));
+  process.on('SIGHUP', () => {
+    log.info('SIGHUP: reloading configuration');
+    daemon.reload();
+  });
+  await new Promise<void>((resolve) => {
+    const stop = (sig: string) => {
+      log.info({ signal: sig }, 'stopping');
+      resolve();
+    };
+    process.once('SIGINT', () => stop('SIGINT'));
+    process.once('SIGTERM', () => stop('SIGTERM'));
+  });
+  await daemon.stop();
+  log.info('uvsd stopped');
+  return 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (e) => {
+    console.error(`uvsd: ${(e as Error).stack ?? e}`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,235 @@
+/**
+ * The namespace lab: a client, the load-balancer node and N real servers, each in its own
+ * network namespace, all named with one prefix so that `down` finds and removes everything.
+ *
+ *   <p>-cl  10.200.1.2/24 ──veth── 10.200.1.1/24  <p>-lb  10.200.1x.1/24 ──veth── 10.200.1x.2/24  <p>-rsX
+ *          default via .1.1                                                       default via .1x.1
+ *
+ * VIPs live in 10.200.0.0/24 (routed by uvsd to its TUN device inside <p>-lb). Real servers run
+ * lab/servers.js (HTTP 8080, UDP echo 5353, TCP echo 9007) and iperf3 -s (5201). The real servers'
+ * default route points at the LB node, as masq needs.
+ */
+import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+
+export const LAB_VIP_CIDR = '10.200.0.0/24';
+export const LAB_VIP = '10.200.0.10';
+
+export interface LabOptions {
+  /** Names every namespace and link; ≤ 9 characters of [a-z0-9]. */
+  prefix: string;
+  realServers?: number;
+  /** Directory for logs, configs and the API socket. */
+  dir?: string;
+}
+
+const ROOT = join(__dirname, '..', '..');
+
+function sh(cmd: string, args: string[], allowFail = false): string {
+  try {
+    return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    if (allowFail) return '';
+    const err = e as { stderr?: string; message: string };
+    throw new Error(`${cmd} ${args.join(' ')}: ${(err.stderr || err.message).trim()}`);
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+export class Lab {
+  readonly prefix: string;
+  readonly dir: string;
+  readonly clientNs: string;
+  readonly lbNs: string;
+  readonly rsNs: string[];
+  readonly clientAddr = '10.200.1.2';
+  readonly rsAddrs: string[];
+  readonly socket: string;
+  private uvsd: ChildProcess | null = null;
+
+  constructor(o: LabOptions) {
+    if (!/^[a-z0-9]{1,9}$/.test(o.prefix)) throw new Error(`lab prefix must be 1–9 characters of a-z0-9, got ${JSON.stringify(o.prefix)}`);
+    this.prefix = o.prefix;
+    this.dir = o.dir ?? join('/run/uvs-lab', o.prefix);
+    this.clientNs = `${o.prefix}-cl`;
+    this.lbNs = `${o.prefix}-lb`;
+    const n = o.realServers ?? 3;
+    this.rsNs = Array.from({ length: n }, (_, i) => `${o.prefix}-rs${i + 1}`);
+    this.rsAddrs = Array.from({ length: n }, (_, i) => `10.200.${11 + i}.2`);
+    this.socket = join(this.dir, 'uvsd.sock');
+  }
+
+  /** Namespaces of this lab that exist now. */
+  static existing(prefix: string): string[] {
+    return sh('ip', ['netns', 'list'], true)
+      .split('\n')
+      .map((l) => l.split(' ')[0]!)
+      .filter((n) => n.startsWith(`${prefix}-`));
+  }
+
+  up(): void {
+    this.down();
+    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    const p = this.prefix;
+    for (const ns of [this.clientNs, this.lbNs, ...this.rsNs]) {
+      sh('ip', ['netns', 'add', ns]);
+      this.ip(ns, ['link', 'set', 'lo', 'up']);
+    }
+    // client ↔ lb
+    sh('ip', ['link', 'add', `${p}c0`, 'netns', this.clientNs, 'type', 'veth', 'peer', 'name', `${p}c1`, 'netns', this.lbNs]);
+    this.ip(this.clientNs, ['addr', 'add', `${this.clientAddr}/24`, 'dev', `${p}c0`]);
+    this.ip(this.clientNs, ['link', 'set', `${p}c0`, 'up']);
+    this.ip(this.clientNs, ['route', 'add', 'default', 'via', '10.200.1.1']);
+    this.ip(this.lbNs, ['addr', 'add', '10.200.1.1/24', 'dev', `${p}c1`]);
+    this.ip(this.lbNs, ['link', 'set', `${p}c1`, 'up']);
+    // lb ↔ each real server
+    this.rsNs.forEach((ns, i) => {
+      const a = `${p}r${i + 1}a`;
+      const b = `${p}r${i + 1}b`;
+      sh('ip', ['link', 'add', a, 'netns', this.lbNs, 'type', 'veth', 'peer', 'name', b, 'netns', ns]);
+      this.ip(this.lbNs, ['addr', 'add', `10.200.${11 + i}.1/24`, 'dev', a]);
+      this.ip(this.lbNs, ['link', 'set', a, 'up']);
+      this.ip(ns, ['addr', 'add', `${this.rsAddrs[i]}/24`, 'dev', b]);
+      this.ip(ns, ['link', 'set', b, 'up']);
+      this.ip(ns, ['route', 'add', 'default', 'via', `10.200.${11 + i}.1`]);
+    });
+    this.startServers();
+  }
+
+  /** Stops every process in the lab's namespaces and deletes them. Never throws. */
+  down(): void {
+    const nss = Lab.existing(this.prefix);
+    const pids = new Set<number>();
+    for (const ns of nss) {
+      for (const l of sh('ip', ['netns', 'pids', ns], true).split('\n')) if (l.trim()) pids.add(Number(l));
+    }
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGTERM');
+      } catch {
+        /* gone */
+      }
+    }
+    const deadline = Date.now() + 3000;
+    while (Date.now() < deadline && [...pids].some(alive)) execFileSync('sleep', ['0.05']);
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    for (const ns of nss) sh('ip', ['netns', 'del', ns], true);
+    if (existsSync(this.dir)) rmSync(this.dir, { recursive: true, force: true });
+    this.uvsd = null;
+  }
+
+  ip(ns: string, args: string[]): string {
+    return sh('ip', ['-n', ns, ...args]);
+  }
+
+  /** Runs a command in a namespace and returns its stdout (throws on a non-zero exit). */
+  exec(ns: string, cmd: string, args: string[], timeoutMs = 60000): string {
+    return execFileSync('ip', ['netns', 'exec', ns, cmd, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs, maxBuffer: 64 << 20 });
+  }
+
+  spawn(ns: string, cmd: string, args: string[], opts: SpawnOptions = {}): ChildProcess {
+    return spawn('ip', ['netns', 'exec', ns, cmd, ...args], { stdio: 'ignore', ...opts });
+  }
+
+  private startServers(): void {
+    const servers = join(ROOT, 'dist', 'lab', 'servers.js');
+    this.rsNs.forEach((ns, i) => {
+      const log = openSync(join(this.dir, `rs${i + 1}.log`), 'a');
+      this.spawn(ns, process.execPath, [servers, '--name', `rs${i + 1}`], { stdio: ['ignore', log, log], detached: true }).unref();
+      if (hasCommand('iperf3')) {
+        this.spawn(ns, 'iperf3', ['-s', '-p', '5201'], { stdio: ['ignore', log, log], detached: true }).unref();
+      }
+    });
+  }
+
+  /** Waits until every real server answers HTTP on 8080 (from the LB node). */
+  async waitServers(timeoutMs = 10000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (const addr of this.rsAddrs) {
+      for (;;) {
+        try {
+          this.exec(this.lbNs, 'curl', ['-s', '-m', '1', `http://${addr}:8080/`]);
+          break;
+        } catch {
+          if (Date.now() > deadline) throw new Error(`real server ${addr} did not come up`);
+          await sleep(100);
+        }
+      }
+    }
+  }
+
+  /** A uvsd configuration for this lab. */
+  config(services: unknown[], extra: Record<string, unknown> = {}): Record<string, unknown> {
+    const { dataplane, ...rest } = extra as { dataplane?: Record<string, unknown> };
+    return {
+      dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR], workers: 2, tableSize: 65536, ...(dataplane ?? {}) },
+      api: { socket: this.socket },
+      log: { level: 'info' },
+      services,
+      ...rest,
+    };
+  }
+
+  writeConfig(cfg: unknown, name = 'uvs.yaml'): string {
+    const file = join(this.dir, name);
+    writeFileSync(file, stringify(cfg));
+    return file;
+  }
+
+  /** Starts uvsd in the LB namespace and waits for its API socket. */
+  async startUvsd(configFile: string, timeoutMs = 15000): Promise<ChildProcess> {
+    const log = openSync(join(this.dir, 'uvsd.log'), 'a');
+    const child = this.spawn(this.lbNs, process.execPath, [join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', configFile], {
+      stdio: ['ignore', log, log],
+    });
+    this.uvsd = child;
+    const deadline = Date.now() + timeoutMs;
+    while (!existsSync(this.socket)) {
+      if (child.exitCode !== null) throw new Error(`uvsd exited with ${child.exitCode}; see ${join(this.dir, 'uvsd.log')}`);
+      if (Date.now() > deadline) throw new Error(`uvsd did not start in ${timeoutMs} ms; see ${join(this.dir, 'uvsd.log')}`);
+      await sleep(50);
+    }
+    return child;
+  }
+
+  /** Stops uvsd with SIGTERM and waits for it to remove what it created. */
+  async stopUvsd(timeoutMs = 10000): Promise<number | null> {
+    const c = this.uvsd;
+    if (!c || c.exitCode !== null) return c?.exitCode ?? null;
+    const done = new Promise<number | null>((r) => c.once('exit', (code) => r(code)));
+    c.kill('SIGTERM');
+    const t = setTimeout(() => c.kill('SIGKILL'), timeoutMs);
+    const code = await done;
+    clearTimeout(t);
+    this.uvsd = null;
+    return code;
+  }
+
+  get uvsdProcess(): ChildProcess | null {
+    return this.uvsd;
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function hasCommand(cmd: string): boolean {
+  return sh('sh', ['-c', `command -v ${cmd}`], true).trim() !== '';
+}

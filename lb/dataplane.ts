@@ -1,0 +1,242 @@
+/**
+ * The dataplane as the control thread sees it: the TUN device with one queue per worker, the
+ * routes and rules that bring traffic to it, and the worker pool.
+ *
+ *   - VIP ranges are routed to the device (main table), so clients' packets reach the workers.
+ *   - Masq replies: for every masq real server a policy rule
+ *       from RIP ipproto P sport RPORT lookup <routeTable>   (table: default dev <device>)
+ *     sends the server's replies into the device instead of straight to the client; the rule is as
+ *     narrow as the service, so the servers' other traffic is untouched.
+ *   - rp_filter is set to loose on the device (packets come out of it with the clients' source
+ *     addresses) and IPv4 forwarding is switched on, as an IPVS director needs.
+ *
+ * Everything is removed on stop(); cleanup() removes leftovers of a daemon that died (the device
+ * itself vanishes with the last queue fd, so only routes and rules can be left).
+ */
+import { execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import { formatIPv4 } from './addr';
+import { DataplaneError } from './errors';
+import type { Snapshot } from './snapshot';
+import { tunAddon } from './tun';
+import type { WorkerInit } from './worker';
+
+export interface DataplaneOptions {
+  device: string;
+  vipCidrs: string[];
+  workers: number;
+  mtu: number;
+  routeTable: number;
+  rulePriority: number;
+  batch: number;
+  maxRealServers: number;
+}
+
+export interface SharedRegions {
+  table: SharedArrayBuffer;
+  realServers: SharedArrayBuffer;
+  sched: SharedArrayBuffer;
+  /** One per worker. */
+  counters: SharedArrayBuffer[];
+}
+
+/** A masq reply rule: traffic from addr:port (proto) goes into the device. */
+export interface ReplyRule {
+  addr: number;
+  port: number;
+  proto: 'tcp' | 'udp';
+}
+
+interface WorkerSlot {
+  id: number;
+  fd: number;
+  worker: Worker | null;
+  restarts: number;
+  ready: boolean;
+}
+
+export function ip(args: string[], allowFail = false): string {
+  try {
+    return execFileSync('ip', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    if (allowFail) return '';
+    const err = e as { stderr?: string; message: string };
+    throw new DataplaneError('UVS_ERR_DATAPLANE_SETUP', `ip ${args.join(' ')}: ${(err.stderr || err.message).trim()}`);
+  }
+}
+
+function ruleArgs(r: ReplyRule, o: DataplaneOptions): string[] {
+  return ['rule', 'add', 'pref', String(o.rulePriority), 'from', `${formatIPv4(r.addr)}/32`, 'ipproto', r.proto, 'sport', String(r.port), 'lookup', String(o.routeTable)];
+}
+
+function ruleKey(r: ReplyRule): string {
+  return `${r.proto} ${formatIPv4(r.addr)}:${r.port}`;
+}
+
+export class Dataplane {
+  readonly opts: DataplaneOptions;
+  private readonly log: Logger;
+  private readonly regions: SharedRegions;
+  private snapshot: Snapshot;
+  private readonly slots: WorkerSlot[] = [];
+  private rules = new Map<string, ReplyRule>();
+  private stopping = false;
+  /** Called when a worker died and was restarted (id, reason). */
+  onRestart: ((id: number, reason: string) => void) | null = null;
+
+  constructor(opts: DataplaneOptions, regions: SharedRegions, snapshot: Snapshot, log: Logger) {
+    this.opts = opts;
+    this.regions = regions;
+    this.snapshot = snapshot;
+    this.log = log;
+  }
+
+  /** Creates the device and its queues, routes and sysctls, then starts the workers. */
+  async start(): Promise<void> {
+    const o = this.opts;
+    const tun = tunAddon();
+    for (let i = 0; i < o.workers; i++) {
+      let fd: number;
+      try {
+        fd = tun.openQueue(o.device);
+      } catch (e) {
+        this.closeQueues();
+        throw new DataplaneError('UVS_ERR_TUN', `cannot open queue ${i} of ${o.device}: ${(e as Error).message}`);
+      }
+      this.slots.push({ id: i, fd, worker: null, restarts: 0, ready: false });
+    }
+    try {
+      ip(['link', 'set', 'dev', o.device, 'mtu', String(o.mtu), 'up']);
+      writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/rp_filter`, '2');
+      writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
+      for (const c of o.vipCidrs) ip(['route', 'replace', c, 'dev', o.device]);
+      ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
+    } catch (e) {
+      this.closeQueues();
+      throw e;
+    }
+    await Promise.all(this.slots.map((s) => this.spawn(s)));
+    this.log.info({ device: o.device, queues: o.workers, vipCidrs: o.vipCidrs }, 'dataplane up');
+  }
+
+  private spawn(s: WorkerSlot): Promise<void> {
+    const init: WorkerInit = {
+      id: s.id,
+      fd: s.fd,
+      table: this.regions.table,
+      realServers: this.regions.realServers,
+      sched: this.regions.sched,
+      counters: this.regions.counters[s.id]!,
+      snapshot: this.snapshot,
+      batch: this.opts.batch,
+      slot: Math.max(2048, this.opts.mtu + 64),
+      maxRealServers: this.opts.maxRealServers,
+    };
+    const w = new Worker(join(__dirname, 'worker.js'), { workerData: init });
+    s.worker = w;
+    s.ready = false;
+    return new Promise((resolve) => {
+      let settled = false;
+      w.on('message', (m: { type: string; errno?: number }) => {
+        if (m.type === 'ready') {
+          s.ready = true;
+          if (!settled) {
+            settled = true;
+            resolve();
+          }
+        } else if (m.type === 'readError') {
+          this.log.error({ worker: s.id, errno: m.errno }, 'device read failed');
+        }
+      });
+      w.on('error', (err) => {
+        this.log.error({ worker: s.id, err: err.message }, 'worker failed');
+      });
+      w.on('exit', (code) => {
+        if (s.worker !== w) return;
+        s.worker = null;
+        s.ready = false;
+        if (!settled) {
+          settled = true;
+          resolve();
+        }
+        if (this.stopping) return;
+        // The worker held locks only inside tiny critical sections; release any it died in, then
+        // start a fresh one on the same queue. The table lives here, so its flows continue.
+        const released = this.releaseLocks?.(s.id + 1) ?? 0;
+        s.restarts++;
+        this.log.warn({ worker: s.id, code, restarts: s.restarts, locksReleased: released }, 'worker exited; restarting');
+        this.onRestart?.(s.id, `exit code ${code}`);
+        void this.spawn(s);
+      });
+    });
+  }
+
+  /** Set by the owner: releases shared-memory locks held by a dead worker's owner id. */
+  releaseLocks: ((owner: number) => number) | null = null;
+
+  publish(snapshot: Snapshot): void {
+    this.snapshot = snapshot;
+    for (const s of this.slots) s.worker?.postMessage({ type: 'snapshot', snapshot });
+  }
+
+  /** Makes the installed masq reply rules exactly `wanted`. */
+  syncReplyRules(wanted: ReplyRule[]): void {
+    const next = new Map(wanted.map((r) => [ruleKey(r), r]));
+    for (const [k, r] of this.rules) {
+      if (!next.has(k)) {
+        const args = ruleArgs(r, this.opts);
+        args[1] = 'del';
+        ip(args, true);
+      }
+    }
+    for (const [k, r] of next) if (!this.rules.has(k)) ip(ruleArgs(r, this.opts));
+    this.rules = next;
+  }
+
+  workerInfo(): { id: number; ready: boolean; restarts: number; threadId: number | null }[] {
+    return this.slots.map((s) => ({ id: s.id, ready: s.ready, restarts: s.restarts, threadId: s.worker?.threadId ?? null }));
+  }
+
+  /** Terminates a worker as if it crashed (tests, `uvsadm --kill-worker`); it is restarted. */
+  async killWorker(id: number): Promise<boolean> {
+    const s = this.slots[id];
+    if (!s?.worker) return false;
+    await s.worker.terminate();
+    return true;
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await Promise.all(this.slots.map((s) => s.worker?.terminate()));
+    this.closeQueues();
+    for (const r of this.rules.values()) {
+      const args = ruleArgs(r, this.opts);
+      args[1] = 'del';
+      ip(args, true);
+    }
+    this.rules.clear();
+    cleanupRouting(this.opts);
+    this.log.info({ device: this.opts.device }, 'dataplane down');
+  }
+
+  private closeQueues(): void {
+    const tun = tunAddon();
+    for (const s of this.slots) tun.closeFd(s.fd);
+    this.slots.length = 0;
+  }
+}
+
+/** Removes every route and rule uvsd installs for these options (idempotent). */
+export function cleanupRouting(o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'>): void {
+  const pref = String(o.rulePriority);
+  // One `ip rule del pref N` removes one rule; stop when none is left (bounded for safety).
+  for (let i = 0; i < 100000 && ip(['rule', 'show', 'pref', pref], true).trim() !== ''; i++) {
+    ip(['rule', 'del', 'pref', pref], true);
+  }
+  ip(['route', 'flush', 'table', String(o.routeTable)], true);
+  for (const c of o.vipCidrs) ip(['route', 'del', c, 'dev', o.device], true);
+  ip(['link', 'del', o.device], true);
+}

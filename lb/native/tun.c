@@ -1,0 +1,161 @@
+/*
+ * uvs TUN addon: the few syscalls Node lacks for a multi-queue TUN dataplane.
+ *
+ * openQueue(name)                      -> fd of one queue of TUN device `name`
+ *   IFF_TUN | IFF_NO_PI | IFF_MULTI_QUEUE, O_NONBLOCK. Each call attaches one more queue; the
+ *   device exists while at least one queue fd is open, so a crashed daemon leaves no device.
+ * readBatch(fd, buf, lens, maxPkts, slot, timeoutMs) -> packets read (0 on timeout)
+ *   poll()s up to timeoutMs, then reads packets back to back into `buf`, each at offset
+ *   i*slot, length in lens[i]. One poll per batch, so an idle worker costs nothing and a busy
+ *   one pays one poll per up to maxPkts packets. Returns -errno on a hard error.
+ * writeBatch(fd, buf, offs, lens, count) -> packets written; -errno on a hard error.
+ *   EAGAIN (queue full) drops the packet, like a NIC ring; the caller counts it from the
+ *   difference.
+ *
+ * No allocation per packet: buffers are the caller's typed arrays.
+ */
+#include <node_api.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+static napi_value throw_errno(napi_env env, const char *what, int err) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "%s: %s", what, strerror(err));
+  napi_throw_error(env, "UVS_ERR_TUN", msg);
+  return NULL;
+}
+
+static int get_i32(napi_env env, napi_value v, int32_t *out) {
+  return napi_get_value_int32(env, v, out) == napi_ok;
+}
+
+static int get_ta(napi_env env, napi_value v, void **data, size_t *bytes) {
+  napi_typedarray_type t;
+  size_t len, off;
+  napi_value ab;
+  if (napi_get_typedarray_info(env, v, &t, &len, data, &ab, &off) != napi_ok) return 0;
+  switch (t) {
+    case napi_uint8_array: case napi_int8_array: *bytes = len; break;
+    case napi_int32_array: case napi_uint32_array: *bytes = len * 4; break;
+    default: return 0;
+  }
+  return 1;
+}
+
+static napi_value ret_i32(napi_env env, int32_t v) {
+  napi_value r;
+  napi_create_int32(env, v, &r);
+  return r;
+}
+
+static napi_value open_queue(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  char name[IFNAMSIZ];
+  size_t n;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1 || napi_get_value_string_utf8(env, argv[0], name, sizeof name, &n) != napi_ok || n == 0) {
+    napi_throw_type_error(env, "UVS_ERR_TUN", "openQueue(name): name must be a non-empty string");
+    return NULL;
+  }
+  int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return throw_errno(env, "open /dev/net/tun", errno);
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  ifr.ifr_flags = IFF_TUN | IFF_NO_PI | IFF_MULTI_QUEUE;
+  strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+  if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
+    int e = errno;
+    close(fd);
+    return throw_errno(env, "TUNSETIFF", e);
+  }
+  return ret_i32(env, fd);
+}
+
+static napi_value close_fd(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  int32_t fd;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1 || !get_i32(env, argv[0], &fd)) return ret_i32(env, -EINVAL);
+  return ret_i32(env, close(fd) == 0 ? 0 : -errno);
+}
+
+static napi_value read_batch(napi_env env, napi_callback_info info) {
+  size_t argc = 6;
+  napi_value argv[6];
+  int32_t fd, max_pkts, slot, timeout;
+  uint8_t *buf;
+  int32_t *lens;
+  size_t buf_bytes, lens_bytes;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 6 || !get_i32(env, argv[0], &fd) || !get_ta(env, argv[1], (void **)&buf, &buf_bytes) ||
+      !get_ta(env, argv[2], (void **)&lens, &lens_bytes) || !get_i32(env, argv[3], &max_pkts) ||
+      !get_i32(env, argv[4], &slot) || !get_i32(env, argv[5], &timeout) || slot <= 0) {
+    napi_throw_type_error(env, "UVS_ERR_TUN", "readBatch(fd, buf, lens, maxPkts, slot, timeoutMs): bad arguments");
+    return NULL;
+  }
+  if ((size_t)max_pkts > lens_bytes / 4) max_pkts = (int32_t)(lens_bytes / 4);
+  if ((size_t)max_pkts * (size_t)slot > buf_bytes) max_pkts = (int32_t)(buf_bytes / (size_t)slot);
+  int32_t n = 0;
+  while (n < max_pkts) {
+    ssize_t r = read(fd, buf + (size_t)n * slot, (size_t)slot);
+    if (r >= 0) { lens[n++] = (int32_t)r; continue; }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) return ret_i32(env, n > 0 ? n : -errno);
+    if (n > 0 || timeout == 0) break;
+    struct pollfd p = { .fd = fd, .events = POLLIN, .revents = 0 };
+    int pr = poll(&p, 1, timeout);
+    if (pr == 0) break;
+    if (pr < 0 && errno != EINTR) return ret_i32(env, -errno);
+    timeout = 0; /* after one wake-up, take what is there and return */
+  }
+  return ret_i32(env, n);
+}
+
+static napi_value write_batch(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  int32_t fd, count;
+  uint8_t *buf;
+  int32_t *offs, *lens;
+  size_t buf_bytes, offs_bytes, lens_bytes;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 5 || !get_i32(env, argv[0], &fd) || !get_ta(env, argv[1], (void **)&buf, &buf_bytes) ||
+      !get_ta(env, argv[2], (void **)&offs, &offs_bytes) || !get_ta(env, argv[3], (void **)&lens, &lens_bytes) ||
+      !get_i32(env, argv[4], &count)) {
+    napi_throw_type_error(env, "UVS_ERR_TUN", "writeBatch(fd, buf, offs, lens, count): bad arguments");
+    return NULL;
+  }
+  if ((size_t)count > offs_bytes / 4) count = (int32_t)(offs_bytes / 4);
+  if ((size_t)count > lens_bytes / 4) count = (int32_t)(lens_bytes / 4);
+  int32_t done = 0;
+  for (int32_t i = 0; i < count; i++) {
+    if (offs[i] < 0 || lens[i] <= 0 || (size_t)offs[i] + (size_t)lens[i] > buf_bytes) continue;
+    ssize_t w;
+    do { w = write(fd, buf + offs[i], (size_t)lens[i]); } while (w < 0 && errno == EINTR);
+    if (w >= 0) done++;
+    else if (errno != EAGAIN && errno != EINVAL && errno != EIO) return ret_i32(env, done > 0 ? done : -errno);
+  }
+  return ret_i32(env, done);
+}
+
+static napi_value init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+    { "openQueue", NULL, open_queue, NULL, NULL, NULL, napi_default, NULL },
+    { "closeFd", NULL, close_fd, NULL, NULL, NULL, napi_default, NULL },
+    { "readBatch", NULL, read_batch, NULL, NULL, NULL, napi_default, NULL },
+    { "writeBatch", NULL, write_batch, NULL, NULL, NULL, napi_default, NULL },
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

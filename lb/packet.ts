@@ -1,0 +1,109 @@
+/**
+ * IPv4/TCP/UDP/ICMP field offsets and in-place accessors on a Uint8Array, plus RFC 1071 checksums
+ * and RFC 1624 incremental updates. Addresses are signed 32-bit integers (see addr.ts). Nothing
+ * here allocates.
+ */
+
+export const IPPROTO_ICMP = 1;
+export const IPPROTO_TCP = 6;
+export const IPPROTO_UDP = 17;
+
+// IPv4 header offsets.
+export const IP_VHL = 0;
+export const IP_TOTLEN = 2;
+export const IP_ID = 4;
+export const IP_FRAG = 6;
+export const IP_TTL = 8;
+export const IP_PROTO = 9;
+export const IP_CSUM = 10;
+export const IP_SRC = 12;
+export const IP_DST = 16;
+export const IP_MIN_HLEN = 20;
+export const IP_FRAG_MASK = 0x3fff; // MF flag + fragment offset: any of these = a fragment
+
+// TCP/UDP offsets (from the L4 header).
+export const L4_SPORT = 0;
+export const L4_DPORT = 2;
+export const TCP_SEQ = 4;
+export const TCP_ACK = 8;
+export const TCP_OFF = 12;
+export const TCP_FLAGS = 13;
+export const TCP_WIN = 14;
+export const TCP_CSUM = 16;
+export const TCP_MIN_HLEN = 20;
+export const UDP_LEN = 4;
+export const UDP_CSUM = 6;
+export const UDP_HLEN = 8;
+
+// ICMP.
+export const ICMP_TYPE = 0;
+export const ICMP_CODE = 1;
+export const ICMP_CSUM = 2;
+export const ICMP_HLEN = 8;
+export const ICMP_ECHOREPLY = 0;
+export const ICMP_DEST_UNREACH = 3;
+export const ICMP_ECHO = 8;
+export const ICMP_TIME_EXCEEDED = 11;
+export const ICMP_PORT_UNREACH = 3;
+
+export function u16(b: Uint8Array, o: number): number {
+  return (b[o]! << 8) | b[o + 1]!;
+}
+export function put16(b: Uint8Array, o: number, v: number): void {
+  b[o] = (v >>> 8) & 255;
+  b[o + 1] = v & 255;
+}
+export function u32(b: Uint8Array, o: number): number {
+  return (b[o]! << 24) | (b[o + 1]! << 16) | (b[o + 2]! << 8) | b[o + 3]!;
+}
+export function put32(b: Uint8Array, o: number, v: number): void {
+  b[o] = (v >>> 24) & 255;
+  b[o + 1] = (v >>> 16) & 255;
+  b[o + 2] = (v >>> 8) & 255;
+  b[o + 3] = v & 255;
+}
+
+/** One's-complement sum of b[o, o+len) folded to 16 bits, plus `initial`. */
+export function sum16(b: Uint8Array, o: number, len: number, initial: number): number {
+  let s = initial;
+  const end = o + (len & ~1);
+  for (let i = o; i < end; i += 2) s += (b[i]! << 8) | b[i + 1]!;
+  if (len & 1) s += b[o + len - 1]! << 8;
+  while (s > 0xffff) s = (s & 0xffff) + (s >>> 16);
+  return s;
+}
+
+/** RFC 1071 checksum of a region (the value to store in the checksum field). */
+export function checksum(b: Uint8Array, o: number, len: number, initial: number): number {
+  return ~sum16(b, o, len, initial) & 0xffff;
+}
+
+/** Pseudo-header sum for TCP/UDP over IPv4. */
+export function pseudoSum(src: number, dst: number, proto: number, l4len: number): number {
+  return (src >>> 16) + (src & 0xffff) + (dst >>> 16) + (dst & 0xffff) + proto + l4len;
+}
+
+/** RFC 1624 eqn. 3: checksum field value after a 16-bit word changes from `from` to `to`. */
+export function csumReplace16(csum: number, from: number, to: number): number {
+  let s = (~csum & 0xffff) + (~from & 0xffff) + to;
+  s = (s & 0xffff) + (s >>> 16);
+  s = (s & 0xffff) + (s >>> 16);
+  return ~s & 0xffff;
+}
+
+/** The same for a 32-bit value (an address): two 16-bit words. */
+export function csumReplace32(csum: number, from: number, to: number): number {
+  let s = (~csum & 0xffff) + (~(from >>> 16) & 0xffff) + (~from & 0xffff) + (to >>> 16) + (to & 0xffff);
+  s = (s & 0xffff) + (s >>> 16);
+  s = (s & 0xffff) + (s >>> 16);
+  return ~s & 0xffff;
+}
+
+/** Updates the checksum field at `o` in place for a 32-bit change. */
+export function fix32(b: Uint8Array, o: number, from: number, to: number): void {
+  put16(b, o, csumReplace32(u16(b, o), from, to));
+}
+/** Updates the checksum field at `o` in place for a 16-bit change. */
+export function fix16(b: Uint8Array, o: number, from: number, to: number): void {
+  put16(b, o, csumReplace16(u16(b, o), from, to));
+}

@@ -1,0 +1,373 @@
+/**
+ * The per-packet path: parse in place, find or create the connection, rewrite, decide.
+ *
+ *   process(buf, off, len) → FORWARD (buf rewritten in place; write it back to the device),
+ *                            REPLY   (a generated packet — ICMP unreachable, TCP RST, echo reply —
+ *                                     is in `out` at `outOff`, `outLen` bytes),
+ *                            DROP    (counted by reason in the worker's counters).
+ *
+ * Inbound = destination inside a VIP range. Anything else reaching the device is a reply from a
+ * real server (masq: policy routing sends it here) and must match a connection's server→client
+ * key. No allocation, no strings, no exceptions: every field is read at a named offset.
+ *
+ * IPVS edge behaviour reproduced (../shared/ipvs-semantics.md §2, §3):
+ *  - no eligible real server → ICMP port unreachable to the client, no entry (ip_vs_leave);
+ *  - a VIP port without a service → TCP RST / ICMP port unreachable (the host never answers);
+ *  - only a TCP segment with SYN and without RST creates a connection; other segments with no
+ *    entry get a RST, as the kernel's local stack would answer them;
+ *  - a SYN that hits an entry in TIME_WAIT starts a new connection (conn_reuse_mode=1);
+ *  - weight 0 keeps existing flows: only scheduling looks at weights.
+ */
+import * as L from '../conntrack/layout';
+import { Drop } from '../conntrack/layout';
+import { ConnTable } from '../conntrack/table';
+import { DIR_INPUT, DIR_OUTPUT, TCP_TIME_WAIT, TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '../conntrack/state';
+import { getScheduler } from '../schedulers/registry';
+import type { SchedInput, Scheduler } from '../schedulers/types';
+import * as P from './packet';
+import { findService, inVipRange, type CompiledService, type Snapshot } from './snapshot';
+
+export const DROP = 0;
+export const FORWARD = 1;
+export const REPLY = 2;
+
+export class PacketProcessor {
+  readonly table: ConnTable;
+  readonly counters: Float64Array;
+  readonly sched: Int32Array;
+  readonly maxRealServers: number;
+  snapshot: Snapshot;
+  /** Scheduler objects per service index of the current snapshot. */
+  private schedulers: Scheduler[] = [];
+  /** Buffer for generated packets. */
+  out: Uint8Array;
+  outOff = 0;
+  outLen = 0;
+  /** Table-relative ms; set once per batch by the caller. */
+  now = 0;
+  private readonly input: SchedInput = { caddr: 0, cport: 0, vaddr: 0, vport: 0, now: 0 };
+  private ipId = 1;
+
+  constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, out: Uint8Array) {
+    this.table = table;
+    this.counters = counters;
+    this.sched = sched;
+    this.maxRealServers = maxRealServers;
+    this.snapshot = snapshot;
+    this.out = out;
+    this.setSnapshot(snapshot);
+  }
+
+  setSnapshot(s: Snapshot): void {
+    this.snapshot = s;
+    this.schedulers = s.services.map((svc) => getScheduler(svc.scheduler)!);
+  }
+
+  private drop(reason: Drop): number {
+    this.counters[L.C_DROP_BASE + reason]!++;
+    return DROP;
+  }
+
+  process(b: Uint8Array, off: number, len: number): number {
+    if (len < P.IP_MIN_HLEN) return len > 0 && b[off]! >> 4 === 6 ? this.drop(Drop.Ipv6) : this.drop(Drop.Truncated);
+    const version = b[off]! >> 4;
+    if (version !== 4) return this.drop(version === 6 ? Drop.Ipv6 : Drop.BadVersion);
+    const ihl = (b[off]! & 15) << 2;
+    if (ihl < P.IP_MIN_HLEN) return this.drop(Drop.BadHeaderLength);
+    const totlen = P.u16(b, off + P.IP_TOTLEN);
+    if (totlen < ihl || totlen > len || ihl > len) return this.drop(Drop.Truncated);
+    if (P.sum16(b, off, ihl, 0) !== 0xffff) return this.drop(Drop.BadChecksum);
+    if ((P.u16(b, off + P.IP_FRAG) & P.IP_FRAG_MASK) !== 0) return this.drop(Drop.Fragment);
+    const proto = b[off + P.IP_PROTO]!;
+    const saddr = P.u32(b, off + P.IP_SRC);
+    const daddr = P.u32(b, off + P.IP_DST);
+    const l4 = off + ihl;
+    const l4len = totlen - ihl;
+    const inbound = inVipRange(this.snapshot, daddr);
+
+    if (proto === P.IPPROTO_TCP) {
+      if (l4len < P.TCP_MIN_HLEN || (b[l4 + P.TCP_OFF]! >> 4) << 2 > l4len || b[l4 + P.TCP_OFF]! >> 4 < 5) return this.drop(Drop.Truncated);
+    } else if (proto === P.IPPROTO_UDP) {
+      if (l4len < P.UDP_HLEN) return this.drop(Drop.Truncated);
+    } else if (proto === P.IPPROTO_ICMP) {
+      if (l4len < P.ICMP_HLEN) return this.drop(Drop.Truncated);
+      return inbound ? this.icmpToVip(b, off, ihl, totlen, saddr, daddr) : this.drop(Drop.IcmpIgnored);
+    } else {
+      return this.drop(Drop.UnsupportedProtocol);
+    }
+
+    const sport = P.u16(b, l4 + P.L4_SPORT);
+    const dport = P.u16(b, l4 + P.L4_DPORT);
+    const tcpFlags = proto === P.IPPROTO_TCP ? b[l4 + P.TCP_FLAGS]! : 0;
+    return inbound
+      ? this.inbound(b, off, l4, totlen, proto, saddr, sport, daddr, dport, tcpFlags)
+      : this.outbound(b, off, l4, totlen, proto, saddr, sport, daddr, dport, tcpFlags);
+  }
+
+  private inbound(
+    b: Uint8Array,
+    off: number,
+    l4: number,
+    totlen: number,
+    proto: number,
+    saddr: number,
+    sport: number,
+    daddr: number,
+    dport: number,
+    tcpFlags: number,
+  ): number {
+    const t = this.table;
+    const cports = (sport << 16) | dport;
+    const bucket = t.bucket(proto, saddr, cports, daddr);
+    const isSyn = (tcpFlags & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
+    t.lockBucket(bucket);
+    let e = t.findIn(bucket, proto, saddr, cports, daddr);
+    if (e >= 0) {
+      const o = t.base(e);
+      const a = t.i32;
+      const rsSlot = a[o + L.E_RS]!;
+      if ((Atomics.load(t.rs, rsSlot * L.RS_WORDS + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0) {
+        // Real server deleted: the kernel's default (expire_nodest_conn=0) drops without refreshing
+        // the timer, so the entry dies at its remaining timeout.
+        t.unlockBucket(bucket);
+        return this.drop(Drop.RealServerGone);
+      }
+      if (isSyn && proto === P.IPPROTO_TCP && a[o + L.E_STATE] === TCP_TIME_WAIT) {
+        // conn_reuse_mode=1: a new SYN on a TIME_WAIT entry is a new connection.
+        t.unlockBucket(bucket);
+        t.remove(e, false, this.now);
+        e = -1;
+      } else {
+        t.touch(e, DIR_INPUT, tcpFlags, this.now);
+        const raddr = a[o + L.E_DADDR]!;
+        const rport = a[o + L.E_DPORTS]! >>> 16;
+        const svcSlot = a[o + L.E_SVC]!;
+        t.unlockBucket(bucket);
+        this.countIn(rsSlot, svcSlot, totlen);
+        this.rewriteDst(b, off, l4, proto, daddr, dport, raddr, rport);
+        return FORWARD;
+      }
+    } else {
+      t.unlockBucket(bucket);
+    }
+
+    // No connection: a new flow, if the service exists and the packet may start one.
+    const si = findService(this.snapshot, proto, daddr, dport);
+    if (si < 0) {
+      this.counters[L.C_DROP_BASE + Drop.NoService]!++;
+      return proto === P.IPPROTO_TCP ? this.tcpReset(b, off, l4, totlen, tcpFlags) : this.icmpUnreach(b, off, totlen, daddr, saddr);
+    }
+    if (proto === P.IPPROTO_TCP && (tcpFlags & (TCPF_SYN | TCPF_RST)) !== TCPF_SYN) {
+      this.counters[L.C_DROP_BASE + Drop.NoConnection]!++;
+      if (tcpFlags & TCPF_RST) return DROP; // never answer a RST
+      return this.tcpReset(b, off, l4, totlen, tcpFlags);
+    }
+    const svc = this.snapshot.services[si]!;
+    const di = this.schedule(svc, si, saddr, sport, daddr, dport);
+    if (di < 0) {
+      this.counters[L.C_DROP_BASE + Drop.NoRealServer]!++;
+      return this.icmpUnreach(b, off, totlen, daddr, saddr);
+    }
+    const d = svc.dests[di]!;
+    const ne = t.insert(proto, saddr, cports, daddr, d.addr, (d.port << 16) | sport, saddr, d.fwd, d.rs, svc.slot, this.now);
+    if (ne < 0) return this.drop(Drop.TableFull);
+    t.lockBucket(bucket);
+    // The entry's timer is 2 s away and we hold its in-bucket lock: it is still ours to touch.
+    t.touch(ne, DIR_INPUT, tcpFlags, this.now);
+    const o = t.base(ne);
+    const raddr = t.i32[o + L.E_DADDR]!;
+    const rport = t.i32[o + L.E_DPORTS]! >>> 16;
+    const rsSlot = t.i32[o + L.E_RS]!;
+    t.unlockBucket(bucket);
+    this.counters[L.C_CONNS_NEW]!++;
+    this.counters[L.rsCounterBase(rsSlot) + L.RSC_CONNS]!++;
+    this.counters[L.svcCounterBase(this.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
+    this.countIn(rsSlot, svc.slot, totlen);
+    this.rewriteDst(b, off, l4, proto, daddr, dport, raddr, rport);
+    return FORWARD;
+  }
+
+  private schedule(svc: CompiledService, si: number, caddr: number, cport: number, vaddr: number, vport: number): number {
+    const s = this.schedulers[si];
+    if (s === undefined || svc.dests.length === 0) return -1;
+    const lock = svc.slot * L.SCHED_WORDS + L.SCHED_LOCK;
+    const owner = this.table.owner;
+    while (Atomics.compareExchange(this.sched, lock, 0, owner) !== 0) {
+      /* spin: one scheduling decision */
+    }
+    const inp = this.input;
+    inp.caddr = caddr;
+    inp.cport = cport;
+    inp.vaddr = vaddr;
+    inp.vport = vport;
+    inp.now = this.now;
+    const di = s.schedule(svc, this.sched, svc.slot * L.SCHED_WORDS + L.SCHED_STATE, this.table.rs, inp);
+    Atomics.store(this.sched, lock, 0);
+    return di;
+  }
+
+  private outbound(
+    b: Uint8Array,
+    off: number,
+    l4: number,
+    totlen: number,
+    proto: number,
+    saddr: number,
+    sport: number,
+    daddr: number,
+    dport: number,
+    tcpFlags: number,
+  ): number {
+    const t = this.table;
+    const dports = (sport << 16) | dport;
+    const bucket = t.bucket(proto, saddr, dports, daddr);
+    t.lockBucket(bucket);
+    const e = t.findOut(bucket, proto, saddr, dports, daddr);
+    if (e < 0) {
+      t.unlockBucket(bucket);
+      return this.drop(Drop.NoConnection);
+    }
+    t.touch(e, DIR_OUTPUT, tcpFlags, this.now);
+    const a = t.i32;
+    const o = t.base(e);
+    const vaddr = a[o + L.E_VADDR]!;
+    const vport = a[o + L.E_CPORTS]! & 0xffff;
+    const rsSlot = a[o + L.E_RS]!;
+    const svcSlot = a[o + L.E_SVC]!;
+    t.unlockBucket(bucket);
+    const c = this.counters;
+    const rb = L.rsCounterBase(rsSlot);
+    const sb = L.svcCounterBase(this.maxRealServers, svcSlot);
+    c[rb + L.RSC_OUTPKTS]!++;
+    c[rb + L.RSC_OUTBYTES] = c[rb + L.RSC_OUTBYTES]! + totlen;
+    c[sb + L.RSC_OUTPKTS]!++;
+    c[sb + L.RSC_OUTBYTES] = c[sb + L.RSC_OUTBYTES]! + totlen;
+    // Masq reply: source RIP:rport becomes VIP:vport.
+    P.put32(b, off + P.IP_SRC, vaddr);
+    P.fix32(b, off + P.IP_CSUM, saddr, vaddr);
+    if (proto === P.IPPROTO_TCP) {
+      P.put16(b, l4 + P.L4_SPORT, vport);
+      P.fix32(b, l4 + P.TCP_CSUM, saddr, vaddr);
+      P.fix16(b, l4 + P.TCP_CSUM, sport, vport);
+    } else {
+      P.put16(b, l4 + P.L4_SPORT, vport);
+      this.fixUdp(b, l4, saddr, vaddr, sport, vport);
+    }
+    return FORWARD;
+  }
+
+  private countIn(rsSlot: number, svcSlot: number, bytes: number): void {
+    const c = this.counters;
+    const rb = L.rsCounterBase(rsSlot);
+    const sb = L.svcCounterBase(this.maxRealServers, svcSlot);
+    c[rb + L.RSC_INPKTS]!++;
+    c[rb + L.RSC_INBYTES] = c[rb + L.RSC_INBYTES]! + bytes;
+    c[sb + L.RSC_INPKTS]!++;
+    c[sb + L.RSC_INBYTES] = c[sb + L.RSC_INBYTES]! + bytes;
+  }
+
+  /** Masq inbound: destination VIP:vport becomes RIP:rport, checksums updated incrementally. */
+  private rewriteDst(b: Uint8Array, off: number, l4: number, proto: number, vaddr: number, vport: number, raddr: number, rport: number): void {
+    P.put32(b, off + P.IP_DST, raddr);
+    P.fix32(b, off + P.IP_CSUM, vaddr, raddr);
+    P.put16(b, l4 + P.L4_DPORT, rport);
+    if (proto === P.IPPROTO_TCP) {
+      P.fix32(b, l4 + P.TCP_CSUM, vaddr, raddr);
+      P.fix16(b, l4 + P.TCP_CSUM, vport, rport);
+    } else {
+      this.fixUdp(b, l4, vaddr, raddr, vport, rport);
+    }
+  }
+
+  /** UDP checksum 0 means "none" and stays 0; a computed 0 is sent as 0xffff (RFC 768). */
+  private fixUdp(b: Uint8Array, l4: number, fromAddr: number, toAddr: number, fromPort: number, toPort: number): void {
+    const o = l4 + P.UDP_CSUM;
+    let c = P.u16(b, o);
+    if (c === 0) return;
+    c = P.csumReplace32(c, fromAddr, toAddr);
+    c = P.csumReplace16(c, fromPort, toPort);
+    P.put16(b, o, c === 0 ? 0xffff : c);
+  }
+
+  // ── generated packets ────────────────────────────────────────────────────────────────────
+  private ipHeader(o: number, totlen: number, proto: number, src: number, dst: number): void {
+    const x = this.out;
+    x[o] = 0x45;
+    x[o + 1] = 0;
+    P.put16(x, o + P.IP_TOTLEN, totlen);
+    P.put16(x, o + P.IP_ID, this.ipId);
+    this.ipId = (this.ipId + 1) & 0xffff;
+    P.put16(x, o + P.IP_FRAG, 0x4000); // DF
+    x[o + P.IP_TTL] = 64;
+    x[o + P.IP_PROTO] = proto;
+    P.put16(x, o + P.IP_CSUM, 0);
+    P.put32(x, o + P.IP_SRC, src);
+    P.put32(x, o + P.IP_DST, dst);
+    P.put16(x, o + P.IP_CSUM, P.checksum(x, o, P.IP_MIN_HLEN, 0));
+  }
+
+  /** ICMP port unreachable about the packet at b[off]: its IP header plus 8 bytes (RFC 792). */
+  private icmpUnreach(b: Uint8Array, off: number, totlen: number, from: number, to: number): number {
+    const ihl = (b[off]! & 15) << 2;
+    const quoted = Math.min(totlen, ihl + 8);
+    const o = this.outOff;
+    const x = this.out;
+    const len = P.IP_MIN_HLEN + P.ICMP_HLEN + quoted;
+    this.ipHeader(o, len, P.IPPROTO_ICMP, from, to);
+    const ic = o + P.IP_MIN_HLEN;
+    x[ic + P.ICMP_TYPE] = P.ICMP_DEST_UNREACH;
+    x[ic + P.ICMP_CODE] = P.ICMP_PORT_UNREACH;
+    P.put16(x, ic + P.ICMP_CSUM, 0);
+    P.put32(x, ic + 4, 0);
+    for (let i = 0; i < quoted; i++) x[ic + P.ICMP_HLEN + i] = b[off + i]!;
+    P.put16(x, ic + P.ICMP_CSUM, P.checksum(x, ic, P.ICMP_HLEN + quoted, 0));
+    this.outLen = len;
+    return REPLY;
+  }
+
+  /** TCP RST answering the segment at b[off] (RFC 9293 §3.10.7.1, "reset generation"). */
+  private tcpReset(b: Uint8Array, off: number, l4: number, totlen: number, flags: number): number {
+    const o = this.outOff;
+    const x = this.out;
+    const src = P.u32(b, off + P.IP_DST);
+    const dst = P.u32(b, off + P.IP_SRC);
+    this.ipHeader(o, 40, P.IPPROTO_TCP, src, dst);
+    const t = o + P.IP_MIN_HLEN;
+    P.put16(x, t + P.L4_SPORT, P.u16(b, l4 + P.L4_DPORT));
+    P.put16(x, t + P.L4_DPORT, P.u16(b, l4 + P.L4_SPORT));
+    if (flags & TCPF_ACK) {
+      P.put32(x, t + P.TCP_SEQ, P.u32(b, l4 + P.TCP_ACK));
+      P.put32(x, t + P.TCP_ACK, 0);
+      x[t + P.TCP_FLAGS] = TCPF_RST;
+    } else {
+      const hl = (b[l4 + P.TCP_OFF]! >> 4) << 2;
+      const seglen = totlen - (l4 - off) - hl + (flags & TCPF_SYN ? 1 : 0) + (flags & TCPF_FIN ? 1 : 0);
+      P.put32(x, t + P.TCP_SEQ, 0);
+      P.put32(x, t + P.TCP_ACK, (P.u32(b, l4 + P.TCP_SEQ) + seglen) | 0);
+      x[t + P.TCP_FLAGS] = TCPF_RST | TCPF_ACK;
+    }
+    x[t + P.TCP_OFF] = 5 << 4;
+    P.put16(x, t + P.TCP_WIN, 0);
+    P.put16(x, t + P.TCP_CSUM, 0);
+    P.put16(x, t + 18, 0);
+    P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, 20, P.pseudoSum(src, dst, P.IPPROTO_TCP, 20)));
+    this.outLen = 40;
+    return REPLY;
+  }
+
+  /** ICMP to a VIP: echo requests are answered (when configured), errors are not ours yet. */
+  private icmpToVip(b: Uint8Array, off: number, ihl: number, totlen: number, saddr: number, daddr: number): number {
+    const ic = off + ihl;
+    if (b[ic + P.ICMP_TYPE] !== P.ICMP_ECHO || !this.snapshot.answerPing) return this.drop(Drop.IcmpIgnored);
+    if (P.sum16(b, ic, totlen - ihl, 0) !== 0xffff) return this.drop(Drop.BadChecksum);
+    // Turn the request around in place: swap addresses, type 8 → 0.
+    P.put32(b, off + P.IP_SRC, daddr);
+    P.put32(b, off + P.IP_DST, saddr);
+    b[off + P.IP_TTL] = 64;
+    P.put16(b, off + P.IP_CSUM, 0);
+    P.put16(b, off + P.IP_CSUM, P.checksum(b, off, ihl, 0));
+    b[ic + P.ICMP_TYPE] = P.ICMP_ECHOREPLY;
+    P.fix16(b, ic + P.ICMP_CSUM, P.ICMP_ECHO << 8, P.ICMP_ECHOREPLY << 8);
+    return FORWARD;
+  }
+}

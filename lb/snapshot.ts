@@ -1,0 +1,79 @@
+/**
+ * The service snapshot: what the control thread compiles from the configuration and publishes
+ * to every worker (postMessage; a worker switches between batches, never mid-packet). Immutable
+ * once published; rebuilt on every configuration change. Mutable scheduler state and connection
+ * counts live in shared memory (conntrack/layout.ts), not here.
+ */
+import type { SchedDest, SchedService } from '../schedulers/types';
+
+export interface CompiledDest extends SchedDest {
+  /** Forwarding method, kernel FWD_* value (conntrack/layout.ts). */
+  fwd: number;
+}
+
+export interface CompiledService extends SchedService {
+  /** Service slot: index of its counters and scheduler state. Stable across reloads. */
+  slot: number;
+  proto: number;
+  vaddr: number;
+  vport: number;
+  scheduler: string;
+  dests: CompiledDest[];
+}
+
+export interface Snapshot {
+  version: number;
+  services: CompiledService[];
+  /** Open-addressing service index: 4 words a slot [vaddr, proto << 16 | vport, service index + 1, 0]. */
+  lookup: Int32Array;
+  lookupMask: number;
+  /** VIP ranges, pairs [net, mask]: a packet to one of them is inbound. */
+  vips: Int32Array;
+  answerPing: boolean;
+}
+
+export const LOOKUP_WORDS = 4;
+
+export function lookupHash(proto: number, vaddr: number, vport: number): number {
+  let h = Math.imul(vaddr ^ 0x9e3779b9, 0x85ebca6b);
+  h ^= (proto << 16) | vport;
+  h = Math.imul(h ^ (h >>> 15), 0xc2b2ae35);
+  return h ^ (h >>> 16);
+}
+
+/** Builds the service index with load ≤ 1/2 so probes stay short. */
+export function buildLookup(services: CompiledService[]): { lookup: Int32Array; lookupMask: number } {
+  let size = 16;
+  while (size < services.length * 2) size *= 2;
+  const lookup = new Int32Array(size * LOOKUP_WORDS);
+  const mask = size - 1;
+  services.forEach((s, idx) => {
+    let h = lookupHash(s.proto, s.vaddr, s.vport) & mask;
+    while (lookup[h * LOOKUP_WORDS + 2] !== 0) h = (h + 1) & mask;
+    lookup[h * LOOKUP_WORDS] = s.vaddr;
+    lookup[h * LOOKUP_WORDS + 1] = (s.proto << 16) | s.vport;
+    lookup[h * LOOKUP_WORDS + 2] = idx + 1;
+  });
+  return { lookup, lookupMask: mask };
+}
+
+/** Index into snap.services, or -1. */
+export function findService(snap: Snapshot, proto: number, vaddr: number, vport: number): number {
+  const lookup = snap.lookup;
+  const mask = snap.lookupMask;
+  const key = (proto << 16) | vport;
+  let h = lookupHash(proto, vaddr, vport) & mask;
+  for (;;) {
+    const o = h * LOOKUP_WORDS;
+    const ref = lookup[o + 2]!;
+    if (ref === 0) return -1;
+    if (lookup[o] === vaddr && lookup[o + 1] === key) return ref - 1;
+    h = (h + 1) & mask;
+  }
+}
+
+export function inVipRange(snap: Snapshot, addr: number): boolean {
+  const v = snap.vips;
+  for (let i = 0; i < v.length; i += 2) if ((addr & v[i + 1]!) === v[i]) return true;
+  return false;
+}

@@ -1,0 +1,26 @@
+/**
+ * The native TUN addon (lb/native/tun.c), loaded once per thread. Built by `npm install`
+ * (node-gyp) into build/Release.
+ */
+import { join } from 'node:path';
+
+export interface TunAddon {
+  /** Attaches one more queue of multi-queue TUN device `name` (created on first call). */
+  openQueue(name: string): number;
+  closeFd(fd: number): number;
+  /** Reads up to maxPkts packets, packet i at buf[i*slot], length lens[i]; 0 on timeout, −errno on error. */
+  readBatch(fd: number, buf: Uint8Array, lens: Int32Array, maxPkts: number, slot: number, timeoutMs: number): number;
+  /** Writes count packets buf[offs[i], offs[i]+lens[i]); returns packets written, −errno on error. */
+  writeBatch(fd: number, buf: Uint8Array, offs: Int32Array, lens: Int32Array, count: number): number;
+}
+
+let addon: TunAddon | undefined;
+
+export function tunAddon(): TunAddon {
+  if (!addon) {
+    // dist/lb/tun.js → <root>/build/Release/uvs_tun.node
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    addon = require(join(__dirname, '..', '..', 'build', 'Release', 'uvs_tun.node')) as TunAddon;
+  }
+  return addon;
+}

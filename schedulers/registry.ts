@@ -1,0 +1,30 @@
+/**
+ * Scheduler registry: names → schedulers, like the kernel's register_ip_vs_scheduler (duplicate
+ * names are rejected). The dataplane imports only this file and ./types.
+ * Adding a scheduler = one new file plus one line below.
+ */
+import { lc } from './lc';
+import { rr } from './rr';
+import { wlc } from './wlc';
+import { wrr } from './wrr';
+import type { Scheduler } from './types';
+
+const registry = new Map<string, Scheduler>();
+
+export function registerScheduler(s: Scheduler): void {
+  if (registry.has(s.name)) throw new Error(`scheduler ${s.name} is already registered`);
+  registry.set(s.name, s);
+}
+
+export function getScheduler(name: string): Scheduler | undefined {
+  return registry.get(name);
+}
+
+export function schedulerNames(): string[] {
+  return [...registry.keys()];
+}
+
+registerScheduler(rr);
+registerScheduler(wrr);
+registerScheduler(lc);
+registerScheduler(wlc);
