@@ -1,0 +1,33 @@
+#!/usr/bin/env node
+/**
+ * uvs — tools around the daemon: the namespace lab, the scheduler simulator.
+ * Each subcommand loads only what it needs (simulate must start fast: no daemon, no fastify).
+ */
+const HELP = `Usage: uvs <command> [args]
+
+Commands:
+  lab up [--prefix P]      build the namespace lab (client, LB node, three real servers)
+  lab down [--prefix P]    remove it (every process and namespace with the prefix)
+  lab status [--prefix P]  list the lab's namespaces
+  simulate                 read a scenario (JSON) on stdin, print one JSON line per connect
+  help                     this text`;
+
+async function main(argv: string[]): Promise<number> {
+  const [cmd, ...rest] = argv;
+  if (cmd === 'lab') {
+    const { labCommand } = await import('../lab/cli');
+    return labCommand(rest);
+  }
+  if (cmd === 'simulate') {
+    const { simulateCommand } = await import('./simulate');
+    return simulateCommand(rest);
+  }
+  if (cmd === undefined || cmd === 'help' || cmd === '-h' || cmd === '--help') {
+    console.log(HELP);
+    return cmd === undefined ? 2 : 0;
+  }
+  console.error(`uvs: unknown command ${cmd}\n\n${HELP}`);
+  return 2;
+}
+
+main(process.argv.slice(2)).then((c) => process.exit(c));
