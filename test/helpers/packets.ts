@@ -1,0 +1,105 @@
+/** Test packet fixtures: build IPv4 TCP/UDP/ICMP packets with correct checksums, and check them. */
+import { parseIPv4 } from '../../lb/addr';
+import * as P from '../../lb/packet';
+
+export interface PacketSpec {
+  src: string;
+  dst: string;
+  sport?: number;
+  dport?: number;
+  flags?: number;
+  seq?: number;
+  ack?: number;
+  payload?: Uint8Array;
+  ttl?: number;
+  id?: number;
+  frag?: number;
+  udpNoChecksum?: boolean;
+}
+
+function ipHeader(b: Uint8Array, total: number, proto: number, s: PacketSpec): void {
+  b[0] = 0x45;
+  P.put16(b, P.IP_TOTLEN, total);
+  P.put16(b, P.IP_ID, s.id ?? 0x1234);
+  P.put16(b, P.IP_FRAG, s.frag ?? 0x4000);
+  b[P.IP_TTL] = s.ttl ?? 64;
+  b[P.IP_PROTO] = proto;
+  P.put32(b, P.IP_SRC, parseIPv4(s.src)!);
+  P.put32(b, P.IP_DST, parseIPv4(s.dst)!);
+  P.put16(b, P.IP_CSUM, P.checksum(b, 0, 20, 0));
+}
+
+export function tcp(s: PacketSpec): Uint8Array {
+  const payload = s.payload ?? new Uint8Array(0);
+  const b = new Uint8Array(40 + payload.length);
+  ipHeader(b, b.length, P.IPPROTO_TCP, s);
+  const t = 20;
+  P.put16(b, t + P.L4_SPORT, s.sport ?? 40000);
+  P.put16(b, t + P.L4_DPORT, s.dport ?? 80);
+  P.put32(b, t + P.TCP_SEQ, s.seq ?? 1000);
+  P.put32(b, t + P.TCP_ACK, s.ack ?? 0);
+  b[t + P.TCP_OFF] = 5 << 4;
+  b[t + P.TCP_FLAGS] = s.flags ?? 0x02;
+  P.put16(b, t + P.TCP_WIN, 65535);
+  b.set(payload, 40);
+  P.put16(b, t + P.TCP_CSUM, P.checksum(b, t, 20 + payload.length, P.pseudoSum(P.u32(b, P.IP_SRC), P.u32(b, P.IP_DST), P.IPPROTO_TCP, 20 + payload.length)));
+  return b;
+}
+
+export function udp(s: PacketSpec): Uint8Array {
+  const payload = s.payload ?? new Uint8Array(0);
+  const b = new Uint8Array(28 + payload.length);
+  ipHeader(b, b.length, P.IPPROTO_UDP, s);
+  const u = 20;
+  P.put16(b, u + P.L4_SPORT, s.sport ?? 40000);
+  P.put16(b, u + P.L4_DPORT, s.dport ?? 53);
+  P.put16(b, u + P.UDP_LEN, 8 + payload.length);
+  b.set(payload, 28);
+  if (!s.udpNoChecksum) {
+    const c = P.checksum(b, u, 8 + payload.length, P.pseudoSum(P.u32(b, P.IP_SRC), P.u32(b, P.IP_DST), P.IPPROTO_UDP, 8 + payload.length));
+    P.put16(b, u + P.UDP_CSUM, c === 0 ? 0xffff : c);
+  }
+  return b;
+}
+
+export function icmpEcho(s: PacketSpec): Uint8Array {
+  const payload = s.payload ?? new Uint8Array(8);
+  const b = new Uint8Array(28 + payload.length);
+  ipHeader(b, b.length, P.IPPROTO_ICMP, s);
+  b[20] = P.ICMP_ECHO;
+  P.put16(b, 24, 0x77);
+  P.put16(b, 26, 1);
+  b.set(payload, 28);
+  P.put16(b, 22, P.checksum(b, 20, 8 + payload.length, 0));
+  return b;
+}
+
+/** True when the IP header and the TCP/UDP/ICMP checksums of a packet are all valid. */
+export function checksumsValid(b: Uint8Array): boolean {
+  const ihl = (b[0]! & 15) * 4;
+  const total = P.u16(b, P.IP_TOTLEN);
+  if (P.sum16(b, 0, ihl, 0) !== 0xffff) return false;
+  const proto = b[P.IP_PROTO]!;
+  const l4len = total - ihl;
+  if (proto === P.IPPROTO_ICMP) return P.sum16(b, ihl, l4len, 0) === 0xffff;
+  if (proto === P.IPPROTO_UDP && P.u16(b, ihl + P.UDP_CSUM) === 0) return true;
+  const ps = P.pseudoSum(P.u32(b, P.IP_SRC), P.u32(b, P.IP_DST), proto, l4len);
+  return P.sum16(b, ihl, l4len, ps) === 0xffff;
+}
+
+export function field(b: Uint8Array) {
+  const ihl = (b[0]! & 15) * 4;
+  const fmt = (a: number) => `${(a >>> 24) & 255}.${(a >>> 16) & 255}.${(a >>> 8) & 255}.${a & 255}`;
+  return {
+    src: fmt(P.u32(b, P.IP_SRC)),
+    dst: fmt(P.u32(b, P.IP_DST)),
+    proto: b[P.IP_PROTO]!,
+    sport: P.u16(b, ihl),
+    dport: P.u16(b, ihl + 2),
+    flags: b[ihl + P.TCP_FLAGS]!,
+    seq: P.u32(b, ihl + P.TCP_SEQ) >>> 0,
+    ack: P.u32(b, ihl + P.TCP_ACK) >>> 0,
+    icmpType: b[ihl]!,
+    icmpCode: b[ihl + 1]!,
+  };
+}

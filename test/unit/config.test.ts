@@ -1,0 +1,80 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadConfigFile, validateConfig } from '../../control/config';
+import { UvsError } from '../../control/errors';
+
+const base = { dataplane: { vipCidrs: ['10.96.0.0/24'] } };
+const svc = (extra: Record<string, unknown> = {}) => ({ protocol: 'tcp', address: '10.96.0.10', port: 80, scheduler: 'rr', realServers: [{ address: '10.0.0.1', port: 8080 }], ...extra });
+
+function rejects(doc: unknown, path: string, reason: RegExp, code = 'UVS_ERR_CONFIG_INVALID') {
+  assert.throws(
+    () => validateConfig(doc),
+    (e: unknown) => {
+      assert.ok(e instanceof UvsError);
+      assert.equal(e.code, code);
+      assert.equal(e.path, path);
+      assert.match(e.message, reason);
+      return true;
+    },
+  );
+}
+
+test('the example configuration in the repository is valid', () => {
+  const cfg = loadConfigFile(join(__dirname, '..', '..', '..', 'uvs.example.yaml'));
+  assert.equal(cfg.services.length, 2);
+  assert.equal(cfg.timeouts.tcp.ESTABLISHED, 900);
+});
+
+test('defaults are filled: ipvsadm weight 1, wlc scheduler, service port for real servers, IPVS timeouts', () => {
+  const cfg = validateConfig({ ...base, services: [{ address: '10.96.0.10', port: 80, realServers: [{ address: '10.0.0.1' }] }] });
+  const s = cfg.services[0]!;
+  assert.equal(s.scheduler, 'wlc');
+  assert.equal(s.protocol, 'tcp');
+  assert.deepEqual([s.realServers[0]!.port, s.realServers[0]!.weight], [80, 1]);
+  assert.deepEqual([cfg.timeouts.tcp.ESTABLISHED, cfg.timeouts.tcp.FIN_WAIT, cfg.timeouts.udp], [900, 120, 300]);
+  assert.equal(cfg.dataplane.tableSize, 65536);
+});
+
+test('durations accept units', () => {
+  const cfg = validateConfig({ ...base, timeouts: { tcp: '15m', tcpFin: 30, udp: '2h', tcpStates: { TIME_WAIT: '500ms' } } });
+  assert.deepEqual([cfg.timeouts.tcp.ESTABLISHED, cfg.timeouts.tcp.FIN_WAIT, cfg.timeouts.udp, cfg.timeouts.tcp.TIME_WAIT], [900, 30, 7200, 0.5]);
+});
+
+test('unknown fields are rejected with their path', () => {
+  rejects({ ...base, bogus: 1 }, 'bogus', /unknown field/);
+  rejects({ ...base, services: [svc({ colour: 'red' })] }, 'services[0].colour', /unknown field/);
+  rejects({ ...base, services: [svc({ realServers: [{ address: '10.0.0.1', wieght: 2 }] })] }, 'services[0].realServers[0].wieght', /unknown field/);
+});
+
+test('invalid values name the field and the reason', () => {
+  rejects({ dataplane: {} }, 'dataplane.vipCidrs', /non-empty list/);
+  rejects({ dataplane: { vipCidrs: ['10.0.0.0/33'] } }, 'dataplane.vipCidrs[0]', /CIDR/);
+  rejects({ dataplane: { ...base.dataplane, tableSize: 1000 } }, 'dataplane.tableSize', /power of two/);
+  rejects({ ...base, services: [svc({ port: 0 })] }, 'services[0].port', /between 1 and 65535/);
+  rejects({ ...base, services: [svc({ protocol: 'icmp' })] }, 'services[0].protocol', /tcp or udp/);
+  rejects({ ...base, services: [svc({ scheduler: 'nope' })] }, 'services[0].scheduler', /unknown scheduler "nope"/);
+  rejects({ ...base, services: [svc({ address: '10.1.0.1' })] }, 'services[0].address', /not inside dataplane.vipCidrs/);
+  rejects({ ...base, services: [svc({ address: '10.96.0.300' })] }, 'services[0].address', /IPv4 address/);
+  rejects({ ...base, services: [svc({ realServers: [{ address: '10.0.0.1', weight: 70000 }] })] }, 'services[0].realServers[0].weight', /between 0 and 65535/);
+  rejects({ ...base, services: [svc({ realServers: [{ address: '10.0.0.1', upperThreshold: 1, lowerThreshold: 2 }] })] }, 'services[0].realServers[0].lowerThreshold', /must not exceed/);
+  rejects({ ...base, services: [svc(), svc()] }, 'services[1]', /duplicates services\[0\]/);
+  rejects({ ...base, services: [svc({ realServers: [{ address: '10.0.0.1' }, { address: '10.0.0.1' }] })] }, 'services[0].realServers[1]', /listed twice/);
+  rejects({ ...base, services: [svc({ schedFlags: ['sh-port'] })] }, 'services[0].schedFlags[0]', /needs scheduler sh/);
+  rejects({ ...base, timeouts: { tcp: 'soon' } }, 'timeouts.tcp', /duration/);
+});
+
+test('forwarding methods not built yet are refused with an explanation, not ignored', () => {
+  rejects({ ...base, services: [svc({ forwarding: 'route' })] }, 'services[0].forwarding', /layer-2/, 'UVS_ERR_CONFIG_UNSUPPORTED');
+  rejects({ ...base, services: [svc({ forwarding: 'tunnel' })] }, 'services[0].forwarding', /not implemented yet/, 'UVS_ERR_CONFIG_UNSUPPORTED');
+});
+
+test('a file that is not YAML is reported as unreadable', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'uvs-cfg-'));
+  const f = join(dir, 'bad.yaml');
+  writeFileSync(f, 'services: [ {');
+  assert.throws(() => loadConfigFile(f), (e: unknown) => e instanceof UvsError && e.code === 'UVS_ERR_CONFIG_READ');
+  assert.throws(() => loadConfigFile(join(dir, 'missing.yaml')), (e: unknown) => e instanceof UvsError && e.code === 'UVS_ERR_CONFIG_READ');
+});

@@ -1,0 +1,52 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as P from '../../lb/packet';
+import { checksumsValid, tcp, udp } from '../helpers/packets';
+
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = Math.imul(a ^ (a >>> 15), a | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return (t ^ (t >>> 14)) >>> 0;
+  };
+}
+
+test('an incremental address and port update gives the same checksum as a full recomputation', () => {
+  const r = rng(7);
+  for (let i = 0; i < 2000; i++) {
+    const payload = new Uint8Array(r() % 64);
+    for (let j = 0; j < payload.length; j++) payload[j] = r() & 255;
+    const isTcp = (r() & 1) === 1;
+    const spec = { src: '192.168.1.100', dst: '10.0.0.1', sport: r() & 0xffff, dport: r() & 0xffff, payload };
+    const pkt = isTcp ? tcp(spec) : udp(spec);
+    const newDst = r() | 0;
+    const newPort = r() & 0xffff;
+    const oldDst = P.u32(pkt, P.IP_DST);
+    const oldPort = P.u16(pkt, 22);
+    P.put32(pkt, P.IP_DST, newDst);
+    P.fix32(pkt, P.IP_CSUM, oldDst, newDst);
+    P.put16(pkt, 22, newPort);
+    const c = isTcp ? 20 + P.TCP_CSUM : 20 + P.UDP_CSUM;
+    let v = P.csumReplace32(P.u16(pkt, c), oldDst, newDst);
+    v = P.csumReplace16(v, oldPort, newPort);
+    P.put16(pkt, c, !isTcp && v === 0 ? 0xffff : v);
+    assert.ok(checksumsValid(pkt), `packet ${i} (${isTcp ? 'tcp' : 'udp'}) has a bad checksum after the update`);
+  }
+});
+
+test('the RFC 1071 checksum of a region that includes its checksum sums to 0xffff', () => {
+  const pkt = tcp({ src: '1.2.3.4', dst: '5.6.7.8', payload: new Uint8Array([1, 2, 3]) });
+  assert.equal(P.sum16(pkt, 0, 20, 0), 0xffff);
+  assert.ok(checksumsValid(pkt));
+  pkt[30] ^= 0x40;
+  assert.ok(!checksumsValid(pkt), 'a flipped bit must be detected');
+});
+
+test('u32 and put32 round-trip addresses with the top bit set', () => {
+  const b = new Uint8Array(4);
+  P.put32(b, 0, 0xc0a80101 | 0);
+  assert.deepEqual([...b], [192, 168, 1, 1]);
+  assert.equal(P.u32(b, 0), 0xc0a80101 | 0);
+});

@@ -1,0 +1,236 @@
+/**
+ * The packet path as data: packet in → packet out (or a generated answer) and a verdict, with
+ * the real table, service model and schedulers, and no device.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as L from '../../conntrack/layout';
+import { ConnTable, createRealServerRegion } from '../../conntrack/table';
+import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
+import { validateConfig } from '../../control/config';
+import { ServiceModel } from '../../control/services';
+import { DROP, FORWARD, PacketProcessor, REPLY } from '../../lb/processor';
+import * as P from '../../lb/packet';
+import { checksumsValid, field, icmpEcho, tcp, udp } from '../helpers/packets';
+
+const VIP = '10.96.0.10';
+const CLIENT = '192.168.1.100';
+const RS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
+
+function setup(services: unknown[], capacity = 1024) {
+  const cfg = validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: capacity, maxRealServers: 16, maxServices: 8 }, services });
+  const rsSab = createRealServerRegion(16);
+  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
+  const model = new ServiceModel(rsSab, schedSab, 16, 8);
+  const snap = model.apply(cfg);
+  const table = new ConnTable(ConnTable.create(capacity, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
+  const counters = new Float64Array(L.counterWords(16, 8));
+  const out = new Uint8Array(4096);
+  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, snap, out);
+  proc.now = table.now();
+  const run = (pkt: Uint8Array) => {
+    proc.outOff = 0;
+    const v = proc.process(pkt, 0, pkt.length);
+    return { v, pkt, reply: v === REPLY ? out.slice(0, proc.outLen) : null };
+  };
+  const drops = (name: (typeof L.DROP_NAMES)[number]) => counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf(name)];
+  return { model, table, proc, run, counters, drops, rs: new Int32Array(rsSab), cfg };
+}
+
+const web = (weights = [1, 1, 1], scheduler = 'rr') => ({
+  protocol: 'tcp',
+  address: VIP,
+  port: 80,
+  scheduler,
+  realServers: RS.map((a, i) => ({ address: a, port: 8080, weight: weights[i] })),
+});
+
+test('a SYN to the VIP is rewritten to a real server with port mapping and valid checksums', () => {
+  const { run } = setup([web()]);
+  const r = run(tcp({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, flags: TCPF_SYN }));
+  assert.equal(r.v, FORWARD);
+  const f = field(r.pkt);
+  assert.equal(f.src, CLIENT);
+  assert.ok(RS.includes(f.dst));
+  assert.equal(f.dport, 8080);
+  assert.equal(f.sport, 40000);
+  assert.ok(checksumsValid(r.pkt));
+});
+
+test('rr sends consecutive new flows to the newest real server first, then round the list', () => {
+  const { run } = setup([web()]);
+  const order = [0, 1, 2, 3, 4, 5].map((i) => field(run(tcp({ src: CLIENT, dst: VIP, sport: 40000 + i, flags: TCPF_SYN })).pkt).dst);
+  assert.deepEqual(order, [RS[2], RS[1], RS[0], RS[2], RS[1], RS[0]]);
+});
+
+test('later packets of a flow follow its entry, and replies are rewritten back to VIP:80', () => {
+  const { run } = setup([web()]);
+  const syn = run(tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_SYN }));
+  const rip = field(syn.pkt).dst;
+  const synack = run(tcp({ src: rip, dst: CLIENT, sport: 8080, dport: 40001, flags: TCPF_SYN | TCPF_ACK }));
+  assert.equal(synack.v, FORWARD);
+  const f = field(synack.pkt);
+  assert.deepEqual([f.src, f.sport, f.dst, f.dport], [VIP, 80, CLIENT, 40001]);
+  assert.ok(checksumsValid(synack.pkt));
+  for (let i = 0; i < 5; i++) {
+    const d = run(tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_ACK, payload: new Uint8Array(100).fill(i) }));
+    assert.equal(field(d.pkt).dst, rip, 'the same real server for the whole flow');
+    assert.ok(checksumsValid(d.pkt));
+  }
+});
+
+test('UDP is forwarded both ways; a datagram without a checksum keeps checksum 0', () => {
+  const { run } = setup([{ protocol: 'udp', address: VIP, port: 53, scheduler: 'rr', realServers: [{ address: RS[0], port: 5353 }] }]);
+  const q = run(udp({ src: CLIENT, dst: VIP, sport: 5000, dport: 53, payload: new Uint8Array([1, 2, 3]) }));
+  assert.equal(q.v, FORWARD);
+  assert.deepEqual([field(q.pkt).dst, field(q.pkt).dport], [RS[0], 5353]);
+  assert.ok(checksumsValid(q.pkt));
+  const a = run(udp({ src: RS[0], dst: CLIENT, sport: 5353, dport: 5000, payload: new Uint8Array([9]) }));
+  assert.equal(a.v, FORWARD);
+  assert.deepEqual([field(a.pkt).src, field(a.pkt).sport], [VIP, 53]);
+  assert.ok(checksumsValid(a.pkt));
+  const n = run(udp({ src: CLIENT, dst: VIP, sport: 5001, dport: 53, udpNoChecksum: true }));
+  assert.equal(P.u16(n.pkt, 26), 0);
+});
+
+test('no eligible real server (all weight 0) answers ICMP port unreachable and creates no entry', () => {
+  const { run, table, drops } = setup([web([0, 0, 0])]);
+  const syn = tcp({ src: CLIENT, dst: VIP, sport: 40002, flags: TCPF_SYN });
+  const r = run(syn);
+  assert.equal(r.v, REPLY);
+  const f = field(r.reply!);
+  assert.deepEqual([f.src, f.dst, f.proto, f.icmpType, f.icmpCode], [VIP, CLIENT, 1, 3, 3]);
+  assert.deepEqual([...r.reply!.subarray(28, 48)], [...syn.subarray(0, 20)], 'quotes the offending IP header');
+  assert.ok(checksumsValid(r.reply!));
+  assert.equal(table.count(), 0);
+  assert.equal(drops('no_real_server'), 1);
+});
+
+test('a service without real servers also answers port unreachable', () => {
+  const { run } = setup([{ protocol: 'udp', address: VIP, port: 53, scheduler: 'rr' }]);
+  const r = run(udp({ src: CLIENT, dst: VIP, dport: 53 }));
+  assert.equal(r.v, REPLY);
+  assert.equal(field(r.reply!).icmpType, 3);
+});
+
+test('a VIP port with no service gets a RST for TCP and port unreachable for UDP', () => {
+  const { run, drops } = setup([web()]);
+  const r = run(tcp({ src: CLIENT, dst: VIP, sport: 40003, dport: 22, flags: TCPF_SYN, seq: 5000 }));
+  assert.equal(r.v, REPLY);
+  const f = field(r.reply!);
+  assert.deepEqual([f.src, f.sport, f.dst, f.dport], [VIP, 22, CLIENT, 40003]);
+  assert.equal(f.flags, TCPF_RST | TCPF_ACK);
+  assert.equal(f.ack, 5001, 'RST acknowledges the SYN');
+  assert.ok(checksumsValid(r.reply!));
+  const u = run(udp({ src: CLIENT, dst: '10.96.0.11', dport: 53 }));
+  assert.equal(u.v, REPLY);
+  assert.equal(field(u.reply!).icmpType, 3);
+  assert.equal(drops('no_service'), 2);
+});
+
+test('a mid-flow TCP segment without an entry gets a RST and creates nothing; a RST is never answered', () => {
+  const { run, table } = setup([web()]);
+  const r = run(tcp({ src: CLIENT, dst: VIP, sport: 40004, flags: TCPF_ACK, ack: 777 }));
+  assert.equal(r.v, REPLY);
+  assert.equal(field(r.reply!).flags, TCPF_RST);
+  assert.equal(field(r.reply!).seq, 777);
+  assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 40004, flags: TCPF_RST })).v, DROP);
+  assert.equal(table.count(), 0);
+});
+
+test('weight 0 keeps existing flows on the server while new flows avoid it', () => {
+  const { run, model, cfg, proc } = setup([web([1, 1, 1])]);
+  const flows = [0, 1, 2].map((i) => {
+    const r = run(tcp({ src: CLIENT, dst: VIP, sport: 41000 + i, flags: TCPF_SYN }));
+    return { sport: 41000 + i, rip: field(r.pkt).dst };
+  });
+  const quiesced = flows[0]!.rip;
+  const next = structuredClone(cfg);
+  next.services[0]!.realServers.find((r) => r.address === quiesced)!.weight = 0;
+  proc.setSnapshot(model.apply(next));
+  for (const f of flows) assert.equal(field(run(tcp({ src: CLIENT, dst: VIP, sport: f.sport, flags: TCPF_ACK })).pkt).dst, f.rip);
+  for (let i = 0; i < 20; i++) {
+    assert.notEqual(field(run(tcp({ src: CLIENT, dst: VIP, sport: 42000 + i, flags: TCPF_SYN })).pkt).dst, quiesced);
+  }
+});
+
+test('a SYN reusing the ports of a TIME_WAIT entry starts a new connection', () => {
+  const { run, table } = setup([web()]);
+  const s = { src: CLIENT, dst: VIP, sport: 43000 };
+  const first = field(run(tcp({ ...s, flags: TCPF_SYN })).pkt).dst;
+  run(tcp({ src: first, dst: CLIENT, sport: 8080, dport: 43000, flags: TCPF_SYN | TCPF_ACK }));
+  run(tcp({ ...s, flags: TCPF_ACK }));
+  run(tcp({ ...s, flags: TCPF_FIN | TCPF_ACK }));
+  run(tcp({ src: first, dst: CLIENT, sport: 8080, dport: 43000, flags: TCPF_FIN | TCPF_ACK }));
+  const second = field(run(tcp({ ...s, flags: TCPF_SYN })).pkt).dst;
+  assert.notEqual(second, first, 'rr moved on: the SYN was scheduled again');
+  assert.equal(table.count(), 1);
+});
+
+test('malformed packets are dropped and counted by reason', () => {
+  const { run, drops } = setup([web()]);
+  const good = tcp({ src: CLIENT, dst: VIP, flags: TCPF_SYN });
+  assert.equal(run(new Uint8Array(10)).v, DROP);
+  assert.equal(drops('truncated'), 1);
+  const v5 = good.slice();
+  v5[0] = 0x55;
+  assert.equal(run(v5).v, DROP);
+  assert.equal(drops('bad_version'), 1);
+  const ihl = good.slice();
+  ihl[0] = 0x44;
+  assert.equal(run(ihl).v, DROP);
+  assert.equal(drops('bad_header_length'), 1);
+  const csum = good.slice();
+  csum[P.IP_TTL] = 3;
+  assert.equal(run(csum).v, DROP);
+  assert.equal(drops('bad_checksum'), 1);
+  const frag = tcp({ src: CLIENT, dst: VIP, flags: TCPF_SYN, frag: 0x2000 });
+  assert.equal(run(frag).v, DROP);
+  assert.equal(drops('fragment'), 1);
+  const short = good.slice(0, 30);
+  assert.equal(run(short).v, DROP);
+  assert.equal(drops('truncated'), 2);
+  const v6 = new Uint8Array(40);
+  v6[0] = 0x60;
+  assert.equal(run(v6).v, DROP);
+  assert.equal(drops('ipv6'), 1);
+  const gre = good.slice();
+  gre[P.IP_PROTO] = 47;
+  P.put16(gre, P.IP_CSUM, 0);
+  P.put16(gre, P.IP_CSUM, P.checksum(gre, 0, 20, 0));
+  assert.equal(run(gre).v, DROP);
+  assert.equal(drops('unsupported_protocol'), 1);
+  assert.equal(run(tcp({ src: '8.8.8.8', dst: CLIENT, sport: 80, dport: 1, flags: TCPF_ACK })).v, DROP);
+  assert.equal(drops('no_connection'), 1);
+});
+
+test('random bytes never throw and are always dropped or answered', () => {
+  const { proc } = setup([web()]);
+  let a = 12345;
+  const buf = new Uint8Array(2048);
+  for (let i = 0; i < 20000; i++) {
+    const len = (a = (Math.imul(a, 1103515245) + 12345) >>> 0) % 1600;
+    for (let j = 0; j < len; j++) buf[j] = (a = (Math.imul(a, 1103515245) + 12345) >>> 0) >>> 24;
+    if (i % 2 === 0 && len > 20) buf[0] = 0x45;
+    proc.outOff = 0;
+    const v = proc.process(buf, 0, len);
+    assert.ok(v === DROP || v === FORWARD || v === REPLY);
+  }
+});
+
+test('an echo request to a VIP is answered in place', () => {
+  const { run } = setup([web()]);
+  const r = run(icmpEcho({ src: CLIENT, dst: VIP }));
+  assert.equal(r.v, FORWARD);
+  const f = field(r.pkt);
+  assert.deepEqual([f.src, f.dst, f.icmpType], [VIP, CLIENT, 0]);
+  assert.ok(checksumsValid(r.pkt));
+});
+
+test('a full table drops new flows (counted) and keeps forwarding existing ones', () => {
+  const { run, drops } = setup([web()], 16);
+  for (let i = 0; i < 16; i++) assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 44000 + i, flags: TCPF_SYN })).v, FORWARD);
+  assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 44100, flags: TCPF_SYN })).v, DROP);
+  assert.equal(drops('table_full'), 1);
+  assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 44003, flags: TCPF_ACK })).v, FORWARD);
+});

@@ -1,0 +1,162 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import * as L from '../../conntrack/layout';
+import { ConnTable, createRealServerRegion } from '../../conntrack/table';
+import { DIR_INPUT, DIR_OUTPUT, TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_SYN, TCP_STATE_NAMES } from '../../conntrack/state';
+
+const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
+
+function fresh(capacity = 1024) {
+  const rs = createRealServerRegion(8);
+  const t = new ConnTable(ConnTable.create(capacity, timeouts), rs, L.OWNER_CONTROL);
+  return { t, rs: new Int32Array(rs) };
+}
+
+const C = 0x0a000002, V = 0x0a600001, D = 0x0a0b0002;
+const CP = (40000 << 16) | 80, DP = (8080 << 16) | 40000;
+
+test('both directions of a flow find the same entry', () => {
+  const { t } = fresh();
+  const e = t.insert(6, C, CP, V, D, DP, C, 0, 1, 0, t.now());
+  assert.ok(e >= 0);
+  const b1 = t.bucket(6, C, CP, V);
+  t.lockBucket(b1);
+  assert.equal(t.findIn(b1, 6, C, CP, V), e);
+  t.unlockBucket(b1);
+  const b2 = t.bucket(6, D, DP, C);
+  t.lockBucket(b2);
+  assert.equal(t.findOut(b2, 6, D, DP, C), e);
+  assert.equal(t.findOut(b2, 17, D, DP, C), -1, 'protocol is part of the key');
+  t.unlockBucket(b2);
+  assert.equal(t.count(), 1);
+});
+
+test('a new entry counts as InActConn until its first SYN makes it active, and FIN moves it back', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const e = t.insert(6, C, CP, V, D, DP, C, 0, 1, 0, now);
+  const o = 1 * L.RS_WORDS;
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 1]);
+  t.touch(e, DIR_INPUT, TCPF_SYN, now);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [1, 0]);
+  t.touch(e, DIR_OUTPUT, TCPF_SYN | TCPF_ACK, now);
+  t.touch(e, DIR_INPUT, TCPF_ACK, now);
+  assert.equal(TCP_STATE_NAMES[t.i32[t.base(e) + L.E_STATE]!], 'ESTABLISHED');
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 900_000) | 0, 'ESTABLISHED re-arms the timer to 900 s');
+  t.touch(e, DIR_INPUT, TCPF_FIN | TCPF_ACK, now);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 1]);
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 60_000) | 0, 'CLOSE_WAIT times out in 60 s');
+});
+
+test('the sweeper removes an entry only once its timer is due and unbinds it', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const e = t.insert(17, C, CP, V, D, DP, C, 0, 2, 0, now);
+  t.touch(e, DIR_INPUT, 0, now);
+  assert.equal(t.expire(now + 299_999), 0);
+  assert.equal(t.expire(now + 300_000), 1);
+  assert.equal(t.count(), 0);
+  assert.equal(rs[2 * L.RS_WORDS + L.RS_INACTIVE], 0);
+});
+
+test('a full table refuses new entries and keeps the existing ones', () => {
+  const { t } = fresh(16);
+  const now = t.now();
+  for (let i = 0; i < 16; i++) assert.ok(t.insert(6, C + i, CP, V, D, DP, C + i, 0, 0, 0, now) >= 0);
+  assert.equal(t.insert(6, C + 100, CP, V, D, DP, C + 100, 0, 0, 0, now), -1);
+  assert.equal(t.count(), 16);
+  const b = t.bucket(6, C + 5, CP, V);
+  t.lockBucket(b);
+  assert.ok(t.findIn(b, 6, C + 5, CP, V) >= 0);
+  t.unlockBucket(b);
+});
+
+test('inserting a key that exists returns the existing entry and binds nothing', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const e1 = t.insert(6, C, CP, V, D, DP, C, 0, 1, 0, now);
+  const e2 = t.insert(6, C, CP, V, D + 1, DP, C, 0, 2, 0, now);
+  assert.equal(e2, e1);
+  assert.equal(t.count(), 1);
+  assert.equal(rs[2 * L.RS_WORDS + L.RS_INACTIVE], 0);
+});
+
+test('OVERLOAD is set at the upper threshold and cleared below the lower one', () => {
+  const { t, rs } = fresh();
+  const o = 3 * L.RS_WORDS;
+  rs[o + L.RS_UTHRESH] = 2;
+  rs[o + L.RS_LTHRESH] = 1;
+  const now = t.now();
+  const a = t.insert(6, C, CP, V, D, DP, C, 0, 3, 0, now);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0);
+  const b = t.insert(6, C + 1, CP, V, D, DP, C + 1, 0, 3, 0, now);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
+  t.remove(a, false, now);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD, 'total 1 is not below lower threshold 1');
+  t.remove(b, false, now);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0);
+});
+
+test('four workers inserting, touching and removing the same keys leave a consistent table', async () => {
+  const capacity = 4096;
+  const rsSab = createRealServerRegion(8);
+  const sab = ConnTable.create(capacity, timeouts);
+  const keys = 3000;
+  const results = await Promise.all(
+    [0, 1, 2, 3].map(
+      (id) =>
+        new Promise<{ inserted: number; removed: number; full: number }>((resolve, reject) => {
+          const w = new Worker(join(__dirname, '..', 'helpers', 'table-worker.js'), { workerData: { table: sab, rs: rsSab, id, ops: 40000, keys, seed: 1000 + id } });
+          w.once('message', resolve);
+          w.once('error', reject);
+        }),
+    ),
+  );
+  const t = new ConnTable(sab, rsSab, L.OWNER_CONTROL);
+  const rs = new Int32Array(rsSab);
+  const a = t.i32;
+  let live = 0;
+  const seen = new Set<string>();
+  let active = 0;
+  let inactive = 0;
+  t.forEach((e, o) => {
+    live++;
+    const key = `${a[o + L.E_CADDR]}/${a[o + L.E_CPORTS]}`;
+    assert.ok(!seen.has(key), `key ${key} is in the table twice`);
+    seen.add(key);
+    const b1 = t.bucket(6, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!);
+    assert.equal(t.findIn(b1, 6, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!), e, 'entry reachable by its client→server key');
+    const b2 = t.bucket(6, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!);
+    assert.equal(t.findOut(b2, 6, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!), e, 'entry reachable by its server→client key');
+    if (a[o + L.E_FLAGS]! & L.F_INACTIVE) inactive++;
+    else active++;
+  });
+  assert.equal(t.count(), live, 'the live counter matches the entries in use');
+  let rsActive = 0;
+  let rsInactive = 0;
+  for (let s = 0; s < 4; s++) {
+    rsActive += rs[s * L.RS_WORDS + L.RS_ACTIVE]!;
+    rsInactive += rs[s * L.RS_WORDS + L.RS_INACTIVE]!;
+  }
+  assert.equal(rsActive, active, 'ActiveConn sums match the active entries');
+  assert.equal(rsInactive, inactive, 'InActConn sums match the inactive entries');
+  let free = 0;
+  for (let ref = a[L.H_FREE_HEAD]!; ref !== 0; ref = a[t.base(ref - 1) + L.E_NEXT_IN]!) free++;
+  assert.equal(free + live, capacity, 'every slot is either live or on the free list');
+  const totalInserted = results.reduce((s, r) => s + r.inserted, 0);
+  assert.ok(totalInserted > 1000 && live > 100, `the workers really shared the table (inserted ${totalInserted}, live ${live})`);
+  for (let b = 0; b < capacity; b++) assert.equal(a[L.bucketLocksOffset(capacity) + b], 0, 'no lock left held');
+});
+
+test('releaseLocksOf frees exactly the locks a dead owner held', () => {
+  const { t } = fresh(64);
+  const dead = new ConnTable(t.sab, new SharedArrayBuffer(8 * L.RS_WORDS * 4), 7);
+  dead.lockBucket(3);
+  dead.lockBucket(9);
+  t.lockBucket(10);
+  assert.equal(t.releaseLocksOf(7), 2);
+  assert.equal(t.i32[L.bucketLocksOffset(64) + 10], L.OWNER_CONTROL, 'a live owner keeps its lock');
+  t.unlockBucket(10);
+});
