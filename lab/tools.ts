@@ -1,0 +1,168 @@
+/**
+ * Small real clients the tests and the demo run inside the client namespace. Each prints one JSON
+ * line with what it saw.
+ *
+ *   hold-echo HOST PORT SECONDS [INTERVAL_MS]  one TCP connection to the lab's echo service; sends a
+ *                                              numbered line every interval, checks every echo
+ *   udp-ask HOST PORT TEXT [TIMEOUT_MS]        one datagram from a connected socket; prints the
+ *                                              answer or the error (ECONNREFUSED = ICMP unreachable)
+ *   tcp-connect HOST PORT [TIMEOUT_MS]         connect only; prints ok or the error code
+ *   inject IFNAME COUNT SEED                   writes COUNT random and malformed packets into a
+ *                                              device through an AF_PACKET socket (via python3)
+ */
+import { execFileSync } from 'node:child_process';
+import { createSocket } from 'node:dgram';
+import { connect } from 'node:net';
+
+function out(o: unknown): void {
+  process.stdout.write(JSON.stringify(o) + '\n');
+}
+
+function holdEcho(host: string, port: number, seconds: number, intervalMs: number): Promise<number> {
+  return new Promise((resolve) => {
+    const sock = connect({ host, port });
+    let server = '';
+    let buffered = '';
+    let sent = 0;
+    let echoed = 0;
+    let bad = 0;
+    let timer: NodeJS.Timeout | null = null;
+    const started = Date.now();
+    const finish = (error: string | null) => {
+      if (timer) clearInterval(timer);
+      sock.destroy();
+      out({ server, sent, echoed, bad, error, ms: Date.now() - started });
+      resolve(error === null && bad === 0 && echoed === sent ? 0 : 1);
+    };
+    sock.setNoDelay(true);
+    sock.on('data', (d: Buffer) => {
+      buffered += d.toString('utf8');
+      let nl: number;
+      while ((nl = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        if (!server) server = line;
+        else if (line === `line ${echoed}`) echoed++;
+        else bad++;
+      }
+    });
+    sock.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
+    sock.on('connect', () => {
+      timer = setInterval(() => {
+        if (Date.now() - started >= seconds * 1000) {
+          // Give the last echo a moment, then close cleanly.
+          if (timer) clearInterval(timer);
+          timer = null;
+          setTimeout(() => finish(echoed === sent ? null : 'missing echoes'), 500);
+          return;
+        }
+        sock.write(`line ${sent++}\n`);
+      }, intervalMs);
+    });
+  });
+}
+
+function udpAsk(host: string, port: number, text: string, timeoutMs: number): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createSocket('udp4');
+    const t = setTimeout(() => {
+      out({ answer: null, error: 'timeout' });
+      s.close();
+      resolve(1);
+    }, timeoutMs);
+    s.on('message', (m) => {
+      clearTimeout(t);
+      out({ answer: m.toString('utf8'), error: null });
+      s.close();
+      resolve(0);
+    });
+    s.on('error', (e: NodeJS.ErrnoException) => {
+      clearTimeout(t);
+      out({ answer: null, error: e.code ?? e.message });
+      s.close();
+      resolve(1);
+    });
+    s.connect(port, host, () => s.send(text));
+  });
+}
+
+function tcpConnect(host: string, port: number, timeoutMs: number): Promise<number> {
+  return new Promise((resolve) => {
+    const sock = connect({ host, port });
+    const t = setTimeout(() => {
+      sock.destroy();
+      out({ connected: false, error: 'timeout' });
+      resolve(1);
+    }, timeoutMs);
+    sock.on('connect', () => {
+      clearTimeout(t);
+      sock.destroy();
+      out({ connected: true, error: null });
+      resolve(0);
+    });
+    sock.on('error', (e: NodeJS.ErrnoException) => {
+      clearTimeout(t);
+      out({ connected: false, error: e.code ?? e.message });
+      resolve(1);
+    });
+  });
+}
+
+const INJECT_PY = `
+import socket, sys, random, struct
+ifname, count, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+r = random.Random(seed)
+s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+sent = 0
+def csum(b):
+    if len(b) % 2: b += b'\\0'
+    t = sum(struct.unpack('!%dH' % (len(b) // 2), b))
+    while t > 0xffff: t = (t & 0xffff) + (t >> 16)
+    return (~t) & 0xffff
+def ip(proto, payload, src, dst, frag=0x4000, ihl=5, ver=4, badsum=False, totlen=None):
+    tl = totlen if totlen is not None else 20 + len(payload)
+    h = struct.pack('!BBHHHBBH4s4s', (ver << 4) | ihl, 0, tl, 1, frag, 64, proto, 0, socket.inet_aton(src), socket.inet_aton(dst))
+    c = csum(h) ^ (0x5a5a if badsum else 0)
+    return h[:10] + struct.pack('!H', c) + h[12:] + payload
+def send(b):
+    global sent
+    try:
+        s.sendto(b, (ifname, 0x0800)); sent += 1
+    except OSError:
+        pass
+vip, client = sys.argv[4], sys.argv[5]
+tcp_syn = struct.pack('!HHIIBBHHH', 40000, 80, 1, 0, 5 << 4, 2, 65535, 0, 0)
+for i in range(count):
+    k = i % 8
+    if k == 0: send(bytes(r.getrandbits(8) for _ in range(r.randint(1, 1500))))
+    elif k == 1: send(ip(6, tcp_syn, client, vip, badsum=True))
+    elif k == 2: send(ip(6, tcp_syn[:10], client, vip))
+    elif k == 3: send(ip(6, tcp_syn, client, vip, frag=0x2000))
+    elif k == 4: send(ip(6, tcp_syn, client, vip, ihl=3))
+    elif k == 5: send(ip(6, tcp_syn, client, vip, ver=5))
+    elif k == 6: send(ip(47, b'\\0' * 24, client, vip))
+    else: send(ip(6, tcp_syn, client, vip, totlen=2000))
+print('{"sent": %d}' % sent)
+`;
+
+async function main(argv: string[]): Promise<number> {
+  const [cmd, ...a] = argv;
+  switch (cmd) {
+    case 'hold-echo':
+      return holdEcho(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 200));
+    case 'udp-ask':
+      return udpAsk(a[0]!, Number(a[1]), a[2] ?? 'ping', Number(a[3] ?? 2000));
+    case 'tcp-connect':
+      return tcpConnect(a[0]!, Number(a[1]), Number(a[2] ?? 3000));
+    case 'inject': {
+      const [ifname, count, seed, vip, client] = a;
+      process.stdout.write(execFileSync('python3', ['-c', INJECT_PY, ifname!, count!, seed!, vip ?? '10.200.0.10', client ?? '10.200.1.2'], { encoding: 'utf8' }));
+      return 0;
+    }
+    default:
+      console.error('usage: tools hold-echo|udp-ask|tcp-connect|inject …');
+      return 2;
+  }
+}
+
+main(process.argv.slice(2)).then((c) => process.exit(c));

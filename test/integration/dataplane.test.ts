@@ -1,0 +1,237 @@
+/**
+ * One node, real traffic: a namespace lab (client, uvsd's node, three real servers), uvsd with a
+ * multi-queue TUN device and two workers, and real clients (curl, nc, node sockets).
+ * Needs root; skipped (and said so) otherwise.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { apiCall } from '../../control/client';
+import { blobSha256 } from '../../lab/blob';
+import { Lab, LAB_VIP, sleep } from '../../lab/lab';
+
+const ROOT = join(__dirname, '..', '..', '..');
+const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
+const isRoot = process.getuid?.() === 0;
+
+interface RsView {
+  address: string;
+  port: number;
+  weight: number;
+  activeConns: number;
+  inactConns: number;
+}
+interface SvcView {
+  protocol: string;
+  port: number;
+  realServers: RsView[];
+}
+
+describe('one node forwards real traffic', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 600_000 }, () => {
+  const lab = new Lab({ prefix: `uvt${process.pid % 100000}` });
+  const rs = lab.rsAddrs;
+  const services = (weights: { web?: number[]; echo?: number[] } = {}) => [
+    { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: weights.web?.[i] ?? 1 })) },
+    { protocol: 'tcp', address: LAB_VIP, port: 81, scheduler: 'wrr', realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: 3 - i })) },
+    { protocol: 'tcp', address: LAB_VIP, port: 7, scheduler: 'rr', realServers: rs.map((a, i) => ({ address: a, port: 9007, weight: weights.echo?.[i] ?? 1 })) },
+    { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
+    { protocol: 'tcp', address: LAB_VIP, port: 90, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 8080, weight: 0 })) },
+    { protocol: 'udp', address: LAB_VIP, port: 54, scheduler: 'rr', realServers: [] },
+  ];
+  let configFile = '';
+
+  const client = (cmd: string, args: string[], timeoutMs = 60000) => lab.exec(lab.clientNs, cmd, args, timeoutMs);
+  const tool = (args: string[], timeoutMs = 30000) => {
+    try {
+      return JSON.parse(client(process.execPath, [TOOLS, ...args], timeoutMs));
+    } catch (e) {
+      const out = (e as { stdout?: string }).stdout;
+      if (out) return JSON.parse(out);
+      throw e;
+    }
+  };
+  const curlMany = (n: number, url: string): Record<string, number> => {
+    const text = client('sh', ['-c', `for i in $(seq ${n}); do curl -s -m 5 ${url} || echo FAIL; done`], 120000);
+    const counts: Record<string, number> = {};
+    for (const l of text.split('\n').filter(Boolean)) counts[l] = (counts[l] ?? 0) + 1;
+    return counts;
+  };
+  const api = <T>(method: string, path: string) => apiCall<T>(lab.socket, method, path);
+  const reloadWith = async (svcs: unknown[]) => {
+    writeFileSync(configFile, stringify(lab.config(svcs)));
+    const r = await api<{ ok?: boolean }>('POST', '/v1/reload');
+    assert.equal(r.status, 200, `reload failed: ${JSON.stringify(r.body)}`);
+  };
+  const nameOf = (addr: string) => `rs${rs.indexOf(addr) + 1}`;
+
+  before(async () => {
+    lab.up();
+    await lab.waitServers();
+    configFile = lab.writeConfig(lab.config(services()));
+    await lab.startUvsd(configFile);
+  });
+
+  after(async () => {
+    await lab.stopUvsd();
+    lab.down();
+  });
+
+  test('300 HTTP requests with curl are spread 100/100/100 by rr', () => {
+    const counts = curlMany(300, `http://${LAB_VIP}/`);
+    assert.deepEqual(counts, { rs1: 100, rs2: 100, rs3: 100 });
+  });
+
+  test('wrr with weights 3/2/1 spreads 60 requests 30/20/10', () => {
+    assert.deepEqual(curlMany(60, `http://${LAB_VIP}:81/`), { rs1: 30, rs2: 20, rs3: 10 });
+  });
+
+  test('masq maps VIP:80 to RIP:8080 and the real server sees the real client address', () => {
+    const who = JSON.parse(client('curl', ['-s', '-m', '5', `http://${LAB_VIP}/whoami`]));
+    assert.match(who.server, /^10\.200\.1[123]\.2:8080$/);
+    assert.match(who.client, /^10\.200\.1\.2:\d+$/);
+  });
+
+  test('UDP request/response works and new flows rotate over the real servers', () => {
+    const answers = new Set<string>();
+    for (let i = 0; i < 6; i++) {
+      const r = tool(['udp-ask', LAB_VIP, '53', `hello ${i}`]);
+      assert.equal(r.error, null);
+      assert.match(r.answer, new RegExp(`^rs[123] hello ${i}$`));
+      answers.add(r.answer.split(' ')[0]);
+    }
+    assert.equal(answers.size, 3);
+    const nc = client('sh', ['-c', `echo via-nc | nc -u -w1 ${LAB_VIP} 53`]);
+    assert.match(nc, /^rs[123] via-nc/);
+  });
+
+  test('a 200 MB transfer arrives byte-identical', () => {
+    const bytes = 200 * 1024 * 1024;
+    const sum = client('sh', ['-c', `curl -s -m 120 "http://${LAB_VIP}/blob?bytes=${bytes}&seed=7" | sha256sum`], 150000).split(' ')[0];
+    assert.equal(sum, blobSha256(7, bytes));
+  });
+
+  test('50 concurrent connections are all carried and counted as active at once', async () => {
+    const urls = Array.from({ length: 50 }, () => `http://${LAB_VIP}/hold?ms=2500`);
+    const child = spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '20', '-Z', '--parallel-immediate', '--parallel-max', '50', ...urls], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let outText = '';
+    child.stdout.on('data', (d: Buffer) => (outText += d.toString()));
+    await sleep(1200);
+    const svcs = (await api<{ services: SvcView[] }>('GET', '/v1/services')).body.services;
+    const web = svcs.find((s) => s.port === 80)!;
+    const active = web.realServers.reduce((s, r) => s + r.activeConns, 0);
+    const code = await new Promise<number | null>((r) => child.on('exit', r));
+    assert.equal(code, 0);
+    assert.equal(outText.split('\n').filter((l) => l === 'done').length, 50, 'all 50 responses completed');
+    assert.ok(active >= 50, `ActiveConn summed ${active} while 50 connections were open`);
+  });
+
+  test('weight 0 keeps an open connection alive while new connections avoid the server', async () => {
+    const hold = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', '6', '100'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let text = '';
+    hold.stdout.on('data', (d: Buffer) => (text += d.toString()));
+    await sleep(1000);
+    const conns = (await api<{ connections: { virtual: string; realServer: string; state: string }[] }>('GET', '/v1/connections')).body.connections;
+    const echoConn = conns.find((c) => c.virtual.endsWith(':7') && c.state === 'ESTABLISHED');
+    assert.ok(echoConn, 'the echo connection is tracked');
+    const quiesced = echoConn.realServer.split(':')[0]!;
+    const i = rs.indexOf(quiesced);
+    const w = [1, 1, 1];
+    w[i] = 0;
+    await reloadWith(services({ web: w, echo: w }));
+    const counts = curlMany(30, `http://${LAB_VIP}/`);
+    assert.equal(counts[nameOf(quiesced)], undefined, `no new connection to the weight-0 server ${quiesced}: ${JSON.stringify(counts)}`);
+    assert.equal((counts.rs1 ?? 0) + (counts.rs2 ?? 0) + (counts.rs3 ?? 0), 30);
+    const code = await new Promise<number | null>((r) => hold.on('exit', r));
+    const r = JSON.parse(text);
+    assert.equal(code, 0, `hold-echo: ${text}`);
+    assert.equal(r.server, nameOf(quiesced));
+    assert.ok(r.sent > 40 && r.echoed === r.sent, `every line echoed: ${text}`);
+    const svcs = (await api<{ services: SvcView[] }>('GET', '/v1/services')).body.services;
+    assert.equal(svcs.find((s) => s.port === 7)!.realServers.find((x) => x.address === quiesced)!.weight, 0);
+    await reloadWith(services());
+  });
+
+  test('no usable real server answers ICMP port unreachable (TCP connect refused, UDP ECONNREFUSED)', () => {
+    assert.deepEqual(tool(['tcp-connect', LAB_VIP, '90']), { connected: false, error: 'ECONNREFUSED' });
+    assert.deepEqual(tool(['udp-ask', LAB_VIP, '54', 'x']), { answer: null, error: 'ECONNREFUSED' });
+  });
+
+  test('a VIP port without a service is refused and never reaches a local socket', () => {
+    assert.deepEqual(tool(['tcp-connect', LAB_VIP, '22']), { connected: false, error: 'ECONNREFUSED' });
+    assert.deepEqual(tool(['tcp-connect', '10.200.0.99', '80']), { connected: false, error: 'ECONNREFUSED' });
+  });
+
+  test('random and malformed packets written into the device leave the daemon running and are counted', async () => {
+    const before = (await api<{ drops: Record<string, number>; packets: { rxPackets: number } }>('GET', '/v1/stats')).body;
+    const r = JSON.parse(lab.exec(lab.lbNs, process.execPath, [TOOLS, 'inject', 'uvs0', '1600', '42', LAB_VIP, lab.clientAddr]));
+    assert.equal(r.sent, 1600);
+    await sleep(500);
+    const afterStats = (await api<{ drops: Record<string, number>; packets: { rxPackets: number } }>('GET', '/v1/stats')).body;
+    const d = (k: string) => afterStats.drops[k]! - before.drops[k]!;
+    assert.ok(d('bad_checksum') >= 200, `bad_checksum +${d('bad_checksum')}`);
+    assert.ok(d('truncated') >= 400, `truncated +${d('truncated')}`);
+    assert.ok(d('fragment') >= 200, `fragment +${d('fragment')}`);
+    assert.ok(d('bad_header_length') >= 200, `bad_header_length +${d('bad_header_length')}`);
+    assert.ok(d('bad_version') >= 200, `bad_version +${d('bad_version')}`);
+    assert.ok(d('unsupported_protocol') >= 200, `unsupported_protocol +${d('unsupported_protocol')}`);
+    assert.ok(afterStats.packets.rxPackets - before.packets.rxPackets >= 1600);
+    assert.equal(lab.uvsdProcess?.exitCode, null, 'uvsd is still running');
+    assert.deepEqual(curlMany(3, `http://${LAB_VIP}/`), { rs1: 1, rs2: 1, rs3: 1 });
+  });
+
+  test('a killed worker thread is restarted and the flows it carried continue', async () => {
+    const hold = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', '5', '50'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let text = '';
+    hold.stdout.on('data', (d: Buffer) => (text += d.toString()));
+    await sleep(1000);
+    const beforeW = (await api<{ workers: { id: number; restarts: number }[] }>('GET', '/v1/stats')).body.workers;
+    for (const w of beforeW) {
+      const k = await api('POST', `/v1/workers/${w.id}/kill`);
+      assert.equal(k.status, 202);
+    }
+    const code = await new Promise<number | null>((r) => hold.on('exit', r));
+    assert.equal(code, 0, `hold-echo survived the worker kills: ${text}`);
+    const afterW = (await api<{ workers: { id: number; restarts: number; ready: boolean }[] }>('GET', '/v1/stats')).body.workers;
+    for (const w of afterW) {
+      assert.equal(w.restarts, beforeW.find((b) => b.id === w.id)!.restarts + 1);
+      assert.ok(w.ready);
+    }
+    assert.equal(Object.values(curlMany(3, `http://${LAB_VIP}/`)).reduce((a, b) => a + b, 0), 3);
+  });
+
+  test('an invalid configuration is rejected with the field and the old one keeps running', async () => {
+    const good = lab.config(services());
+    const bad = structuredClone(good) as { services: { realServers: { weight: number }[] }[] };
+    bad.services[0]!.realServers[0]!.weight = -1;
+    writeFileSync(configFile, stringify(bad));
+    const r = await api<{ code: string; message: string; path: string }>('POST', '/v1/reload');
+    assert.equal(r.status, 400);
+    assert.equal(r.body.code, 'UVS_ERR_CONFIG_INVALID');
+    assert.equal(r.body.path, 'services[0].realServers[0].weight');
+    writeFileSync(configFile, 'services: [ {');
+    execFileSync('kill', ['-HUP', String(lab.uvsdProcess!.pid)]);
+    await sleep(300);
+    assert.equal(lab.uvsdProcess?.exitCode, null);
+    assert.deepEqual(curlMany(3, `http://${LAB_VIP}/`), { rs1: 1, rs2: 1, rs3: 1 });
+    writeFileSync(configFile, stringify(good));
+  });
+
+  test('uvsadm -Ln shows the services in ipvsadm layout with live counts', () => {
+    const text = execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, '-Ln'], { encoding: 'utf8' });
+    const lines = text.split('\n');
+    assert.equal(lines[0], 'IP Virtual Server version 1.2.1 (size=65536)');
+    assert.ok(lines.includes(`TCP  ${LAB_VIP}:80 rr`));
+    assert.ok(lines.some((l) => /^ {2}-> 10\.200\.11\.2:8080 {13}Masq {4}1 {6}\d+ +\d+ +$/.test(l)), text);
+  });
+
+  test('stopping uvsd removes the device, routes and rules', async () => {
+    await lab.stopUvsd();
+    assert.throws(() => lab.ip(lab.lbNs, ['link', 'show', 'uvs0']));
+    assert.equal(lab.ip(lab.lbNs, ['rule', 'show', 'pref', '4711']).trim(), '');
+    assert.equal(lab.ip(lab.lbNs, ['route', 'show', 'table', '4711']).trim(), '');
+    assert.equal(lab.ip(lab.lbNs, ['route', 'show', '10.200.0.0/24']).trim(), '');
+  });
+});
