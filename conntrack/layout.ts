@@ -106,12 +106,17 @@ export const RSF_OVERLOAD = 0x2; // kernel IP_VS_DEST_F_OVERLOAD
 /*
  * ── Scheduler state region (one SAB) ───────────────────────────────────────────────────────
  * One slot of SCHED_WORDS int32 per service: word 0 is the slot's lock (owner id), the rest is the
- * scheduler's own mutable state (rr's cursor, wrr's cl/cw, …). Scheduling a new flow takes the
- * lock, so rr stays a single global rotation however many workers there are — as in the kernel.
+ * scheduler's own mutable state (rr's cursor, wrr's cl/cw, twos's random stream, lblc's
+ * destination cache, lblcr's destination set, …). Scheduling a new flow takes the lock, so rr
+ * stays a single global rotation however many workers there are — as in the kernel.
+ *
+ * 64 words (256 bytes, four cache lines; 256 KiB for the default 1024 services): lblcr keeps a
+ * destination-address entry and its server set here (up to 57 members), lblc up to 12 cached
+ * destination addresses. A uvs service has one virtual address, so each needs one entry.
  */
 export const SCHED_LOCK = 0;
 export const SCHED_STATE = 1; // first word a scheduler may use
-export const SCHED_WORDS = 16;
+export const SCHED_WORDS = 64;
 
 /*
  * ── Worker counters (one SAB per worker, single writer, Float64) ───────────────────────────
@@ -125,6 +130,7 @@ export const C_TX_BYTES = 3;
 export const C_TX_ERRORS = 4; // packets the device would not take
 export const C_BATCHES = 5;
 export const C_CONNS_NEW = 6;
+export const C_NODEST_EXPIRED = 7; // entries of deleted real servers expired by their next packet
 export const C_DROP_BASE = 16; // + DropReason
 export const W_GLOBAL_WORDS = 64;
 // Per real server / per service counters (kernel ip_vs_stats).

@@ -69,6 +69,22 @@ export function servicesView(d: Daemon) {
   };
 }
 
+export function drainsView(d: Daemon) {
+  const now = Date.now();
+  return {
+    checkInterval: d.cfg.gracefulTermination.checkInterval,
+    draining: d.model.drains().map((x) => ({
+      service: x.service,
+      realServer: x.realServer,
+      since: new Date(x.since).toISOString(),
+      drainingFor: (now - x.since) / 1000,
+      deadline: x.deadline === null ? null : new Date(x.deadline).toISOString(),
+      activeConns: x.activeConns,
+      inactConns: x.inactConns,
+    })),
+  };
+}
+
 export function statsView(d: Daemon) {
   return {
     uptime: (Date.now() - d.startedAt) / 1000,
@@ -76,6 +92,8 @@ export function statsView(d: Daemon) {
     packets: d.stats.global(),
     drops: d.stats.drops(),
     workers: d.dataplane.workerInfo().map((w, i) => ({ ...w, ...d.stats.perWorker()[i] })),
+    nodestExpired: d.stats.word(L.C_NODEST_EXPIRED),
+    draining: d.model.drains().length,
     reloads: d.reloads,
   };
 }
@@ -121,6 +139,7 @@ export function buildApi(d: Daemon, log: Logger): FastifyInstance {
     },
   );
   app.get('/v1/stats', async () => statsView(d));
+  app.get('/v1/drains', async () => drainsView(d));
   app.get('/v1/timeouts', async () => ({
     tcp: d.cfg.timeouts.tcp.ESTABLISHED,
     tcpFin: d.cfg.timeouts.tcp.FIN_WAIT,

@@ -33,6 +33,10 @@ export interface ServiceConfig {
   schedFlags: string[];
   forwarding: Forwarding;
   realServers: RealServerConfig[];
+  /** Seconds a removed real server may drain before it is deleted with connections left; absent = gracefulTermination.maxDrainTime. */
+  maxDrainTime?: number;
+  /** mh lookup-table size (one of the kernel's primes); absent = 4093. */
+  mhTableSize?: number;
 }
 
 export interface UvsConfig {
@@ -57,7 +61,17 @@ export interface UvsConfig {
     /** Sweeper period, seconds. */
     sweepInterval: number;
   };
+  gracefulTermination: {
+    /** Seconds between drain checks (kube-proxy: 60). */
+    checkInterval: number;
+    /** Seconds; 0 = wait for the last connection however long (kube-proxy's behaviour). */
+    maxDrainTime: number;
+    /** A packet of a deleted real server's connection expires the entry and is scheduled anew (kernel sysctl, kube-proxy sets 1). */
+    expireNodestConn: boolean;
+  };
   api: { socket: string };
+  /** Where uvsd keeps what must survive a restart (the drain list); '' = nowhere. */
+  stateFile: string;
   log: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'; pretty: boolean };
   services: ServiceConfig[];
 }
@@ -72,6 +86,7 @@ export const DEFAULTS = {
   rulePriority: 4711,
   batch: 64, // packets per read; amortises poll() and the JS↔C crossing
   socket: '/run/uvs/uvsd.sock',
+  stateFile: '/var/lib/uvs/state.json',
   sweepInterval: 1,
   weight: 1,
 } as const;
@@ -165,7 +180,7 @@ function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
 // ── the validator ────────────────────────────────────────────────────────────────────────────
 /** Validates a parsed YAML document and fills defaults. Throws UvsError naming the field. */
 export function validateConfig(doc: unknown): UvsConfig {
-  const root = obj(doc, '', ['dataplane', 'timeouts', 'api', 'log', 'services']);
+  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'api', 'stateFile', 'log', 'services']);
   const dp = obj(root.dataplane, 'dataplane', [
     'device',
     'vipCidrs',
@@ -218,6 +233,13 @@ export function validateConfig(doc: unknown): UvsConfig {
   };
   if (timeouts.sweepInterval < 0.05) fail('timeouts.sweepInterval', 'must be at least 0.05 s');
 
+  const gt = obj(root.gracefulTermination, 'gracefulTermination', ['checkInterval', 'maxDrainTime', 'expireNodestConn']);
+  const gracefulTermination = {
+    checkInterval: duration(gt.checkInterval, 'gracefulTermination.checkInterval', 60, 86400),
+    maxDrainTime: duration(gt.maxDrainTime, 'gracefulTermination.maxDrainTime', 0),
+    expireNodestConn: bool(gt.expireNodestConn, 'gracefulTermination.expireNodestConn', true),
+  };
+  if (gracefulTermination.checkInterval < 0.1) fail('gracefulTermination.checkInterval', 'must be at least 0.1 s');
   const api = obj(root.api, 'api', ['socket']);
   const log = obj(root.log, 'log', ['level', 'pretty']);
   const level = str(log.level, 'log.level', 'info');
@@ -242,7 +264,9 @@ export function validateConfig(doc: unknown): UvsConfig {
   return {
     dataplane,
     timeouts,
+    gracefulTermination,
     api: { socket: str(api.socket, 'api.socket', DEFAULTS.socket) },
+    stateFile: root.stateFile === '' ? '' : str(root.stateFile, 'stateFile', DEFAULTS.stateFile),
     log: { level: level as UvsConfig['log']['level'], pretty: bool(log.pretty, 'log.pretty', false) },
     services,
   };
@@ -260,6 +284,8 @@ export function validateService(v: unknown, path: string): ServiceConfig {
     'netmask',
     'forwarding',
     'realServers',
+    'maxDrainTime',
+    'mhTableSize',
   ]);
   if (!isObj(v)) fail(path, 'must be a mapping');
   const protocol = str(s.protocol, `${path}.protocol`, 'tcp');
@@ -293,7 +319,15 @@ export function validateService(v: unknown, path: string): ServiceConfig {
     seen.add(k);
   });
   const name = s.name === undefined ? `${protocol}/${address}:${port}` : str(s.name, `${path}.name`);
-  return { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers };
+  const out: ServiceConfig = { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers };
+  if (s.maxDrainTime !== undefined) out.maxDrainTime = duration(s.maxDrainTime, `${path}.maxDrainTime`, 0);
+  if (s.mhTableSize !== undefined) {
+    const primes = [251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071];
+    if (scheduler !== 'mh') fail(`${path}.mhTableSize`, 'applies only to scheduler mh');
+    out.mhTableSize = int(s.mhTableSize, `${path}.mhTableSize`, undefined, 1, 131071);
+    if (!primes.includes(out.mhTableSize)) fail(`${path}.mhTableSize`, `must be one of the kernel's sizes ${primes.join(', ')}`);
+  }
+  return out;
 }
 
 export function validateRealServer(v: unknown, path: string, servicePort: number, fwd: Forwarding): RealServerConfig {

@@ -3,6 +3,8 @@
  * dataplane, the sweeper and the API. Workers never see any of this but the shared regions and
  * the snapshots it publishes.
  */
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import * as L from '../conntrack/layout';
 import { ConnTable, createRealServerRegion } from '../conntrack/table';
@@ -11,7 +13,7 @@ import { Dataplane } from '../lb/dataplane';
 import { startApi, type ApiServer } from './api';
 import { loadConfigFile, type UvsConfig } from './config';
 import { UvsError } from './errors';
-import { ServiceModel } from './services';
+import { ServiceModel, type PersistedDrain } from './services';
 import { StatsReader } from './stats';
 
 export function tableTimeouts(cfg: UvsConfig): { tcp: number[]; udp: number } {
@@ -28,6 +30,7 @@ export class Daemon {
   readonly dataplane: Dataplane;
   private api: ApiServer | null = null;
   private sweeper: NodeJS.Timeout | null = null;
+  private drainTimer: NodeJS.Timeout | null = null;
   readonly startedAt = Date.now();
   expiredTotal = 0;
   reloads = { ok: 0, failed: 0, lastError: null as string | null };
@@ -46,7 +49,16 @@ export class Daemon {
     this.model = new ServiceModel(rsSab, schedSab, dp.maxRealServers, dp.maxServices);
     this.model.onFreshRealServerSlot = (slot) => this.stats.zeroRealServer(slot);
     this.model.onFreshServiceSlot = (slot) => this.stats.zeroService(slot);
-    const snapshot = this.model.apply(cfg);
+    const drainLog = log.child({ component: 'graceful-termination' });
+    this.model.onDrainEvent = (e) => {
+      const f = { service: e.service, realServer: e.realServer, activeConnection: e.activeConns, inactiveConnection: e.inactConns };
+      if (e.action === 'draining') drainLog.info(f, 'skip deleting real server till all connections have expired');
+      else if (e.action === 'deleted') drainLog.info(f, 'deleted real server: all connections have expired');
+      else if (e.action === 'deadline') drainLog.warn(f, 'maximum drain time reached: deleted real server with connections left');
+      else drainLog.info(f, 'real server re-added while draining: deleted and added back');
+    };
+    this.model.apply(cfg);
+    const snapshot = this.model.restoreDrains(this.loadState());
     this.dataplane = new Dataplane(
       {
         device: dp.device,
@@ -72,6 +84,8 @@ export class Daemon {
     try {
       d.dataplane.syncReplyRules(d.model.replyRules());
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
+      d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
+      d.saveState();
       d.api = await startApi(d, cfg.api.socket, log.child({ component: 'api' }));
     } catch (e) {
       await d.stop();
@@ -95,6 +109,40 @@ export class Daemon {
     this.expiredTotal += removed;
     const freed = this.model.collectTrash();
     if (freed > 0) this.dataplane.syncReplyRules(this.model.replyRules());
+  }
+
+  /** The drain check (kube-proxy's tryDeleteRs, every gracefulTermination.checkInterval). */
+  checkDrains(): void {
+    if (!this.model.checkDrains()) return;
+    this.dataplane.publish(this.model.snapshot());
+    this.dataplane.syncReplyRules(this.model.replyRules());
+    this.saveState();
+  }
+
+  private loadState(): PersistedDrain[] {
+    if (!this.cfg.stateFile) return [];
+    try {
+      const st = JSON.parse(readFileSync(this.cfg.stateFile, 'utf8')) as { draining?: PersistedDrain[] };
+      const d = st.draining ?? [];
+      if (d.length) this.log.info({ draining: d.length, file: this.cfg.stateFile }, 'resuming drains from the state file');
+      return d;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log.warn({ err: (e as Error).message, file: this.cfg.stateFile }, 'state file unreadable; starting without it');
+      return [];
+    }
+  }
+
+  /** Writes the drain list atomically (tmp + rename). */
+  saveState(): void {
+    if (!this.cfg.stateFile) return;
+    try {
+      mkdirSync(dirname(this.cfg.stateFile), { recursive: true, mode: 0o700 });
+      const tmp = `${this.cfg.stateFile}.tmp`;
+      writeFileSync(tmp, JSON.stringify({ version: 1, savedAt: Date.now(), draining: this.model.persistedDrains() }, null, 1), { mode: 0o600 });
+      renameSync(tmp, this.cfg.stateFile);
+    } catch (e) {
+      this.log.error({ err: (e as Error).message, file: this.cfg.stateFile }, 'cannot write the state file');
+    }
   }
 
   /**
@@ -131,10 +179,16 @@ export class Daemon {
       this.log.error({ err: err.message }, 'configuration rejected; keeping the running one');
       return { ok: false, error: err };
     }
+    const intervalChanged = cfg.gracefulTermination.checkInterval !== this.cfg.gracefulTermination.checkInterval;
     this.cfg = cfg;
     this.table.setTimeouts(tableTimeouts(cfg));
     this.dataplane.publish(snapshot);
     this.dataplane.syncReplyRules(this.model.replyRules());
+    this.saveState();
+    if (intervalChanged && this.drainTimer) {
+      clearInterval(this.drainTimer);
+      this.drainTimer = setInterval(() => this.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
+    }
     this.reloads.ok++;
     this.log.info({ version: snapshot.version, services: cfg.services.length }, 'configuration reloaded');
     return { ok: true, version: snapshot.version };
@@ -142,7 +196,10 @@ export class Daemon {
 
   async stop(): Promise<void> {
     if (this.sweeper) clearInterval(this.sweeper);
+    if (this.drainTimer) clearInterval(this.drainTimer);
     this.sweeper = null;
+    this.drainTimer = null;
+    this.saveState();
     if (this.api) await this.api.close();
     this.api = null;
     await this.dataplane.stop();

@@ -126,3 +126,24 @@ export function formatConnections(conns: FmtConnection[]): string {
 export function formatTimeouts(t: { tcp: number; tcpFin: number; udp: number }): string {
   return `Timeout (tcp tcpfin udp): ${t.tcp} ${t.tcpFin} ${t.udp}\n`;
 }
+
+export interface FmtDrain {
+  service: string;
+  realServer: string;
+  drainingFor: number;
+  deadline: string | null;
+  activeConns: number;
+  inactConns: number;
+}
+
+/** uvs's own listing (`uvsadm -L --drain`): the servers being drained and what keeps them. */
+export function formatDrains(checkInterval: number, drains: FmtDrain[]): string {
+  const out = [`Draining real servers (checked every ${checkInterval} s)`, `${left('Prot LocalAddress:Port', 27)} ${left('-> RemoteAddress:Port', 28)} ${left('Since', 9)} ${left('ActiveConn', 10)} ${left('InActConn', 10)} Deadline`];
+  for (const d of drains) {
+    const [proto, addr] = d.service.split(' ');
+    const s = Math.floor(d.drainingFor);
+    const since = `${String(Math.floor(s / 3600)).padStart(2, '0')}:${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}:${String(s % 60).padStart(2, '0')}`;
+    out.push(`${left(`${left(proto!.toUpperCase(), 4)} ${addr}`, 27)} ${left(`-> ${d.realServer}`, 28)} ${left(since, 9)} ${left(d.activeConns, 10)} ${left(d.inactConns, 10)} ${d.deadline ?? '-'}`);
+  }
+  return out.join('\n') + '\n';
+}

@@ -3,9 +3,20 @@
  * sequence of operations and compiles the snapshot the workers use.
  *
  * A configuration change is applied as the ipvsadm commands that would make it, one at a time,
- * so every scheduler sees the kernel's hook sequence: services removed (-D), real servers deleted
- * (-d, in list order), edited (-e), then added (-a, in configuration order — each goes to the
- * head of the list, so the list is newest first), services added (-A then -a each).
+ * so every scheduler sees the kernel's hook sequence: real servers deleted (-d, in list order),
+ * edited (-e), then added (-a, in configuration order — each goes to the head of the list, so the
+ * list is newest first), services added (-A then -a each). A scheduler change rebinds the
+ * scheduler from scratch on the current list (ip_vs_edit_service).
+ *
+ * Graceful termination (kube-proxy's graceful_termination.go, plus uvs's additions): removing a
+ * TCP real server that still has connections sets its weight to 0 and puts it on the drain list
+ * instead; checkDrains() deletes it once ActiveConn + InActConn reaches 0 (or its maximum drain
+ * time passes). UDP real servers are deleted at once. A server re-added while draining is taken
+ * off the list, deleted and added back with its configured weight. A removed TCP service stays
+ * (all weights 0, new flows refused) until its last server has drained.
+ *
+ * The configured weight is kept apart from runtime state: the weight the scheduler sees is 0 while
+ * a server drains or is failing its health check, the configured one otherwise.
  *
  * Real-server slots index the shared real-server region. A deleted server whose connections are
  * still in the table stays in the "trash" (slot kept, AVAILABLE cleared) until they are gone, and
@@ -34,13 +45,20 @@ export function serviceKey(s: { protocol: string; address: string; port: number 
   return `${s.protocol} ${s.address}:${s.port}`;
 }
 
+/** kube-proxy's IsRsGracefulTerminationNeeded: everything but UDP and SCTP drains. */
+export function drainsOnRemoval(protocol: string): boolean {
+  return protocol !== 'udp' && protocol !== 'sctp';
+}
+
 interface LiveService {
   key: string;
   slot: number;
   cfg: ServiceConfig;
   compiled: CompiledService;
-  /** Real-server configs by "addr:port". */
+  /** Real-server configs by "addr:port", for servers in the list. */
   rsCfg: Map<string, RealServerConfig>;
+  /** No longer configured: kept while its servers drain. */
+  removing: boolean;
 }
 
 interface RsSlotInfo {
@@ -53,18 +71,50 @@ interface RsSlotInfo {
   listed: boolean;
 }
 
+export interface DrainEntry {
+  service: string;
+  realServer: string;
+  protocol: string;
+  /** ms since the epoch. */
+  since: number;
+  /** ms since the epoch; null = wait for the last connection however long. */
+  deadline: number | null;
+}
+
+/** What survives a restart: enough to put a draining server back at weight 0. */
+export interface PersistedDrain extends DrainEntry {
+  serviceConfig: ServiceConfig;
+  realServerConfig: RealServerConfig;
+}
+
+export interface DrainEvent {
+  service: string;
+  realServer: string;
+  action: 'draining' | 'deleted' | 'deadline' | 'resurrected';
+  activeConns: number;
+  inactConns: number;
+}
+
 export interface RealServerView {
   address: string;
   port: number;
   weight: number;
+  configuredWeight: number;
   forwarding: string;
   slot: number;
   activeConns: number;
   inactConns: number;
   persistConns: number;
   overloaded: boolean;
+  draining: boolean;
+  healthy: boolean;
   upperThreshold: number;
   lowerThreshold: number;
+}
+
+export interface DrainPolicy {
+  /** ms; 0 = no limit. Per service overrides in ServiceConfig.maxDrainTime. */
+  maxDrainTime: number;
 }
 
 export class ServiceModel {
@@ -77,12 +127,26 @@ export class ServiceModel {
   private freeRs: number[] = [];
   private freeSvc: number[] = [];
   private svcSlotRefs: Int32Array;
+  /** Service slots of removed services still referenced by trashed real servers. */
+  private orphanSvcSlots = new Set<number>();
   private version = 0;
   private vipCidrs: string[] = [];
   private answerPing = true;
+  private expireNodestConn = true;
+  /** Draining real servers by slot key. */
+  private draining = new Map<string, DrainEntry>();
+  /** Their configurations when they started draining (for restarts). */
+  private drainConfigs = new Map<string, { svc: ServiceConfig; rs: RealServerConfig }>();
+  /** Real servers failing their health check, by slot key. */
+  private unhealthy = new Set<string>();
+  policy: DrainPolicy = { maxDrainTime: 0 };
   /** Called when a slot is (re)allocated, so its statistics start from zero. */
   onFreshRealServerSlot: ((slot: number) => void) | null = null;
   onFreshServiceSlot: ((slot: number) => void) | null = null;
+  /** Drain decisions, for logs and metrics. */
+  onDrainEvent: ((e: DrainEvent) => void) | null = null;
+  /** Clock (ms since the epoch); replaceable in tests. */
+  clock: () => number = Date.now;
 
   constructor(rs: SharedArrayBuffer, sched: SharedArrayBuffer, maxRealServers: number, maxServices: number) {
     this.rs = new Int32Array(rs);
@@ -98,14 +162,12 @@ export class ServiceModel {
   apply(cfg: UvsConfig): Snapshot {
     this.vipCidrs = cfg.dataplane.vipCidrs;
     this.answerPing = cfg.dataplane.answerPing;
+    this.expireNodestConn = cfg.gracefulTermination.expireNodestConn;
+    this.policy = { maxDrainTime: cfg.gracefulTermination.maxDrainTime * 1000 };
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
     this.checkCapacity(wanted);
-    for (const [key, live] of [...this.services]) {
-      const next = wanted.get(key);
-      if (!next || next.scheduler !== live.cfg.scheduler || next.forwarding !== live.cfg.forwarding) {
-        // Removed, or the scheduler changed (the kernel rebinds it from scratch): delete and re-add.
-        this.deleteService(live);
-      }
+    for (const live of [...this.services.values()]) {
+      if (!wanted.has(live.key) && !live.removing) this.removeService(live);
     }
     for (const [key, s] of wanted) {
       const live = this.services.get(key);
@@ -142,6 +204,23 @@ export class ServiceModel {
     }
   }
 
+  private static flagBits(s: ServiceConfig): number {
+    return s.schedFlags.reduce((a, f) => a | (SCHED_FLAG_BITS[f] ?? 0), 0);
+  }
+
+  /** ip_vs_bind_scheduler: fresh state words, init_service on the current list. */
+  private bindScheduler(live: LiveService): void {
+    const sched = getScheduler(live.cfg.scheduler)!;
+    live.compiled.scheduler = live.cfg.scheduler;
+    live.compiled.data = null;
+    live.compiled.data = sched.prepare?.(live.compiled) ?? null;
+    this.withSchedLock(live.slot, () => {
+      const base = this.schedBase(live.slot);
+      for (let i = 0; i < L.SCHED_WORDS - 1; i++) this.sched[base + i] = 0;
+      sched.init?.(live.compiled, this.sched, base);
+    });
+  }
+
   private addService(s: ServiceConfig): void {
     const key = serviceKey(s);
     const slot = this.freeSvc.pop()!;
@@ -152,40 +231,59 @@ export class ServiceModel {
       vaddr: parseIPv4(s.address)!,
       vport: s.port,
       scheduler: s.scheduler,
-      schedFlags: s.schedFlags.reduce((a, f) => a | (SCHED_FLAG_BITS[f] ?? 0), 0),
+      schedFlags: ServiceModel.flagBits(s),
       dests: [],
       data: null,
+      ...(s.mhTableSize !== undefined ? { mhTableSize: s.mhTableSize } : {}),
     };
-    const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map() };
+    const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false };
     this.services.set(key, live);
-    const sched = getScheduler(s.scheduler)!;
-    compiled.data = sched.prepare?.(compiled) ?? null;
-    this.withSchedLock(slot, () => {
-      const base = this.schedBase(slot);
-      for (let i = 0; i < L.SCHED_WORDS - 1; i++) this.sched[base + i] = 0;
-      sched.init?.(compiled, this.sched, base);
-    });
+    this.bindScheduler(live);
     for (const r of s.realServers) this.addDest(live, r);
   }
 
   private editService(live: LiveService, s: ServiceConfig): void {
+    const schedChanged = s.scheduler !== live.cfg.scheduler || s.mhTableSize !== live.cfg.mhTableSize;
+    live.removing = false;
     live.cfg = s;
-    live.compiled.schedFlags = s.schedFlags.reduce((a, f) => a | (SCHED_FLAG_BITS[f] ?? 0), 0);
+    live.compiled.schedFlags = ServiceModel.flagBits(s);
+    if (s.mhTableSize !== undefined) live.compiled.mhTableSize = s.mhTableSize;
+    else delete live.compiled.mhTableSize;
+    if (schedChanged) this.bindScheduler(live);
     const want = new Map(s.realServers.map((r) => [`${r.address}:${r.port}`, r]));
-    // -d in list order
+    // -d (or drain) in list order
     for (const d of [...live.compiled.dests]) {
       const k = `${formatAddr(d.addr)}:${d.port}`;
-      if (!want.has(k)) this.delDest(live, k);
+      if (!want.has(k)) this.removeDest(live, k);
     }
-    // -e for changed ones
     for (const [k, r] of want) {
+      const slotKey = `${live.key}|${k}`;
+      if (this.draining.has(slotKey)) {
+        // Re-added while draining: off the list, deleted and added back cleanly (kube-proxy's
+        // MoveRSOutofGracefulDeleteList); the kernel revives the same server from the trash.
+        const o = this.rsSlots.get(slotKey)!.slot * L.RS_WORDS;
+        this.onDrainEvent?.({ service: live.key, realServer: k, action: 'resurrected', activeConns: Atomics.load(this.rs, o + L.RS_ACTIVE), inactConns: Atomics.load(this.rs, o + L.RS_INACTIVE) });
+        this.draining.delete(slotKey);
+        this.drainConfigs.delete(slotKey);
+        this.delDest(live, k);
+        this.addDest(live, r);
+        continue;
+      }
       const old = live.rsCfg.get(k);
-      if (old && (old.weight !== r.weight || old.upperThreshold !== r.upperThreshold || old.lowerThreshold !== r.lowerThreshold || old.forwarding !== r.forwarding)) {
+      if (!old) continue;
+      if (old.weight !== r.weight || old.upperThreshold !== r.upperThreshold || old.lowerThreshold !== r.lowerThreshold || old.forwarding !== r.forwarding) {
         this.editDest(live, k, r);
       }
     }
     // -a for new ones, in configuration order
     for (const [k, r] of want) if (!live.rsCfg.has(k)) this.addDest(live, r);
+  }
+
+  /** The service is no longer configured: delete it, or keep it while its TCP servers drain. */
+  private removeService(live: LiveService): void {
+    live.removing = true;
+    for (const d of [...live.compiled.dests]) this.removeDest(live, `${formatAddr(d.addr)}:${d.port}`);
+    if (live.compiled.dests.length === 0) this.deleteService(live);
   }
 
   private deleteService(live: LiveService): void {
@@ -195,8 +293,123 @@ export class ServiceModel {
     else this.orphanSvcSlots.add(live.slot);
   }
 
-  /** Service slots of removed services still referenced by trashed real servers. */
-  private orphanSvcSlots = new Set<number>();
+  private conns(slot: number): { active: number; inactive: number } {
+    const o = slot * L.RS_WORDS;
+    return { active: Atomics.load(this.rs, o + L.RS_ACTIVE), inactive: Atomics.load(this.rs, o + L.RS_INACTIVE) };
+  }
+
+  /** GracefulDeleteRS: delete now if nothing uses the server, else weight 0 and drain. */
+  private removeDest(live: LiveService, k: string): void {
+    const slotKey = `${live.key}|${k}`;
+    if (this.draining.has(slotKey)) return; // never drained twice
+    const info = this.rsSlots.get(slotKey)!;
+    const c = this.conns(info.slot);
+    if (drainsOnRemoval(live.cfg.protocol) && c.active + c.inactive > 0) {
+      const now = this.clock();
+      const max = live.cfg.maxDrainTime !== undefined ? live.cfg.maxDrainTime * 1000 : this.policy.maxDrainTime;
+      this.draining.set(slotKey, { service: live.key, realServer: k, protocol: live.cfg.protocol, since: now, deadline: max > 0 ? now + max : null });
+      this.drainConfigs.set(slotKey, { svc: live.cfg, rs: live.rsCfg.get(k)! });
+      this.refreshWeight(live, k);
+      this.onDrainEvent?.({ service: live.key, realServer: k, action: 'draining', activeConns: c.active, inactConns: c.inactive });
+      return;
+    }
+    this.delDest(live, k);
+  }
+
+  /**
+   * The periodic check (kube-proxy's tryDeleteRs, every checkInterval): deletes drained servers
+   * and those past their deadline. Returns true when the list changed (publish a new snapshot).
+   */
+  checkDrains(): boolean {
+    const now = this.clock();
+    let changed = false;
+    for (const [slotKey, d] of [...this.draining]) {
+      const live = this.services.get(d.service);
+      const info = this.rsSlots.get(slotKey);
+      if (!live || !info) {
+        this.draining.delete(slotKey);
+        this.drainConfigs.delete(slotKey);
+        continue;
+      }
+      const c = this.conns(info.slot);
+      const expired = d.deadline !== null && now >= d.deadline;
+      if (c.active + c.inactive === 0 || expired) {
+        this.draining.delete(slotKey);
+        this.drainConfigs.delete(slotKey);
+        this.delDest(live, d.realServer);
+        this.onDrainEvent?.({ service: d.service, realServer: d.realServer, action: expired && c.active + c.inactive > 0 ? 'deadline' : 'deleted', activeConns: c.active, inactConns: c.inactive });
+        changed = true;
+      }
+    }
+    for (const live of [...this.services.values()]) {
+      if (live.removing && live.compiled.dests.length === 0) {
+        this.deleteService(live);
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  drains(): (DrainEntry & { activeConns: number; inactConns: number })[] {
+    return [...this.draining.entries()].map(([slotKey, d]) => {
+      const c = this.conns(this.rsSlots.get(slotKey)!.slot);
+      return { ...d, activeConns: c.active, inactConns: c.inactive };
+    });
+  }
+
+  /** The drain list as it must survive a restart. */
+  persistedDrains(): PersistedDrain[] {
+    return [...this.draining.entries()].map(([k, d]) => ({ ...d, serviceConfig: this.drainConfigs.get(k)!.svc, realServerConfig: this.drainConfigs.get(k)!.rs }));
+  }
+
+  /**
+   * After a restart: servers that were draining and are not configured any more are put back at
+   * weight 0 on the drain list with their original start and deadline, so the drain resumes
+   * instead of the server vanishing (or staying at weight 0 for ever). Configured servers get
+   * their configured weight: the configuration wins, as kube-proxy's initial sync does.
+   */
+  restoreDrains(entries: PersistedDrain[]): Snapshot {
+    for (const d of entries) {
+      const slotKey = `${d.service}|${d.realServer}`;
+      let live = this.services.get(d.service);
+      if (live?.rsCfg.has(d.realServer) && !this.draining.has(slotKey)) continue; // configured again: not draining
+      if (!live) {
+        this.addService({ ...d.serviceConfig, realServers: [] });
+        live = this.services.get(d.service)!;
+        live.removing = true;
+      }
+      if (!live.rsCfg.has(d.realServer)) this.addDest(live, d.realServerConfig);
+      this.draining.set(slotKey, { service: d.service, realServer: d.realServer, protocol: d.protocol, since: d.since, deadline: d.deadline });
+      this.drainConfigs.set(slotKey, { svc: d.serviceConfig, rs: d.realServerConfig });
+      this.refreshWeight(live, d.realServer);
+    }
+    return this.snapshot();
+  }
+
+  /** Health-check verdict: a failing server is quiesced (weight 0, flows kept), a healthy one restored. */
+  setHealthy(service: string, realServer: string, healthy: boolean): boolean {
+    const slotKey = `${service}|${realServer}`;
+    const live = this.services.get(service);
+    if (!live || !live.rsCfg.has(realServer)) return false;
+    if (healthy === !this.unhealthy.has(slotKey)) return false;
+    if (healthy) this.unhealthy.delete(slotKey);
+    else this.unhealthy.add(slotKey);
+    this.refreshWeight(live, realServer);
+    return true;
+  }
+
+  private effectiveWeight(live: LiveService, k: string, r: RealServerConfig): number {
+    const slotKey = `${live.key}|${k}`;
+    return this.draining.has(slotKey) || this.unhealthy.has(slotKey) ? 0 : r.weight;
+  }
+
+  private refreshWeight(live: LiveService, k: string): void {
+    const r = live.rsCfg.get(k)!;
+    const info = this.rsSlots.get(`${live.key}|${k}`)!;
+    const w = this.effectiveWeight(live, k, r);
+    const d = live.compiled.dests.find((x) => x.rs === info.slot)!;
+    if (d.weight !== w) this.editDest(live, k, r);
+  }
 
   private change(live: LiveService, kind: DestListChange['kind'], rs: number, position: number, before: SchedDest[]): void {
     const sched = getScheduler(live.cfg.scheduler)!;
@@ -220,26 +433,32 @@ export class ServiceModel {
       this.onFreshRealServerSlot?.(slot);
     }
     info.listed = true;
+    live.rsCfg.set(k, r);
+    const weight = this.effectiveWeight(live, k, r);
     const o = info.slot * L.RS_WORDS;
     this.setThresholds(o, r, true);
-    Atomics.store(this.rs, o + L.RS_WEIGHT, r.weight);
+    Atomics.store(this.rs, o + L.RS_WEIGHT, weight);
     Atomics.or(this.rs, o + L.RS_FLAGS, L.RSF_AVAILABLE);
     const before = live.compiled.dests.slice();
-    const d: CompiledDest = { rs: info.slot, addr: parseIPv4(r.address)!, port: r.port, weight: r.weight, fwd: FWD[r.forwarding]! };
+    // __ip_vs_update_dest: last_weight = weight on add.
+    const d: CompiledDest = { rs: info.slot, addr: parseIPv4(r.address)!, port: r.port, weight, lastWeight: weight, fwd: FWD[r.forwarding]! };
     live.compiled.dests = [d, ...before]; // list_add_rcu: at the head
-    live.rsCfg.set(k, r);
     this.change(live, 'add', info.slot, -1, before);
   }
 
   private editDest(live: LiveService, k: string, r: RealServerConfig): void {
     const info = this.rsSlots.get(`${live.key}|${k}`)!;
+    live.rsCfg.set(k, r);
+    const weight = this.effectiveWeight(live, k, r);
     const o = info.slot * L.RS_WORDS;
     this.setThresholds(o, r, false);
-    Atomics.store(this.rs, o + L.RS_WEIGHT, r.weight);
+    Atomics.store(this.rs, o + L.RS_WEIGHT, weight);
     const before = live.compiled.dests.slice();
     const position = before.findIndex((d) => d.rs === info.slot);
-    live.compiled.dests = before.map((d, i) => (i === position ? { ...d, weight: r.weight, fwd: FWD[r.forwarding]! } : d));
-    live.rsCfg.set(k, r);
+    live.compiled.dests = before.map((d, i) =>
+      // last_weight follows the weight unless the new weight is 0 (mh keeps its table on quiesce).
+      i === position ? { ...d, weight, lastWeight: weight !== 0 ? weight : (d.lastWeight ?? d.weight), fwd: FWD[r.forwarding]! } : d,
+    );
     this.change(live, 'upd', info.slot, position, before);
   }
 
@@ -249,6 +468,7 @@ export class ServiceModel {
     const position = before.findIndex((d) => d.rs === info.slot);
     live.compiled.dests = before.filter((_, i) => i !== position);
     live.rsCfg.delete(k);
+    this.unhealthy.delete(`${live.key}|${k}`);
     info.listed = false;
     Atomics.and(this.rs, info.slot * L.RS_WORDS + L.RS_FLAGS, ~L.RSF_AVAILABLE);
     this.change(live, 'del', info.slot, position, before);
@@ -286,35 +506,39 @@ export class ServiceModel {
       vips[i * 2] = p.net;
       vips[i * 2 + 1] = p.mask;
     });
-    return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing };
+    return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn };
   }
 
   /** Services with their real servers in kernel list order, for the API. */
-  list(): { key: string; cfg: ServiceConfig; slot: number; realServers: RealServerView[] }[] {
+  list(): { key: string; cfg: ServiceConfig; slot: number; removing: boolean; realServers: RealServerView[] }[] {
     return [...this.services.values()].map((l) => ({
       key: l.key,
       cfg: l.cfg,
       slot: l.slot,
+      removing: l.removing,
       realServers: l.compiled.dests.map((d) => {
         const k = `${formatAddr(d.addr)}:${d.port}`;
-        const r = l.rsCfg.get(k)!;
-        return this.rsView(d.rs, r);
+        return this.rsView(l, k, d.rs, l.rsCfg.get(k)!);
       }),
     }));
   }
 
-  rsView(slot: number, r: RealServerConfig): RealServerView {
+  private rsView(live: LiveService, k: string, slot: number, r: RealServerConfig): RealServerView {
     const o = slot * L.RS_WORDS;
+    const slotKey = `${live.key}|${k}`;
     return {
       address: r.address,
       port: r.port,
       weight: Atomics.load(this.rs, o + L.RS_WEIGHT),
+      configuredWeight: r.weight,
       forwarding: r.forwarding,
       slot,
       activeConns: Atomics.load(this.rs, o + L.RS_ACTIVE),
       inactConns: Atomics.load(this.rs, o + L.RS_INACTIVE),
       persistConns: Atomics.load(this.rs, o + L.RS_PERSIST),
       overloaded: (Atomics.load(this.rs, o + L.RS_FLAGS) & L.RSF_OVERLOAD) !== 0,
+      draining: this.draining.has(slotKey),
+      healthy: !this.unhealthy.has(slotKey),
       upperThreshold: r.upperThreshold,
       lowerThreshold: r.lowerThreshold,
     };
@@ -325,7 +549,7 @@ export class ServiceModel {
     return [...this.rsSlots.values()].filter((i) => !i.listed);
   }
 
-  /** Masq real servers whose replies must be routed into the device. */
+  /** Masq real servers whose replies must be routed into the device (trashed ones too: their flows still need replies). */
   replyRules(): { addr: number; port: number; proto: 'tcp' | 'udp' }[] {
     const out = new Map<string, { addr: number; port: number; proto: 'tcp' | 'udp' }>();
     for (const l of this.services.values()) {
@@ -334,11 +558,11 @@ export class ServiceModel {
         out.set(`${l.cfg.protocol} ${d.addr}:${d.port}`, { addr: d.addr, port: d.port, proto: l.cfg.protocol });
       }
     }
-    // Keep rules for trashed servers too: their remaining flows still need their replies.
     for (const i of this.rsSlots.values()) {
       if (i.listed) continue;
       const proto = i.svcKey.startsWith('udp') ? 'udp' : 'tcp';
-      out.set(`${proto} ${parseIPv4(i.addr)}:${i.port}`, { addr: parseIPv4(i.addr)!, port: i.port, proto });
+      const addr = parseIPv4(i.addr)!;
+      out.set(`${proto} ${addr}:${i.port}`, { addr, port: i.port, proto });
     }
     return [...out.values()];
   }

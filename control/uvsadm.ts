@@ -3,7 +3,7 @@
  * uvsadm — ipvsadm-compatible administration of a running uvsd, over its API socket.
  */
 import { apiCall, DEFAULT_SOCKET } from './client';
-import { formatConnections, formatList, formatTimeouts, type FmtConnection, type FmtService } from './ipvsadm-format';
+import { formatConnections, formatDrains, formatList, formatTimeouts, type FmtConnection, type FmtDrain, type FmtService } from './ipvsadm-format';
 
 const HELP = `uvsadm v0.1.0 (ipvsadm-compatible front end of uvsd)
 Usage:
@@ -18,6 +18,7 @@ Options:
   --stats             packet and byte counters
   --exact        -X   expand numbers (with --stats)
   --timeout           show the tcp tcpfin udp timeouts
+  --drain             (uvs) real servers being drained: since when, connections left, deadline
   --socket PATH       uvsd API socket (default $UVS_SOCKET or /run/uvs/uvsd.sock)
 
 Not yet implemented (edit the YAML configuration and run uvsadm --reload instead):
@@ -37,6 +38,7 @@ async function main(argv: string[]): Promise<number> {
   let stats = false;
   let exact = false;
   let timeout = false;
+  let drain = false;
   let reload = false;
   let kill: string | undefined;
   for (let i = 0; i < argv.length; i++) {
@@ -60,6 +62,7 @@ async function main(argv: string[]): Promise<number> {
     else if (a === '--stats') stats = true;
     else if (a === '--exact') exact = true;
     else if (a === '--timeout') timeout = true;
+    else if (a === '--drain') drain = true;
     else if (UNIMPLEMENTED.has(a)) {
       console.error(`uvsadm: ${a} is not implemented yet; edit uvsd's YAML configuration and run 'uvsadm --reload'`);
       return 255;
@@ -86,6 +89,11 @@ async function main(argv: string[]): Promise<number> {
     if (timeout) {
       const r = await apiCall<{ tcp: number; tcpFin: number; udp: number }>(socket, 'GET', '/v1/timeouts');
       process.stdout.write(formatTimeouts(r.body));
+      return 0;
+    }
+    if (drain) {
+      const r = await apiCall<{ checkInterval: number; draining: FmtDrain[] }>(socket, 'GET', '/v1/drains');
+      process.stdout.write(formatDrains(r.body.checkInterval, r.body.draining));
       return 0;
     }
     if (!list && !conns) return tryHelp('uvsadm: no command specified');

@@ -175,6 +175,7 @@ export class Lab {
     return {
       dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR], workers: 2, tableSize: 65536, ...(dataplane ?? {}) },
       api: { socket: this.socket },
+      stateFile: join(this.dir, 'state.json'),
       log: { level: 'info' },
       services,
       ...rest,

@@ -7,11 +7,18 @@
  *   udp-ask HOST PORT TEXT [TIMEOUT_MS]        one datagram from a connected socket; prints the
  *                                              answer or the error (ECONNREFUSED = ICMP unreachable)
  *   tcp-connect HOST PORT [TIMEOUT_MS]         connect only; prints ok or the error code
+ *   load HOST PORT SECONDS CONCURRENCY HOLD_EVERY HOLD_MS
+ *                                              HTTP load: CONCURRENCY loops of one-connection
+ *                                              requests (GET /, every HOLD_EVERY-th a HOLD_MS-long
+ *                                              /hold); prints every request: start, end, server, error
+ *   udp-session HOST PORT COUNT INTERVAL_MS    COUNT datagrams from one source port; prints the
+ *                                              server that answered each (null = no answer)
  *   inject IFNAME COUNT SEED                   writes COUNT random and malformed packets into a
  *                                              device through an AF_PACKET socket (via python3)
  */
 import { execFileSync } from 'node:child_process';
 import { createSocket } from 'node:dgram';
+import { request } from 'node:http';
 import { connect } from 'node:net';
 
 function out(o: unknown): void {
@@ -108,6 +115,85 @@ function tcpConnect(host: string, port: number, timeoutMs: number): Promise<numb
   });
 }
 
+interface LoadRecord {
+  start: number;
+  end: number;
+  server: string | null;
+  error: string | null;
+  hold: boolean;
+}
+
+function one(host: string, port: number, path: string, timeoutMs: number): Promise<{ server: string | null; error: string | null }> {
+  return new Promise((resolve) => {
+    let done = false;
+    const finish = (server: string | null, error: string | null) => {
+      if (done) return;
+      done = true;
+      resolve({ server, error });
+    };
+    const req = request({ host, port, path, agent: false, headers: { connection: 'close' } }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => finish(body.split('\n')[0] || null, res.statusCode === 200 ? null : `HTTP ${res.statusCode}`));
+      res.on('error', (e: NodeJS.ErrnoException) => finish(body.split('\n')[0] || null, e.code ?? e.message));
+      res.on('aborted', () => finish(body.split('\n')[0] || null, 'aborted'));
+    });
+    req.setTimeout(timeoutMs, () => req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })));
+    req.on('error', (e: NodeJS.ErrnoException) => finish(null, e.code ?? e.message));
+    req.end();
+  });
+}
+
+async function load(host: string, port: number, seconds: number, concurrency: number, holdEvery: number, holdMs: number): Promise<number> {
+  const until = Date.now() + seconds * 1000;
+  const records: LoadRecord[] = [];
+  let n = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (Date.now() < until) {
+        const hold = holdEvery > 0 && ++n % holdEvery === 0;
+        const start = Date.now();
+        const r = await one(host, port, hold ? `/hold?ms=${holdMs}` : '/', holdMs + 10000);
+        records.push({ start, end: Date.now(), server: r.server, error: r.error, hold });
+      }
+    }),
+  );
+  out({ requests: records.length, errors: records.filter((r) => r.error).length, records });
+  return 0;
+}
+
+function udpSession(host: string, port: number, count: number, intervalMs: number): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createSocket('udp4');
+    const answers: (string | null)[] = [];
+    let i = 0;
+    let pending: NodeJS.Timeout | null = null;
+    const next = () => {
+      if (i >= count) {
+        s.close();
+        out({ answers });
+        resolve(0);
+        return;
+      }
+      const k = i++;
+      answers[k] = null;
+      s.send(`d${k}`);
+      pending = setTimeout(next, intervalMs);
+    };
+    s.on('message', (m) => {
+      const [server, payload] = m.toString('utf8').split(' ');
+      const k = Number(payload!.slice(1));
+      answers[k] = server!;
+    });
+    s.on('error', () => {
+      /* ICMP errors: the datagram stays unanswered */
+    });
+    s.connect(port, host, next);
+    void pending;
+  });
+}
+
 const INJECT_PY = `
 import socket, sys, random, struct
 ifname, count, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -154,13 +240,17 @@ async function main(argv: string[]): Promise<number> {
       return udpAsk(a[0]!, Number(a[1]), a[2] ?? 'ping', Number(a[3] ?? 2000));
     case 'tcp-connect':
       return tcpConnect(a[0]!, Number(a[1]), Number(a[2] ?? 3000));
+    case 'load':
+      return load(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 4), Number(a[4] ?? 0), Number(a[5] ?? 1000));
+    case 'udp-session':
+      return udpSession(a[0]!, Number(a[1]), Number(a[2] ?? 10), Number(a[3] ?? 200));
     case 'inject': {
       const [ifname, count, seed, vip, client] = a;
       process.stdout.write(execFileSync('python3', ['-c', INJECT_PY, ifname!, count!, seed!, vip ?? '10.200.0.10', client ?? '10.200.1.2'], { encoding: 'utf8' }));
       return 0;
     }
     default:
-      console.error('usage: tools hold-echo|udp-ask|tcp-connect|inject …');
+      console.error('usage: tools hold-echo|udp-ask|tcp-connect|load|udp-session|inject …');
       return 2;
   }
 }

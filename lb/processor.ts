@@ -127,13 +127,22 @@ export class PacketProcessor {
       const a = t.i32;
       const rsSlot = a[o + L.E_RS]!;
       if ((Atomics.load(t.rs, rsSlot * L.RS_WORDS + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0) {
-        // Real server deleted: the kernel's default (expire_nodest_conn=0) drops without refreshing
-        // the timer, so the entry dies at its remaining timeout.
         t.unlockBucket(bucket);
-        return this.drop(Drop.RealServerGone);
-      }
-      if (isSyn && proto === P.IPPROTO_TCP && a[o + L.E_STATE] === TCP_TIME_WAIT) {
-        // conn_reuse_mode=1: a new SYN on a TIME_WAIT entry is a new connection.
+        if (!this.snapshot.expireNodestConn) {
+          // expire_nodest_conn=0: drop without refreshing the timer; the entry dies at its timeout.
+          return this.drop(Drop.RealServerGone);
+        }
+        // expire_nodest_conn=1 (≥ 5.9): expire the entry now and handle the packet as new.
+        t.remove(e, false, this.now);
+        this.counters[L.C_NODEST_EXPIRED]!++;
+        e = -1;
+      } else if (
+        isSyn &&
+        proto === P.IPPROTO_TCP &&
+        (a[o + L.E_STATE] === TCP_TIME_WAIT || (this.snapshot.expireNodestConn && Atomics.load(t.rs, rsSlot * L.RS_WORDS + L.RS_WEIGHT) === 0))
+      ) {
+        // A new SYN on this entry's ports (ip_vs_in, conn_reuse_mode=1): in TIME_WAIT, or its
+        // server quiesced with expire_nodest_conn=1 (≥ 5.16), it is a new connection.
         t.unlockBucket(bucket);
         t.remove(e, false, this.now);
         e = -1;

@@ -30,6 +30,8 @@ export interface Snapshot {
   /** VIP ranges, pairs [net, mask]: a packet to one of them is inbound. */
   vips: Int32Array;
   answerPing: boolean;
+  /** A packet of a deleted real server's connection expires it and is handled as new (kernel expire_nodest_conn=1). */
+  expireNodestConn: boolean;
 }
 
 export const LOOKUP_WORDS = 4;

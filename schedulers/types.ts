@@ -17,14 +17,24 @@
  * weights still skip weight 0). Mutable state lives in the shared scheduler region
  * (conntrack/layout.ts SCHED_*), never in the scheduler object, so every worker sees one rotation.
  */
+import { SCHED_STATE, SCHED_WORDS } from '../conntrack/layout';
 
 export interface SchedDest {
   /** Real-server slot: index into the shared real-server region. */
   rs: number;
-  /** Address as a signed 32-bit integer (IPv4, network order read big-endian). */
+  /**
+   * Address as a signed 32-bit integer: IPv4 read big-endian; IPv6 (uvs simulate) folded as the
+   * kernel's hashes fold it, the XOR of its four big-endian 32-bit words.
+   */
   addr: number;
   port: number;
   weight: number;
+  /**
+   * Kernel last_weight: the weight given on add, then the last non-zero weight given on edit
+   * (__ip_vs_update_dest). mh builds its table from it, so quiescing (weight 0) keeps the table.
+   * Absent = weight.
+   */
+  lastWeight?: number;
 }
 
 export interface SchedService {
@@ -33,15 +43,18 @@ export interface SchedService {
   schedFlags: number;
   /** What prepare() returned. */
   data: Int32Array | null;
+  /** mh lookup-table size, one of the kernel's primes (schedulers/mh.ts MH_PRIMES); absent = 4093. */
+  mhTableSize?: number;
 }
 
 /** The packet fields a scheduler may look at; one reusable object per worker. */
 export interface SchedInput {
+  /** Client and virtual addresses, as SchedDest.addr. */
   caddr: number;
   cport: number;
   vaddr: number;
   vport: number;
-  /** Table-relative ms. */
+  /** Table-relative ms, an int32; schedulers compare times by wrapping difference, as jiffies. */
   now: number;
 }
 
@@ -60,10 +73,18 @@ export interface Scheduler {
   readonly name: string;
   /** Kernel init_service: the state words start as zeros; set the scheduler's initial state. */
   init?(svc: SchedService, state: Int32Array, base: number): void;
+  /** svc.data still holds the previous result while prepare() runs (the first time: null). */
   prepare?(svc: SchedService): Int32Array | null;
   update?(svc: SchedService, state: Int32Array, base: number, change: DestListChange): void;
   schedule(svc: SchedService, state: Int32Array, base: number, rs: Int32Array, input: SchedInput): number;
+  /**
+   * Period of tick() in ms, for schedulers with a kernel timer (lblc/lblcr: 60 s). The owner of the
+   * service calls tick() every tickInterval ms from the service's creation, under the service's
+   * scheduler lock, with the same time base as SchedInput.now.
+   */
+  readonly tickInterval?: number;
+  tick?(svc: SchedService, state: Int32Array, base: number, rs: Int32Array, now: number): void;
 }
 
-/** Words of the scheduler state a scheduler may use, from `base` on. */
-export const SCHED_STATE_WORDS = 15;
+/** Words of the scheduler state a scheduler may use, from `base` on (conntrack/layout.ts). */
+export const SCHED_STATE_WORDS = SCHED_WORDS - SCHED_STATE;
