@@ -16,13 +16,13 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Worker } from 'node:worker_threads';
+import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { formatIPv4 } from './addr';
 import { DataplaneError } from './errors';
 import type { Snapshot } from './snapshot';
 import { tunAddon } from './tun';
-import type { WorkerInit } from './worker';
+import { CTL_SNAPSHOT_VERSION, CTL_WORDS, type WorkerInit } from './worker';
 
 export interface DataplaneOptions {
   device: string;
@@ -53,6 +53,10 @@ export interface ReplyRule {
 interface WorkerSlot {
   id: number;
   fd: number;
+  /** Control words shared with the worker (snapshot version). */
+  ctl: Int32Array;
+  /** Our end of the worker's snapshot channel. */
+  port: MessagePort | null;
   worker: Worker | null;
   restarts: number;
   ready: boolean;
@@ -106,7 +110,7 @@ export class Dataplane {
         this.closeQueues();
         throw new DataplaneError('UVS_ERR_TUN', `cannot open queue ${i} of ${o.device}: ${(e as Error).message}`);
       }
-      this.slots.push({ id: i, fd, worker: null, restarts: 0, ready: false });
+      this.slots.push({ id: i, fd, ctl: new Int32Array(new SharedArrayBuffer(CTL_WORDS * 4)), port: null, worker: null, restarts: 0, ready: false });
     }
     try {
       ip(['link', 'set', 'dev', o.device, 'mtu', String(o.mtu), 'up']);
@@ -123,6 +127,10 @@ export class Dataplane {
   }
 
   private spawn(s: WorkerSlot): Promise<void> {
+    const { port1, port2 } = new MessageChannel();
+    s.port?.close();
+    s.port = port1;
+    Atomics.store(s.ctl, CTL_SNAPSHOT_VERSION, this.snapshot.version);
     const init: WorkerInit = {
       id: s.id,
       fd: s.fd,
@@ -134,8 +142,10 @@ export class Dataplane {
       batch: this.opts.batch,
       slot: Math.max(2048, this.opts.mtu + 64),
       maxRealServers: this.opts.maxRealServers,
+      snapshotPort: port2,
+      ctl: s.ctl.buffer as SharedArrayBuffer,
     };
-    const w = new Worker(join(__dirname, 'worker.js'), { workerData: init });
+    const w = new Worker(join(__dirname, 'worker.js'), { workerData: init, transferList: [port2] });
     s.worker = w;
     s.ready = false;
     return new Promise((resolve) => {
@@ -179,7 +189,11 @@ export class Dataplane {
 
   publish(snapshot: Snapshot): void {
     this.snapshot = snapshot;
-    for (const s of this.slots) s.worker?.postMessage({ type: 'snapshot', snapshot });
+    for (const s of this.slots) {
+      if (!s.worker || !s.port) continue;
+      s.port.postMessage(snapshot);
+      Atomics.store(s.ctl, CTL_SNAPSHOT_VERSION, snapshot.version);
+    }
   }
 
   /** Makes the installed masq reply rules exactly `wanted`. */
@@ -211,6 +225,7 @@ export class Dataplane {
   async stop(): Promise<void> {
     this.stopping = true;
     await Promise.all(this.slots.map((s) => s.worker?.terminate()));
+    for (const s of this.slots) s.port?.close();
     this.closeQueues();
     for (const r of this.rules.values()) {
       const args = ruleArgs(r, this.opts);

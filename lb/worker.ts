@@ -4,7 +4,7 @@
  * service snapshots from the control thread between batches. Never imports fastify, pino,
  * prom-client or ioredis; reports through shared counters only.
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort, receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import * as L from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
 import { DROP, FORWARD, PacketProcessor } from './processor';
@@ -23,9 +23,16 @@ export interface WorkerInit {
   /** Bytes per packet slot: ≥ the device MTU. */
   slot: number;
   maxRealServers: number;
+  /** Snapshots arrive here; ctl[CTL_SNAPSHOT_VERSION] says a new one is waiting. */
+  snapshotPort: MessagePort;
+  ctl: SharedArrayBuffer;
 }
 
-export type WorkerMessage = { type: 'snapshot'; snapshot: Snapshot } | { type: 'stop' } | { type: 'crash' };
+/** Control words shared with the owner (Int32). */
+export const CTL_SNAPSHOT_VERSION = 0;
+export const CTL_WORDS = 4;
+
+export type WorkerMessage = { type: 'stop' } | { type: 'crash' };
 
 /** Poll timeout: how long an idle worker waits before looking at its messages again. */
 const IDLE_POLL_MS = 50;
@@ -42,10 +49,19 @@ function main(init: WorkerInit): void {
   const wlens = new Int32Array(batch);
   const proc = new PacketProcessor(table, counters, new Int32Array(init.sched), init.maxRealServers, init.snapshot, buf);
   let running = true;
+  const ctl = new Int32Array(init.ctl);
+  let seenVersion = init.snapshot.version;
+  // A configuration change must apply to the very next batch — not after the poll that may be
+  // holding this thread — so the owner bumps a shared version word after posting, and the worker
+  // takes the snapshot synchronously when it sees the word change (one atomic load per batch).
+  const takeSnapshots = (): void => {
+    let m: { message: Snapshot } | undefined;
+    while ((m = receiveMessageOnPort(init.snapshotPort) as { message: Snapshot } | undefined)) proc.setSnapshot(m.message);
+    seenVersion = Atomics.load(ctl, CTL_SNAPSHOT_VERSION);
+  };
 
   parentPort!.on('message', (m: WorkerMessage) => {
-    if (m.type === 'snapshot') proc.setSnapshot(m.snapshot);
-    else if (m.type === 'stop') running = false;
+    if (m.type === 'stop') running = false;
     else if (m.type === 'crash') throw new Error(`worker ${init.id} crashed on request`);
   });
 
@@ -55,6 +71,7 @@ function main(init: WorkerInit): void {
       return;
     }
     const n = tun.readBatch(fd, buf, lens, batch, slot, IDLE_POLL_MS);
+    if (Atomics.load(ctl, CTL_SNAPSHOT_VERSION) !== seenVersion) takeSnapshots();
     if (n < 0) {
       parentPort!.postMessage({ type: 'readError', errno: -n });
       setTimeout(loop, 100);
