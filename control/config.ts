@@ -70,6 +70,10 @@ export interface UvsConfig {
     expireNodestConn: boolean;
   };
   api: { socket: string };
+  /** Prometheus metrics; address '' = off. */
+  metrics: { address: string; token?: string };
+  /** /healthz and /livez; address '' = off. */
+  healthz: { address: string; token?: string };
   /** Where uvsd keeps what must survive a restart (the drain list); '' = nowhere. */
   stateFile: string;
   log: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'; pretty: boolean };
@@ -177,10 +181,27 @@ function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
   fail(path, `must be "masq", got ${JSON.stringify(v)}`);
 }
 
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\])$/;
+
+/** An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters). */
+function listener(v: unknown, path: string, defAddress: string): { address: string; token?: string } {
+  const o = obj(v, path, ['address', 'token']);
+  const address = o.address === '' ? '' : str(o.address, `${path}.address`, defAddress);
+  if (address) {
+    const m = /^(\[[0-9a-fA-F:]+\]|[^:]+):(\d+)$/.exec(address);
+    if (!m || Number(m[2]) > 65535) fail(`${path}.address`, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
+    if (!LOOPBACK.test(m[1]!) && o.token === undefined) {
+      fail(`${path}.token`, `is required when listening beyond loopback (${address}): anything reachable from the network needs a bearer token`);
+    }
+  }
+  if (o.token !== undefined && (typeof o.token !== 'string' || o.token.length < 16)) fail(`${path}.token`, 'must be a string of at least 16 characters');
+  return o.token === undefined ? { address } : { address, token: o.token as string };
+}
+
 // ── the validator ────────────────────────────────────────────────────────────────────────────
 /** Validates a parsed YAML document and fills defaults. Throws UvsError naming the field. */
 export function validateConfig(doc: unknown): UvsConfig {
-  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'api', 'stateFile', 'log', 'services']);
+  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'api', 'metrics', 'healthz', 'stateFile', 'log', 'services']);
   const dp = obj(root.dataplane, 'dataplane', [
     'device',
     'vipCidrs',
@@ -241,6 +262,8 @@ export function validateConfig(doc: unknown): UvsConfig {
   };
   if (gracefulTermination.checkInterval < 0.1) fail('gracefulTermination.checkInterval', 'must be at least 0.1 s');
   const api = obj(root.api, 'api', ['socket']);
+  const metrics = listener(root.metrics, 'metrics', '127.0.0.1:10249');
+  const healthz = listener(root.healthz, 'healthz', '127.0.0.1:10256');
   const log = obj(root.log, 'log', ['level', 'pretty']);
   const level = str(log.level, 'log.level', 'info');
   const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -266,6 +289,8 @@ export function validateConfig(doc: unknown): UvsConfig {
     timeouts,
     gracefulTermination,
     api: { socket: str(api.socket, 'api.socket', DEFAULTS.socket) },
+    metrics,
+    healthz,
     stateFile: root.stateFile === '' ? '' : str(root.stateFile, 'stateFile', DEFAULTS.stateFile),
     log: { level: level as UvsConfig['log']['level'], pretty: bool(log.pretty, 'log.pretty', false) },
     services,

@@ -11,6 +11,7 @@ import { ConnTable, createRealServerRegion } from '../conntrack/table';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { Dataplane } from '../lb/dataplane';
 import { startApi, type ApiServer } from './api';
+import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
 import { loadConfigFile, type UvsConfig } from './config';
 import { UvsError } from './errors';
 import { ServiceModel, type PersistedDrain } from './services';
@@ -31,6 +32,11 @@ export class Daemon {
   private api: ApiServer | null = null;
   private sweeper: NodeJS.Timeout | null = null;
   private drainTimer: NodeJS.Timeout | null = null;
+  private endpoints: HttpEndpoint[] = [];
+  /** Drains finished, by result (metrics). */
+  readonly drainResults = { deleted: 0, deadline: 0, resurrected: 0 };
+  /** When the last snapshot was published (ms since the epoch). */
+  lastSnapshotAt = Date.now();
   readonly startedAt = Date.now();
   expiredTotal = 0;
   reloads = { ok: 0, failed: 0, lastError: null as string | null };
@@ -52,6 +58,7 @@ export class Daemon {
     const drainLog = log.child({ component: 'graceful-termination' });
     this.model.onDrainEvent = (e) => {
       const f = { service: e.service, realServer: e.realServer, activeConnection: e.activeConns, inactiveConnection: e.inactConns };
+      if (e.action !== 'draining') this.drainResults[e.action]++;
       if (e.action === 'draining') drainLog.info(f, 'skip deleting real server till all connections have expired');
       else if (e.action === 'deleted') drainLog.info(f, 'deleted real server: all connections have expired');
       else if (e.action === 'deadline') drainLog.warn(f, 'maximum drain time reached: deleted real server with connections left');
@@ -87,6 +94,8 @@ export class Daemon {
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.saveState();
       d.api = await startApi(d, cfg.api.socket, log.child({ component: 'api' }));
+      if (cfg.metrics.address) d.endpoints.push(await startMetrics(d, cfg.metrics.address, cfg.metrics.token));
+      if (cfg.healthz.address) d.endpoints.push(await startHealthz(d, cfg.healthz.address, cfg.healthz.token));
     } catch (e) {
       await d.stop();
       throw e;
@@ -114,9 +123,14 @@ export class Daemon {
   /** The drain check (kube-proxy's tryDeleteRs, every gracefulTermination.checkInterval). */
   checkDrains(): void {
     if (!this.model.checkDrains()) return;
-    this.dataplane.publish(this.model.snapshot());
+    this.publish(this.model.snapshot());
     this.dataplane.syncReplyRules(this.model.replyRules());
     this.saveState();
+  }
+
+  publish(snapshot: ReturnType<ServiceModel['snapshot']>): void {
+    this.dataplane.publish(snapshot);
+    this.lastSnapshotAt = Date.now();
   }
 
   private loadState(): PersistedDrain[] {
@@ -153,6 +167,11 @@ export class Daemon {
     let cfg: UvsConfig;
     try {
       cfg = loadConfigFile(this.configFile);
+      for (const k of ['metrics', 'healthz'] as const) {
+        if (JSON.stringify(cfg[k]) !== JSON.stringify(this.cfg[k])) {
+          throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
+        }
+      }
       const fixed = ['device', 'workers', 'tableSize', 'maxRealServers', 'maxServices', 'mtu', 'routeTable', 'rulePriority', 'batch'] as const;
       for (const k of fixed) {
         if (cfg.dataplane[k] !== this.cfg.dataplane[k]) {
@@ -182,7 +201,7 @@ export class Daemon {
     const intervalChanged = cfg.gracefulTermination.checkInterval !== this.cfg.gracefulTermination.checkInterval;
     this.cfg = cfg;
     this.table.setTimeouts(tableTimeouts(cfg));
-    this.dataplane.publish(snapshot);
+    this.publish(snapshot);
     this.dataplane.syncReplyRules(this.model.replyRules());
     this.saveState();
     if (intervalChanged && this.drainTimer) {
@@ -200,6 +219,8 @@ export class Daemon {
     this.sweeper = null;
     this.drainTimer = null;
     this.saveState();
+    for (const e of this.endpoints) await e.close();
+    this.endpoints = [];
     if (this.api) await this.api.close();
     this.api = null;
     await this.dataplane.stop();

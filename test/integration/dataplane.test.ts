@@ -227,6 +227,41 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     assert.ok(lines.some((l) => /^ {2}-> 10\.200\.11\.2:8080 {13}Masq {4}1 {6}\d+ +\d+ +$/.test(l)), text);
   });
 
+  test('/metrics parses as Prometheus text with node_exporter IPVS names, types and labels; /healthz is up', () => {
+    const text = lab.exec(lab.lbNs, 'curl', ['-s', '-m', '5', 'http://127.0.0.1:10249/metrics']);
+    const types = new Map<string, string>();
+    const samples: { name: string; labels: Record<string, string>; value: number }[] = [];
+    for (const line of text.split('\n')) {
+      if (!line) continue;
+      const t = /^# TYPE (\S+) (counter|gauge|histogram|summary|untyped)$/.exec(line);
+      if (t) {
+        types.set(t[1]!, t[2]!);
+        continue;
+      }
+      if (line.startsWith('#')) continue;
+      const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (-?[0-9.e+]+|NaN|[+-]Inf)$/.exec(line);
+      assert.ok(m, `not Prometheus text format: ${line}`);
+      const labels: Record<string, string> = {};
+      for (const kv of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[kv[1]!] = kv[2]!;
+      samples.push({ name: m[1]!, labels, value: Number(m[3]) });
+    }
+    for (const n of ['node_ipvs_connections_total', 'node_ipvs_incoming_packets_total', 'node_ipvs_outgoing_packets_total', 'node_ipvs_incoming_bytes_total', 'node_ipvs_outgoing_bytes_total']) {
+      assert.equal(types.get(n), 'counter', n);
+      assert.ok(samples.find((x) => x.name === n)!.value > 0, `${n} counts`);
+    }
+    for (const n of ['node_ipvs_backend_connections_active', 'node_ipvs_backend_connections_inactive', 'node_ipvs_backend_weight']) assert.equal(types.get(n), 'gauge', n);
+    const w = samples.find((x) => x.name === 'node_ipvs_backend_weight' && x.labels.local_port === '81' && x.labels.remote_address === rs[0]);
+    assert.deepEqual(w?.labels, { local_address: LAB_VIP, local_port: '81', remote_address: rs[0], remote_port: '8080', proto: 'TCP', local_mark: '' });
+    assert.equal(w?.value, 3);
+    const inact = samples.filter((x) => x.name === 'node_ipvs_backend_connections_inactive' && x.labels.local_port === '80').reduce((a, x) => a + x.value, 0);
+    assert.ok(inact > 0, 'TIME_WAIT entries of the curl requests are InActConn');
+    assert.ok(samples.some((x) => x.name === 'uvs_drops_total' && x.labels.reason === 'bad_checksum' && x.value > 0));
+    assert.equal(samples.find((x) => x.name === 'uvs_connection_table_capacity')!.value, 65536);
+    assert.equal(samples.filter((x) => x.name === 'uvs_worker_up' && x.value === 1).length, 2);
+    const health = JSON.parse(lab.exec(lab.lbNs, 'curl', ['-s', '-m', '5', 'http://127.0.0.1:10256/healthz']));
+    assert.equal(health.healthy, true);
+  });
+
   test('stopping uvsd removes the device, routes and rules', async () => {
     await lab.stopUvsd();
     assert.throws(() => lab.ip(lab.lbNs, ['link', 'show', 'uvs0']));

@@ -78,3 +78,13 @@ test('a file that is not YAML is reported as unreadable', () => {
   assert.throws(() => loadConfigFile(f), (e: unknown) => e instanceof UvsError && e.code === 'UVS_ERR_CONFIG_READ');
   assert.throws(() => loadConfigFile(join(dir, 'missing.yaml')), (e: unknown) => e instanceof UvsError && e.code === 'UVS_ERR_CONFIG_READ');
 });
+
+test('metrics and health listeners beyond loopback need a token; loopback ones do not', () => {
+  assert.equal(validateConfig(base).metrics.address, '127.0.0.1:10249');
+  assert.equal(validateConfig(base).healthz.address, '127.0.0.1:10256');
+  rejects({ ...base, metrics: { address: '0.0.0.0:10249' } }, 'metrics.token', /required when listening beyond loopback/);
+  rejects({ ...base, healthz: { address: '10.0.0.1:10256', token: 'short' } }, 'healthz.token', /at least 16/);
+  assert.equal(validateConfig({ ...base, metrics: { address: '0.0.0.0:9100', token: 'a-long-enough-token' } }).metrics.token, 'a-long-enough-token');
+  assert.equal(validateConfig({ ...base, metrics: { address: '' } }).metrics.address, '');
+  rejects({ ...base, metrics: { address: 'nowhere' } }, 'metrics.address', /host:port/);
+});

@@ -1,0 +1,218 @@
+/**
+ * Prometheus metrics and the health endpoint.
+ *
+ * `node_ipvs_*` carry node_exporter's IPVS collector names, types, help strings and backend labels
+ * (local_address, local_port, remote_address, remote_port, proto, local_mark), so dashboards built
+ * for kernel IPVS work unchanged. `uvs_*` describe the dataplane. Every value is read at scrape
+ * time from the shared counters and the service model (metrics flow one way: workers bump,
+ * this reads); nothing here runs per packet.
+ *
+ * Listeners: metrics on 127.0.0.1:10249 (kube-proxy's port), /healthz and /livez on
+ * 127.0.0.1:10256. Either may listen beyond loopback only with a bearer token.
+ */
+import { timingSafeEqual } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { Counter, Gauge, Registry } from 'prom-client';
+import type { Daemon } from './daemon';
+
+const BACKEND_LABELS = ['local_address', 'local_port', 'remote_address', 'remote_port', 'proto', 'local_mark'] as const;
+
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\./.test(host);
+}
+
+/** host:port → parts; IPv6 as [addr]:port. */
+export function splitHostPort(s: string): { host: string; port: number } | null {
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(s) ?? /^([^:]+):(\d+)$/.exec(s);
+  if (!m) return null;
+  const port = Number(m[2]);
+  return port >= 0 && port <= 65535 ? { host: m[1]!, port } : null;
+}
+
+/** Constant-time bearer-token check; true when no token is required. */
+export function tokenOk(req: IncomingMessage, token: string | undefined): boolean {
+  if (!token) return true;
+  const h = req.headers.authorization ?? '';
+  const given = Buffer.from(h.startsWith('Bearer ') ? h.slice(7) : '');
+  const want = Buffer.from(token);
+  // Compare equal-length buffers only; a length mismatch still costs one comparison.
+  const same = given.length === want.length && timingSafeEqual(given, want);
+  if (given.length !== want.length) timingSafeEqual(want, want);
+  return same;
+}
+
+export function buildRegistry(d: Daemon): Registry {
+  const reg = new Registry();
+  const svcStatsSum = () => {
+    const sum = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };
+    for (const s of d.model.list()) {
+      const st = d.stats.service(s.slot);
+      sum.conns += st.conns;
+      sum.inPkts += st.inPkts;
+      sum.outPkts += st.outPkts;
+      sum.inBytes += st.inBytes;
+      sum.outBytes += st.outBytes;
+    }
+    return sum;
+  };
+  const total = (name: string, help: string, key: 'conns' | 'inPkts' | 'outPkts' | 'inBytes' | 'outBytes') =>
+    new Counter({
+      name,
+      help,
+      registers: [reg],
+      collect() {
+        this.reset();
+        this.inc(svcStatsSum()[key]);
+      },
+    });
+  total('node_ipvs_connections_total', 'The total number of connections made.', 'conns');
+  total('node_ipvs_incoming_packets_total', 'The total number of incoming packets.', 'inPkts');
+  total('node_ipvs_outgoing_packets_total', 'The total number of outgoing packets.', 'outPkts');
+  total('node_ipvs_incoming_bytes_total', 'The total amount of incoming data.', 'inBytes');
+  total('node_ipvs_outgoing_bytes_total', 'The total amount of outgoing data.', 'outBytes');
+
+  const backend = (name: string, help: string, pick: (r: { activeConns: number; inactConns: number; weight: number }) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: BACKEND_LABELS,
+      registers: [reg],
+      collect() {
+        this.reset();
+        // Rows with identical labels are summed, as node_exporter does.
+        for (const s of d.model.list()) {
+          for (const r of s.realServers) {
+            this.inc(
+              { local_address: s.cfg.address, local_port: String(s.cfg.port), remote_address: r.address, remote_port: String(r.port), proto: s.cfg.protocol.toUpperCase(), local_mark: '' },
+              pick(r),
+            );
+          }
+        }
+      },
+    });
+  backend('node_ipvs_backend_connections_active', 'The current active connections by local and remote address.', (r) => r.activeConns);
+  backend('node_ipvs_backend_connections_inactive', 'The current inactive connections by local and remote address.', (r) => r.inactConns);
+  backend('node_ipvs_backend_weight', 'The current backend weight by local and remote address.', (r) => r.weight);
+
+  const counterFrom = (name: string, help: string, labelNames: string[], fill: (c: Counter) => void) =>
+    new Counter({
+      name,
+      help,
+      labelNames,
+      registers: [reg],
+      collect() {
+        this.reset();
+        fill(this);
+      },
+    });
+  const gaugeFrom = (name: string, help: string, labelNames: string[], fill: (g: Gauge) => void) =>
+    new Gauge({
+      name,
+      help,
+      labelNames,
+      registers: [reg],
+      collect() {
+        this.reset();
+        fill(this);
+      },
+    });
+
+  counterFrom('uvs_packets_total', 'Packets read from (rx) and written to (tx) the TUN device.', ['direction'], (c) => {
+    const g = d.stats.global();
+    c.inc({ direction: 'rx' }, g.rxPackets!);
+    c.inc({ direction: 'tx' }, g.txPackets!);
+  });
+  counterFrom('uvs_bytes_total', 'Bytes read from (rx) and written to (tx) the TUN device.', ['direction'], (c) => {
+    const g = d.stats.global();
+    c.inc({ direction: 'rx' }, g.rxBytes!);
+    c.inc({ direction: 'tx' }, g.txBytes!);
+  });
+  counterFrom('uvs_drops_total', 'Packets dropped by the dataplane, by reason.', ['reason'], (c) => {
+    for (const [reason, v] of Object.entries(d.stats.drops())) c.inc({ reason }, v);
+  });
+  counterFrom('uvs_tx_errors_total', 'Packets the TUN device would not take (queue full).', [], (c) => c.inc(d.stats.global().txErrors!));
+  counterFrom('uvs_scheduling_failures_total', 'New flows refused because no real server was available.', [], (c) => c.inc(d.stats.drops().no_real_server!));
+  counterFrom('uvs_connections_expired_total', 'Connection entries removed by their timers.', [], (c) => c.inc(d.expiredTotal));
+  gaugeFrom('uvs_connection_table_entries', 'Live entries in the shared connection table.', [], (g) => g.set(d.table.count()));
+  gaugeFrom('uvs_connection_table_capacity', 'Capacity of the shared connection table.', [], (g) => g.set(d.table.capacity));
+  counterFrom('uvs_worker_packets_total', 'Packets read per dataplane worker.', ['worker'], (c) => {
+    d.stats.perWorker().forEach((w, i) => c.inc({ worker: String(i) }, w.rxPackets));
+  });
+  gaugeFrom('uvs_worker_up', '1 when the dataplane worker is running.', ['worker'], (g) => {
+    for (const w of d.dataplane.workerInfo()) g.set({ worker: String(w.id) }, w.ready ? 1 : 0);
+  });
+  counterFrom('uvs_worker_restarts_total', 'Dataplane worker restarts.', ['worker'], (c) => {
+    for (const w of d.dataplane.workerInfo()) c.inc({ worker: String(w.id) }, w.restarts);
+  });
+  gaugeFrom('uvs_drain_list_size', 'Real servers being drained (graceful termination).', [], (g) => g.set(d.model.drains().length));
+  counterFrom('uvs_drains_total', 'Drains finished, by result: deleted (no connection left), deadline (maximum drain time), resurrected (re-added).', ['result'], (c) => {
+    for (const [result, v] of Object.entries(d.drainResults)) c.inc({ result }, v);
+  });
+  counterFrom('uvs_config_reloads_total', 'Configuration reloads, by result.', ['result'], (c) => {
+    c.inc({ result: 'ok' }, d.reloads.ok);
+    c.inc({ result: 'rejected' }, d.reloads.failed);
+  });
+  gaugeFrom('uvs_realserver_healthy', '1 when the real server passes its health check (or has none).', [...BACKEND_LABELS], (g) => {
+    for (const s of d.model.list()) {
+      for (const r of s.realServers) {
+        g.set({ local_address: s.cfg.address, local_port: String(s.cfg.port), remote_address: r.address, remote_port: String(r.port), proto: s.cfg.protocol.toUpperCase(), local_mark: '' }, r.healthy ? 1 : 0);
+      }
+    }
+  });
+  return reg;
+}
+
+export interface HttpEndpoint {
+  server: Server;
+  close(): Promise<void>;
+}
+
+function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, address: string): Promise<HttpEndpoint> {
+  const hp = splitHostPort(address)!;
+  const server = createServer(handler);
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(hp.port, hp.host, () => {
+      server.off('error', reject);
+      resolve({ server, close: () => new Promise((r) => server.close(() => r())) });
+    });
+  });
+}
+
+export function startMetrics(d: Daemon, address: string, token: string | undefined): Promise<HttpEndpoint> {
+  const reg = buildRegistry(d);
+  return listen((req, res) => {
+    if (!tokenOk(req, token)) {
+      res.writeHead(401, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'UVS_ERR_API_UNAUTHORIZED', message: 'missing or wrong bearer token' }));
+      return;
+    }
+    if (req.url !== '/metrics') {
+      res.writeHead(404).end();
+      return;
+    }
+    reg.metrics().then(
+      (text) => res.writeHead(200, { 'content-type': reg.contentType }).end(text),
+      (e: Error) => res.writeHead(500).end(e.message),
+    );
+  }, address);
+}
+
+/** kube-proxy-style health: 200 while every worker runs, 503 otherwise. */
+export function startHealthz(d: Daemon, address: string, token: string | undefined): Promise<HttpEndpoint> {
+  return listen((req, res) => {
+    if (!tokenOk(req, token)) {
+      res.writeHead(401).end();
+      return;
+    }
+    if (req.url !== '/healthz' && req.url !== '/livez') {
+      res.writeHead(404).end();
+      return;
+    }
+    const workers = d.dataplane.workerInfo();
+    const healthy = workers.length > 0 && workers.every((w) => w.ready);
+    const now = new Date().toISOString();
+    res
+      .writeHead(healthy ? 200 : 503, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ lastUpdated: healthy ? now : new Date(d.lastSnapshotAt).toISOString(), currentTime: now, healthy, workers: workers.map((w) => ({ id: w.id, up: w.ready, restarts: w.restarts })) }));
+  }, address);
+}
