@@ -140,6 +140,7 @@ export function buildApi(d: Daemon, log: Logger): FastifyInstance {
   );
   app.get('/v1/stats', async () => statsView(d));
   app.get('/v1/drains', async () => drainsView(d));
+  app.get('/v1/health', async () => ({ checks: d.health.states() }));
   app.get('/v1/timeouts', async () => ({
     tcp: d.cfg.timeouts.tcp.ESTABLISHED,
     tcpFin: d.cfg.timeouts.tcp.FIN_WAIT,

@@ -24,6 +24,19 @@ export interface RealServerConfig {
   lowerThreshold: number;
 }
 
+export interface HealthCheckConfig {
+  type: 'tcp' | 'http';
+  /** Port to check; absent = the real server's port. */
+  port?: number;
+  path: string;
+  expectStatus: number;
+  /** Seconds. */
+  interval: number;
+  timeout: number;
+  rise: number;
+  fall: number;
+}
+
 export interface ServiceConfig {
   name: string;
   protocol: Protocol;
@@ -37,6 +50,7 @@ export interface ServiceConfig {
   maxDrainTime?: number;
   /** mh lookup-table size (one of the kernel's primes); absent = 4093. */
   mhTableSize?: number;
+  healthCheck?: HealthCheckConfig;
 }
 
 export interface UvsConfig {
@@ -311,6 +325,7 @@ export function validateService(v: unknown, path: string): ServiceConfig {
     'realServers',
     'maxDrainTime',
     'mhTableSize',
+    'healthCheck',
   ]);
   if (!isObj(v)) fail(path, 'must be a mapping');
   const protocol = str(s.protocol, `${path}.protocol`, 'tcp');
@@ -345,6 +360,7 @@ export function validateService(v: unknown, path: string): ServiceConfig {
   });
   const name = s.name === undefined ? `${protocol}/${address}:${port}` : str(s.name, `${path}.name`);
   const out: ServiceConfig = { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers };
+  if (s.healthCheck !== undefined) out.healthCheck = healthCheck(s.healthCheck, `${path}.healthCheck`);
   if (s.maxDrainTime !== undefined) out.maxDrainTime = duration(s.maxDrainTime, `${path}.maxDrainTime`, 0);
   if (s.mhTableSize !== undefined) {
     const primes = [251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071];
@@ -352,6 +368,26 @@ export function validateService(v: unknown, path: string): ServiceConfig {
     out.mhTableSize = int(s.mhTableSize, `${path}.mhTableSize`, undefined, 1, 131071);
     if (!primes.includes(out.mhTableSize)) fail(`${path}.mhTableSize`, `must be one of the kernel's sizes ${primes.join(', ')}`);
   }
+  return out;
+}
+
+function healthCheck(v: unknown, path: string): HealthCheckConfig {
+  const h = obj(v, path, ['type', 'port', 'path', 'expectStatus', 'interval', 'timeout', 'rise', 'fall']);
+  const type = str(h.type, `${path}.type`, 'tcp');
+  if (type !== 'tcp' && type !== 'http') fail(`${path}.type`, `must be tcp or http, got ${JSON.stringify(type)}`);
+  const out: HealthCheckConfig = {
+    type,
+    path: str(h.path, `${path}.path`, '/'),
+    expectStatus: int(h.expectStatus, `${path}.expectStatus`, 200, 100, 599),
+    interval: duration(h.interval, `${path}.interval`, 2, 3600),
+    timeout: duration(h.timeout, `${path}.timeout`, 1, 3600),
+    rise: int(h.rise, `${path}.rise`, 2, 1, 100),
+    fall: int(h.fall, `${path}.fall`, 3, 1, 100),
+  };
+  if (!out.path.startsWith('/')) fail(`${path}.path`, 'must start with /');
+  if (out.interval < 0.1) fail(`${path}.interval`, 'must be at least 0.1 s');
+  if (out.timeout <= 0 || out.timeout > out.interval) fail(`${path}.timeout`, `must be more than 0 and at most the interval (${out.interval} s)`);
+  if (h.port !== undefined) out.port = int(h.port, `${path}.port`, undefined, 1, 65535);
   return out;
 }
 

@@ -11,6 +11,7 @@ import { ConnTable, createRealServerRegion } from '../conntrack/table';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { Dataplane } from '../lb/dataplane';
 import { startApi, type ApiServer } from './api';
+import { HealthChecker } from './health';
 import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
 import { loadConfigFile, type UvsConfig } from './config';
 import { UvsError } from './errors';
@@ -33,6 +34,7 @@ export class Daemon {
   private sweeper: NodeJS.Timeout | null = null;
   private drainTimer: NodeJS.Timeout | null = null;
   private endpoints: HttpEndpoint[] = [];
+  readonly health: HealthChecker;
   /** Drains finished, by result (metrics). */
   readonly drainResults = { deleted: 0, deadline: 0, resurrected: 0 };
   /** When the last snapshot was published (ms since the epoch). */
@@ -64,6 +66,9 @@ export class Daemon {
       else if (e.action === 'deadline') drainLog.warn(f, 'maximum drain time reached: deleted real server with connections left');
       else drainLog.info(f, 'real server re-added while draining: deleted and added back');
     };
+    this.health = new HealthChecker(log.child({ component: 'health' }), (service, realServer, healthy) => {
+      if (this.model.setHealthy(service, realServer, healthy)) this.publish(this.model.snapshot());
+    });
     this.model.apply(cfg);
     const snapshot = this.model.restoreDrains(this.loadState());
     this.dataplane = new Dataplane(
@@ -92,6 +97,7 @@ export class Daemon {
       d.dataplane.syncReplyRules(d.model.replyRules());
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
+      d.health.sync(cfg.services);
       d.saveState();
       d.api = await startApi(d, cfg.api.socket, log.child({ component: 'api' }));
       if (cfg.metrics.address) d.endpoints.push(await startMetrics(d, cfg.metrics.address, cfg.metrics.token));
@@ -203,6 +209,7 @@ export class Daemon {
     this.table.setTimeouts(tableTimeouts(cfg));
     this.publish(snapshot);
     this.dataplane.syncReplyRules(this.model.replyRules());
+    this.health.sync(cfg.services);
     this.saveState();
     if (intervalChanged && this.drainTimer) {
       clearInterval(this.drainTimer);
@@ -214,6 +221,7 @@ export class Daemon {
   }
 
   async stop(): Promise<void> {
+    this.health.stop();
     if (this.sweeper) clearInterval(this.sweeper);
     if (this.drainTimer) clearInterval(this.drainTimer);
     this.sweeper = null;

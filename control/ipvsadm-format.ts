@@ -147,3 +147,23 @@ export function formatDrains(checkInterval: number, drains: FmtDrain[]): string 
   }
   return out.join('\n') + '\n';
 }
+
+export interface FmtHealth {
+  service: string;
+  realServer: string;
+  healthy: boolean;
+  consecutiveOk: number;
+  consecutiveFail: number;
+  lastError: string | null;
+  checks: number;
+}
+
+/** uvs's own listing (`uvsadm -L --health`): health-check verdicts per real server. */
+export function formatHealth(checks: FmtHealth[]): string {
+  const out = [`${left('Prot LocalAddress:Port', 27)} ${left('-> RemoteAddress:Port', 28)} ${left('Health', 7)} ${left('Checks', 8)} Last error`];
+  for (const c of [...checks].sort((a, b) => (a.service + a.realServer).localeCompare(b.service + b.realServer))) {
+    const [proto, addr] = c.service.split(' ');
+    out.push(`${left(`${left(proto!.toUpperCase(), 4)} ${addr}`, 27)} ${left(`-> ${c.realServer}`, 28)} ${left(c.healthy ? 'up' : 'DOWN', 7)} ${left(c.checks, 8)} ${c.lastError ?? '-'}`);
+  }
+  return out.join('\n') + '\n';
+}

@@ -3,7 +3,7 @@
  * uvsadm — ipvsadm-compatible administration of a running uvsd, over its API socket.
  */
 import { apiCall, DEFAULT_SOCKET } from './client';
-import { formatConnections, formatDrains, formatList, formatTimeouts, type FmtConnection, type FmtDrain, type FmtService } from './ipvsadm-format';
+import { formatConnections, formatDrains, formatHealth, formatList, formatTimeouts, type FmtConnection, type FmtDrain, type FmtHealth, type FmtService } from './ipvsadm-format';
 
 const HELP = `uvsadm v0.1.0 (ipvsadm-compatible front end of uvsd)
 Usage:
@@ -19,6 +19,7 @@ Options:
   --exact        -X   expand numbers (with --stats)
   --timeout           show the tcp tcpfin udp timeouts
   --drain             (uvs) real servers being drained: since when, connections left, deadline
+  --health            (uvs) health-check verdicts per real server
   --socket PATH       uvsd API socket (default $UVS_SOCKET or /run/uvs/uvsd.sock)
 
 Not yet implemented (edit the YAML configuration and run uvsadm --reload instead):
@@ -39,6 +40,7 @@ async function main(argv: string[]): Promise<number> {
   let exact = false;
   let timeout = false;
   let drain = false;
+  let health = false;
   let reload = false;
   let kill: string | undefined;
   for (let i = 0; i < argv.length; i++) {
@@ -63,6 +65,7 @@ async function main(argv: string[]): Promise<number> {
     else if (a === '--exact') exact = true;
     else if (a === '--timeout') timeout = true;
     else if (a === '--drain') drain = true;
+    else if (a === '--health') health = true;
     else if (UNIMPLEMENTED.has(a)) {
       console.error(`uvsadm: ${a} is not implemented yet; edit uvsd's YAML configuration and run 'uvsadm --reload'`);
       return 255;
@@ -89,6 +92,11 @@ async function main(argv: string[]): Promise<number> {
     if (timeout) {
       const r = await apiCall<{ tcp: number; tcpFin: number; udp: number }>(socket, 'GET', '/v1/timeouts');
       process.stdout.write(formatTimeouts(r.body));
+      return 0;
+    }
+    if (health) {
+      const r = await apiCall<{ checks: FmtHealth[] }>(socket, 'GET', '/v1/health');
+      process.stdout.write(formatHealth(r.body.checks));
       return 0;
     }
     if (drain) {

@@ -142,11 +142,33 @@ export class Lab {
     return spawn('ip', ['netns', 'exec', ns, cmd, ...args], { stdio: 'ignore', ...opts });
   }
 
+  private serverPids: (number | undefined)[] = [];
+
+  /** Starts lab/servers.js (HTTP, UDP echo, TCP echo) in real-server namespace i (0-based). */
+  startServer(i: number): void {
+    const log = openSync(join(this.dir, `rs${i + 1}.log`), 'a');
+    const p = this.spawn(this.rsNs[i]!, process.execPath, [join(ROOT, 'dist', 'lab', 'servers.js'), '--name', `rs${i + 1}`], { stdio: ['ignore', log, log], detached: true });
+    p.unref();
+    this.serverPids[i] = p.pid;
+  }
+
+  /** Kills real server i's servers.js (a crashed backend: connections refused from then on). */
+  stopServer(i: number): void {
+    const pid = this.serverPids[i];
+    if (pid !== undefined) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
+    }
+    this.serverPids[i] = undefined;
+  }
+
   private startServers(): void {
-    const servers = join(ROOT, 'dist', 'lab', 'servers.js');
     this.rsNs.forEach((ns, i) => {
+      this.startServer(i);
       const log = openSync(join(this.dir, `rs${i + 1}.log`), 'a');
-      this.spawn(ns, process.execPath, [servers, '--name', `rs${i + 1}`], { stdio: ['ignore', log, log], detached: true }).unref();
       if (hasCommand('iperf3')) {
         this.spawn(ns, 'iperf3', ['-s', '-p', '5201'], { stdio: ['ignore', log, log], detached: true }).unref();
       }

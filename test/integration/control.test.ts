@@ -1,0 +1,118 @@
+/**
+ * The control plane against a running uvsd in the namespace lab: health checks quiescing and
+ * restoring a killed real server, the admin API's socket permissions and errors, hot reload under
+ * traffic.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { apiCall } from '../../control/client';
+import { Lab, LAB_VIP, sleep } from '../../lab/lab';
+
+const ROOT = join(__dirname, '..', '..', '..');
+const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
+const isRoot = process.getuid?.() === 0;
+
+interface RsView {
+  address: string;
+  weight: number;
+  configuredWeight: number;
+  healthy: boolean;
+}
+
+describe('control plane', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 600_000 }, () => {
+  const lab = new Lab({ prefix: `uvc${process.pid % 100000}` });
+  const rs = lab.rsAddrs;
+  const hc = { type: 'http', path: '/', interval: 0.3, timeout: 0.25, rise: 2, fall: 2 };
+  const services = (web: string[] = rs, extra: Record<string, unknown> = {}) => [
+    { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', healthCheck: hc, realServers: web.map((a) => ({ address: a, port: 8080 })), ...extra },
+    { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
+  ];
+  let configFile = '';
+  const api = <T>(method: string, path: string, body?: unknown) => apiCall<T>(lab.socket, method, path, body);
+  const web = async () => (await api<{ services: { port: number; realServers: RsView[] }[] }>('GET', '/v1/services')).body.services.find((s) => s.port === 80)!.realServers;
+  const curlMany = (n: number): Record<string, number> => {
+    const text = lab.exec(lab.clientNs, 'sh', ['-c', `for i in $(seq ${n}); do curl -s -m 5 http://${LAB_VIP}/ || echo FAIL; done`], 60000);
+    const counts: Record<string, number> = {};
+    for (const l of text.split('\n').filter(Boolean)) counts[l] = (counts[l] ?? 0) + 1;
+    return counts;
+  };
+  const waitFor = async (what: string, fn: () => Promise<boolean>, timeoutMs: number) => {
+    const deadline = Date.now() + timeoutMs;
+    while (!(await fn())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await sleep(100);
+    }
+  };
+
+  before(async () => {
+    lab.up();
+    await lab.waitServers();
+    configFile = lab.writeConfig(lab.config(services()));
+    await lab.startUvsd(configFile);
+  });
+
+  after(async () => {
+    await lab.stopUvsd();
+    lab.down();
+  });
+
+  test('a killed real server is quiesced by its health check and restored when it comes back', async () => {
+    await waitFor('first health checks', async () => (await api<{ checks: { checks: number }[] }>('GET', '/v1/health')).body.checks.every((c) => c.checks > 0), 5000);
+    lab.stopServer(1);
+    await waitFor('rs2 to be marked down', async () => (await web()).find((r) => r.address === rs[1])!.healthy === false, 5000);
+    const down = (await web()).find((r) => r.address === rs[1])!;
+    assert.deepEqual([down.weight, down.configuredWeight], [0, 1]);
+    const during = curlMany(12);
+    assert.deepEqual(during, { rs1: 6, rs3: 6 }, 'no request reached the dead server and none failed');
+    const metrics = lab.exec(lab.lbNs, 'curl', ['-s', 'http://127.0.0.1:10249/metrics']);
+    assert.match(metrics, new RegExp(`uvs_realserver_healthy\\{local_address="${LAB_VIP}",local_port="80",remote_address="${rs[1]}",remote_port="8080",proto="TCP",local_mark=""\\} 0`));
+    const listing = lab.exec(lab.lbNs, process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, '--health']);
+    assert.match(listing, new RegExp(`-> ${rs[1]!.replace(/\./g, '\\.')}:8080 +DOWN`));
+    lab.startServer(1);
+    await waitFor('rs2 to be healthy again', async () => (await web()).find((r) => r.address === rs[1])!.healthy, 5000);
+    assert.equal((await web()).find((r) => r.address === rs[1])!.weight, 1);
+    const afterRestore = curlMany(9);
+    assert.equal(afterRestore.rs2, 3, `traffic back on rs2: ${JSON.stringify(afterRestore)}`);
+  });
+
+  test('the API socket is root-only: directory 0700, socket 0600', () => {
+    assert.equal(statSync(lab.socket).mode & 0o777, 0o600);
+    assert.equal(statSync(join(lab.socket, '..')).mode & 0o777, 0o700);
+  });
+
+  test('API errors carry stable codes: unknown route 404, bad query 400', async () => {
+    const nf = await api<{ code: string }>('GET', '/v1/nothing');
+    assert.deepEqual([nf.status, nf.body.code], [404, 'UVS_ERR_API_NOT_FOUND']);
+    const bad = await api<{ code: string; message: string }>('GET', '/v1/connections?limit=0');
+    assert.deepEqual([bad.status, bad.body.code], [400, 'UVS_ERR_API_BAD_REQUEST']);
+    const kill = await api<{ code: string }>('POST', '/v1/workers/99/kill');
+    assert.deepEqual([kill.status, kill.body.code], [404, 'UVS_ERR_API_NOT_FOUND']);
+  });
+
+  test('hot reload under traffic breaks no connection: servers added, reweighted and removed while long requests run', async () => {
+    const load = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'load', LAB_VIP, '80', '6', '6', '3', '800'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let text = '';
+    load.stdout.on('data', (d: Buffer) => (text += d.toString()));
+    const steps = [
+      services([rs[0]!, rs[1]!]),
+      services(rs, { scheduler: 'wrr' }),
+      services(rs).map((s) => (s.port === 80 ? { ...s, realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: i + 1 })) } : s)),
+      services([rs[2]!]),
+      services(),
+    ];
+    for (const st of steps) {
+      await sleep(1000);
+      writeFileSync(configFile, stringify(lab.config(st)));
+      const r = await api('POST', '/v1/reload');
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+    }
+    await new Promise((r) => load.on('exit', r));
+    const res = JSON.parse(text) as { requests: number; errors: number; records: { error: string | null }[] };
+    assert.equal(res.errors, 0, `broken: ${JSON.stringify(res.records.filter((r) => r.error).slice(0, 5))}`);
+    assert.ok(res.requests > 50, `requests: ${res.requests}`);
+  });
+});
