@@ -11,7 +11,11 @@ import * as L from '../conntrack/layout';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { formatIPv4 } from '../lb/addr';
 import type { Daemon } from './daemon';
+import { isLoopback, splitHostPort, tokenOk } from './metrics';
+import { validateRealServer, validateService } from './config';
+import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { ERRORS, UvsError } from './errors';
+import { serviceKey } from './services';
 
 export interface ApiServer {
   close(): Promise<void>;
@@ -98,8 +102,15 @@ export function statsView(d: Daemon) {
   };
 }
 
-export function buildApi(d: Daemon, log: Logger): FastifyInstance {
+export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstance {
   const app = Fastify({ logger: false });
+  if (token !== undefined) {
+    app.addHook('onRequest', async (req, reply) => {
+      if (!tokenOk(req.raw, token)) {
+        return reply.status(401).send({ code: 'UVS_ERR_API_UNAUTHORIZED', message: ERRORS.UVS_ERR_API_UNAUTHORIZED.message });
+      }
+    });
+  }
   app.setErrorHandler((err, _req, reply) => {
     if (err instanceof UvsError) return reply.status(err.status).send(err.toJSON());
     const e = err as { validation?: unknown; statusCode?: number; message: string };
@@ -146,6 +157,95 @@ export function buildApi(d: Daemon, log: Logger): FastifyInstance {
     tcpFin: d.cfg.timeouts.tcp.FIN_WAIT,
     udp: d.cfg.timeouts.udp,
   }));
+  app.get('/v1/config', async () => ({ file: d.configFile, document: d.doc, effective: d.cfg }));
+
+  const runEdits = (ops: EditOp[], reply: import('fastify').FastifyReply) => {
+    // Each operation's body is checked by the configuration schema first, so errors name it.
+    ops.forEach((o, i) => {
+      if (o.op === 'addService' || o.op === 'editService') validateService(o.service, `ops[${i}].service`);
+      if (o.op === 'addRealServer' || o.op === 'editRealServer') validateRealServer(o.realServer, `ops[${i}].realServer`, o.ref.port, 'masq');
+    });
+    const r = d.edit((doc) => applyEdits(doc, ops));
+    if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
+    return reply.send({ ok: true, version: r.version });
+  };
+  const refSchema = {
+    type: 'object',
+    additionalProperties: false,
+    required: ['protocol', 'address', 'port'],
+    properties: { protocol: { type: 'string' }, address: { type: 'string' }, port: { type: 'integer' } },
+  };
+  app.post(
+    '/v1/batch',
+    {
+      schema: {
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['ops'],
+          properties: {
+            ops: {
+              type: 'array',
+              maxItems: 100000,
+              items: {
+                type: 'object',
+                required: ['op'],
+                properties: {
+                  op: { enum: ['addService', 'editService', 'deleteService', 'clear', 'addRealServer', 'editRealServer', 'deleteRealServer', 'setTimeouts'] },
+                  service: { type: 'object' },
+                  realServer: { type: 'object' },
+                  ref: refSchema,
+                  address: { type: 'string' },
+                  port: { type: 'integer' },
+                  tcp: { type: 'number', minimum: 0 },
+                  tcpFin: { type: 'number', minimum: 0 },
+                  udp: { type: 'number', minimum: 0 },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+    async (req, reply) => runEdits((req.body as { ops: EditOp[] }).ops, reply),
+  );
+  const refFrom = (p: { protocol: string; address: string; port: string }): ServiceRef => ({ protocol: p.protocol, address: p.address, port: Number(p.port) });
+  app.post('/v1/services', async (req, reply) => runEdits([{ op: 'addService', service: req.body as Record<string, unknown> }], reply));
+  app.delete('/v1/services', async (_req, reply) => runEdits([{ op: 'clear' }], reply));
+  app.put('/v1/services/:protocol/:address/:port', async (req, reply) => {
+    const ref = refFrom(req.params as { protocol: string; address: string; port: string });
+    return runEdits([{ op: 'editService', service: { ...(req.body as Record<string, unknown>), protocol: ref.protocol, address: ref.address, port: ref.port } }], reply);
+  });
+  app.delete('/v1/services/:protocol/:address/:port', async (req, reply) =>
+    runEdits([{ op: 'deleteService', ref: refFrom(req.params as { protocol: string; address: string; port: string }) }], reply),
+  );
+  app.post('/v1/services/:protocol/:address/:port/realservers', async (req, reply) =>
+    runEdits([{ op: 'addRealServer', ref: refFrom(req.params as { protocol: string; address: string; port: string }), realServer: req.body as Record<string, unknown> }], reply),
+  );
+  app.put('/v1/services/:protocol/:address/:port/realservers/:raddr/:rport', async (req, reply) => {
+    const p = req.params as { protocol: string; address: string; port: string; raddr: string; rport: string };
+    return runEdits([{ op: 'editRealServer', ref: refFrom(p), realServer: { ...(req.body as Record<string, unknown>), address: p.raddr, port: Number(p.rport) } }], reply);
+  });
+  app.delete('/v1/services/:protocol/:address/:port/realservers/:raddr/:rport', async (req, reply) => {
+    const p = req.params as { protocol: string; address: string; port: string; raddr: string; rport: string };
+    return runEdits([{ op: 'deleteRealServer', ref: refFrom(p), address: p.raddr, port: Number(p.rport) }], reply);
+  });
+  app.put('/v1/timeouts', async (req, reply) => {
+    const b = (req.body ?? {}) as { tcp?: number; tcpFin?: number; udp?: number };
+    return runEdits([{ op: 'setTimeouts', tcp: b.tcp ?? 0, tcpFin: b.tcpFin ?? 0, udp: b.udp ?? 0 }], reply);
+  });
+  app.post('/v1/zero', async (req) => {
+    // ipvsadm -Z: packet, byte and connection counters start again from zero (all services, or one).
+    const b = (req.body ?? {}) as { service?: ServiceRef };
+    const list = d.model.list().filter((s) => !b.service || s.key === serviceKey(b.service));
+    if (b.service && list.length === 0) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${serviceKey(b.service)}`, 'service');
+    for (const s of list) {
+      d.stats.zeroService(s.slot);
+      for (const r of s.realServers) d.stats.zeroRealServer(r.slot);
+    }
+    return { ok: true, zeroed: list.length };
+  });
+
   app.post('/v1/reload', async (_req, reply) => {
     const r = d.reload();
     if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
@@ -161,8 +261,18 @@ export function buildApi(d: Daemon, log: Logger): FastifyInstance {
   return app;
 }
 
-export async function startApi(d: Daemon, socket: string, log: Logger): Promise<ApiServer> {
+export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { listen: string; token?: string }): Promise<ApiServer> {
   const app = buildApi(d, log);
+  let tcpApp: FastifyInstance | null = null;
+  if (tcp?.listen) {
+    const hp = splitHostPort(tcp.listen)!;
+    const host = hp.host.replace(/^\[|\]$/g, '');
+    if (!isLoopback(host) && !tcp.token) throw new UvsError('UVS_ERR_CONFIG_INVALID', `refusing to serve the API on ${tcp.listen} without a token`, 'api.token');
+    if (!tcp.token) log.warn({ listen: tcp.listen }, 'API TCP listener without a token: any local user can use it');
+    tcpApp = buildApi(d, log, tcp.token);
+    await tcpApp.listen({ host, port: hp.port });
+    log.info({ listen: tcp.listen, token: tcp.token ? 'required' : 'none' }, 'API listening on TCP');
+  }
   const dir = dirname(socket);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   if (existsSync(socket)) unlinkSync(socket); // a stale socket of a dead daemon
@@ -171,6 +281,7 @@ export async function startApi(d: Daemon, socket: string, log: Logger): Promise<
   log.info({ socket }, 'API listening');
   return {
     close: async () => {
+      await tcpApp?.close();
       await app.close();
       if (existsSync(socket)) unlinkSync(socket);
     },

@@ -83,7 +83,8 @@ export interface UvsConfig {
     /** A packet of a deleted real server's connection expires the entry and is scheduled anew (kernel sysctl, kube-proxy sets 1). */
     expireNodestConn: boolean;
   };
-  api: { socket: string };
+  /** Admin API: the root-only unix socket, and an optional TCP listener ('' = none). */
+  api: { socket: string; listen: string; token?: string };
   /** Prometheus metrics; address '' = off. */
   metrics: { address: string; token?: string };
   /** /healthz and /livez; address '' = off. */
@@ -275,7 +276,8 @@ export function validateConfig(doc: unknown): UvsConfig {
     expireNodestConn: bool(gt.expireNodestConn, 'gracefulTermination.expireNodestConn', true),
   };
   if (gracefulTermination.checkInterval < 0.1) fail('gracefulTermination.checkInterval', 'must be at least 0.1 s');
-  const api = obj(root.api, 'api', ['socket']);
+  const api = obj(root.api, 'api', ['socket', 'listen', 'token']);
+  const apiTcp = listener({ address: api.listen ?? '', ...(api.token !== undefined ? { token: api.token } : {}) }, 'api', '');
   const metrics = listener(root.metrics, 'metrics', '127.0.0.1:10249');
   const healthz = listener(root.healthz, 'healthz', '127.0.0.1:10256');
   const log = obj(root.log, 'log', ['level', 'pretty']);
@@ -302,7 +304,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     dataplane,
     timeouts,
     gracefulTermination,
-    api: { socket: str(api.socket, 'api.socket', DEFAULTS.socket) },
+    api: { socket: str(api.socket, 'api.socket', DEFAULTS.socket), listen: apiTcp.address, ...(apiTcp.token !== undefined ? { token: apiTcp.token } : {}) },
     metrics,
     healthz,
     stateFile: root.stateFile === '' ? '' : str(root.stateFile, 'stateFile', DEFAULTS.stateFile),
@@ -409,6 +411,11 @@ export function validateRealServer(v: unknown, path: string, servicePort: number
 
 /** Reads and validates a YAML file. */
 export function loadConfigFile(file: string): UvsConfig {
+  return validateConfig(readConfigDoc(file));
+}
+
+/** Reads a YAML file into its raw document (not validated). */
+export function readConfigDoc(file: string): unknown {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -421,5 +428,5 @@ export function loadConfigFile(file: string): UvsConfig {
   } catch (e) {
     throw new UvsError('UVS_ERR_CONFIG_READ', `${file}: not valid YAML: ${(e as Error).message}`);
   }
-  return validateConfig(doc);
+  return doc;
 }

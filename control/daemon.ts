@@ -13,7 +13,7 @@ import { Dataplane } from '../lb/dataplane';
 import { startApi, type ApiServer } from './api';
 import { HealthChecker } from './health';
 import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
-import { loadConfigFile, type UvsConfig } from './config';
+import { readConfigDoc, validateConfig, type UvsConfig } from './config';
 import { UvsError } from './errors';
 import { ServiceModel, type PersistedDrain } from './services';
 import { StatsReader } from './stats';
@@ -24,6 +24,11 @@ export function tableTimeouts(cfg: UvsConfig): { tcp: number[]; udp: number } {
 
 export class Daemon {
   cfg: UvsConfig;
+  /**
+   * The running configuration as a raw document (YAML as parsed, or as edited through the API):
+   * every change is made on a copy of it and validated whole by the same schema as the file.
+   */
+  doc: unknown;
   readonly configFile: string;
   readonly log: Logger;
   readonly table: ConnTable;
@@ -43,7 +48,8 @@ export class Daemon {
   expiredTotal = 0;
   reloads = { ok: 0, failed: 0, lastError: null as string | null };
 
-  private constructor(cfg: UvsConfig, configFile: string, log: Logger) {
+  private constructor(doc: unknown, cfg: UvsConfig, configFile: string, log: Logger) {
+    this.doc = doc;
     this.cfg = cfg;
     this.configFile = configFile;
     this.log = log;
@@ -90,8 +96,9 @@ export class Daemon {
   }
 
   static async start(configFile: string, log: Logger): Promise<Daemon> {
-    const cfg = loadConfigFile(configFile);
-    const d = new Daemon(cfg, configFile, log);
+    const doc = readConfigDoc(configFile);
+    const cfg = validateConfig(doc);
+    const d = new Daemon(doc, cfg, configFile, log);
     await d.dataplane.start();
     try {
       d.dataplane.syncReplyRules(d.model.replyRules());
@@ -99,7 +106,7 @@ export class Daemon {
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.health.sync(cfg.services);
       d.saveState();
-      d.api = await startApi(d, cfg.api.socket, log.child({ component: 'api' }));
+      d.api = await startApi(d, cfg.api.socket, log.child({ component: 'api' }), cfg.api);
       if (cfg.metrics.address) d.endpoints.push(await startMetrics(d, cfg.metrics.address, cfg.metrics.token));
       if (cfg.healthz.address) d.endpoints.push(await startHealthz(d, cfg.healthz.address, cfg.healthz.token));
     } catch (e) {
@@ -170,10 +177,44 @@ export class Daemon {
    * running configuration stays; a good one is applied as a diff (see services.ts).
    */
   reload(): { ok: true; version: number } | { ok: false; error: UvsError } {
+    let doc: unknown;
+    try {
+      doc = readConfigDoc(this.configFile);
+    } catch (e) {
+      return this.rejected(e);
+    }
+    return this.applyDoc(doc, 'file');
+  }
+
+  /**
+   * Runtime edit (API, uvsadm): `edit` changes a copy of the running document; the result is
+   * validated whole and applied like a reload. Edits live until the file is reloaded, as ipvsadm
+   * changes live until the next restore.
+   */
+  edit(edit: (doc: Record<string, unknown>) => void): { ok: true; version: number } | { ok: false; error: UvsError } {
+    const copy = structuredClone(this.doc ?? {}) as Record<string, unknown>;
+    try {
+      edit(copy);
+    } catch (e) {
+      if (e instanceof UvsError) return { ok: false, error: e };
+      throw e;
+    }
+    return this.applyDoc(copy, 'api');
+  }
+
+  private rejected(e: unknown): { ok: false; error: UvsError } {
+    const err = e instanceof UvsError ? e : new UvsError('UVS_ERR_CONFIG_INVALID', (e as Error).message);
+    this.reloads.failed++;
+    this.reloads.lastError = err.message;
+    this.log.error({ code: err.code, path: err.path, err: err.message }, 'configuration rejected; keeping the running one');
+    return { ok: false, error: err };
+  }
+
+  private applyDoc(doc: unknown, source: 'file' | 'api'): { ok: true; version: number } | { ok: false; error: UvsError } {
     let cfg: UvsConfig;
     try {
-      cfg = loadConfigFile(this.configFile);
-      for (const k of ['metrics', 'healthz'] as const) {
+      cfg = validateConfig(doc);
+      for (const k of ['metrics', 'healthz', 'api'] as const) {
         if (JSON.stringify(cfg[k]) !== JSON.stringify(this.cfg[k])) {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
         }
@@ -188,22 +229,15 @@ export class Daemon {
         throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', 'dataplane.vipCidrs');
       }
     } catch (e) {
-      const err = e instanceof UvsError ? e : new UvsError('UVS_ERR_CONFIG_INVALID', (e as Error).message);
-      this.reloads.failed++;
-      this.reloads.lastError = err.message;
-      this.log.error({ code: err.code, path: err.path, err: err.message }, 'configuration rejected; keeping the running one');
-      return { ok: false, error: err };
+      return this.rejected(e);
     }
     let snapshot;
     try {
       snapshot = this.model.apply(cfg);
     } catch (e) {
-      const err = new UvsError('UVS_ERR_CONFIG_INVALID', (e as Error).message);
-      this.reloads.failed++;
-      this.reloads.lastError = err.message;
-      this.log.error({ err: err.message }, 'configuration rejected; keeping the running one');
-      return { ok: false, error: err };
+      return this.rejected(e);
     }
+    this.doc = doc;
     const intervalChanged = cfg.gracefulTermination.checkInterval !== this.cfg.gracefulTermination.checkInterval;
     this.cfg = cfg;
     this.table.setTimeouts(tableTimeouts(cfg));
@@ -216,7 +250,7 @@ export class Daemon {
       this.drainTimer = setInterval(() => this.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
     }
     this.reloads.ok++;
-    this.log.info({ version: snapshot.version, services: cfg.services.length }, 'configuration reloaded');
+    this.log.info({ version: snapshot.version, services: cfg.services.length, source }, source === 'file' ? 'configuration reloaded' : 'configuration changed through the API');
     return { ok: true, version: snapshot.version };
   }
 

@@ -9,6 +9,7 @@ export const ERRORS = {
   UVS_ERR_CONFIG_UNSUPPORTED: { status: 400, message: 'configuration asks for something this uvs does not do' },
   UVS_ERR_API_NOT_FOUND: { status: 404, message: 'no such resource' },
   UVS_ERR_API_BAD_REQUEST: { status: 400, message: 'request is invalid' },
+  UVS_ERR_API_CONFLICT: { status: 409, message: 'the service or real server already exists' },
   UVS_ERR_API_UNAUTHORIZED: { status: 401, message: 'missing or wrong bearer token' },
   UVS_ERR_API_INTERNAL: { status: 500, message: 'internal error' },
   UVS_ERR_DATAPLANE_SETUP: { status: 500, message: 'dataplane setup failed' },

@@ -15,6 +15,7 @@ import { Lab, LAB_VIP, sleep } from '../../lab/lab';
 const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
 const isRoot = process.getuid?.() === 0;
+const TOKEN = 'uvs-test-token-0123456789';
 
 interface RsView {
   address: string;
@@ -51,7 +52,7 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
   before(async () => {
     lab.up();
     await lab.waitServers();
-    configFile = lab.writeConfig(lab.config(services()));
+    configFile = lab.writeConfig(lab.config(services(), { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } }));
     await lab.startUvsd(configFile);
   });
 
@@ -93,6 +94,35 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     assert.deepEqual([kill.status, kill.body.code], [404, 'UVS_ERR_API_NOT_FOUND']);
   });
 
+  test('the TCP API listener needs the bearer token: none 401, wrong 401, right 200', () => {
+    const code = (args: string[]) => lab.exec(lab.clientNs, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', ...args, 'http://10.200.1.1:8443/v1/info']);
+    assert.equal(code([]), '401');
+    assert.equal(code(['-H', 'Authorization: Bearer wrong-token-wrong-token']), '401');
+    assert.equal(code(['-H', `Authorization: Bearer ${TOKEN}x`]), '401');
+    assert.equal(code(['-H', `Authorization: Bearer ${TOKEN}`]), '200');
+  });
+
+  test('runtime edits through the API: add, conflict, schema errors naming the field, delete', async () => {
+    const add = await api<{ ok: boolean }>('POST', '/v1/services', { protocol: 'tcp', address: LAB_VIP, port: 8081, scheduler: 'wrr', realServers: [{ address: rs[0], port: 8080, weight: 2 }] });
+    assert.equal(add.status, 200, JSON.stringify(add.body));
+    assert.equal(lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', `http://${LAB_VIP}:8081/`]).trim(), 'rs1');
+    const dup = await api<{ code: string }>('POST', '/v1/services', { protocol: 'tcp', address: LAB_VIP, port: 8081 });
+    assert.deepEqual([dup.status, dup.body.code], [409, 'UVS_ERR_API_CONFLICT']);
+    const bad = await api<{ code: string; path: string }>('POST', `/v1/services/tcp/${LAB_VIP}/8081/realservers`, { address: rs[1], port: 8080, weight: 70000 });
+    assert.deepEqual([bad.status, bad.body.code, bad.body.path], [400, 'UVS_ERR_CONFIG_INVALID', 'ops[0].realServer.weight']);
+    const nf = await api<{ code: string }>('DELETE', `/v1/services/tcp/${LAB_VIP}/9999`);
+    assert.deepEqual([nf.status, nf.body.code], [404, 'UVS_ERR_API_NOT_FOUND']);
+    const del = await api('DELETE', `/v1/services/tcp/${LAB_VIP}/8081`);
+    assert.equal(del.status, 200);
+    let out = '';
+    try {
+      out = lab.exec(lab.clientNs, process.execPath, [TOOLS, 'tcp-connect', LAB_VIP, '8081']);
+    } catch (e) {
+      out = (e as { stdout: string }).stdout;
+    }
+    assert.deepEqual(JSON.parse(out), { connected: false, error: 'ECONNREFUSED' }, 'new connections are refused once the service is removed (its servers drain)');
+  });
+
   test('hot reload under traffic breaks no connection: servers added, reweighted and removed while long requests run', async () => {
     const load = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'load', LAB_VIP, '80', '6', '6', '3', '800'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let text = '';
@@ -106,7 +136,7 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     ];
     for (const st of steps) {
       await sleep(1000);
-      writeFileSync(configFile, stringify(lab.config(st)));
+      writeFileSync(configFile, stringify(lab.config(st, { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } })));
       const r = await api('POST', '/v1/reload');
       assert.equal(r.status, 200, JSON.stringify(r.body));
     }
