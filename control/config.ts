@@ -5,6 +5,7 @@
  * field.
  */
 import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { parse as parseYaml } from 'yaml';
 import { parseCidr, parseIPv4, type Cidr } from '../lb/addr';
@@ -89,6 +90,10 @@ export interface UvsConfig {
   metrics: { address: string; token?: string };
   /** /healthz and /livez; address '' = off. */
   healthz: { address: string; token?: string };
+  /** Reloading: on file change (watch), every syncPeriod seconds (0 = never), at most once per minInterval seconds. */
+  reload: { watch: boolean; syncPeriod: number; minInterval: number };
+  /** kube-proxy's ipvs: settings that have no other home: VIP ranges whose services a file reload never removes, strictARP (no effect: a TUN device answers no ARP). */
+  kubeProxy: { excludeCIDRs: string[]; strictARP: boolean } | null;
   /** Where uvsd keeps what must survive a restart (the drain list); '' = nowhere. */
   stateFile: string;
   log: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'; pretty: boolean };
@@ -165,9 +170,15 @@ export function duration(v: unknown, path: string, def: number, max = 2678400): 
   let secs: number;
   if (typeof v === 'number') secs = v;
   else if (typeof v === 'string') {
-    const m = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/.exec(v.trim());
-    if (!m) fail(path, `must be a duration like 900, "900s", "15m" or "2h", got ${JSON.stringify(v)}`);
-    secs = Number(m[1]) * UNIT[m[2] ?? 's']!;
+    const t = v.trim();
+    const plain = /^(\d+(?:\.\d+)?)$/.exec(t);
+    if (plain) secs = Number(plain[1]);
+    else {
+      // One or more number+unit parts, as Go's time.Duration prints them ("1m30s", "15m0s").
+      const parts = [...t.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h|d)/g)];
+      if (parts.length === 0 || parts.map((x) => x[0]).join('') !== t) fail(path, `must be a duration like 900, "900s", "15m", "1m30s" or "2h", got ${JSON.stringify(v)}`);
+      secs = parts.reduce((a, x) => a + Number(x[1]) * UNIT[x[2]!]!, 0);
+    }
   } else fail(path, 'must be a duration (seconds, or a string with a unit)');
   if (!(secs >= 0) || secs > max) fail(path, `must be between 0 and ${max} seconds`);
   return secs;
@@ -216,7 +227,9 @@ function listener(v: unknown, path: string, defAddress: string): { address: stri
 // ── the validator ────────────────────────────────────────────────────────────────────────────
 /** Validates a parsed YAML document and fills defaults. Throws UvsError naming the field. */
 export function validateConfig(doc: unknown): UvsConfig {
-  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'api', 'metrics', 'healthz', 'stateFile', 'log', 'services']);
+  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'api', 'metrics', 'healthz', 'reload', 'ipvs', 'stateFile', 'log', 'services']);
+  // kube-proxy's KubeProxyIPVSConfiguration (the `ipvs:` section of a KubeProxyConfiguration).
+  const kp = root.ipvs === undefined ? null : obj(root.ipvs, 'ipvs', ['scheduler', 'syncPeriod', 'minSyncPeriod', 'excludeCIDRs', 'strictARP', 'tcpTimeout', 'tcpFinTimeout', 'udpTimeout']);
   const dp = obj(root.dataplane, 'dataplane', [
     'device',
     'vipCidrs',
@@ -255,7 +268,16 @@ export function validateConfig(doc: unknown): UvsConfig {
     answerPing: bool(dp.answerPing, 'dataplane.answerPing', true),
   };
 
-  const to = obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sweepInterval']);
+  const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sweepInterval']) }; // a copy: validation never changes the document
+  if (kp) {
+    // kube-proxy: a timeout of 0 keeps the current value; a non-zero one is `ipvsadm --set`.
+    const pairs = [['tcpTimeout', 'tcp'], ['tcpFinTimeout', 'tcpFin'], ['udpTimeout', 'udp']] as const;
+    for (const [k, u] of pairs) {
+      const secs = duration(kp[k], `ipvs.${k}`, 0);
+      if (secs > 0 && to[u] !== undefined) fail(`ipvs.${k}`, `conflicts with timeouts.${u}: set one of them`);
+      if (secs > 0) to[u] = secs;
+    }
+  }
   const tcp: Record<string, number> = {};
   TCP_STATE_NAMES.forEach((n, i) => (tcp[n] = TCP_DEFAULT_TIMEOUTS[i]!));
   tcp.ESTABLISHED = duration(to.tcp, 'timeouts.tcp', tcp.ESTABLISHED!);
@@ -285,8 +307,27 @@ export function validateConfig(doc: unknown): UvsConfig {
   const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
   if (!(levels as readonly string[]).includes(level)) fail('log.level', `must be one of ${levels.join(', ')}`);
 
+  const rl = obj(root.reload, 'reload', ['watch', 'syncPeriod', 'minInterval']);
+  const reload = {
+    watch: bool(rl.watch, 'reload.watch', true),
+    syncPeriod: duration(rl.syncPeriod, 'reload.syncPeriod', kp ? duration(kp.syncPeriod, 'ipvs.syncPeriod', 30) : 0),
+    minInterval: duration(rl.minInterval, 'reload.minInterval', kp ? duration(kp.minSyncPeriod, 'ipvs.minSyncPeriod', 0) : 0),
+  };
+  let kubeProxy: UvsConfig['kubeProxy'] = null;
+  let defaultScheduler = 'wlc'; // ipvsadm's default
+  if (kp) {
+    defaultScheduler = kp.scheduler === undefined || kp.scheduler === '' ? 'rr' : str(kp.scheduler, 'ipvs.scheduler'); // kube-proxy's default
+    if (!getScheduler(defaultScheduler)) fail('ipvs.scheduler', `unknown scheduler ${JSON.stringify(defaultScheduler)} (available: ${schedulerNames().join(', ')})`);
+    if (kp.excludeCIDRs !== undefined && !Array.isArray(kp.excludeCIDRs)) fail('ipvs.excludeCIDRs', 'must be a list of CIDRs');
+    const excludeCIDRs = ((kp.excludeCIDRs as unknown[] | undefined) ?? []).map((c, i) => {
+      if (typeof c !== 'string' || parseCidr(c) === null) fail(`ipvs.excludeCIDRs[${i}]`, `must be an IPv4 CIDR, got ${JSON.stringify(c)}`);
+      return c;
+    });
+    kubeProxy = { excludeCIDRs, strictARP: bool(kp.strictARP, 'ipvs.strictARP', false) };
+  }
+
   if (root.services !== undefined && !Array.isArray(root.services)) fail('services', 'must be a list');
-  const services = ((root.services as unknown[] | undefined) ?? []).map((s, i) => validateService(s, `services[${i}]`));
+  const services = ((root.services as unknown[] | undefined) ?? []).map((s, i) => validateService(s, `services[${i}]`, defaultScheduler));
   const seen = new Map<string, string>();
   services.forEach((s, i) => {
     const key = `${s.protocol} ${s.address}:${s.port}`;
@@ -307,13 +348,15 @@ export function validateConfig(doc: unknown): UvsConfig {
     api: { socket: str(api.socket, 'api.socket', DEFAULTS.socket), listen: apiTcp.address, ...(apiTcp.token !== undefined ? { token: apiTcp.token } : {}) },
     metrics,
     healthz,
+    reload,
+    kubeProxy,
     stateFile: root.stateFile === '' ? '' : str(root.stateFile, 'stateFile', DEFAULTS.stateFile),
     log: { level: level as UvsConfig['log']['level'], pretty: bool(log.pretty, 'log.pretty', false) },
     services,
   };
 }
 
-export function validateService(v: unknown, path: string): ServiceConfig {
+export function validateService(v: unknown, path: string, defaultScheduler = 'wlc'): ServiceConfig {
   const s = obj(v, path, [
     'name',
     'protocol',
@@ -335,7 +378,7 @@ export function validateService(v: unknown, path: string): ServiceConfig {
   if (protocol !== 'tcp' && protocol !== 'udp') fail(`${path}.protocol`, `must be tcp or udp, got ${JSON.stringify(protocol)}`);
   const address = ipv4(s.address, `${path}.address`);
   const port = int(s.port, `${path}.port`, undefined, 1, 65535);
-  const scheduler = str(s.scheduler, `${path}.scheduler`, 'wlc');
+  const scheduler = str(s.scheduler, `${path}.scheduler`, defaultScheduler);
   if (!getScheduler(scheduler)) fail(`${path}.scheduler`, `unknown scheduler ${JSON.stringify(scheduler)} (available: ${schedulerNames().join(', ')})`);
   const flags = s.schedFlags === undefined ? [] : s.schedFlags;
   if (!Array.isArray(flags)) fail(`${path}.schedFlags`, 'must be a list');
@@ -428,5 +471,26 @@ export function readConfigDoc(file: string): unknown {
   } catch (e) {
     throw new UvsError('UVS_ERR_CONFIG_READ', `${file}: not valid YAML: ${(e as Error).message}`);
   }
-  return doc;
+  return withKubeProxyFile(doc, file);
+}
+
+/**
+ * `kubeProxyConfigFile: PATH` names a kube-proxy KubeProxyConfiguration file; its `ipvs:` section is
+ * taken as if written inline (an inline `ipvs:` and the reference together are an error).
+ */
+function withKubeProxyFile(doc: unknown, file: string): unknown {
+  if (!isObj(doc) || doc.kubeProxyConfigFile === undefined) return doc;
+  const ref = doc.kubeProxyConfigFile;
+  if (typeof ref !== 'string' || ref === '') fail('kubeProxyConfigFile', 'must be a file path');
+  if (doc.ipvs !== undefined) fail('kubeProxyConfigFile', 'conflicts with the inline ipvs: section: use one of them');
+  const path = ref.startsWith('/') ? ref : join(dirname(file), ref);
+  let kp: unknown;
+  try {
+    kp = parseYaml(readFileSync(path, 'utf8'));
+  } catch (e) {
+    throw new UvsError('UVS_ERR_CONFIG_READ', `${path}: ${(e as Error).message}`, 'kubeProxyConfigFile');
+  }
+  if (!isObj(kp) || kp.kind !== 'KubeProxyConfiguration') fail('kubeProxyConfigFile', `${path} is not a KubeProxyConfiguration (kind: ${isObj(kp) ? JSON.stringify(kp.kind) : 'none'})`);
+  const { kubeProxyConfigFile: _ref, ...rest } = doc;
+  return kp.ipvs === undefined ? rest : { ...rest, ipvs: kp.ipvs };
 }

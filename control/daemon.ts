@@ -3,8 +3,9 @@
  * dataplane, the sweeper and the API. Workers never see any of this but the shared regions and
  * the snapshots it publishes.
  */
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, watch, writeFileSync, type FSWatcher } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import * as L from '../conntrack/layout';
 import { ConnTable, createRealServerRegion } from '../conntrack/table';
@@ -15,7 +16,8 @@ import { HealthChecker } from './health';
 import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
 import { readConfigDoc, validateConfig, type UvsConfig } from './config';
 import { UvsError } from './errors';
-import { ServiceModel, type PersistedDrain } from './services';
+import { serviceKey, ServiceModel, type PersistedDrain } from './services';
+import { inCidr, parseCidr, parseIPv4 } from '../lb/addr';
 import { StatsReader } from './stats';
 
 export function tableTimeouts(cfg: UvsConfig): { tcp: number[]; udp: number } {
@@ -39,6 +41,11 @@ export class Daemon {
   private sweeper: NodeJS.Timeout | null = null;
   private drainTimer: NodeJS.Timeout | null = null;
   private endpoints: HttpEndpoint[] = [];
+  private watcher: FSWatcher | null = null;
+  private syncTimer: NodeJS.Timeout | null = null;
+  private pendingReload: NodeJS.Timeout | null = null;
+  private lastFileReload = 0;
+  private fileHash = '';
   readonly health: HealthChecker;
   /** Drains finished, by result (metrics). */
   readonly drainResults = { deleted: 0, deadline: 0, resurrected: 0 };
@@ -106,6 +113,8 @@ export class Daemon {
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.health.sync(cfg.services);
       d.saveState();
+      d.fileHash = d.hashFile();
+      d.startReloadTriggers();
       d.api = await startApi(d, cfg.api.socket, log.child({ component: 'api' }), cfg.api);
       if (cfg.metrics.address) d.endpoints.push(await startMetrics(d, cfg.metrics.address, cfg.metrics.token));
       if (cfg.healthz.address) d.endpoints.push(await startHealthz(d, cfg.healthz.address, cfg.healthz.token));
@@ -177,13 +186,74 @@ export class Daemon {
    * running configuration stays; a good one is applied as a diff (see services.ts).
    */
   reload(): { ok: true; version: number } | { ok: false; error: UvsError } {
+    this.lastFileReload = Date.now();
+    this.fileHash = this.hashFile();
     let doc: unknown;
     try {
-      doc = readConfigDoc(this.configFile);
+      doc = this.keepExcluded(readConfigDoc(this.configFile));
     } catch (e) {
       return this.rejected(e);
     }
     return this.applyDoc(doc, 'file');
+  }
+
+  private hashFile(): string {
+    try {
+      return createHash('sha256').update(readFileSync(this.configFile)).digest('hex');
+    } catch {
+      return '';
+    }
+  }
+
+  /**
+   * kube-proxy's excludeCIDRs: services with a VIP in these ranges are never removed by a file
+   * reload (they were added at runtime, by the API or uvsadm), as kube-proxy never cleans them up.
+   */
+  private keepExcluded(doc: unknown): unknown {
+    let next;
+    try {
+      next = validateConfig(doc);
+    } catch {
+      return doc; // applyDoc reports the error
+    }
+    const ranges = (next.kubeProxy?.excludeCIDRs ?? []).map((c) => parseCidr(c)!);
+    if (ranges.length === 0 || typeof doc !== 'object' || doc === null) return doc;
+    const inFile = new Set(next.services.map(serviceKey));
+    const running = ((this.doc as { services?: Record<string, unknown>[] })?.services ?? []).filter((raw, i) => {
+      const s = this.cfg.services[i];
+      return s !== undefined && !inFile.has(serviceKey(s)) && ranges.some((r) => inCidr(parseIPv4(s.address)!, r));
+    });
+    if (running.length === 0) return doc;
+    const d = doc as { services?: unknown[] };
+    return { ...d, services: [...(d.services ?? []), ...running] };
+  }
+
+  /** File watch (debounced, only on a real content change), periodic resync, rate limit. */
+  private startReloadTriggers(): void {
+    const r = this.cfg.reload;
+    const trigger = (why: string) => {
+      if (this.pendingReload) return;
+      const wait = Math.max(100, this.lastFileReload + r.minInterval * 1000 - Date.now());
+      this.pendingReload = setTimeout(() => {
+        this.pendingReload = null;
+        if (why === 'watch' && this.hashFile() === this.fileHash) return; // touched, not changed
+        this.log.info({ trigger: why }, 'reloading configuration');
+        this.reload();
+      }, wait);
+    };
+    if (r.watch) {
+      try {
+        // Watch the directory: editors and config managers replace files by rename.
+        this.watcher = watch(dirname(this.configFile), (_ev, name) => {
+          if (name === null || name === basename(this.configFile)) trigger('watch');
+        });
+        this.watcher.on('error', (e) => this.log.warn({ err: e.message }, 'configuration watch failed; SIGHUP and the API still reload'));
+      } catch (e) {
+        this.log.warn({ err: (e as Error).message }, 'cannot watch the configuration file; SIGHUP and the API still reload');
+      }
+    }
+    if (r.syncPeriod > 0) this.syncTimer = setInterval(() => trigger('syncPeriod'), r.syncPeriod * 1000);
+    if (this.cfg.kubeProxy?.strictARP) this.log.info('ipvs.strictARP has no effect: uvs puts VIPs on a TUN device, which answers no ARP');
   }
 
   /**
@@ -214,7 +284,7 @@ export class Daemon {
     let cfg: UvsConfig;
     try {
       cfg = validateConfig(doc);
-      for (const k of ['metrics', 'healthz', 'api'] as const) {
+      for (const k of ['metrics', 'healthz', 'api', 'reload'] as const) {
         if (JSON.stringify(cfg[k]) !== JSON.stringify(this.cfg[k])) {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
         }
@@ -256,6 +326,9 @@ export class Daemon {
 
   async stop(): Promise<void> {
     this.health.stop();
+    this.watcher?.close();
+    if (this.syncTimer) clearInterval(this.syncTimer);
+    if (this.pendingReload) clearTimeout(this.pendingReload);
     if (this.sweeper) clearInterval(this.sweeper);
     if (this.drainTimer) clearInterval(this.drainTimer);
     this.sweeper = null;

@@ -123,6 +123,15 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     assert.deepEqual(JSON.parse(out), { connected: false, error: 'ECONNREFUSED' }, 'new connections are refused once the service is removed (its servers drain)');
   });
 
+  test('editing the configuration file reloads it without a signal', async () => {
+    writeFileSync(configFile, stringify(lab.config(services([rs[0]!]), { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } })));
+    // rs2 and rs3 still have TIME_WAIT entries from earlier requests, so they drain (weight 0).
+    await waitFor('the file change to be applied', async () => (await web()).filter((r) => r.weight > 0).length === 1, 5000);
+    assert.deepEqual(curlMany(3), { rs1: 3 });
+    writeFileSync(configFile, stringify(lab.config(services(), { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } })));
+    await waitFor('the file change to be applied', async () => (await web()).filter((r) => r.weight > 0).length === 3, 5000);
+  });
+
   test('hot reload under traffic breaks no connection: servers added, reweighted and removed while long requests run', async () => {
     const load = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'load', LAB_VIP, '80', '6', '6', '3', '800'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let text = '';

@@ -88,3 +88,40 @@ test('metrics and health listeners beyond loopback need a token; loopback ones d
   assert.equal(validateConfig({ ...base, metrics: { address: '' } }).metrics.address, '');
   rejects({ ...base, metrics: { address: 'nowhere' } }, 'metrics.address', /host:port/);
 });
+
+test('durations also take the compound Go form kube-proxy files use', () => {
+  const cfg = validateConfig({ ...base, timeouts: { tcp: '1m30s', tcpFin: '1h0m0s', udp: '500ms' } });
+  assert.deepEqual([cfg.timeouts.tcp.ESTABLISHED, cfg.timeouts.tcp.FIN_WAIT, cfg.timeouts.udp], [90, 3600, 0.5]);
+  rejects({ ...base, timeouts: { tcp: '1m30' } }, 'timeouts.tcp', /duration/);
+});
+
+test('a kube-proxy ipvs: section sets the default scheduler (rr), timeouts (0 keeps), sync periods and excludeCIDRs', () => {
+  const cfg = validateConfig({
+    ...base,
+    ipvs: { scheduler: '', syncPeriod: '30s', minSyncPeriod: '2s', tcpTimeout: '0s', tcpFinTimeout: '30s', udpTimeout: '60s', excludeCIDRs: ['10.96.0.128/25'], strictARP: true },
+    services: [{ address: '10.96.0.10', port: 80 }],
+  });
+  assert.equal(cfg.services[0]!.scheduler, 'rr');
+  assert.deepEqual([cfg.timeouts.tcp.ESTABLISHED, cfg.timeouts.tcp.FIN_WAIT, cfg.timeouts.udp], [900, 30, 60]);
+  assert.deepEqual(cfg.reload, { watch: true, syncPeriod: 30, minInterval: 2 });
+  assert.deepEqual(cfg.kubeProxy, { excludeCIDRs: ['10.96.0.128/25'], strictARP: true });
+  assert.equal(validateConfig({ ...base, ipvs: { scheduler: 'wrr' }, services: [{ address: '10.96.0.10', port: 80 }] }).services[0]!.scheduler, 'wrr');
+  rejects({ ...base, ipvs: { scheduler: 'nope' } }, 'ipvs.scheduler', /unknown scheduler/);
+  rejects({ ...base, ipvs: { tcpTimeout: '10s' }, timeouts: { tcp: 5 } }, 'ipvs.tcpTimeout', /conflicts with timeouts.tcp/);
+  rejects({ ...base, ipvs: { masqueradeAll: true } }, 'ipvs.masqueradeAll', /unknown field/);
+  const doc = { ...base, ipvs: { tcpTimeout: '10s' } };
+  validateConfig(doc);
+  assert.deepEqual(validateConfig(doc).timeouts.tcp.ESTABLISHED, 10, 'validation does not change the document');
+});
+
+test('kubeProxyConfigFile takes the ipvs: section of a KubeProxyConfiguration file', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'uvs-kp-'));
+  writeFileSync(join(dir, 'kube-proxy.yaml'), 'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\nipvs:\n  scheduler: wrr\n  udpTimeout: 2m0s\n');
+  writeFileSync(join(dir, 'uvs.yaml'), 'kubeProxyConfigFile: kube-proxy.yaml\ndataplane:\n  vipCidrs: [10.96.0.0/24]\nservices:\n  - { address: 10.96.0.10, port: 80 }\n');
+  const cfg = loadConfigFile(join(dir, 'uvs.yaml'));
+  assert.equal(cfg.services[0]!.scheduler, 'wrr');
+  assert.equal(cfg.timeouts.udp, 120);
+  writeFileSync(join(dir, 'bad.yaml'), 'kind: Deployment\n');
+  writeFileSync(join(dir, 'uvs2.yaml'), 'kubeProxyConfigFile: bad.yaml\ndataplane:\n  vipCidrs: [10.96.0.0/24]\n');
+  assert.throws(() => loadConfigFile(join(dir, 'uvs2.yaml')), /not a KubeProxyConfiguration/);
+});
