@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { parse as parseYaml } from 'yaml';
 import { parseCidr, parseIPv4, type Cidr } from '../lb/addr';
+import { MH_PRIMES } from '../schedulers/mh';
 import { getScheduler, schedulerNames } from '../schedulers/registry';
 import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { UvsError } from './errors';
@@ -408,7 +409,7 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
   if (s.healthCheck !== undefined) out.healthCheck = healthCheck(s.healthCheck, `${path}.healthCheck`);
   if (s.maxDrainTime !== undefined) out.maxDrainTime = duration(s.maxDrainTime, `${path}.maxDrainTime`, 0);
   if (s.mhTableSize !== undefined) {
-    const primes = [251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071];
+    const primes = MH_PRIMES;
     if (scheduler !== 'mh') fail(`${path}.mhTableSize`, 'applies only to scheduler mh');
     out.mhTableSize = int(s.mhTableSize, `${path}.mhTableSize`, undefined, 1, 131071);
     if (!primes.includes(out.mhTableSize)) fail(`${path}.mhTableSize`, `must be one of the kernel's sizes ${primes.join(', ')}`);

@@ -70,6 +70,7 @@ export class Daemon {
     this.model = new ServiceModel(rsSab, schedSab, dp.maxRealServers, dp.maxServices);
     this.model.onFreshRealServerSlot = (slot) => this.stats.zeroRealServer(slot);
     this.model.onFreshServiceSlot = (slot) => this.stats.zeroService(slot);
+    this.model.now = () => this.table.now();
     const drainLog = log.child({ component: 'graceful-termination' });
     this.model.onDrainEvent = (e) => {
       const f = { service: e.service, realServer: e.realServer, activeConnection: e.activeConns, inactiveConnection: e.inactConns };
@@ -136,7 +137,9 @@ export class Daemon {
   }
 
   sweep(): void {
-    const removed = this.table.expire(this.table.now());
+    const now = this.table.now();
+    const removed = this.table.expire(now);
+    this.model.tick(now);
     this.expiredTotal += removed;
     const freed = this.model.collectTrash();
     if (freed > 0) this.dataplane.syncReplyRules(this.model.replyRules());

@@ -59,6 +59,8 @@ interface LiveService {
   rsCfg: Map<string, RealServerConfig>;
   /** No longer configured: kept while its servers drain. */
   removing: boolean;
+  /** Table-relative ms of the scheduler's next tick() (lblc/lblcr collector), or null. */
+  nextTick: number | null;
 }
 
 interface RsSlotInfo {
@@ -208,9 +210,13 @@ export class ServiceModel {
     return s.schedFlags.reduce((a, f) => a | (SCHED_FLAG_BITS[f] ?? 0), 0);
   }
 
+  /** Time base of scheduler ticks (table-relative ms, as SchedInput.now); set by the owner. */
+  now: () => number = () => 0;
+
   /** ip_vs_bind_scheduler: fresh state words, init_service on the current list. */
   private bindScheduler(live: LiveService): void {
     const sched = getScheduler(live.cfg.scheduler)!;
+    live.nextTick = sched.tick && sched.tickInterval ? (this.now() + sched.tickInterval) | 0 : null;
     live.compiled.scheduler = live.cfg.scheduler;
     live.compiled.data = null;
     live.compiled.data = sched.prepare?.(live.compiled) ?? null;
@@ -236,7 +242,7 @@ export class ServiceModel {
       data: null,
       ...(s.mhTableSize !== undefined ? { mhTableSize: s.mhTableSize } : {}),
     };
-    const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false };
+    const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false, nextTick: null };
     this.services.set(key, live);
     this.bindScheduler(live);
     for (const r of s.realServers) this.addDest(live, r);
@@ -436,7 +442,7 @@ export class ServiceModel {
     live.rsCfg.set(k, r);
     const weight = this.effectiveWeight(live, k, r);
     const o = info.slot * L.RS_WORDS;
-    this.setThresholds(o, r, true);
+    this.setThresholds(o, r);
     Atomics.store(this.rs, o + L.RS_WEIGHT, weight);
     Atomics.or(this.rs, o + L.RS_FLAGS, L.RSF_AVAILABLE);
     const before = live.compiled.dests.slice();
@@ -451,7 +457,7 @@ export class ServiceModel {
     live.rsCfg.set(k, r);
     const weight = this.effectiveWeight(live, k, r);
     const o = info.slot * L.RS_WORDS;
-    this.setThresholds(o, r, false);
+    this.setThresholds(o, r);
     Atomics.store(this.rs, o + L.RS_WEIGHT, weight);
     const before = live.compiled.dests.slice();
     const position = before.findIndex((d) => d.rs === info.slot);
@@ -474,12 +480,31 @@ export class ServiceModel {
     this.change(live, 'del', info.slot, position, before);
   }
 
-  /** __ip_vs_update_dest: store thresholds; clear OVERLOAD if the new upper is 0 or raised. */
-  private setThresholds(o: number, r: RealServerConfig, isAdd: boolean): void {
+  /**
+   * __ip_vs_update_dest (add and edit alike): store thresholds; clear OVERLOAD if the new upper is 0
+   * or raised — so a server revived from the trash keeps its OVERLOAD otherwise.
+   */
+  private setThresholds(o: number, r: RealServerConfig): void {
     const oldUpper = this.rs[o + L.RS_UTHRESH]!;
-    if (isAdd || r.upperThreshold === 0 || r.upperThreshold > oldUpper) Atomics.and(this.rs, o + L.RS_FLAGS, ~L.RSF_OVERLOAD);
+    if (r.upperThreshold === 0 || r.upperThreshold > oldUpper) Atomics.and(this.rs, o + L.RS_FLAGS, ~L.RSF_OVERLOAD);
     Atomics.store(this.rs, o + L.RS_UTHRESH, r.upperThreshold);
     Atomics.store(this.rs, o + L.RS_LTHRESH, r.lowerThreshold);
+  }
+
+  /**
+   * Runs the schedulers' timers (lblc/lblcr's 60 s collector) that are due at `now`
+   * (table-relative ms), under each service's scheduler lock. Called about once a second.
+   */
+  tick(now: number): void {
+    for (const live of this.services.values()) {
+      if (live.nextTick === null) continue;
+      const sched = getScheduler(live.cfg.scheduler)!;
+      while (((now - live.nextTick) | 0) >= 0) {
+        const at = live.nextTick;
+        this.withSchedLock(live.slot, () => sched.tick!(live.compiled, this.sched, this.schedBase(live.slot), this.rs, at));
+        live.nextTick = (live.nextTick + sched.tickInterval!) | 0;
+      }
+    }
   }
 
   /** Frees trashed real-server slots with no connections left (kernel dest trash GC). */

@@ -198,7 +198,7 @@ export class PacketProcessor {
 
   private schedule(svc: CompiledService, si: number, caddr: number, cport: number, vaddr: number, vport: number): number {
     const s = this.schedulers[si];
-    if (s === undefined || svc.dests.length === 0) return -1;
+    if (s === undefined) return -1; // the kernel asks the scheduler even with an empty list
     const lock = svc.slot * L.SCHED_WORDS + L.SCHED_LOCK;
     const owner = this.table.owner;
     while (Atomics.compareExchange(this.sched, lock, 0, owner) !== 0) {

@@ -3,8 +3,18 @@
  * names are rejected). The dataplane imports only this file and ./types.
  * Adding a scheduler = one new file plus one line below.
  */
+import { dh } from './dh';
+import { fo } from './fo';
+import { lblc } from './lblc';
+import { lblcr } from './lblcr';
 import { lc } from './lc';
+import { mh } from './mh';
+import { nq } from './nq';
+import { ovf } from './ovf';
 import { rr } from './rr';
+import { sed } from './sed';
+import { sh } from './sh';
+import { twos } from './twos';
 import { wlc } from './wlc';
 import { wrr } from './wrr';
 import type { Scheduler } from './types';
@@ -28,3 +38,13 @@ registerScheduler(rr);
 registerScheduler(wrr);
 registerScheduler(lc);
 registerScheduler(wlc);
+registerScheduler(sed);
+registerScheduler(nq);
+registerScheduler(sh);
+registerScheduler(dh);
+registerScheduler(mh);
+registerScheduler(lblc);
+registerScheduler(lblcr);
+registerScheduler(fo);
+registerScheduler(ovf);
+registerScheduler(twos);
