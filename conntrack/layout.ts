@@ -39,13 +39,14 @@ export const HDR_WORDS = 64;
 export const TIMEOUT_UDP = 11;
 export const TIMEOUT_SLOTS = 16;
 
-// Entry words (ENTRY_WORDS int32 = 64 bytes, one cache line).
+// Entry words (ENTRY_WORDS int32 = 128 bytes, two cache lines: the lookup fields are all in the
+// first; the second holds persistence links and room for IPv6 addresses later).
 export const E_LOCK = 0;
 export const E_FLAGS = 1; // F_* below | forwarding method in the low 3 bits (kernel's FWD_MASK)
 export const E_PROTO = 2; // IP protocol number
 export const E_STATE = 3; // protocol state index (TCP: 0..10, UDP: 0)
-export const E_CADDR = 4; // client address
-export const E_CPORTS = 5; // cport << 16 | vport: the client→server key's ports
+export const E_CADDR = 4; // client address (templates: the client address masked by the netmask)
+export const E_CPORTS = 5; // cport << 16 | vport: the client→server key's ports (templates: cport 0)
 export const E_VADDR = 6; // virtual address
 export const E_DADDR = 7; // real server address
 export const E_DPORTS = 8; // dport << 16 | lport: the server→client key's ports
@@ -56,7 +57,10 @@ export const E_NEXT_IN = 12; // chain link of the client→server key: entry ind
 export const E_NEXT_OUT = 13; // chain link of the server→client key
 export const E_EXPIRES = 14; // ms (table-relative) when the entry times out
 export const E_IN_PKTS = 15; // client→server packets, saturating (sync threshold, drop_entry)
-export const ENTRY_WORDS = 16;
+export const E_CONTROL = 16; // connections: entry index + 1 of the persistence template controlling it, 0 = none
+export const E_NCONTROL = 17; // templates: connections it controls (kernel n_control; atomic)
+export const E_TIMEOUT = 18; // templates: their own timeout in ms (the service's -p; 60 s once re-armed)
+export const ENTRY_WORDS = 32; // words 19..31 reserved
 
 // E_FLAGS bits, values as the kernel's IP_VS_CONN_F_* (include/uapi/linux/ip_vs.h).
 export const FWD_MASK = 0x7;
@@ -66,10 +70,14 @@ export const FWD_DROUTE = 3;
 export const F_NOOUTPUT = 0x80;
 export const F_INACTIVE = 0x100;
 export const F_TEMPLATE = 0x1000;
+export const F_INVALID = 0x20000; // uvs: a template that may no longer be matched (its server left); dies at its timer
 export const F_IN_USE = 0x10000; // uvs: slot holds a live entry
 
 /** Owner id the control thread uses in lock words; workers use their id + 1 (< 1000). */
 export const OWNER_CONTROL = 1000;
+
+/** Timer of a template that still controls connections when it fires (kernel: 60 s). */
+export const TEMPLATE_REARM_MS = 60_000;
 
 export function tableBytes(capacity: number): number {
   return (HDR_WORDS + 3 * capacity + capacity * ENTRY_WORDS) * 4;

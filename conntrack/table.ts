@@ -170,12 +170,59 @@ export class ConnTable {
     while (ref !== 0) {
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
-      if (a[o + L.E_CADDR] === caddr && a[o + L.E_CPORTS] === cports && a[o + L.E_VADDR] === vaddr && a[o + L.E_PROTO] === proto) {
+      if (a[o + L.E_CADDR] === caddr && a[o + L.E_CPORTS] === cports && a[o + L.E_VADDR] === vaddr && a[o + L.E_PROTO] === proto && (a[o + L.E_FLAGS]! & L.F_TEMPLATE) === 0) {
         return e;
       }
       ref = a[o + L.E_NEXT_IN]!;
     }
     return -1;
+  }
+
+  /** Valid persistence template for (proto, masked client, vport, vaddr), or -1. */
+  findTemplate(b: number, proto: number, maskedCaddr: number, vport: number, vaddr: number): number {
+    const a = this.i32;
+    let ref = a[this.inHeads + b]!;
+    while (ref !== 0) {
+      const e = ref - 1;
+      const o = this.entries + e * L.ENTRY_WORDS;
+      if (
+        a[o + L.E_CADDR] === maskedCaddr &&
+        a[o + L.E_CPORTS] === vport &&
+        a[o + L.E_VADDR] === vaddr &&
+        a[o + L.E_PROTO] === proto &&
+        (a[o + L.E_FLAGS]! & (L.F_TEMPLATE | L.F_INVALID)) === L.F_TEMPLATE
+      ) {
+        return e;
+      }
+      ref = a[o + L.E_NEXT_IN]!;
+    }
+    return -1;
+  }
+
+  /** Marks a template so it is never matched again (ip_vs_check_template); it dies at its timer. */
+  invalidate(e: number): void {
+    Atomics.or(this.i32, this.base(e) + L.E_FLAGS, L.F_INVALID);
+  }
+
+  /**
+   * Holds template t for a connection about to be made through it: NCONTROL + 1, so the sweeper
+   * re-arms instead of freeing it. Caller holds t's bucket lock (or just created t).
+   */
+  reserve(t: number): void {
+    Atomics.add(this.i32, this.base(t) + L.E_NCONTROL, 1);
+  }
+
+  /** Gives back a reservation that made no connection. */
+  unreserve(t: number): void {
+    Atomics.sub(this.i32, this.base(t) + L.E_NCONTROL, 1);
+  }
+
+  /** The reserved connection exists: link it to template t and re-arm t (ip_vs_sched_persist). */
+  control(conn: number, t: number, now: number): void {
+    const a = this.i32;
+    const ot = this.base(t);
+    a[this.base(conn) + L.E_CONTROL] = t + 1;
+    a[ot + L.E_EXPIRES] = (now + a[ot + L.E_TIMEOUT]!) | 0;
   }
 
   /** Entry whose server→client key matches, or -1. */
@@ -185,7 +232,7 @@ export class ConnTable {
     while (ref !== 0) {
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
-      if (a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports && a[o + L.E_LADDR] === laddr && a[o + L.E_PROTO] === proto) {
+      if (a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports && a[o + L.E_LADDR] === laddr && a[o + L.E_PROTO] === proto && (a[o + L.E_FLAGS]! & L.F_TEMPLATE) === 0) {
         return e;
       }
       ref = a[o + L.E_NEXT_OUT]!;
@@ -245,7 +292,10 @@ export class ConnTable {
    * Inserts a new entry bound to real server `rs` (counted INACTIVE, OVERLOAD checked) in state
    * NONE with a 2 s timer like ip_vs_conn_new; the caller then touch()es it with the first
    * packet. Returns the entry, an existing entry with the same client→server key (another worker
-   * won the race: nothing was bound), or -1 when the table is full.
+   * won the race: nothing was bound; `lastInsertNew` is false), or -1 when the table is full.
+   *
+   * With F_TEMPLATE in fwdFlags it is a persistence template instead: counted in PersistConn,
+   * timer `templateMs`, never matched by packets (findIn/findOut skip it) but by findTemplate.
    */
   insert(
     proto: number,
@@ -259,8 +309,11 @@ export class ConnTable {
     rs: number,
     svc: number,
     now: number,
+    templateMs = 0,
   ): number {
     const a = this.i32;
+    const isTemplate = (fwdFlags & L.F_TEMPLATE) !== 0;
+    this.lastInsertNew = false;
     const b1 = this.bucket(proto, caddr, cports, vaddr);
     const b2 = this.bucket(proto, daddr, dports, laddr);
     // Allocate before taking the bucket locks: an allocated, unlinked entry is private.
@@ -286,25 +339,32 @@ export class ConnTable {
     a[o + L.E_RS] = rs;
     a[o + L.E_SVC] = svc;
     a[o + L.E_IN_PKTS] = 0;
-    a[o + L.E_EXPIRES] = (now + a[L.H_TIMEOUTS + 0]!) | 0;
+    a[o + L.E_CONTROL] = 0;
+    a[o + L.E_NCONTROL] = 0;
+    a[o + L.E_TIMEOUT] = templateMs;
+    a[o + L.E_EXPIRES] = (now + (isTemplate ? templateMs : a[L.H_TIMEOUTS + 0]!)) | 0;
 
     this.lockPair(b1, b2);
-    const existing = this.findIn(b1, proto, caddr, cports, vaddr);
+    const existing = isTemplate ? this.findTemplate(b1, proto, caddr, cports, vaddr) : this.findIn(b1, proto, caddr, cports, vaddr);
     if (existing >= 0) {
       this.unlockPair(b1, b2);
       this.pushFree(e);
       return existing;
     }
-    a[o + L.E_FLAGS] = L.F_IN_USE | L.F_INACTIVE | fwdFlags;
+    a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate ? 0 : L.F_INACTIVE) | fwdFlags;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
     a[o + L.E_NEXT_OUT] = a[this.outHeads + b2]!;
     a[this.inHeads + b1] = e + 1;
     a[this.outHeads + b2] = e + 1;
     this.unlockPair(b1, b2);
     Atomics.add(a, L.H_COUNT, 1);
-    this.bindRealServer(rs);
+    this.bindRealServer(rs, isTemplate);
+    this.lastInsertNew = true;
     return e;
   }
+
+  /** Whether the last insert() created its entry (false: it found one, or the table was full). */
+  lastInsertNew = false;
 
   private pushFree(e: number): void {
     const a = this.i32;
@@ -317,20 +377,21 @@ export class ConnTable {
     Atomics.store(a, L.H_ALLOC_LOCK, 0);
   }
 
-  private bindRealServer(rs: number): void {
+  private bindRealServer(rs: number, isTemplate: boolean): void {
     const r = this.rs;
     const o = rs * L.RS_WORDS;
-    const inactive = Atomics.add(r, o + L.RS_INACTIVE, 1) + 1;
+    if (isTemplate) Atomics.add(r, o + L.RS_PERSIST, 1);
+    else Atomics.add(r, o + L.RS_INACTIVE, 1);
     const upper = r[o + L.RS_UTHRESH]!;
-    if (upper !== 0 && Atomics.load(r, o + L.RS_ACTIVE) + inactive >= upper) {
+    if (upper !== 0 && Atomics.load(r, o + L.RS_ACTIVE) + Atomics.load(r, o + L.RS_INACTIVE) >= upper) {
       Atomics.or(r, o + L.RS_FLAGS, L.RSF_OVERLOAD);
     }
   }
 
-  private unbindRealServer(rs: number, wasInactive: boolean): void {
+  private unbindRealServer(rs: number, flags: number): void {
     const r = this.rs;
     const o = rs * L.RS_WORDS;
-    Atomics.sub(r, o + (wasInactive ? L.RS_INACTIVE : L.RS_ACTIVE), 1);
+    Atomics.sub(r, o + (flags & L.F_TEMPLATE ? L.RS_PERSIST : flags & L.F_INACTIVE ? L.RS_INACTIVE : L.RS_ACTIVE), 1);
     const total = Atomics.load(r, o + L.RS_ACTIVE) + Atomics.load(r, o + L.RS_INACTIVE);
     const lower = r[o + L.RS_LTHRESH]!;
     const upper = r[o + L.RS_UTHRESH]!;
@@ -370,15 +431,25 @@ export class ConnTable {
       this.unlockPair(b1, b2);
       return false;
     }
+    if (onlyIfExpired && flags & L.F_TEMPLATE && Atomics.load(a, o + L.E_NCONTROL) > 0) {
+      // ip_vs_conn_expire: a template still controlling connections lives on, 60 s at a time.
+      a[o + L.E_TIMEOUT] = L.TEMPLATE_REARM_MS;
+      a[o + L.E_EXPIRES] = (now + L.TEMPLATE_REARM_MS) | 0;
+      this.unlockPair(b1, b2);
+      return false;
+    }
     if (!this.unlink(this.inHeads + b1, e, L.E_NEXT_IN)) {
       this.unlockPair(b1, b2); // not on this chain: it was recycled with another key
       return false;
     }
     this.unlink(this.outHeads + b2, e, L.E_NEXT_OUT);
     a[o + L.E_FLAGS] = 0;
+    const control = a[o + L.E_CONTROL]!;
     this.unlockPair(b1, b2);
     Atomics.sub(a, L.H_COUNT, 1);
-    this.unbindRealServer(a[o + L.E_RS]!, (flags & L.F_INACTIVE) !== 0);
+    // The template outlives what it controls (its NCONTROL > 0 keeps it), so the link is valid.
+    if (control !== 0) Atomics.sub(a, this.base(control - 1) + L.E_NCONTROL, 1);
+    this.unbindRealServer(a[o + L.E_RS]!, flags);
     this.pushFree(e);
     return true;
   }

@@ -16,6 +16,7 @@ import { validateRealServer, validateService } from './config';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { ERRORS, UvsError } from './errors';
 import { serviceKey } from './services';
+import { RATE_PERIOD_MS } from './stats';
 
 export interface ApiServer {
   close(): Promise<void>;
@@ -66,9 +67,11 @@ export function servicesView(d: Daemon) {
       port: s.cfg.port,
       scheduler: s.cfg.scheduler,
       schedFlags: s.cfg.schedFlags,
-      persistence: 0,
+      persistence: s.cfg.persistence ?? 0,
+      netmask: s.cfg.netmask ?? '255.255.255.255',
       stats: d.stats.service(s.slot),
-      realServers: s.realServers.map((r) => ({ ...r, stats: d.stats.realServer(r.slot) })),
+      rates: d.stats.rates(d.stats.serviceBase(s.slot)),
+      realServers: s.realServers.map((r) => ({ ...r, stats: d.stats.realServer(r.slot), rates: d.stats.rates(d.stats.realServerBase(r.slot)) })),
     })),
   };
 }
@@ -261,6 +264,11 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
   return app;
 }
 
+/** The counter blocks whose rates the estimator follows (ipvsadm --rate): every listed service and real server. */
+function rateBlocks(d: Daemon): number[] {
+  return d.model.list().flatMap((s) => [d.stats.serviceBase(s.slot), ...s.realServers.map((r) => d.stats.realServerBase(r.slot))]);
+}
+
 export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { listen: string; token?: string }): Promise<ApiServer> {
   const app = buildApi(d, log);
   let tcpApp: FastifyInstance | null = null;
@@ -279,8 +287,11 @@ export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { l
   await app.listen({ path: socket });
   chmodSync(socket, 0o600);
   log.info({ socket }, 'API listening');
+  const estimator = setInterval(() => d.stats.estimate(rateBlocks(d)), RATE_PERIOD_MS);
+  estimator.unref();
   return {
     close: async () => {
+      clearInterval(estimator);
       await tcpApp?.close();
       await app.close();
       if (existsSync(socket)) unlinkSync(socket);

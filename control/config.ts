@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { parse as parseYaml } from 'yaml';
-import { parseCidr, parseIPv4, type Cidr } from '../lb/addr';
+import { maskBits, parseCidr, parseIPv4, type Cidr } from '../lb/addr';
 import { MH_PRIMES } from '../schedulers/mh';
 import { getScheduler, schedulerNames } from '../schedulers/registry';
 import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
@@ -48,6 +48,10 @@ export interface ServiceConfig {
   schedFlags: string[];
   forwarding: Forwarding;
   realServers: RealServerConfig[];
+  /** Persistence timeout in seconds (ipvsadm -p), 0 = none. */
+  persistence: number;
+  /** Persistence netmask, dotted (ipvsadm -M). */
+  netmask: string;
   /** Seconds a removed real server may drain before it is deleted with connections left; absent = gracefulTermination.maxDrainTime. */
   maxDrainTime?: number;
   /** mh lookup-table size (one of the kernel's primes); absent = 4093. */
@@ -69,6 +73,8 @@ export interface UvsConfig {
     batch: number;
     /** Answer ICMP echo requests sent to a VIP. */
     answerPing: boolean;
+    /** Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it). */
+    expireQuiescentTemplate: boolean;
   };
   timeouts: {
     /** Seconds per TCP state name (ESTABLISHED, FIN_WAIT, …). */
@@ -243,6 +249,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     'rulePriority',
     'batch',
     'answerPing',
+    'expireQuiescentTemplate',
   ]);
   const device = str(dp.device, 'dataplane.device', DEFAULTS.device);
   if (!/^[a-zA-Z0-9_.-]{1,15}$/.test(device)) fail('dataplane.device', 'must be 1–15 characters of letters, digits, _ . -');
@@ -267,6 +274,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     rulePriority: int(dp.rulePriority, 'dataplane.rulePriority', DEFAULTS.rulePriority, 1, 32765),
     batch: int(dp.batch, 'dataplane.batch', DEFAULTS.batch, 1, 1024),
     answerPing: bool(dp.answerPing, 'dataplane.answerPing', true),
+    expireQuiescentTemplate: bool(dp.expireQuiescentTemplate, 'dataplane.expireQuiescentTemplate', false),
   };
 
   const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sweepInterval']) }; // a copy: validation never changes the document
@@ -389,12 +397,16 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     if (f.startsWith('mh-') && scheduler !== 'mh') fail(`${path}.schedFlags[${i}]`, `${f} needs scheduler mh`);
     return f;
   });
-  if (s.persistence !== undefined && s.persistence !== 0 && s.persistence !== false) {
-    throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'persistence is not implemented yet', `${path}.persistence`);
+  // ipvsadm -p [timeout]: a bare flag (true) means 360 s (IPVS_SVC_PERSISTENT_TIMEOUT); 1..2678400.
+  let persistence = 0;
+  if (s.persistence === true) persistence = 360;
+  else if (s.persistence !== undefined && s.persistence !== false && s.persistence !== 0) {
+    persistence = duration(s.persistence, `${path}.persistence`, 0, 2678400);
+    if (persistence < 1) fail(`${path}.persistence`, 'must be at least 1 second (or false/0 for none)');
   }
-  if (s.netmask !== undefined && s.netmask !== '255.255.255.255') {
-    throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'netmask applies to persistence, which is not implemented yet', `${path}.netmask`);
-  }
+  const netmask = s.netmask === undefined ? '255.255.255.255' : str(s.netmask, `${path}.netmask`);
+  const nm = parseIPv4(netmask);
+  if (nm === null || maskBits(nm) === null) fail(`${path}.netmask`, `must be a contiguous IPv4 netmask like 255.255.255.0, got ${JSON.stringify(netmask)}`);
   const fwd = forwarding(s.forwarding, `${path}.forwarding`, 'masq');
   if (s.realServers !== undefined && !Array.isArray(s.realServers)) fail(`${path}.realServers`, 'must be a list');
   const realServers = ((s.realServers as unknown[] | undefined) ?? []).map((r, j) => validateRealServer(r, `${path}.realServers[${j}]`, port, fwd));
@@ -405,7 +417,7 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     seen.add(k);
   });
   const name = s.name === undefined ? `${protocol}/${address}:${port}` : str(s.name, `${path}.name`);
-  const out: ServiceConfig = { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers };
+  const out: ServiceConfig = { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers, persistence, netmask };
   if (s.healthCheck !== undefined) out.healthCheck = healthCheck(s.healthCheck, `${path}.healthCheck`);
   if (s.maxDrainTime !== undefined) out.maxDrainTime = duration(s.maxDrainTime, `${path}.maxDrainTime`, 0);
   if (s.mhTableSize !== undefined) {

@@ -135,6 +135,7 @@ export class ServiceModel {
   private vipCidrs: string[] = [];
   private answerPing = true;
   private expireNodestConn = true;
+  private expireQuiescentTemplate = false;
   /** Draining real servers by slot key. */
   private draining = new Map<string, DrainEntry>();
   /** Their configurations when they started draining (for restarts). */
@@ -165,6 +166,7 @@ export class ServiceModel {
     this.vipCidrs = cfg.dataplane.vipCidrs;
     this.answerPing = cfg.dataplane.answerPing;
     this.expireNodestConn = cfg.gracefulTermination.expireNodestConn;
+    this.expireQuiescentTemplate = cfg.dataplane.expireQuiescentTemplate;
     this.policy = { maxDrainTime: cfg.gracefulTermination.maxDrainTime * 1000 };
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
     this.checkCapacity(wanted);
@@ -240,6 +242,8 @@ export class ServiceModel {
       schedFlags: ServiceModel.flagBits(s),
       dests: [],
       data: null,
+      persistMs: (s.persistence ?? 0) * 1000,
+      netmask: parseIPv4(s.netmask ?? '255.255.255.255')!,
       ...(s.mhTableSize !== undefined ? { mhTableSize: s.mhTableSize } : {}),
     };
     const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false, nextTick: null };
@@ -253,6 +257,8 @@ export class ServiceModel {
     live.removing = false;
     live.cfg = s;
     live.compiled.schedFlags = ServiceModel.flagBits(s);
+    live.compiled.persistMs = (s.persistence ?? 0) * 1000;
+    live.compiled.netmask = parseIPv4(s.netmask ?? '255.255.255.255')!;
     if (s.mhTableSize !== undefined) live.compiled.mhTableSize = s.mhTableSize;
     else delete live.compiled.mhTableSize;
     if (schedChanged) this.bindScheduler(live);
@@ -531,7 +537,7 @@ export class ServiceModel {
       vips[i * 2] = p.net;
       vips[i * 2 + 1] = p.mask;
     });
-    return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn };
+    return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn, expireQuiescentTemplate: this.expireQuiescentTemplate };
   }
 
   /** Services with their real servers in kernel list order, for the API. */

@@ -139,10 +139,12 @@ export class PacketProcessor {
       } else if (
         isSyn &&
         proto === P.IPPROTO_TCP &&
-        (a[o + L.E_STATE] === TCP_TIME_WAIT || (this.snapshot.expireNodestConn && Atomics.load(t.rs, rsSlot * L.RS_WORDS + L.RS_WEIGHT) === 0))
+        ((a[o + L.E_STATE] === TCP_TIME_WAIT && a[o + L.E_CONTROL] === 0) ||
+          (this.snapshot.expireNodestConn && Atomics.load(t.rs, rsSlot * L.RS_WORDS + L.RS_WEIGHT) === 0))
       ) {
-        // A new SYN on this entry's ports (ip_vs_in, conn_reuse_mode=1): in TIME_WAIT, or its
-        // server quiesced with expire_nodest_conn=1 (≥ 5.16), it is a new connection.
+        // A new SYN on this entry's ports (ip_vs_in, conn_reuse_mode=1): in TIME_WAIT and not
+        // controlled by a persistence template, or its server quiesced with expire_nodest_conn=1
+        // (≥ 5.16), it is a new connection.
         t.unlockBucket(bucket);
         t.remove(e, false, this.now);
         e = -1;
@@ -172,13 +174,63 @@ export class PacketProcessor {
       return this.tcpReset(b, off, l4, totlen, tcpFlags);
     }
     const svc = this.snapshot.services[si]!;
-    const di = this.schedule(svc, si, saddr, sport, daddr, dport);
-    if (di < 0) {
-      this.counters[L.C_DROP_BASE + Drop.NoRealServer]!++;
-      return this.icmpUnreach(b, off, totlen, daddr, saddr);
+    let tmpl = -1;
+    let daddr2: number, dport2: number, rs2: number, fwd2: number;
+    if (svc.persistMs > 0) {
+      // ip_vs_sched_persist: one template per (masked client, service) pins the real server.
+      const masked = saddr & svc.netmask;
+      const tb = t.bucket(proto, masked, dport, daddr);
+      t.lockBucket(tb);
+      tmpl = t.findTemplate(tb, proto, masked, dport, daddr);
+      if (tmpl >= 0) {
+        const to = t.base(tmpl);
+        const rsw = t.i32[to + L.E_RS]! * L.RS_WORDS;
+        // ip_vs_check_template: a deleted server, or (expire_quiescent_template) a quiesced one, ends it.
+        if ((Atomics.load(t.rs, rsw + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0 || (this.snapshot.expireQuiescentTemplate && Atomics.load(t.rs, rsw + L.RS_WEIGHT) === 0)) {
+          t.invalidate(tmpl);
+          tmpl = -1;
+        } else {
+          t.reserve(tmpl);
+        }
+      }
+      t.unlockBucket(tb);
+      if (tmpl < 0) {
+        const di = this.schedule(svc, si, saddr, sport, daddr, dport);
+        if (di < 0) {
+          this.counters[L.C_DROP_BASE + Drop.NoRealServer]!++;
+          return this.icmpUnreach(b, off, totlen, daddr, saddr);
+        }
+        const d = svc.dests[di]!;
+        tmpl = t.insert(proto, masked, dport, daddr, d.addr, d.port << 16, masked, L.F_TEMPLATE | d.fwd, d.rs, svc.slot, this.now, svc.persistMs);
+        if (tmpl < 0) return this.drop(Drop.TableFull);
+        // A new template's timer is the persistence timeout away; one found in a race is valid.
+        t.lockBucket(tb);
+        t.reserve(tmpl);
+        t.unlockBucket(tb);
+      }
+      const to = t.base(tmpl);
+      daddr2 = t.i32[to + L.E_DADDR]!;
+      dport2 = t.i32[to + L.E_DPORTS]! >>> 16;
+      rs2 = t.i32[to + L.E_RS]!;
+      fwd2 = t.i32[to + L.E_FLAGS]! & L.FWD_MASK;
+    } else {
+      const di = this.schedule(svc, si, saddr, sport, daddr, dport);
+      if (di < 0) {
+        this.counters[L.C_DROP_BASE + Drop.NoRealServer]!++;
+        return this.icmpUnreach(b, off, totlen, daddr, saddr);
+      }
+      const d = svc.dests[di]!;
+      daddr2 = d.addr;
+      dport2 = d.port;
+      rs2 = d.rs;
+      fwd2 = d.fwd;
     }
-    const d = svc.dests[di]!;
-    const ne = t.insert(proto, saddr, cports, daddr, d.addr, (d.port << 16) | sport, saddr, d.fwd, d.rs, svc.slot, this.now);
+    const ne = t.insert(proto, saddr, cports, daddr, daddr2, (dport2 << 16) | sport, saddr, fwd2, rs2, svc.slot, this.now);
+    const created = t.lastInsertNew;
+    if (tmpl >= 0) {
+      if (ne >= 0 && created) t.control(ne, tmpl, this.now);
+      else t.unreserve(tmpl);
+    }
     if (ne < 0) return this.drop(Drop.TableFull);
     t.lockBucket(bucket);
     // The entry's timer is 2 s away and we hold its in-bucket lock: it is still ours to touch.
@@ -188,9 +240,11 @@ export class PacketProcessor {
     const rport = t.i32[o + L.E_DPORTS]! >>> 16;
     const rsSlot = t.i32[o + L.E_RS]!;
     t.unlockBucket(bucket);
-    this.counters[L.C_CONNS_NEW]!++;
-    this.counters[L.rsCounterBase(rsSlot) + L.RSC_CONNS]!++;
-    this.counters[L.svcCounterBase(this.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
+    if (created) {
+      this.counters[L.C_CONNS_NEW]!++;
+      this.counters[L.rsCounterBase(rsSlot) + L.RSC_CONNS]!++;
+      this.counters[L.svcCounterBase(this.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
+    }
     this.countIn(rsSlot, svc.slot, totlen);
     this.rewriteDst(b, off, l4, proto, daddr, dport, raddr, rport);
     return FORWARD;

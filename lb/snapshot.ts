@@ -19,6 +19,10 @@ export interface CompiledService extends SchedService {
   vport: number;
   scheduler: string;
   dests: CompiledDest[];
+  /** Persistence timeout in ms (ipvsadm -p), 0 = not persistent. */
+  persistMs: number;
+  /** Persistence netmask (ipvsadm -M) applied to the client address. */
+  netmask: number;
 }
 
 export interface Snapshot {
@@ -32,6 +36,8 @@ export interface Snapshot {
   answerPing: boolean;
   /** A packet of a deleted real server's connection expires it and is handled as new (kernel expire_nodest_conn=1). */
   expireNodestConn: boolean;
+  /** A persistence template whose server has weight 0 is not used (kernel expire_quiescent_template). */
+  expireQuiescentTemplate: boolean;
 }
 
 export const LOOKUP_WORDS = 4;

@@ -234,3 +234,71 @@ test('a full table drops new flows (counted) and keeps forwarding existing ones'
   assert.equal(drops('table_full'), 1);
   assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 44003, flags: TCPF_ACK })).v, FORWARD);
 });
+
+// ── persistence ─────────────────────────────────────────────────────────────────────────────
+const persistent = (extra: Record<string, unknown> = {}) => ({ ...web(), persistence: 300, ...extra });
+
+test('persistence pins a client to one real server across connections; other clients rotate', () => {
+  const { run, rs } = setup([persistent()]);
+  const first = field(run(tcp({ src: CLIENT, dst: VIP, sport: 45000, flags: TCPF_SYN })).pkt).dst;
+  for (let i = 1; i < 6; i++) assert.equal(field(run(tcp({ src: CLIENT, dst: VIP, sport: 45000 + i, flags: TCPF_SYN })).pkt).dst, first);
+  const others = [1, 2].map((i) => field(run(tcp({ src: `192.168.1.${100 + i}`, dst: VIP, sport: 45000, flags: TCPF_SYN })).pkt).dst);
+  assert.equal(new Set([first, ...others]).size, 3, 'new clients are scheduled by rr');
+  let persist = 0;
+  for (let s = 0; s < 3; s++) persist += rs[s * L.RS_WORDS + L.RS_PERSIST]!;
+  assert.equal(persist, 3, 'one template per client: PersistConn 3');
+});
+
+test('the persistence netmask groups clients: a /24 shares one template', () => {
+  const { run } = setup([persistent({ netmask: '255.255.255.0' })]);
+  const a = field(run(tcp({ src: '192.168.1.10', dst: VIP, flags: TCPF_SYN })).pkt).dst;
+  const b = field(run(tcp({ src: '192.168.1.200', dst: VIP, flags: TCPF_SYN })).pkt).dst;
+  const c = field(run(tcp({ src: '192.168.2.10', dst: VIP, flags: TCPF_SYN })).pkt).dst;
+  assert.equal(a, b);
+  assert.notEqual(a, c);
+});
+
+test('a template outlives its timeout while it controls a connection, re-armed by 60 s, then expires', () => {
+  const { run, table, rs } = setup([persistent({ persistence: 10 })]);
+  const now = table.now();
+  const syn = run(tcp({ src: CLIENT, dst: VIP, sport: 46000, flags: TCPF_SYN }));
+  const rip = field(syn.pkt).dst;
+  run(tcp({ src: rip, dst: CLIENT, sport: 8080, dport: 46000, flags: TCPF_SYN | TCPF_ACK }));
+  run(tcp({ src: CLIENT, dst: VIP, sport: 46000, flags: TCPF_ACK }));
+  assert.equal(table.count(), 2, 'a connection and its template');
+  assert.equal(table.expire(now + 10_000), 0, 'the template controls a live connection: re-armed, not removed');
+  assert.equal(table.count(), 2);
+  assert.equal(table.expire(now + 900_000), 1, 'the connection expires at 900 s');
+  assert.equal(table.expire(now + 900_000 + 60_000 - 1), 0);
+  assert.equal(table.expire(now + 900_000 + 60_000 + 60_000), 1, 'then the template, at its 60 s re-arm');
+  let persist = 0;
+  for (let s = 0; s < 3; s++) persist += rs[s * L.RS_WORDS + L.RS_PERSIST]!;
+  assert.equal(persist, 0);
+});
+
+test('a persistent client keeps its weight-0 server (expire_quiescent_template=0) but not with the option on', () => {
+  for (const eqt of [false, true]) {
+    const s = setup([persistent()]);
+    const cfgDp = { ...s.cfg, dataplane: { ...s.cfg.dataplane, expireQuiescentTemplate: eqt } };
+    s.proc.setSnapshot(s.model.apply(cfgDp));
+    const first = field(s.run(tcp({ src: CLIENT, dst: VIP, sport: 47000, flags: TCPF_SYN })).pkt).dst;
+    const next = structuredClone(cfgDp);
+    next.services[0]!.realServers.find((r) => r.address === first)!.weight = 0;
+    s.proc.setSnapshot(s.model.apply(next));
+    const again = field(s.run(tcp({ src: CLIENT, dst: VIP, sport: 47001, flags: TCPF_SYN })).pkt).dst;
+    if (eqt) assert.notEqual(again, first, 'expire_quiescent_template=1: rescheduled');
+    else assert.equal(again, first, 'expire_quiescent_template=0: the template still sends it to the weight-0 server');
+  }
+});
+
+test('a template whose server was deleted is never matched again', () => {
+  // UDP: removal deletes at once (a TCP server with connections would drain at weight 0 instead).
+  const svc = { protocol: 'udp', address: VIP, port: 53, scheduler: 'rr', persistence: 300, realServers: RS.map((a) => ({ address: a, port: 5353 })) };
+  const { run, model, cfg, proc } = setup([svc]);
+  const first = field(run(udp({ src: CLIENT, dst: VIP, sport: 48000, dport: 53 })).pkt).dst;
+  assert.equal(field(run(udp({ src: CLIENT, dst: VIP, sport: 48001, dport: 53 })).pkt).dst, first, 'persistent before the delete');
+  const next = structuredClone(cfg);
+  next.services[0]!.realServers = next.services[0]!.realServers.filter((r) => r.address !== first);
+  proc.setSnapshot(model.apply(next));
+  for (let i = 2; i < 5; i++) assert.notEqual(field(run(udp({ src: CLIENT, dst: VIP, sport: 48000 + i, dport: 53 })).pkt).dst, first);
+});
