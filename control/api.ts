@@ -14,6 +14,7 @@ import type { Daemon } from './daemon';
 import { isLoopback, splitHostPort, tokenOk } from './metrics';
 import { validateRealServer, validateService } from './config';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
+import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { ERRORS, UvsError } from './errors';
 import { serviceKey } from './services';
 import { RATE_PERIOD_MS } from './stats';
@@ -160,6 +161,37 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
     tcpFin: d.cfg.timeouts.tcp.FIN_WAIT,
     udp: d.cfg.timeouts.udp,
   }));
+  // Disruption preview: what share of table slots and tracked flows a change would move.
+  app.post('/v1/services/:protocol/:address/:port/preview', async (req) => {
+    const p = req.params as { protocol: string; address: string; port: string };
+    const svc = d.model.list().find((s) => s.key === serviceKey({ protocol: p.protocol, address: p.address, port: Number(p.port) }));
+    if (!svc) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${p.protocol} ${p.address}:${p.port}`);
+    const flows: PreviewFlow[] = [];
+    const t = d.table;
+    const a = t.i32;
+    t.forEach((_e, o) => {
+      if (a[o + L.E_SVC] !== svc.slot || a[o + L.E_FLAGS]! & L.F_TEMPLATE) return;
+      flows.push({ client: formatIPv4(a[o + L.E_CADDR]!), clientPort: a[o + L.E_CPORTS]! >>> 16, realServer: `${formatIPv4(a[o + L.E_DADDR]!)}:${a[o + L.E_DPORTS]! >>> 16}` });
+    });
+    try {
+      return previewDisruption(
+        {
+          address: svc.cfg.address,
+          port: svc.cfg.port,
+          scheduler: svc.cfg.scheduler,
+          flags: svc.cfg.schedFlags,
+          ...(svc.cfg.mhTableSize !== undefined ? { mhTableSize: svc.cfg.mhTableSize } : {}),
+          realServers: svc.realServers.map((r) => ({ address: r.address, port: r.port, weight: r.weight, lastWeight: r.lastWeight, overloaded: r.overloaded })),
+        },
+        (req.body ?? {}) as ProposedChange,
+        flows,
+      );
+    } catch (e) {
+      if (e instanceof PreviewError) throw new UvsError('UVS_ERR_API_BAD_REQUEST', e.reason, e.path);
+      throw e;
+    }
+  });
+
   app.get('/v1/config', async () => ({ file: d.configFile, document: d.doc, effective: d.cfg }));
 
   const runEdits = (ops: EditOp[], reply: import('fastify').FastifyReply) => {

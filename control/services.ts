@@ -541,7 +541,7 @@ export class ServiceModel {
   }
 
   /** Services with their real servers in kernel list order, for the API. */
-  list(): { key: string; cfg: ServiceConfig; slot: number; removing: boolean; realServers: RealServerView[] }[] {
+  list(): { key: string; cfg: ServiceConfig; slot: number; removing: boolean; realServers: (RealServerView & { lastWeight: number })[] }[] {
     return [...this.services.values()].map((l) => ({
       key: l.key,
       cfg: l.cfg,
@@ -549,7 +549,7 @@ export class ServiceModel {
       removing: l.removing,
       realServers: l.compiled.dests.map((d) => {
         const k = `${formatAddr(d.addr)}:${d.port}`;
-        return this.rsView(l, k, d.rs, l.rsCfg.get(k)!);
+        return { ...this.rsView(l, k, d.rs, l.rsCfg.get(k)!), lastWeight: d.lastWeight ?? d.weight };
       }),
     }));
   }

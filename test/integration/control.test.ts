@@ -132,6 +132,21 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     await waitFor('the file change to be applied', async () => (await web()).filter((r) => r.weight > 0).length === 3, 5000);
   });
 
+  test('the disruption preview reports moved slots and flows for a proposed change without making it', async () => {
+    const svcs = services().map((s) => (s.port === 80 ? { ...s, scheduler: 'mh', healthCheck: undefined } : s));
+    writeFileSync(configFile, stringify(lab.config(svcs, { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } })));
+    assert.equal((await api('POST', '/v1/reload')).status, 200);
+    const p = await api<{ scheduler: string; slots: number; slotsMoved: number; flowsMoved: number }>('POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, { delete: [`${rs[0]}:8080`] });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    assert.equal(p.body.scheduler, 'mh');
+    assert.equal(p.body.slots, 4093);
+    assert.ok(p.body.slotsMoved > 0.2 && p.body.slotsMoved < 0.45, `removing one of three moves about a third of the slots: ${p.body.slotsMoved}`);
+    assert.equal((await web()).length, 3, 'nothing was changed');
+    const bad = await api<{ code: string; path: string }>('POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, { delete: ['10.9.9.9:1'] });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.code, 'UVS_ERR_API_BAD_REQUEST');
+  });
+
   test('hot reload under traffic breaks no connection: servers added, reweighted and removed while long requests run', async () => {
     const load = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'load', LAB_VIP, '80', '6', '6', '3', '800'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let text = '';
