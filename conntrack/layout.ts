@@ -32,6 +32,7 @@ export const H_FREE_HEAD = 5; // entry index + 1 of the first free entry; 0 = ta
 export const H_ALLOC_LOCK = 6;
 export const H_EPOCH_LO = 7; // ms since the Unix epoch when the table was made, split in two
 export const H_EPOCH_HI = 8; //   words: entry times are ms relative to it (int32: 24 days span)
+export const H_SHADOWS = 10; // shadow entries (atomic)
 export const H_TIMEOUTS = 16; // 16 words: per-state timeouts in ms, TCP states 0..10 then UDP
 export const HDR_WORDS = 64;
 
@@ -60,7 +61,7 @@ export const E_IN_PKTS = 15; // client→server packets, saturating (sync thresh
 export const E_CONTROL = 16; // connections: entry index + 1 of the persistence template controlling it, 0 = none
 export const E_NCONTROL = 17; // templates: connections it controls (kernel n_control; atomic)
 export const E_TIMEOUT = 18; // templates: their own timeout in ms (the service's -p; 60 s once re-armed)
-export const ENTRY_WORDS = 32; // words 19..31 reserved
+export const ENTRY_WORDS = 32; // words 20..31 reserved
 
 // E_FLAGS bits, values as the kernel's IP_VS_CONN_F_* (include/uapi/linux/ip_vs.h).
 export const FWD_MASK = 0x7;
@@ -71,6 +72,7 @@ export const F_NOOUTPUT = 0x80;
 export const F_INACTIVE = 0x100;
 export const F_TEMPLATE = 0x1000;
 export const F_INVALID = 0x20000; // uvs: a template that may no longer be matched (its server left); dies at its timer
+export const F_SHADOW = 0x40000; // uvs: another node's flow, learnt from Redis; not counted until a packet adopts it
 export const F_IN_USE = 0x10000; // uvs: slot holds a live entry
 
 /** Owner id the control thread uses in lock words; workers use their id + 1 (< 1000). */
@@ -139,6 +141,10 @@ export const C_TX_ERRORS = 4; // packets the device would not take
 export const C_BATCHES = 5;
 export const C_CONNS_NEW = 6;
 export const C_NODEST_EXPIRED = 7; // entries of deleted real servers expired by their next packet
+export const C_SYNC_RING_FULL = 8; // sync events lost because the ring was full
+export const C_PARKED = 9; // packets parked for a Redis lookup
+export const C_PARK_FULL = 10; // packets that found the park ring full (dropped)
+export const C_ADOPTED = 11; // another node's flows taken over by a packet
 export const C_DROP_BASE = 16; // + DropReason
 export const W_GLOBAL_WORDS = 64;
 // Per real server / per service counters (kernel ip_vs_stats).
@@ -192,3 +198,44 @@ export const DROP_NAMES = [
   'icmp_ignored',
   'ttl_exceeded',
 ] as const;
+
+/*
+ * ── Worker → control rings (one SAB per worker; single producer, single consumer) ──────────
+ * Workers never block on them and never talk to Redis: a full ring drops and counts.
+ *   [RING_HDR_WORDS int32 header]
+ *   [sync ring: SYNC_RING_SLOTS int32]        entry indices whose state should be written to Redis
+ *   [park lengths: PARK_SLOTS int32]          byte length of each parked packet
+ *   [park data: PARK_SLOTS × PARK_SLOT_BYTES]  packets waiting for a Redis lookup (adoption)
+ * Head/tail are free-running counters; slot = counter & (size − 1). The producer writes the data,
+ * then publishes with Atomics.store(tail); the consumer reads up to tail, then stores head.
+ */
+export const RG_SYNC_HEAD = 0;
+export const RG_SYNC_TAIL = 1;
+export const RG_PARK_HEAD = 2;
+export const RG_PARK_TAIL = 3;
+export const RING_HDR_WORDS = 16;
+export const SYNC_RING_SLOTS = 8192; // ≥ new flows per 50 ms drain at 100k conns/s per worker
+export const PARK_SLOTS = 256; // packets parked for adoption at once, per worker
+export const PARK_SLOT_BYTES = 2048; // ≥ MTU 1500; larger packets are not parked (dropped, counted)
+
+export function ringBytes(): number {
+  return (RING_HDR_WORDS + SYNC_RING_SLOTS + PARK_SLOTS) * 4 + PARK_SLOTS * PARK_SLOT_BYTES;
+}
+export function syncRingOffset(): number {
+  return RING_HDR_WORDS;
+}
+export function parkLensOffset(): number {
+  return RING_HDR_WORDS + SYNC_RING_SLOTS;
+}
+/** Byte offset of park slot i's data. */
+export function parkDataOffset(i: number): number {
+  return (RING_HDR_WORDS + SYNC_RING_SLOTS + PARK_SLOTS) * 4 + i * PARK_SLOT_BYTES;
+}
+
+/** Table header: sync to Redis on (1) or off (0), set by the control thread. */
+export const H_SYNC_ON = 9;
+/** Sync threshold (kernel sync_threshold "3 50"): first sync at packet 3, then every 50. */
+export const SYNC_THRESHOLD = 3;
+export const SYNC_PERIOD = 50;
+/** Entry word: table-relative ms of its last sync (refreshed once half its timeout has passed). */
+export const E_SYNCED = 19;

@@ -93,6 +93,15 @@ export class ConnTable {
     return Atomics.load(this.i32, L.H_COUNT);
   }
 
+  /** Shadow entries (other nodes' flows) among count(). */
+  shadows(): number {
+    return Atomics.load(this.i32, L.H_SHADOWS);
+  }
+
+  setSync(on: boolean): void {
+    Atomics.store(this.i32, L.H_SYNC_ON, on ? 1 : 0);
+  }
+
   /** Word offset of entry e. */
   base(e: number): number {
     return this.entries + e * L.ENTRY_WORDS;
@@ -243,15 +252,18 @@ export class ConnTable {
   /**
    * A packet of entry e was seen in direction dir (state.ts DIR_*): advance the protocol state,
    * move the entry between ActiveConn and InActConn on a change, re-arm its timer.
-   * Caller holds one of the entry's bucket locks. Returns the new state.
+   * Caller holds one of the entry's bucket locks. Returns true when the entry should be written to
+   * Redis now (sync on: first at packet 3, then every 50 packets, on every state change, and once
+   * half its timeout has passed since the last write — the kernel sync daemon's rules plus a refresh).
    */
-  touch(e: number, dir: number, tcpFlags: number, now: number): number {
+  touch(e: number, dir: number, tcpFlags: number, now: number): boolean {
     const a = this.i32;
     const o = this.entries + e * L.ENTRY_WORDS;
     this.lockWord(o + L.E_LOCK);
     const proto = a[o + L.E_PROTO]!;
     let state = a[o + L.E_STATE]!;
     let timeoutSlot = L.TIMEOUT_UDP;
+    let changed = false;
     if (proto === IPPROTO_TCP) {
       let flags = a[o + L.E_FLAGS]!;
       if (dir === 1 && flags & L.F_NOOUTPUT) {
@@ -275,16 +287,96 @@ export class ConnTable {
         }
         state = next;
         a[o + L.E_STATE] = state;
+        changed = true;
       }
       timeoutSlot = state;
     }
-    a[o + L.E_EXPIRES] = (now + a[L.H_TIMEOUTS + timeoutSlot]!) | 0;
-    if (dir !== 1) {
-      const p = a[o + L.E_IN_PKTS]!;
-      if (p < 0x7fffffff) a[o + L.E_IN_PKTS] = p + 1;
+    const timeout = a[L.H_TIMEOUTS + timeoutSlot]!;
+    a[o + L.E_EXPIRES] = (now + timeout) | 0;
+    let p = a[o + L.E_IN_PKTS]!;
+    if (dir !== 1 && p < 0x7fffffff) a[o + L.E_IN_PKTS] = ++p;
+    let sync = false;
+    if (a[L.H_SYNC_ON] !== 0) {
+      sync =
+        changed ||
+        (dir !== 1 && (p === L.SYNC_THRESHOLD || (p > L.SYNC_THRESHOLD && (p - L.SYNC_THRESHOLD) % L.SYNC_PERIOD === 0))) ||
+        ((now - a[o + L.E_SYNCED]!) | 0) > timeout >> 1;
+      if (sync) a[o + L.E_SYNCED] = now;
     }
     Atomics.store(a, o + L.E_LOCK, 0);
-    return state;
+    return sync;
+  }
+
+  /**
+   * A packet reached another node's flow (a shadow entry): it becomes ours — counted in
+   * ActiveConn/InActConn from its synced state, as the kernel binds synced connections.
+   * Caller holds one of the entry's bucket locks. Returns false if it was not a shadow.
+   */
+  adopt(e: number, now: number): boolean {
+    const a = this.i32;
+    const o = this.entries + e * L.ENTRY_WORDS;
+    this.lockWord(o + L.E_LOCK);
+    const flags = a[o + L.E_FLAGS]!;
+    if (!(flags & L.F_SHADOW)) {
+      Atomics.store(a, o + L.E_LOCK, 0);
+      return false;
+    }
+    a[o + L.E_FLAGS] = flags & ~L.F_SHADOW;
+    a[o + L.E_SYNCED] = now;
+    Atomics.store(a, o + L.E_LOCK, 0);
+    Atomics.sub(a, L.H_SHADOWS, 1);
+    const r = this.rs;
+    const ro = a[o + L.E_RS]! * L.RS_WORDS;
+    Atomics.add(r, ro + (flags & L.F_INACTIVE ? L.RS_INACTIVE : L.RS_ACTIVE), 1);
+    const upper = r[ro + L.RS_UTHRESH]!;
+    if (upper !== 0 && Atomics.load(r, ro + L.RS_ACTIVE) + Atomics.load(r, ro + L.RS_INACTIVE) >= upper) Atomics.or(r, ro + L.RS_FLAGS, L.RSF_OVERLOAD);
+    return true;
+  }
+
+  /**
+   * Control thread: installs or refreshes another node's flow as a shadow entry (not counted, not
+   * synced back) that a packet can adopt without waiting for Redis. A live local entry with the
+   * same key wins and is left alone. Returns the entry or -1 (table full / key is local).
+   */
+  putShadow(
+    proto: number,
+    caddr: number,
+    cports: number,
+    vaddr: number,
+    daddr: number,
+    dports: number,
+    laddr: number,
+    fwdFlags: number,
+    rs: number,
+    svc: number,
+    state: number,
+    inactive: boolean,
+    expires: number,
+  ): number {
+    const a = this.i32;
+    const b1 = this.bucket(proto, caddr, cports, vaddr);
+    this.lockBucket(b1);
+    const found = this.findIn(b1, proto, caddr, cports, vaddr);
+    if (found >= 0) {
+      const o = this.base(found);
+      if (a[o + L.E_FLAGS]! & L.F_SHADOW && a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports) {
+        a[o + L.E_STATE] = state;
+        a[o + L.E_EXPIRES] = expires;
+        a[o + L.E_FLAGS] = (a[o + L.E_FLAGS]! & ~L.F_INACTIVE) | (inactive ? L.F_INACTIVE : 0);
+        this.unlockBucket(b1);
+        return found;
+      }
+      this.unlockBucket(b1);
+      return -1;
+    }
+    this.unlockBucket(b1);
+    const e = this.insert(proto, caddr, cports, vaddr, daddr, dports, laddr, fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0), rs, svc, 0);
+    if (e < 0 || !this.lastInsertNew) return -1;
+    const o = this.base(e);
+    a[o + L.E_STATE] = state;
+    a[o + L.E_EXPIRES] = expires;
+    a[o + L.E_SYNCED] = expires; // not ours to sync until adopted
+    return e;
   }
 
   // ── insert / remove ──────────────────────────────────────────────────────────────────────
@@ -351,14 +443,17 @@ export class ConnTable {
       this.pushFree(e);
       return existing;
     }
-    a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate ? 0 : L.F_INACTIVE) | fwdFlags;
+    const isShadow = (fwdFlags & L.F_SHADOW) !== 0;
+    a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | fwdFlags;
+    a[o + L.E_SYNCED] = now;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
     a[o + L.E_NEXT_OUT] = a[this.outHeads + b2]!;
     a[this.inHeads + b1] = e + 1;
     a[this.outHeads + b2] = e + 1;
     this.unlockPair(b1, b2);
     Atomics.add(a, L.H_COUNT, 1);
-    this.bindRealServer(rs, isTemplate);
+    if (isShadow) Atomics.add(a, L.H_SHADOWS, 1);
+    else this.bindRealServer(rs, isTemplate);
     this.lastInsertNew = true;
     return e;
   }
@@ -449,7 +544,8 @@ export class ConnTable {
     Atomics.sub(a, L.H_COUNT, 1);
     // The template outlives what it controls (its NCONTROL > 0 keeps it), so the link is valid.
     if (control !== 0) Atomics.sub(a, this.base(control - 1) + L.E_NCONTROL, 1);
-    this.unbindRealServer(a[o + L.E_RS]!, flags);
+    if (flags & L.F_SHADOW) Atomics.sub(a, L.H_SHADOWS, 1);
+    else this.unbindRealServer(a[o + L.E_RS]!, flags);
     this.pushFree(e);
     return true;
   }

@@ -101,6 +101,12 @@ export function statsView(d: Daemon) {
     drops: d.stats.drops(),
     workers: d.dataplane.workerInfo().map((w, i) => ({ ...w, ...d.stats.perWorker()[i] })),
     nodestExpired: d.stats.word(L.C_NODEST_EXPIRED),
+    shadows: d.table.shadows(),
+    adopted: d.stats.word(L.C_ADOPTED),
+    parked: d.stats.word(L.C_PARKED),
+    parkFull: d.stats.word(L.C_PARK_FULL),
+    syncRingFull: d.stats.word(L.C_SYNC_RING_FULL),
+    redis: d.sync ? { ...d.sync.stats, nodes: d.sync.remoteNodes } : null,
     draining: d.model.drains().length,
     reloads: d.reloads,
   };

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, hostname } from 'node:os';
 import { parse as parseYaml } from 'yaml';
 import { maskBits, parseCidr, parseIPv4, type Cidr } from '../lb/addr';
 import { MH_PRIMES } from '../schedulers/mh';
@@ -24,6 +24,24 @@ export interface RealServerConfig {
   forwarding: Forwarding;
   upperThreshold: number;
   lowerThreshold: number;
+}
+
+export interface RedisConfig {
+  /** One of: url (single Redis), sentinels + name, cluster (seed nodes). */
+  url?: string;
+  sentinels?: { host: string; port: number }[];
+  name?: string;
+  cluster?: { host: string; port: number }[];
+  password?: string;
+  keyPrefix: string;
+  /** Identifies this node in cluster-wide counts; default: the host name. */
+  nodeId: string;
+  /** How long a parked packet may wait for Redis before it is dropped (seconds). */
+  parkTimeout: number;
+  /** How often this node publishes its per-real-server connection counts (seconds). */
+  countsInterval: number;
+  /** Most flow records waiting to be written; beyond it the oldest are dropped (counted). */
+  maxQueue: number;
 }
 
 export interface HealthCheckConfig {
@@ -101,6 +119,8 @@ export interface UvsConfig {
   reload: { watch: boolean; syncPeriod: number; minInterval: number };
   /** kube-proxy's ipvs: settings that have no other home: VIP ranges whose services a file reload never removes, strictARP (no effect: a TUN device answers no ARP). */
   kubeProxy: { excludeCIDRs: string[]; strictARP: boolean } | null;
+  /** Shared flow state (multi-node); null = this node works alone. */
+  redis: RedisConfig | null;
   /** Where uvsd keeps what must survive a restart (the drain list); '' = nowhere. */
   stateFile: string;
   log: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'; pretty: boolean };
@@ -234,7 +254,7 @@ function listener(v: unknown, path: string, defAddress: string): { address: stri
 // ── the validator ────────────────────────────────────────────────────────────────────────────
 /** Validates a parsed YAML document and fills defaults. Throws UvsError naming the field. */
 export function validateConfig(doc: unknown): UvsConfig {
-  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'api', 'metrics', 'healthz', 'reload', 'ipvs', 'stateFile', 'log', 'services']);
+  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'api', 'metrics', 'healthz', 'reload', 'ipvs', 'redis', 'stateFile', 'log', 'services']);
   // kube-proxy's KubeProxyIPVSConfiguration (the `ipvs:` section of a KubeProxyConfiguration).
   const kp = root.ipvs === undefined ? null : obj(root.ipvs, 'ipvs', ['scheduler', 'syncPeriod', 'minSyncPeriod', 'excludeCIDRs', 'strictARP', 'tcpTimeout', 'tcpFinTimeout', 'udpTimeout']);
   const dp = obj(root.dataplane, 'dataplane', [
@@ -359,6 +379,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     healthz,
     reload,
     kubeProxy,
+    redis: root.redis === undefined || root.redis === null ? null : redisConfig(root.redis),
     stateFile: root.stateFile === '' ? '' : str(root.stateFile, 'stateFile', DEFAULTS.stateFile),
     log: { level: level as UvsConfig['log']['level'], pretty: bool(log.pretty, 'log.pretty', false) },
     services,
@@ -426,6 +447,40 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     out.mhTableSize = int(s.mhTableSize, `${path}.mhTableSize`, undefined, 1, 131071);
     if (!primes.includes(out.mhTableSize)) fail(`${path}.mhTableSize`, `must be one of the kernel's sizes ${primes.join(', ')}`);
   }
+  return out;
+}
+
+function hostPorts(v: unknown, path: string): { host: string; port: number }[] {
+  if (!Array.isArray(v) || v.length === 0) fail(path, 'must be a non-empty list of {host, port}');
+  return v.map((x, i) => {
+    const o = obj(x, `${path}[${i}]`, ['host', 'port']);
+    return { host: str(o.host, `${path}[${i}].host`), port: int(o.port, `${path}[${i}].port`, 6379, 1, 65535) };
+  });
+}
+
+function redisConfig(v: unknown): RedisConfig {
+  const r = obj(v, 'redis', ['url', 'sentinels', 'name', 'cluster', 'password', 'keyPrefix', 'nodeId', 'parkTimeout', 'countsInterval', 'maxQueue']);
+  const modes = ['url', 'sentinels', 'cluster'].filter((k) => r[k] !== undefined);
+  if (modes.length !== 1) fail('redis', `needs exactly one of url, sentinels (with name) or cluster; got ${modes.length ? modes.join(', ') : 'none'}`);
+  const out: RedisConfig = {
+    keyPrefix: str(r.keyPrefix, 'redis.keyPrefix', 'uvs:'),
+    nodeId: str(r.nodeId, 'redis.nodeId', hostname()),
+    parkTimeout: duration(r.parkTimeout, 'redis.parkTimeout', 1, 60),
+    countsInterval: duration(r.countsInterval, 'redis.countsInterval', 2, 3600),
+    maxQueue: int(r.maxQueue, 'redis.maxQueue', 100000, 100, 10_000_000),
+  };
+  if (r.url !== undefined) {
+    const url = str(r.url, 'redis.url');
+    if (!/^rediss?:\/\//.test(url)) fail('redis.url', `must be redis://host:port[/db] or rediss://…, got ${JSON.stringify(url)}`);
+    out.url = url;
+  }
+  if (r.sentinels !== undefined) {
+    out.sentinels = hostPorts(r.sentinels, 'redis.sentinels');
+    out.name = str(r.name, 'redis.name');
+  }
+  if (r.cluster !== undefined) out.cluster = hostPorts(r.cluster, 'redis.cluster');
+  if (r.password !== undefined) out.password = str(r.password, 'redis.password');
+  if (out.countsInterval < 0.1) fail('redis.countsInterval', 'must be at least 0.1 s');
   return out;
 }
 

@@ -9,6 +9,7 @@ import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import * as L from '../conntrack/layout';
 import { ConnTable, createRealServerRegion } from '../conntrack/table';
+import { RedisSync } from '../conntrack/redis-sync';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { Dataplane } from '../lb/dataplane';
 import { startApi, type ApiServer } from './api';
@@ -65,6 +66,7 @@ export class Daemon {
     const rsSab = createRealServerRegion(dp.maxRealServers);
     const schedSab = new SharedArrayBuffer(dp.maxServices * L.SCHED_WORDS * 4);
     const counters = Array.from({ length: dp.workers }, () => new SharedArrayBuffer(L.counterWords(dp.maxRealServers, dp.maxServices) * 8));
+    const rings = Array.from({ length: dp.workers }, () => new SharedArrayBuffer(L.ringBytes()));
     this.table = new ConnTable(tableSab, rsSab, L.OWNER_CONTROL);
     this.stats = new StatsReader(counters, dp.maxRealServers);
     this.model = new ServiceModel(rsSab, schedSab, dp.maxRealServers, dp.maxServices);
@@ -96,12 +98,38 @@ export class Daemon {
         batch: dp.batch,
         maxRealServers: dp.maxRealServers,
       },
-      { table: tableSab, realServers: rsSab, sched: schedSab, counters },
+      { table: tableSab, realServers: rsSab, sched: schedSab, counters, rings },
       snapshot,
       log.child({ component: 'dataplane' }),
     );
     this.dataplane.releaseLocks = (owner) => this.releaseLocksOf(owner);
+    if (cfg.redis) {
+      const model = this.model;
+      this.sync = new RedisSync(
+        cfg.redis,
+        this.table,
+        rings,
+        {
+          names: (_svcSlot, rsSlot) => model.namesOfSlot(rsSlot),
+          slots: (service, realServer) => {
+            const r = model.realServerSlot(service, realServer);
+            return r && r.listed ? { slot: r.slot, svcSlot: r.svcSlot } : null;
+          },
+          counts: () => {
+            const out: Record<string, [number, number]> = {};
+            for (const s of model.list()) for (const r of s.realServers) out[`${s.key}|${r.address}:${r.port}`] = [r.activeConns, r.inactConns];
+            return out;
+          },
+        },
+        (pkt) => this.dataplane.inject(pkt),
+        log.child({ component: 'redis-sync' }),
+      );
+      this.model.remoteConns = (service, realServer) => this.sync!.remoteCounts(service, realServer);
+    }
   }
+
+  /** Shared flow state through Redis, when configured. */
+  readonly sync: RedisSync | null = null;
 
   static async start(configFile: string, log: Logger): Promise<Daemon> {
     const doc = readConfigDoc(configFile);
@@ -113,6 +141,7 @@ export class Daemon {
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.health.sync(cfg.services);
+      d.sync?.start();
       d.saveState();
       d.fileHash = d.hashFile();
       d.startReloadTriggers();
@@ -287,7 +316,7 @@ export class Daemon {
     let cfg: UvsConfig;
     try {
       cfg = validateConfig(doc);
-      for (const k of ['metrics', 'healthz', 'api', 'reload'] as const) {
+      for (const k of ['metrics', 'healthz', 'api', 'reload', 'redis'] as const) {
         if (JSON.stringify(cfg[k]) !== JSON.stringify(this.cfg[k])) {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
         }
@@ -329,6 +358,7 @@ export class Daemon {
 
   async stop(): Promise<void> {
     this.health.stop();
+    await this.sync?.stop();
     this.watcher?.close();
     if (this.syncTimer) clearInterval(this.syncTimer);
     if (this.pendingReload) clearTimeout(this.pendingReload);

@@ -13,6 +13,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Counter, Gauge, Registry } from 'prom-client';
+import * as L from '../conntrack/layout';
 import type { Daemon } from './daemon';
 
 const BACKEND_LABELS = ['local_address', 'local_port', 'remote_address', 'remote_port', 'proto', 'local_mark'] as const;
@@ -159,6 +160,26 @@ export function buildRegistry(d: Daemon): Registry {
       }
     }
   });
+  gaugeFrom('uvs_connection_table_shadow_entries', 'Entries learnt from other nodes through Redis, not yet adopted.', [], (g) => g.set(d.table.shadows()));
+  counterFrom('uvs_adoptions_total', "Other nodes' flows taken over by this node (first packet seen here).", [], (c) => c.inc(d.stats.word(L.C_ADOPTED)));
+  counterFrom('uvs_parked_packets_total', 'Mid-flow packets parked for a Redis lookup, and those refused because the park ring was full.', ['result'], (c) => {
+    c.inc({ result: 'parked' }, d.stats.word(L.C_PARKED));
+    c.inc({ result: 'ring_full' }, d.stats.word(L.C_PARK_FULL));
+  });
+  if (d.sync) {
+    const st = d.sync.stats;
+    gaugeFrom('uvs_redis_connected', '1 while the Redis connection is up.', [], (g) => g.set(st.connected ? 1 : 0));
+    gaugeFrom('uvs_redis_sync_queue_depth', 'Flow records waiting to be written to Redis.', [], (g) => g.set(st.queueDepth));
+    gaugeFrom('uvs_redis_sync_lag_seconds', 'Time from a flow record being queued to its write being acknowledged (last batch).', [], (g) => g.set(st.lagSeconds));
+    counterFrom('uvs_redis_records_written_total', 'Flow records written to Redis.', [], (c) => c.inc(st.written));
+    counterFrom('uvs_redis_records_dropped_total', 'Flow records dropped because the write queue was full (Redis down or slow), plus sync events lost to a full worker ring.', [], (c) => c.inc(st.dropped + d.stats.word(L.C_SYNC_RING_FULL)));
+    counterFrom('uvs_redis_errors_total', 'Redis errors (connection, command, timeout).', [], (c) => c.inc(st.errors));
+    counterFrom('uvs_redis_records_received_total', "Other nodes' flow records pre-loaded from the change stream.", [], (c) => c.inc(st.received));
+    counterFrom('uvs_adoption_lookups_total', 'Redis lookups for parked packets, by result.', ['result'], (c) => {
+      for (const [k, v] of Object.entries(st.lookups)) c.inc({ result: k }, v);
+    });
+    gaugeFrom('uvs_cluster_nodes', 'uvs nodes seen in Redis in the last three count periods, this one included.', [], (g) => g.set(d.sync!.remoteNodes.length + 1));
+  }
   return reg;
 }
 

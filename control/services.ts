@@ -126,6 +126,7 @@ export class ServiceModel {
   readonly maxServices: number;
   private services = new Map<string, LiveService>();
   private rsSlots = new Map<string, RsSlotInfo>(); // key: svcKey|addr:port
+  private rsBySlot = new Map<number, RsSlotInfo>();
   private freeRs: number[] = [];
   private freeSvc: number[] = [];
   private svcSlotRefs: Int32Array;
@@ -136,6 +137,7 @@ export class ServiceModel {
   private answerPing = true;
   private expireNodestConn = true;
   private expireQuiescentTemplate = false;
+  private adopt = false;
   /** Draining real servers by slot key. */
   private draining = new Map<string, DrainEntry>();
   /** Their configurations when they started draining (for restarts). */
@@ -167,6 +169,7 @@ export class ServiceModel {
     this.answerPing = cfg.dataplane.answerPing;
     this.expireNodestConn = cfg.gracefulTermination.expireNodestConn;
     this.expireQuiescentTemplate = cfg.dataplane.expireQuiescentTemplate;
+    this.adopt = cfg.redis !== null;
     this.policy = { maxDrainTime: cfg.gracefulTermination.maxDrainTime * 1000 };
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
     this.checkCapacity(wanted);
@@ -305,9 +308,18 @@ export class ServiceModel {
     else this.orphanSvcSlots.add(live.slot);
   }
 
+  /** This node's connection counts of a real-server slot plus, with Redis, the other nodes'. */
   private conns(slot: number): { active: number; inactive: number } {
     const o = slot * L.RS_WORDS;
-    return { active: Atomics.load(this.rs, o + L.RS_ACTIVE), inactive: Atomics.load(this.rs, o + L.RS_INACTIVE) };
+    let active = Atomics.load(this.rs, o + L.RS_ACTIVE);
+    let inactive = Atomics.load(this.rs, o + L.RS_INACTIVE);
+    const i = this.rsBySlot.get(slot);
+    if (this.remoteConns && i) {
+      const [ra, ri] = this.remoteConns(i.svcKey, `${i.addr}:${i.port}`);
+      active += ra;
+      inactive += ri;
+    }
+    return { active, inactive };
   }
 
   /** GracefulDeleteRS: delete now if nothing uses the server, else weight 0 and drain. */
@@ -439,6 +451,7 @@ export class ServiceModel {
       const slot = this.freeRs.pop()!;
       info = { slot, svcKey: live.key, svcSlot: live.slot, addr: r.address, port: r.port, listed: false };
       this.rsSlots.set(slotKey, info);
+      this.rsBySlot.set(slot, info);
       this.svcSlotRefs[live.slot]!++;
       const o = slot * L.RS_WORDS;
       for (let i = 0; i < L.RS_WORDS; i++) Atomics.store(this.rs, o + i, 0);
@@ -521,6 +534,7 @@ export class ServiceModel {
       const o = info.slot * L.RS_WORDS;
       if (Atomics.load(this.rs, o + L.RS_ACTIVE) + Atomics.load(this.rs, o + L.RS_INACTIVE) + Atomics.load(this.rs, o + L.RS_PERSIST) !== 0) continue;
       this.rsSlots.delete(k);
+      this.rsBySlot.delete(info.slot);
       this.freeRs.push(info.slot);
       freed++;
       if (--this.svcSlotRefs[info.svcSlot]! === 0 && this.orphanSvcSlots.delete(info.svcSlot)) this.freeSvc.push(info.svcSlot);
@@ -537,7 +551,7 @@ export class ServiceModel {
       vips[i * 2] = p.net;
       vips[i * 2 + 1] = p.mask;
     });
-    return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn, expireQuiescentTemplate: this.expireQuiescentTemplate };
+    return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn, expireQuiescentTemplate: this.expireQuiescentTemplate, adopt: this.adopt };
   }
 
   /** Services with their real servers in kernel list order, for the API. */
@@ -573,6 +587,27 @@ export class ServiceModel {
       upperThreshold: r.upperThreshold,
       lowerThreshold: r.lowerThreshold,
     };
+  }
+
+  /** Slot of a real server of a service, listed or in the trash, or -1. */
+  realServerSlot(service: string, realServer: string): { slot: number; svcSlot: number; listed: boolean } | null {
+    const i = this.rsSlots.get(`${service}|${realServer}`);
+    return i ? { slot: i.slot, svcSlot: i.svcSlot, listed: i.listed } : null;
+  }
+
+  /** Service key and "addr:port" of a real-server slot (listed or trashed), or null. */
+  namesOfSlot(rsSlot: number): { service: string; realServer: string } | null {
+    const i = this.rsBySlot.get(rsSlot);
+    return i ? { service: i.svcKey, realServer: `${i.addr}:${i.port}` } : null;
+  }
+
+  /** Connections other nodes carry, per real server (set when Redis is configured). */
+  remoteConns: ((service: string, realServer: string) => [number, number]) | null = null;
+
+  /** Service key of a service slot (live services only). */
+  serviceOfSlot(svcSlot: number): string | null {
+    for (const l of this.services.values()) if (l.slot === svcSlot) return l.key;
+    return null;
   }
 
   /** Slots of trashed real servers (deleted, connections remaining). */

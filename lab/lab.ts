@@ -213,6 +213,7 @@ export class Lab {
   /** Starts uvsd in the LB namespace and waits for its API socket. */
   async startUvsd(configFile: string, timeoutMs = 15000): Promise<ChildProcess> {
     const log = openSync(join(this.dir, 'uvsd.log'), 'a');
+    rmSync(this.socket, { force: true }); // a killed uvsd leaves its socket behind
     const child = this.spawn(this.lbNs, process.execPath, [join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', configFile], {
       stdio: ['ignore', log, log],
     });

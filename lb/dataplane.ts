@@ -41,6 +41,8 @@ export interface SharedRegions {
   sched: SharedArrayBuffer;
   /** One per worker. */
   counters: SharedArrayBuffer[];
+  /** One per worker (layout.ts RG_*). */
+  rings: SharedArrayBuffer[];
 }
 
 /** A masq reply rule: traffic from addr:port (proto) goes into the device. */
@@ -102,6 +104,12 @@ export class Dataplane {
   async start(): Promise<void> {
     const o = this.opts;
     const tun = tunAddon();
+    // A uvsd that was killed (SIGKILL, crash) left its policy rules and reply table behind; the
+    // device went with its last fd. Start from a clean slate, as `uvsd --cleanup` would.
+    if (ip(['rule', 'show', 'pref', String(o.rulePriority)], true).trim() !== '') {
+      this.log.warn({ rulePriority: o.rulePriority, routeTable: o.routeTable }, 'removing rules and routes a previous uvsd left behind');
+    }
+    cleanupRouting(o);
     for (let i = 0; i < o.workers; i++) {
       let fd: number;
       try {
@@ -115,6 +123,8 @@ export class Dataplane {
     try {
       ip(['link', 'set', 'dev', o.device, 'mtu', String(o.mtu), 'up']);
       writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/rp_filter`, '2');
+      // Replayed (adopted) packets leave through the device they came in on: no ICMP redirects.
+      writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/send_redirects`, '0');
       writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
       for (const c of o.vipCidrs) ip(['route', 'replace', c, 'dev', o.device]);
       ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
@@ -138,6 +148,7 @@ export class Dataplane {
       realServers: this.regions.realServers,
       sched: this.regions.sched,
       counters: this.regions.counters[s.id]!,
+      ring: this.regions.rings[s.id]!,
       snapshot: this.snapshot,
       batch: this.opts.batch,
       slot: Math.max(2048, this.opts.mtu + 64),
@@ -208,6 +219,20 @@ export class Dataplane {
     }
     for (const [k, r] of next) if (!this.rules.has(k)) ip(ruleArgs(r, this.opts));
     this.rules = next;
+  }
+
+  private injectOffs = new Int32Array(1);
+  private injectLens = new Int32Array(1);
+
+  /**
+   * Writes a packet into the device as if it had arrived on it: the kernel routes it, and a packet
+   * for a VIP comes straight back out to a worker. Used to replay packets parked for adoption.
+   */
+  inject(pkt: Uint8Array): boolean {
+    const s = this.slots[0];
+    if (!s) return false;
+    this.injectLens[0] = pkt.length;
+    return tunAddon().writeBatch(s.fd, pkt, this.injectOffs, this.injectLens, 1) === 1;
   }
 
   workerInfo(): { id: number; ready: boolean; restarts: number; threadId: number | null }[] {

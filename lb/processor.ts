@@ -46,6 +46,9 @@ export class PacketProcessor {
   /** Table-relative ms; set once per batch by the caller. */
   now = 0;
   private readonly input: SchedInput = { caddr: 0, cport: 0, vaddr: 0, vport: 0, now: 0 };
+  /** Worker → control rings (conntrack/layout.ts RG_*), or null (tests, no Redis). */
+  private ring: Int32Array | null = null;
+  private ringBytes: Uint8Array | null = null;
   private ipId = 1;
 
   constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, out: Uint8Array) {
@@ -56,6 +59,46 @@ export class PacketProcessor {
     this.snapshot = snapshot;
     this.out = out;
     this.setSnapshot(snapshot);
+  }
+
+  setRing(sab: SharedArrayBuffer): void {
+    this.ring = new Int32Array(sab);
+    this.ringBytes = new Uint8Array(sab);
+  }
+
+  /** Queues entry e for a Redis write; a full ring loses the event (counted), never blocks. */
+  private pushSync(e: number): void {
+    const r = this.ring;
+    if (r === null) return;
+    const tail = r[L.RG_SYNC_TAIL]!;
+    if (((tail - Atomics.load(r, L.RG_SYNC_HEAD)) | 0) >= L.SYNC_RING_SLOTS) {
+      this.counters[L.C_SYNC_RING_FULL]!++;
+      return;
+    }
+    r[L.syncRingOffset() + (tail & (L.SYNC_RING_SLOTS - 1))] = e;
+    Atomics.store(r, L.RG_SYNC_TAIL, (tail + 1) | 0);
+  }
+
+  /**
+   * Parks a mid-flow packet that matches no entry while the control thread asks Redis for its
+   * flow; if found, the control thread installs it and writes the packet back into the device.
+   * Bounded: a full ring (or a packet larger than a slot) drops it, counted.
+   */
+  private park(b: Uint8Array, off: number, len: number): number {
+    const r = this.ring!;
+    const tail = r[L.RG_PARK_TAIL]!;
+    if (len > L.PARK_SLOT_BYTES || ((tail - Atomics.load(r, L.RG_PARK_HEAD)) | 0) >= L.PARK_SLOTS) {
+      this.counters[L.C_PARK_FULL]!++;
+      return DROP;
+    }
+    const slot = tail & (L.PARK_SLOTS - 1);
+    const dst = L.parkDataOffset(slot);
+    const x = this.ringBytes!;
+    for (let i = 0; i < len; i++) x[dst + i] = b[off + i]!;
+    r[L.parkLensOffset() + slot] = len;
+    Atomics.store(r, L.RG_PARK_TAIL, (tail + 1) | 0);
+    this.counters[L.C_PARKED]!++;
+    return DROP;
   }
 
   setSnapshot(s: Snapshot): void {
@@ -149,7 +192,11 @@ export class PacketProcessor {
         t.remove(e, false, this.now);
         e = -1;
       } else {
-        t.touch(e, DIR_INPUT, tcpFlags, this.now);
+        if (a[o + L.E_FLAGS]! & L.F_SHADOW && t.adopt(e, this.now)) {
+          this.counters[L.C_ADOPTED]!++;
+          this.pushSync(e);
+        }
+        if (t.touch(e, DIR_INPUT, tcpFlags, this.now)) this.pushSync(e);
         const raddr = a[o + L.E_DADDR]!;
         const rport = a[o + L.E_DPORTS]! >>> 16;
         const svcSlot = a[o + L.E_SVC]!;
@@ -169,6 +216,8 @@ export class PacketProcessor {
       return proto === P.IPPROTO_TCP ? this.tcpReset(b, off, l4, totlen, tcpFlags) : this.icmpUnreach(b, off, totlen, daddr, saddr);
     }
     if (proto === P.IPPROTO_TCP && (tcpFlags & (TCPF_SYN | TCPF_RST)) !== TCPF_SYN) {
+      // Mid-flow: another node may have carried this flow; ask Redis (bounded) before refusing.
+      if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
       this.counters[L.C_DROP_BASE + Drop.NoConnection]!++;
       if (tcpFlags & TCPF_RST) return DROP; // never answer a RST
       return this.tcpReset(b, off, l4, totlen, tcpFlags);
@@ -234,7 +283,7 @@ export class PacketProcessor {
     if (ne < 0) return this.drop(Drop.TableFull);
     t.lockBucket(bucket);
     // The entry's timer is 2 s away and we hold its in-bucket lock: it is still ours to touch.
-    t.touch(ne, DIR_INPUT, tcpFlags, this.now);
+    if (t.touch(ne, DIR_INPUT, tcpFlags, this.now)) this.pushSync(ne);
     const o = t.base(ne);
     const raddr = t.i32[o + L.E_DADDR]!;
     const rport = t.i32[o + L.E_DPORTS]! >>> 16;
@@ -288,11 +337,16 @@ export class PacketProcessor {
     const e = t.findOut(bucket, proto, saddr, dports, daddr);
     if (e < 0) {
       t.unlockBucket(bucket);
+      if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
       return this.drop(Drop.NoConnection);
     }
-    t.touch(e, DIR_OUTPUT, tcpFlags, this.now);
     const a = t.i32;
     const o = t.base(e);
+    if (a[o + L.E_FLAGS]! & L.F_SHADOW && t.adopt(e, this.now)) {
+      this.counters[L.C_ADOPTED]!++;
+      this.pushSync(e);
+    }
+    if (t.touch(e, DIR_OUTPUT, tcpFlags, this.now)) this.pushSync(e);
     const vaddr = a[o + L.E_VADDR]!;
     const vport = a[o + L.E_CPORTS]! & 0xffff;
     const rsSlot = a[o + L.E_RS]!;

@@ -38,6 +38,8 @@ export interface Snapshot {
   expireNodestConn: boolean;
   /** A persistence template whose server has weight 0 is not used (kernel expire_quiescent_template). */
   expireQuiescentTemplate: boolean;
+  /** Redis is configured: park mid-flow packets without an entry for adoption instead of refusing them. */
+  adopt: boolean;
 }
 
 export const LOOKUP_WORDS = 4;

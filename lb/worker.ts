@@ -23,6 +23,8 @@ export interface WorkerInit {
   /** Bytes per packet slot: ≥ the device MTU. */
   slot: number;
   maxRealServers: number;
+  /** Worker → control rings (sync events, parked packets). */
+  ring: SharedArrayBuffer;
   /** Snapshots arrive here; ctl[CTL_SNAPSHOT_VERSION] says a new one is waiting. */
   snapshotPort: MessagePort;
   ctl: SharedArrayBuffer;
@@ -48,6 +50,7 @@ function main(init: WorkerInit): void {
   const offs = new Int32Array(batch);
   const wlens = new Int32Array(batch);
   const proc = new PacketProcessor(table, counters, new Int32Array(init.sched), init.maxRealServers, init.snapshot, buf);
+  proc.setRing(init.ring);
   let running = true;
   const ctl = new Int32Array(init.ctl);
   let seenVersion = init.snapshot.version;

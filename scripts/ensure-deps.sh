@@ -17,6 +17,7 @@ if [ "${1:-}" != "--no-system" ] && [ "$(id -u)" = 0 ]; then
   have g++ || need+=(g++)
   have sha256sum || need+=(coreutils)
   have pgrep || need+=(procps)
+  have redis-server || need+=(redis-server)
   if [ ${#need[@]} -gt 0 ]; then
     echo "uvs: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
