@@ -1,6 +1,9 @@
 /**
- * ipvsadm's output formats, byte for byte (ipvsadm 1.31 ipvsadm.c; ../shared/ipvs-semantics.md
+ * ipvsadm's output formats, byte for byte (ipvsadm 1.31 ipvsadm.c: print_title,
+ * print_service_entry, print_largenum, list_conn, list_timeout; ../shared/ipvs-semantics.md
  * §6.2). Pure functions of API data, so tests can compare them with known ipvsadm output.
+ *
+ * uvs never resolves names: every listing is what ipvsadm prints with -n.
  */
 
 export interface FmtStats {
@@ -10,6 +13,14 @@ export interface FmtStats {
   inBytes: number;
   outBytes: number;
 }
+/** The kernel estimator's read-out (ip_vs_est.c): per second, already unscaled. */
+export interface FmtRates {
+  cps: number;
+  inPps: number;
+  outPps: number;
+  inBps: number;
+  outBps: number;
+}
 export interface FmtRealServer {
   address: string;
   port: number;
@@ -17,7 +28,12 @@ export interface FmtRealServer {
   weight: number;
   activeConns: number;
   inactConns: number;
+  persistConns?: number;
+  upperThreshold?: number;
+  lowerThreshold?: number;
   stats: FmtStats;
+  /** Absent when the daemon does not estimate rates: printed as zeros. */
+  rates?: FmtRates;
 }
 export interface FmtService {
   protocol: string;
@@ -25,8 +41,16 @@ export interface FmtService {
   port: number;
   scheduler: string;
   schedFlags: string[];
+  /** Persistence timeout in seconds; 0 = not persistent. */
   persistence: number;
+  /** Persistence granularity (IPv4 dotted mask); absent = 255.255.255.255. */
+  netmask?: string;
+  /** Persistence engine name (--pe). */
+  pe?: string;
+  /** One-packet scheduling (-o). */
+  ops?: boolean;
   stats: FmtStats;
+  rates?: FmtRates;
   realServers: FmtRealServer[];
 }
 export interface FmtConnection {
@@ -38,10 +62,29 @@ export interface FmtConnection {
   expiresIn: number;
 }
 
+/** What `-L` prints; the title precedence is ipvsadm's: stats, rate, thresholds, persistent-conn, tun-info. */
+export interface ListOptions {
+  /** The version line (only when the whole table is listed). */
+  header?: boolean;
+  stats?: boolean;
+  rate?: boolean;
+  thresholds?: boolean;
+  persistentConn?: boolean;
+  tunInfo?: boolean;
+  exact?: boolean;
+  /** Kernel order (as the API lists them) instead of libipvs's sort. */
+  nosort?: boolean;
+}
+
 const left = (s: string | number, w: number) => String(s).padEnd(w);
 const right = (s: string | number, w: number) => String(s).padStart(w);
 
 const FWD_NAME: Record<string, string> = { masq: 'Masq', tunnel: 'Tunnel', route: 'Route', local: 'Local' };
+/** fwd_switch(): Local is saved as -g. */
+const FWD_SWITCH: Record<string, string> = { masq: '-m', tunnel: '-i', route: '-g', local: '-g' };
+const SAVE_PROTO: Record<string, string> = { tcp: '-t', udp: '-u', sctp: '--sctp-service' };
+const PROTO_NAME: Record<string, string> = { tcp: 'TCP', udp: 'UDP', sctp: 'SCTP' };
+const ZERO_RATES: FmtRates = { cps: 0, inPps: 0, outPps: 0, inBps: 0, outBps: 0 };
 
 function addrU32(a: string): number {
   const p = a.split('.').map(Number);
@@ -53,6 +96,7 @@ function cmpU32(a: number, b: number): number {
 }
 const PROTO_ORDER: Record<string, number> = { tcp: 6, udp: 17, sctp: 132 };
 
+/** ipvs_cmp_services (libipvs.c): protocol, then address and port, each as a 32-bit difference. */
 export function sortServices<T extends FmtService>(svcs: T[]): T[] {
   return [...svcs].sort(
     (x, y) =>
@@ -61,18 +105,47 @@ export function sortServices<T extends FmtService>(svcs: T[]): T[] {
       x.port - y.port,
   );
 }
-export function sortRealServers<T extends FmtRealServer>(rs: T[]): T[] {
+/** ipvs_cmp_dests (libipvs.c). */
+export function sortRealServers<T extends { address: string; port: number }>(rs: T[]): T[] {
   return [...rs].sort((x, y) => cmpU32(addrU32(x.address), addrU32(y.address)) || x.port - y.port);
 }
 
-function svcName(s: FmtService): string {
-  return `${left(s.protocol.toUpperCase(), 4)} ${s.address}:${s.port}`;
+/** IP_VS_SVC_F_SCHED1..3: the kernel keeps bits, so flag-1, sh-fallback and mh-fallback are one flag. */
+const FLAG_BIT: Record<string, number> = { 'flag-1': 1, 'sh-fallback': 1, 'mh-fallback': 1, 'flag-2': 2, 'sh-port': 2, 'mh-port': 2, 'flag-3': 4 };
+
+/** print_sched_flags(): the names depend on the scheduler; sh and mh have no name for SCHED3. */
+export function schedFlagsText(scheduler: string, flags: string[]): string {
+  const bits = flags.reduce((a, f) => a | (FLAG_BIT[f] ?? 0), 0);
+  const names =
+    scheduler === 'sh'
+      ? [bits & 1 && 'sh-fallback', bits & 2 && 'sh-port']
+      : scheduler === 'mh'
+        ? [bits & 1 && 'mh-fallback', bits & 2 && 'mh-port']
+        : [bits & 1 && 'flag-1', bits & 2 && 'flag-2', bits & 4 && 'flag-3'];
+  return names.filter(Boolean).join(',');
+}
+function hasFlags(flags: string[]): boolean {
+  return flags.some((f) => FLAG_BIT[f] !== undefined);
 }
 
+/** svc_name: "%-4s %s", cut at 33 characters (IPv4). */
+function svcName(s: FmtService): string {
+  return `${left(PROTO_NAME[s.protocol] ?? '?', 4)} ${s.address}:${s.port}`.slice(0, 33);
+}
+function destName(r: FmtRealServer): string {
+  return `${r.address}:${r.port}`.slice(0, 28);
+}
+
+/** The default service line: scheduler, (flags), persistent T [mask M] [pe P], ops. */
 function svcLine(s: FmtService): string {
   let line = `${svcName(s)} ${s.scheduler}`;
-  if (s.schedFlags.length) line += ` (${s.schedFlags.join(',')})`;
-  if (s.persistence) line += ` persistent ${s.persistence}`;
+  if (hasFlags(s.schedFlags)) line += ` (${schedFlagsText(s.scheduler, s.schedFlags)})`;
+  if (s.persistence) {
+    line += ` persistent ${s.persistence}`;
+    if (s.netmask && s.netmask !== '255.255.255.255') line += ` mask ${s.netmask}`;
+    if (s.pe) line += ` pe ${s.pe}`;
+  }
+  if (s.ops) line += ' ops';
   return line;
 }
 
@@ -83,38 +156,99 @@ export function largeNum(n: number, exact: boolean): string {
     return right(s, s.length <= 8 ? 9 : s.length + 1);
   }
   if (n < 1e8) return right(n, 9);
-  if (n < 1e9) return right(Math.floor(n / 1e3), 9 - 1) + 'K';
+  if (n < 1e9) return right(Math.floor(n / 1e3), 8) + 'K';
   if (n < 1e11) return right(Math.floor(n / 1e6), 8) + 'M';
   if (n < 1e14) return right(Math.floor(n / 1e9), 8) + 'G';
   return right(Math.floor(n / 1e12), 8) + 'T';
 }
 
-export function formatList(tableSize: number, services: FmtService[], opts: { stats?: boolean; exact?: boolean; header?: boolean } = {}): string {
-  const out: string[] = [];
-  if (opts.header !== false) out.push(`IP Virtual Server version 1.2.1 (size=${tableSize})`);
-  if (opts.stats) {
-    out.push(`${left('Prot LocalAddress:Port', 33)} ${right('Conns', 8)} ${right('InPkts', 8)} ${right('OutPkts', 8)} ${right('InBytes', 8)} ${right('OutBytes', 8)}`);
-    out.push('  -> RemoteAddress:Port');
-  } else {
-    out.push('Prot LocalAddress:Port Scheduler Flags');
-    out.push('  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn');
+/** print_title(). */
+function title(o: ListOptions): string[] {
+  const cols = (names: string[], fmt: (n: string) => string) => `${left('Prot LocalAddress:Port', 33)} ${names.map(fmt).join(' ')}`;
+  if (o.stats) return [cols(['Conns', 'InPkts', 'OutPkts', 'InBytes', 'OutBytes'], (n) => right(n, 8)), '  -> RemoteAddress:Port'];
+  if (o.rate) return [cols(['CPS', 'InPPS', 'OutPPS', 'InBPS', 'OutBPS'], (n) => right(n, 8)), '  -> RemoteAddress:Port'];
+  if (o.thresholds) return [cols(['Uthreshold', 'Lthreshold', 'ActiveConn', 'InActConn'], (n) => left(n, 10)), '  -> RemoteAddress:Port'];
+  if (o.persistentConn) {
+    return [`${left('Prot LocalAddress:Port', 33)} ${left('Weight', 9)} ${left('PersistConn', 11)} ${left('ActiveConn', 10)} ${left('InActConn', 10)}`, '  -> RemoteAddress:Port'];
   }
-  const ex = !!opts.exact;
-  const nums = (st: FmtStats) => [st.conns, st.inPkts, st.outPkts, st.inBytes, st.outBytes].map((v) => largeNum(v, ex)).join('');
-  for (const s of sortServices(services)) {
-    if (opts.stats) out.push(`${left(svcName(s), 33)}${nums(s.stats)}`);
-    else out.push(svcLine(s));
-    for (const r of sortRealServers(s.realServers)) {
-      const addr = `${r.address}:${r.port}`;
-      if (opts.stats) out.push(`  -> ${left(addr, 28)}${nums(r.stats)}`);
-      else out.push(`  -> ${left(addr, 28)} ${left(FWD_NAME[r.forwarding] ?? r.forwarding, 7)} ${left(r.weight, 6)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`);
+  if (o.tunInfo) return ['Prot LocalAddress:Port Scheduler Flags', '  -> RemoteAddress:Port           Forward TunnelInfo    Weight ActiveConn InActConn'];
+  return ['Prot LocalAddress:Port Scheduler Flags', '  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn'];
+}
+
+/** print_service_entry() without FMT_RULE: the service line and its real servers. */
+function serviceEntry(s: FmtService, o: ListOptions): string[] {
+  const ex = !!o.exact;
+  const nums = (v: number[]) => v.map((x) => largeNum(x, ex)).join('');
+  const st = (x: FmtStats) => nums([x.conns, x.inPkts, x.outPkts, x.inBytes, x.outBytes]);
+  const out: string[] = [];
+  if (o.stats) out.push(`${left(svcName(s), 33)}${st(s.stats)}`);
+  else if (o.rate) {
+    const r = s.rates ?? ZERO_RATES;
+    out.push(`${left(svcName(s), 33)}${nums([r.cps, r.inPps, r.outPps, r.inBps, r.outBps])}`);
+  } else out.push(svcLine(s));
+  for (const r of o.nosort ? s.realServers : sortRealServers(s.realServers)) {
+    const d = destName(r);
+    if (o.stats) out.push(`  -> ${left(d, 28)}${st(r.stats)}`);
+    else if (o.rate) {
+      const x = r.rates ?? ZERO_RATES;
+      out.push(`  -> ${left(d, 28)} ${right(x.cps, 8)} ${right(x.inPps, 8)} ${right(x.outPps, 8)}${nums([x.inBps, x.outBps])}`);
+    } else if (o.thresholds) {
+      out.push(`  -> ${left(d, 28)} ${left(r.upperThreshold ?? 0, 10)} ${left(r.lowerThreshold ?? 0, 10)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`);
+    } else if (o.persistentConn) {
+      out.push(`  -> ${left(d, 28)} ${left(r.weight, 9)} ${left(r.persistConns ?? 0, 11)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`);
+    } else if (o.tunInfo) {
+      // Tunnel servers would show ipip; uvs has none yet, so every row is n/a.
+      const ti = r.forwarding === 'tunnel' ? 'ipip' : 'n/a';
+      out.push(`  -> ${left(d, 28)} ${left(FWD_NAME[r.forwarding] ?? r.forwarding, 7)} ${left(ti, 13)} ${left(r.weight, 6)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`);
+    } else {
+      out.push(`  -> ${left(d, 28)} ${left(FWD_NAME[r.forwarding] ?? r.forwarding, 7)} ${left(r.weight, 6)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`);
     }
   }
+  return out;
+}
+
+/** `-L` (whole table: version line, title, services) or, with header false, `-L <service>`. */
+export function formatList(tableSize: number, services: FmtService[], opts: ListOptions = {}): string {
+  const out: string[] = [];
+  if (opts.header !== false) out.push(`IP Virtual Server version 1.2.1 (size=${tableSize})`);
+  out.push(...title(opts));
+  for (const s of opts.nosort ? services : sortServices(services)) out.push(...serviceEntry(s, opts));
   return out.join('\n') + '\n';
 }
 
-export function formatConnections(conns: FmtConnection[]): string {
-  const out = ['IPVS connection entries', `pro expire ${left('state', 11)} ${left('source', 18)} ${left('virtual', 18)} destination`];
+/**
+ * `-S` (FMT_RULE): the commands that rebuild the table; no title, always sorted. One deviation:
+ * ipvsadm's "-a %s -r %s %s -w %d" drops the thresholds, so its save/restore loses them; uvs
+ * appends " -x U" / " -y L" when they are set (still valid ipvsadm input) so -S | -R is lossless.
+ */
+export function formatSave(services: FmtService[]): string {
+  const out: string[] = [];
+  for (const s of sortServices(services)) {
+    const name = `${SAVE_PROTO[s.protocol] ?? '--xxx-service'} ${s.address}:${s.port}`;
+    let line = `-A ${name} -s ${s.scheduler}`;
+    if (s.persistence) {
+      line += ` -p ${s.persistence}`;
+      if (s.netmask && s.netmask !== '255.255.255.255') line += ` -M ${s.netmask}`;
+    }
+    if (s.pe) line += ` --pe ${s.pe}`;
+    if (s.ops) line += ' -o';
+    if (hasFlags(s.schedFlags)) line += ` -b ${schedFlagsText(s.scheduler, s.schedFlags)}`;
+    out.push(line);
+    for (const r of sortRealServers(s.realServers)) {
+      const tun = r.forwarding === 'tunnel' ? ' --tun-type ipip' : '';
+      const thresholds = `${r.upperThreshold ? ` -x ${r.upperThreshold}` : ''}${r.lowerThreshold ? ` -y ${r.lowerThreshold}` : ''}`;
+      out.push(`-a ${name} -r ${r.address}:${r.port} ${FWD_SWITCH[r.forwarding] ?? '-g'} -w ${r.weight}${tun}${thresholds}`);
+    }
+  }
+  return out.map((l) => l + '\n').join('');
+}
+
+/** `-Lnc`; with --persistent-conn the title gains the pe columns (rows only when an entry has pe data, which uvs never has). */
+export function formatConnections(conns: FmtConnection[], opts: { persistentConn?: boolean } = {}): string {
+  const head = opts.persistentConn
+    ? `pro expire ${left('state', 11)} ${left('source', 18)} ${left('virtual', 18)} ${left('destination', 18)} ${left('pe name', 16)} pe_data`
+    : `pro expire ${left('state', 11)} ${left('source', 18)} ${left('virtual', 18)} destination`;
+  const out = ['IPVS connection entries', head];
   for (const c of conns) {
     const secs = Math.max(0, Math.floor(c.expiresIn));
     const expire = `${String(Math.floor(secs / 60)).padStart(2, '0')}:${String(secs % 60).padStart(2, '0')}`;

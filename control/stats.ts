@@ -12,11 +12,35 @@ export interface FlowStats {
   outBytes: number;
 }
 
+/** Per second, as ipvsadm --rate prints them. */
+export interface FlowRates {
+  cps: number;
+  inPps: number;
+  outPps: number;
+  inBps: number;
+  outBps: number;
+}
+
+/** The kernel's estimator period (ip_vs_est.c: 2 s). */
+export const RATE_PERIOD_MS = 2000;
+
+/** Estimator state of one counter block: the last counters and the scaled averages. */
+interface Estimate {
+  last: FlowStats;
+  cps: number;
+  inpps: number;
+  outpps: number;
+  inbps: number;
+  outbps: number;
+}
+
 export class StatsReader {
   private readonly regions: Float64Array[];
   private readonly maxRealServers: number;
   /** Zero points (ipvsadm -Z and slot reuse): subtracted from the sums. */
   private readonly zero = new Map<number, number>();
+  /** Rate estimator state per counter block (see estimate()). */
+  private readonly est = new Map<number, Estimate>();
 
   constructor(regions: SharedArrayBuffer[], maxRealServers: number) {
     this.regions = regions.map((r) => new Float64Array(r));
@@ -54,12 +78,57 @@ export class StatsReader {
       for (const r of this.regions) s += r[base + k]!;
       this.zero.set(base + k, s);
     }
+    this.est.delete(base); // ip_vs_zero_estimator: the rates start again from zero
   }
   zeroRealServer(slot: number): void {
     this.zeroBlock(L.rsCounterBase(slot));
   }
   zeroService(slot: number): void {
     this.zeroBlock(L.svcCounterBase(this.maxRealServers, slot));
+  }
+
+  // ── rate estimator (ipvsadm --rate) ───────────────────────────────────────────────────────
+  /**
+   * One tick of the kernel's estimator (net/netfilter/ipvs/ip_vs_est.c), run every
+   * RATE_PERIOD_MS over the blocks of the listed services and real servers: per 2 s,
+   * rate = Δconns·2^9 (Δpkts likewise; Δbytes·2^4), i.e. per second scaled by 2^10 (2^5);
+   * avg += (rate − avg) >> 2 (EWMA, weight 1/4). A block seen for the first time, or zeroed since
+   * (-Z, slot reuse), starts from its current counters with rates 0; blocks not listed are forgotten.
+   */
+  estimate(bases: number[]): void {
+    const seen = new Set(bases);
+    for (const base of bases) {
+      const cur = this.block(base);
+      const e = this.est.get(base);
+      const d = e && [cur.conns - e.last.conns, cur.inPkts - e.last.inPkts, cur.outPkts - e.last.outPkts, cur.inBytes - e.last.inBytes, cur.outBytes - e.last.outBytes];
+      if (!e || !d || d.some((x) => x < 0)) {
+        this.est.set(base, { last: cur, cps: 0, inpps: 0, outpps: 0, inbps: 0, outbps: 0 });
+        continue;
+      }
+      const ewma = (avg: number, rate: number) => avg + Math.floor((rate - avg) / 4); // s64 >> 2
+      e.cps = ewma(e.cps, d[0]! * 512);
+      e.inpps = ewma(e.inpps, d[1]! * 512);
+      e.outpps = ewma(e.outpps, d[2]! * 512);
+      e.inbps = ewma(e.inbps, d[3]! * 16);
+      e.outbps = ewma(e.outbps, d[4]! * 16);
+      e.last = cur;
+    }
+    for (const b of this.est.keys()) if (!seen.has(b)) this.est.delete(b);
+  }
+
+  /** The estimator's read-out (ip_vs_read_estimator): per second, rounded as the kernel does. */
+  rates(base: number): FlowRates {
+    const e = this.est.get(base);
+    if (!e) return { cps: 0, inPps: 0, outPps: 0, inBps: 0, outBps: 0 };
+    const pps = (v: number) => Math.floor((v + 0x1ff) / 1024);
+    const bps = (v: number) => Math.floor((v + 0xf) / 32);
+    return { cps: pps(e.cps), inPps: pps(e.inpps), outPps: pps(e.outpps), inBps: bps(e.inbps), outBps: bps(e.outbps) };
+  }
+  serviceBase(slot: number): number {
+    return L.svcCounterBase(this.maxRealServers, slot);
+  }
+  realServerBase(slot: number): number {
+    return L.rsCounterBase(slot);
   }
 
   global(): Record<string, number> {

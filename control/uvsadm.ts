@@ -1,122 +1,257 @@
 #!/usr/bin/env node
 /**
- * uvsadm — ipvsadm-compatible administration of a running uvsd, over its API socket.
+ * uvsadm — ipvsadm for a running uvsd, over its API socket. The command line is ipvsadm's
+ * (ipvsadm-args.ts), the output ipvsadm's (ipvsadm-format.ts); editing commands become one
+ * POST /v1/batch each (-R: the whole input as one batch, applied whole or not at all).
  */
+import { readFileSync } from 'node:fs';
 import { apiCall, DEFAULT_SOCKET } from './client';
-import { formatConnections, formatDrains, formatHealth, formatList, formatTimeouts, type FmtConnection, type FmtDrain, type FmtHealth, type FmtService } from './ipvsadm-format';
+import type { EditOp, ServiceRef } from './edits';
+import { classicError, keepUvsSettings, parseArgs, parseRestore, PROGRAM, splitSocket, type ListFormat, type ParseEnv, type RestoreLine } from './ipvsadm-args';
+import {
+  formatConnections,
+  formatDrains,
+  formatHealth,
+  formatList,
+  formatSave,
+  formatTimeouts,
+  type FmtConnection,
+  type FmtDrain,
+  type FmtHealth,
+  type FmtService,
+} from './ipvsadm-format';
 
-const HELP = `uvsadm v0.1.0 (ipvsadm-compatible front end of uvsd)
-Usage:
-  uvsadm -L|l [options]          list the table (ipvsadm layout)
-  uvsadm --reload                re-read uvsd's configuration file (like SIGHUP)
-  uvsadm --kill-worker N         terminate dataplane worker N (it is restarted; for testing)
-  uvsadm -h
+interface ApiError {
+  code?: string;
+  message?: string;
+  path?: string;
+}
 
-Options:
-  --numeric      -n   numeric output (uvs never resolves names; accepted for compatibility)
-  --connection   -c   list the connection table
-  --stats             packet and byte counters
-  --exact        -X   expand numbers (with --stats)
-  --timeout           show the tcp tcpfin udp timeouts
-  --drain             (uvs) real servers being drained: since when, connections left, deadline
-  --health            (uvs) health-check verdicts per real server
-  --socket PATH       uvsd API socket (default $UVS_SOCKET or /run/uvs/uvsd.sock)
+const out = (s: string) => process.stdout.write(s);
+const err = (s: string) => process.stderr.write(s);
 
-Not yet implemented (edit the YAML configuration and run uvsadm --reload instead):
-  -A -E -D -C -a -e -d -Z --set -S -R --rate`;
+// ── names, as gethostbyname / getservbyname would find them without DNS ──────────────────────
+function readLines(file: string): string[] {
+  try {
+    return readFileSync(file, 'utf8').split('\n');
+  } catch {
+    return [];
+  }
+}
+function lookupHost(name: string): string | null {
+  for (const l of readLines('/etc/hosts')) {
+    const [addr, ...names] = l.replace(/#.*/, '').trim().split(/\s+/);
+    if (addr && /^\d+\.\d+\.\d+\.\d+$/.test(addr) && names.includes(name)) return addr;
+  }
+  return null;
+}
+function lookupService(name: string, protocol: string): number | null {
+  for (const l of readLines('/etc/services')) {
+    const [svc, portProto, ...aliases] = l.replace(/#.*/, '').trim().split(/\s+/);
+    const m = /^(\d+)\/(\w+)$/.exec(portProto ?? '');
+    if (m && m[2] === protocol && (svc === name || aliases.includes(name))) return Number(m[1]);
+  }
+  return null;
+}
+const ENV: ParseEnv = { program: PROGRAM, lookupHost, lookupService };
 
-const UNIMPLEMENTED = new Set(['-A', '--add-service', '-E', '--edit-service', '-D', '--delete-service', '-C', '--clear', '-a', '--add-server', '-e', '--edit-server', '-d', '--delete-server', '-Z', '--zero', '--set', '-S', '--save', '-R', '--restore', '--rate']);
+class Unreachable extends Error {}
 
-function tryHelp(msg: string): number {
-  console.error(`${msg}\nTry \`uvsadm -h' or 'uvsadm --help' for more information.`);
+async function call<T>(socket: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
+  try {
+    return await apiCall<T>(socket, method, path, body);
+  } catch (e) {
+    throw new Unreachable((e as Error).message);
+  }
+}
+
+/** A GET that must succeed: its body, or the daemon's error printed and null. */
+async function get<T>(socket: string, path: string): Promise<T | null> {
+  const r = await call<T & ApiError>(socket, 'GET', path);
+  if (r.status === 200) return r.body;
+  err(`${PROGRAM}: ${r.body.code ?? r.status}: ${r.body.message ?? 'request failed'}\n`);
+  return null;
+}
+
+/**
+ * Sends editing operations as one batch. A refusal prints ipvsadm's message where it has one
+ * ("Service already exists"), then the daemon's code and message, and exits 255 as ipvsadm does
+ * when the kernel refuses.
+ */
+async function sendBatch(socket: string, ops: EditOp[], lines?: RestoreLine[]): Promise<number> {
+  if (ops.length === 0) return 0;
+  if (ops.some((o) => o.op === 'editService')) {
+    const cfg = await get<{ document: unknown }>(socket, '/v1/config');
+    if (cfg === null) return 1;
+    keepUvsSettings(ops, cfg.document);
+  }
+  const r = await call<ApiError>(socket, 'POST', '/v1/batch', { ops });
+  if (r.status === 200) return 0;
+  const m = /^ops\[(\d+)\]/.exec(r.body.path ?? '');
+  const i = m ? Number(m[1]) : -1;
+  const classic = ops[i] ? classicError(ops[i]!.op, r.body) : undefined;
+  if (classic) err(`${classic}\n`);
+  // "ops[3].realServer.weight: …" → "realServer.weight: …": the operation is the command itself.
+  err(`${PROGRAM}: ${r.body.code ?? r.status}: ${(r.body.message ?? 'request failed').replace(/^ops\[\d+\]\.?/, '')}\n`);
+  if (lines) {
+    const where = i >= 0 && lines[i] ? ` at line ${lines[i]!.line} (${lines[i]!.text})` : '';
+    err(`${PROGRAM}: restore refused${where}; nothing was changed\n`);
+  }
   return 255;
 }
 
-async function main(argv: string[]): Promise<number> {
-  let socket = DEFAULT_SOCKET;
-  let list = argv.length === 0;
-  let conns = false;
-  let stats = false;
-  let exact = false;
-  let timeout = false;
-  let drain = false;
-  let health = false;
-  let reload = false;
-  let kill: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '-h' || a === '--help') {
-      console.log(HELP);
+function sameRef(s: { protocol: string; address: string; port: number }, ref: ServiceRef): boolean {
+  return s.protocol === ref.protocol && s.address === ref.address && s.port === ref.port;
+}
+
+async function list(socket: string, what: string, format: ListFormat, service: ServiceRef | undefined): Promise<number> {
+  switch (what) {
+    case 'timeout': {
+      const t = await get<{ tcp: number; tcpFin: number; udp: number }>(socket, '/v1/timeouts');
+      if (!t) return 1;
+      out(formatTimeouts(t));
       return 0;
     }
-    if (a === '--socket') socket = argv[++i] ?? socket;
-    else if (a === '--reload') reload = true;
-    else if (a === '--kill-worker') kill = argv[++i];
-    else if (/^-[lLncX]+$/.test(a) && a.length > 1 && !a.startsWith('--')) {
-      for (const ch of a.slice(1)) {
-        if (ch === 'L' || ch === 'l') list = true;
-        else if (ch === 'c') conns = true;
-        else if (ch === 'X') exact = true;
+    case 'drain': {
+      const b = await get<{ checkInterval: number; draining: FmtDrain[] }>(socket, '/v1/drains');
+      if (!b) return 1;
+      out(formatDrains(b.checkInterval, b.draining));
+      return 0;
+    }
+    case 'health': {
+      const b = await get<{ checks: FmtHealth[] }>(socket, '/v1/health');
+      if (!b) return 1;
+      out(formatHealth(b.checks));
+      return 0;
+    }
+    case 'connections': {
+      // /proc/net/ip_vs_conn has no paging; the API pages by 100000.
+      const rows: FmtConnection[] = [];
+      for (let offset = 0; ; ) {
+        const b = await get<{ total: number; connections: FmtConnection[] }>(socket, `/v1/connections?limit=100000&offset=${offset}`);
+        if (!b) return 1;
+        rows.push(...b.connections);
+        offset += b.connections.length;
+        if (b.connections.length === 0 || offset >= b.total) break;
       }
-    } else if (a === '--list') list = true;
-    else if (a === '--numeric') void 0;
-    else if (a === '--connection') conns = true;
-    else if (a === '--stats') stats = true;
-    else if (a === '--exact') exact = true;
-    else if (a === '--timeout') timeout = true;
-    else if (a === '--drain') drain = true;
-    else if (a === '--health') health = true;
-    else if (UNIMPLEMENTED.has(a)) {
-      console.error(`uvsadm: ${a} is not implemented yet; edit uvsd's YAML configuration and run 'uvsadm --reload'`);
-      return 255;
-    } else return tryHelp(`uvsadm: invalid option -- '${a}'`);
-  }
-  try {
-    if (reload) {
-      const r = await apiCall<{ ok?: boolean; code?: string; message?: string; version?: number }>(socket, 'POST', '/v1/reload');
-      if (r.status !== 200) {
-        console.error(`uvsadm: reload rejected: ${r.body.code}: ${r.body.message}`);
-        return 1;
-      }
-      console.log(`configuration reloaded (snapshot ${r.body.version})`);
+      out(formatConnections(rows, { persistentConn: format.persistentConn }));
       return 0;
     }
-    if (kill !== undefined) {
-      const r = await apiCall<{ message?: string }>(socket, 'POST', `/v1/workers/${encodeURIComponent(kill)}/kill`);
-      if (r.status !== 202) {
-        console.error(`uvsadm: ${r.body.message}`);
-        return 1;
-      }
+    default: {
+      const b = await get<{ tableSize: number; services: FmtService[] }>(socket, '/v1/services');
+      if (!b) return 1;
+      if (service) {
+        const one = b.services.filter((s) => sameRef(s, service));
+        if (one.length === 0) {
+          err('No such service\n');
+          return 1;
+        }
+        out(formatList(b.tableSize, one, { ...format, header: false }));
+      } else out(formatList(b.tableSize, b.services, format));
       return 0;
     }
-    if (timeout) {
-      const r = await apiCall<{ tcp: number; tcpFin: number; udp: number }>(socket, 'GET', '/v1/timeouts');
-      process.stdout.write(formatTimeouts(r.body));
-      return 0;
-    }
-    if (health) {
-      const r = await apiCall<{ checks: FmtHealth[] }>(socket, 'GET', '/v1/health');
-      process.stdout.write(formatHealth(r.body.checks));
-      return 0;
-    }
-    if (drain) {
-      const r = await apiCall<{ checkInterval: number; draining: FmtDrain[] }>(socket, 'GET', '/v1/drains');
-      process.stdout.write(formatDrains(r.body.checkInterval, r.body.draining));
-      return 0;
-    }
-    if (!list && !conns) return tryHelp('uvsadm: no command specified');
-    if (conns) {
-      const r = await apiCall<{ connections: FmtConnection[] }>(socket, 'GET', '/v1/connections?limit=100000');
-      process.stdout.write(formatConnections(r.body.connections));
-      return 0;
-    }
-    const r = await apiCall<{ tableSize: number; services: FmtService[] }>(socket, 'GET', '/v1/services');
-    process.stdout.write(formatList(r.body.tableSize, r.body.services, { stats, exact }));
-    return 0;
-  } catch (e) {
-    console.error(`uvsadm: cannot reach uvsd at ${socket}: ${(e as Error).message}`);
-    return 1;
   }
 }
 
-main(process.argv.slice(2)).then((c) => process.exit(c));
+/**
+ * -S prints the configured table (uvsd's effective configuration), not the live one: servers that
+ * are only draining, and health-check weights of 0, are not configuration and must not come back
+ * through -R.
+ */
+async function save(socket: string): Promise<number> {
+  type Cfg = { protocol: string; address: string; port: number; scheduler: string; schedFlags?: string[]; persistence?: number; netmask?: string; realServers: { address: string; port: number; weight: number; forwarding: string; upperThreshold?: number; lowerThreshold?: number }[] };
+  const b = await get<{ effective: { services: Cfg[] } }>(socket, '/v1/config');
+  if (!b) return 1;
+  const zero = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };
+  const services: FmtService[] = b.effective.services.map((s) => ({
+    protocol: s.protocol,
+    address: s.address,
+    port: s.port,
+    scheduler: s.scheduler,
+    schedFlags: s.schedFlags ?? [],
+    persistence: typeof s.persistence === 'number' ? s.persistence : 0,
+    ...(s.netmask ? { netmask: s.netmask } : {}),
+    stats: zero,
+    realServers: s.realServers.map((r) => ({ ...r, activeConns: 0, inactConns: 0, stats: zero })),
+  }));
+  out(formatSave(services));
+  return 0;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const split = splitSocket(argv);
+  if ('error' in split) {
+    err(split.error);
+    return 255;
+  }
+  const socket = split.socket ?? DEFAULT_SOCKET;
+  const parsed = parseArgs(split.rest, ENV);
+  if (!parsed.ok) {
+    err(parsed.stderr);
+    return parsed.exit;
+  }
+  const c = parsed.command;
+  try {
+    switch (c.kind) {
+      case 'help':
+      case 'version':
+        out(c.text);
+        return 0;
+      case 'list':
+        return await list(socket, c.what, c.format, c.service);
+      case 'save':
+        return await save(socket);
+      case 'edit':
+        return await sendBatch(socket, c.ops);
+      case 'restore': {
+        const r = parseRestore(readFileSync(0, 'utf8'), ENV);
+        if (!r.ok) {
+          err(r.stderr);
+          err(`${PROGRAM}: restore stopped at line ${r.line}; nothing was changed\n`);
+          return r.exit;
+        }
+        return await sendBatch(socket, r.ops, r.lines);
+      }
+      case 'zero': {
+        const r = await call<ApiError>(socket, 'POST', '/v1/zero', c.service ? { service: c.service } : {});
+        if (r.status === 200) return 0;
+        const classic = classicError('zero', r.body);
+        if (classic) err(`${classic}\n`);
+        err(`${PROGRAM}: ${r.body.code ?? r.status}: ${r.body.message ?? 'request failed'}\n`);
+        return 255;
+      }
+      case 'reload': {
+        const r = await call<ApiError & { version?: number }>(socket, 'POST', '/v1/reload');
+        if (r.status !== 200) {
+          err(`${PROGRAM}: reload rejected: ${r.body.code}: ${r.body.message}\n`);
+          return 1;
+        }
+        out(`configuration reloaded (snapshot ${r.body.version})\n`);
+        return 0;
+      }
+      case 'killWorker': {
+        const r = await call<ApiError>(socket, 'POST', `/v1/workers/${encodeURIComponent(c.worker)}/kill`);
+        if (r.status !== 202) {
+          err(`${PROGRAM}: ${r.body.message}\n`);
+          return 1;
+        }
+        return 0;
+      }
+    }
+  } catch (e) {
+    if (!(e instanceof Unreachable)) throw e;
+    // ipvsadm: "Can't initialize ipvs: …" and exit 2.
+    err(`${PROGRAM}: cannot reach uvsd at ${socket}: ${e.message}\n`);
+    return 2;
+  }
+}
+
+/** Exits once stdout and stderr are flushed (a pipe such as `uvsadm -S | uvsadm -R` must get everything). */
+function exit(code: number): void {
+  process.stdout.write('', () => process.stderr.write('', () => process.exit(code)));
+}
+
+main(process.argv.slice(2)).then(exit, (e: unknown) => {
+  err(`${PROGRAM}: ${(e as Error).stack ?? String(e)}\n`);
+  exit(1);
+});
