@@ -219,6 +219,7 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
   app.post(
     '/v1/batch',
     {
+      bodyLimit: 64 << 20, // a large uvsadm -R (≈ 130 bytes an operation)
       schema: {
         body: {
           type: 'object',

@@ -23,6 +23,9 @@ export type EditOp =
   | { op: 'setTimeouts'; tcp: number; tcpFin: number; udp: number };
 
 type Doc = Record<string, unknown>;
+
+/** The service settings an ipvsadm -E sets whole; the rest of a service entry is uvs's own. */
+const IPVSADM_SERVICE_FIELDS = ['scheduler', 'schedFlags', 'persistence', 'netmask'];
 type Svc = Record<string, unknown> & { realServers?: Record<string, unknown>[] };
 
 function services(doc: Doc): Svc[] {
@@ -65,14 +68,15 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
         break;
       }
       case 'editService': {
-        // ipvsadm -E: the service's settings are replaced (flags too: an edit without -p removes
-        // persistence); its real servers stay unless the edit lists them.
+        // ipvsadm -E: the settings ipvsadm controls are replaced (scheduler, flags, persistence,
+        // netmask: an edit without -p removes persistence); uvs's own settings (name, health
+        // check, drain time, forwarding, real servers) stay unless the edit gives them.
         const ref = refOf(o.service);
         const s = find(doc, ref, `${p}.service`);
-        const keep = s.realServers;
-        for (const k of Object.keys(s)) delete s[k];
+        const schedulerChanged = o.service.scheduler !== undefined && o.service.scheduler !== s.scheduler;
+        for (const k of IPVSADM_SERVICE_FIELDS) delete s[k];
+        if (schedulerChanged && o.service.mhTableSize === undefined) delete s.mhTableSize;
         Object.assign(s, o.service);
-        if (o.service.realServers === undefined && keep !== undefined) s.realServers = keep;
         break;
       }
       case 'deleteService': {
