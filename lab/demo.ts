@@ -131,4 +131,11 @@ async function main(): Promise<number> {
   }
 }
 
-main().then((c) => process.exit(c));
+if (process.argv[2] === 'failover') {
+  void import('./demo-failover').then(({ failoverDemo }) => failoverDemo().then((c) => process.exit(c)));
+} else if (process.argv[2] === undefined) {
+  main().then((c) => process.exit(c));
+} else {
+  console.error(`usage: npm run demo [-- failover]`);
+  process.exit(2);
+}

@@ -128,9 +128,10 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
     const p = spawn('ip', ['netns', 'exec', lab.ns.cl, process.execPath, TOOLS, 'udp-session', LAB_VIP, '53', '20', '150'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let text = '';
     p.stdout.on('data', (d: Buffer) => (text += d.toString()));
+    const exited = new Promise((r) => p.on('exit', r));
     await sleep(1200);
     await lab.failover();
-    await new Promise((r) => p.on('exit', r));
+    await exited;
     const answers = (JSON.parse(text).answers as (string | null)[]).filter((a): a is string => a !== null);
     assert.ok(answers.length >= 16, `most datagrams answered: ${JSON.stringify(answers)}`);
     assert.equal(new Set(answers).size, 1, `one real server before and after: ${answers.join(' ')}`);
