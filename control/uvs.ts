@@ -10,6 +10,7 @@ Commands:
   lab down [--prefix P]    remove it (every process and namespace with the prefix)
   lab status [--prefix P]  list the lab's namespaces
   simulate                 read a scenario (JSON) on stdin, print one JSON line per connect
+  perf [--quick] [...]     benchmark uvs against direct, nftables, HAProxy, nginx (perf --help)
   help                     this text`;
 
 async function main(argv: string[]): Promise<number> {
@@ -17,6 +18,10 @@ async function main(argv: string[]): Promise<number> {
   if (cmd === 'lab') {
     const { labCommand } = await import('../lab/cli');
     return labCommand(rest);
+  }
+  if (cmd === 'perf') {
+    const { perfCommand } = await import('../perf/run');
+    return perfCommand(rest);
   }
   if (cmd === 'simulate') {
     const { simulateCommand } = await import('./simulate');

@@ -1,0 +1,229 @@
+/**
+ * Counters read around each measurement, without spawning anything per read where possible:
+ *
+ * - /proc/stat (machine-wide: busy and softirq time, in clock ticks);
+ * - /proc/<pid>/stat utime+stime of every process in the LB namespace (uvsd with all its worker
+ *   threads, haproxy, nginx master and workers);
+ * - a namespace's own /proc/net/{dev,snmp}, read through /proc/<anchor>/net/… where the anchor is
+ *   a `sleep` process we keep in that namespace (a process's /proc/<pid>/net shows its netns);
+ * - /proc/<pid>/status VmRSS / VmHWM.
+ */
+import { readFileSync, statSync } from 'node:fs';
+import { run, sleep, spawnTracked } from './exec';
+
+export interface CpuTimes {
+  busy: number;
+  softirq: number;
+  total: number;
+}
+
+/** The aggregate "cpu" line of /proc/stat, in ticks. busy = total − idle − iowait. */
+export function readCpu(text = readFileSync('/proc/stat', 'utf8')): CpuTimes {
+  const line = text.split('\n').find((l) => l.startsWith('cpu '))!;
+  const f = line.trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal (guest time is already inside user/nice)
+  const total = f.slice(0, 8).reduce((a, b) => a + b, 0);
+  return { busy: total - f[3]! - f[4]!, softirq: f[6]!, total };
+}
+
+/** utime + stime (ticks) of a process, all threads included; null when it is gone. */
+export function processTicks(pid: number): number | null {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+    // after "pid (comm) ": state=0 … utime=11 stime=12 (fields 14 and 15 of the whole line)
+    return Number(f[11]) + Number(f[12]);
+  } catch {
+    return null;
+  }
+}
+
+export function processMemKb(pid: number): { rss: number; hwm: number } | null {
+  try {
+    const s = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const get = (k: string) => Number(/\s(\d+) kB/.exec(s.split('\n').find((l) => l.startsWith(k + ':')) ?? '')?.[1] ?? NaN);
+    return { rss: get('VmRSS'), hwm: get('VmHWM') };
+  } catch {
+    return null;
+  }
+}
+
+export function processComm(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return '?';
+  }
+}
+
+/** Parses /proc/net/snmp into { Udp: {InDatagrams: …}, Tcp: {…}, … }. */
+export function parseSnmp(text: string): Record<string, Record<string, number>> {
+  const out: Record<string, Record<string, number>> = {};
+  const lines = text.split('\n');
+  for (let i = 0; i + 1 < lines.length; i += 2) {
+    const h = lines[i]!.split(/\s+/);
+    const v = lines[i + 1]!.split(/\s+/);
+    const name = h[0]!.replace(/:$/, '');
+    if (!name || v[0] !== h[0]) continue;
+    out[name] = {};
+    for (let k = 1; k < h.length; k++) if (h[k]) out[name]![h[k]!] = Number(v[k]);
+  }
+  return out;
+}
+
+export interface DevCounters {
+  rxPackets: number;
+  rxBytes: number;
+  txPackets: number;
+  txBytes: number;
+}
+
+/** One interface's line of /proc/net/dev. */
+export function parseNetDev(text: string, ifname: string): DevCounters | null {
+  for (const l of text.split('\n')) {
+    const m = /^\s*([^:\s]+):\s*(.*)$/.exec(l);
+    if (!m || m[1] !== ifname) continue;
+    const f = m[2]!.trim().split(/\s+/).map(Number);
+    return { rxBytes: f[0]!, rxPackets: f[1]!, txBytes: f[8]!, txPackets: f[9]! };
+  }
+  return null;
+}
+
+/** A `sleep` process kept in a namespace so that its /proc/<pid>/net shows that namespace. */
+export class Anchor {
+  private constructor(
+    readonly ns: string,
+    readonly pid: number,
+  ) {}
+
+  static async start(ns: string): Promise<Anchor> {
+    const want = statSync(`/run/netns/${ns}`).ino;
+    const c = spawnTracked('sleep', ['100000'], ns);
+    c.unref();
+    const pid = c.pid;
+    if (!pid) throw new Error(`could not start an anchor process in ${ns}`);
+    for (let i = 0; i < 100; i++) {
+      try {
+        if (statSync(`/proc/${pid}/ns/net`).ino === want && processComm(pid) === 'sleep') return new Anchor(ns, pid);
+      } catch {
+        /* not yet */
+      }
+      await sleep(20);
+    }
+    throw new Error(`anchor process in ${ns} did not enter the namespace`);
+  }
+
+  snmp(): Record<string, Record<string, number>> {
+    return parseSnmp(readFileSync(`/proc/${this.pid}/net/snmp`, 'utf8'));
+  }
+
+  dev(ifname: string): DevCounters {
+    const d = parseNetDev(readFileSync(`/proc/${this.pid}/net/dev`, 'utf8'), ifname);
+    if (!d) throw new Error(`no interface ${ifname} in ${this.ns}`);
+    return d;
+  }
+}
+
+/** Pids of the processes in a namespace (`ip netns pids`), less the ones given. */
+export async function nsPids(ns: string, except: number[] = []): Promise<number[]> {
+  const r = await run('ip', ['netns', 'pids', ns], { timeoutMs: 5000 });
+  return r.stdout
+    .split('\n')
+    .map((l) => Number(l.trim()))
+    .filter((p) => p > 0 && !except.includes(p));
+}
+
+export interface Snapshot {
+  t: number;
+  cpu: CpuTimes;
+  /** pid → utime+stime ticks, processes in the LB namespace. */
+  lb: Map<number, number>;
+  /** UDP datagrams that reached the real servers' UDP layer (InDatagrams + InErrors + NoPorts), summed. */
+  rsUdp: number;
+  client: DevCounters;
+  clientActiveOpens: number;
+}
+
+export interface Window {
+  seconds: number;
+  /** CPU seconds of the LB namespace's processes. */
+  lbProc: number;
+  /** Machine-wide softirq CPU seconds. */
+  softirq: number;
+  /** Machine-wide non-idle CPU seconds. */
+  busy: number;
+  rsUdp: number;
+  clientRxPackets: number;
+  clientTxPackets: number;
+  clientRxBytes: number;
+  clientTxBytes: number;
+  clientActiveOpens: number;
+}
+
+export class Probe {
+  constructor(
+    private readonly lbNs: string,
+    private readonly client: Anchor,
+    private readonly clientIf: string,
+    private readonly rs: Anchor[],
+    private readonly hz: number,
+    private readonly exceptPids: number[],
+  ) {}
+
+  /** The processes in the LB namespace now (read once per run: they do not change during one). */
+  lbPids(): Promise<number[]> {
+    return nsPids(this.lbNs, this.exceptPids);
+  }
+
+  /** Reads every counter; no process is spawned. */
+  snap(pids: number[]): Snapshot {
+    const t = performance.now();
+    const lb = new Map<number, number>();
+    for (const p of pids) {
+      const v = processTicks(p);
+      if (v !== null) lb.set(p, v);
+    }
+    let rsUdp = 0;
+    for (const a of this.rs) {
+      const u = a.snmp().Udp ?? {};
+      rsUdp += (u.InDatagrams ?? 0) + (u.InErrors ?? 0) + (u.NoPorts ?? 0);
+    }
+    return { t, cpu: readCpu(), lb, rsUdp, client: this.client.dev(this.clientIf), clientActiveOpens: this.client.snmp().Tcp?.ActiveOpens ?? 0 };
+  }
+
+  diff(a: Snapshot, b: Snapshot): Window {
+    let lbTicks = 0;
+    for (const [pid, v] of b.lb) {
+      const before = a.lb.get(pid);
+      lbTicks += v - (before ?? 0); // a process that appeared in between counts from zero
+    }
+    return {
+      seconds: (b.t - a.t) / 1000,
+      lbProc: lbTicks / this.hz,
+      softirq: (b.cpu.softirq - a.cpu.softirq) / this.hz,
+      busy: (b.cpu.busy - a.cpu.busy) / this.hz,
+      rsUdp: b.rsUdp - a.rsUdp,
+      clientRxPackets: b.client.rxPackets - a.client.rxPackets,
+      clientTxPackets: b.client.txPackets - a.client.txPackets,
+      clientRxBytes: b.client.rxBytes - a.client.rxBytes,
+      clientTxBytes: b.client.txBytes - a.client.txBytes,
+      clientActiveOpens: b.clientActiveOpens - a.clientActiveOpens,
+    };
+  }
+}
+
+/**
+ * The part of a run where the work happened: from the first to the last sampling interval in
+ * which the counter grew by more than `frac` of its largest growth in one interval (this skips
+ * sockperf's warm-up messages and its 2 s pause before the test). Returns snapshot indexes [a, b].
+ */
+export function activeWindow(values: number[], frac = 0.1): [number, number] | null {
+  const d = values.slice(1).map((v, i) => v - values[i]!);
+  const max = Math.max(0, ...d);
+  if (!(max > 0)) return null;
+  const thr = max * frac;
+  const first = d.findIndex((x) => x > thr);
+  let last = d.length - 1;
+  while (last > first && !(d[last]! > thr)) last--;
+  return [first, last + 1];
+}

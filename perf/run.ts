@@ -1,0 +1,621 @@
+/**
+ * `npm run perf` / `uvs perf`: the benchmark harness. Builds a namespace lab (prefix `uvperf`),
+ * and in every round, targets interleaved (the order rotates from round to round), runs the
+ * same third-party generators against
+ *
+ *   direct    the client talking to a real server, routed by the LB node's kernel (the limit)
+ *   uvs       uvsd in the LB namespace, masq, rr over the three real servers
+ *   nftables  `dnat to numgen inc mod 3 map {…}` in the LB namespace (kernel fast path)
+ *   haproxy   mode tcp in the LB namespace
+ *   nginx     stream (TCP and UDP) in the LB namespace
+ *
+ * then uvs alone with 1 and 2 workers, 1 → 10k concurrent flows, several table sizes. Writes
+ * REPORT.md, report.json and report.svg; progress goes to stderr. Everything it starts runs in
+ * the lab's namespaces and is removed at the end, on Ctrl-C and on failure. Measurement only.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { availableParallelism, cpus, loadavg, release, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { Lab } from '../lab/lab';
+import { ensureTools, toolVersion } from './deps';
+import { killLive, run, sleep, spawnTracked, waitLive } from './exec';
+import { measure, udpFlows, udpPps, warmUp, type MeasureEnv, type Metrics } from './measure';
+import { Anchor, Probe, processMemKb } from './probe';
+import { computeRatios, renderMarkdown, renderSvg, summarize, type MemoryRow, type ReportData, type ScalingRun, type Summary } from './report';
+import { ALL_MEASUREMENTS, ALL_TARGETS, HTTP_PORT, lbRssMb, makeTarget, setForwarding, SP_PORT, UvsTarget, type MeasurementName, type Target, type TargetName } from './targets';
+
+const ROOT = join(__dirname, '..', '..');
+
+type ScalingGroup = 'workers' | 'flows' | 'table';
+
+interface Options {
+  rounds: number;
+  duration: number;
+  targets: TargetName[];
+  measurements: MeasurementName[];
+  scaling: ScalingGroup[];
+  scaleWorkers: number[];
+  flows: number[];
+  tables: number[];
+  workers: number;
+  conns: number;
+  out: string;
+  prefix: string;
+  install: boolean;
+  mode: 'default' | 'quick' | 'custom';
+}
+
+const HELP = `Usage: uvs perf [options]        (or: npm run perf -- [options])
+
+Benchmarks uvs against direct routing, nftables DNAT, HAProxy (mode tcp) and nginx stream in a
+namespace lab, with sockperf, wrk, iperf3 and trafgen; writes REPORT.md, report.json, report.svg.
+Needs root. Missing Debian packages are installed with apt-get unless --no-install.
+
+Options:
+  --quick                 1 round, 2 s per run (a fast check; about 2 minutes)
+  --rounds N              rounds, targets interleaved in each (default 3)
+  --duration S            seconds per generator run, integer (default 3)
+  --targets LIST          of direct,uvs,nftables,haproxy,nginx (default: all)
+  --measurements LIST     of udp_pps,udp_rr,tcp_rr,tcp_cps,tcp_bulk (default: all)
+  --scaling LIST          uvs-alone series: workers,flows,table (default: all); --no-scaling: none
+  --scale-workers LIST    worker counts for the workers series (default 1,2)
+  --flows LIST            concurrent flows for the flows series (default 1,100,1000,10000)
+  --tables LIST           table sizes for the table series (default 4096,65536,1048576)
+  --workers N             worker threads/processes of every LB in the comparison (default: CPUs)
+  --conns N               wrk connections (default 32)
+  --out DIR               where the report goes (default: perf/ of the repository)
+  --prefix P              lab prefix (default uvperf)
+  --no-install            do not apt-get missing tools; what needs them is reported as not measured
+  -h, --help              this text`;
+
+function list<T extends string>(v: string, allowed: readonly T[], what: string): T[] {
+  const xs = v.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const x of xs) if (!allowed.includes(x as T)) throw new Error(`unknown ${what} ${JSON.stringify(x)} (one of ${allowed.join(', ')})`);
+  return xs as T[];
+}
+
+function numbers(v: string, what: string, min: number, max: number): number[] {
+  const xs = v.split(',').map((s) => Number(s.trim()));
+  for (const x of xs) if (!Number.isInteger(x) || x < min || x > max) throw new Error(`${what}: integers from ${min} to ${max}, got ${v}`);
+  return xs;
+}
+
+export function parseOptions(argv: string[]): Options | 'help' {
+  const nproc = availableParallelism();
+  const o: Options = {
+    rounds: 3,
+    duration: 3,
+    targets: [...ALL_TARGETS],
+    measurements: [...ALL_MEASUREMENTS],
+    scaling: ['workers', 'flows', 'table'],
+    scaleWorkers: [1, 2],
+    flows: [1, 100, 1000, 10000],
+    tables: [4096, 65536, 1048576],
+    workers: nproc,
+    conns: 32,
+    out: join(ROOT, 'perf'),
+    prefix: 'uvperf',
+    install: true,
+    mode: 'default',
+  };
+  let custom = false;
+  let quick = false;
+  let rounds: number | undefined;
+  let duration: number | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const val = (): string => {
+      const v = argv[++i];
+      if (v === undefined) throw new Error(`${a} needs a value`);
+      return v;
+    };
+    switch (a) {
+      case '-h':
+      case '--help':
+        return 'help';
+      case '--quick':
+        quick = true;
+        break;
+      case '--rounds':
+        rounds = numbers(val(), a, 1, 20)[0]!;
+        break;
+      case '--duration':
+        duration = numbers(val(), a, 1, 30)[0]!;
+        break;
+      case '--targets':
+        o.targets = list(val(), ALL_TARGETS, 'target');
+        custom = true;
+        break;
+      case '--measurements':
+        o.measurements = list(val(), ALL_MEASUREMENTS, 'measurement');
+        custom = true;
+        break;
+      case '--scaling':
+        o.scaling = list(val(), ['workers', 'flows', 'table'] as const, 'scaling series');
+        custom = true;
+        break;
+      case '--no-scaling':
+        o.scaling = [];
+        custom = true;
+        break;
+      case '--scale-workers':
+        o.scaleWorkers = numbers(val(), a, 1, 64);
+        custom = true;
+        break;
+      case '--flows':
+        o.flows = numbers(val(), a, 1, 50000);
+        custom = true;
+        break;
+      case '--tables':
+        o.tables = numbers(val(), a, 16, 1 << 22);
+        for (const t of o.tables) if ((t & (t - 1)) !== 0) throw new Error(`--tables: ${t} is not a power of two`);
+        custom = true;
+        break;
+      case '--workers':
+        o.workers = numbers(val(), a, 1, 64)[0]!;
+        custom = true;
+        break;
+      case '--conns':
+        o.conns = numbers(val(), a, 1, 5000)[0]!;
+        custom = true;
+        break;
+      case '--out':
+        o.out = val();
+        break;
+      case '--prefix':
+        o.prefix = val();
+        break;
+      case '--no-install':
+        o.install = false;
+        break;
+      default:
+        throw new Error(`unknown option ${a}`);
+    }
+  }
+  if (quick) {
+    o.rounds = 1;
+    o.duration = 2;
+  }
+  if (rounds !== undefined) o.rounds = rounds;
+  if (duration !== undefined) o.duration = duration;
+  o.mode = custom || rounds !== undefined || duration !== undefined ? 'custom' : quick ? 'quick' : 'default';
+  return o;
+}
+
+// ── progress ────────────────────────────────────────────────────────────────────────────────
+const t0 = Date.now();
+function log(s: string): void {
+  const e = Math.round((Date.now() - t0) / 1000);
+  process.stderr.write(`[${String(Math.floor(e / 60)).padStart(2)}:${String(e % 60).padStart(2, '0')}] ${s}\n`);
+}
+
+function headline(m: MeasurementName, x: Metrics): string {
+  const f = (v: number | undefined, d = 1) => (v === undefined ? '?' : v >= 1e4 ? `${(v / 1e3).toFixed(d)} k` : v.toFixed(d));
+  switch (m) {
+    case 'udp_pps':
+      return `${f(x.pps)} pkt/s at real servers (sent ${f(x.sentPps)}/s)`;
+    case 'udp_rr':
+    case 'tcp_rr':
+      return `p50 ${f(x.p50Us)} µs, p99 ${f(x.p99Us)} µs, p99.9 ${f(x.p999Us)} µs`;
+    case 'tcp_cps':
+      return `${f(x.cps)} connections/s${x.errors ? `, ${x.errors} errors` : ''}`;
+    case 'tcp_bulk':
+      return `${f(x.gbps, 2)} Gb/s`;
+  }
+}
+
+// ── machine ─────────────────────────────────────────────────────────────────────────────────
+function machineInfo(prefix: string): Record<string, string | number> {
+  const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
+  const model = /^model name\s*:\s*(.*)$/m.exec(cpuinfo)?.[1]?.trim() ?? cpus()[0]?.model ?? '?';
+  let os = '?';
+  try {
+    os = /^PRETTY_NAME="?([^"\n]*)"?/m.exec(readFileSync('/etc/os-release', 'utf8'))?.[1] ?? '?';
+  } catch {
+    /* none */
+  }
+  return {
+    nproc: availableParallelism(),
+    cpuModel: model,
+    kernel: release(),
+    node: process.version,
+    os,
+    memGiB: Math.round(totalmem() / 2 ** 30),
+    loadavgAtStart: loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' '),
+    otherLabsAtStart: describeNetns(otherNetns(prefix)),
+  };
+}
+
+/** Network namespaces that are not this run's: other programs sharing the CPUs. */
+function otherNetns(prefix: string): string[] {
+  try {
+    return execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' })
+      .split('\n')
+      .map((l) => l.split(' ')[0]!)
+      .filter((n) => n && !n.startsWith(`${prefix}-`));
+  } catch {
+    return [];
+  }
+}
+
+function describeNetns(names: Iterable<string>): string {
+  const all = [...new Set(names)];
+  const groups = [...new Set(all.map((n) => n.replace(/-[^-]*$/, '')))];
+  return groups.length ? `${groups.join(', ')} (${all.length} network namespaces of other programs, sharing the CPUs)` : 'none';
+}
+
+function clockTicks(): number {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+}
+
+const METHOD = [
+  'Lab: network namespaces client ↔ LB node ↔ three real servers, veth pairs, addresses 10.200.x (lab/lab.ts). The real servers route back via the LB node. Generators run in the client namespace; every load is bounded by its duration and a hard kill.',
+  'Targets: `direct` = the client addresses a real server itself, the LB node only routes (ip_forward, no conntrack, no rules) — the physical limit of the path; `uvs` = uvsd, masq, rr over the three real servers (VIP 10.200.0.10 routed into its multi-queue TUN device); `nftables` = `dnat to numgen inc mod 3 map {…}` in prerouting of the LB namespace (VIP 10.200.0.20); `haproxy` = HAProxy `mode tcp`, roundrobin (VIP 10.200.0.30 on lo of the LB node); `nginx` = nginx `stream`, TCP and UDP (`reuseport`), round robin (VIP 10.200.0.40 on lo). Every LB gets the same number of worker threads/processes. Bulk TCP always goes to rs1 only (iperf3 needs its two connections on one server).',
+  'Interleaving: in every round each target is set up, measured with every generator, and torn down, in an order that rotates from round to round; the figure is the median over rounds, with min–max.',
+  'UDP packets/s: `sockperf throughput --mps=max -m 64` (one socket, one flow, 64-byte payload, 92-byte IP packets) for the run\'s duration. Counted at the real servers: the growth of InDatagrams + InErrors + NoPorts in each real server namespace\'s /proc/net/snmp (what reached their UDP layer, including what their sockets had no room for), divided by sockperf\'s own send time.',
+  'Latency: `sockperf ping-pong --full-rtt -m 64` (UDP, and `--tcp` over one connection): one message in flight, round trip measured by sockperf, p50/p99/p99.9 over all messages of the run after its warm-up.',
+  'Connections/s: `wrk -H "Connection: close"` against the lab\'s HTTP servers (:8080; VIP :80), 2 threads, 32 connections: every request is a new TCP connection, so requests/s = connections/s. For `direct` wrk talks to rs1 alone: one real server is not what limits this figure here (three wrk in parallel, one per real server, were not faster in a check on this machine: both about 4 k/s).',
+  'Bulk: `iperf3 -c … -t D -J`, one TCP stream, Gb/s received by the server (end.sum_received).',
+  'CPU per unit of work. While a generator runs, every counter is sampled every 200 ms (no process is spawned to read them); CPU is taken over the *active window* — the sampling intervals in which the unit of work grew by more than 10 % of its largest growth in one interval — so that sockperf\'s 2 s pause after its warm-up and the tools\' start-up do not add other programs\' background CPU. Three figures: (a) LB processes = utime+stime from /proc/<pid>/stat of every process in the LB namespace (uvsd with all its worker threads; haproxy; nginx master and workers) — zero for direct and nftables, which have no process; (b) softirq = the machine-wide softirq time from /proc/stat (the kernel\'s packet processing: routing, conntrack/DNAT, TUN, veth, TCP receive) — it also contains the client\'s and the real servers\' share, which is why direct\'s softirq serves as the baseline; (c) busy = all non-idle CPU time of the machine, generator and servers included. The headline **LB CPU = (a) + max(0, (b) − (b) of direct in the same round)**: the LB\'s own processes plus the kernel work it adds over plain routing; for nftables that is all softirq. Units: packets reaching the real servers (UDP flood), packets on the client\'s veth in both directions (request/response), TCP connections the client opened (/proc/net/snmp ActiveOpens; connections/s), GB the client sent (bulk). Clock ticks are 1/CLK_TCK s (10 ms), a small error on runs of seconds.',
+  'Warm-up: after a target is set up, 1 s of wrk short connections goes through it and is not counted, the same for every target (uvsd\'s JavaScript is otherwise measured before the JIT has compiled its packet path).',
+  'uvs alone: trafgen (netsniff-ng) writing UDP frames with N source ports (N concurrent flows, 64-byte payload) from the client\'s veth to the LB node, as fast as one CPU allows, to a uvs UDP service whose real servers have no listener (the datagrams are counted as NoPorts). Counted over a window of the run\'s duration that starts 0.4 s after trafgen; trafgen is stopped with SIGINT and bounded to 50 M packets. uvsd is restarted for every (workers, tableSize) pair and warmed up with 1 s of one flow (the first flow of every run, so the table holds exactly the flows of the runs); table entries from GET /v1/stats; memory = VmRSS / VmHWM of uvsd from /proc/<pid>/status (idle right after start, and after its runs).',
+  'Everything shares one machine: generator, LB and real servers compete for the same CPUs (with 2 CPUs, a generator sending as fast as it can takes one of them), and other programs running at the same time (see otherLabsAtStart, otherLabsDuringRun and loadavg under Machine) add noise — the min–max shows how much.',
+];
+
+// ── main ────────────────────────────────────────────────────────────────────────────────────
+export async function perfCommand(argv: string[]): Promise<number> {
+  let o: Options;
+  try {
+    const p = parseOptions(argv);
+    if (p === 'help') {
+      console.log(HELP);
+      return 0;
+    }
+    o = p;
+  } catch (e) {
+    console.error(`uvs perf: ${(e as Error).message}\n\n${HELP}`);
+    return 2;
+  }
+  if (process.getuid?.() !== 0) {
+    console.error('uvs perf needs root: it creates network namespaces, a TUN device, nftables rules');
+    return 1;
+  }
+  if (!existsSync(join(ROOT, 'dist', 'control', 'uvsd.js')) || !existsSync(join(ROOT, 'build', 'Release', 'uvs_tun.node'))) {
+    console.error('uvs perf: uvs is not built (npm run build)');
+    return 1;
+  }
+
+  log(`uvs perf, mode ${o.mode}: ${o.rounds} round(s) × ${o.duration} s per run; targets ${o.targets.join(',')}; measurements ${o.measurements.join(',')}; uvs scaling ${o.scaling.join(',') || 'none'}`);
+
+  // Tools.
+  const need = new Set<string>(['curl', 'wrk']); // wrk also warms every target up
+  if (o.measurements.some((m) => m === 'udp_pps' || m === 'udp_rr' || m === 'tcp_rr')) need.add('sockperf');
+  if (o.measurements.includes('tcp_cps')) need.add('wrk');
+  if (o.measurements.includes('tcp_bulk')) need.add('iperf3');
+  if (o.scaling.length) need.add('trafgen');
+  if (o.targets.includes('nftables')) need.add('nft');
+  if (o.targets.includes('haproxy')) need.add('haproxy');
+  if (o.targets.includes('nginx')) (need.add('nginx'), need.add('nginxStream'));
+  const missing = new Set(ensureTools([...need], o.install, log));
+  const toolFor: Record<MeasurementName, string> = { udp_pps: 'sockperf', udp_rr: 'sockperf', tcp_rr: 'sockperf', tcp_cps: 'wrk', tcp_bulk: 'iperf3' };
+  const targetTool: Partial<Record<TargetName, string[]>> = { nftables: ['nft'], haproxy: ['haproxy'], nginx: ['nginx', 'nginxStream'] };
+
+  const machine = machineInfo(o.prefix);
+  const hz = clockTicks();
+  machine.clockTicksPerSecond = hz;
+  const tools: Record<string, string> = {
+    sockperf: toolVersion('sockperf', ['--version']),
+    wrk: toolVersion('wrk', ['-v']),
+    iperf3: toolVersion('iperf3', ['--version']),
+    trafgen: toolVersion('trafgen', ['--version']),
+    nftables: toolVersion('nft', ['--version']),
+    haproxy: toolVersion('haproxy', ['-v']),
+    nginx: toolVersion('nginx', ['-v']),
+  };
+
+  const lab = new Lab({ prefix: o.prefix });
+  let cleaning: Promise<void> | null = null;
+  const cleanup = (): Promise<void> =>
+    (cleaning ??= (async () => {
+      killLive('SIGTERM');
+      await lab.stopUvsd(5000).catch(() => undefined);
+      killLive('SIGKILL');
+      await waitLive(3000);
+      lab.down();
+    })());
+  const onSignal = (sig: NodeJS.Signals) => {
+    log(`${sig}: stopping the generators and removing the lab ${o.prefix}`);
+    void cleanup().then(() => process.exit(130));
+  };
+  const sigs: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+  for (const s of sigs) process.on(s, onSignal);
+  const onFatal = (e: unknown) => {
+    log(`fatal: ${(e as Error)?.stack ?? String(e)}`);
+    void cleanup().then(() => process.exit(1));
+  };
+  process.on('uncaughtException', onFatal);
+  process.on('unhandledRejection', onFatal);
+
+  const raw: Partial<Record<MeasurementName, Partial<Record<TargetName, Record<string, number[]>>>>> = {};
+  const rss: Partial<Record<TargetName, number[]>> = {};
+  const otherSeen = new Set<string>(otherNetns(o.prefix));
+  const notMeasured: ReportData['notMeasured'] = [];
+  const errors: ReportData['errors'] = [];
+  interface Point {
+    groups: Set<ScalingGroup>;
+    workers: number;
+    tableSize: number;
+    flows: number;
+    generator: 'sockperf' | 'trafgen';
+    values: Record<string, number[]>;
+  }
+  const points: Point[] = [];
+  const mem = new Map<string, { workers: number; tableSize: number; idle: number[]; after: number[]; hwm: number[] }>();
+
+  try {
+    // What can run.
+    const targets: Target[] = [];
+    const env = { lab, workers: o.workers, log };
+    for (const name of o.targets) {
+      const miss = (targetTool[name] ?? []).filter((t) => missing.has(t));
+      if (miss.length) {
+        notMeasured.push({ target: name, measurement: 'all', reason: `${miss.join(', ')} not installed` });
+        continue;
+      }
+      targets.push(makeTarget(name, env));
+    }
+    const measurements = o.measurements.filter((m) => {
+      if (!missing.has(toolFor[m])) return true;
+      notMeasured.push({ target: 'all', measurement: m, reason: `${toolFor[m]} not installed` });
+      return false;
+    });
+    for (const t of targets) for (const m of measurements) {
+      const why = (t.unsupported as Partial<Record<MeasurementName, string>>)[m];
+      if (why) notMeasured.push({ target: t.name, measurement: m, reason: why });
+    }
+    let scaling = o.scaling;
+    if (scaling.length && missing.has('trafgen')) {
+      notMeasured.push({ target: 'uvs', measurement: 'scaling', reason: 'trafgen (netsniff-ng) not installed' });
+      scaling = [];
+    }
+
+    // Scaling points, grouped by uvsd configuration.
+    const mainFlows = o.flows.includes(1000) ? 1000 : o.flows[o.flows.length - 1]!;
+    const addPoint = (g: ScalingGroup, workers: number, tableSize: number, flows: number, generator: 'sockperf' | 'trafgen') => {
+      let p = points.find((x) => x.workers === workers && x.tableSize === tableSize && x.flows === flows && x.generator === generator);
+      if (!p) points.push((p = { groups: new Set(), workers, tableSize, flows, generator, values: {} }));
+      p.groups.add(g);
+    };
+    if (scaling.includes('workers')) {
+      for (const w of o.scaleWorkers) addPoint('workers', w, 65536, mainFlows, 'trafgen');
+    }
+    if (scaling.includes('flows')) for (const f of o.flows) addPoint('flows', o.workers, 65536, f, 'trafgen');
+    if (scaling.includes('table')) for (const t of o.tables) addPoint('table', o.workers, t, mainFlows, 'trafgen');
+    const configs = [...new Set(points.map((p) => `${p.workers}/${p.tableSize}`))].map((k) => {
+      const [w, t] = k.split('/').map(Number) as [number, number];
+      return {
+        workers: w,
+        tableSize: t,
+        points: points.filter((p) => p.workers === w && p.tableSize === t).sort((a, b) => (a.generator === b.generator ? a.flows - b.flows : a.generator === 'sockperf' ? -1 : 1)),
+      };
+    });
+
+    const perRound = targets.reduce((n, t) => n + measurements.filter((m) => !(t.unsupported as Record<string, string>)[m]).length, 0) + points.length;
+    const total = perRound * o.rounds;
+    log(`plan: ${total} generator runs (${perRound} per round), about ${Math.round((total * (o.duration + 0.8) + o.rounds * (targets.length * 1.5 + configs.length * 2.5) + 10) / 60)} min`);
+
+    // Lab.
+    log(`lab ${o.prefix}: client, LB node, three real servers`);
+    lab.up();
+    await lab.waitServers();
+    const rsAnchors: Anchor[] = [];
+    for (const ns of lab.rsNs) {
+      if (!missing.has('sockperf')) {
+        spawnTracked('sockperf', ['server', '-i', '0.0.0.0', '-p', String(SP_PORT)], ns);
+        spawnTracked('sockperf', ['server', '--tcp', '-i', '0.0.0.0', '-p', String(SP_PORT)], ns);
+      }
+      rsAnchors.push(await Anchor.start(ns));
+    }
+    const clientAnchor = await Anchor.start(lab.clientNs);
+    const clientIf = `${lab.prefix}c0`;
+    const probe = new Probe(lab.lbNs, clientAnchor, clientIf, rsAnchors, hz, []);
+    const lbMac = (JSON.parse((await run('ip', ['-j', '-n', lab.lbNs, 'link', 'show', `${lab.prefix}c1`])).stdout) as { address: string }[])[0]!.address;
+    if (!missing.has('sockperf')) {
+      // Both sockperf servers listening in every real server.
+      for (const ns of lab.rsNs) {
+        const deadline = Date.now() + 5000;
+        while (!(await run('ss', ['-Hln', `sport = :${SP_PORT}`], { ns })).stdout.trim().includes('\n')) {
+          if (Date.now() > deadline) throw new Error(`sockperf servers did not start in ${ns}`);
+          await sleep(100);
+        }
+      }
+    }
+    const menv: MeasureEnv = { lab, probe, duration: o.duration, conns: o.conns };
+    await setForwarding(lab); // the first warm-up goes straight to the real servers
+    await warmUp(menv, lab.rsAddrs.map((host) => ({ host, port: HTTP_PORT })));
+
+    let done = 0;
+    const tag = () => `(${++done}/${total})`;
+    for (let round = 1; round <= o.rounds; round++) {
+      const order = targets.map((_t, i) => targets[(i + round - 1) % targets.length]!);
+      log(`── round ${round}/${o.rounds}: ${order.map((t) => t.name).join(' → ')}`);
+      for (const n of otherNetns(o.prefix)) otherSeen.add(n);
+      const roundVals: Partial<Record<MeasurementName, Partial<Record<TargetName, Metrics>>>> = {};
+      for (const t of order) {
+        const todo = measurements.filter((m) => !(t.unsupported as Record<string, string>)[m]);
+        if (!todo.length) continue;
+        try {
+          await t.setup();
+        } catch (e) {
+          const msg = (e as Error).message;
+          log(`${t.name}: setup failed: ${msg}`);
+          for (const m of todo) (errors.push({ round, target: t.name, measurement: m, error: `setup: ${msg}` }), done++);
+          await t.teardown().catch(() => undefined);
+          continue;
+        }
+        try {
+          await warmUp(menv, [t.endpoints().http]);
+          for (const m of todo) {
+            const label = `round ${round}/${o.rounds} · ${t.name.padEnd(8)} · ${m.padEnd(8)} ${tag()}`;
+            try {
+              const x = await measure(menv, m, t.endpoints());
+              ((roundVals[m] ??= {})[t.name] = x);
+              log(`${label}  ${headline(m, x)}`);
+            } catch (e) {
+              const msg = (e as Error).message;
+              errors.push({ round, target: t.name, measurement: m, error: msg });
+              log(`${label}  FAILED: ${msg}`);
+            }
+            await sleep(150); // let queues drain between generators
+          }
+          const r = await lbRssMb(lab, []);
+          if (r !== null) (rss[t.name] ??= []).push(r);
+        } finally {
+          await t.teardown().catch((e) => log(`${t.name}: teardown: ${(e as Error).message}`));
+        }
+      }
+      // Derived LB CPU (own processes + softirq above direct in this round), then keep the values.
+      for (const [m, byT] of Object.entries(roundVals) as [MeasurementName, Partial<Record<TargetName, Metrics>>][]) {
+        const d = byT.direct;
+        for (const [t, x] of Object.entries(byT) as [TargetName, Metrics][]) {
+          for (const k of Object.keys(x).filter((k) => k.startsWith('lbProc'))) {
+            const suffix = k.slice('lbProc'.length);
+            const base = d?.[`softirq${suffix}`];
+            if (base === undefined) continue;
+            x[`lbCpu${suffix}`] = t === 'direct' ? 0 : x[k]! + Math.max(0, (x[`softirq${suffix}`] ?? 0) - base);
+          }
+          const dst = ((raw[m] ??= {})[t] ??= {});
+          for (const [k, v] of Object.entries(x)) (dst[k] ??= []).push(v);
+        }
+      }
+
+      // uvs alone.
+      for (const c of configs) {
+        const uvs = new UvsTarget(env);
+        uvs.workers = c.workers;
+        uvs.tableSize = c.tableSize;
+        const key = `${c.workers}/${c.tableSize}`;
+        const mrow = mem.get(key) ?? { workers: c.workers, tableSize: c.tableSize, idle: [], after: [], hwm: [] };
+        mem.set(key, mrow);
+        try {
+          await uvs.setup();
+        } catch (e) {
+          const msg = (e as Error).message;
+          log(`uvs workers=${c.workers} tableSize=${c.tableSize}: setup failed: ${msg}`);
+          for (const p of c.points) (errors.push({ round, target: 'uvs', measurement: `scaling ${p.flows} flows, ${c.workers} workers, table ${c.tableSize}`, error: msg }), done++);
+          await uvs.teardown().catch(() => undefined);
+          continue;
+        }
+        try {
+          await sleep(300);
+          const idle = uvs.pid ? processMemKb(uvs.pid) : null;
+          if (idle) mrow.idle.push(idle.rss / 1024);
+          // Warm-up: 1 s of one UDP flow (its entry is the first flow of every trafgen run).
+          await udpFlows({ ...menv, duration: 1 }, uvs.discard(), 1, lbMac, clientIf).catch(() => undefined);
+          for (const p of c.points) {
+            const label = `round ${round}/${o.rounds} · uvs alone · ${c.workers} worker(s), table ${c.tableSize}, ${p.flows} flow(s) ${p.generator} ${tag()}`;
+            try {
+              const x = p.generator === 'sockperf' ? await udpPps(menv, { host: UvsTarget.vip, port: SP_PORT }) : await udpFlows(menv, uvs.discard(), p.flows, lbMac, clientIf);
+              const st = await uvs.stats();
+              if (st) x.tableEntries = st.table.entries;
+              const m = uvs.pid ? processMemKb(uvs.pid) : null;
+              if (m) x.rssMb = m.rss / 1024;
+              for (const [k, v] of Object.entries(x)) (p.values[k] ??= []).push(v);
+              log(`${label}  ${headline('udp_pps', x)}, ${x.tableEntries ?? '?'} entries`);
+            } catch (e) {
+              const msg = (e as Error).message;
+              errors.push({ round, target: 'uvs', measurement: `scaling: ${p.flows} flows ${p.generator}, ${c.workers} workers, table ${c.tableSize}`, error: msg });
+              log(`${label}  FAILED: ${msg}`);
+            }
+            await sleep(200);
+          }
+          const after = uvs.pid ? processMemKb(uvs.pid) : null;
+          if (after) (mrow.after.push(after.rss / 1024), mrow.hwm.push(after.hwm / 1024));
+        } finally {
+          await uvs.teardown().catch((e) => log(`uvs teardown: ${(e as Error).message}`));
+        }
+      }
+    }
+  } catch (e) {
+    log(`run failed: ${(e as Error).message}`);
+    errors.push({ round: 0, target: 'harness', measurement: 'setup', error: (e as Error).message });
+  } finally {
+    log(`removing the lab ${o.prefix}`);
+    await cleanup();
+    for (const s of sigs) process.off(s, onSignal);
+    process.off('uncaughtException', onFatal);
+    process.off('unhandledRejection', onFatal);
+  }
+  const left = Lab.existing(o.prefix);
+  if (left.length) log(`WARNING: namespaces left behind: ${left.join(' ')}`);
+
+  // Aggregate and write.
+  const results: ReportData['results'] = {};
+  for (const [m, byT] of Object.entries(raw) as [MeasurementName, Partial<Record<TargetName, Record<string, number[]>>>][]) {
+    for (const [t, byK] of Object.entries(byT) as [TargetName, Record<string, number[]>][]) {
+      for (const [k, vs] of Object.entries(byK)) {
+        const s = summarize(vs);
+        if (s) ((results[m] ??= {})[t] ??= {})[k] = s;
+      }
+    }
+  }
+  const sumRec = (r: Record<string, number[]>): Record<string, Summary> => Object.fromEntries(Object.entries(r).flatMap(([k, v]) => (summarize(v) ? [[k, summarize(v)!]] : [])));
+  const runs: ScalingRun[] = [];
+  for (const g of ['workers', 'flows', 'table'] as const) {
+    const order = (a: Point, b: Point) =>
+      g === 'table' ? a.tableSize - b.tableSize : g === 'flows' ? a.flows - b.flows : a.generator.localeCompare(b.generator) || a.flows - b.flows || a.workers - b.workers;
+    for (const p of points.filter((x) => x.groups.has(g)).sort(order)) {
+      runs.push({ group: g, label: `${p.workers} worker(s), table ${p.tableSize}, ${p.flows} flow(s), ${p.generator}`, workers: p.workers, tableSize: p.tableSize, flows: p.flows, generator: p.generator, metrics: sumRec(p.values) });
+    }
+  }
+  const memory: MemoryRow[] = [...mem.values()].map((x) => ({ workers: x.workers, tableSize: x.tableSize, rssIdleMb: summarize(x.idle), rssAfterMb: summarize(x.after), hwmMb: summarize(x.hwm) }));
+  for (const n of otherNetns(o.prefix)) otherSeen.add(n);
+  machine.otherLabsDuringRun = describeNetns(otherSeen);
+  machine.loadavgAtEnd = loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+  const report: ReportData = {
+    tool: 'uvs perf (perf/run.ts)',
+    generatedAt: new Date().toISOString(),
+    mode: o.mode,
+    command: o.mode === 'default' ? 'npm run perf' : `npm run perf -- ${argv.join(' ')}`,
+    wallSeconds: (Date.now() - t0) / 1000,
+    options: { rounds: o.rounds, duration: o.duration, targets: o.targets, measurements: o.measurements, workers: o.workers, conns: o.conns, scaling: o.scaling, flows: o.flows, tables: o.tables },
+    machine,
+    tools,
+    method: METHOD,
+    results,
+    notMeasured,
+    ratios: computeRatios(results, o.targets),
+    lbRssMb: Object.fromEntries(Object.entries(rss).flatMap(([t, v]) => (summarize(v) ? [[t, summarize(v)!]] : []))),
+    scaling: { runs, memory },
+    failures: {
+      measured: false,
+      note: 'Failure behaviour — a worker thread killed under load (POST /v1/workers/:id/kill), a real server going away or set to weight 0, a reload under load: packets lost, time to recover, flows kept — is a later task. No figure in this report says anything about it.',
+    },
+    errors,
+  };
+  mkdirSync(o.out, { recursive: true });
+  const md = renderMarkdown(report);
+  writeFileSync(join(o.out, 'REPORT.md'), md);
+  writeFileSync(join(o.out, 'report.json'), JSON.stringify(report, null, 2) + '\n');
+  writeFileSync(join(o.out, 'report.svg'), renderSvg(report));
+  log(`wrote ${join(o.out, 'REPORT.md')}, report.json, report.svg (${Math.round((Date.now() - t0) / 1000)} s in all)`);
+  // The main table on stdout.
+  const start = md.indexOf('## Results');
+  const end = md.indexOf('\n## ', start + 5);
+  process.stdout.write(md.slice(start, end > 0 ? end : undefined) + '\n');
+  const measuredAny = Object.keys(results).length > 0 || runs.some((x) => Object.keys(x.metrics).length);
+  return left.length || !measuredAny ? 1 : 0;
+}
+
+if (require.main === module) {
+  perfCommand(process.argv.slice(2)).then((c) => process.exit(c));
+}

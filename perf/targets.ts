@@ -1,0 +1,371 @@
+/**
+ * What the generators are pointed at. Every target balances the same backends in the LB
+ * namespace of the same lab (or, for `direct`, is not there at all):
+ *
+ *   service             port     backends (masq / DNAT / proxy)
+ *   sockperf UDP        11111    rr over rs1..rs3 :11111   (one flow lands on one of them)
+ *   sockperf TCP        11111    rr over rs1..rs3 :11111
+ *   HTTP                80       rr over rs1..rs3 :8080    (lab/servers.js)
+ *   iperf3              5201     rs1:5201 only            (iperf3's control and data connections
+ *                                                         must reach the same server)
+ *   UDP discard         11112    rr over rs1..rs3 :11112   (uvs scaling runs; nothing listens, the
+ *                                                         real servers count the datagrams)
+ *
+ * VIPs: uvs 10.200.0.10 (routed into its TUN device), nftables 10.200.0.20 (DNAT in prerouting),
+ * HAProxy 10.200.0.30 and nginx 10.200.0.40 (addresses added to lo in the LB namespace while the
+ * proxy runs). Configuration files go into the lab directory; the proxies run in the foreground
+ * inside the LB namespace and are stopped by teardown (and, failing that, by Lab.down()).
+ */
+import { openSync, closeSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import { apiCall } from '../control/client';
+import type { Lab } from '../lab/lab';
+import { NGINX_STREAM_MODULE, nginxStreamBuiltIn } from './deps';
+import { run, runOk, sleep, spawnTracked, stopProcess } from './exec';
+import { nsPids, processMemKb } from './probe';
+
+export type TargetName = 'direct' | 'uvs' | 'nftables' | 'haproxy' | 'nginx';
+export const ALL_TARGETS: TargetName[] = ['direct', 'uvs', 'nftables', 'haproxy', 'nginx'];
+export const PEERS: TargetName[] = ['direct', 'nftables', 'haproxy', 'nginx'];
+
+export type MeasurementName = 'udp_pps' | 'udp_rr' | 'tcp_rr' | 'tcp_cps' | 'tcp_bulk';
+export const ALL_MEASUREMENTS: MeasurementName[] = ['udp_pps', 'udp_rr', 'tcp_rr', 'tcp_cps', 'tcp_bulk'];
+
+export const SP_PORT = 11111;
+export const DISCARD_PORT = 11112;
+export const HTTP_PORT = 8080;
+export const IPERF_PORT = 5201;
+
+export interface Endpoint {
+  host: string;
+  port: number;
+}
+
+export interface Endpoints {
+  /** sockperf UDP server(s). */
+  udp: Endpoint;
+  /** sockperf TCP server(s). */
+  tcp: Endpoint;
+  /** HTTP (lab/servers.js on :8080 of every real server). */
+  http: Endpoint;
+  iperf: Endpoint;
+}
+
+export interface Target {
+  readonly name: TargetName;
+  /** Measurements this target cannot do, with the reason. */
+  readonly unsupported: Partial<Record<MeasurementName, string>>;
+  endpoints(): Endpoints;
+  setup(): Promise<void>;
+  teardown(): Promise<void>;
+}
+
+export interface TargetEnv {
+  lab: Lab;
+  /** Worker threads/processes for every LB (uvs workers, haproxy nbthread, nginx worker_processes). */
+  workers: number;
+  log: (s: string) => void;
+}
+
+const VIP = { uvs: '10.200.0.10', nftables: '10.200.0.20', haproxy: '10.200.0.30', nginx: '10.200.0.40' } as const;
+
+export async function setForwarding(lab: Lab): Promise<void> {
+  await runOk('sysctl', ['-qw', 'net.ipv4.ip_forward=1'], { ns: lab.lbNs, timeoutMs: 5000 });
+}
+
+/** Waits until every port listed listens on addr in the LB namespace (ss), or throws. */
+async function waitListening(lab: Lab, addr: string, tcp: number[], udp: number[], timeoutMs = 8000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const t = (await run('ss', ['-Hltn'], { ns: lab.lbNs, timeoutMs: 5000 })).stdout;
+    const u = (await run('ss', ['-Hlun'], { ns: lab.lbNs, timeoutMs: 5000 })).stdout;
+    const ok = tcp.every((p) => t.includes(`${addr}:${p} `)) && udp.every((p) => u.includes(`${addr}:${p} `));
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`nothing listens on ${addr} ports tcp ${tcp.join(',')} udp ${udp.join(',')} after ${timeoutMs} ms`);
+    await sleep(100);
+  }
+}
+
+async function addLoAddress(lab: Lab, addr: string): Promise<void> {
+  await run('ip', ['-n', lab.lbNs, 'addr', 'del', `${addr}/32`, 'dev', 'lo'], { timeoutMs: 5000 });
+  await runOk('ip', ['-n', lab.lbNs, 'addr', 'add', `${addr}/32`, 'dev', 'lo'], { timeoutMs: 5000 });
+}
+
+async function delLoAddress(lab: Lab, addr: string): Promise<void> {
+  await run('ip', ['-n', lab.lbNs, 'addr', 'del', `${addr}/32`, 'dev', 'lo'], { timeoutMs: 5000 });
+}
+
+/** RSS (MB) summed over the processes in the LB namespace (shared pages of nginx's processes count once per process). */
+export async function lbRssMb(lab: Lab, except: number[]): Promise<number | null> {
+  const pids = await nsPids(lab.lbNs, except);
+  if (pids.length === 0) return null;
+  let kb = 0;
+  for (const p of pids) kb += processMemKb(p)?.rss ?? 0;
+  return kb / 1024;
+}
+
+// ── direct ────────────────────────────────────────────────────────────────────────────────────
+export class DirectTarget implements Target {
+  readonly name = 'direct' as const;
+  readonly unsupported = {};
+  constructor(private readonly env: TargetEnv) {}
+  endpoints(): Endpoints {
+    const rs = this.env.lab.rsAddrs;
+    return {
+      udp: { host: rs[0]!, port: SP_PORT },
+      tcp: { host: rs[0]!, port: SP_PORT },
+      http: { host: rs[0]!, port: HTTP_PORT },
+      iperf: { host: rs[0]!, port: IPERF_PORT },
+    };
+  }
+  async setup(): Promise<void> {
+    await setForwarding(this.env.lab); // plain kernel routing through the LB node, nothing else
+  }
+  async teardown(): Promise<void> {}
+}
+
+// ── uvs ───────────────────────────────────────────────────────────────────────────────────────
+export class UvsTarget implements Target {
+  readonly name = 'uvs' as const;
+  readonly unsupported = {};
+  tableSize = 65536;
+  workers: number;
+  constructor(private readonly env: TargetEnv) {
+    this.workers = env.workers;
+  }
+  static readonly vip = VIP.uvs;
+  endpoints(): Endpoints {
+    return {
+      udp: { host: VIP.uvs, port: SP_PORT },
+      tcp: { host: VIP.uvs, port: SP_PORT },
+      http: { host: VIP.uvs, port: 80 },
+      iperf: { host: VIP.uvs, port: IPERF_PORT },
+    };
+  }
+  discard(): Endpoint {
+    return { host: VIP.uvs, port: DISCARD_PORT };
+  }
+  async setup(): Promise<void> {
+    const lab = this.env.lab;
+    const rr = (port: number) => lab.rsAddrs.map((address) => ({ address, port }));
+    const services = [
+      { name: 'sockperf-udp', protocol: 'udp', address: VIP.uvs, port: SP_PORT, scheduler: 'rr', realServers: rr(SP_PORT) },
+      { name: 'sockperf-tcp', protocol: 'tcp', address: VIP.uvs, port: SP_PORT, scheduler: 'rr', realServers: rr(SP_PORT) },
+      { name: 'http', protocol: 'tcp', address: VIP.uvs, port: 80, scheduler: 'rr', realServers: rr(HTTP_PORT) },
+      { name: 'iperf3', protocol: 'tcp', address: VIP.uvs, port: IPERF_PORT, scheduler: 'rr', realServers: [{ address: lab.rsAddrs[0]!, port: IPERF_PORT }] },
+      { name: 'discard', protocol: 'udp', address: VIP.uvs, port: DISCARD_PORT, scheduler: 'rr', realServers: rr(DISCARD_PORT) },
+    ];
+    const cfg = lab.config(services, { log: { level: 'warn' }, dataplane: { workers: this.workers, tableSize: this.tableSize } });
+    const file = lab.writeConfig(cfg, 'uvs-perf.yaml');
+    await lab.startUvsd(file);
+    // Ready when every worker has its queue.
+    const deadline = Date.now() + 10000;
+    for (;;) {
+      const st = await apiCall<{ workers: { ready: boolean }[] }>(lab.socket, 'GET', '/v1/stats').catch(() => null);
+      if (st?.status === 200 && st.body.workers.length === this.workers && st.body.workers.every((w) => w.ready)) break;
+      if (Date.now() > deadline) throw new Error('uvsd workers not ready after 10 s');
+      await sleep(50);
+    }
+  }
+  get pid(): number | null {
+    return this.env.lab.uvsdProcess?.pid ?? null;
+  }
+  async stats(): Promise<{ table: { entries: number; capacity: number }; packets: Record<string, number>; drops: Record<string, number> } | null> {
+    const r = await apiCall<{ table: { entries: number; capacity: number }; packets: Record<string, number>; drops: Record<string, number> }>(this.env.lab.socket, 'GET', '/v1/stats').catch(() => null);
+    return r?.status === 200 ? r.body : null;
+  }
+  async teardown(): Promise<void> {
+    const code = await this.env.lab.stopUvsd();
+    if (code !== 0 && code !== null) this.env.log(`uvsd exited with ${code}`);
+  }
+}
+
+// ── nftables DNAT ─────────────────────────────────────────────────────────────────────────────
+export class NftTarget implements Target {
+  readonly name = 'nftables' as const;
+  readonly unsupported = {};
+  constructor(private readonly env: TargetEnv) {}
+  endpoints(): Endpoints {
+    return {
+      udp: { host: VIP.nftables, port: SP_PORT },
+      tcp: { host: VIP.nftables, port: SP_PORT },
+      http: { host: VIP.nftables, port: 80 },
+      iperf: { host: VIP.nftables, port: IPERF_PORT },
+    };
+  }
+  ruleset(): string {
+    const rs = this.env.lab.rsAddrs;
+    const map = rs.map((a, i) => `${i} : ${a}`).join(', ');
+    const mapPort = rs.map((a, i) => `${i} : ${a} . ${HTTP_PORT}`).join(', ');
+    const v = VIP.nftables;
+    return [
+      'table ip uvsperf {',
+      '  chain prerouting {',
+      '    type nat hook prerouting priority dstnat; policy accept;',
+      `    ip daddr ${v} udp dport ${SP_PORT} dnat to numgen inc mod ${rs.length} map { ${map} }`,
+      `    ip daddr ${v} tcp dport ${SP_PORT} dnat to numgen inc mod ${rs.length} map { ${map} }`,
+      `    ip daddr ${v} tcp dport 80 dnat ip to numgen inc mod ${rs.length} map { ${mapPort} }`,
+      `    ip daddr ${v} tcp dport ${IPERF_PORT} dnat to ${rs[0]}`,
+      '  }',
+      '}',
+      '',
+    ].join('\n');
+  }
+  async setup(): Promise<void> {
+    const lab = this.env.lab;
+    await setForwarding(lab);
+    const file = join(lab.dir, 'nftables.conf');
+    writeFileSync(file, this.ruleset());
+    await run('nft', ['delete', 'table', 'ip', 'uvsperf'], { ns: lab.lbNs, timeoutMs: 5000 });
+    await runOk('nft', ['-f', file], { ns: lab.lbNs, timeoutMs: 10000 });
+  }
+  async teardown(): Promise<void> {
+    // The nat table pulls conntrack into the LB namespace: remove it so no other target pays for it.
+    await run('nft', ['delete', 'table', 'ip', 'uvsperf'], { ns: this.env.lab.lbNs, timeoutMs: 5000 });
+  }
+}
+
+// ── HAProxy (mode tcp) ────────────────────────────────────────────────────────────────────────
+export class HaproxyTarget implements Target {
+  readonly name = 'haproxy' as const;
+  readonly unsupported = {
+    udp_pps: 'HAProxy 2.x (community edition) has no UDP load balancing',
+    udp_rr: 'HAProxy 2.x (community edition) has no UDP load balancing',
+  };
+  private child: ChildProcess | null = null;
+  constructor(private readonly env: TargetEnv) {}
+  endpoints(): Endpoints {
+    return {
+      udp: { host: VIP.haproxy, port: SP_PORT },
+      tcp: { host: VIP.haproxy, port: SP_PORT },
+      http: { host: VIP.haproxy, port: 80 },
+      iperf: { host: VIP.haproxy, port: IPERF_PORT },
+    };
+  }
+  config(): string {
+    const rs = this.env.lab.rsAddrs;
+    const v = VIP.haproxy;
+    const servers = (port: number, only?: number) =>
+      rs
+        .filter((_a, i) => only === undefined || i === only)
+        .map((a, i) => `  server rs${i + 1} ${a}:${port}`)
+        .join('\n');
+    return `# written by uvs perf; runs in the lab's LB namespace only
+global
+  nbthread ${this.env.workers}
+  maxconn 8000
+
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+
+listen sockperf_tcp
+  bind ${v}:${SP_PORT}
+  balance roundrobin
+${servers(SP_PORT)}
+
+listen http
+  bind ${v}:80
+  balance roundrobin
+${servers(HTTP_PORT)}
+
+listen iperf3
+  bind ${v}:${IPERF_PORT}
+${servers(IPERF_PORT, 0)}
+`;
+  }
+  async setup(): Promise<void> {
+    const lab = this.env.lab;
+    await addLoAddress(lab, VIP.haproxy);
+    const file = join(lab.dir, 'haproxy.cfg');
+    writeFileSync(file, this.config());
+    await runOk('haproxy', ['-c', '-q', '-f', file], { ns: lab.lbNs, timeoutMs: 10000 });
+    const log = openSync(join(lab.dir, 'haproxy.log'), 'a');
+    this.child = spawnTracked('haproxy', ['-db', '-f', file], lab.lbNs, log);
+    closeSync(log);
+    await waitListening(lab, VIP.haproxy, [SP_PORT, 80, IPERF_PORT], []);
+  }
+  async teardown(): Promise<void> {
+    if (this.child) await stopProcess(this.child);
+    this.child = null;
+    await delLoAddress(this.env.lab, VIP.haproxy);
+  }
+}
+
+// ── nginx stream (TCP and UDP) ────────────────────────────────────────────────────────────────
+export class NginxTarget implements Target {
+  readonly name = 'nginx' as const;
+  readonly unsupported = {};
+  private child: ChildProcess | null = null;
+  constructor(private readonly env: TargetEnv) {}
+  endpoints(): Endpoints {
+    return {
+      udp: { host: VIP.nginx, port: SP_PORT },
+      tcp: { host: VIP.nginx, port: SP_PORT },
+      http: { host: VIP.nginx, port: 80 },
+      iperf: { host: VIP.nginx, port: IPERF_PORT },
+    };
+  }
+  config(): string {
+    const lab = this.env.lab;
+    const rs = lab.rsAddrs;
+    const v = VIP.nginx;
+    const up = (port: number, n = rs.length) =>
+      rs
+        .slice(0, n)
+        .map((a) => `server ${a}:${port};`)
+        .join(' ');
+    const load = nginxStreamBuiltIn() ? '' : `load_module ${NGINX_STREAM_MODULE};\n`;
+    return `# written by uvs perf; runs in the lab's LB namespace only (nginx -c this -p ${lab.dir})
+${load}worker_processes ${this.env.workers};
+daemon off;
+pid ${join(lab.dir, 'nginx.pid')};
+error_log ${join(lab.dir, 'nginx-error.log')} warn;
+events { worker_connections 4096; }
+stream {
+  upstream sockperf { ${up(SP_PORT)} }
+  upstream http { ${up(HTTP_PORT)} }
+  upstream iperf3 { ${up(IPERF_PORT, 1)} }
+  server { listen ${v}:${SP_PORT} udp reuseport; proxy_pass sockperf; proxy_timeout 30s; }
+  server { listen ${v}:${SP_PORT}; proxy_pass sockperf; }
+  server { listen ${v}:80; proxy_pass http; }
+  server { listen ${v}:${IPERF_PORT}; proxy_pass iperf3; }
+}
+`;
+  }
+  async setup(): Promise<void> {
+    const lab = this.env.lab;
+    await addLoAddress(lab, VIP.nginx);
+    const file = join(lab.dir, 'nginx.conf');
+    const err = join(lab.dir, 'nginx-error.log');
+    writeFileSync(file, this.config());
+    await runOk('nginx', ['-t', '-q', '-c', file, '-e', err, '-p', lab.dir], { ns: lab.lbNs, timeoutMs: 10000 });
+    const log = openSync(join(lab.dir, 'nginx.log'), 'a');
+    this.child = spawnTracked('nginx', ['-c', file, '-e', err, '-p', lab.dir], lab.lbNs, log);
+    closeSync(log);
+    await waitListening(lab, VIP.nginx, [SP_PORT, 80, IPERF_PORT], [SP_PORT]);
+  }
+  async teardown(): Promise<void> {
+    if (this.child) await stopProcess(this.child, 5000);
+    this.child = null;
+    await delLoAddress(this.env.lab, VIP.nginx);
+  }
+}
+
+export function makeTarget(name: TargetName, env: TargetEnv): Target {
+  switch (name) {
+    case 'direct':
+      return new DirectTarget(env);
+    case 'uvs':
+      return new UvsTarget(env);
+    case 'nftables':
+      return new NftTarget(env);
+    case 'haproxy':
+      return new HaproxyTarget(env);
+    case 'nginx':
+      return new NginxTarget(env);
+  }
+}
