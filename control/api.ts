@@ -11,6 +11,7 @@ import * as L from '../conntrack/layout';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { formatIPv4 } from '../lb/addr';
 import type { Daemon } from './daemon';
+import { OpenApiCollector } from './openapi';
 import { isLoopback, splitHostPort, tokenOk } from './metrics';
 import { validateRealServer, validateService } from './config';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
@@ -114,6 +115,9 @@ export function statsView(d: Daemon) {
 
 export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstance {
   const app = Fastify({ logger: false });
+  const openapi = new OpenApiCollector();
+  app.addHook('onRoute', openapi.onRoute);
+  app.get('/v1/openapi.json', async () => openapi.document());
   if (token !== undefined) {
     app.addHook('onRequest', async (req, reply) => {
       if (!tokenOk(req.raw, token)) {

@@ -94,6 +94,32 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     assert.deepEqual([kill.status, kill.body.code], [404, 'UVS_ERR_API_NOT_FOUND']);
   });
 
+  test('the daemon serves a valid OpenAPI 3 document that lists every route it answers', async () => {
+    const r = await api<{ openapi: string; info: { title: string }; paths: Record<string, Record<string, { responses: Record<string, unknown>; operationId: string }>> }>('GET', '/v1/openapi.json');
+    assert.equal(r.status, 200);
+    assert.match(r.body.openapi, /^3\.0\.\d$/);
+    assert.ok(r.body.info.title);
+    const ops = Object.entries(r.body.paths).flatMap(([p, m]) => Object.entries(m).map(([method, op]) => ({ p, method, op })));
+    const ids = new Set<string>();
+    for (const { p, method, op } of ops) {
+      assert.ok(p.startsWith('/v1/'), p);
+      assert.ok(['get', 'put', 'post', 'delete'].includes(method), method);
+      assert.ok(op.responses['200'] && op.responses['4XX'], `${method} ${p} documents its answers`);
+      assert.ok(!ids.has(op.operationId), `operationId ${op.operationId} is unique`);
+      ids.add(op.operationId);
+      for (const m of p.matchAll(/\{(\w+)\}/g)) assert.ok(m[1], 'path parameters are named');
+    }
+    for (const route of ['get /v1/services', 'post /v1/batch', 'get /v1/connections', 'post /v1/reload', 'get /v1/drains', 'put /v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}']) {
+      const [m, p] = route.split(' ') as [string, string];
+      assert.ok(r.body.paths[p]?.[m], `${route} is documented`);
+    }
+    // And every documented GET without parameters answers.
+    for (const { p, method } of ops) {
+      if (method !== 'get' || p.includes('{')) continue;
+      assert.notEqual((await api('GET', p)).status, 404, `${p} answers`);
+    }
+  });
+
   test('the TCP API listener needs the bearer token: none 401, wrong 401, right 200', () => {
     const code = (args: string[]) => lab.exec(lab.clientNs, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', ...args, 'http://10.200.1.1:8443/v1/info']);
     assert.equal(code([]), '401');
