@@ -29,16 +29,22 @@ import * as L from './layout';
 import { ConnTable } from './table';
 import { TCP_ACTIVE } from './state';
 
+/** The `redis:` configuration section (validated by control/config.ts). */
 export interface RedisSyncOptions {
+  /** One of: url (single Redis), sentinels + name, cluster (seed nodes). */
   url?: string;
   sentinels?: { host: string; port: number }[];
   name?: string;
   cluster?: { host: string; port: number }[];
   password?: string;
   keyPrefix: string;
+  /** Identifies this node in cluster-wide counts; default: the host name. */
   nodeId: string;
+  /** How long a parked packet may wait for Redis before it is dropped (seconds). */
   parkTimeout: number;
+  /** How often this node publishes its per-real-server connection counts (seconds). */
   countsInterval: number;
+  /** Most flow records waiting to be written; beyond it the oldest are dropped (counted). */
   maxQueue: number;
 }
 

@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { availableParallelism, hostname } from 'node:os';
 import { parse as parseYaml } from 'yaml';
 import { maskBits, parseCidr, parseIPv4, type Cidr } from '../lb/addr';
+import type { RedisSyncOptions } from '../conntrack/redis-sync';
 import { MH_PRIMES } from '../schedulers/mh';
 import { getScheduler, schedulerNames } from '../schedulers/registry';
 import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
@@ -26,23 +27,8 @@ export interface RealServerConfig {
   lowerThreshold: number;
 }
 
-export interface RedisConfig {
-  /** One of: url (single Redis), sentinels + name, cluster (seed nodes). */
-  url?: string;
-  sentinels?: { host: string; port: number }[];
-  name?: string;
-  cluster?: { host: string; port: number }[];
-  password?: string;
-  keyPrefix: string;
-  /** Identifies this node in cluster-wide counts; default: the host name. */
-  nodeId: string;
-  /** How long a parked packet may wait for Redis before it is dropped (seconds). */
-  parkTimeout: number;
-  /** How often this node publishes its per-real-server connection counts (seconds). */
-  countsInterval: number;
-  /** Most flow records waiting to be written; beyond it the oldest are dropped (counted). */
-  maxQueue: number;
-}
+/** Shared flow state: conntrack/redis-sync.ts defines the options. */
+export type RedisConfig = RedisSyncOptions;
 
 export interface HealthCheckConfig {
   type: 'tcp' | 'http';

@@ -25,6 +25,7 @@ import { mhSlots } from '../schedulers/mh';
 import { SH_TAB_SIZE } from '../schedulers/sh';
 import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from './inet';
 import { SchedModel } from './sched-model';
+import { schedFlagBits } from '../schedulers/types';
 
 export interface PreviewRealServer {
   address: string;
@@ -85,18 +86,9 @@ export class PreviewError extends Error {
   }
 }
 
-const FLAG_BITS: Record<string, number> = {
-  'flag-1': 1,
-  'flag-2': 2,
-  'flag-3': 4,
-  'sh-fallback': 1,
-  'sh-port': 2,
-  'mh-fallback': 1,
-  'mh-port': 2,
-};
 
 export function flagBits(flags: string[] | undefined): number {
-  return (flags ?? []).reduce((a, f) => a | (FLAG_BITS[f] ?? 0), 0);
+  return schedFlagBits(flags);
 }
 
 const HASHED = new Set(['sh', 'dh', 'mh']);

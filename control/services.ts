@@ -26,20 +26,11 @@ import * as L from '../conntrack/layout';
 import { formatIPv4 as formatAddr, parseCidr, parseIPv4 } from '../lb/addr';
 import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } from '../lb/snapshot';
 import { getScheduler } from '../schedulers/registry';
-import type { DestListChange, SchedDest } from '../schedulers/types';
+import { schedFlagBits, type DestListChange, type SchedDest } from '../schedulers/types';
 import type { RealServerConfig, ServiceConfig, UvsConfig } from './config';
 
 const PROTO: Record<string, number> = { tcp: 6, udp: 17 };
 const FWD: Record<string, number> = { masq: L.FWD_MASQ };
-const SCHED_FLAG_BITS: Record<string, number> = {
-  'flag-1': 1,
-  'flag-2': 2,
-  'flag-3': 4,
-  'sh-fallback': 1,
-  'sh-port': 2,
-  'mh-fallback': 1,
-  'mh-port': 2,
-};
 
 export function serviceKey(s: { protocol: string; address: string; port: number }): string {
   return `${s.protocol} ${s.address}:${s.port}`;
@@ -212,7 +203,7 @@ export class ServiceModel {
   }
 
   private static flagBits(s: ServiceConfig): number {
-    return s.schedFlags.reduce((a, f) => a | (SCHED_FLAG_BITS[f] ?? 0), 0);
+    return schedFlagBits(s.schedFlags);
   }
 
   /** Time base of scheduler ticks (table-relative ms, as SchedInput.now); set by the owner. */

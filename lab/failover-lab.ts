@@ -13,21 +13,11 @@ import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:
 import { existsSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { Lab, LAB_VIP_CIDR, sleep } from './lab';
+import { Lab, LAB_VIP_CIDR, sh, sleep } from './lab';
 
 const ROOT = join(__dirname, '..', '..');
 export const GATEWAY = '10.201.10.1';
 export const REDIS_ADDR = '10.201.10.5';
-
-function sh(cmd: string, args: string[], allowFail = false): string {
-  try {
-    return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  } catch (e) {
-    if (allowFail) return '';
-    const err = e as { stderr?: string; message: string };
-    throw new Error(`${cmd} ${args.join(' ')}: ${(err.stderr || err.message).trim()}`);
-  }
-}
 
 export type LbNode = 'lb1' | 'lb2';
 

@@ -27,7 +27,8 @@ export interface LabOptions {
 
 const ROOT = join(__dirname, '..', '..');
 
-function sh(cmd: string, args: string[], allowFail = false): string {
+/** Runs a command; its stdout, or '' when allowFail and it fails (else throws with its stderr). */
+export function sh(cmd: string, args: string[], allowFail = false): string {
   try {
     return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   } catch (e) {

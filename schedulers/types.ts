@@ -88,3 +88,18 @@ export interface Scheduler {
 
 /** Words of the scheduler state a scheduler may use, from `base` on (conntrack/layout.ts). */
 export const SCHED_STATE_WORDS = SCHED_WORDS - SCHED_STATE;
+
+/** ipvsadm -b names → IP_VS_SVC_F_SCHED1..3 bits (include/uapi/linux/ip_vs.h). */
+export const SCHED_FLAG_BITS: Readonly<Record<string, number>> = {
+  'flag-1': 1,
+  'flag-2': 2,
+  'flag-3': 4,
+  'sh-fallback': 1,
+  'sh-port': 2,
+  'mh-fallback': 1,
+  'mh-port': 2,
+};
+
+export function schedFlagBits(flags: readonly string[] | undefined): number {
+  return (flags ?? []).reduce((a, f) => a | (SCHED_FLAG_BITS[f] ?? 0), 0);
+}
