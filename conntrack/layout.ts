@@ -68,6 +68,7 @@ export const FWD_MASK = 0x7;
 export const FWD_MASQ = 0;
 export const FWD_TUNNEL = 2;
 export const FWD_DROUTE = 3;
+export const FWD_FULLNAT = 5; // uvs (DPVS-style; no kernel value): source NAT to a pool address and port
 export const F_NOOUTPUT = 0x80;
 export const F_INACTIVE = 0x100;
 export const F_TEMPLATE = 0x1000;
@@ -181,6 +182,7 @@ export const enum Drop {
   RealServerGone,
   IcmpIgnored,
   TtlExceeded,
+  FullnatExhausted,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -197,6 +199,7 @@ export const DROP_NAMES = [
   'real_server_gone',
   'icmp_ignored',
   'ttl_exceeded',
+  'fullnat_ports_exhausted',
 ] as const;
 
 /*

@@ -384,7 +384,8 @@ export class ConnTable {
    * Inserts a new entry bound to real server `rs` (counted INACTIVE, OVERLOAD checked) in state
    * NONE with a 2 s timer like ip_vs_conn_new; the caller then touch()es it with the first
    * packet. Returns the entry, an existing entry with the same client→server key (another worker
-   * won the race: nothing was bound; `lastInsertNew` is false), or -1 when the table is full.
+   * won the race: nothing was bound; `lastInsertNew` is false), -1 when the table is full, or −2
+   * for a full-NAT entry whose server→client key (pool address and port) is already in use.
    *
    * With F_TEMPLATE in fwdFlags it is a persistence template instead: counted in PersistConn,
    * timer `templateMs`, never matched by packets (findIn/findOut skip it) but by findTemplate.
@@ -442,6 +443,12 @@ export class ConnTable {
       this.unlockPair(b1, b2);
       this.pushFree(e);
       return existing;
+    }
+    if ((fwdFlags & L.FWD_MASK) === L.FWD_FULLNAT && this.findOut(b2, proto, daddr, dports, laddr) >= 0) {
+      // The pool address and port chosen for this flow are taken: the caller picks another.
+      this.unlockPair(b1, b2);
+      this.pushFree(e);
+      return -2;
     }
     const isShadow = (fwdFlags & L.F_SHADOW) !== 0;
     a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | fwdFlags;

@@ -16,7 +16,7 @@ import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../c
 import { UvsError } from './errors';
 
 export type Protocol = 'tcp' | 'udp';
-export type Forwarding = 'masq';
+export type Forwarding = 'masq' | 'fullnat';
 
 export interface RealServerConfig {
   address: string;
@@ -79,6 +79,8 @@ export interface UvsConfig {
     answerPing: boolean;
     /** Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it). */
     expireQuiescentTemplate: boolean;
+    /** Full-NAT source addresses (routed to the device) and the port range allocated on them. */
+    fullnat: { addresses: string[]; portMin: number; portMax: number };
   };
   timeouts: {
     /** Seconds per TCP state name (ESTABLISHED, FIN_WAIT, …). */
@@ -206,8 +208,8 @@ function ipv4(v: unknown, path: string): string {
 
 function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
   if (v === undefined) return def;
-  if (v === 'masq') return v;
-  if (v === 'tunnel' || v === 'fullnat') {
+  if (v === 'masq' || v === 'fullnat') return v;
+  if (v === 'tunnel') {
     throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', `forwarding "${v}" is not implemented yet; use "masq"`, path);
   }
   if (v === 'route' || v === 'droute' || v === 'direct') {
@@ -217,7 +219,17 @@ function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
       path,
     );
   }
-  fail(path, `must be "masq", got ${JSON.stringify(v)}`);
+  fail(path, `must be "masq" or "fullnat", got ${JSON.stringify(v)}`);
+}
+
+function fullnatPool(v: unknown): { addresses: string[]; portMin: number; portMax: number } {
+  const f = obj(v, 'dataplane.fullnat', ['addresses', 'portMin', 'portMax']);
+  if (f.addresses !== undefined && !Array.isArray(f.addresses)) fail('dataplane.fullnat.addresses', 'must be a list of IPv4 addresses');
+  const addresses = ((f.addresses as unknown[] | undefined) ?? []).map((a, i) => ipv4(a, `dataplane.fullnat.addresses[${i}]`));
+  const portMin = int(f.portMin, 'dataplane.fullnat.portMin', 1024, 1, 65535);
+  const portMax = int(f.portMax, 'dataplane.fullnat.portMax', 65535, 1, 65535);
+  if (portMax < portMin) fail('dataplane.fullnat.portMax', `must not be below portMin (${portMin})`);
+  return { addresses, portMin, portMax };
 }
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\])$/;
@@ -256,6 +268,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     'batch',
     'answerPing',
     'expireQuiescentTemplate',
+    'fullnat',
   ]);
   const device = str(dp.device, 'dataplane.device', DEFAULTS.device);
   if (!/^[a-zA-Z0-9_.-]{1,15}$/.test(device)) fail('dataplane.device', 'must be 1–15 characters of letters, digits, _ . -');
@@ -281,6 +294,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     batch: int(dp.batch, 'dataplane.batch', DEFAULTS.batch, 1, 1024),
     answerPing: bool(dp.answerPing, 'dataplane.answerPing', true),
     expireQuiescentTemplate: bool(dp.expireQuiescentTemplate, 'dataplane.expireQuiescentTemplate', false),
+    fullnat: fullnatPool(dp.fullnat),
   };
 
   const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sweepInterval']) }; // a copy: validation never changes the document
@@ -348,6 +362,9 @@ export function validateConfig(doc: unknown): UvsConfig {
     const key = `${s.protocol} ${s.address}:${s.port}`;
     if (seen.has(key)) fail(`services[${i}]`, `duplicates ${seen.get(key)} (${key})`);
     seen.set(key, `services[${i}]`);
+    if ((s.forwarding === 'fullnat' || s.realServers.some((r) => r.forwarding === 'fullnat')) && dataplane.fullnat.addresses.length === 0) {
+      fail(`services[${i}].forwarding`, 'fullnat needs dataplane.fullnat.addresses (the source addresses real servers answer to)');
+    }
     const inVip = vipCidrs.some((c) => {
       const cidr = parseCidr(c) as Cidr;
       return (parseIPv4(s.address)! & cidr.mask) === cidr.net;

@@ -97,6 +97,7 @@ export class Daemon {
         rulePriority: dp.rulePriority,
         batch: dp.batch,
         maxRealServers: dp.maxRealServers,
+        fullnatAddrs: dp.fullnat.addresses,
       },
       { table: tableSab, realServers: rsSab, sched: schedSab, counters, rings },
       snapshot,
@@ -326,6 +327,9 @@ export class Daemon {
         if (cfg.dataplane[k] !== this.cfg.dataplane[k]) {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', `cannot change on reload (restart uvsd): was ${this.cfg.dataplane[k]}, now ${cfg.dataplane[k]}`, `dataplane.${k}`);
         }
+      }
+      if (JSON.stringify(cfg.dataplane.fullnat) !== JSON.stringify(this.cfg.dataplane.fullnat)) {
+        throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', 'dataplane.fullnat');
       }
       if (cfg.dataplane.vipCidrs.join() !== this.cfg.dataplane.vipCidrs.join()) {
         throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', 'dataplane.vipCidrs');

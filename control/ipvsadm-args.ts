@@ -182,6 +182,7 @@ const OPTIONS: OptDef[] = [
   d('netmask', 'M', 1),
   d('real-server', 'r', 1),
   d('masquerading', 'm', 0),
+  d('fullnat', null, 0), // uvs: full-NAT (source NAT to uvsd's pool), no ipvsadm equivalent
   d('ipip', 'i', 0),
   d('gatewaying', 'g', 0),
   d('weight', 'w', 1),
@@ -493,7 +494,7 @@ interface Entry {
   cmd: Cmd;
   options: Set<number>;
   svc: { protocol: 'tcp' | 'udp' | 'sctp'; af: 4 | 6; address: string; port: number; fwmark: number; persistent: boolean; timeout: number; netmask: string | number; sched: string; pe: string; ops: boolean; schedFlags: string[] };
-  dest: { af: 4 | 6; address: string; port: number; portGiven: boolean; fwd: 'masq' | 'route' | 'tunnel' | null; weight: number; uThreshold: number; lThreshold: number; tunType: number };
+  dest: { af: 4 | 6; address: string; port: number; portGiven: boolean; fwd: 'masq' | 'route' | 'tunnel' | 'fullnat' | null; weight: number; uThreshold: number; lThreshold: number; tunType: number };
   timeouts: { tcp: number; tcpFin: number; udp: number };
   daemon: boolean;
   worker: string;
@@ -637,8 +638,9 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
       case 'i':
       case 'g':
       case 'm':
+      case 'fullnat':
         setOption('forwarding-method');
-        ce.dest.fwd = tok.tag === 'i' ? 'tunnel' : tok.tag === 'g' ? 'route' : 'masq';
+        ce.dest.fwd = tok.tag === 'i' ? 'tunnel' : tok.tag === 'g' ? 'route' : tok.tag === 'fullnat' ? 'fullnat' : 'masq';
         break;
       case 'w':
         setOption('weight');
@@ -860,7 +862,7 @@ function tunnelOptCheck(tunType: number, options: Set<number>): void {
 }
 
 /** The command as API operations or a listing. */
-function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel'): Command {
+function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel' | 'fullnat'): Command {
   const svc = ce.svc;
   const ref: ServiceRef = { protocol: svc.protocol, address: svc.address, port: svc.port };
   const hasService = ce.options.has(OPT['service-address']);
@@ -1051,6 +1053,7 @@ Options:
                                       carries no layer-2 frames)
   --ipip         -i                   ipip encapsulation (tunneling) (uvs: not implemented yet)
   --masquerading -m                   masquerading (NAT) (the default in uvs; ipvsadm's is -g)
+  --fullnat                           (uvs) full-NAT: the source becomes uvsd's pool address and port
   --tun-type      type                one of ipip|gue|gre,
                                       the default tunnel type is ipip.
   --tun-port      port                tunnel destination port

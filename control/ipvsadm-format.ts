@@ -79,9 +79,9 @@ export interface ListOptions {
 const left = (s: string | number, w: number) => String(s).padEnd(w);
 const right = (s: string | number, w: number) => String(s).padStart(w);
 
-const FWD_NAME: Record<string, string> = { masq: 'Masq', tunnel: 'Tunnel', route: 'Route', local: 'Local' };
+const FWD_NAME: Record<string, string> = { masq: 'Masq', tunnel: 'Tunnel', route: 'Route', local: 'Local', fullnat: 'FullNat' }; // FullNat: uvs's own (7 wide, as the column)
 /** fwd_switch(): Local is saved as -g. */
-const FWD_SWITCH: Record<string, string> = { masq: '-m', tunnel: '-i', route: '-g', local: '-g' };
+const FWD_SWITCH: Record<string, string> = { masq: '-m', tunnel: '-i', route: '-g', local: '-g', fullnat: '--fullnat' };
 const SAVE_PROTO: Record<string, string> = { tcp: '-t', udp: '-u', sctp: '--sctp-service' };
 const PROTO_NAME: Record<string, string> = { tcp: 'TCP', udp: 'UDP', sctp: 'SCTP' };
 const ZERO_RATES: FmtRates = { cps: 0, inPps: 0, outPps: 0, inBps: 0, outBps: 0 };

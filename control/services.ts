@@ -30,7 +30,7 @@ import { schedFlagBits, type DestListChange, type SchedDest } from '../scheduler
 import type { RealServerConfig, ServiceConfig, UvsConfig } from './config';
 
 const PROTO: Record<string, number> = { tcp: 6, udp: 17 };
-const FWD: Record<string, number> = { masq: L.FWD_MASQ };
+const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT };
 
 export function serviceKey(s: { protocol: string; address: string; port: number }): string {
   return `${s.protocol} ${s.address}:${s.port}`;
@@ -129,6 +129,7 @@ export class ServiceModel {
   private expireNodestConn = true;
   private expireQuiescentTemplate = false;
   private adopt = false;
+  private fullnat = { addresses: [] as string[], portMin: 1024, portMax: 65535 };
   /** Draining real servers by slot key. */
   private draining = new Map<string, DrainEntry>();
   /** Their configurations when they started draining (for restarts). */
@@ -161,6 +162,7 @@ export class ServiceModel {
     this.expireNodestConn = cfg.gracefulTermination.expireNodestConn;
     this.expireQuiescentTemplate = cfg.dataplane.expireQuiescentTemplate;
     this.adopt = cfg.redis !== null;
+    this.fullnat = cfg.dataplane.fullnat;
     this.policy = { maxDrainTime: cfg.gracefulTermination.maxDrainTime * 1000 };
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
     this.checkCapacity(wanted);
@@ -542,7 +544,12 @@ export class ServiceModel {
       vips[i * 2] = p.net;
       vips[i * 2 + 1] = p.mask;
     });
-    return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn, expireQuiescentTemplate: this.expireQuiescentTemplate, adopt: this.adopt };
+    return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn, expireQuiescentTemplate: this.expireQuiescentTemplate,
+      adopt: this.adopt,
+      fullnatAddrs: Int32Array.from(this.fullnat.addresses.map((a) => parseIPv4(a)!)),
+      fullnatPortMin: this.fullnat.portMin,
+      fullnatPortMax: this.fullnat.portMax,
+    };
   }
 
   /** Services with their real servers in kernel list order, for the API. */

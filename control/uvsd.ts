@@ -48,8 +48,8 @@ async function main(argv: string[]): Promise<number> {
   if (cleanup) {
     const dp = config
       ? loadConfigFile(config).dataplane
-      : { device: 'uvs0', routeTable: 4711, rulePriority: 4711, vipCidrs: [] as string[] };
-    cleanupRouting(dp);
+      : { device: 'uvs0', routeTable: 4711, rulePriority: 4711, vipCidrs: [] as string[], fullnat: { addresses: [] as string[] } };
+    cleanupRouting({ ...dp, fullnatAddrs: dp.fullnat.addresses });
     console.log(`uvsd: removed ${dp.device}, its routes and rules (table ${dp.routeTable}, rule priority ${dp.rulePriority})`);
     return 0;
   }

@@ -33,6 +33,8 @@ export interface DataplaneOptions {
   rulePriority: number;
   batch: number;
   maxRealServers: number;
+  /** Full-NAT pool addresses: routed to the device so the real servers' replies come back. */
+  fullnatAddrs: string[];
 }
 
 export interface SharedRegions {
@@ -127,6 +129,7 @@ export class Dataplane {
       writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/send_redirects`, '0');
       writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
       for (const c of o.vipCidrs) ip(['route', 'replace', c, 'dev', o.device]);
+      for (const a of o.fullnatAddrs) ip(['route', 'replace', `${a}/32`, 'dev', o.device]);
       ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
     } catch (e) {
       this.closeQueues();
@@ -270,7 +273,7 @@ export class Dataplane {
 }
 
 /** Removes every route and rule uvsd installs for these options (idempotent). */
-export function cleanupRouting(o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'>): void {
+export function cleanupRouting(o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'> & { fullnatAddrs?: string[] }): void {
   const pref = String(o.rulePriority);
   // One `ip rule del pref N` removes one rule; stop when none is left (bounded for safety).
   for (let i = 0; i < 100000 && ip(['rule', 'show', 'pref', pref], true).trim() !== ''; i++) {
@@ -278,5 +281,6 @@ export function cleanupRouting(o: Pick<DataplaneOptions, 'device' | 'routeTable'
   }
   ip(['route', 'flush', 'table', String(o.routeTable)], true);
   for (const c of o.vipCidrs) ip(['route', 'del', c, 'dev', o.device], true);
+  for (const a of o.fullnatAddrs ?? []) ip(['route', 'del', `${a}/32`, 'dev', o.device], true);
   ip(['link', 'del', o.device], true);
 }

@@ -198,11 +198,14 @@ export class PacketProcessor {
         }
         if (t.touch(e, DIR_INPUT, tcpFlags, this.now)) this.pushSync(e);
         const raddr = a[o + L.E_DADDR]!;
-        const rport = a[o + L.E_DPORTS]! >>> 16;
+        const dports = a[o + L.E_DPORTS]!;
+        const laddr = a[o + L.E_LADDR]!;
+        const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
         const svcSlot = a[o + L.E_SVC]!;
         t.unlockBucket(bucket);
         this.countIn(rsSlot, svcSlot, totlen);
-        this.rewriteDst(b, off, l4, proto, daddr, dport, raddr, rport);
+        this.rewriteDst(b, off, l4, proto, daddr, dport, raddr, dports >>> 16);
+        if (fwd === L.FWD_FULLNAT) this.rewriteSrc(b, off, l4, proto, saddr, sport, laddr, dports & 0xffff);
         return FORWARD;
       }
     } else {
@@ -274,7 +277,16 @@ export class PacketProcessor {
       rs2 = d.rs;
       fwd2 = d.fwd;
     }
-    const ne = t.insert(proto, saddr, cports, daddr, daddr2, (dport2 << 16) | sport, saddr, fwd2, rs2, svc.slot, this.now);
+    let ne: number;
+    if (fwd2 === L.FWD_FULLNAT) {
+      ne = this.insertFullnat(proto, saddr, cports, daddr, daddr2, dport2, rs2, svc.slot);
+      if (ne === -2) {
+        if (tmpl >= 0) t.unreserve(tmpl);
+        return this.drop(Drop.FullnatExhausted);
+      }
+    } else {
+      ne = t.insert(proto, saddr, cports, daddr, daddr2, (dport2 << 16) | sport, saddr, fwd2, rs2, svc.slot, this.now);
+    }
     const created = t.lastInsertNew;
     if (tmpl >= 0) {
       if (ne >= 0 && created) t.control(ne, tmpl, this.now);
@@ -286,7 +298,9 @@ export class PacketProcessor {
     if (t.touch(ne, DIR_INPUT, tcpFlags, this.now)) this.pushSync(ne);
     const o = t.base(ne);
     const raddr = t.i32[o + L.E_DADDR]!;
-    const rport = t.i32[o + L.E_DPORTS]! >>> 16;
+    const dports = t.i32[o + L.E_DPORTS]!;
+    const laddr = t.i32[o + L.E_LADDR]!;
+    const fwd = t.i32[o + L.E_FLAGS]! & L.FWD_MASK;
     const rsSlot = t.i32[o + L.E_RS]!;
     t.unlockBucket(bucket);
     if (created) {
@@ -295,8 +309,54 @@ export class PacketProcessor {
       this.counters[L.svcCounterBase(this.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
     }
     this.countIn(rsSlot, svc.slot, totlen);
-    this.rewriteDst(b, off, l4, proto, daddr, dport, raddr, rport);
+    this.rewriteDst(b, off, l4, proto, daddr, dport, raddr, dports >>> 16);
+    if (fwd === L.FWD_FULLNAT) this.rewriteSrc(b, off, l4, proto, saddr, sport, laddr, dports & 0xffff);
     return FORWARD;
+  }
+
+  /** xorshift32 state for full-NAT port choice (no allocation, no Math.random per packet). */
+  private rnd = 0x9e3779b9;
+
+  /**
+   * Full-NAT: picks a pool address (by client hash) and a free port on it, so the server→client
+   * key (RIP:rport → laddr:lport) is unique. A few random probes, then a scan, bounded: a pool with
+   * every port taken refuses the flow (counted) instead of searching for ever.
+   */
+  private insertFullnat(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, rs: number, svcSlot: number): number {
+    const s = this.snapshot;
+    const pool = s.fullnatAddrs;
+    if (pool.length === 0) return -2;
+    const min = s.fullnatPortMin;
+    const range = s.fullnatPortMax - min + 1;
+    const laddr = pool[((caddr ^ cports) >>> 0) % pool.length]!;
+    let x = this.rnd;
+    const probes = range < 64 ? range : 64;
+    for (let i = 0; i < probes; i++) {
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      const lport = range < 64 ? min + i : min + ((x >>> 0) % range);
+      const e = this.table.insert(proto, caddr, cports, vaddr, raddr, (rport << 16) | lport, laddr, L.FWD_FULLNAT, rs, svcSlot, this.now);
+      if (e !== -2) {
+        this.rnd = x;
+        return e;
+      }
+    }
+    this.rnd = x;
+    return -2;
+  }
+
+  /** Full-NAT inbound: source client:cport becomes the pool address and port. */
+  private rewriteSrc(b: Uint8Array, off: number, l4: number, proto: number, caddr: number, cport: number, laddr: number, lport: number): void {
+    P.put32(b, off + P.IP_SRC, laddr);
+    P.fix32(b, off + P.IP_CSUM, caddr, laddr);
+    P.put16(b, l4 + P.L4_SPORT, lport);
+    if (proto === P.IPPROTO_TCP) {
+      P.fix32(b, l4 + P.TCP_CSUM, caddr, laddr);
+      P.fix16(b, l4 + P.TCP_CSUM, cport, lport);
+    } else {
+      this.fixUdp(b, l4, caddr, laddr, cport, lport);
+    }
   }
 
   private schedule(svc: CompiledService, si: number, caddr: number, cport: number, vaddr: number, vport: number): number {
@@ -348,10 +408,26 @@ export class PacketProcessor {
     }
     if (t.touch(e, DIR_OUTPUT, tcpFlags, this.now)) this.pushSync(e);
     const vaddr = a[o + L.E_VADDR]!;
-    const vport = a[o + L.E_CPORTS]! & 0xffff;
+    const cportsE = a[o + L.E_CPORTS]!;
+    const vport = cportsE & 0xffff;
+    const caddr = a[o + L.E_CADDR]!;
+    const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
     const rsSlot = a[o + L.E_RS]!;
     const svcSlot = a[o + L.E_SVC]!;
     t.unlockBucket(bucket);
+    if (fwd === L.FWD_FULLNAT) {
+      // Full-NAT reply: destination pool:lport becomes the client's address and port again.
+      const cport = cportsE >>> 16;
+      P.put32(b, off + P.IP_DST, caddr);
+      P.fix32(b, off + P.IP_CSUM, daddr, caddr);
+      P.put16(b, l4 + P.L4_DPORT, cport);
+      if (proto === P.IPPROTO_TCP) {
+        P.fix32(b, l4 + P.TCP_CSUM, daddr, caddr);
+        P.fix16(b, l4 + P.TCP_CSUM, dport, cport);
+      } else {
+        this.fixUdp(b, l4, daddr, caddr, dport, cport);
+      }
+    }
     const c = this.counters;
     const rb = L.rsCounterBase(rsSlot);
     const sb = L.svcCounterBase(this.maxRealServers, svcSlot);

@@ -38,6 +38,10 @@ export interface Snapshot {
   expireNodestConn: boolean;
   /** A persistence template whose server has weight 0 is not used (kernel expire_quiescent_template). */
   expireQuiescentTemplate: boolean;
+  /** Full-NAT pool: source addresses and the port range allocated on them. */
+  fullnatAddrs: Int32Array;
+  fullnatPortMin: number;
+  fullnatPortMax: number;
   /** Redis is configured: park mid-flow packets without an entry for adoption instead of refusing them. */
   adopt: boolean;
 }

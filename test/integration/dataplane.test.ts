@@ -40,7 +40,9 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
     { protocol: 'tcp', address: LAB_VIP, port: 90, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 8080, weight: 0 })) },
     { protocol: 'udp', address: LAB_VIP, port: 54, scheduler: 'rr', realServers: [] },
+    { protocol: 'tcp', address: LAB_VIP, port: 82, scheduler: 'rr', forwarding: 'fullnat', realServers: rs.map((a) => ({ address: a, port: 8080 })) },
   ];
+  const labConfig = (svcs: unknown[]) => lab.config(svcs, { dataplane: { fullnat: { addresses: ['10.200.99.1'], portMin: 30000, portMax: 30999 } } });
   let configFile = '';
 
   const client = (cmd: string, args: string[], timeoutMs = 60000) => lab.exec(lab.clientNs, cmd, args, timeoutMs);
@@ -61,7 +63,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
   };
   const api = <T>(method: string, path: string) => apiCall<T>(lab.socket, method, path);
   const reloadWith = async (svcs: unknown[]) => {
-    writeFileSync(configFile, stringify(lab.config(svcs)));
+    writeFileSync(configFile, stringify(labConfig(svcs)));
     const r = await api<{ ok?: boolean }>('POST', '/v1/reload');
     assert.equal(r.status, 200, `reload failed: ${JSON.stringify(r.body)}`);
   };
@@ -70,7 +72,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
   before(async () => {
     lab.up();
     await lab.waitServers();
-    configFile = lab.writeConfig(lab.config(services()));
+    configFile = lab.writeConfig(labConfig(services()));
     await lab.startUvsd(configFile);
   });
 
@@ -92,6 +94,15 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     const who = JSON.parse(client('curl', ['-s', '-m', '5', `http://${LAB_VIP}/whoami`]));
     assert.match(who.server, /^10\.200\.1[123]\.2:8080$/);
     assert.match(who.client, /^10\.200\.1\.2:\d+$/);
+  });
+
+  test('full-NAT: the real server sees a pool address and port and answers to it; a 50 MB transfer arrives intact', () => {
+    const who = JSON.parse(client('curl', ['-s', '-m', '5', `http://${LAB_VIP}:82/whoami`]));
+    assert.match(who.client, /^10\.200\.99\.1:30\d\d\d$/);
+    assert.match(who.server, /^10\.200\.1[123]\.2:8080$/);
+    const bytes = 50 * 1024 * 1024;
+    const sum = client('sh', ['-c', `curl -s -m 60 "http://${LAB_VIP}:82/blob?bytes=${bytes}&seed=9" | sha256sum`], 90000).split(' ')[0];
+    assert.equal(sum, blobSha256(9, bytes));
   });
 
   test('UDP request/response works and new flows rotate over the real servers', () => {
@@ -203,7 +214,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
   });
 
   test('an invalid configuration is rejected with the field and the old one keeps running', async () => {
-    const good = lab.config(services());
+    const good = labConfig(services());
     const bad = structuredClone(good) as { services: { realServers: { weight: number }[] }[] };
     bad.services[0]!.realServers[0]!.weight = -1;
     writeFileSync(configFile, stringify(bad));
@@ -268,5 +279,6 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     assert.equal(lab.ip(lab.lbNs, ['rule', 'show', 'pref', '4711']).trim(), '');
     assert.equal(lab.ip(lab.lbNs, ['route', 'show', 'table', '4711']).trim(), '');
     assert.equal(lab.ip(lab.lbNs, ['route', 'show', '10.200.0.0/24']).trim(), '');
+    assert.equal(lab.ip(lab.lbNs, ['route', 'show', '10.200.99.1']).trim(), '', 'the full-NAT pool route is gone');
   });
 });

@@ -302,3 +302,59 @@ test('a template whose server was deleted is never matched again', () => {
   proc.setSnapshot(model.apply(next));
   for (let i = 2; i < 5; i++) assert.notEqual(field(run(udp({ src: CLIENT, dst: VIP, sport: 48000 + i, dport: 53 })).pkt).dst, first);
 });
+
+// ── full-NAT ────────────────────────────────────────────────────────────────────────────────
+function setupFullnat(ports: [number, number] = [20000, 20009]) {
+  const cfg = validateConfig({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: 1024, maxRealServers: 16, maxServices: 8, fullnat: { addresses: ['10.99.0.1'], portMin: ports[0], portMax: ports[1] } },
+    services: [{ ...web(), forwarding: 'fullnat' }],
+  });
+  const rsSab = createRealServerRegion(16);
+  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
+  const model = new ServiceModel(rsSab, schedSab, 16, 8);
+  const table = new ConnTable(ConnTable.create(1024, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
+  const counters = new Float64Array(L.counterWords(16, 8));
+  const out = new Uint8Array(4096);
+  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, model.apply(cfg), out);
+  proc.now = table.now();
+  const run = (pkt: Uint8Array) => ({ v: proc.process(pkt, 0, pkt.length), pkt });
+  return { run, counters, table };
+}
+
+test('full-NAT rewrites both addresses: the server sees a pool address and port, the reply goes back to the client from the VIP', () => {
+  const { run } = setupFullnat();
+  const r = run(tcp({ src: CLIENT, dst: VIP, sport: 49000, flags: TCPF_SYN }));
+  assert.equal(r.v, FORWARD);
+  const f = field(r.pkt);
+  assert.equal(f.src, '10.99.0.1');
+  assert.ok(f.sport >= 20000 && f.sport <= 20009, `pool port ${f.sport}`);
+  assert.ok(RS.includes(f.dst));
+  assert.equal(f.dport, 8080);
+  assert.ok(checksumsValid(r.pkt));
+  const reply = run(tcp({ src: f.dst, dst: '10.99.0.1', sport: 8080, dport: f.sport, flags: TCPF_SYN | TCPF_ACK }));
+  assert.equal(reply.v, FORWARD);
+  const g = field(reply.pkt);
+  assert.deepEqual([g.src, g.sport, g.dst, g.dport], [VIP, 80, CLIENT, 49000]);
+  assert.ok(checksumsValid(reply.pkt));
+});
+
+test('full-NAT gives every flow to one server its own pool port, and refuses (counted) when the pool is exhausted', () => {
+  const { run, counters } = setupFullnat([20000, 20003]);
+  const seen = new Map<string, Set<number>>();
+  let refused = 0;
+  for (let i = 0; i < 15; i++) {
+    const r = run(tcp({ src: `192.168.2.${i + 1}`, dst: VIP, sport: 50000, flags: TCPF_SYN }));
+    if (r.v !== FORWARD) {
+      refused++;
+      continue;
+    }
+    const f = field(r.pkt);
+    const ports = seen.get(f.dst) ?? new Set<number>();
+    assert.ok(!ports.has(f.sport), `port ${f.sport} reused for ${f.dst}`);
+    ports.add(f.sport);
+    seen.set(f.dst, ports);
+  }
+  // 3 servers × 4 ports = 12 flows fit; rr spreads evenly, so exactly 3 are refused.
+  assert.equal(refused, 3);
+  assert.equal(counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf('fullnat_ports_exhausted')], 3);
+});
