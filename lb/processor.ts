@@ -204,8 +204,8 @@ export class PacketProcessor {
         const svcSlot = a[o + L.E_SVC]!;
         t.unlockBucket(bucket);
         this.countIn(rsSlot, svcSlot, totlen);
-        this.rewriteDst(b, off, l4, proto, daddr, dport, raddr, dports >>> 16);
-        if (fwd === L.FWD_FULLNAT) this.rewriteSrc(b, off, l4, proto, saddr, sport, laddr, dports & 0xffff);
+        this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
+        if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
         return FORWARD;
       }
     } else {
@@ -309,8 +309,8 @@ export class PacketProcessor {
       this.counters[L.svcCounterBase(this.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
     }
     this.countIn(rsSlot, svc.slot, totlen);
-    this.rewriteDst(b, off, l4, proto, daddr, dport, raddr, dports >>> 16);
-    if (fwd === L.FWD_FULLNAT) this.rewriteSrc(b, off, l4, proto, saddr, sport, laddr, dports & 0xffff);
+    this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
+    if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
     return FORWARD;
   }
 
@@ -344,19 +344,6 @@ export class PacketProcessor {
     }
     this.rnd = x;
     return -2;
-  }
-
-  /** Full-NAT inbound: source client:cport becomes the pool address and port. */
-  private rewriteSrc(b: Uint8Array, off: number, l4: number, proto: number, caddr: number, cport: number, laddr: number, lport: number): void {
-    P.put32(b, off + P.IP_SRC, laddr);
-    P.fix32(b, off + P.IP_CSUM, caddr, laddr);
-    P.put16(b, l4 + P.L4_SPORT, lport);
-    if (proto === P.IPPROTO_TCP) {
-      P.fix32(b, l4 + P.TCP_CSUM, caddr, laddr);
-      P.fix16(b, l4 + P.TCP_CSUM, cport, lport);
-    } else {
-      this.fixUdp(b, l4, caddr, laddr, cport, lport);
-    }
   }
 
   private schedule(svc: CompiledService, si: number, caddr: number, cport: number, vaddr: number, vport: number): number {
@@ -417,16 +404,7 @@ export class PacketProcessor {
     t.unlockBucket(bucket);
     if (fwd === L.FWD_FULLNAT) {
       // Full-NAT reply: destination pool:lport becomes the client's address and port again.
-      const cport = cportsE >>> 16;
-      P.put32(b, off + P.IP_DST, caddr);
-      P.fix32(b, off + P.IP_CSUM, daddr, caddr);
-      P.put16(b, l4 + P.L4_DPORT, cport);
-      if (proto === P.IPPROTO_TCP) {
-        P.fix32(b, l4 + P.TCP_CSUM, daddr, caddr);
-        P.fix16(b, l4 + P.TCP_CSUM, dport, cport);
-      } else {
-        this.fixUdp(b, l4, daddr, caddr, dport, cport);
-      }
+      this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, caddr, cportsE >>> 16);
     }
     const c = this.counters;
     const rb = L.rsCounterBase(rsSlot);
@@ -435,17 +413,8 @@ export class PacketProcessor {
     c[rb + L.RSC_OUTBYTES] = c[rb + L.RSC_OUTBYTES]! + totlen;
     c[sb + L.RSC_OUTPKTS]!++;
     c[sb + L.RSC_OUTBYTES] = c[sb + L.RSC_OUTBYTES]! + totlen;
-    // Masq reply: source RIP:rport becomes VIP:vport.
-    P.put32(b, off + P.IP_SRC, vaddr);
-    P.fix32(b, off + P.IP_CSUM, saddr, vaddr);
-    if (proto === P.IPPROTO_TCP) {
-      P.put16(b, l4 + P.L4_SPORT, vport);
-      P.fix32(b, l4 + P.TCP_CSUM, saddr, vaddr);
-      P.fix16(b, l4 + P.TCP_CSUM, sport, vport);
-    } else {
-      P.put16(b, l4 + P.L4_SPORT, vport);
-      this.fixUdp(b, l4, saddr, vaddr, sport, vport);
-    }
+    // Reply: source RIP:rport becomes VIP:vport.
+    this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, vaddr, vport);
     return FORWARD;
   }
 
@@ -459,16 +428,19 @@ export class PacketProcessor {
     c[sb + L.RSC_INBYTES] = c[sb + L.RSC_INBYTES]! + bytes;
   }
 
-  /** Masq inbound: destination VIP:vport becomes RIP:rport, checksums updated incrementally. */
-  private rewriteDst(b: Uint8Array, off: number, l4: number, proto: number, vaddr: number, vport: number, raddr: number, rport: number): void {
-    P.put32(b, off + P.IP_DST, raddr);
-    P.fix32(b, off + P.IP_CSUM, vaddr, raddr);
-    P.put16(b, l4 + P.L4_DPORT, rport);
+  /**
+   * Rewrites one endpoint (source: ipField IP_SRC with L4_SPORT; destination: IP_DST with
+   * L4_DPORT) from addr:port to addr2:port2, updating the IP and TCP/UDP checksums incrementally.
+   */
+  private rewrite(b: Uint8Array, off: number, l4: number, proto: number, ipField: number, addr: number, port: number, addr2: number, port2: number): void {
+    P.put32(b, off + ipField, addr2);
+    P.fix32(b, off + P.IP_CSUM, addr, addr2);
+    P.put16(b, l4 + (ipField === P.IP_SRC ? P.L4_SPORT : P.L4_DPORT), port2);
     if (proto === P.IPPROTO_TCP) {
-      P.fix32(b, l4 + P.TCP_CSUM, vaddr, raddr);
-      P.fix16(b, l4 + P.TCP_CSUM, vport, rport);
+      P.fix32(b, l4 + P.TCP_CSUM, addr, addr2);
+      P.fix16(b, l4 + P.TCP_CSUM, port, port2);
     } else {
-      this.fixUdp(b, l4, vaddr, raddr, vport, rport);
+      this.fixUdp(b, l4, addr, addr2, port, port2);
     }
   }
 
