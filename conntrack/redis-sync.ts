@@ -281,7 +281,8 @@ export class RedisSync {
     if (!slots) return false; // a real server this node does not have: the kernel would drop too
     const left = n[12]! - Date.now();
     if (!(left > 0)) return false;
-    const e = this.table.putShadow(n[0]!, n[1]!, n[2]!, n[3]!, n[4]!, n[5]!, n[6]!, n[7]!, slots.slot, slots.svcSlot, n[10]!, n[11] === 1 || (n[0] === 6 && TCP_ACTIVE[n[10]!] === 0), (this.table.now() + left) | 0);
+    const fwd = n[7]! | (n[7] === L.FWD_MASQ || n[7] === L.FWD_FULLNAT ? 0 : L.F_NOOUTPUT); // tunnel: one direction only
+    const e = this.table.putShadow(n[0]!, n[1]!, n[2]!, n[3]!, n[4]!, n[5]!, n[6]!, fwd, slots.slot, slots.svcSlot, n[10]!, n[11] === 1 || (n[0] === 6 && TCP_ACTIVE[n[10]!] === 0), (this.table.now() + left) | 0);
     return e >= 0;
   }
 

@@ -16,7 +16,7 @@ import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../c
 import { UvsError } from './errors';
 
 export type Protocol = 'tcp' | 'udp';
-export type Forwarding = 'masq' | 'fullnat';
+export type Forwarding = 'masq' | 'fullnat' | 'tunnel';
 
 export interface RealServerConfig {
   address: string;
@@ -79,6 +79,8 @@ export interface UvsConfig {
     answerPing: boolean;
     /** Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it). */
     expireQuiescentTemplate: boolean;
+    /** Outer source address of IPIP-tunnelled packets (an address of this node the real servers reach). */
+    tunnelSource: string;
     /** Full-NAT source addresses (routed to the device) and the port range allocated on them. */
     fullnat: { addresses: string[]; portMin: number; portMax: number };
   };
@@ -208,10 +210,7 @@ function ipv4(v: unknown, path: string): string {
 
 function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
   if (v === undefined) return def;
-  if (v === 'masq' || v === 'fullnat') return v;
-  if (v === 'tunnel') {
-    throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', `forwarding "${v}" is not implemented yet; use "masq"`, path);
-  }
+  if (v === 'masq' || v === 'fullnat' || v === 'tunnel') return v;
   if (v === 'route' || v === 'droute' || v === 'direct') {
     throw new UvsError(
       'UVS_ERR_CONFIG_UNSUPPORTED',
@@ -219,7 +218,7 @@ function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
       path,
     );
   }
-  fail(path, `must be "masq" or "fullnat", got ${JSON.stringify(v)}`);
+  fail(path, `must be "masq", "fullnat" or "tunnel", got ${JSON.stringify(v)}`);
 }
 
 function fullnatPool(v: unknown): { addresses: string[]; portMin: number; portMax: number } {
@@ -269,6 +268,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     'answerPing',
     'expireQuiescentTemplate',
     'fullnat',
+    'tunnelSource',
   ]);
   const device = str(dp.device, 'dataplane.device', DEFAULTS.device);
   if (!/^[a-zA-Z0-9_.-]{1,15}$/.test(device)) fail('dataplane.device', 'must be 1–15 characters of letters, digits, _ . -');
@@ -295,6 +295,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     answerPing: bool(dp.answerPing, 'dataplane.answerPing', true),
     expireQuiescentTemplate: bool(dp.expireQuiescentTemplate, 'dataplane.expireQuiescentTemplate', false),
     fullnat: fullnatPool(dp.fullnat),
+    tunnelSource: dp.tunnelSource === undefined ? '' : ipv4(dp.tunnelSource, 'dataplane.tunnelSource'),
   };
 
   const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sweepInterval']) }; // a copy: validation never changes the document
@@ -362,6 +363,9 @@ export function validateConfig(doc: unknown): UvsConfig {
     const key = `${s.protocol} ${s.address}:${s.port}`;
     if (seen.has(key)) fail(`services[${i}]`, `duplicates ${seen.get(key)} (${key})`);
     seen.set(key, `services[${i}]`);
+    if ((s.forwarding === 'tunnel' || s.realServers.some((r) => r.forwarding === 'tunnel')) && !dataplane.tunnelSource) {
+      fail(`services[${i}].forwarding`, 'tunnel needs dataplane.tunnelSource (the outer source address the real servers see)');
+    }
     if ((s.forwarding === 'fullnat' || s.realServers.some((r) => r.forwarding === 'fullnat')) && dataplane.fullnat.addresses.length === 0) {
       fail(`services[${i}].forwarding`, 'fullnat needs dataplane.fullnat.addresses (the source addresses real servers answer to)');
     }
@@ -513,11 +517,14 @@ export function validateRealServer(v: unknown, path: string, servicePort: number
   const upperThreshold = int(r.upperThreshold, `${path}.upperThreshold`, 0, 0, 0x7fffffff);
   const lowerThreshold = int(r.lowerThreshold, `${path}.lowerThreshold`, 0, 0, 0x7fffffff);
   if (lowerThreshold > upperThreshold) fail(`${path}.lowerThreshold`, `must not exceed upperThreshold (${upperThreshold}), as in the kernel`);
+  const rsFwd = forwarding(r.forwarding, `${path}.forwarding`, fwd);
+  const port = int(r.port, `${path}.port`, servicePort, 1, 65535);
+  if (rsFwd === 'tunnel' && port !== servicePort) fail(`${path}.port`, `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`);
   return {
     address: ipv4(r.address, `${path}.address`),
-    port: int(r.port, `${path}.port`, servicePort, 1, 65535),
+    port,
     weight: int(r.weight, `${path}.weight`, DEFAULTS.weight, 0, 65535),
-    forwarding: forwarding(r.forwarding, `${path}.forwarding`, fwd),
+    forwarding: rsFwd,
     upperThreshold,
     lowerThreshold,
   };

@@ -30,7 +30,7 @@ import { schedFlagBits, type DestListChange, type SchedDest } from '../scheduler
 import type { RealServerConfig, ServiceConfig, UvsConfig } from './config';
 
 const PROTO: Record<string, number> = { tcp: 6, udp: 17 };
-const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT };
+const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, tunnel: L.FWD_TUNNEL };
 
 export function serviceKey(s: { protocol: string; address: string; port: number }): string {
   return `${s.protocol} ${s.address}:${s.port}`;
@@ -130,6 +130,7 @@ export class ServiceModel {
   private expireQuiescentTemplate = false;
   private adopt = false;
   private fullnat = { addresses: [] as string[], portMin: 1024, portMax: 65535 };
+  private tunnelSrc = 0;
   /** Draining real servers by slot key. */
   private draining = new Map<string, DrainEntry>();
   /** Their configurations when they started draining (for restarts). */
@@ -163,6 +164,7 @@ export class ServiceModel {
     this.expireQuiescentTemplate = cfg.dataplane.expireQuiescentTemplate;
     this.adopt = cfg.redis !== null;
     this.fullnat = cfg.dataplane.fullnat;
+    this.tunnelSrc = cfg.dataplane.tunnelSource ? parseIPv4(cfg.dataplane.tunnelSource)! : 0;
     this.policy = { maxDrainTime: cfg.gracefulTermination.maxDrainTime * 1000 };
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
     this.checkCapacity(wanted);
@@ -546,6 +548,7 @@ export class ServiceModel {
     });
     return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn, expireQuiescentTemplate: this.expireQuiescentTemplate,
       adopt: this.adopt,
+      tunnelSrc: this.tunnelSrc,
       fullnatAddrs: Int32Array.from(this.fullnat.addresses.map((a) => parseIPv4(a)!)),
       fullnatPortMin: this.fullnat.portMin,
       fullnatPortMax: this.fullnat.portMax,

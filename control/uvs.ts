@@ -10,6 +10,7 @@ Commands:
   lab down [--prefix P]    remove it (every process and namespace with the prefix)
   lab status [--prefix P]  list the lab's namespaces
   simulate                 read a scenario (JSON) on stdin, print one JSON line per connect
+  decap --vips VIP[,VIP]   real-server side of tunnel forwarding without a kernel ipip driver
   perf [--quick] [...]     benchmark uvs against direct, nftables, HAProxy, nginx (perf --help)
   help                     this text`;
 
@@ -22,6 +23,10 @@ async function main(argv: string[]): Promise<number> {
   if (cmd === 'perf') {
     const { perfCommand } = await import('../perf/run');
     return perfCommand(rest);
+  }
+  if (cmd === 'decap') {
+    const { decapCommand } = await import('../lb/decap');
+    return decapCommand(rest);
   }
   if (cmd === 'simulate') {
     const { simulateCommand } = await import('./simulate');

@@ -7,8 +7,10 @@
  *       from RIP ipproto P sport RPORT lookup <routeTable>   (table: default dev <device>)
  *     sends the server's replies into the device instead of straight to the client; the rule is as
  *     narrow as the service, so the servers' other traffic is untouched.
- *   - rp_filter is set to loose on the device (packets come out of it with the clients' source
- *     addresses) and IPv4 forwarding is switched on, as an IPVS director needs.
+ *   - rp_filter is off on the device (packets come out of it with the clients' source addresses,
+ *     and tunnelled ones with this node's own: accept_local) and IPv4 forwarding is switched on,
+ *     as an IPVS director needs. (A host-wide net.ipv4.conf.all.rp_filter=1 still wins: the kernel
+ *     uses the stricter of "all" and the device's setting.)
  *
  * Everything is removed on stop(); cleanup() removes leftovers of a daemon that died (the device
  * itself vanishes with the last queue fd, so only routes and rules can be left).
@@ -124,9 +126,11 @@ export class Dataplane {
     }
     try {
       ip(['link', 'set', 'dev', o.device, 'mtu', String(o.mtu), 'up']);
-      writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/rp_filter`, '2');
+      writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/rp_filter`, '0');
       // Replayed (adopted) packets leave through the device they came in on: no ICMP redirects.
       writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/send_redirects`, '0');
+      // IPIP-tunnelled packets come out of the device with this node's own address as source.
+      writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/accept_local`, '1');
       writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
       for (const c of o.vipCidrs) ip(['route', 'replace', c, 'dev', o.device]);
       for (const a of o.fullnatAddrs) ip(['route', 'replace', `${a}/32`, 'dev', o.device]);

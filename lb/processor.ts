@@ -204,6 +204,7 @@ export class PacketProcessor {
         const svcSlot = a[o + L.E_SVC]!;
         t.unlockBucket(bucket);
         this.countIn(rsSlot, svcSlot, totlen);
+        if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, raddr);
         this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
         if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
         return FORWARD;
@@ -285,7 +286,8 @@ export class PacketProcessor {
         return this.drop(Drop.FullnatExhausted);
       }
     } else {
-      ne = t.insert(proto, saddr, cports, daddr, daddr2, (dport2 << 16) | sport, saddr, fwd2, rs2, svc.slot, this.now);
+      // Tunnel: the server answers the client directly, so this node sees one direction only.
+      ne = t.insert(proto, saddr, cports, daddr, daddr2, (dport2 << 16) | sport, saddr, fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2, rs2, svc.slot, this.now);
     }
     const created = t.lastInsertNew;
     if (tmpl >= 0) {
@@ -309,9 +311,37 @@ export class PacketProcessor {
       this.counters[L.svcCounterBase(this.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
     }
     this.countIn(rsSlot, svc.slot, totlen);
+    if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, raddr);
     this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
     if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
     return FORWARD;
+  }
+
+  /**
+   * IPIP (ipvsadm -i): the packet, VIP and ports unchanged, inside an outer IPv4 header from
+   * dataplane.tunnelSource to the real server, built in `out`. The outer header leaves DF clear,
+   * so a full-size inner packet is fragmented on the way rather than dropped.
+   */
+  private encapsulate(b: Uint8Array, off: number, totlen: number, raddr: number): number {
+    const x = this.out;
+    const o = this.outOff;
+    const len = totlen + P.IP_MIN_HLEN;
+    if (len > 65535 || o + len > x.length || this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
+    x[o] = 0x45;
+    x[o + 1] = b[off + 1]!; // TOS of the inner packet
+    P.put16(x, o + P.IP_TOTLEN, len);
+    P.put16(x, o + P.IP_ID, this.ipId);
+    this.ipId = (this.ipId + 1) & 0xffff;
+    P.put16(x, o + P.IP_FRAG, 0);
+    x[o + P.IP_TTL] = 64;
+    x[o + P.IP_PROTO] = 4; // IPPROTO_IPIP
+    P.put16(x, o + P.IP_CSUM, 0);
+    P.put32(x, o + P.IP_SRC, this.snapshot.tunnelSrc);
+    P.put32(x, o + P.IP_DST, raddr);
+    P.put16(x, o + P.IP_CSUM, P.checksum(x, o, P.IP_MIN_HLEN, 0));
+    for (let i = 0; i < totlen; i++) x[o + P.IP_MIN_HLEN + i] = b[off + i]!;
+    this.outLen = len;
+    return REPLY;
   }
 
   /** xorshift32 state for full-NAT port choice (no allocation, no Math.random per packet). */

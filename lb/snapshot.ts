@@ -38,6 +38,8 @@ export interface Snapshot {
   expireNodestConn: boolean;
   /** A persistence template whose server has weight 0 is not used (kernel expire_quiescent_template). */
   expireQuiescentTemplate: boolean;
+  /** Outer source address of IPIP-tunnelled packets (0 = none configured). */
+  tunnelSrc: number;
   /** Full-NAT pool: source addresses and the port range allocated on them. */
   fullnatAddrs: Int32Array;
   fullnatPortMin: number;

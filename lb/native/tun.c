@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 static napi_value throw_errno(napi_env env, const char *what, int err) {
@@ -147,12 +149,32 @@ static napi_value write_batch(napi_env env, napi_callback_info info) {
   return ret_i32(env, done);
 }
 
+/*
+ * openRaw(protocol) -> fd of a non-blocking raw IPv4 socket receiving that IP protocol (whole
+ * packets, outer header included) — for `uvs decap`, the userspace IPIP decapsulator of real
+ * servers whose kernel has no ipip driver. readBatch() reads from it like from a TUN queue.
+ */
+static napi_value open_raw(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  int32_t proto;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1 || !get_i32(env, argv[0], &proto)) {
+    napi_throw_type_error(env, "UVS_ERR_TUN", "openRaw(protocol): protocol must be a number");
+    return NULL;
+  }
+  int fd = socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, proto);
+  if (fd < 0) return throw_errno(env, "socket(AF_INET, SOCK_RAW)", errno);
+  return ret_i32(env, fd);
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "openQueue", NULL, open_queue, NULL, NULL, NULL, napi_default, NULL },
     { "closeFd", NULL, close_fd, NULL, NULL, NULL, napi_default, NULL },
     { "readBatch", NULL, read_batch, NULL, NULL, NULL, napi_default, NULL },
     { "writeBatch", NULL, write_batch, NULL, NULL, NULL, napi_default, NULL },
+    { "openRaw", NULL, open_raw, NULL, NULL, NULL, napi_default, NULL },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -66,9 +66,9 @@ test('invalid values name the field and the reason', () => {
   rejects({ ...base, timeouts: { tcp: 'soon' } }, 'timeouts.tcp', /duration/);
 });
 
-test('forwarding methods not built yet are refused with an explanation, not ignored', () => {
+test('direct routing is refused with an explanation; unknown methods are named', () => {
   rejects({ ...base, services: [svc({ forwarding: 'route' })] }, 'services[0].forwarding', /layer-2/, 'UVS_ERR_CONFIG_UNSUPPORTED');
-  rejects({ ...base, services: [svc({ forwarding: 'tunnel' })] }, 'services[0].forwarding', /not implemented yet/, 'UVS_ERR_CONFIG_UNSUPPORTED');
+  rejects({ ...base, services: [svc({ forwarding: 'gre' })] }, 'services[0].forwarding', /must be "masq", "fullnat" or "tunnel"/);
 });
 
 test('a file that is not YAML is reported as unreadable', () => {

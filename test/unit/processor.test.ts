@@ -358,3 +358,39 @@ test('full-NAT gives every flow to one server its own pool port, and refuses (co
   assert.equal(refused, 3);
   assert.equal(counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf('fullnat_ports_exhausted')], 3);
 });
+
+// ── IPIP tunnel ─────────────────────────────────────────────────────────────────────────────
+test('tunnel forwarding wraps the unchanged packet in IPIP to the real server and tracks the flow one way', () => {
+  const cfg = validateConfig({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: 1024, maxRealServers: 16, maxServices: 8, tunnelSource: '10.1.1.1' },
+    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) }],
+  });
+  const rsSab = createRealServerRegion(16);
+  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
+  const model = new ServiceModel(rsSab, schedSab, 16, 8);
+  const table = new ConnTable(ConnTable.create(1024, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
+  const out = new Uint8Array(4096);
+  const proc = new PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, model.apply(cfg), out);
+  proc.now = table.now();
+  const syn = tcp({ src: CLIENT, dst: VIP, sport: 51000, flags: TCPF_SYN, payload: new Uint8Array([1, 2, 3]) });
+  const original = syn.slice();
+  proc.outOff = 0;
+  assert.equal(proc.process(syn, 0, syn.length), REPLY);
+  const outer = out.slice(0, proc.outLen);
+  assert.equal(outer.length, syn.length + 20);
+  const f = field(outer);
+  assert.equal(f.proto, 4);
+  assert.equal(f.src, '10.1.1.1');
+  assert.ok(RS.includes(f.dst));
+  assert.equal(P.sum16(outer, 0, 20, 0), 0xffff, 'outer header checksum');
+  assert.deepEqual([...outer.subarray(20)], [...original], 'the inner packet is not changed');
+  const o = table.base(0);
+  assert.ok(table.i32[o + L.E_FLAGS]! & L.F_NOOUTPUT, 'one-directional entry (INPUT_ONLY states)');
+  const ack = tcp({ src: CLIENT, dst: VIP, sport: 51000, flags: TCPF_ACK });
+  proc.outOff = 0;
+  assert.equal(proc.process(ack, 0, ack.length), REPLY);
+  assert.equal(field(out.slice(0, proc.outLen)).dst, f.dst, 'the flow stays on its server');
+  assert.equal(table.i32[o + L.E_STATE], 1, 'SYN then ACK: ESTABLISHED without seeing the server');
+  assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' }, services: [{ address: VIP, port: 80, forwarding: 'tunnel', realServers: [{ address: RS[0], port: 8080 }] }] }), /cannot map ports/);
+  assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services: [{ address: VIP, port: 80, forwarding: 'tunnel' }] }), /tunnelSource/);
+});
