@@ -1051,7 +1051,7 @@ Options:
   --real-server  -r server-address    server-address is host (and port); no port = the service's
   --gatewaying   -g                   gatewaying (direct routing) (uvs: refused, a TUN device
                                       carries no layer-2 frames)
-  --ipip         -i                   ipip encapsulation (tunneling) (uvs: not implemented yet)
+  --ipip         -i                   ipip encapsulation (tunneling) (uvs: needs dataplane.tunnelSource)
   --masquerading -m                   masquerading (NAT) (the default in uvs; ipvsadm's is -g)
   --fullnat                           (uvs) full-NAT: the source becomes uvsd's pool address and port
   --tun-type      type                one of ipip|gue|gre,
