@@ -181,7 +181,6 @@ export const enum Drop {
   NoConnection,
   RealServerGone,
   IcmpIgnored,
-  TtlExceeded,
   FullnatExhausted,
 }
 export const DROP_NAMES = [
@@ -198,7 +197,6 @@ export const DROP_NAMES = [
   'no_connection',
   'real_server_gone',
   'icmp_ignored',
-  'ttl_exceeded',
   'fullnat_ports_exhausted',
 ] as const;
 
