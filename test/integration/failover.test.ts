@@ -157,6 +157,28 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
     assert.deepEqual(await checkStreams(ss), { started: 3, completed: 3, broken: 0 });
   });
 
+  test('tunnel (IPIP) flows fail over too: each node encapsulates from its own address, the servers answer directly', async () => {
+    for (const ns of lab.ns.rs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP], { detached: true }).unref();
+    const tunnel = [{ protocol: 'tcp', address: LAB_VIP, port: 8080, scheduler: 'rr', forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) }];
+    await lab.startUvsd('lb1', lab.config('lb1', tunnel, { dataplane: { vipCidrs: ['10.200.0.0/24'], workers: 2, tableSize: 65536, tunnelSource: '10.201.10.11' } }));
+    await lab.startUvsd('lb2', lab.config('lb2', tunnel, { dataplane: { vipCidrs: ['10.200.0.0/24'], workers: 2, tableSize: 65536, tunnelSource: '10.201.10.12' } }));
+    await sleep(1000);
+    const ss = Array.from({ length: 3 }, (_, i) => {
+      const seed = 400 + i;
+      const p = spawn('ip', ['netns', 'exec', lab.ns.cl, 'sh', '-c', `curl -s -m 60 --limit-rate 2M "http://${LAB_VIP}:8080/blob?bytes=${10 << 20}&seed=${seed}" | sha256sum`], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      return new Promise<boolean>((r) => p.on('exit', () => r(out.split(' ')[0] === blobSha256(seed, 10 << 20))));
+    });
+    await sleep(2000);
+    await lab.failover();
+    assert.deepEqual(await Promise.all(ss), [true, true, true]);
+    // Every stream survived. (lb2's adoption counter has been seen below the number of streams in
+    // this test — 1 of 3 with 2 shadows left — which is not explained yet, so it is not asserted.)
+    const st2 = await stats('lb2');
+    console.log(`# tunnel failover: lb2 adopted ${st2.adopted}, shadows left ${st2.shadows}`);
+  });
+
   test('a node that returns after a failure carries flows again without operator action', async () => {
     await startBoth();
     await lab.failover(); // lb1 dies; lb2 active
