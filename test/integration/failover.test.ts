@@ -165,18 +165,19 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
     await sleep(1000);
     const ss = Array.from({ length: 3 }, (_, i) => {
       const seed = 400 + i;
-      const p = spawn('ip', ['netns', 'exec', lab.ns.cl, 'sh', '-c', `curl -s -m 60 --limit-rate 2M "http://${LAB_VIP}:8080/blob?bytes=${10 << 20}&seed=${seed}" | sha256sum`], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const p = spawn('ip', ['netns', 'exec', lab.ns.cl, 'sh', '-c', `curl -s -m 60 --limit-rate 2M "http://${LAB_VIP}:8080/blob?bytes=${24 << 20}&seed=${seed}" | sha256sum`], { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       p.stdout.on('data', (d: Buffer) => (out += d.toString()));
-      return new Promise<boolean>((r) => p.on('exit', () => r(out.split(' ')[0] === blobSha256(seed, 10 << 20))));
+      return new Promise<boolean>((r) => p.on('exit', () => r(out.split(' ')[0] === blobSha256(seed, 24 << 20))));
     });
     await sleep(2000);
     await lab.failover();
     assert.deepEqual(await Promise.all(ss), [true, true, true]);
-    // Every stream survived. (lb2's adoption counter has been seen below the number of streams in
-    // this test — 1 of 3 with 2 shadows left — which is not explained yet, so it is not asserted.)
+    // 24 MB at 2 MB/s outlasts the client's socket buffer (≤ 6 MB), so every flow still needs the
+    // LB after the switch: lb2 must have adopted all three (a shorter stream can finish at the TCP
+    // level before the kill while curl still drains its buffer, and then proves nothing).
     const st2 = await stats('lb2');
-    console.log(`# tunnel failover: lb2 adopted ${st2.adopted}, shadows left ${st2.shadows}`);
+    assert.ok(st2.adopted >= 3, `lb2 adopted the tunnelled flows: ${JSON.stringify({ adopted: st2.adopted, shadows: st2.shadows })}`);
   });
 
   test('a node that returns after a failure carries flows again without operator action', async () => {
@@ -184,7 +185,7 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
     await lab.failover(); // lb1 dies; lb2 active
     lab.revive('lb1');
     await lab.startUvsd('lb1', lab.config('lb1', web()));
-    const ss = streams(3, 16, '2M'); // through lb2, 8 s each: they surely span the switch back
+    const ss = streams(3, 16, '2M'); // through lb2, 8 s each, more than a socket buffer holds: they span the switch back
     await sleep(1500);
     await lab.failover(); // now lb2 dies: back to the returned lb1
     assert.deepEqual(await checkStreams(ss), { started: 3, completed: 3, broken: 0 });
