@@ -109,7 +109,7 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
 
   test('a stream to a real server drained to weight 0 before the kill survives it too', async () => {
     await startBoth();
-    const ss = streams(3, 10, '2M'); // rr: one stream per real server
+    const ss = streams(3, 20, '2M'); // rr: one stream per real server; longer than a socket buffer holds
     await sleep(1000);
     // rs1 is being drained on both nodes: weight 0, its flow must go on, new flows avoid it.
     for (const n of ['lb1', 'lb2'] as const) {
@@ -119,6 +119,7 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
     await sleep(1000);
     await lab.failover();
     assert.deepEqual(await checkStreams(ss), { started: 3, completed: 3, broken: 0 });
+    assert.ok((await stats('lb2')).adopted >= 3, 'lb2 carried all three, the one to the weight-0 server too');
     const svc = (await apiCall<{ services: { port: number; realServers: { address: string; weight: number }[] }[] }>(lab.socket('lb2'), 'GET', '/v1/services')).body.services.find((s) => s.port === 80)!;
     assert.equal(svc.realServers.find((r) => r.address === rs[0])!.weight, 0);
   });
@@ -141,7 +142,7 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
     await startBoth();
     lab.killRedis();
     await sleep(300);
-    const ss = streams(3, 10, '2M'); // started while Redis is down
+    const ss = streams(3, 30, '2M'); // started while Redis is down; long enough to span the failover
     await sleep(1000);
     const down = await stats('lb1');
     assert.equal(down.redis!.connected, false);
@@ -155,6 +156,7 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
     }
     await lab.failover();
     assert.deepEqual(await checkStreams(ss), { started: 3, completed: 3, broken: 0 });
+    assert.ok((await stats('lb2')).adopted >= 3, 'lb2 carried the flows written after the reconnect');
   });
 
   test('tunnel (IPIP) flows fail over too: each node encapsulates from its own address, the servers answer directly', async () => {
