@@ -56,45 +56,6 @@ export function buildRegistry(d: Daemon): Registry {
     }
     return sum;
   };
-  const total = (name: string, help: string, key: 'conns' | 'inPkts' | 'outPkts' | 'inBytes' | 'outBytes') =>
-    new Counter({
-      name,
-      help,
-      registers: [reg],
-      collect() {
-        this.reset();
-        this.inc(svcStatsSum()[key]);
-      },
-    });
-  total('node_ipvs_connections_total', 'The total number of connections made.', 'conns');
-  total('node_ipvs_incoming_packets_total', 'The total number of incoming packets.', 'inPkts');
-  total('node_ipvs_outgoing_packets_total', 'The total number of outgoing packets.', 'outPkts');
-  total('node_ipvs_incoming_bytes_total', 'The total amount of incoming data.', 'inBytes');
-  total('node_ipvs_outgoing_bytes_total', 'The total amount of outgoing data.', 'outBytes');
-
-  const backend = (name: string, help: string, pick: (r: { activeConns: number; inactConns: number; weight: number }) => number) =>
-    new Gauge({
-      name,
-      help,
-      labelNames: BACKEND_LABELS,
-      registers: [reg],
-      collect() {
-        this.reset();
-        // Rows with identical labels are summed, as node_exporter does.
-        for (const s of d.model.list()) {
-          for (const r of s.realServers) {
-            this.inc(
-              { local_address: s.cfg.address, local_port: String(s.cfg.port), remote_address: r.address, remote_port: String(r.port), proto: s.cfg.protocol.toUpperCase(), local_mark: '' },
-              pick(r),
-            );
-          }
-        }
-      },
-    });
-  backend('node_ipvs_backend_connections_active', 'The current active connections by local and remote address.', (r) => r.activeConns);
-  backend('node_ipvs_backend_connections_inactive', 'The current inactive connections by local and remote address.', (r) => r.inactConns);
-  backend('node_ipvs_backend_weight', 'The current backend weight by local and remote address.', (r) => r.weight);
-
   const counterFrom = (name: string, help: string, labelNames: string[], fill: (c: Counter) => void) =>
     new Counter({
       name,
@@ -117,6 +78,32 @@ export function buildRegistry(d: Daemon): Registry {
         fill(this);
       },
     });
+
+  /** node_exporter's backend labels for a real server of a service. */
+  const backendLabels = (s: { cfg: { address: string; port: number; protocol: string } }, r: { address: string; port: number }) => ({
+    local_address: s.cfg.address,
+    local_port: String(s.cfg.port),
+    remote_address: r.address,
+    remote_port: String(r.port),
+    proto: s.cfg.protocol.toUpperCase(),
+    local_mark: '',
+  });
+  const total = (name: string, help: string, key: 'conns' | 'inPkts' | 'outPkts' | 'inBytes' | 'outBytes') =>
+    counterFrom(name, help, [], (c) => c.inc(svcStatsSum()[key]));
+  total('node_ipvs_connections_total', 'The total number of connections made.', 'conns');
+  total('node_ipvs_incoming_packets_total', 'The total number of incoming packets.', 'inPkts');
+  total('node_ipvs_outgoing_packets_total', 'The total number of outgoing packets.', 'outPkts');
+  total('node_ipvs_incoming_bytes_total', 'The total amount of incoming data.', 'inBytes');
+  total('node_ipvs_outgoing_bytes_total', 'The total amount of outgoing data.', 'outBytes');
+
+  const backend = (name: string, help: string, pick: (r: { activeConns: number; inactConns: number; weight: number }) => number) =>
+    gaugeFrom(name, help, [...BACKEND_LABELS], (g) => {
+      // Rows with identical labels are summed, as node_exporter does.
+      for (const s of d.model.list()) for (const r of s.realServers) g.inc(backendLabels(s, r), pick(r));
+    });
+  backend('node_ipvs_backend_connections_active', 'The current active connections by local and remote address.', (r) => r.activeConns);
+  backend('node_ipvs_backend_connections_inactive', 'The current inactive connections by local and remote address.', (r) => r.inactConns);
+  backend('node_ipvs_backend_weight', 'The current backend weight by local and remote address.', (r) => r.weight);
 
   counterFrom('uvs_packets_total', 'Packets read from (rx) and written to (tx) the TUN device.', ['direction'], (c) => {
     const g = d.stats.global();
@@ -156,7 +143,7 @@ export function buildRegistry(d: Daemon): Registry {
   gaugeFrom('uvs_realserver_healthy', '1 when the real server passes its health check (or has none).', [...BACKEND_LABELS], (g) => {
     for (const s of d.model.list()) {
       for (const r of s.realServers) {
-        g.set({ local_address: s.cfg.address, local_port: String(s.cfg.port), remote_address: r.address, remote_port: String(r.port), proto: s.cfg.protocol.toUpperCase(), local_mark: '' }, r.healthy ? 1 : 0);
+        g.set(backendLabels(s, r), r.healthy ? 1 : 0);
       }
     }
   });

@@ -19,7 +19,7 @@ export const nq: Scheduler = {
     for (let i = 0; i < dests.length; i++) {
       const d = dests[i]!;
       if (d.weight === 0 || overloaded(rs, d.rs)) continue;
-      const active = Atomics.load(rs, d.rs * RS_WORDS + RS_ACTIVE);
+      const active = rs[d.rs * RS_WORDS + RS_ACTIVE]!; // plain read under the lock, as lc.ts
       if (active === 0) return i;
       const doh = active + 1;
       if (least < 0 || loh * d.weight > doh * dests[least]!.weight) {
