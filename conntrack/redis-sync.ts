@@ -27,7 +27,6 @@ import Redis, { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
 import * as L from './layout';
 import { ConnTable } from './table';
-import { TCP_ACTIVE } from './state';
 
 /** The `redis:` configuration section (validated by control/config.ts). */
 export interface RedisSyncOptions {
@@ -282,7 +281,7 @@ export class RedisSync {
     const left = n[12]! - Date.now();
     if (!(left > 0)) return false;
     const fwd = n[7]! | (n[7] === L.FWD_MASQ || n[7] === L.FWD_FULLNAT ? 0 : L.F_NOOUTPUT); // tunnel: one direction only
-    const e = this.table.putShadow(n[0]!, n[1]!, n[2]!, n[3]!, n[4]!, n[5]!, n[6]!, fwd, slots.slot, slots.svcSlot, n[10]!, n[11] === 1 || (n[0] === 6 && TCP_ACTIVE[n[10]!] === 0), (this.table.now() + left) | 0);
+    const e = this.table.putShadow(n[0]!, n[1]!, n[2]!, n[3]!, n[4]!, n[5]!, n[6]!, fwd, slots.slot, slots.svcSlot, n[10]!, n[11] === 1, (this.table.now() + left) | 0);
     return e >= 0;
   }
 

@@ -370,13 +370,8 @@ export class ConnTable {
       return -1;
     }
     this.unlockBucket(b1);
-    const e = this.insert(proto, caddr, cports, vaddr, daddr, dports, laddr, fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0), rs, svc, 0);
-    if (e < 0 || !this.lastInsertNew) return -1;
-    const o = this.base(e);
-    a[o + L.E_STATE] = state;
-    a[o + L.E_EXPIRES] = expires;
-    a[o + L.E_SYNCED] = expires; // not ours to sync until adopted
-    return e;
+    const e = this.insert(proto, caddr, cports, vaddr, daddr, dports, laddr, fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0), rs, svc, 0, 0, state, expires);
+    return e >= 0 && this.lastInsertNew ? e : -1;
   }
 
   // ── insert / remove ──────────────────────────────────────────────────────────────────────
@@ -389,6 +384,8 @@ export class ConnTable {
    *
    * With F_TEMPLATE in fwdFlags it is a persistence template instead: counted in PersistConn,
    * timer `templateMs`, never matched by packets (findIn/findOut skip it) but by findTemplate.
+   * With F_SHADOW it is another node's flow (putShadow): not counted, and its synced state and
+   * expiry are in place before it is linked, so no worker or sweeper ever sees it half made.
    */
   insert(
     proto: number,
@@ -403,9 +400,12 @@ export class ConnTable {
     svc: number,
     now: number,
     templateMs = 0,
+    shadowState = 0,
+    shadowExpires = 0,
   ): number {
     const a = this.i32;
     const isTemplate = (fwdFlags & L.F_TEMPLATE) !== 0;
+    const isShadow = (fwdFlags & L.F_SHADOW) !== 0;
     this.lastInsertNew = false;
     const b1 = this.bucket(proto, caddr, cports, vaddr);
     const b2 = this.bucket(proto, daddr, dports, laddr);
@@ -422,7 +422,7 @@ export class ConnTable {
     Atomics.store(a, L.H_ALLOC_LOCK, 0);
 
     a[o + L.E_PROTO] = proto;
-    a[o + L.E_STATE] = 0;
+    a[o + L.E_STATE] = isShadow ? shadowState : 0;
     a[o + L.E_CADDR] = caddr;
     a[o + L.E_CPORTS] = cports;
     a[o + L.E_VADDR] = vaddr;
@@ -435,7 +435,9 @@ export class ConnTable {
     a[o + L.E_CONTROL] = 0;
     a[o + L.E_NCONTROL] = 0;
     a[o + L.E_TIMEOUT] = templateMs;
-    a[o + L.E_EXPIRES] = (now + (isTemplate ? templateMs : a[L.H_TIMEOUTS + 0]!)) | 0;
+    a[o + L.E_EXPIRES] = isShadow ? shadowExpires : (now + (isTemplate ? templateMs : a[L.H_TIMEOUTS + 0]!)) | 0;
+    // A shadow is not ours to sync until a packet adopts it.
+    a[o + L.E_SYNCED] = isShadow ? shadowExpires : now;
 
     this.lockPair(b1, b2);
     const existing = isTemplate ? this.findTemplate(b1, proto, caddr, cports, vaddr) : this.findIn(b1, proto, caddr, cports, vaddr);
@@ -450,9 +452,7 @@ export class ConnTable {
       this.pushFree(e);
       return -2;
     }
-    const isShadow = (fwdFlags & L.F_SHADOW) !== 0;
     a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | fwdFlags;
-    a[o + L.E_SYNCED] = now;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
     a[o + L.E_NEXT_OUT] = a[this.outHeads + b2]!;
     a[this.inHeads + b1] = e + 1;
