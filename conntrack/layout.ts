@@ -110,6 +110,7 @@ export const RS_FLAGS = 3; // RSF_* (atomic)
 export const RS_UTHRESH = 4; // upper connection threshold (-x), 0 = none
 export const RS_LTHRESH = 5; // lower connection threshold (-y), 0 = none
 export const RS_WEIGHT = 6; // current weight (the snapshot has it too; this one is live)
+export const RS_MTU = 7; // MTU of the route to the real server (control thread refreshes it), 0 = unknown
 export const RS_WORDS = 8;
 export const RSF_AVAILABLE = 0x1; // kernel IP_VS_DEST_F_AVAILABLE: in a service's list
 export const RSF_OVERLOAD = 0x2; // kernel IP_VS_DEST_F_OVERLOAD
@@ -182,6 +183,12 @@ export const enum Drop {
   RealServerGone,
   IcmpIgnored,
   FullnatExhausted,
+  /** A virtio_net_hdr (offloads) the dataplane cannot honour: a GSO type other than TCPv4, or
+   *  checksum metadata of a GSO packet that does not point at its TCP header. */
+  BadOffload,
+  /** Larger than the path to the real server with DF set: answered with ICMP fragmentation
+   *  needed, as ip_vs_*_xmit do. */
+  TooBig,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -198,6 +205,8 @@ export const DROP_NAMES = [
   'real_server_gone',
   'icmp_ignored',
   'fullnat_ports_exhausted',
+  'bad_offload',
+  'too_big',
 ] as const;
 
 /*

@@ -109,7 +109,9 @@ TCP_ACTIVE[SA] = 1;
 export const TCPF_FIN = 0x01;
 export const TCPF_SYN = 0x02;
 export const TCPF_RST = 0x04;
+export const TCPF_PSH = 0x08;
 export const TCPF_ACK = 0x10;
+export const TCPF_CWR = 0x80;
 
 /** Event index from TCP flags, priority RST > SYN > FIN > ACK. */
 export function tcpEvent(flags: number): number {

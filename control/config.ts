@@ -75,6 +75,8 @@ export interface UvsConfig {
     routeTable: number;
     rulePriority: number;
     batch: number;
+    /** Kernel offloads on the device (virtio header, checksum + TSO: 64 KB super-packets). */
+    offload: boolean;
     /** Answer ICMP echo requests sent to a VIP. */
     answerPing: boolean;
     /** Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it). */
@@ -265,6 +267,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     'routeTable',
     'rulePriority',
     'batch',
+    'offload',
     'answerPing',
     'expireQuiescentTemplate',
     'fullnat',
@@ -290,8 +293,9 @@ export function validateConfig(doc: unknown): UvsConfig {
     maxServices: int(dp.maxServices, 'dataplane.maxServices', DEFAULTS.maxServices, 1, 1 << 16),
     mtu: int(dp.mtu, 'dataplane.mtu', DEFAULTS.mtu, 576, 9000),
     routeTable: int(dp.routeTable, 'dataplane.routeTable', DEFAULTS.routeTable, 1, 0x7fffffff),
-    rulePriority: int(dp.rulePriority, 'dataplane.rulePriority', DEFAULTS.rulePriority, 1, 32765),
+    rulePriority: int(dp.rulePriority, 'dataplane.rulePriority', DEFAULTS.rulePriority, 2, 32765),
     batch: int(dp.batch, 'dataplane.batch', DEFAULTS.batch, 1, 1024),
+    offload: bool(dp.offload, 'dataplane.offload', true),
     answerPing: bool(dp.answerPing, 'dataplane.answerPing', true),
     expireQuiescentTemplate: bool(dp.expireQuiescentTemplate, 'dataplane.expireQuiescentTemplate', false),
     fullnat: fullnatPool(dp.fullnat),

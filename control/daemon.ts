@@ -11,7 +11,7 @@ import * as L from '../conntrack/layout';
 import { ConnTable, createRealServerRegion } from '../conntrack/table';
 import { RedisSync } from '../conntrack/redis-sync';
 import { TCP_STATE_NAMES } from '../conntrack/state';
-import { Dataplane } from '../lb/dataplane';
+import { Dataplane, routeMtus } from '../lb/dataplane';
 import { startApi, type ApiServer } from './api';
 import { HealthChecker } from './health';
 import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
@@ -20,6 +20,9 @@ import { UvsError } from './errors';
 import { serviceKey, ServiceModel, type PersistedDrain } from './services';
 import { inCidr, parseCidr, parseIPv4 } from '../lb/addr';
 import { StatsReader } from './stats';
+
+/** How often the MTUs of the routes to the real servers are read again (ms). */
+const MTU_REFRESH_MS = 5000;
 
 export function tableTimeouts(cfg: UvsConfig): { tcp: number[]; udp: number } {
   return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp };
@@ -40,6 +43,7 @@ export class Daemon {
   readonly dataplane: Dataplane;
   private api: ApiServer | null = null;
   private sweeper: NodeJS.Timeout | null = null;
+  private mtuTimer: NodeJS.Timeout | null = null;
   private drainTimer: NodeJS.Timeout | null = null;
   private endpoints: HttpEndpoint[] = [];
   private watcher: FSWatcher | null = null;
@@ -98,6 +102,7 @@ export class Daemon {
         batch: dp.batch,
         maxRealServers: dp.maxRealServers,
         fullnatAddrs: dp.fullnat.addresses,
+        offload: dp.offload,
       },
       { table: tableSab, realServers: rsSab, sched: schedSab, counters, rings },
       snapshot,
@@ -139,6 +144,8 @@ export class Daemon {
     await d.dataplane.start();
     try {
       d.dataplane.syncReplyRules(d.model.replyRules());
+      d.refreshMtus();
+      d.mtuTimer = setInterval(() => d.refreshMtus(), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.health.sync(cfg.services);
@@ -164,6 +171,21 @@ export class Daemon {
       if (Atomics.compareExchange(sched, i + L.SCHED_LOCK, owner, 0) === owner) n++;
     }
     return n;
+  }
+
+  /**
+   * Writes the MTU of the route to every real server into the shared region (RS_MTU), where
+   * workers check DF packets against it (ICMP fragmentation needed, as IPVS). Routes and device
+   * MTUs change without telling us, so this also runs every MTU_REFRESH_MS.
+   */
+  refreshMtus(): void {
+    try {
+      const slots = this.model.rsSlotAddrs();
+      const mtus = routeMtus([...new Set(slots.map((x) => x.addr))]);
+      for (const x of slots) Atomics.store(this.model.rs, x.slot * L.RS_WORDS + L.RS_MTU, mtus.get(x.addr) ?? 0);
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message }, 'cannot read the MTU of the routes to the real servers; path-MTU checks keep the last values');
+    }
   }
 
   sweep(): void {
@@ -322,7 +344,7 @@ export class Daemon {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
         }
       }
-      const fixed = ['device', 'workers', 'tableSize', 'maxRealServers', 'maxServices', 'mtu', 'routeTable', 'rulePriority', 'batch'] as const;
+      const fixed = ['device', 'workers', 'tableSize', 'maxRealServers', 'maxServices', 'mtu', 'routeTable', 'rulePriority', 'batch', 'offload'] as const;
       for (const k of fixed) {
         if (cfg.dataplane[k] !== this.cfg.dataplane[k]) {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', `cannot change on reload (restart uvsd): was ${this.cfg.dataplane[k]}, now ${cfg.dataplane[k]}`, `dataplane.${k}`);
@@ -349,6 +371,7 @@ export class Daemon {
     this.table.setTimeouts(tableTimeouts(cfg));
     this.publish(snapshot);
     this.dataplane.syncReplyRules(this.model.replyRules());
+    this.refreshMtus();
     this.health.sync(cfg.services);
     this.saveState();
     if (intervalChanged && this.drainTimer) {
@@ -367,6 +390,7 @@ export class Daemon {
     if (this.syncTimer) clearInterval(this.syncTimer);
     if (this.pendingReload) clearTimeout(this.pendingReload);
     if (this.sweeper) clearInterval(this.sweeper);
+    if (this.mtuTimer) clearInterval(this.mtuTimer);
     if (this.drainTimer) clearInterval(this.drainTimer);
     this.sweeper = null;
     this.drainTimer = null;

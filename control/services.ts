@@ -616,20 +616,25 @@ export class ServiceModel {
     return [...this.rsSlots.values()].filter((i) => !i.listed);
   }
 
+  /** Every real-server slot in use (listed or trashed) with its address. */
+  rsSlotAddrs(): { slot: number; addr: string }[] {
+    return [...this.rsSlots.values()].map((i) => ({ slot: i.slot, addr: i.addr }));
+  }
+
   /** Masq real servers whose replies must be routed into the device (trashed ones too: their flows still need replies). */
-  replyRules(): { addr: number; port: number; proto: 'tcp' | 'udp' }[] {
-    const out = new Map<string, { addr: number; port: number; proto: 'tcp' | 'udp' }>();
+  replyRules(): { addr: number; port: number; proto: 'tcp' | 'udp' | 'icmp' }[] {
+    const out = new Map<string, { addr: number; port: number; proto: 'tcp' | 'udp' | 'icmp' }>();
+    const add = (proto: 'tcp' | 'udp', addr: number, port: number): void => {
+      out.set(`${proto} ${addr}:${port}`, { addr, port, proto });
+      // The server's ICMP errors about its flows (port unreachable, …) are translated too (port 0: all ICMP).
+      out.set(`icmp ${addr}`, { addr, port: 0, proto: 'icmp' });
+    };
     for (const l of this.services.values()) {
-      for (const d of l.compiled.dests) {
-        if (d.fwd !== L.FWD_MASQ) continue;
-        out.set(`${l.cfg.protocol} ${d.addr}:${d.port}`, { addr: d.addr, port: d.port, proto: l.cfg.protocol });
-      }
+      for (const d of l.compiled.dests) if (d.fwd === L.FWD_MASQ) add(l.cfg.protocol, d.addr, d.port);
     }
     for (const i of this.rsSlots.values()) {
       if (i.listed) continue;
-      const proto = i.svcKey.startsWith('udp') ? 'udp' : 'tcp';
-      const addr = parseIPv4(i.addr)!;
-      out.set(`${proto} ${addr}:${i.port}`, { addr, port: i.port, proto });
+      add(i.svcKey.startsWith('udp') ? 'udp' : 'tcp', parseIPv4(i.addr)!, i.port);
     }
     return [...out.values()];
   }

@@ -22,6 +22,7 @@ import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { formatIPv4 } from './addr';
 import { DataplaneError } from './errors';
+import { VNET_HLEN } from './packet';
 import type { Snapshot } from './snapshot';
 import { tunAddon } from './tun';
 import { CTL_SNAPSHOT_VERSION, CTL_WORDS, type WorkerInit } from './worker';
@@ -37,6 +38,16 @@ export interface DataplaneOptions {
   maxRealServers: number;
   /** Full-NAT pool addresses: routed to the device so the real servers' replies come back. */
   fullnatAddrs: string[];
+  /**
+   * Kernel offloads on the device (IFF_VNET_HDR, TUNSETOFFLOAD csum + TSO): TCP crosses it as
+   * GSO super-packets of up to 64 KB with checksums left to the device.
+   */
+  offload: boolean;
+}
+
+/** Bytes of a worker's packet slot: a 64 KB super-packet and its virtio header with offloads. */
+export function slotBytes(o: Pick<DataplaneOptions, 'offload' | 'mtu'>): number {
+  return o.offload ? 65536 + 16 : Math.max(2048, o.mtu + 64);
 }
 
 export interface SharedRegions {
@@ -49,11 +60,11 @@ export interface SharedRegions {
   rings: SharedArrayBuffer[];
 }
 
-/** A masq reply rule: traffic from addr:port (proto) goes into the device. */
+/** A masq reply rule: traffic from addr:port (proto) goes into the device; ICMP from addr (port 0). */
 export interface ReplyRule {
   addr: number;
   port: number;
-  proto: 'tcp' | 'udp';
+  proto: 'tcp' | 'udp' | 'icmp';
 }
 
 interface WorkerSlot {
@@ -79,11 +90,47 @@ export function ip(args: string[], allowFail = false): string {
 }
 
 function ruleArgs(r: ReplyRule, o: DataplaneOptions): string[] {
-  return ['rule', 'add', 'pref', String(o.rulePriority), 'from', `${formatIPv4(r.addr)}/32`, 'ipproto', r.proto, 'sport', String(r.port), 'lookup', String(o.routeTable)];
+  const ports = r.proto === 'icmp' ? [] : ['sport', String(r.port)];
+  return ['rule', 'add', 'pref', String(o.rulePriority), 'from', `${formatIPv4(r.addr)}/32`, 'ipproto', r.proto, ...ports, 'lookup', String(o.routeTable)];
 }
 
 function ruleKey(r: ReplyRule): string {
   return `${r.proto} ${formatIPv4(r.addr)}:${r.port}`;
+}
+
+/**
+ * Packets that leave the device (forwarded, translated or passed through by a worker) are routed
+ * by the main table, ahead of the reply rules: ICMP a worker lets through unchanged must not be
+ * sent back into the device by the `from RIP ipproto icmp` rule it came in by.
+ */
+function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, op: 'add' | 'del'): string[] {
+  return ['rule', op, 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
+}
+
+/**
+ * MTU of the route to each address, as the kernel's forwarding uses it (the route's own mtu
+ * metric, else its device's MTU): one `ip -batch` for all of them. Addresses it cannot route are
+ * left out.
+ */
+export function routeMtus(addrs: string[]): Map<string, number> {
+  const out = new Map<string, number>();
+  if (addrs.length === 0) return out;
+  const links = JSON.parse(ip(['-j', 'link', 'show'])) as { ifname: string; mtu: number }[];
+  const devMtu = new Map(links.map((l) => [l.ifname, l.mtu]));
+  let text = '';
+  try {
+    text = execFileSync('ip', ['-j', '-force', '-batch', '-'], { input: addrs.map((a) => `route get ${a}\n`).join(''), encoding: 'utf8', stdio: ['pipe', 'pipe', 'ignore'] });
+  } catch (e) {
+    text = String((e as { stdout?: string }).stdout ?? ''); // some addresses had no route
+  }
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('[')) continue;
+    for (const r of JSON.parse(line) as { dst: string; dev?: string; metrics?: { mtu?: number }[] }[]) {
+      const m = r.metrics?.find((x) => x.mtu !== undefined)?.mtu ?? (r.dev ? devMtu.get(r.dev) : undefined);
+      if (m) out.set(r.dst, m);
+    }
+  }
+  return out;
 }
 
 export class Dataplane {
@@ -117,7 +164,7 @@ export class Dataplane {
     for (let i = 0; i < o.workers; i++) {
       let fd: number;
       try {
-        fd = tun.openQueue(o.device);
+        fd = tun.openQueue(o.device, o.offload);
       } catch (e) {
         this.closeQueues();
         throw new DataplaneError('UVS_ERR_TUN', `cannot open queue ${i} of ${o.device}: ${(e as Error).message}`);
@@ -133,6 +180,7 @@ export class Dataplane {
       writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/accept_local`, '1');
       writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
       for (const c of o.vipCidrs) ip(['route', 'replace', c, 'dev', o.device]);
+      ip(deviceRuleArgs(o, 'add'));
       for (const a of o.fullnatAddrs) ip(['route', 'replace', `${a}/32`, 'dev', o.device]);
       ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
     } catch (e) {
@@ -158,7 +206,8 @@ export class Dataplane {
       ring: this.regions.rings[s.id]!,
       snapshot: this.snapshot,
       batch: this.opts.batch,
-      slot: Math.max(2048, this.opts.mtu + 64),
+      slot: slotBytes(this.opts),
+      offload: this.opts.offload,
       maxRealServers: this.opts.maxRealServers,
       snapshotPort: port2,
       ctl: s.ctl.buffer as SharedArrayBuffer,
@@ -238,8 +287,14 @@ export class Dataplane {
   inject(pkt: Uint8Array): boolean {
     const s = this.slots[0];
     if (!s) return false;
-    this.injectLens[0] = pkt.length;
-    return tunAddon().writeBatch(s.fd, pkt, this.injectOffs, this.injectLens, 1) === 1;
+    let data = pkt;
+    if (this.opts.offload) {
+      // A plain packet (workers complete a partial checksum before parking): a zero header.
+      data = new Uint8Array(VNET_HLEN + pkt.length);
+      data.set(pkt, VNET_HLEN);
+    }
+    this.injectLens[0] = data.length;
+    return tunAddon().writeBatch(s.fd, data, this.injectOffs, this.injectLens, 1) === 1;
   }
 
   workerInfo(): { id: number; ready: boolean; restarts: number; threadId: number | null }[] {
@@ -278,6 +333,7 @@ export class Dataplane {
 
 /** Removes every route and rule uvsd installs for these options (idempotent). */
 export function cleanupRouting(o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'> & { fullnatAddrs?: string[] }): void {
+  ip(deviceRuleArgs(o, 'del'), true);
   const pref = String(o.rulePriority);
   // One `ip rule del pref N` removes one rule; stop when none is left (bounded for safety).
   for (let i = 0; i < 100000 && ip(['rule', 'show', 'pref', pref], true).trim() !== ''; i++) {

@@ -8,6 +8,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
+import * as P from './packet';
 import { tunAddon } from './tun';
 
 const IPPROTO_IPIP = 4;
@@ -20,6 +21,27 @@ function ip(args: string[], allowFail = false): void {
   } catch (e) {
     if (!allowFail) throw new Error(`ip ${args.join(' ')}: ${String((e as { stderr?: Buffer }).stderr ?? e).trim()}`);
   }
+}
+
+/**
+ * A director with device offloads leaves the inner TCP/UDP checksum partial (the pseudo-header
+ * sum, for the last NIC to complete). A kernel ipip device keeps that state on the skb; a raw
+ * socket loses it, so an inner checksum that does not verify but holds exactly the pseudo-header
+ * sum is completed here before the packet enters the TUN device.
+ */
+function finishChecksum(b: Uint8Array, off: number, len: number): void {
+  const ihl = (b[off]! & 15) << 2;
+  const proto = b[off + P.IP_PROTO]!;
+  const totlen = P.u16(b, off + P.IP_TOTLEN);
+  if ((proto !== P.IPPROTO_TCP && proto !== P.IPPROTO_UDP) || totlen > len || ihl < 20 || (P.u16(b, off + P.IP_FRAG) & P.IP_FRAG_MASK) !== 0) return;
+  const l4len = totlen - ihl;
+  const field = off + ihl + (proto === P.IPPROTO_TCP ? P.TCP_CSUM : P.UDP_CSUM);
+  if (l4len < (proto === P.IPPROTO_TCP ? P.TCP_MIN_HLEN : P.UDP_HLEN)) return;
+  const pseudo = P.pseudoSum(P.u32(b, off + P.IP_SRC), P.u32(b, off + P.IP_DST), proto, l4len);
+  if (proto === P.IPPROTO_UDP && P.u16(b, field) === 0) return; // no checksum
+  if (P.sum16(b, off + ihl, l4len, pseudo) === 0xffff) return; // complete and valid
+  if (P.u16(b, field) !== P.fold16(pseudo)) return; // damaged: the stack will drop it
+  P.completeChecksum(b, off + ihl, off + totlen, field, proto === P.IPPROTO_UDP);
 }
 
 export async function decapCommand(args: string[]): Promise<number> {
@@ -68,6 +90,7 @@ export async function decapCommand(args: string[]): Promise<number> {
         if (lens[i]! <= ihl + 20 || buf[o + 9] !== IPPROTO_IPIP) continue;
         offs[w] = o + ihl;
         wlens[w] = lens[i]! - ihl;
+        finishChecksum(buf, o + ihl, lens[i]! - ihl);
         w++;
       }
       if (w > 0) packets += Math.max(0, tun.writeBatch(tfd, buf, offs, wlens, w));

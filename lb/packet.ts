@@ -42,9 +42,12 @@ export const ICMP_CSUM = 2;
 export const ICMP_HLEN = 8;
 export const ICMP_ECHOREPLY = 0;
 export const ICMP_DEST_UNREACH = 3;
+export const ICMP_SOURCE_QUENCH = 4;
 export const ICMP_ECHO = 8;
 export const ICMP_TIME_EXCEEDED = 11;
 export const ICMP_PORT_UNREACH = 3;
+export const ICMP_FRAG_NEEDED = 4;
+export const IP_DF = 0x4000;
 
 export function u16(b: Uint8Array, o: number): number {
   return (b[o]! << 8) | b[o + 1]!;
@@ -69,6 +72,13 @@ export function sum16(b: Uint8Array, o: number, len: number, initial: number): n
   const end = o + (len & ~1);
   for (let i = o; i < end; i += 2) s += (b[i]! << 8) | b[i + 1]!;
   if (len & 1) s += b[o + len - 1]! << 8;
+  while (s > 0xffff) s = (s & 0xffff) + (s >>> 16);
+  return s;
+}
+
+/** Folds a one's-complement sum to 16 bits. */
+export function fold16(v: number): number {
+  let s = v;
   while (s > 0xffff) s = (s & 0xffff) + (s >>> 16);
   return s;
 }
@@ -106,4 +116,46 @@ export function fix32(b: Uint8Array, o: number, from: number, to: number): void 
 /** Updates the checksum field at `o` in place for a 16-bit change. */
 export function fix16(b: Uint8Array, o: number, from: number, to: number): void {
   put16(b, o, csumReplace16(u16(b, o), from, to));
+}
+
+// virtio_net_hdr (linux/virtio_net.h), the 10 bytes before every packet on a TUN queue opened
+// with IFF_VNET_HDR. Little-endian 16-bit fields (TUN's default on little-endian hosts).
+export const VNET_HLEN = 10;
+export const VNET_FLAGS = 0;
+export const VNET_GSO_TYPE = 1;
+export const VNET_HDR_LEN = 2;
+export const VNET_GSO_SIZE = 4;
+export const VNET_CSUM_START = 6;
+export const VNET_CSUM_OFFSET = 8;
+export const VNET_F_NEEDS_CSUM = 1;
+export const VNET_GSO_NONE = 0;
+export const VNET_GSO_TCPV4 = 1;
+export const VNET_GSO_ECN = 0x80;
+
+export function le16(b: Uint8Array, o: number): number {
+  return b[o]! | (b[o + 1]! << 8);
+}
+export function putLe16(b: Uint8Array, o: number, v: number): void {
+  b[o] = v & 255;
+  b[o + 1] = (v >>> 8) & 255;
+}
+
+/**
+ * A partial checksum field (CHECKSUM_PARTIAL: virtio NEEDS_CSUM) holds the folded pseudo-header
+ * sum itself, not its complement, and the device completes it over the L4 bytes. An address
+ * change adjusts that sum; a port change leaves it alone (ports are not in the pseudo-header).
+ * This is the kernel's inet_proto_csum_replace4(…, pseudohdr=true) for CHECKSUM_PARTIAL.
+ */
+export function fixPartial32(b: Uint8Array, o: number, from: number, to: number): void {
+  put16(b, o, ~csumReplace32(~u16(b, o) & 0xffff, from, to) & 0xffff);
+}
+
+/**
+ * Completes a partial checksum in software (skb_checksum_help): the field at start+offset holds
+ * the pseudo-header sum, so the checksum of [start, end) including it is the final value. UDP's
+ * computed 0 goes out as 0xffff.
+ */
+export function completeChecksum(b: Uint8Array, start: number, end: number, field: number, udp: boolean): void {
+  const c = checksum(b, start, end - start, 0);
+  put16(b, field, udp && c === 0 ? 0xffff : c);
 }

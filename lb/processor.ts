@@ -21,7 +21,7 @@
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
-import { DIR_INPUT, DIR_OUTPUT, TCP_TIME_WAIT, TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '../conntrack/state';
+import { DIR_INPUT, DIR_OUTPUT, TCP_TIME_WAIT, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
 import * as P from './packet';
@@ -30,6 +30,9 @@ import { findService, inVipRange, type CompiledService, type Snapshot } from './
 export const DROP = 0;
 export const FORWARD = 1;
 export const REPLY = 2;
+
+/** Most packets one input can turn into (a GSO super-packet segmented for the tunnel). */
+export const MAX_OUT = 128;
 
 export class PacketProcessor {
   readonly table: ConnTable;
@@ -41,8 +44,24 @@ export class PacketProcessor {
   private schedulers: Scheduler[] = [];
   /** Buffer for generated packets. */
   out: Uint8Array;
+  /** Where the generated packet's IP header goes (its virtio header, if any, just before). */
   outOff = 0;
   outLen = 0;
+  /** End (exclusive) of the region at outOff that this packet's outputs may fill. */
+  outEnd = 0;
+  /**
+   * More than one generated packet (a segmented GSO packet): outCount packets at outOffs[i],
+   * outLens[i] bytes, virtio header included. 0 = the single packet at outOff/outLen.
+   */
+  outCount = 0;
+  readonly outOffs = new Int32Array(MAX_OUT);
+  readonly outLens = new Int32Array(MAX_OUT);
+  /** Bytes of virtio_net_hdr before every packet: P.VNET_HLEN with device offloads, else 0. */
+  readonly vnet: number;
+  /** The current packet's L4 checksum is partial (virtio NEEDS_CSUM): P.fixPartial32 applies. */
+  private partial = false;
+  /** gso_size of the current packet if it is a TCPv4 GSO super-packet, else 0. */
+  private gsoSize = 0;
   /** Table-relative ms; set once per batch by the caller. */
   now = 0;
   private readonly input: SchedInput = { caddr: 0, cport: 0, vaddr: 0, vport: 0, now: 0 };
@@ -51,7 +70,9 @@ export class PacketProcessor {
   private ringBytes: Uint8Array | null = null;
   private ipId = 1;
 
-  constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, out: Uint8Array) {
+  constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, out: Uint8Array, offload = false) {
+    this.vnet = offload ? P.VNET_HLEN : 0;
+    this.outEnd = out.length;
     this.table = table;
     this.counters = counters;
     this.sched = sched;
@@ -85,6 +106,8 @@ export class PacketProcessor {
    * Bounded: a full ring (or a packet larger than a slot) drops it, counted.
    */
   private park(b: Uint8Array, off: number, len: number): number {
+    // Replayed later without offload metadata: the checksum must be whole.
+    if (this.partial) this.completePartial(b, off);
     const r = this.ring!;
     const tail = r[L.RG_PARK_TAIL]!;
     if (len > L.PARK_SLOT_BYTES || ((tail - Atomics.load(r, L.RG_PARK_HEAD)) | 0) >= L.PARK_SLOTS) {
@@ -111,7 +134,15 @@ export class PacketProcessor {
     return DROP;
   }
 
+  /**
+   * Handles the packet at b[off, off+len). With offloads its virtio_net_hdr is at off − vnet:
+   * for a FORWARD it is written back unchanged (the device then segments a GSO packet and
+   * completes a partial checksum on the way out).
+   */
   process(b: Uint8Array, off: number, len: number): number {
+    this.outCount = 0;
+    this.partial = false;
+    this.gsoSize = 0;
     if (len < P.IP_MIN_HLEN) return len > 0 && b[off]! >> 4 === 6 ? this.drop(Drop.Ipv6) : this.drop(Drop.Truncated);
     const version = b[off]! >> 4;
     if (version !== 4) return this.drop(version === 6 ? Drop.Ipv6 : Drop.BadVersion);
@@ -127,6 +158,9 @@ export class PacketProcessor {
     const l4 = off + ihl;
     const l4len = totlen - ihl;
     const inbound = inVipRange(this.snapshot, daddr);
+    if (this.vnet !== 0 && (b[off - P.VNET_HLEN + P.VNET_FLAGS]! & P.VNET_F_NEEDS_CSUM || b[off - P.VNET_HLEN + P.VNET_GSO_TYPE] !== 0)) {
+      if (!this.offloadMeta(b, off, ihl, totlen, proto)) return this.drop(Drop.BadOffload);
+    }
 
     if (proto === P.IPPROTO_TCP) {
       if (l4len < P.TCP_MIN_HLEN || (b[l4 + P.TCP_OFF]! >> 4) << 2 > l4len || b[l4 + P.TCP_OFF]! >> 4 < 5) return this.drop(Drop.Truncated);
@@ -134,7 +168,9 @@ export class PacketProcessor {
       if (l4len < P.UDP_HLEN) return this.drop(Drop.Truncated);
     } else if (proto === P.IPPROTO_ICMP) {
       if (l4len < P.ICMP_HLEN) return this.drop(Drop.Truncated);
-      return inbound ? this.icmpToVip(b, off, ihl, totlen, saddr, daddr) : this.drop(Drop.IcmpIgnored);
+      const type = b[l4 + P.ICMP_TYPE]!;
+      if (type === P.ICMP_DEST_UNREACH || type === P.ICMP_SOURCE_QUENCH || type === P.ICMP_TIME_EXCEEDED) return this.icmpError(b, off, ihl, totlen, inbound);
+      return inbound ? this.icmpToVip(b, off, ihl, totlen, saddr, daddr) : this.icmpNotOurs(daddr);
     } else {
       return this.drop(Drop.UnsupportedProtocol);
     }
@@ -204,10 +240,7 @@ export class PacketProcessor {
         const svcSlot = a[o + L.E_SVC]!;
         t.unlockBucket(bucket);
         this.countIn(rsSlot, svcSlot, totlen);
-        if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, raddr);
-        this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
-        if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
-        return FORWARD;
+        return this.forwardIn(b, off, l4, totlen, proto, saddr, sport, daddr, dport, raddr, dports, laddr, fwd, rsSlot);
       }
     } else {
       t.unlockBucket(bucket);
@@ -311,36 +344,247 @@ export class PacketProcessor {
       this.counters[L.svcCounterBase(this.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
     }
     this.countIn(rsSlot, svc.slot, totlen);
-    if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, raddr);
+    return this.forwardIn(b, off, l4, totlen, proto, saddr, sport, daddr, dport, raddr, dports, laddr, fwd, rsSlot);
+  }
+
+  /**
+   * Sends a client's packet on to its real server by the flow's method — after the path-MTU
+   * check of ip_vs_*_xmit: a DF packet (for GSO, one segment) larger than the route to the real
+   * server allows is answered with ICMP fragmentation needed from the VIP, quoting the packet as
+   * the client sent it, so the client's path-MTU discovery works through uvs (the kernel would
+   * answer after our rewrite, quoting the real server, and the client would ignore it).
+   */
+  private forwardIn(
+    b: Uint8Array,
+    off: number,
+    l4: number,
+    totlen: number,
+    proto: number,
+    saddr: number,
+    sport: number,
+    daddr: number,
+    dport: number,
+    raddr: number,
+    dports: number,
+    laddr: number,
+    fwd: number,
+    rsSlot: number,
+  ): number {
+    const mtu = this.table.rs[rsSlot * L.RS_WORDS + L.RS_MTU]!;
+    if (mtu > 0 && (P.u16(b, off + P.IP_FRAG) & P.IP_DF) !== 0) {
+      const size = (this.gsoSize !== 0 ? l4 - off + ((b[l4 + P.TCP_OFF]! >> 4) << 2) + this.gsoSize : totlen) + (fwd === L.FWD_TUNNEL ? P.IP_MIN_HLEN : 0);
+      const room = fwd === L.FWD_TUNNEL ? mtu - P.IP_MIN_HLEN : mtu;
+      if (size > mtu) {
+        this.counters[L.C_DROP_BASE + Drop.TooBig]!++;
+        return this.icmpUnreach(b, off, totlen, daddr, saddr, P.ICMP_FRAG_NEEDED, room);
+      }
+    }
+    if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, raddr, mtu > 0);
     this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
     if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
     return FORWARD;
   }
 
   /**
+   * ICMP errors (destination unreachable, source quench, time exceeded) about a tracked flow,
+   * translated as ip_vs_in_icmp / ip_vs_out_icmp do. The quoted packet is looked up the other
+   * way round:
+   *  - to a VIP (inbound), quoting a reply VIP:vport → client (e.g. fragmentation needed on the
+   *    client's path, also the one this node's own kernel sends when a reply is too big): goes
+   *    on to the flow's real server — the outer destination and the quoted source become the
+   *    real server (full-NAT: the outer source and the quoted destination the pool address and
+   *    port), or for a tunnelled flow the ICMP is encapsulated unchanged;
+   *  - from the real servers' side (outbound: routed here by uvsd's `ipproto icmp` rule, or to a
+   *    full-NAT pool address), quoting a packet we sent to a real server (e.g. its port
+   *    unreachable for a UDP service that stopped): goes to the client from the VIP, the quoted
+   *    destination made VIP:vport again (full-NAT: the outer destination and quoted source the
+   *    client's).
+   * The checksums of the quoted IP header, the outer header and the ICMP message are recomputed
+   * (ip_vs_nat_icmp; the quoted TCP/UDP checksum is left as it is, as there).
+   */
+  private icmpError(b: Uint8Array, off: number, ihl: number, totlen: number, inbound: boolean): number {
+    const ic = off + ihl;
+    const q = ic + P.ICMP_HLEN;
+    const end = off + totlen;
+    if (q + P.IP_MIN_HLEN > end || b[q]! >> 4 !== 4) return this.drop(Drop.Truncated);
+    const qihl = (b[q]! & 15) << 2;
+    if (qihl < P.IP_MIN_HLEN || q + qihl + 4 > end) return this.drop(Drop.Truncated);
+    const qproto = b[q + P.IP_PROTO]!;
+    const daddr = P.u32(b, off + P.IP_DST);
+    if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(daddr);
+    const ql4 = q + qihl;
+    const qs = P.u32(b, q + P.IP_SRC);
+    const qd = P.u32(b, q + P.IP_DST);
+    const qsp = P.u16(b, ql4 + P.L4_SPORT);
+    const qdp = P.u16(b, ql4 + P.L4_DPORT);
+    const t = this.table;
+    const a = t.i32;
+    const ports = (qdp << 16) | qsp;
+    const bucket = t.bucket(qproto, qd, ports, qs);
+    t.lockBucket(bucket);
+    const e = inbound ? t.findIn(bucket, qproto, qd, ports, qs) : t.findOut(bucket, qproto, qd, ports, qs);
+    if (e < 0) {
+      t.unlockBucket(bucket);
+      return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(daddr);
+    }
+    const o = t.base(e);
+    const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
+    const raddr = a[o + L.E_DADDR]!;
+    const dports = a[o + L.E_DPORTS]!;
+    const laddr = a[o + L.E_LADDR]!;
+    const caddr = a[o + L.E_CADDR]!;
+    const cports = a[o + L.E_CPORTS]!;
+    const vaddr = a[o + L.E_VADDR]!;
+    const rsSlot = a[o + L.E_RS]!;
+    const svcSlot = a[o + L.E_SVC]!;
+    t.unlockBucket(bucket);
+    if (inbound) {
+      this.countIn(rsSlot, svcSlot, totlen);
+      if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, raddr, false);
+      P.put32(b, off + P.IP_DST, raddr);
+      P.put32(b, q + P.IP_SRC, raddr);
+      P.put16(b, ql4 + P.L4_SPORT, dports >>> 16);
+      if (fwd === L.FWD_FULLNAT) {
+        P.put32(b, off + P.IP_SRC, laddr);
+        P.put32(b, q + P.IP_DST, laddr);
+        P.put16(b, ql4 + P.L4_DPORT, dports & 0xffff);
+      }
+    } else {
+      const c = this.counters;
+      const rb = L.rsCounterBase(rsSlot);
+      c[rb + L.RSC_OUTPKTS]!++;
+      c[rb + L.RSC_OUTBYTES] = c[rb + L.RSC_OUTBYTES]! + totlen;
+      P.put32(b, off + P.IP_SRC, vaddr);
+      P.put32(b, q + P.IP_DST, vaddr);
+      P.put16(b, ql4 + P.L4_DPORT, cports & 0xffff);
+      if (fwd === L.FWD_FULLNAT) {
+        P.put32(b, off + P.IP_DST, caddr);
+        P.put32(b, q + P.IP_SRC, caddr);
+        P.put16(b, ql4 + P.L4_SPORT, cports >>> 16);
+      }
+    }
+    P.put16(b, q + P.IP_CSUM, 0);
+    P.put16(b, q + P.IP_CSUM, P.checksum(b, q, qihl, 0));
+    P.put16(b, off + P.IP_CSUM, 0);
+    P.put16(b, off + P.IP_CSUM, P.checksum(b, off, ihl, 0));
+    P.put16(b, ic + P.ICMP_CSUM, 0);
+    P.put16(b, ic + P.ICMP_CSUM, P.checksum(b, ic, totlen - ihl, 0));
+    return FORWARD;
+  }
+
+  /**
+   * ICMP from the real servers' side that is not about a flow of ours (echo replies, errors about
+   * their own traffic) only came here through the `ipproto icmp` reply rule: it goes on unchanged
+   * (packets leaving the device are routed by the main table). One to a full-NAT pool address
+   * would come straight back: dropped.
+   */
+  private icmpNotOurs(daddr: number): number {
+    const pool = this.snapshot.fullnatAddrs;
+    for (let i = 0; i < pool.length; i++) if (pool[i] === daddr) return this.drop(Drop.IcmpIgnored);
+    return FORWARD;
+  }
+
+  /**
    * IPIP (ipvsadm -i): the packet, VIP and ports unchanged, inside an outer IPv4 header from
    * dataplane.tunnelSource to the real server, built in `out`. The outer header leaves DF clear,
-   * so a full-size inner packet is fragmented on the way rather than dropped.
+   * so a full-size inner packet is fragmented on the way rather than dropped. A partial inner
+   * checksum stays partial (its start moves by the outer header); a GSO super-packet cannot be
+   * described to the device once encapsulated (virtio has no IPIP GSO type), so it is cut into
+   * its segments here, each with a partial checksum the device completes.
    */
-  private encapsulate(b: Uint8Array, off: number, totlen: number, raddr: number): number {
-    const x = this.out;
+  private encapsulate(b: Uint8Array, off: number, totlen: number, raddr: number, copyDf: boolean): number {
+    if (this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
+    const df = copyDf ? P.u16(b, off + P.IP_FRAG) & P.IP_DF : 0;
+    if (this.gsoSize !== 0) return this.encapsulateSegments(b, off, totlen, raddr, df);
     const o = this.outOff;
     const len = totlen + P.IP_MIN_HLEN;
-    if (len > 65535 || o + len > x.length || this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
+    if (len > 65535 || o + len > this.outEnd) return this.drop(Drop.Truncated);
+    this.outerHeader(o, len, b[off + 1]!, raddr, df);
+    if (this.vnet !== 0) {
+      this.plainVnet(o);
+      if (this.partial) {
+        const h = off - P.VNET_HLEN;
+        const x = this.out;
+        x[o - P.VNET_HLEN + P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
+        P.putLe16(x, o - P.VNET_HLEN + P.VNET_CSUM_START, P.le16(b, h + P.VNET_CSUM_START) + P.IP_MIN_HLEN);
+        P.putLe16(x, o - P.VNET_HLEN + P.VNET_CSUM_OFFSET, P.le16(b, h + P.VNET_CSUM_OFFSET));
+      }
+    }
+    this.copyOut(b, off, o + P.IP_MIN_HLEN, totlen);
+    this.outLen = len;
+    return REPLY;
+  }
+
+  /** The outer IPIP header at out[o]: tunnelSource → raddr, DF as given (the inner's, or clear). */
+  private outerHeader(o: number, len: number, tos: number, raddr: number, df: number): void {
+    const x = this.out;
     x[o] = 0x45;
-    x[o + 1] = b[off + 1]!; // TOS of the inner packet
+    x[o + 1] = tos; // TOS of the inner packet
     P.put16(x, o + P.IP_TOTLEN, len);
     P.put16(x, o + P.IP_ID, this.ipId);
     this.ipId = (this.ipId + 1) & 0xffff;
-    P.put16(x, o + P.IP_FRAG, 0);
+    P.put16(x, o + P.IP_FRAG, df);
     x[o + P.IP_TTL] = 64;
     x[o + P.IP_PROTO] = 4; // IPPROTO_IPIP
     P.put16(x, o + P.IP_CSUM, 0);
     P.put32(x, o + P.IP_SRC, this.snapshot.tunnelSrc);
     P.put32(x, o + P.IP_DST, raddr);
     P.put16(x, o + P.IP_CSUM, P.checksum(x, o, P.IP_MIN_HLEN, 0));
-    for (let i = 0; i < totlen; i++) x[o + P.IP_MIN_HLEN + i] = b[off + i]!;
-    this.outLen = len;
+  }
+
+  /**
+   * A TCPv4 GSO super-packet for the tunnel: the device's own segmentation (tcp_gso_segment)
+   * done here — per segment the inner IP length, ID and checksum, the TCP sequence number, FIN
+   * and PSH on the last segment only, CWR on the first only — each in its own outer header.
+   */
+  private encapsulateSegments(b: Uint8Array, off: number, totlen: number, raddr: number, df: number): number {
+    const g = this.gsoSize;
+    const ihl = (b[off]! & 15) << 2;
+    const l4 = off + ihl;
+    const hl = ihl + ((b[l4 + P.TCP_OFF]! >> 4) << 2);
+    const payload = totlen - hl;
+    const n = payload <= 0 ? 1 : Math.ceil(payload / g);
+    const V = this.vnet;
+    const per = V + P.IP_MIN_HLEN + hl + g;
+    let o = this.outOff;
+    if (n > MAX_OUT || o - V + n * per > this.outEnd) return this.drop(Drop.Truncated);
+    const x = this.out;
+    const seq0 = P.u32(b, l4 + P.TCP_SEQ);
+    const id0 = P.u16(b, off + P.IP_ID);
+    const flags = b[l4 + P.TCP_FLAGS]!;
+    const isrc = P.u32(b, off + P.IP_SRC);
+    const idst = P.u32(b, off + P.IP_DST);
+    const tos = b[off + 1]!;
+    for (let k = 0; k < n; k++) {
+      const plen = k === n - 1 ? payload - k * g : g;
+      const ilen = hl + (plen > 0 ? plen : 0);
+      this.outerHeader(o, ilen + P.IP_MIN_HLEN, tos, raddr, df);
+      const h = o - V;
+      for (let i = h; i < o; i++) x[i] = 0;
+      x[h + P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
+      P.putLe16(x, h + P.VNET_CSUM_START, P.IP_MIN_HLEN + ihl);
+      P.putLe16(x, h + P.VNET_CSUM_OFFSET, P.TCP_CSUM);
+      const io = o + P.IP_MIN_HLEN;
+      this.copyOut(b, off, io, hl);
+      if (plen > 0) this.copyOut(b, off + hl + k * g, io + hl, plen);
+      P.put16(x, io + P.IP_TOTLEN, ilen);
+      P.put16(x, io + P.IP_ID, (id0 + k) & 0xffff);
+      P.put16(x, io + P.IP_CSUM, 0);
+      P.put16(x, io + P.IP_CSUM, P.checksum(x, io, ihl, 0));
+      const t = io + ihl;
+      P.put32(x, t + P.TCP_SEQ, (seq0 + k * g) | 0);
+      let f = flags;
+      if (k !== n - 1) f &= ~(TCPF_FIN | TCPF_PSH);
+      if (k !== 0) f &= ~TCPF_CWR;
+      x[t + P.TCP_FLAGS] = f;
+      // Partial: the pseudo-header sum for this segment's length.
+      P.put16(x, t + P.TCP_CSUM, P.fold16(P.pseudoSum(isrc, idst, P.IPPROTO_TCP, ilen - ihl)));
+      this.outOffs[k] = h;
+      this.outLens[k] = V + P.IP_MIN_HLEN + ilen;
+      o += per;
+    }
+    this.outCount = n;
+    this.outLen = this.outLens[0]! - V;
     return REPLY;
   }
 
@@ -466,12 +710,69 @@ export class PacketProcessor {
     P.put32(b, off + ipField, addr2);
     P.fix32(b, off + P.IP_CSUM, addr, addr2);
     P.put16(b, l4 + (ipField === P.IP_SRC ? P.L4_SPORT : P.L4_DPORT), port2);
-    if (proto === P.IPPROTO_TCP) {
+    if (this.partial) {
+      // The field holds the pseudo-header sum: the address is in it, the port is not.
+      P.fixPartial32(b, l4 + (proto === P.IPPROTO_TCP ? P.TCP_CSUM : P.UDP_CSUM), addr, addr2);
+    } else if (proto === P.IPPROTO_TCP) {
       P.fix32(b, l4 + P.TCP_CSUM, addr, addr2);
       P.fix16(b, l4 + P.TCP_CSUM, port, port2);
     } else {
       this.fixUdp(b, l4, addr, addr2, port, port2);
     }
+  }
+
+  /**
+   * Reads the virtio header of a packet that carries offload metadata. A partial checksum must
+   * point at the TCP/UDP checksum field (anything else — ICMP, odd offsets — is completed here in
+   * software and the flag cleared); GSO must be TCPv4 with a partial TCP checksum. False = drop.
+   */
+  private offloadMeta(b: Uint8Array, off: number, ihl: number, totlen: number, proto: number): boolean {
+    const h = off - P.VNET_HLEN;
+    const gsoType = b[h + P.VNET_GSO_TYPE]! & ~P.VNET_GSO_ECN;
+    const needs = (b[h + P.VNET_FLAGS]! & P.VNET_F_NEEDS_CSUM) !== 0;
+    const start = P.le16(b, h + P.VNET_CSUM_START);
+    const field = P.le16(b, h + P.VNET_CSUM_OFFSET);
+    const expected = proto === P.IPPROTO_TCP ? P.TCP_CSUM : proto === P.IPPROTO_UDP ? P.UDP_CSUM : -1;
+    if (gsoType !== P.VNET_GSO_NONE) {
+      const size = P.le16(b, h + P.VNET_GSO_SIZE);
+      if (gsoType !== P.VNET_GSO_TCPV4 || proto !== P.IPPROTO_TCP || !needs || start !== ihl || field !== expected || size === 0) return false;
+      this.gsoSize = size;
+      this.partial = true;
+      return true;
+    }
+    if (!needs) return true;
+    if (start === ihl && field === expected) {
+      this.partial = true;
+      return true;
+    }
+    if (start + field + 2 > totlen || start < ihl) return false;
+    P.completeChecksum(b, off + start, off + totlen, off + start + field, proto === P.IPPROTO_UDP);
+    b[h + P.VNET_FLAGS] = b[h + P.VNET_FLAGS]! & ~P.VNET_F_NEEDS_CSUM;
+    return true;
+  }
+
+  /** Finishes the current packet's partial checksum in software and clears its flag. */
+  private completePartial(b: Uint8Array, off: number): void {
+    const ihl = (b[off]! & 15) << 2;
+    const proto = b[off + P.IP_PROTO]!;
+    const totlen = P.u16(b, off + P.IP_TOTLEN);
+    P.completeChecksum(b, off + ihl, off + totlen, off + ihl + (proto === P.IPPROTO_TCP ? P.TCP_CSUM : P.UDP_CSUM), proto === P.IPPROTO_UDP);
+    b[off - P.VNET_HLEN + P.VNET_FLAGS] = b[off - P.VNET_HLEN + P.VNET_FLAGS]! & ~P.VNET_F_NEEDS_CSUM;
+    this.partial = false;
+  }
+
+  /** Writes the virtio header of a generated packet at `o` (its IP header): no offload. */
+  private plainVnet(o: number): void {
+    if (this.vnet === 0) return;
+    const x = this.out;
+    for (let i = o - P.VNET_HLEN; i < o; i++) x[i] = 0;
+  }
+
+  /** Copies b[from, from+len) to out[to] (memmove when they are one buffer, as in workers). */
+  private copyOut(b: Uint8Array, from: number, to: number, len: number): void {
+    const x = this.out;
+    if (b === x) x.copyWithin(to, from, from + len);
+    else for (let i = 0; i < len; i++) x[to + i] = b[from + i]!;
   }
 
   /** UDP checksum 0 means "none" and stays 0; a computed 0 is sent as 0xffff (RFC 768). */
@@ -487,6 +788,7 @@ export class PacketProcessor {
   // ── generated packets ────────────────────────────────────────────────────────────────────
   private ipHeader(o: number, totlen: number, proto: number, src: number, dst: number): void {
     const x = this.out;
+    this.plainVnet(o);
     x[o] = 0x45;
     x[o + 1] = 0;
     P.put16(x, o + P.IP_TOTLEN, totlen);
@@ -501,8 +803,12 @@ export class PacketProcessor {
     P.put16(x, o + P.IP_CSUM, P.checksum(x, o, P.IP_MIN_HLEN, 0));
   }
 
-  /** ICMP port unreachable about the packet at b[off]: its IP header plus 8 bytes (RFC 792). */
-  private icmpUnreach(b: Uint8Array, off: number, totlen: number, from: number, to: number): number {
+  /**
+   * ICMP destination unreachable (port unreachable unless `code` says otherwise; for
+   * fragmentation needed, `mtu` is the next-hop MTU, RFC 1191) about the packet at b[off]: its IP
+   * header plus 8 bytes (RFC 792).
+   */
+  private icmpUnreach(b: Uint8Array, off: number, totlen: number, from: number, to: number, code = P.ICMP_PORT_UNREACH, mtu = 0): number {
     const ihl = (b[off]! & 15) << 2;
     const quoted = Math.min(totlen, ihl + 8);
     const o = this.outOff;
@@ -511,9 +817,9 @@ export class PacketProcessor {
     this.ipHeader(o, len, P.IPPROTO_ICMP, from, to);
     const ic = o + P.IP_MIN_HLEN;
     x[ic + P.ICMP_TYPE] = P.ICMP_DEST_UNREACH;
-    x[ic + P.ICMP_CODE] = P.ICMP_PORT_UNREACH;
+    x[ic + P.ICMP_CODE] = code;
     P.put16(x, ic + P.ICMP_CSUM, 0);
-    P.put32(x, ic + 4, 0);
+    P.put32(x, ic + 4, mtu & 0xffff);
     for (let i = 0; i < quoted; i++) x[ic + P.ICMP_HLEN + i] = b[off + i]!;
     P.put16(x, ic + P.ICMP_CSUM, P.checksum(x, ic, P.ICMP_HLEN + quoted, 0));
     this.outLen = len;

@@ -5,8 +5,11 @@
 import { join } from 'node:path';
 
 export interface TunAddon {
-  /** Attaches one more queue of multi-queue TUN device `name` (created on first call). */
-  openQueue(name: string): number;
+  /**
+   * Attaches one more queue of multi-queue TUN device `name` (created on first call). offload:
+   * IFF_VNET_HDR + checksum/TSO offloads — every packet carries a virtio_net_hdr (P.VNET_HLEN).
+   */
+  openQueue(name: string, offload?: boolean): number;
   closeFd(fd: number): number;
   /** Reads up to maxPkts packets, packet i at buf[i*slot], length lens[i]; 0 on timeout, −errno on error. */
   readBatch(fd: number, buf: Uint8Array, lens: Int32Array, maxPkts: number, slot: number, timeoutMs: number): number;

@@ -7,7 +7,8 @@
 import { parentPort, receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import * as L from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
-import { DROP, FORWARD, PacketProcessor } from './processor';
+import { VNET_HLEN } from './packet';
+import { DROP, FORWARD, MAX_OUT, PacketProcessor } from './processor';
 import type { Snapshot } from './snapshot';
 import { tunAddon } from './tun';
 
@@ -20,8 +21,10 @@ export interface WorkerInit {
   counters: SharedArrayBuffer;
   snapshot: Snapshot;
   batch: number;
-  /** Bytes per packet slot: ≥ the device MTU. */
+  /** Bytes per packet slot: ≥ the device MTU (64 KB + header with offloads). */
   slot: number;
+  /** The queue carries virtio_net_hdr + offloads (GSO super-packets, partial checksums). */
+  offload: boolean;
   maxRealServers: number;
   /** Worker → control rings (sync events, parked packets). */
   ring: SharedArrayBuffer;
@@ -46,12 +49,18 @@ function main(init: WorkerInit): void {
   const table = new ConnTable(init.table, init.realServers, init.id + 1);
   const counters = new Float64Array(init.counters);
   const { batch, slot, fd } = init;
-  // Slots [0, batch) receive packets; slot batch + i holds the packet generated for packet i.
-  const buf = new Uint8Array(2 * batch * slot);
+  const V = init.offload ? VNET_HLEN : 0;
+  // Slots [0, batch) receive packets (virtio header first with offloads); out slot i, twice as
+  // large, holds what is generated for packet i — one packet, or a super-packet's segments.
+  const outSlot = 2 * slot;
+  const outBase = batch * slot;
+  const buf = new Uint8Array(batch * slot + batch * outSlot);
   const lens = new Int32Array(batch);
-  const offs = new Int32Array(batch);
-  const wlens = new Int32Array(batch);
-  const proc = new PacketProcessor(table, counters, new Int32Array(init.sched), init.maxRealServers, init.snapshot, buf);
+  // Write list: up to a batch of packets, plus one input's worth of segments before a flush.
+  const wcap = batch + MAX_OUT;
+  const offs = new Int32Array(wcap);
+  const wlens = new Int32Array(wcap);
+  const proc = new PacketProcessor(table, counters, new Int32Array(init.sched), init.maxRealServers, init.snapshot, buf, init.offload);
   proc.setRing(init.ring);
   let running = true;
   const ctl = new Int32Array(init.ctl);
@@ -70,39 +79,55 @@ function main(init: WorkerInit): void {
     else if (m.type === 'crash') throw new Error(`worker ${init.id} crashed on request`);
   });
 
+  let w = 0;
+  /** Writes the queued packets to the device in one call and counts them. */
+  const flush = (): void => {
+    if (w === 0) return;
+    const written = tun.writeBatch(fd, buf, offs, wlens, w);
+    const ok = written < 0 ? 0 : written;
+    let txBytes = 0;
+    for (let i = 0; i < ok; i++) txBytes += wlens[i]! - V;
+    counters[L.C_TX_PACKETS] = counters[L.C_TX_PACKETS]! + ok;
+    counters[L.C_TX_BYTES] = counters[L.C_TX_BYTES]! + txBytes;
+    counters[L.C_TX_ERRORS] = counters[L.C_TX_ERRORS]! + (w - ok);
+    w = 0;
+  };
+
   /** Runs one batch of n packets read into buf through the processor and writes the results. */
   const processBatch = (n: number): void => {
     proc.now = table.now();
-    let w = 0;
     let rxBytes = 0;
     for (let i = 0; i < n; i++) {
       const off = i * slot;
       const len = lens[i]!;
-      rxBytes += len;
-      proc.outOff = (batch + i) * slot;
-      const v = proc.process(buf, off, len);
+      rxBytes += len - V;
+      const o = outBase + i * outSlot;
+      proc.outOff = o + V;
+      proc.outEnd = o + outSlot;
+      const v = proc.process(buf, off + V, len - V);
       if (v === DROP) continue;
       if (v === FORWARD) {
         offs[w] = off;
         wlens[w] = len;
+        w++;
+      } else if (proc.outCount === 0) {
+        offs[w] = proc.outOff - V;
+        wlens[w] = proc.outLen + V;
+        w++;
       } else {
-        offs[w] = proc.outOff;
-        wlens[w] = proc.outLen;
+        if (w + proc.outCount > wcap) flush();
+        for (let k = 0; k < proc.outCount; k++) {
+          offs[w] = proc.outOffs[k]!;
+          wlens[w] = proc.outLens[k]!;
+          w++;
+        }
       }
-      w++;
+      if (w > wcap - MAX_OUT) flush();
     }
     counters[L.C_RX_PACKETS] = counters[L.C_RX_PACKETS]! + n;
     counters[L.C_RX_BYTES] = counters[L.C_RX_BYTES]! + rxBytes;
     counters[L.C_BATCHES]!++;
-    if (w > 0) {
-      const written = tun.writeBatch(fd, buf, offs, wlens, w);
-      const ok = written < 0 ? 0 : written;
-      let txBytes = 0;
-      for (let i = 0; i < ok; i++) txBytes += wlens[i]!;
-      counters[L.C_TX_PACKETS] = counters[L.C_TX_PACKETS]! + ok;
-      counters[L.C_TX_BYTES] = counters[L.C_TX_BYTES]! + txBytes;
-      counters[L.C_TX_ERRORS] = counters[L.C_TX_ERRORS]! + (w - ok);
-    }
+    flush();
   };
 
   const loop = (): void => {
