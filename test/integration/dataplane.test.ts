@@ -42,6 +42,10 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     { protocol: 'udp', address: LAB_VIP, port: 54, scheduler: 'rr', realServers: [] },
     { protocol: 'tcp', address: LAB_VIP, port: 82, scheduler: 'rr', forwarding: 'fullnat', realServers: rs.map((a) => ({ address: a, port: 8080 })) },
     { protocol: 'tcp', address: LAB_VIP, port: 8080, scheduler: 'rr', forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) },
+    // Path MTU: rs1's echo service behind a 1400-byte link (see the test).
+    { protocol: 'tcp', address: LAB_VIP, port: 84, scheduler: 'rr', realServers: [{ address: rs[0], port: 9007 }] },
+    // A real server port nobody listens on: the server's ICMP port unreachable must reach the client.
+    { protocol: 'udp', address: LAB_VIP, port: 55, scheduler: 'rr', realServers: [{ address: rs[0], port: 5999 }] },
   ];
   const labConfig = (svcs: unknown[]) => lab.config(svcs, { dataplane: { fullnat: { addresses: ['10.200.99.1'], portMin: 30000, portMax: 30999 }, tunnelSource: '10.200.1.1' } });
   let configFile = '';
@@ -190,6 +194,38 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     assert.deepEqual(tool(['udp-ask', LAB_VIP, '54', 'x']), { answer: null, error: 'ECONNREFUSED' });
   });
 
+  test('a real server\'s ICMP port unreachable is translated: the client\'s UDP socket gets ECONNREFUSED', () => {
+    // Untranslated, the error would quote RIP:5999 and the client's socket (connected to the VIP)
+    // would never hear of it: the ask would time out instead.
+    assert.deepEqual(tool(['udp-ask', LAB_VIP, '55', 'anyone?', '3000']), { answer: null, error: 'ECONNREFUSED' });
+  });
+
+  test('path MTU: uploads through a 1400-byte link to the real server complete (fragmentation needed from the VIP)', async () => {
+    // The LB↔rs1 link gets MTU 1400 on both ends, while rs1 still advertises MSS 1460 (advmss),
+    // so the client sends full 1500-byte segments with DF. The LB's kernel would drop them
+    // after uvs rewrote them and tell the client about RIP:9007 — which the client ignores: a black
+    // hole. uvs answers from the VIP instead, and the client's path-MTU discovery shrinks it.
+    const p = lab.prefix;
+    lab.ip(lab.lbNs, ['link', 'set', `${p}r1a`, 'mtu', '1400']);
+    lab.ip(lab.rsNs[0]!, ['link', 'set', `${p}r1b`, 'mtu', '1400']);
+    lab.ip(lab.rsNs[0]!, ['route', 'replace', 'default', 'via', '10.200.11.1', 'advmss', '1460']);
+    try {
+      await sleep(5500); // uvsd reads the route MTUs every 5 s
+      const before = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
+      const bytes = 8 * 1024 * 1024;
+      const out = client('sh', ['-c', `head -c ${bytes} /dev/urandom > /tmp/${p}-up && sha256sum < /tmp/${p}-up && timeout 40 nc -N ${LAB_VIP} 84 < /tmp/${p}-up | tail -c +5 | sha256sum; rm -f /tmp/${p}-up`], 60000);
+      // The echo server greets with "rs1\n" (4 bytes) before echoing.
+      const [sent, echoed] = out.trim().split('\n').map((l) => l.split(' ')[0]);
+      assert.equal(echoed, sent, '8 MB went up through the narrow link and came back intact');
+      const after = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
+      assert.ok((after.too_big ?? 0) > (before.too_big ?? 0), 'uvs answered oversize segments with fragmentation needed');
+    } finally {
+      lab.ip(lab.rsNs[0]!, ['route', 'replace', 'default', 'via', '10.200.11.1']);
+      lab.ip(lab.rsNs[0]!, ['link', 'set', `${p}r1b`, 'mtu', '1500']);
+      lab.ip(lab.lbNs, ['link', 'set', `${p}r1a`, 'mtu', '1500']);
+    }
+  });
+
   test('a VIP port without a service is refused and never reaches a local socket', () => {
     assert.deepEqual(tool(['tcp-connect', LAB_VIP, '22']), { connected: false, error: 'ECONNREFUSED' });
     assert.deepEqual(tool(['tcp-connect', '10.200.0.99', '80']), { connected: false, error: 'ECONNREFUSED' });
@@ -297,6 +333,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     await lab.stopUvsd();
     assert.throws(() => lab.ip(lab.lbNs, ['link', 'show', 'uvs0']));
     assert.equal(lab.ip(lab.lbNs, ['rule', 'show', 'pref', '4711']).trim(), '');
+    assert.equal(lab.ip(lab.lbNs, ['rule', 'show', 'pref', '4710']).trim(), '', 'the iif rule for packets leaving the device is gone');
     assert.equal(lab.ip(lab.lbNs, ['route', 'show', 'table', '4711']).trim(), '');
     assert.equal(lab.ip(lab.lbNs, ['route', 'show', '10.200.0.0/24']).trim(), '');
     assert.equal(lab.ip(lab.lbNs, ['route', 'show', '10.200.99.1']).trim(), '', 'the full-NAT pool route is gone');
