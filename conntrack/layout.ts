@@ -44,7 +44,7 @@ export const TIMEOUT_SLOTS = 16;
 // first; the second holds persistence links and room for IPv6 addresses later).
 export const E_LOCK = 0;
 export const E_FLAGS = 1; // F_* below | forwarding method in the low 3 bits (kernel's FWD_MASK)
-export const E_PROTO = 2; // IP protocol number
+export const E_PROTO = 2; // IP protocol number, | PROTO_V6 for an IPv6 flow
 export const E_STATE = 3; // protocol state index (TCP: 0..10, UDP: 0)
 export const E_CADDR = 4; // client address (templates: the client address masked by the netmask)
 export const E_CPORTS = 5; // cport << 16 | vport: the client→server key's ports (templates: cport 0)
@@ -61,7 +61,17 @@ export const E_IN_PKTS = 15; // client→server packets, saturating (sync thresh
 export const E_CONTROL = 16; // connections: entry index + 1 of the persistence template controlling it, 0 = none
 export const E_NCONTROL = 17; // templates: connections it controls (kernel n_control; atomic)
 export const E_TIMEOUT = 18; // templates: their own timeout in ms (the service's -p; 60 s once re-armed)
-export const ENTRY_WORDS = 32; // words 20..31 reserved
+// IPv6 flows: the address words above hold each address's last 32 bits; the first 96 bits of
+// each sit here, three words per address in the order client, virtual, real server, local.
+export const E_HI = 20;
+export const E_CADDR_HI = 20;
+export const E_VADDR_HI = 23;
+export const E_DADDR_HI = 26;
+export const E_LADDR_HI = 29;
+export const HI_WORDS = 12; // a key's high words, in the order above (callers' scratch arrays too)
+export const ENTRY_WORDS = 32;
+/** E_PROTO flag of an IPv6 flow: keys of the two families never compare equal. */
+export const PROTO_V6 = 0x100;
 
 // E_FLAGS bits, values as the kernel's IP_VS_CONN_F_* (include/uapi/linux/ip_vs.h).
 export const FWD_MASK = 0x7;

@@ -179,11 +179,12 @@ export class RedisSync {
   }
 
   // ── out ───────────────────────────────────────────────────────────────────────────────────
-  private inKey(proto: number, caddr: number, cports: number, vaddr: number): string {
-    return `${this.o.keyPrefix}c:{${proto}.${caddr}.${cports}.${vaddr}}`;
+  /** Keys of a flow's two directions; IPv6 keys add the six high words of their two addresses. */
+  private inKey(proto: number, caddr: number, cports: number, vaddr: number, hi?: ArrayLike<number>): string {
+    return `${this.o.keyPrefix}c:{${proto}.${caddr}.${cports}.${vaddr}${hiPart(proto, hi, 0)}}`;
   }
-  private outKey(proto: number, daddr: number, dports: number, laddr: number): string {
-    return `${this.o.keyPrefix}o:{${proto}.${daddr}.${dports}.${laddr}}`;
+  private outKey(proto: number, daddr: number, dports: number, laddr: number, hi?: ArrayLike<number>): string {
+    return `${this.o.keyPrefix}o:{${proto}.${daddr}.${dports}.${laddr}${hiPart(proto, hi, 6)}}`;
   }
 
   /** Moves the workers' sync events into the write queue as records read from the table. */
@@ -218,10 +219,12 @@ export class RedisSync {
           state,
           flags & L.F_INACTIVE ? 1 : 0,
           expiresAt,
+          proto & L.PROTO_V6 ? Array.from(this.table.entryHi(o)).join(',') : '',
         ].join('|');
-        const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!);
+        const hi = proto & L.PROTO_V6 ? this.table.entryHi(o) : undefined;
+        const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi);
         this.queue.delete(key); // re-insert: newest last
-        this.queue.set(key, { rec, out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!), ttl: Math.max(1000, left + 1000), at: Date.now() });
+        this.queue.set(key, { rec, out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!, hi), ttl: Math.max(1000, left + 1000), at: Date.now() });
       }
       Atomics.store(r, L.RG_SYNC_HEAD, tail);
     }
@@ -274,14 +277,16 @@ export class RedisSync {
   /** A flow record → shadow entry. False when it is malformed, expired or not ours to carry. */
   installShadow(rec: string): boolean {
     const f = rec.split('|');
-    if (f.length !== 13) return false;
-    const n = f.map(Number);
+    if (f.length !== 13 && f.length !== 14) return false; // 13: a record from before IPv6
+    const n = f.slice(0, 13).map(Number);
+    const hi = f[13] ? f[13].split(',').map(Number) : null;
+    if ((n[0]! & L.PROTO_V6) !== 0 && (hi === null || hi.length !== L.HI_WORDS || hi.some((x) => !Number.isInteger(x)))) return false;
     const slots = this.resolver.slots(f[8]!, f[9]!);
     if (!slots) return false; // a real server this node does not have: the kernel would drop too
     const left = n[12]! - Date.now();
     if (!(left > 0)) return false;
     const fwd = n[7]! | (n[7] === L.FWD_MASQ || n[7] === L.FWD_FULLNAT ? 0 : L.F_NOOUTPUT); // tunnel: one direction only
-    const e = this.table.putShadow(n[0]!, n[1]!, n[2]!, n[3]!, n[4]!, n[5]!, n[6]!, fwd, slots.slot, slots.svcSlot, n[10]!, n[11] === 1, (this.table.now() + left) | 0);
+    const e = this.table.putShadow(n[0]!, n[1]!, n[2]!, n[3]!, n[4]!, n[5]!, n[6]!, fwd, slots.slot, slots.svcSlot, n[10]!, n[11] === 1, (this.table.now() + left) | 0, hi);
     return e >= 0;
   }
 
@@ -303,11 +308,27 @@ export class RedisSync {
   }
 
   private async lookup(pkt: Uint8Array): Promise<void> {
-    const ihl = (pkt[0]! & 15) << 2;
-    const proto = pkt[9]!;
-    const s = u32(pkt, 12);
-    const d = u32(pkt, 16);
-    const ports = (u16(pkt, ihl) << 16) | u16(pkt, ihl + 2);
+    const v6 = pkt[0]! >> 4 === 6;
+    // IPv6: the parked packet's key high words, source then destination — the in-key's client
+    // and virtual ones, and equally the out-key's real-server and local ones.
+    const hi = new Int32Array(L.HI_WORDS);
+    let proto: number, s: number, d: number, ports: number;
+    if (v6) {
+      proto = pkt[6]! | L.PROTO_V6;
+      for (let i = 0; i < 3; i++) {
+        hi[i] = hi[6 + i] = u32(pkt, 8 + 4 * i);
+        hi[3 + i] = hi[9 + i] = u32(pkt, 24 + 4 * i);
+      }
+      s = u32(pkt, 20);
+      d = u32(pkt, 36);
+      ports = (u16(pkt, 40) << 16) | u16(pkt, 42);
+    } else {
+      const ihl = (pkt[0]! & 15) << 2;
+      proto = pkt[9]!;
+      s = u32(pkt, 12);
+      d = u32(pkt, 16);
+      ports = (u16(pkt, ihl) << 16) | u16(pkt, ihl + 2);
+    }
     if (!this.stats.connected) {
       this.stats.lookups.error++;
       return;
@@ -315,7 +336,7 @@ export class RedisSync {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<'timeout'>((res) => (timer = setTimeout(() => res('timeout'), this.o.parkTimeout * 1000)));
     try {
-      const r = await Promise.race([Promise.all([this.client.get(this.inKey(proto, s, ports, d)), this.client.get(this.outKey(proto, s, ports, d))]), timeout]);
+      const r = await Promise.race([Promise.all([this.client.get(this.inKey(proto, s, ports, d, hi)), this.client.get(this.outKey(proto, s, ports, d, hi))]), timeout]);
       if (r === 'timeout') {
         this.stats.lookups.timeout++;
         return;
@@ -367,4 +388,12 @@ export class RedisSync {
   remoteCounts(service: string, realServer: string): [number, number] {
     return this.remote.get(`${service}|${realServer}`) ?? [0, 0];
   }
+}
+
+/** The IPv6 part of a key: the two addresses' high words (from hi[from, from+6)), else ''. */
+function hiPart(proto: number, hi: ArrayLike<number> | undefined, from: number): string {
+  if ((proto & L.PROTO_V6) === 0 || hi === undefined) return '';
+  let out = '';
+  for (let i = from; i < from + 6; i++) out += `.${hi[i]}`;
+  return out;
 }

@@ -13,9 +13,15 @@
  * OVERLOAD flag is set on bind when the upper threshold is reached and cleared on unbind per the
  * lower threshold (or 3/4 of the upper one).
  *
+ * IPv6 flows use the same entries and calls: E_PROTO carries L.PROTO_V6, the address words hold
+ * each address's last 32 bits and the caller passes the other 96 bits of all four addresses in a
+ * `hi` array (L.HI_WORDS, the order of E_CADDR_HI…E_LADDR_HI); they are stored in the entry and
+ * compared on lookup, and folded into the bucket hash.
+ *
  * Nothing here allocates per call; failures are return values (-1), never exceptions.
  */
 import * as L from './layout';
+import { formatIPv4, formatIPv6 } from '../lb/addr';
 import { TCP_ACTIVE, tcpNextState, TCP_STATE_COUNT } from './state';
 
 const IPPROTO_TCP = 6;
@@ -124,6 +130,32 @@ export class ConnTable {
     return h & this.mask;
   }
 
+  /** Three high words of an IPv6 address folded into one, for the bucket hash. */
+  private static fold(hi: ArrayLike<number>, i: number): number {
+    const x1 = hi[i + 1]!;
+    const x2 = hi[i + 2]!;
+    return hi[i]! ^ ((x1 << 11) | (x1 >>> 21)) ^ ((x2 << 22) | (x2 >>> 10));
+  }
+
+  /** Bucket of a client→server key (IPv6: `hi` holds its high words at 0..5). */
+  bucketIn(proto: number, caddr: number, cports: number, vaddr: number, hi: ArrayLike<number> | null): number {
+    if ((proto & L.PROTO_V6) === 0 || hi === null) return this.bucket(proto, caddr, cports, vaddr);
+    return this.bucket(proto, caddr ^ ConnTable.fold(hi, 0), cports, vaddr ^ ConnTable.fold(hi, 3));
+  }
+
+  /** Bucket of a server→client key (IPv6: `hi` holds its high words at 6..11). */
+  bucketOut(proto: number, daddr: number, dports: number, laddr: number, hi: ArrayLike<number> | null): number {
+    if ((proto & L.PROTO_V6) === 0 || hi === null) return this.bucket(proto, daddr, dports, laddr);
+    return this.bucket(proto, daddr ^ ConnTable.fold(hi, 6), dports, laddr ^ ConnTable.fold(hi, 9));
+  }
+
+  /** The high words of an entry's IPv6 key match hi[from, from+6) at entry word `at`. */
+  private hiEqual(o: number, at: number, hi: ArrayLike<number>, from: number): boolean {
+    const a = this.i32;
+    for (let i = 0; i < 6; i++) if (a[o + at + i] !== hi[from + i]) return false;
+    return true;
+  }
+
   // ── locks ─────────────────────────────────────────────────────────────────────────────────
   lockBucket(b: number): void {
     const i = this.locks + b;
@@ -173,13 +205,20 @@ export class ConnTable {
 
   // ── lookups (caller holds the bucket lock) ───────────────────────────────────────────────
   /** Entry whose client→server key matches, or -1. */
-  findIn(b: number, proto: number, caddr: number, cports: number, vaddr: number): number {
+  findIn(b: number, proto: number, caddr: number, cports: number, vaddr: number, hi: ArrayLike<number> | null = null): number {
     const a = this.i32;
     let ref = a[this.inHeads + b]!;
     while (ref !== 0) {
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
-      if (a[o + L.E_CADDR] === caddr && a[o + L.E_CPORTS] === cports && a[o + L.E_VADDR] === vaddr && a[o + L.E_PROTO] === proto && (a[o + L.E_FLAGS]! & L.F_TEMPLATE) === 0) {
+      if (
+        a[o + L.E_CADDR] === caddr &&
+        a[o + L.E_CPORTS] === cports &&
+        a[o + L.E_VADDR] === vaddr &&
+        a[o + L.E_PROTO] === proto &&
+        (a[o + L.E_FLAGS]! & L.F_TEMPLATE) === 0 &&
+        ((proto & L.PROTO_V6) === 0 || this.hiEqual(o, L.E_CADDR_HI, hi!, 0))
+      ) {
         return e;
       }
       ref = a[o + L.E_NEXT_IN]!;
@@ -188,7 +227,7 @@ export class ConnTable {
   }
 
   /** Valid persistence template for (proto, masked client, vport, vaddr), or -1. */
-  findTemplate(b: number, proto: number, maskedCaddr: number, vport: number, vaddr: number): number {
+  findTemplate(b: number, proto: number, maskedCaddr: number, vport: number, vaddr: number, hi: ArrayLike<number> | null = null): number {
     const a = this.i32;
     let ref = a[this.inHeads + b]!;
     while (ref !== 0) {
@@ -199,7 +238,8 @@ export class ConnTable {
         a[o + L.E_CPORTS] === vport &&
         a[o + L.E_VADDR] === vaddr &&
         a[o + L.E_PROTO] === proto &&
-        (a[o + L.E_FLAGS]! & (L.F_TEMPLATE | L.F_INVALID)) === L.F_TEMPLATE
+        (a[o + L.E_FLAGS]! & (L.F_TEMPLATE | L.F_INVALID)) === L.F_TEMPLATE &&
+        ((proto & L.PROTO_V6) === 0 || this.hiEqual(o, L.E_CADDR_HI, hi!, 0))
       ) {
         return e;
       }
@@ -235,13 +275,20 @@ export class ConnTable {
   }
 
   /** Entry whose server→client key matches, or -1. */
-  findOut(b: number, proto: number, daddr: number, dports: number, laddr: number): number {
+  findOut(b: number, proto: number, daddr: number, dports: number, laddr: number, hi: ArrayLike<number> | null = null): number {
     const a = this.i32;
     let ref = a[this.outHeads + b]!;
     while (ref !== 0) {
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
-      if (a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports && a[o + L.E_LADDR] === laddr && a[o + L.E_PROTO] === proto && (a[o + L.E_FLAGS]! & L.F_TEMPLATE) === 0) {
+      if (
+        a[o + L.E_DADDR] === daddr &&
+        a[o + L.E_DPORTS] === dports &&
+        a[o + L.E_LADDR] === laddr &&
+        a[o + L.E_PROTO] === proto &&
+        (a[o + L.E_FLAGS]! & L.F_TEMPLATE) === 0 &&
+        ((proto & L.PROTO_V6) === 0 || this.hiEqual(o, L.E_DADDR_HI, hi!, 6))
+      ) {
         return e;
       }
       ref = a[o + L.E_NEXT_OUT]!;
@@ -260,7 +307,7 @@ export class ConnTable {
     const a = this.i32;
     const o = this.entries + e * L.ENTRY_WORDS;
     this.lockWord(o + L.E_LOCK);
-    const proto = a[o + L.E_PROTO]!;
+    const proto = a[o + L.E_PROTO]! & 0xff;
     let state = a[o + L.E_STATE]!;
     let timeoutSlot = L.TIMEOUT_UDP;
     let changed = false;
@@ -352,11 +399,12 @@ export class ConnTable {
     state: number,
     inactive: boolean,
     expires: number,
+    hi: ArrayLike<number> | null = null,
   ): number {
     const a = this.i32;
-    const b1 = this.bucket(proto, caddr, cports, vaddr);
+    const b1 = this.bucketIn(proto, caddr, cports, vaddr, hi);
     this.lockBucket(b1);
-    const found = this.findIn(b1, proto, caddr, cports, vaddr);
+    const found = this.findIn(b1, proto, caddr, cports, vaddr, hi);
     if (found >= 0) {
       const o = this.base(found);
       if (a[o + L.E_FLAGS]! & L.F_SHADOW && a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports) {
@@ -370,7 +418,7 @@ export class ConnTable {
       return -1;
     }
     this.unlockBucket(b1);
-    const e = this.insert(proto, caddr, cports, vaddr, daddr, dports, laddr, fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0), rs, svc, 0, 0, state, expires);
+    const e = this.insert(proto, caddr, cports, vaddr, daddr, dports, laddr, fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0), rs, svc, 0, 0, state, expires, hi);
     return e >= 0 && this.lastInsertNew ? e : -1;
   }
 
@@ -402,13 +450,14 @@ export class ConnTable {
     templateMs = 0,
     shadowState = 0,
     shadowExpires = 0,
+    hi: ArrayLike<number> | null = null,
   ): number {
     const a = this.i32;
     const isTemplate = (fwdFlags & L.F_TEMPLATE) !== 0;
     const isShadow = (fwdFlags & L.F_SHADOW) !== 0;
     this.lastInsertNew = false;
-    const b1 = this.bucket(proto, caddr, cports, vaddr);
-    const b2 = this.bucket(proto, daddr, dports, laddr);
+    const b1 = this.bucketIn(proto, caddr, cports, vaddr, hi);
+    const b2 = this.bucketOut(proto, daddr, dports, laddr, hi);
     // Allocate before taking the bucket locks: an allocated, unlinked entry is private.
     this.lockWord(L.H_ALLOC_LOCK);
     const ref = a[L.H_FREE_HEAD]!;
@@ -429,6 +478,7 @@ export class ConnTable {
     a[o + L.E_DADDR] = daddr;
     a[o + L.E_DPORTS] = dports;
     a[o + L.E_LADDR] = laddr;
+    if (proto & L.PROTO_V6) for (let i = 0; i < L.HI_WORDS; i++) a[o + L.E_HI + i] = hi![i]!;
     a[o + L.E_RS] = rs;
     a[o + L.E_SVC] = svc;
     a[o + L.E_IN_PKTS] = 0;
@@ -440,13 +490,13 @@ export class ConnTable {
     a[o + L.E_SYNCED] = isShadow ? shadowExpires : now;
 
     this.lockPair(b1, b2);
-    const existing = isTemplate ? this.findTemplate(b1, proto, caddr, cports, vaddr) : this.findIn(b1, proto, caddr, cports, vaddr);
+    const existing = isTemplate ? this.findTemplate(b1, proto, caddr, cports, vaddr, hi) : this.findIn(b1, proto, caddr, cports, vaddr, hi);
     if (existing >= 0) {
       this.unlockPair(b1, b2);
       this.pushFree(e);
       return existing;
     }
-    if ((fwdFlags & L.FWD_MASK) === L.FWD_FULLNAT && this.findOut(b2, proto, daddr, dports, laddr) >= 0) {
+    if ((fwdFlags & L.FWD_MASK) === L.FWD_FULLNAT && this.findOut(b2, proto, daddr, dports, laddr, hi) >= 0) {
       // The pool address and port chosen for this flow are taken: the caller picks another.
       this.unlockPair(b1, b2);
       this.pushFree(e);
@@ -515,17 +565,10 @@ export class ConnTable {
     for (;;) {
       // Key fields cannot change while the entry is linked; if it was freed and reused between
       // the unlocked read and the lock, the buckets differ and we try again with the new key.
-      const proto = a[o + L.E_PROTO]!;
-      b1 = this.bucket(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!);
-      b2 = this.bucket(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!);
+      b1 = this.entryBucketIn(o);
+      b2 = this.entryBucketOut(o);
       this.lockPair(b1, b2);
-      const p2 = a[o + L.E_PROTO]!;
-      if (
-        b1 === this.bucket(p2, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!) &&
-        b2 === this.bucket(p2, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!)
-      ) {
-        break;
-      }
+      if (b1 === this.entryBucketIn(o) && b2 === this.entryBucketOut(o)) break;
       this.unlockPair(b1, b2);
     }
     const flags = a[o + L.E_FLAGS]!;
@@ -555,6 +598,24 @@ export class ConnTable {
     else this.unbindRealServer(a[o + L.E_RS]!, flags);
     this.pushFree(e);
     return true;
+  }
+
+  /** The buckets of entry words at o (its two keys as stored; no allocation: workers remove too). */
+  private entryBucketIn(o: number): number {
+    const a = this.i32;
+    const p = a[o + L.E_PROTO]!;
+    if ((p & L.PROTO_V6) === 0) return this.bucket(p, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!);
+    return this.bucket(p, a[o + L.E_CADDR]! ^ ConnTable.fold(a, o + L.E_CADDR_HI), a[o + L.E_CPORTS]!, a[o + L.E_VADDR]! ^ ConnTable.fold(a, o + L.E_VADDR_HI));
+  }
+  private entryBucketOut(o: number): number {
+    const a = this.i32;
+    const p = a[o + L.E_PROTO]!;
+    if ((p & L.PROTO_V6) === 0) return this.bucket(p, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!);
+    return this.bucket(p, a[o + L.E_DADDR]! ^ ConnTable.fold(a, o + L.E_DADDR_HI), a[o + L.E_DPORTS]!, a[o + L.E_LADDR]! ^ ConnTable.fold(a, o + L.E_LADDR_HI));
+  }
+  /** A view of the entry's high words (control-thread paths only: remove, listings). */
+  entryHi(o: number): Int32Array {
+    return this.i32.subarray(o + L.E_HI, o + L.E_HI + L.HI_WORDS);
   }
 
   private unlink(headIdx: number, e: number, nextField: number): boolean {
@@ -603,4 +664,14 @@ function setTimeouts(a: Int32Array, t: TableTimeouts): void {
 /** Real-server region for `slots` servers. */
 export function createRealServerRegion(slots: number): SharedArrayBuffer {
   return new SharedArrayBuffer(slots * L.RS_WORDS * 4);
+}
+
+/**
+ * An entry's address as text (control thread: listings, API). `field` is E_CADDR, E_VADDR,
+ * E_DADDR or E_LADDR; IPv6 entries add the address's high words from the matching E_*_HI.
+ */
+export function entryAddr(a: Int32Array, o: number, field: number): string {
+  if ((a[o + L.E_PROTO]! & L.PROTO_V6) === 0) return formatIPv4(a[o + field]!);
+  const hi = field === L.E_CADDR ? L.E_CADDR_HI : field === L.E_VADDR ? L.E_VADDR_HI : field === L.E_DADDR ? L.E_DADDR_HI : L.E_LADDR_HI;
+  return formatIPv6([a[o + hi]!, a[o + hi + 1]!, a[o + hi + 2]!, a[o + field]!]);
 }

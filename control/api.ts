@@ -9,7 +9,8 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import * as L from '../conntrack/layout';
 import { TCP_STATE_NAMES } from '../conntrack/state';
-import { formatIPv4 } from '../lb/addr';
+import { canonAddr, hostPort } from '../lb/addr';
+import { entryAddr } from '../conntrack/table';
 import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
 import { isLoopback, splitHostPort, tokenOk } from './metrics';
@@ -43,14 +44,14 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
   t.forEach((_e, o) => {
     total++;
     if (total <= offset || rows.length >= limit) return;
-    const proto = a[o + L.E_PROTO]!;
+    const proto = a[o + L.E_PROTO]! & 0xff;
     const cports = a[o + L.E_CPORTS]!;
     const dports = a[o + L.E_DPORTS]!;
     rows.push({
       protocol: PROTO_NAME[proto] ?? String(proto),
-      client: `${formatIPv4(a[o + L.E_CADDR]!)}:${cports >>> 16}`,
-      virtual: `${formatIPv4(a[o + L.E_VADDR]!)}:${cports & 0xffff}`,
-      realServer: `${formatIPv4(a[o + L.E_DADDR]!)}:${dports >>> 16}`,
+      client: hostPort(entryAddr(a, o, L.E_CADDR), cports >>> 16),
+      virtual: hostPort(entryAddr(a, o, L.E_VADDR), cports & 0xffff),
+      realServer: hostPort(entryAddr(a, o, L.E_DADDR), dports >>> 16),
       state: proto === 6 ? TCP_STATE_NAMES[a[o + L.E_STATE]!]! : 'UDP',
       expiresIn: Math.max(0, ((a[o + L.E_EXPIRES]! - now) | 0) / 1000),
       inactive: (a[o + L.E_FLAGS]! & L.F_INACTIVE) !== 0,
@@ -174,14 +175,14 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
   // Disruption preview: what share of table slots and tracked flows a change would move.
   app.post('/v1/services/:protocol/:address/:port/preview', async (req) => {
     const p = req.params as { protocol: string; address: string; port: string };
-    const svc = d.model.list().find((s) => s.key === serviceKey({ protocol: p.protocol, address: p.address, port: Number(p.port) }));
+    const svc = d.model.list().find((s) => s.key === serviceKey({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) }));
     if (!svc) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${p.protocol} ${p.address}:${p.port}`);
     const flows: PreviewFlow[] = [];
     const t = d.table;
     const a = t.i32;
     t.forEach((_e, o) => {
       if (a[o + L.E_SVC] !== svc.slot || a[o + L.E_FLAGS]! & L.F_TEMPLATE) return;
-      flows.push({ client: formatIPv4(a[o + L.E_CADDR]!), clientPort: a[o + L.E_CPORTS]! >>> 16, realServer: `${formatIPv4(a[o + L.E_DADDR]!)}:${a[o + L.E_DPORTS]! >>> 16}` });
+      flows.push({ client: entryAddr(a, o, L.E_CADDR), clientPort: a[o + L.E_CPORTS]! >>> 16, realServer: `${entryAddr(a, o, L.E_DADDR)}:${a[o + L.E_DPORTS]! >>> 16}` });
     });
     try {
       return previewDisruption(
@@ -255,7 +256,7 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
     },
     async (req, reply) => runEdits((req.body as { ops: EditOp[] }).ops, reply),
   );
-  const refFrom = (p: { protocol: string; address: string; port: string }): ServiceRef => ({ protocol: p.protocol, address: p.address, port: Number(p.port) });
+  const refFrom = (p: { protocol: string; address: string; port: string }): ServiceRef => ({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) });
   app.post('/v1/services', async (req, reply) => runEdits([{ op: 'addService', service: req.body as Record<string, unknown> }], reply));
   app.delete('/v1/services', async (_req, reply) => runEdits([{ op: 'clear' }], reply));
   app.put('/v1/services/:protocol/:address/:port', async (req, reply) => {

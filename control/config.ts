@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { availableParallelism, hostname } from 'node:os';
 import { parse as parseYaml } from 'yaml';
-import { maskBits, parseCidr, parseIPv4, type Cidr } from '../lb/addr';
+import { formatIPv6, hostPort, inCidr6, isCidr, maskBits, parseCidr, parseCidr6, parseIPv4, parseIPv6, type Cidr } from '../lb/addr';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
 import { MH_PRIMES } from '../schedulers/mh';
 import { getScheduler, schedulerNames } from '../schedulers/registry';
@@ -83,6 +83,8 @@ export interface UvsConfig {
     expireQuiescentTemplate: boolean;
     /** Outer source address of IPIP-tunnelled packets (an address of this node the real servers reach). */
     tunnelSource: string;
+    /** The same for ip6ip6-tunnelled IPv6 services. */
+    tunnelSource6: string;
     /** Full-NAT source addresses (routed to the device) and the port range allocated on them. */
     fullnat: { addresses: string[]; portMin: number; portMax: number };
   };
@@ -205,9 +207,23 @@ export function duration(v: unknown, path: string, def: number, max = 2678400): 
 
 function ipv4(v: unknown, path: string): string {
   const s = str(v, path);
-  if (s.includes(':')) throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'IPv6 addresses are not supported yet (IPv4 only)', path);
   if (parseIPv4(s) === null) fail(path, `must be an IPv4 address, got ${JSON.stringify(s)}`);
   return s;
+}
+
+function ipv6(v: unknown, path: string): string {
+  const s = str(v, path);
+  const w = parseIPv6(s);
+  if (w === null) fail(path, `must be an IPv6 address, got ${JSON.stringify(s)}`);
+  return formatIPv6(w); // one spelling per address (RFC 5952), so keys and listings agree
+}
+
+/** An address of either family; IPv6 in its RFC 5952 form. */
+function ipAddr(v: unknown, path: string): string {
+  const s = str(v, path);
+  if (parseIPv4(s) !== null) return s;
+  if (parseIPv6(s) !== null) return ipv6(s, path);
+  fail(path, `must be an IPv4 or IPv6 address, got ${JSON.stringify(s)}`);
 }
 
 function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
@@ -225,8 +241,8 @@ function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
 
 function fullnatPool(v: unknown): { addresses: string[]; portMin: number; portMax: number } {
   const f = obj(v, 'dataplane.fullnat', ['addresses', 'portMin', 'portMax']);
-  if (f.addresses !== undefined && !Array.isArray(f.addresses)) fail('dataplane.fullnat.addresses', 'must be a list of IPv4 addresses');
-  const addresses = ((f.addresses as unknown[] | undefined) ?? []).map((a, i) => ipv4(a, `dataplane.fullnat.addresses[${i}]`));
+  if (f.addresses !== undefined && !Array.isArray(f.addresses)) fail('dataplane.fullnat.addresses', 'must be a list of IPv4 and/or IPv6 addresses');
+  const addresses = ((f.addresses as unknown[] | undefined) ?? []).map((a, i) => ipAddr(a, `dataplane.fullnat.addresses[${i}]`));
   const portMin = int(f.portMin, 'dataplane.fullnat.portMin', 1024, 1, 65535);
   const portMax = int(f.portMax, 'dataplane.fullnat.portMax', 65535, 1, 65535);
   if (portMax < portMin) fail('dataplane.fullnat.portMax', `must not be below portMin (${portMin})`);
@@ -272,13 +288,14 @@ export function validateConfig(doc: unknown): UvsConfig {
     'expireQuiescentTemplate',
     'fullnat',
     'tunnelSource',
+    'tunnelSource6',
   ]);
   const device = str(dp.device, 'dataplane.device', DEFAULTS.device);
   if (!/^[a-zA-Z0-9_.-]{1,15}$/.test(device)) fail('dataplane.device', 'must be 1–15 characters of letters, digits, _ . -');
-  if (!Array.isArray(dp.vipCidrs) || dp.vipCidrs.length === 0) fail('dataplane.vipCidrs', 'must be a non-empty list of IPv4 CIDRs');
+  if (!Array.isArray(dp.vipCidrs) || dp.vipCidrs.length === 0) fail('dataplane.vipCidrs', 'must be a non-empty list of IPv4 or IPv6 CIDRs');
   const vipCidrs = dp.vipCidrs.map((c, i) => {
     const p = `dataplane.vipCidrs[${i}]`;
-    if (typeof c !== 'string' || parseCidr(c) === null) fail(p, `must be an IPv4 CIDR like 10.0.0.0/24, got ${JSON.stringify(c)}`);
+    if (typeof c !== 'string' || !isCidr(c)) fail(p, `must be an IPv4 or IPv6 CIDR like 10.0.0.0/24 or fd00:10::/64, got ${JSON.stringify(c)}`);
     return c;
   });
   const tableSize = int(dp.tableSize, 'dataplane.tableSize', DEFAULTS.tableSize, 16, 1 << 26);
@@ -300,6 +317,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     expireQuiescentTemplate: bool(dp.expireQuiescentTemplate, 'dataplane.expireQuiescentTemplate', false),
     fullnat: fullnatPool(dp.fullnat),
     tunnelSource: dp.tunnelSource === undefined ? '' : ipv4(dp.tunnelSource, 'dataplane.tunnelSource'),
+    tunnelSource6: dp.tunnelSource6 === undefined ? '' : ipv6(dp.tunnelSource6, 'dataplane.tunnelSource6'),
   };
 
   const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sweepInterval']) }; // a copy: validation never changes the document
@@ -367,15 +385,21 @@ export function validateConfig(doc: unknown): UvsConfig {
     const key = `${s.protocol} ${s.address}:${s.port}`;
     if (seen.has(key)) fail(`services[${i}]`, `duplicates ${seen.get(key)} (${key})`);
     seen.set(key, `services[${i}]`);
-    if ((s.forwarding === 'tunnel' || s.realServers.some((r) => r.forwarding === 'tunnel')) && !dataplane.tunnelSource) {
-      fail(`services[${i}].forwarding`, 'tunnel needs dataplane.tunnelSource (the outer source address the real servers see)');
+    const v6 = s.address.includes(':');
+    if ((s.forwarding === 'tunnel' || s.realServers.some((r) => r.forwarding === 'tunnel')) && !(v6 ? dataplane.tunnelSource6 : dataplane.tunnelSource)) {
+      fail(`services[${i}].forwarding`, `tunnel needs dataplane.${v6 ? 'tunnelSource6' : 'tunnelSource'} (the outer source address the real servers see)`);
     }
-    if ((s.forwarding === 'fullnat' || s.realServers.some((r) => r.forwarding === 'fullnat')) && dataplane.fullnat.addresses.length === 0) {
-      fail(`services[${i}].forwarding`, 'fullnat needs dataplane.fullnat.addresses (the source addresses real servers answer to)');
+    if ((s.forwarding === 'fullnat' || s.realServers.some((r) => r.forwarding === 'fullnat')) && !dataplane.fullnat.addresses.some((a) => a.includes(':') === v6)) {
+      fail(`services[${i}].forwarding`, `fullnat needs ${v6 ? 'an IPv6' : 'an IPv4'} address in dataplane.fullnat.addresses (the source addresses real servers answer to)`);
     }
+    const a6 = v6 ? parseIPv6(s.address) : null;
     const inVip = vipCidrs.some((c) => {
-      const cidr = parseCidr(c) as Cidr;
-      return (parseIPv4(s.address)! & cidr.mask) === cidr.net;
+      if (a6) {
+        const c6 = parseCidr6(c);
+        return c6 !== null && inCidr6(a6, 0, c6);
+      }
+      const cidr = parseCidr(c) as Cidr | null;
+      return cidr !== null && (parseIPv4(s.address)! & cidr.mask) === cidr.net;
     });
     if (!inVip) fail(`services[${i}].address`, `${s.address} is not inside dataplane.vipCidrs (${vipCidrs.join(', ')})`);
   });
@@ -417,7 +441,8 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
   const protocol = str(s.protocol, `${path}.protocol`, 'tcp');
   if (protocol === 'sctp') throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'SCTP services are not supported yet', `${path}.protocol`);
   if (protocol !== 'tcp' && protocol !== 'udp') fail(`${path}.protocol`, `must be tcp or udp, got ${JSON.stringify(protocol)}`);
-  const address = ipv4(s.address, `${path}.address`);
+  const address = ipAddr(s.address, `${path}.address`);
+  const v6 = address.includes(':');
   const port = int(s.port, `${path}.port`, undefined, 1, 65535);
   const scheduler = str(s.scheduler, `${path}.scheduler`, defaultScheduler);
   if (!getScheduler(scheduler)) fail(`${path}.scheduler`, `unknown scheduler ${JSON.stringify(scheduler)} (available: ${schedulerNames().join(', ')})`);
@@ -436,19 +461,30 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     persistence = duration(s.persistence, `${path}.persistence`, 0, 2678400);
     if (persistence < 1) fail(`${path}.persistence`, 'must be at least 1 second (or false/0 for none)');
   }
-  const netmask = s.netmask === undefined ? '255.255.255.255' : str(s.netmask, `${path}.netmask`);
-  const nm = parseIPv4(netmask);
-  if (nm === null || maskBits(nm) === null) fail(`${path}.netmask`, `must be a contiguous IPv4 netmask like 255.255.255.0, got ${JSON.stringify(netmask)}`);
+  let netmask: string;
+  if (v6) {
+    // ipvsadm -M for an IPv6 service is a prefix length.
+    netmask = s.netmask === undefined ? '128' : String(s.netmask);
+    if (!/^\d{1,3}$/.test(netmask) || Number(netmask) < 1 || Number(netmask) > 128) fail(`${path}.netmask`, `must be a prefix length from 1 to 128 for an IPv6 service, got ${JSON.stringify(s.netmask)}`);
+  } else {
+    netmask = s.netmask === undefined ? '255.255.255.255' : str(s.netmask, `${path}.netmask`);
+    const nm = parseIPv4(netmask);
+    if (nm === null || maskBits(nm) === null) fail(`${path}.netmask`, `must be a contiguous IPv4 netmask like 255.255.255.0, got ${JSON.stringify(netmask)}`);
+  }
   const fwd = forwarding(s.forwarding, `${path}.forwarding`, 'masq');
   if (s.realServers !== undefined && !Array.isArray(s.realServers)) fail(`${path}.realServers`, 'must be a list');
   const realServers = ((s.realServers as unknown[] | undefined) ?? []).map((r, j) => validateRealServer(r, `${path}.realServers[${j}]`, port, fwd));
+  realServers.forEach((r, j) => {
+    // IPVS allows another family only for tunnelled servers; uvs tunnels within one family.
+    if (r.address.includes(':') !== v6) fail(`${path}.realServers[${j}].address`, `${r.address} is not of the service's address family (${v6 ? 'IPv6' : 'IPv4'})`);
+  });
   const seen = new Set<string>();
   realServers.forEach((r, j) => {
     const k = `${r.address}:${r.port}`;
     if (seen.has(k)) fail(`${path}.realServers[${j}]`, `${k} is listed twice`);
     seen.add(k);
   });
-  const name = s.name === undefined ? `${protocol}/${address}:${port}` : str(s.name, `${path}.name`);
+  const name = s.name === undefined ? `${protocol}/${hostPort(address, port)}` : str(s.name, `${path}.name`);
   const out: ServiceConfig = { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers, persistence, netmask };
   if (s.healthCheck !== undefined) out.healthCheck = healthCheck(s.healthCheck, `${path}.healthCheck`);
   if (s.maxDrainTime !== undefined) out.maxDrainTime = duration(s.maxDrainTime, `${path}.maxDrainTime`, 0);
@@ -525,7 +561,7 @@ export function validateRealServer(v: unknown, path: string, servicePort: number
   const port = int(r.port, `${path}.port`, servicePort, 1, 65535);
   if (rsFwd === 'tunnel' && port !== servicePort) fail(`${path}.port`, `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`);
   return {
-    address: ipv4(r.address, `${path}.address`),
+    address: ipAddr(r.address, `${path}.address`),
     port,
     weight: int(r.weight, `${path}.weight`, DEFAULTS.weight, 0, 65535),
     forwarding: rsFwd,

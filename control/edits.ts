@@ -4,6 +4,7 @@
  * is validated by the same schema as the file. Errors name the operation's field and use the
  * catalogue (not found 404, already exists 409).
  */
+import { canonAddr } from '../lb/addr';
 import { UvsError } from './errors';
 
 export interface ServiceRef {
@@ -39,7 +40,7 @@ function refOf(s: Record<string, unknown>): ServiceRef {
 }
 
 function same(a: ServiceRef, b: ServiceRef): boolean {
-  return a.protocol === b.protocol && a.address === b.address && a.port === b.port;
+  return a.protocol === b.protocol && canonAddr(a.address) === canonAddr(b.address) && a.port === b.port;
 }
 
 export function refName(r: ServiceRef): string {
@@ -93,7 +94,7 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
         const s = find(doc, o.ref, `${p}.ref`);
         s.realServers ??= [];
         const port = rsPort(s, o.realServer);
-        if (s.realServers.some((r) => r.address === o.realServer.address && rsPort(s, r) === port)) {
+        if (s.realServers.some((r) => canonAddr(r.address) === canonAddr(o.realServer.address) && rsPort(s, r) === port)) {
           throw new UvsError('UVS_ERR_API_CONFLICT', `real server ${String(o.realServer.address)}:${port} already exists in ${refName(o.ref)}`, `${p}.realServer`);
         }
         s.realServers.push({ ...o.realServer });
@@ -102,7 +103,7 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
       case 'editRealServer': {
         const s = find(doc, o.ref, `${p}.ref`);
         const port = rsPort(s, o.realServer);
-        const r = (s.realServers ?? []).find((x) => x.address === o.realServer.address && rsPort(s, x) === port);
+        const r = (s.realServers ?? []).find((x) => canonAddr(x.address) === canonAddr(o.realServer.address) && rsPort(s, x) === port);
         if (!r) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no real server ${String(o.realServer.address)}:${port} in ${refName(o.ref)}`, `${p}.realServer`);
         Object.assign(r, o.realServer);
         break;
@@ -110,7 +111,7 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
       case 'deleteRealServer': {
         const s = find(doc, o.ref, `${p}.ref`);
         const list = s.realServers ?? [];
-        const idx = list.findIndex((x) => x.address === o.address && rsPort(s, x) === o.port);
+        const idx = list.findIndex((x) => canonAddr(x.address) === canonAddr(o.address) && rsPort(s, x) === o.port);
         if (idx < 0) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no real server ${o.address}:${o.port} in ${refName(o.ref)}`, `${p}`);
         list.splice(idx, 1);
         break;

@@ -5,6 +5,7 @@
  *
  * uvs never resolves names: every listing is what ipvsadm prints with -n.
  */
+import { hostPort } from '../lb/addr';
 
 export interface FmtStats {
   conns: number;
@@ -128,12 +129,13 @@ function hasFlags(flags: string[]): boolean {
   return flags.some((f) => FLAG_BIT[f] !== undefined);
 }
 
-/** svc_name: "%-4s %s", cut at 33 characters (IPv4). */
+/** svc_name: "%-4s %s", cut at 33 characters for IPv4; IPv6 as [addr]:port, whole. */
 function svcName(s: FmtService): string {
-  return `${left(PROTO_NAME[s.protocol] ?? '?', 4)} ${s.address}:${s.port}`.slice(0, 33);
+  const name = `${left(PROTO_NAME[s.protocol] ?? '?', 4)} ${hostPort(s.address, s.port)}`;
+  return s.address.includes(':') ? name : name.slice(0, 33);
 }
 function destName(r: FmtRealServer): string {
-  return `${r.address}:${r.port}`.slice(0, 28);
+  return r.address.includes(':') ? hostPort(r.address, r.port) : `${r.address}:${r.port}`.slice(0, 28);
 }
 
 /** The default service line: scheduler, (flags), persistent T [mask M] [pe P], ops. */
@@ -224,7 +226,7 @@ export function formatList(tableSize: number, services: FmtService[], opts: List
 export function formatSave(services: FmtService[]): string {
   const out: string[] = [];
   for (const s of sortServices(services)) {
-    const name = `${SAVE_PROTO[s.protocol] ?? '--xxx-service'} ${s.address}:${s.port}`;
+    const name = `${SAVE_PROTO[s.protocol] ?? '--xxx-service'} ${hostPort(s.address, s.port)}`;
     let line = `-A ${name} -s ${s.scheduler}`;
     if (s.persistence) {
       line += ` -p ${s.persistence}`;
@@ -237,7 +239,7 @@ export function formatSave(services: FmtService[]): string {
     for (const r of sortRealServers(s.realServers)) {
       const tun = r.forwarding === 'tunnel' ? ' --tun-type ipip' : '';
       const thresholds = `${r.upperThreshold ? ` -x ${r.upperThreshold}` : ''}${r.lowerThreshold ? ` -y ${r.lowerThreshold}` : ''}`;
-      out.push(`-a ${name} -r ${r.address}:${r.port} ${FWD_SWITCH[r.forwarding] ?? '-g'} -w ${r.weight}${tun}${thresholds}`);
+      out.push(`-a ${name} -r ${hostPort(r.address, r.port)} ${FWD_SWITCH[r.forwarding] ?? '-g'} -w ${r.weight}${tun}${thresholds}`);
     }
   }
   return out.map((l) => l + '\n').join('');

@@ -23,7 +23,7 @@
  * re-adding it revives the same slot with its counters, as the kernel does.
  */
 import * as L from '../conntrack/layout';
-import { formatIPv4 as formatAddr, parseCidr, parseIPv4 } from '../lb/addr';
+import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../lb/addr';
 import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } from '../lb/snapshot';
 import { getScheduler } from '../schedulers/registry';
 import { schedFlagBits, type DestListChange, type SchedDest } from '../schedulers/types';
@@ -31,6 +31,11 @@ import type { RealServerConfig, ServiceConfig, UvsConfig } from './config';
 
 const PROTO: Record<string, number> = { tcp: 6, udp: 17 };
 const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, tunnel: L.FWD_TUNNEL };
+
+/** A compiled real server's address as text (IPv6 from its words; `addr` is then a fold). */
+function destAddr(d: CompiledDest): string {
+  return d.addr6 ? formatIPv6(d.addr6) : formatAddr(d.addr);
+}
 
 export function serviceKey(s: { protocol: string; address: string; port: number }): string {
   return `${s.protocol} ${s.address}:${s.port}`;
@@ -131,6 +136,7 @@ export class ServiceModel {
   private adopt = false;
   private fullnat = { addresses: [] as string[], portMin: 1024, portMax: 65535 };
   private tunnelSrc = 0;
+  private tunnelSrc6: Int32Array = new Int32Array(4);
   /** Draining real servers by slot key. */
   private draining = new Map<string, DrainEntry>();
   /** Their configurations when they started draining (for restarts). */
@@ -165,6 +171,7 @@ export class ServiceModel {
     this.adopt = cfg.redis !== null;
     this.fullnat = cfg.dataplane.fullnat;
     this.tunnelSrc = cfg.dataplane.tunnelSource ? parseIPv4(cfg.dataplane.tunnelSource)! : 0;
+    this.tunnelSrc6 = cfg.dataplane.tunnelSource6 ? parseIPv6(cfg.dataplane.tunnelSource6)! : new Int32Array(4);
     this.policy = { maxDrainTime: cfg.gracefulTermination.maxDrainTime * 1000 };
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
     this.checkCapacity(wanted);
@@ -231,17 +238,19 @@ export class ServiceModel {
     const key = serviceKey(s);
     const slot = this.freeSvc.pop()!;
     this.onFreshServiceSlot?.(slot);
+    const v6 = parseIPv6(s.address);
     const compiled: CompiledService = {
       slot,
-      proto: PROTO[s.protocol]!,
-      vaddr: parseIPv4(s.address)!,
+      proto: PROTO[s.protocol]! | (v6 ? L.PROTO_V6 : 0),
+      vaddr: v6 ? v6[3]! : parseIPv4(s.address)!,
+      addr6: v6,
       vport: s.port,
       scheduler: s.scheduler,
       schedFlags: ServiceModel.flagBits(s),
       dests: [],
       data: null,
       persistMs: (s.persistence ?? 0) * 1000,
-      netmask: parseIPv4(s.netmask ?? '255.255.255.255')!,
+      ...ServiceModel.netmasks(s),
       ...(s.mhTableSize !== undefined ? { mhTableSize: s.mhTableSize } : {}),
     };
     const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false, nextTick: null };
@@ -256,14 +265,14 @@ export class ServiceModel {
     live.cfg = s;
     live.compiled.schedFlags = ServiceModel.flagBits(s);
     live.compiled.persistMs = (s.persistence ?? 0) * 1000;
-    live.compiled.netmask = parseIPv4(s.netmask ?? '255.255.255.255')!;
+    Object.assign(live.compiled, ServiceModel.netmasks(s));
     if (s.mhTableSize !== undefined) live.compiled.mhTableSize = s.mhTableSize;
     else delete live.compiled.mhTableSize;
     if (schedChanged) this.bindScheduler(live);
     const want = new Map(s.realServers.map((r) => [`${r.address}:${r.port}`, r]));
     // -d (or drain) in list order
     for (const d of [...live.compiled.dests]) {
-      const k = `${formatAddr(d.addr)}:${d.port}`;
+      const k = `${destAddr(d)}:${d.port}`;
       if (!want.has(k)) this.removeDest(live, k);
     }
     for (const [k, r] of want) {
@@ -292,12 +301,12 @@ export class ServiceModel {
   /** The service is no longer configured: delete it, or keep it while its TCP servers drain. */
   private removeService(live: LiveService): void {
     live.removing = true;
-    for (const d of [...live.compiled.dests]) this.removeDest(live, `${formatAddr(d.addr)}:${d.port}`);
+    for (const d of [...live.compiled.dests]) this.removeDest(live, `${destAddr(d)}:${d.port}`);
     if (live.compiled.dests.length === 0) this.deleteService(live);
   }
 
   private deleteService(live: LiveService): void {
-    for (const d of [...live.compiled.dests]) this.delDest(live, `${formatAddr(d.addr)}:${d.port}`);
+    for (const d of [...live.compiled.dests]) this.delDest(live, `${destAddr(d)}:${d.port}`);
     this.services.delete(live.key);
     if (this.svcSlotRefs[live.slot] === 0) this.freeSvc.push(live.slot);
     else this.orphanSvcSlots.add(live.slot);
@@ -461,7 +470,9 @@ export class ServiceModel {
     Atomics.or(this.rs, o + L.RS_FLAGS, L.RSF_AVAILABLE);
     const before = live.compiled.dests.slice();
     // __ip_vs_update_dest: last_weight = weight on add.
-    const d: CompiledDest = { rs: info.slot, addr: parseIPv4(r.address)!, port: r.port, weight, lastWeight: weight, fwd: FWD[r.forwarding]! };
+    const a6 = parseIPv6(r.address);
+    const addr = a6 ? a6[0]! ^ a6[1]! ^ a6[2]! ^ a6[3]! : parseIPv4(r.address)!;
+    const d: CompiledDest = { rs: info.slot, addr, addr6: a6, port: r.port, weight, lastWeight: weight, fwd: FWD[r.forwarding]! };
     live.compiled.dests = [d, ...before]; // list_add_rcu: at the head
     this.change(live, 'add', info.slot, -1, before);
   }
@@ -540,16 +551,28 @@ export class ServiceModel {
   snapshot(): Snapshot {
     const services = [...this.services.values()].map((l) => l.compiled);
     const { lookup, lookupMask } = buildLookup(services);
-    const vips = new Int32Array(this.vipCidrs.length * 2);
-    this.vipCidrs.forEach((c, i) => {
-      const p = parseCidr(c)!;
+    const v4 = this.vipCidrs.map((c) => parseCidr(c)).filter((c) => c !== null);
+    const vips = new Int32Array(v4.length * 2);
+    v4.forEach((p, i) => {
       vips[i * 2] = p.net;
       vips[i * 2 + 1] = p.mask;
     });
+    const v6 = this.vipCidrs.map((c) => parseCidr6(c)).filter((c) => c !== null);
+    const vips6 = new Int32Array(v6.length * 8);
+    v6.forEach((p, i) => {
+      vips6.set(p.net, i * 8);
+      vips6.set(p.mask, i * 8 + 4);
+    });
+    const pool6 = this.fullnat.addresses.map((a) => parseIPv6(a)).filter((a) => a !== null);
+    const fullnatAddrs6 = new Int32Array(pool6.length * 4);
+    pool6.forEach((a, i) => fullnatAddrs6.set(a, i * 4));
     return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn, expireQuiescentTemplate: this.expireQuiescentTemplate,
       adopt: this.adopt,
+      vips6,
       tunnelSrc: this.tunnelSrc,
-      fullnatAddrs: Int32Array.from(this.fullnat.addresses.map((a) => parseIPv4(a)!)),
+      tunnelSrc6: this.tunnelSrc6,
+      fullnatAddrs: Int32Array.from(this.fullnat.addresses.map((a) => parseIPv4(a)).filter((a) => a !== null)),
+      fullnatAddrs6,
       fullnatPortMin: this.fullnat.portMin,
       fullnatPortMax: this.fullnat.portMax,
     };
@@ -563,7 +586,7 @@ export class ServiceModel {
       slot: l.slot,
       removing: l.removing,
       realServers: l.compiled.dests.map((d) => {
-        const k = `${formatAddr(d.addr)}:${d.port}`;
+        const k = `${destAddr(d)}:${d.port}`;
         return { ...this.rsView(l, k, d.rs, l.rsCfg.get(k)!), lastWeight: d.lastWeight ?? d.weight };
       }),
     }));
@@ -621,20 +644,26 @@ export class ServiceModel {
     return [...this.rsSlots.values()].map((i) => ({ slot: i.slot, addr: i.addr }));
   }
 
+  /** A service's persistence masks: dotted for IPv4, a prefix length for IPv6 (as ipvsadm -M). */
+  private static netmasks(s: ServiceConfig): { netmask: number; netmask6: Int32Array | null } {
+    if (s.address.includes(':')) return { netmask: -1, netmask6: prefixMask6(Number(s.netmask ?? '128')) };
+    return { netmask: parseIPv4(s.netmask ?? '255.255.255.255')!, netmask6: null };
+  }
+
   /** Masq real servers whose replies must be routed into the device (trashed ones too: their flows still need replies). */
-  replyRules(): { addr: number; port: number; proto: 'tcp' | 'udp' | 'icmp' }[] {
-    const out = new Map<string, { addr: number; port: number; proto: 'tcp' | 'udp' | 'icmp' }>();
-    const add = (proto: 'tcp' | 'udp', addr: number, port: number): void => {
+  replyRules(): { addr: string; port: number; proto: 'tcp' | 'udp' | 'icmp' }[] {
+    const out = new Map<string, { addr: string; port: number; proto: 'tcp' | 'udp' | 'icmp' }>();
+    const add = (proto: 'tcp' | 'udp', addr: string, port: number): void => {
       out.set(`${proto} ${addr}:${port}`, { addr, port, proto });
       // The server's ICMP errors about its flows (port unreachable, …) are translated too (port 0: all ICMP).
       out.set(`icmp ${addr}`, { addr, port: 0, proto: 'icmp' });
     };
     for (const l of this.services.values()) {
-      for (const d of l.compiled.dests) if (d.fwd === L.FWD_MASQ) add(l.cfg.protocol, d.addr, d.port);
+      for (const d of l.compiled.dests) if (d.fwd === L.FWD_MASQ) add(l.cfg.protocol, destAddr(d), d.port);
     }
     for (const i of this.rsSlots.values()) {
       if (i.listed) continue;
-      add(i.svcKey.startsWith('udp') ? 'udp' : 'tcp', parseIPv4(i.addr)!, i.port);
+      add(i.svcKey.startsWith('udp') ? 'udp' : 'tcp', i.addr, i.port);
     }
     return [...out.values()];
   }

@@ -16,6 +16,9 @@ import { stringify } from 'yaml';
 
 export const LAB_VIP_CIDR = '10.200.0.0/24';
 export const LAB_VIP = '10.200.0.10';
+/** IPv6: the VIP range, a VIP in it, and the lab's addresses (client fd00:200:1::2, rs i fd00:200:1i::2). */
+export const LAB_VIP6_CIDR = 'fd00:200::/64';
+export const LAB_VIP6 = 'fd00:200::10';
 
 export interface LabOptions {
   /** Names every namespace and link; ≤ 9 characters of [a-z0-9]. */
@@ -49,7 +52,9 @@ export class Lab {
   readonly lbNs: string;
   readonly rsNs: string[];
   readonly clientAddr = '10.200.1.2';
+  readonly clientAddr6 = 'fd00:200:1::2';
   readonly rsAddrs: string[];
+  readonly rsAddrs6: string[];
   readonly socket: string;
   private uvsd: ChildProcess | null = null;
 
@@ -62,6 +67,7 @@ export class Lab {
     const n = o.realServers ?? 3;
     this.rsNs = Array.from({ length: n }, (_, i) => `${o.prefix}-rs${i + 1}`);
     this.rsAddrs = Array.from({ length: n }, (_, i) => `10.200.${11 + i}.2`);
+    this.rsAddrs6 = Array.from({ length: n }, (_, i) => `fd00:200:${11 + i}::2`);
     this.socket = join(this.dir, 'uvsd.sock');
   }
 
@@ -88,6 +94,10 @@ export class Lab {
     this.ip(this.clientNs, ['route', 'add', 'default', 'via', '10.200.1.1']);
     this.ip(this.lbNs, ['addr', 'add', '10.200.1.1/24', 'dev', `${p}c1`]);
     this.ip(this.lbNs, ['link', 'set', `${p}c1`, 'up']);
+    // IPv6 beside IPv4 (nodad: usable at once).
+    this.ip(this.clientNs, ['addr', 'add', `${this.clientAddr6}/64`, 'dev', `${p}c0`, 'nodad']);
+    this.ip(this.clientNs, ['-6', 'route', 'add', 'default', 'via', 'fd00:200:1::1']);
+    this.ip(this.lbNs, ['addr', 'add', 'fd00:200:1::1/64', 'dev', `${p}c1`, 'nodad']);
     // lb ↔ each real server
     this.rsNs.forEach((ns, i) => {
       const a = `${p}r${i + 1}a`;
@@ -98,6 +108,9 @@ export class Lab {
       this.ip(ns, ['addr', 'add', `${this.rsAddrs[i]}/24`, 'dev', b]);
       this.ip(ns, ['link', 'set', b, 'up']);
       this.ip(ns, ['route', 'add', 'default', 'via', `10.200.${11 + i}.1`]);
+      this.ip(this.lbNs, ['addr', 'add', `fd00:200:${11 + i}::1/64`, 'dev', a, 'nodad']);
+      this.ip(ns, ['addr', 'add', `${this.rsAddrs6[i]}/64`, 'dev', b, 'nodad']);
+      this.ip(ns, ['-6', 'route', 'add', 'default', 'via', `fd00:200:${11 + i}::1`]);
     });
     this.startServers();
   }

@@ -32,7 +32,9 @@ function parse(argv: string[]): Opts {
 
 const o = parse(process.argv.slice(2));
 
-createServer((req, res) => {
+// Every service listens on IPv4 and, separately (v6-only, so IPv4 clients keep their plain
+// addresses in /whoami), on IPv6.
+const http = (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse): void => {
   const url = new URL(req.url ?? '/', 'http://x');
   if (url.pathname === '/whoami') {
     res.setHeader('content-type', 'application/json');
@@ -66,16 +68,22 @@ createServer((req, res) => {
     return;
   }
   res.end(`${o.name}\n`);
-}).listen(o.http, '0.0.0.0');
+};
+createServer(http).listen(o.http, '0.0.0.0');
+createServer(http).listen({ port: o.http, host: '::', ipv6Only: true });
 
-const udp = createSocket('udp4');
-udp.on('message', (msg, rinfo) => udp.send(Buffer.concat([Buffer.from(`${o.name} `), msg]), rinfo.port, rinfo.address));
-udp.bind(o.udp, '0.0.0.0');
+for (const type of ['udp4', 'udp6'] as const) {
+  const udp = createSocket({ type, ipv6Only: type === 'udp6' });
+  udp.on('message', (msg, rinfo) => udp.send(Buffer.concat([Buffer.from(`${o.name} `), msg]), rinfo.port, rinfo.address));
+  udp.bind(o.udp, type === 'udp4' ? '0.0.0.0' : '::');
+}
 
-createTcpServer((sock) => {
+const echo = (sock: import('node:net').Socket): void => {
   sock.write(`${o.name}\n`);
   sock.pipe(sock);
   sock.on('error', () => sock.destroy());
-}).listen(o.echo, '0.0.0.0');
+};
+createTcpServer(echo).listen(o.echo, '0.0.0.0');
+createTcpServer(echo).listen({ port: o.echo, host: '::', ipv6Only: true });
 
 process.on('SIGTERM', () => process.exit(0));

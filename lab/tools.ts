@@ -71,7 +71,7 @@ function holdEcho(host: string, port: number, seconds: number, intervalMs: numbe
 
 function udpAsk(host: string, port: number, text: string, timeoutMs: number): Promise<number> {
   return new Promise((resolve) => {
-    const s = createSocket('udp4');
+    const s = createSocket(host.includes(':') ? 'udp6' : 'udp4');
     const t = setTimeout(() => {
       out({ answer: null, error: 'timeout' });
       s.close();
@@ -165,7 +165,7 @@ async function load(host: string, port: number, seconds: number, concurrency: nu
 
 function udpSession(host: string, port: number, count: number, intervalMs: number): Promise<number> {
   return new Promise((resolve) => {
-    const s = createSocket('udp4');
+    const s = createSocket(host.includes(':') ? 'udp6' : 'udp4');
     const answers: (string | null)[] = [];
     let i = 0;
     let pending: NodeJS.Timeout | null = null;

@@ -51,3 +51,123 @@ export function maskBits(mask: number): number | null {
   const back = bits === 0 ? 0 : (~0 << (32 - bits)) | 0;
   return back === (mask | 0) ? bits : null;
 }
+
+// ── IPv6 ────────────────────────────────────────────────────────────────────────────────────
+// An IPv6 address is four signed 32-bit words, most significant first (w0 holds the first two
+// groups). In the dataplane the last word is the "low" word that sits where an IPv4 address
+// would; the other three travel beside it (conntrack/layout.ts E_*_HI).
+
+/** Parses an IPv6 address (RFC 4291 text forms, with :: and an embedded dotted quad); null if not one. */
+export function parseIPv6(s: string): Int32Array | null {
+  if (s.length < 2 || s.length > 45 || !/^[0-9a-fA-F:.]+$/.test(s)) return null;
+  let text = s;
+  const quad = /(^|:)(\d{1,3}(?:\.\d{1,3}){3})$/.exec(text);
+  if (quad) {
+    // A trailing dotted quad is the last two groups.
+    const v4 = parseIPv4(quad[2]!);
+    if (v4 === null) return null;
+    text = `${text.slice(0, text.length - quad[2]!.length)}${((v4 >>> 16) & 0xffff).toString(16)}:${(v4 & 0xffff).toString(16)}`;
+  }
+  const parts = text.split('::');
+  if (parts.length > 2) return null;
+  const parse = (p: string): number[] | null => {
+    if (p === '') return [];
+    const out: number[] = [];
+    for (const g of p.split(':')) {
+      if (!/^[0-9a-fA-F]{1,4}$/.test(g)) return null;
+      out.push(parseInt(g, 16));
+    }
+    return out;
+  };
+  const head = parse(parts[0]!);
+  const rest = parts.length === 2 ? parse(parts[1]!) : [];
+  if (!head || !rest) return null;
+  if (parts.length === 1 ? head.length !== 8 : head.length + rest.length > 7) return null;
+  const groups = [...head, ...new Array<number>(8 - head.length - rest.length).fill(0), ...rest];
+  const w = new Int32Array(4);
+  for (let i = 0; i < 4; i++) w[i] = (groups[2 * i]! << 16) | groups[2 * i + 1]!;
+  return w;
+}
+
+/** RFC 5952 text: lower case, the longest run (≥ 2) of zero groups as ::. */
+export function formatIPv6(w: ArrayLike<number>, off = 0): string {
+  const g: number[] = [];
+  for (let i = 0; i < 4; i++) g.push((w[off + i]! >>> 16) & 0xffff, w[off + i]! & 0xffff);
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    if (g[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && g[j] === 0) j++;
+    if (j - i > bestLen) {
+      best = i;
+      bestLen = j - i;
+    }
+    i = j;
+  }
+  const hex = (xs: number[]) => xs.map((x) => x.toString(16)).join(':');
+  if (best < 0) return hex(g);
+  return `${hex(g.slice(0, best))}::${hex(g.slice(best + bestLen))}`;
+}
+
+/** An address of either family, as the config and the API write it. */
+export type Family = 4 | 6;
+export function familyOf(s: string): Family | null {
+  if (parseIPv4(s) !== null) return 4;
+  if (parseIPv6(s) !== null) return 6;
+  return null;
+}
+
+/** `addr:port`, IPv6 in brackets (ipvsadm's and URLs' form). */
+export function hostPort(addr: string, port: number): string {
+  return addr.includes(':') ? `[${addr}]:${port}` : `${addr}:${port}`;
+}
+
+export interface Cidr6 {
+  net: Int32Array;
+  mask: Int32Array;
+  bits: number;
+}
+
+/** The mask words of an IPv6 prefix length. */
+export function prefixMask6(bits: number): Int32Array {
+  const m = new Int32Array(4);
+  for (let i = 0; i < 4; i++) {
+    const b = Math.max(0, Math.min(32, bits - 32 * i));
+    m[i] = b === 0 ? 0 : (~0 << (32 - b)) | 0;
+  }
+  return m;
+}
+
+export function parseCidr6(s: string): Cidr6 | null {
+  const [addr, bitsStr, extra] = s.split('/');
+  if (extra !== undefined || addr === undefined) return null;
+  const a = parseIPv6(addr);
+  if (a === null) return null;
+  const bits = bitsStr === undefined ? 128 : Number(bitsStr);
+  if (!Number.isInteger(bits) || bits < 0 || bits > 128 || (bitsStr !== undefined && !/^\d+$/.test(bitsStr))) return null;
+  const mask = prefixMask6(bits);
+  const net = new Int32Array(4);
+  for (let i = 0; i < 4; i++) net[i] = a[i]! & mask[i]!;
+  return { net, mask, bits };
+}
+
+export function inCidr6(a: ArrayLike<number>, off: number, c: Cidr6): boolean {
+  for (let i = 0; i < 4; i++) if ((a[off + i]! & c.mask[i]!) !== c.net[i]) return false;
+  return true;
+}
+
+/** Either family's CIDR, for config checks. */
+export function isCidr(s: string): boolean {
+  return parseCidr(s) !== null || parseCidr6(s) !== null;
+}
+
+/** One spelling per address: IPv6 in RFC 5952 form, anything else unchanged. */
+export function canonAddr(s: unknown): unknown {
+  if (typeof s !== 'string' || !s.includes(':')) return s;
+  const w = parseIPv6(s);
+  return w ? formatIPv6(w) : s;
+}

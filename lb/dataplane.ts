@@ -62,7 +62,8 @@ export interface SharedRegions {
 
 /** A masq reply rule: traffic from addr:port (proto) goes into the device; ICMP from addr (port 0). */
 export interface ReplyRule {
-  addr: number;
+  /** IPv4 or IPv6 text. */
+  addr: string;
   port: number;
   proto: 'tcp' | 'udp' | 'icmp';
 }
@@ -90,12 +91,21 @@ export function ip(args: string[], allowFail = false): string {
 }
 
 function ruleArgs(r: ReplyRule, o: DataplaneOptions): string[] {
+  const v6 = r.addr.includes(':');
   const ports = r.proto === 'icmp' ? [] : ['sport', String(r.port)];
-  return ['rule', 'add', 'pref', String(o.rulePriority), 'from', `${formatIPv4(r.addr)}/32`, 'ipproto', r.proto, ...ports, 'lookup', String(o.routeTable)];
+  const proto = r.proto === 'icmp' && v6 ? 'ipv6-icmp' : r.proto;
+  return [...(v6 ? ['-6'] : []), 'rule', 'add', 'pref', String(o.rulePriority), 'from', `${r.addr}/${v6 ? 128 : 32}`, 'ipproto', proto, ...ports, 'lookup', String(o.routeTable)];
+}
+
+/** `ip rule del` for what ruleArgs added. */
+function ruleDelArgs(r: ReplyRule, o: DataplaneOptions): string[] {
+  const args = ruleArgs(r, o);
+  args[args.indexOf('add')] = 'del';
+  return args;
 }
 
 function ruleKey(r: ReplyRule): string {
-  return `${r.proto} ${formatIPv4(r.addr)}:${r.port}`;
+  return `${r.proto} ${r.addr} ${r.port}`;
 }
 
 /**
@@ -103,8 +113,8 @@ function ruleKey(r: ReplyRule): string {
  * by the main table, ahead of the reply rules: ICMP a worker lets through unchanged must not be
  * sent back into the device by the `from RIP ipproto icmp` rule it came in by.
  */
-function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, op: 'add' | 'del'): string[] {
-  return ['rule', op, 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
+function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, op: 'add' | 'del', family: 4 | 6 = 4): string[] {
+  return [...(family === 6 ? ['-6'] : []), 'rule', op, 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
 }
 
 /**
@@ -179,10 +189,18 @@ export class Dataplane {
       // IPIP-tunnelled packets come out of the device with this node's own address as source.
       writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/accept_local`, '1');
       writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
+      const v6 = [...o.vipCidrs, ...o.fullnatAddrs].some((a) => a.includes(':'));
+      if (v6) {
+        // IPv6 services: the device needs IPv6 and the node must forward it, as an IPVS director.
+        writeFileSync(`/proc/sys/net/ipv6/conf/${o.device}/disable_ipv6`, '0');
+        writeFileSync('/proc/sys/net/ipv6/conf/all/forwarding', '1');
+      }
       for (const c of o.vipCidrs) ip(['route', 'replace', c, 'dev', o.device]);
       ip(deviceRuleArgs(o, 'add'));
-      for (const a of o.fullnatAddrs) ip(['route', 'replace', `${a}/32`, 'dev', o.device]);
+      if (v6) ip(deviceRuleArgs(o, 'add', 6));
+      for (const a of o.fullnatAddrs) ip(['route', 'replace', hostRoute(a), 'dev', o.device]);
       ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
+      if (v6) ip(['-6', 'route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
     } catch (e) {
       this.closeQueues();
       throw e;
@@ -268,9 +286,7 @@ export class Dataplane {
     const next = new Map(wanted.map((r) => [ruleKey(r), r]));
     for (const [k, r] of this.rules) {
       if (!next.has(k)) {
-        const args = ruleArgs(r, this.opts);
-        args[1] = 'del';
-        ip(args, true);
+        ip(ruleDelArgs(r, this.opts), true);
       }
     }
     for (const [k, r] of next) if (!this.rules.has(k)) ip(ruleArgs(r, this.opts));
@@ -315,9 +331,7 @@ export class Dataplane {
     for (const s of this.slots) s.port?.close();
     this.closeQueues();
     for (const r of this.rules.values()) {
-      const args = ruleArgs(r, this.opts);
-      args[1] = 'del';
-      ip(args, true);
+      ip(ruleDelArgs(r, this.opts), true);
     }
     this.rules.clear();
     cleanupRouting(this.opts);
@@ -333,14 +347,21 @@ export class Dataplane {
 
 /** Removes every route and rule uvsd installs for these options (idempotent). */
 export function cleanupRouting(o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'> & { fullnatAddrs?: string[] }): void {
-  ip(deviceRuleArgs(o, 'del'), true);
   const pref = String(o.rulePriority);
-  // One `ip rule del pref N` removes one rule; stop when none is left (bounded for safety).
-  for (let i = 0; i < 100000 && ip(['rule', 'show', 'pref', pref], true).trim() !== ''; i++) {
-    ip(['rule', 'del', 'pref', pref], true);
+  for (const fam of [['-4'], ['-6']]) {
+    ip([...fam, 'rule', 'del', 'pref', String(o.rulePriority - 1)], true);
+    // One `ip rule del pref N` removes one rule; stop when none is left (bounded for safety).
+    for (let i = 0; i < 100000 && ip([...fam, 'rule', 'show', 'pref', pref], true).trim() !== ''; i++) {
+      ip([...fam, 'rule', 'del', 'pref', pref], true);
+    }
+    ip([...fam, 'route', 'flush', 'table', String(o.routeTable)], true);
   }
-  ip(['route', 'flush', 'table', String(o.routeTable)], true);
   for (const c of o.vipCidrs) ip(['route', 'del', c, 'dev', o.device], true);
-  for (const a of o.fullnatAddrs ?? []) ip(['route', 'del', `${a}/32`, 'dev', o.device], true);
+  for (const a of o.fullnatAddrs ?? []) ip(['route', 'del', hostRoute(a), 'dev', o.device], true);
   ip(['link', 'del', o.device], true);
+}
+
+/** A host route's destination for either family. */
+function hostRoute(a: string): string {
+  return a.includes(':') ? `${a}/128` : `${a}/32`;
 }

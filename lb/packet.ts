@@ -159,3 +159,33 @@ export function completeChecksum(b: Uint8Array, start: number, end: number, fiel
   const c = checksum(b, start, end - start, 0);
   put16(b, field, udp && c === 0 ? 0xffff : c);
 }
+
+// ── IPv6 ────────────────────────────────────────────────────────────────────────────────────
+export const IP6_HLEN = 40;
+export const IP6_PLEN = 4; // payload length
+export const IP6_NEXT = 6;
+export const IP6_HOPS = 7;
+export const IP6_SRC = 8;
+export const IP6_DST = 24;
+export const IPPROTO_HOPOPTS = 0;
+export const IPPROTO_ROUTING = 43;
+export const IPPROTO_FRAGMENT = 44;
+export const IPPROTO_DSTOPTS = 60;
+export const IPPROTO_IPV6 = 41; // ip6ip6 tunnel
+export const IPPROTO_ICMPV6 = 58;
+export const ICMP6_DST_UNREACH = 1;
+export const ICMP6_PACKET_TOO_BIG = 2;
+export const ICMP6_TIME_EXCEEDED = 3;
+export const ICMP6_PARAM_PROB = 4;
+export const ICMP6_PORT_UNREACH = 4; // code of ICMP6_DST_UNREACH
+export const ICMP6_ECHO_REQUEST = 128;
+export const ICMP6_ECHO_REPLY = 129;
+export const IPV6_MIN_MTU = 1280;
+export const VNET_GSO_TCPV6 = 4;
+
+/** Pseudo-header sum for TCP/UDP/ICMPv6 over IPv6 (RFC 8200 §8.1), addresses read from b. */
+export function pseudoSum6(b: Uint8Array, src: number, dst: number, next: number, l4len: number): number {
+  let s = next + (l4len >>> 16) + (l4len & 0xffff);
+  for (let i = 0; i < 16; i += 2) s += ((b[src + i]! << 8) | b[src + i + 1]!) + ((b[dst + i]! << 8) | b[dst + i + 1]!);
+  return s;
+}

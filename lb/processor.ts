@@ -25,7 +25,7 @@ import { DIR_INPUT, DIR_OUTPUT, TCP_TIME_WAIT, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCP
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
 import * as P from './packet';
-import { findService, inVipRange, type CompiledService, type Snapshot } from './snapshot';
+import { findService, inVipRange, inVipRange6, type CompiledService, type Snapshot } from './snapshot';
 
 export const DROP = 0;
 export const FORWARD = 1;
@@ -60,8 +60,23 @@ export class PacketProcessor {
   readonly vnet: number;
   /** The current packet's L4 checksum is partial (virtio NEEDS_CSUM): P.fixPartial32 applies. */
   private partial = false;
-  /** gso_size of the current packet if it is a TCPv4 GSO super-packet, else 0. */
+  /** gso_size of the current packet if it is a TCP GSO super-packet, else 0. */
   private gsoSize = 0;
+  /** The current packet is IPv6: addresses are low words plus `hi` (see ConnTable). */
+  private v6 = false;
+  /**
+   * IPv6 key high words in the table's order — client, virtual, real server, local (3 each). For
+   * a client's packet 0..5 hold its key, for a server's 6..11; the rest is filled from the entry
+   * or the chosen real server as the packet goes on. Unused (but passed) for IPv4.
+   */
+  private readonly hi = new Int32Array(L.HI_WORDS);
+  /** The same for a persistence template's key. */
+  private readonly thi = new Int32Array(L.HI_WORDS);
+  /** The current IPv6 packet's addresses: source words 0..3, destination 4..7. */
+  private readonly pa = new Int32Array(8);
+  /** Client and virtual address folded to 32 bits, as the kernel's schedulers hash IPv6. */
+  private cfold = 0;
+  private vfold = 0;
   /** Table-relative ms; set once per batch by the caller. */
   now = 0;
   private readonly input: SchedInput = { caddr: 0, cport: 0, vaddr: 0, vport: 0, now: 0 };
@@ -143,9 +158,11 @@ export class PacketProcessor {
     this.outCount = 0;
     this.partial = false;
     this.gsoSize = 0;
-    if (len < P.IP_MIN_HLEN) return len > 0 && b[off]! >> 4 === 6 ? this.drop(Drop.Ipv6) : this.drop(Drop.Truncated);
+    this.v6 = false;
+    if (len > 0 && b[off]! >> 4 === 6) return this.process6(b, off, len);
+    if (len < P.IP_MIN_HLEN) return this.drop(Drop.Truncated);
     const version = b[off]! >> 4;
-    if (version !== 4) return this.drop(version === 6 ? Drop.Ipv6 : Drop.BadVersion);
+    if (version !== 4) return this.drop(Drop.BadVersion);
     const ihl = (b[off]! & 15) << 2;
     if (ihl < P.IP_MIN_HLEN) return this.drop(Drop.BadHeaderLength);
     const totlen = P.u16(b, off + P.IP_TOTLEN);
@@ -183,6 +200,77 @@ export class PacketProcessor {
       : this.outbound(b, off, l4, totlen, proto, saddr, sport, daddr, dport, tcpFlags);
   }
 
+  /**
+   * IPv6: the same path with the table's IPv6 keys (PROTO_V6, low words plus `hi`). Extension
+   * headers hop-by-hop, routing and destination options are stepped over; a fragment is dropped
+   * as IPVS drops IPv4 fragments it cannot place.
+   */
+  private process6(b: Uint8Array, off: number, len: number): number {
+    this.v6 = true;
+    if (len < P.IP6_HLEN) return this.drop(Drop.Truncated);
+    const totlen = P.IP6_HLEN + P.u16(b, off + P.IP6_PLEN);
+    if (totlen > len) return this.drop(Drop.Truncated);
+    const end = off + totlen;
+    let next = b[off + P.IP6_NEXT]!;
+    let l4 = off + P.IP6_HLEN;
+    for (let i = 0; next === P.IPPROTO_HOPOPTS || next === P.IPPROTO_ROUTING || next === P.IPPROTO_DSTOPTS; i++) {
+      if (i === 8 || l4 + 8 > end) return this.drop(Drop.Ipv6);
+      next = b[l4]!;
+      l4 += (b[l4 + 1]! + 1) << 3;
+    }
+    if (next === P.IPPROTO_FRAGMENT) return this.drop(Drop.Fragment);
+    if (l4 > end) return this.drop(Drop.Truncated);
+    const pa = this.pa;
+    for (let i = 0; i < 8; i++) pa[i] = P.u32(b, off + P.IP6_SRC + 4 * i);
+    const inbound = inVipRange6(this.snapshot, pa, 4);
+    const l4len = end - l4;
+    if (this.vnet !== 0 && (b[off - P.VNET_HLEN + P.VNET_FLAGS]! & P.VNET_F_NEEDS_CSUM || b[off - P.VNET_HLEN + P.VNET_GSO_TYPE] !== 0)) {
+      if (!this.offloadMeta(b, off, l4 - off, totlen, next)) return this.drop(Drop.BadOffload);
+    }
+    if (next === P.IPPROTO_TCP) {
+      if (l4len < P.TCP_MIN_HLEN || (b[l4 + P.TCP_OFF]! >> 4) << 2 > l4len || b[l4 + P.TCP_OFF]! >> 4 < 5) return this.drop(Drop.Truncated);
+    } else if (next === P.IPPROTO_UDP) {
+      if (l4len < P.UDP_HLEN) return this.drop(Drop.Truncated);
+    } else if (next === P.IPPROTO_ICMPV6) {
+      if (l4len < P.ICMP_HLEN) return this.drop(Drop.Truncated);
+      const type = b[l4 + P.ICMP_TYPE]!;
+      if (type < 128) return this.icmp6Error(b, off, l4, totlen, inbound);
+      if (inbound) return this.icmp6ToVip(b, off, l4, totlen);
+      // The device's own neighbour/router/multicast-listener chatter (multicast, link-local): not ours.
+      if (pa[4]! >>> 24 === 0xff || pa[4]! >>> 22 === 0x3fa) return this.drop(Drop.IcmpIgnored);
+      return this.icmpNotOurs(0);
+    } else {
+      return this.drop(Drop.UnsupportedProtocol);
+    }
+    const hi = this.hi;
+    if (inbound) {
+      for (let i = 0; i < 3; i++) {
+        hi[i] = pa[i]!;
+        hi[3 + i] = pa[4 + i]!;
+      }
+      this.cfold = pa[0]! ^ pa[1]! ^ pa[2]! ^ pa[3]!;
+      this.vfold = pa[4]! ^ pa[5]! ^ pa[6]! ^ pa[7]!;
+    } else {
+      for (let i = 0; i < 3; i++) {
+        hi[6 + i] = pa[i]!;
+        hi[9 + i] = pa[4 + i]!;
+      }
+    }
+    const sport = P.u16(b, l4 + P.L4_SPORT);
+    const dport = P.u16(b, l4 + P.L4_DPORT);
+    const tcpFlags = next === P.IPPROTO_TCP ? b[l4 + P.TCP_FLAGS]! : 0;
+    const proto = next | L.PROTO_V6;
+    return inbound
+      ? this.inbound(b, off, l4, totlen, proto, pa[3]!, sport, pa[7]!, dport, tcpFlags)
+      : this.outbound(b, off, l4, totlen, proto, pa[3]!, sport, pa[7]!, dport, tcpFlags);
+  }
+
+  /** Copies an entry's (or template's) real-server and local high words into hi[6..11]. */
+  private entryHiOut(o: number, into: Int32Array): void {
+    const a = this.table.i32;
+    for (let i = 0; i < 6; i++) into[6 + i] = a[o + L.E_DADDR_HI + i]!;
+  }
+
   private inbound(
     b: Uint8Array,
     off: number,
@@ -196,11 +284,14 @@ export class PacketProcessor {
     tcpFlags: number,
   ): number {
     const t = this.table;
+    const hi = this.hi;
+    const v6 = this.v6;
+    const isTcp = (proto & 0xff) === P.IPPROTO_TCP;
     const cports = (sport << 16) | dport;
-    const bucket = t.bucket(proto, saddr, cports, daddr);
+    const bucket = t.bucketIn(proto, saddr, cports, daddr, hi);
     const isSyn = (tcpFlags & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
     t.lockBucket(bucket);
-    let e = t.findIn(bucket, proto, saddr, cports, daddr);
+    let e = t.findIn(bucket, proto, saddr, cports, daddr, hi);
     if (e >= 0) {
       const o = t.base(e);
       const a = t.i32;
@@ -217,7 +308,7 @@ export class PacketProcessor {
         e = -1;
       } else if (
         isSyn &&
-        proto === P.IPPROTO_TCP &&
+        isTcp &&
         ((a[o + L.E_STATE] === TCP_TIME_WAIT && a[o + L.E_CONTROL] === 0) ||
           (this.snapshot.expireNodestConn && Atomics.load(t.rs, rsSlot * L.RS_WORDS + L.RS_WEIGHT) === 0))
       ) {
@@ -238,6 +329,7 @@ export class PacketProcessor {
         const laddr = a[o + L.E_LADDR]!;
         const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
         const svcSlot = a[o + L.E_SVC]!;
+        if (v6) this.entryHiOut(o, hi);
         t.unlockBucket(bucket);
         this.countIn(rsSlot, svcSlot, totlen);
         return this.forwardIn(b, off, l4, totlen, proto, saddr, sport, daddr, dport, raddr, dports, laddr, fwd, rsSlot);
@@ -247,12 +339,12 @@ export class PacketProcessor {
     }
 
     // No connection: a new flow, if the service exists and the packet may start one.
-    const si = findService(this.snapshot, proto, daddr, dport);
+    const si = findService(this.snapshot, proto, daddr, dport, hi, 3);
     if (si < 0) {
       this.counters[L.C_DROP_BASE + Drop.NoService]!++;
-      return proto === P.IPPROTO_TCP ? this.tcpReset(b, off, l4, totlen, tcpFlags) : this.icmpUnreach(b, off, totlen, daddr, saddr);
+      return isTcp ? this.tcpReset(b, off, l4, totlen, tcpFlags) : this.unreachable(b, off, totlen, daddr, saddr);
     }
-    if (proto === P.IPPROTO_TCP && (tcpFlags & (TCPF_SYN | TCPF_RST)) !== TCPF_SYN) {
+    if (isTcp && (tcpFlags & (TCPF_SYN | TCPF_RST)) !== TCPF_SYN) {
       // Mid-flow: another node may have carried this flow; ask Redis (bounded) before refusing.
       if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
       this.counters[L.C_DROP_BASE + Drop.NoConnection]!++;
@@ -264,10 +356,23 @@ export class PacketProcessor {
     let daddr2: number, dport2: number, rs2: number, fwd2: number;
     if (svc.persistMs > 0) {
       // ip_vs_sched_persist: one template per (masked client, service) pins the real server.
-      const masked = saddr & svc.netmask;
-      const tb = t.bucket(proto, masked, dport, daddr);
+      const thi = this.thi;
+      let masked: number;
+      if (v6) {
+        // The template's client is the client's prefix (-M is a prefix length for IPv6).
+        const m = svc.netmask6!;
+        masked = saddr & m[3]!;
+        for (let i = 0; i < 3; i++) {
+          thi[i] = hi[i]! & m[i]!;
+          thi[3 + i] = hi[3 + i]!;
+          thi[9 + i] = thi[i]!;
+        }
+      } else {
+        masked = saddr & svc.netmask;
+      }
+      const tb = t.bucketIn(proto, masked, dport, daddr, thi);
       t.lockBucket(tb);
-      tmpl = t.findTemplate(tb, proto, masked, dport, daddr);
+      tmpl = t.findTemplate(tb, proto, masked, dport, daddr, thi);
       if (tmpl >= 0) {
         const to = t.base(tmpl);
         const rsw = t.i32[to + L.E_RS]! * L.RS_WORDS;
@@ -281,13 +386,15 @@ export class PacketProcessor {
       }
       t.unlockBucket(tb);
       if (tmpl < 0) {
-        const di = this.schedule(svc, si, saddr, sport, daddr, dport);
+        const di = this.schedule(svc, si, v6 ? this.cfold : saddr, sport, v6 ? this.vfold : daddr, dport);
         if (di < 0) {
           this.counters[L.C_DROP_BASE + Drop.NoRealServer]!++;
-          return this.icmpUnreach(b, off, totlen, daddr, saddr);
+          return this.unreachable(b, off, totlen, daddr, saddr);
         }
         const d = svc.dests[di]!;
-        tmpl = t.insert(proto, masked, dport, daddr, d.addr, d.port << 16, masked, L.F_TEMPLATE | d.fwd, d.rs, svc.slot, this.now, svc.persistMs);
+        const a6 = d.addr6;
+        if (a6 !== null) for (let i = 0; i < 3; i++) thi[6 + i] = a6[i]!;
+        tmpl = t.insert(proto, masked, dport, daddr, a6 !== null ? a6[3]! : d.addr, d.port << 16, masked, L.F_TEMPLATE | d.fwd, d.rs, svc.slot, this.now, svc.persistMs, 0, 0, thi);
         if (tmpl < 0) return this.drop(Drop.TableFull);
         // A new template's timer is the persistence timeout away; one found in a race is valid.
         t.lockBucket(tb);
@@ -299,14 +406,17 @@ export class PacketProcessor {
       dport2 = t.i32[to + L.E_DPORTS]! >>> 16;
       rs2 = t.i32[to + L.E_RS]!;
       fwd2 = t.i32[to + L.E_FLAGS]! & L.FWD_MASK;
+      if (v6) for (let i = 0; i < 3; i++) hi[6 + i] = t.i32[to + L.E_DADDR_HI + i]!;
     } else {
-      const di = this.schedule(svc, si, saddr, sport, daddr, dport);
+      const di = this.schedule(svc, si, v6 ? this.cfold : saddr, sport, v6 ? this.vfold : daddr, dport);
       if (di < 0) {
         this.counters[L.C_DROP_BASE + Drop.NoRealServer]!++;
-        return this.icmpUnreach(b, off, totlen, daddr, saddr);
+        return this.unreachable(b, off, totlen, daddr, saddr);
       }
       const d = svc.dests[di]!;
-      daddr2 = d.addr;
+      const a6 = d.addr6;
+      daddr2 = a6 !== null ? a6[3]! : d.addr;
+      if (a6 !== null) for (let i = 0; i < 3; i++) hi[6 + i] = a6[i]!;
       dport2 = d.port;
       rs2 = d.rs;
       fwd2 = d.fwd;
@@ -319,8 +429,10 @@ export class PacketProcessor {
         return this.drop(Drop.FullnatExhausted);
       }
     } else {
+      // Masq: the server answers the client's address (IPv6: its high words are the local ones).
+      if (v6) for (let i = 0; i < 3; i++) hi[9 + i] = hi[i]!;
       // Tunnel: the server answers the client directly, so this node sees one direction only.
-      ne = t.insert(proto, saddr, cports, daddr, daddr2, (dport2 << 16) | sport, saddr, fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2, rs2, svc.slot, this.now);
+      ne = t.insert(proto, saddr, cports, daddr, daddr2, (dport2 << 16) | sport, saddr, fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2, rs2, svc.slot, this.now, 0, 0, 0, hi);
     }
     const created = t.lastInsertNew;
     if (tmpl >= 0) {
@@ -337,6 +449,7 @@ export class PacketProcessor {
     const laddr = t.i32[o + L.E_LADDR]!;
     const fwd = t.i32[o + L.E_FLAGS]! & L.FWD_MASK;
     const rsSlot = t.i32[o + L.E_RS]!;
+    if (v6) this.entryHiOut(o, hi); // another worker may have created it with another server
     t.unlockBucket(bucket);
     if (created) {
       this.counters[L.C_CONNS_NEW]!++;
@@ -371,15 +484,23 @@ export class PacketProcessor {
     rsSlot: number,
   ): number {
     const mtu = this.table.rs[rsSlot * L.RS_WORDS + L.RS_MTU]!;
-    if (mtu > 0 && (P.u16(b, off + P.IP_FRAG) & P.IP_DF) !== 0) {
-      const size = (this.gsoSize !== 0 ? l4 - off + ((b[l4 + P.TCP_OFF]! >> 4) << 2) + this.gsoSize : totlen) + (fwd === L.FWD_TUNNEL ? P.IP_MIN_HLEN : 0);
-      const room = fwd === L.FWD_TUNNEL ? mtu - P.IP_MIN_HLEN : mtu;
+    const v6 = this.v6;
+    // IPv6 is never fragmented on the way: every packet is checked (Packet Too Big).
+    if (mtu > 0 && (v6 || (P.u16(b, off + P.IP_FRAG) & P.IP_DF) !== 0)) {
+      const outer = fwd === L.FWD_TUNNEL ? (v6 ? P.IP6_HLEN : P.IP_MIN_HLEN) : 0;
+      const size = (this.gsoSize !== 0 ? l4 - off + ((b[l4 + P.TCP_OFF]! >> 4) << 2) + this.gsoSize : totlen) + outer;
       if (size > mtu) {
         this.counters[L.C_DROP_BASE + Drop.TooBig]!++;
-        return this.icmpUnreach(b, off, totlen, daddr, saddr, P.ICMP_FRAG_NEEDED, room);
+        if (v6) return this.icmp6Generate(b, off, totlen, P.ICMP6_PACKET_TOO_BIG, 0, mtu - outer);
+        return this.icmpUnreach(b, off, totlen, daddr, saddr, P.ICMP_FRAG_NEEDED, mtu - outer);
       }
     }
     if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, raddr, mtu > 0);
+    if (v6) {
+      this.rewrite6(b, off, l4, proto, P.IP6_DST, raddr, 6, dport, dports >>> 16);
+      if (fwd === L.FWD_FULLNAT) this.rewrite6(b, off, l4, proto, P.IP6_SRC, laddr, 9, sport, dports & 0xffff);
+      return FORWARD;
+    }
     this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
     if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
     return FORWARD;
@@ -479,9 +600,163 @@ export class PacketProcessor {
    * would come straight back: dropped.
    */
   private icmpNotOurs(daddr: number): number {
+    if (this.v6) {
+      const pool = this.snapshot.fullnatAddrs6;
+      const pa = this.pa;
+      for (let i = 0; i < pool.length; i += 4) {
+        if (pool[i] === pa[4] && pool[i + 1] === pa[5] && pool[i + 2] === pa[6] && pool[i + 3] === pa[7]) return this.drop(Drop.IcmpIgnored);
+      }
+      return FORWARD;
+    }
     const pool = this.snapshot.fullnatAddrs;
     for (let i = 0; i < pool.length; i++) if (pool[i] === daddr) return this.drop(Drop.IcmpIgnored);
     return FORWARD;
+  }
+
+  /**
+   * ICMPv6 errors (types below 128) about a tracked flow: ip_vs_in_icmp_v6 / ip_vs_out_icmp_v6,
+   * the same translation as icmpError for IPv4 (see there), then the ICMPv6 checksum (which
+   * covers the outer addresses too) is recomputed. The quoted packet must be TCP or UDP directly
+   * after its IPv6 header.
+   */
+  private icmp6Error(b: Uint8Array, off: number, ic: number, totlen: number, inbound: boolean): number {
+    const q = ic + P.ICMP_HLEN;
+    const end = off + totlen;
+    if (q + P.IP6_HLEN + 4 > end || b[q]! >> 4 !== 6) return this.drop(Drop.Truncated);
+    const qproto = b[q + P.IP6_NEXT]!;
+    if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(0);
+    const ql4 = q + P.IP6_HLEN;
+    const qsp = P.u16(b, ql4 + P.L4_SPORT);
+    const qdp = P.u16(b, ql4 + P.L4_DPORT);
+    const t = this.table;
+    const a = t.i32;
+    const hi = this.hi;
+    const proto = qproto | L.PROTO_V6;
+    const ports = (qdp << 16) | qsp;
+    // The quoted packet reversed is the key: to a VIP (client side) the flow's client→server key,
+    // from the servers' side its server→client key.
+    const k = inbound ? 0 : 6;
+    for (let i = 0; i < 3; i++) {
+      hi[k + i] = P.u32(b, q + P.IP6_DST + 4 * i);
+      hi[k + 3 + i] = P.u32(b, q + P.IP6_SRC + 4 * i);
+    }
+    const qd = P.u32(b, q + P.IP6_DST + 12);
+    const qs = P.u32(b, q + P.IP6_SRC + 12);
+    const bucket = inbound ? t.bucketIn(proto, qd, ports, qs, hi) : t.bucketOut(proto, qd, ports, qs, hi);
+    t.lockBucket(bucket);
+    const e = inbound ? t.findIn(bucket, proto, qd, ports, qs, hi) : t.findOut(bucket, proto, qd, ports, qs, hi);
+    if (e < 0) {
+      t.unlockBucket(bucket);
+      return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(0);
+    }
+    const o = t.base(e);
+    const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
+    const raddr = a[o + L.E_DADDR]!;
+    const dports = a[o + L.E_DPORTS]!;
+    const cports = a[o + L.E_CPORTS]!;
+    const rsSlot = a[o + L.E_RS]!;
+    const svcSlot = a[o + L.E_SVC]!;
+    // Every address of the entry, in full: 4 words each at c 0, v 4, d 8, l 12 of thi's room.
+    const w = this.thi;
+    for (let i = 0; i < L.HI_WORDS; i++) w[i] = a[o + L.E_HI + i]!;
+    const lo0 = a[o + L.E_CADDR]!;
+    const lo1 = a[o + L.E_VADDR]!;
+    const lo3 = a[o + L.E_LADDR]!;
+    t.unlockBucket(bucket);
+    const put = (at: number, hiIdx: number, lo: number): void => {
+      for (let i = 0; i < 3; i++) P.put32(b, at + 4 * i, w[hiIdx + i]!);
+      P.put32(b, at + 12, lo);
+    };
+    if (inbound) {
+      this.countIn(rsSlot, svcSlot, totlen);
+      if (fwd === L.FWD_TUNNEL) {
+        for (let i = 0; i < 3; i++) hi[6 + i] = w[6 + i]!;
+        return this.encapsulate(b, off, totlen, raddr, false);
+      }
+      put(off + P.IP6_DST, 6, raddr);
+      put(q + P.IP6_SRC, 6, raddr);
+      P.put16(b, ql4 + P.L4_SPORT, dports >>> 16);
+      if (fwd === L.FWD_FULLNAT) {
+        put(off + P.IP6_SRC, 9, lo3);
+        put(q + P.IP6_DST, 9, lo3);
+        P.put16(b, ql4 + P.L4_DPORT, dports & 0xffff);
+      }
+    } else {
+      const c = this.counters;
+      const rb = L.rsCounterBase(rsSlot);
+      c[rb + L.RSC_OUTPKTS]!++;
+      c[rb + L.RSC_OUTBYTES] = c[rb + L.RSC_OUTBYTES]! + totlen;
+      put(off + P.IP6_SRC, 3, lo1);
+      put(q + P.IP6_DST, 3, lo1);
+      P.put16(b, ql4 + P.L4_DPORT, cports & 0xffff);
+      if (fwd === L.FWD_FULLNAT) {
+        put(off + P.IP6_DST, 0, lo0);
+        put(q + P.IP6_SRC, 0, lo0);
+        P.put16(b, ql4 + P.L4_SPORT, cports >>> 16);
+      }
+    }
+    const l4len = end - ic;
+    P.put16(b, ic + P.ICMP_CSUM, 0);
+    P.put16(b, ic + P.ICMP_CSUM, P.checksum(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)));
+    return FORWARD;
+  }
+
+  /** ICMPv6 to a VIP: an echo request is answered in place (when configured); the rest is not ours. */
+  private icmp6ToVip(b: Uint8Array, off: number, ic: number, totlen: number): number {
+    if (b[ic + P.ICMP_TYPE] !== P.ICMP6_ECHO_REQUEST || !this.snapshot.answerPing) return this.drop(Drop.IcmpIgnored);
+    const l4len = off + totlen - ic;
+    if (P.sum16(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)) !== 0xffff) return this.drop(Drop.BadChecksum);
+    // Swap the addresses (the pseudo-header sum does not change) and turn 128 into 129.
+    for (let i = 0; i < 16; i++) {
+      const x = b[off + P.IP6_SRC + i]!;
+      b[off + P.IP6_SRC + i] = b[off + P.IP6_DST + i]!;
+      b[off + P.IP6_DST + i] = x;
+    }
+    b[off + P.IP6_HOPS] = 64;
+    b[ic + P.ICMP_TYPE] = P.ICMP6_ECHO_REPLY;
+    P.fix16(b, ic + P.ICMP_CSUM, P.ICMP6_ECHO_REQUEST << 8, P.ICMP6_ECHO_REPLY << 8);
+    return FORWARD;
+  }
+
+  /** IPv6 header at out[o]: traffic class/flow 0, hop limit 64. */
+  private ip6Header(o: number, plen: number, next: number): void {
+    const x = this.out;
+    this.plainVnet(o);
+    P.put32(x, o, 0x60000000);
+    P.put16(x, o + P.IP6_PLEN, plen);
+    x[o + P.IP6_NEXT] = next;
+    x[o + P.IP6_HOPS] = 64;
+  }
+
+  /**
+   * An ICMPv6 error about the packet at b[off] to its source, from its destination (the VIP):
+   * port unreachable or packet too big (`info` = the MTU). It quotes as much of the packet as keeps
+   * the error within the IPv6 minimum MTU (RFC 4443 §2.4).
+   */
+  private icmp6Generate(b: Uint8Array, off: number, totlen: number, type: number, code: number, info: number): number {
+    const o = this.outOff;
+    const x = this.out;
+    const quoted = Math.min(totlen, P.IPV6_MIN_MTU - P.IP6_HLEN - P.ICMP_HLEN, this.outEnd - o - P.IP6_HLEN - P.ICMP_HLEN);
+    const plen = P.ICMP_HLEN + quoted;
+    this.ip6Header(o, plen, P.IPPROTO_ICMPV6);
+    for (let i = 0; i < 16; i++) {
+      x[o + P.IP6_SRC + i] = b[off + P.IP6_DST + i]!;
+      x[o + P.IP6_DST + i] = b[off + P.IP6_SRC + i]!;
+    }
+    const ic = o + P.IP6_HLEN;
+    x[ic + P.ICMP_TYPE] = type;
+    x[ic + P.ICMP_CODE] = code;
+    P.put16(x, ic + P.ICMP_CSUM, 0);
+    P.put32(x, ic + 4, info);
+    this.copyOut(b, off, ic + P.ICMP_HLEN, quoted);
+    P.put16(x, ic + P.ICMP_CSUM, P.checksum(x, ic, plen, P.pseudoSum6(x, o + P.IP6_SRC, o + P.IP6_DST, P.IPPROTO_ICMPV6, plen)));
+    this.outLen = P.IP6_HLEN + plen;
+    return REPLY;
+  }
+
+  /** "Nothing here" to the client: ICMP(v6) port unreachable from the VIP. */
+  private unreachable(b: Uint8Array, off: number, totlen: number, from: number, to: number): number {
+    return this.v6 ? this.icmp6Generate(b, off, totlen, P.ICMP6_DST_UNREACH, P.ICMP6_PORT_UNREACH, 0) : this.icmpUnreach(b, off, totlen, from, to);
   }
 
   /**
@@ -493,26 +768,43 @@ export class PacketProcessor {
    * its segments here, each with a partial checksum the device completes.
    */
   private encapsulate(b: Uint8Array, off: number, totlen: number, raddr: number, copyDf: boolean): number {
-    if (this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
-    const df = copyDf ? P.u16(b, off + P.IP_FRAG) & P.IP_DF : 0;
+    const v6 = this.v6;
+    const t6 = this.snapshot.tunnelSrc6;
+    if (v6 ? (t6[0] | t6[1]! | t6[2]! | t6[3]!) === 0 : this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
+    const df = copyDf && !v6 ? P.u16(b, off + P.IP_FRAG) & P.IP_DF : 0;
     if (this.gsoSize !== 0) return this.encapsulateSegments(b, off, totlen, raddr, df);
     const o = this.outOff;
-    const len = totlen + P.IP_MIN_HLEN;
-    if (len > 65535 || o + len > this.outEnd) return this.drop(Drop.Truncated);
-    this.outerHeader(o, len, b[off + 1]!, raddr, df);
+    const ohl = v6 ? P.IP6_HLEN : P.IP_MIN_HLEN;
+    const len = totlen + ohl;
+    if ((v6 ? totlen : len) > 65535 || o + len > this.outEnd) return this.drop(Drop.Truncated);
+    if (v6) this.outerHeader6(o, totlen, raddr);
+    else this.outerHeader(o, len, b[off + 1]!, raddr, df);
     if (this.vnet !== 0) {
       this.plainVnet(o);
       if (this.partial) {
         const h = off - P.VNET_HLEN;
         const x = this.out;
         x[o - P.VNET_HLEN + P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
-        P.putLe16(x, o - P.VNET_HLEN + P.VNET_CSUM_START, P.le16(b, h + P.VNET_CSUM_START) + P.IP_MIN_HLEN);
+        P.putLe16(x, o - P.VNET_HLEN + P.VNET_CSUM_START, P.le16(b, h + P.VNET_CSUM_START) + ohl);
         P.putLe16(x, o - P.VNET_HLEN + P.VNET_CSUM_OFFSET, P.le16(b, h + P.VNET_CSUM_OFFSET));
       }
     }
-    this.copyOut(b, off, o + P.IP_MIN_HLEN, totlen);
+    this.copyOut(b, off, o + ohl, totlen);
     this.outLen = len;
     return REPLY;
+  }
+
+  /** The outer ip6ip6 header at out[o]: tunnelSource6 → the real server (hi[6..8] + lo). */
+  private outerHeader6(o: number, plen: number, lo: number): void {
+    const x = this.out;
+    P.put32(x, o, 0x60000000);
+    P.put16(x, o + P.IP6_PLEN, plen);
+    x[o + P.IP6_NEXT] = P.IPPROTO_IPV6;
+    x[o + P.IP6_HOPS] = 64;
+    const src = this.snapshot.tunnelSrc6;
+    for (let i = 0; i < 4; i++) P.put32(x, o + P.IP6_SRC + 4 * i, src[i]!);
+    for (let i = 0; i < 3; i++) P.put32(x, o + P.IP6_DST + 4 * i, this.hi[6 + i]!);
+    P.put32(x, o + P.IP6_DST + 12, lo);
   }
 
   /** The outer IPIP header at out[o]: tunnelSource → raddr, DF as given (the inner's, or clear). */
@@ -539,38 +831,46 @@ export class PacketProcessor {
    */
   private encapsulateSegments(b: Uint8Array, off: number, totlen: number, raddr: number, df: number): number {
     const g = this.gsoSize;
-    const ihl = (b[off]! & 15) << 2;
+    const v6 = this.v6;
+    // The inner network header (IPv6: up to the TCP header, csum_start) and the outer one.
+    const ihl = v6 ? P.le16(b, off - P.VNET_HLEN + P.VNET_CSUM_START) : (b[off]! & 15) << 2;
+    const ohl = v6 ? P.IP6_HLEN : P.IP_MIN_HLEN;
     const l4 = off + ihl;
     const hl = ihl + ((b[l4 + P.TCP_OFF]! >> 4) << 2);
     const payload = totlen - hl;
     const n = payload <= 0 ? 1 : Math.ceil(payload / g);
     const V = this.vnet;
-    const per = V + P.IP_MIN_HLEN + hl + g;
+    const per = V + ohl + hl + g;
     let o = this.outOff;
     if (n > MAX_OUT || o - V + n * per > this.outEnd) return this.drop(Drop.Truncated);
     const x = this.out;
     const seq0 = P.u32(b, l4 + P.TCP_SEQ);
-    const id0 = P.u16(b, off + P.IP_ID);
+    const id0 = v6 ? 0 : P.u16(b, off + P.IP_ID);
     const flags = b[l4 + P.TCP_FLAGS]!;
-    const isrc = P.u32(b, off + P.IP_SRC);
-    const idst = P.u32(b, off + P.IP_DST);
+    const isrc = v6 ? 0 : P.u32(b, off + P.IP_SRC);
+    const idst = v6 ? 0 : P.u32(b, off + P.IP_DST);
     const tos = b[off + 1]!;
     for (let k = 0; k < n; k++) {
       const plen = k === n - 1 ? payload - k * g : g;
       const ilen = hl + (plen > 0 ? plen : 0);
-      this.outerHeader(o, ilen + P.IP_MIN_HLEN, tos, raddr, df);
+      if (v6) this.outerHeader6(o, ilen, raddr);
+      else this.outerHeader(o, ilen + P.IP_MIN_HLEN, tos, raddr, df);
       const h = o - V;
       for (let i = h; i < o; i++) x[i] = 0;
       x[h + P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
-      P.putLe16(x, h + P.VNET_CSUM_START, P.IP_MIN_HLEN + ihl);
+      P.putLe16(x, h + P.VNET_CSUM_START, ohl + ihl);
       P.putLe16(x, h + P.VNET_CSUM_OFFSET, P.TCP_CSUM);
-      const io = o + P.IP_MIN_HLEN;
+      const io = o + ohl;
       this.copyOut(b, off, io, hl);
       if (plen > 0) this.copyOut(b, off + hl + k * g, io + hl, plen);
-      P.put16(x, io + P.IP_TOTLEN, ilen);
-      P.put16(x, io + P.IP_ID, (id0 + k) & 0xffff);
-      P.put16(x, io + P.IP_CSUM, 0);
-      P.put16(x, io + P.IP_CSUM, P.checksum(x, io, ihl, 0));
+      if (v6) {
+        P.put16(x, io + P.IP6_PLEN, ilen - P.IP6_HLEN);
+      } else {
+        P.put16(x, io + P.IP_TOTLEN, ilen);
+        P.put16(x, io + P.IP_ID, (id0 + k) & 0xffff);
+        P.put16(x, io + P.IP_CSUM, 0);
+        P.put16(x, io + P.IP_CSUM, P.checksum(x, io, ihl, 0));
+      }
       const t = io + ihl;
       P.put32(x, t + P.TCP_SEQ, (seq0 + k * g) | 0);
       let f = flags;
@@ -578,9 +878,10 @@ export class PacketProcessor {
       if (k !== 0) f &= ~TCPF_CWR;
       x[t + P.TCP_FLAGS] = f;
       // Partial: the pseudo-header sum for this segment's length.
-      P.put16(x, t + P.TCP_CSUM, P.fold16(P.pseudoSum(isrc, idst, P.IPPROTO_TCP, ilen - ihl)));
+      const ps = v6 ? P.pseudoSum6(x, io + P.IP6_SRC, io + P.IP6_DST, P.IPPROTO_TCP, ilen - ihl) : P.pseudoSum(isrc, idst, P.IPPROTO_TCP, ilen - ihl);
+      P.put16(x, t + P.TCP_CSUM, P.fold16(ps));
       this.outOffs[k] = h;
-      this.outLens[k] = V + P.IP_MIN_HLEN + ilen;
+      this.outLens[k] = V + ohl + ilen;
       o += per;
     }
     this.outCount = n;
@@ -598,11 +899,19 @@ export class PacketProcessor {
    */
   private insertFullnat(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, rs: number, svcSlot: number): number {
     const s = this.snapshot;
-    const pool = s.fullnatAddrs;
+    const v6 = this.v6;
+    const pool = v6 ? s.fullnatAddrs6 : s.fullnatAddrs;
     if (pool.length === 0) return -2;
     const min = s.fullnatPortMin;
     const range = s.fullnatPortMax - min + 1;
-    const laddr = pool[((caddr ^ cports) >>> 0) % pool.length]!;
+    let laddr: number;
+    if (v6) {
+      const p = (((caddr ^ cports) >>> 0) % (pool.length >> 2)) << 2;
+      for (let i = 0; i < 3; i++) this.hi[9 + i] = pool[p + i]!;
+      laddr = pool[p + 3]!;
+    } else {
+      laddr = pool[((caddr ^ cports) >>> 0) % pool.length]!;
+    }
     let x = this.rnd;
     const probes = range < 64 ? range : 64;
     for (let i = 0; i < probes; i++) {
@@ -610,7 +919,7 @@ export class PacketProcessor {
       x ^= x >>> 17;
       x ^= x << 5;
       const lport = range < 64 ? min + i : min + ((x >>> 0) % range);
-      const e = this.table.insert(proto, caddr, cports, vaddr, raddr, (rport << 16) | lport, laddr, L.FWD_FULLNAT, rs, svcSlot, this.now);
+      const e = this.table.insert(proto, caddr, cports, vaddr, raddr, (rport << 16) | lport, laddr, L.FWD_FULLNAT, rs, svcSlot, this.now, 0, 0, 0, this.hi);
       if (e !== -2) {
         this.rnd = x;
         return e;
@@ -652,10 +961,11 @@ export class PacketProcessor {
     tcpFlags: number,
   ): number {
     const t = this.table;
+    const hi = this.hi;
     const dports = (sport << 16) | dport;
-    const bucket = t.bucket(proto, saddr, dports, daddr);
+    const bucket = t.bucketOut(proto, saddr, dports, daddr, hi);
     t.lockBucket(bucket);
-    const e = t.findOut(bucket, proto, saddr, dports, daddr);
+    const e = t.findOut(bucket, proto, saddr, dports, daddr, hi);
     if (e < 0) {
       t.unlockBucket(bucket);
       if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
@@ -675,10 +985,14 @@ export class PacketProcessor {
     const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
     const rsSlot = a[o + L.E_RS]!;
     const svcSlot = a[o + L.E_SVC]!;
+    const v6 = this.v6;
+    // IPv6: the client's and the VIP's high words go to hi[0..5] (the out-key used 6..11).
+    if (v6) for (let i = 0; i < 6; i++) hi[i] = a[o + L.E_CADDR_HI + i]!;
     t.unlockBucket(bucket);
     if (fwd === L.FWD_FULLNAT) {
       // Full-NAT reply: destination pool:lport becomes the client's address and port again.
-      this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, caddr, cportsE >>> 16);
+      if (v6) this.rewrite6(b, off, l4, proto, P.IP6_DST, caddr, 0, dport, cportsE >>> 16);
+      else this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, caddr, cportsE >>> 16);
     }
     const c = this.counters;
     const rb = L.rsCounterBase(rsSlot);
@@ -688,7 +1002,8 @@ export class PacketProcessor {
     c[sb + L.RSC_OUTPKTS]!++;
     c[sb + L.RSC_OUTBYTES] = c[sb + L.RSC_OUTBYTES]! + totlen;
     // Reply: source RIP:rport becomes VIP:vport.
-    this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, vaddr, vport);
+    if (v6) this.rewrite6(b, off, l4, proto, P.IP6_SRC, vaddr, 3, sport, vport);
+    else this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, vaddr, vport);
     return FORWARD;
   }
 
@@ -722,6 +1037,31 @@ export class PacketProcessor {
   }
 
   /**
+   * IPv6 rewrite of one endpoint: the 16-byte address at ipField (IP6_SRC/IP6_DST) becomes
+   * hi[hiIdx, hiIdx+3) + lo, the port becomes port2; the TCP/UDP checksum follows word by word
+   * (IPv6 has no header checksum; a partial checksum only follows the address).
+   */
+  private rewrite6(b: Uint8Array, off: number, l4: number, proto: number, ipField: number, lo: number, hiIdx: number, port: number, port2: number): void {
+    const isTcp = (proto & 0xff) === P.IPPROTO_TCP;
+    const co = l4 + (isTcp ? P.TCP_CSUM : P.UDP_CSUM);
+    let c = P.u16(b, co);
+    if (this.partial) c = ~c & 0xffff; // work on the sum; complemented back below
+    const hi = this.hi;
+    for (let i = 0; i < 4; i++) {
+      const at = off + ipField + 4 * i;
+      const from = P.u32(b, at);
+      const to = i < 3 ? hi[hiIdx + i]! : lo;
+      if (from === to) continue;
+      P.put32(b, at, to);
+      c = P.csumReplace32(c, from, to);
+    }
+    P.put16(b, l4 + (ipField === P.IP6_SRC ? P.L4_SPORT : P.L4_DPORT), port2);
+    if (this.partial) c = ~c & 0xffff;
+    else c = P.csumReplace16(c, port, port2);
+    P.put16(b, co, !this.partial && !isTcp && c === 0 ? 0xffff : c);
+  }
+
+  /**
    * Reads the virtio header of a packet that carries offload metadata. A partial checksum must
    * point at the TCP/UDP checksum field (anything else — ICMP, odd offsets — is completed here in
    * software and the flag cleared); GSO must be TCPv4 with a partial TCP checksum. False = drop.
@@ -735,7 +1075,7 @@ export class PacketProcessor {
     const expected = proto === P.IPPROTO_TCP ? P.TCP_CSUM : proto === P.IPPROTO_UDP ? P.UDP_CSUM : -1;
     if (gsoType !== P.VNET_GSO_NONE) {
       const size = P.le16(b, h + P.VNET_GSO_SIZE);
-      if (gsoType !== P.VNET_GSO_TCPV4 || proto !== P.IPPROTO_TCP || !needs || start !== ihl || field !== expected || size === 0) return false;
+      if (gsoType !== (this.v6 ? P.VNET_GSO_TCPV6 : P.VNET_GSO_TCPV4) || proto !== P.IPPROTO_TCP || !needs || start !== ihl || field !== expected || size === 0) return false;
       this.gsoSize = size;
       this.partial = true;
       return true;
@@ -753,11 +1093,12 @@ export class PacketProcessor {
 
   /** Finishes the current packet's partial checksum in software and clears its flag. */
   private completePartial(b: Uint8Array, off: number): void {
-    const ihl = (b[off]! & 15) << 2;
-    const proto = b[off + P.IP_PROTO]!;
-    const totlen = P.u16(b, off + P.IP_TOTLEN);
-    P.completeChecksum(b, off + ihl, off + totlen, off + ihl + (proto === P.IPPROTO_TCP ? P.TCP_CSUM : P.UDP_CSUM), proto === P.IPPROTO_UDP);
-    b[off - P.VNET_HLEN + P.VNET_FLAGS] = b[off - P.VNET_HLEN + P.VNET_FLAGS]! & ~P.VNET_F_NEEDS_CSUM;
+    const h = off - P.VNET_HLEN;
+    const start = P.le16(b, h + P.VNET_CSUM_START);
+    const field = P.le16(b, h + P.VNET_CSUM_OFFSET);
+    const totlen = this.v6 ? P.IP6_HLEN + P.u16(b, off + P.IP6_PLEN) : P.u16(b, off + P.IP_TOTLEN);
+    P.completeChecksum(b, off + start, off + totlen, off + start + field, field === P.UDP_CSUM);
+    b[h + P.VNET_FLAGS] = b[h + P.VNET_FLAGS]! & ~P.VNET_F_NEEDS_CSUM;
     this.partial = false;
   }
 
@@ -830,10 +1171,19 @@ export class PacketProcessor {
   private tcpReset(b: Uint8Array, off: number, l4: number, totlen: number, flags: number): number {
     const o = this.outOff;
     const x = this.out;
-    const src = P.u32(b, off + P.IP_DST);
-    const dst = P.u32(b, off + P.IP_SRC);
-    this.ipHeader(o, 40, P.IPPROTO_TCP, src, dst);
-    const t = o + P.IP_MIN_HLEN;
+    const v6 = this.v6;
+    const src = v6 ? 0 : P.u32(b, off + P.IP_DST);
+    const dst = v6 ? 0 : P.u32(b, off + P.IP_SRC);
+    if (v6) {
+      this.ip6Header(o, 20, P.IPPROTO_TCP);
+      for (let i = 0; i < 16; i++) {
+        x[o + P.IP6_SRC + i] = b[off + P.IP6_DST + i]!;
+        x[o + P.IP6_DST + i] = b[off + P.IP6_SRC + i]!;
+      }
+    } else {
+      this.ipHeader(o, 40, P.IPPROTO_TCP, src, dst);
+    }
+    const t = o + (v6 ? P.IP6_HLEN : P.IP_MIN_HLEN);
     P.put16(x, t + P.L4_SPORT, P.u16(b, l4 + P.L4_DPORT));
     P.put16(x, t + P.L4_DPORT, P.u16(b, l4 + P.L4_SPORT));
     if (flags & TCPF_ACK) {
@@ -851,8 +1201,9 @@ export class PacketProcessor {
     P.put16(x, t + P.TCP_WIN, 0);
     P.put16(x, t + P.TCP_CSUM, 0);
     P.put16(x, t + 18, 0);
-    P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, 20, P.pseudoSum(src, dst, P.IPPROTO_TCP, 20)));
-    this.outLen = 40;
+    const ps = v6 ? P.pseudoSum6(x, o + P.IP6_SRC, o + P.IP6_DST, P.IPPROTO_TCP, 20) : P.pseudoSum(src, dst, P.IPPROTO_TCP, 20);
+    P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, 20, ps));
+    this.outLen = (v6 ? P.IP6_HLEN : P.IP_MIN_HLEN) + 20;
     return REPLY;
   }
 

@@ -9,20 +9,31 @@ import type { SchedDest, SchedService } from '../schedulers/types';
 export interface CompiledDest extends SchedDest {
   /** Forwarding method, kernel FWD_* value (conntrack/layout.ts). */
   fwd: number;
+  /**
+   * An IPv6 real server's four address words; `addr` is then their XOR, the 32-bit fold the
+   * kernel's schedulers hash (ip_vs_sh_hashkey, ip_vs_mh_hashkey). null for IPv4.
+   */
+  addr6: Int32Array | null;
 }
 
 export interface CompiledService extends SchedService {
   /** Service slot: index of its counters and scheduler state. Stable across reloads. */
   slot: number;
+  /** IP protocol, | PROTO_V6 (conntrack/layout.ts) for an IPv6 service. */
   proto: number;
+  /** IPv4: the VIP. IPv6: its last 32 bits (the lookup key), the rest in addr6. */
   vaddr: number;
+  /** An IPv6 VIP's four words, else null. */
+  addr6: Int32Array | null;
   vport: number;
   scheduler: string;
   dests: CompiledDest[];
   /** Persistence timeout in ms (ipvsadm -p), 0 = not persistent. */
   persistMs: number;
-  /** Persistence netmask (ipvsadm -M) applied to the client address. */
+  /** Persistence netmask (ipvsadm -M) applied to the client address (IPv4). */
   netmask: number;
+  /** IPv6: the persistence prefix as four mask words (ipvsadm -M for IPv6 is a prefix length). */
+  netmask6: Int32Array | null;
 }
 
 export interface Snapshot {
@@ -33,6 +44,8 @@ export interface Snapshot {
   lookupMask: number;
   /** VIP ranges, pairs [net, mask]: a packet to one of them is inbound. */
   vips: Int32Array;
+  /** IPv6 VIP ranges, 8 words each: [net (4), mask (4)]. */
+  vips6: Int32Array;
   answerPing: boolean;
   /** A packet of a deleted real server's connection expires it and is handled as new (kernel expire_nodest_conn=1). */
   expireNodestConn: boolean;
@@ -40,8 +53,12 @@ export interface Snapshot {
   expireQuiescentTemplate: boolean;
   /** Outer source address of IPIP-tunnelled packets (0 = none configured). */
   tunnelSrc: number;
+  /** Outer source of ip6ip6-tunnelled packets, four words (all 0 = none configured). */
+  tunnelSrc6: Int32Array;
   /** Full-NAT pool: source addresses and the port range allocated on them. */
   fullnatAddrs: Int32Array;
+  /** Full-NAT pool's IPv6 addresses, four words each. */
+  fullnatAddrs6: Int32Array;
   fullnatPortMin: number;
   fullnatPortMax: number;
   /** Redis is configured: park mid-flow packets without an entry for adoption instead of refusing them. */
@@ -73,8 +90,11 @@ export function buildLookup(services: CompiledService[]): { lookup: Int32Array; 
   return { lookup, lookupMask: mask };
 }
 
-/** Index into snap.services, or -1. */
-export function findService(snap: Snapshot, proto: number, vaddr: number, vport: number): number {
+/**
+ * Index into snap.services, or -1. IPv6 (proto with PROTO_V6): vaddr is the VIP's last word and
+ * hi[hiOff, hiOff+3) its first three.
+ */
+export function findService(snap: Snapshot, proto: number, vaddr: number, vport: number, hi: ArrayLike<number> | null = null, hiOff = 0): number {
   const lookup = snap.lookup;
   const mask = snap.lookupMask;
   const key = (proto << 16) | vport;
@@ -83,9 +103,21 @@ export function findService(snap: Snapshot, proto: number, vaddr: number, vport:
     const o = h * LOOKUP_WORDS;
     const ref = lookup[o + 2]!;
     if (ref === 0) return -1;
-    if (lookup[o] === vaddr && lookup[o + 1] === key) return ref - 1;
+    if (lookup[o] === vaddr && lookup[o + 1] === key) {
+      const a6 = snap.services[ref - 1]!.addr6;
+      if (a6 === null || (a6[0] === hi![hiOff] && a6[1] === hi![hiOff + 1] && a6[2] === hi![hiOff + 2])) return ref - 1;
+    }
     h = (h + 1) & mask;
   }
+}
+
+/** Whether the IPv6 address w[off, off+4) is in a VIP range. */
+export function inVipRange6(snap: Snapshot, w: ArrayLike<number>, off: number): boolean {
+  const v = snap.vips6;
+  for (let i = 0; i < v.length; i += 8) {
+    if ((w[off]! & v[i + 4]!) === v[i] && (w[off + 1]! & v[i + 5]!) === v[i + 1] && (w[off + 2]! & v[i + 6]!) === v[i + 2] && (w[off + 3]! & v[i + 7]!) === v[i + 3]) return true;
+  }
+  return false;
 }
 
 export function inVipRange(snap: Snapshot, addr: number): boolean {

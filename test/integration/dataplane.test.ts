@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { apiCall } from '../../control/client';
 import { blobSha256 } from '../../lab/blob';
-import { Lab, LAB_VIP, sleep } from '../../lab/lab';
+import { Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
@@ -33,6 +33,7 @@ interface SvcView {
 describe('one node forwards real traffic', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 600_000 }, () => {
   const lab = new Lab({ prefix: `uvt${process.pid % 100000}` });
   const rs = lab.rsAddrs;
+  const rs6 = lab.rsAddrs6;
   const services = (weights: { web?: number[]; echo?: number[] } = {}) => [
     { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: weights.web?.[i] ?? 1 })) },
     { protocol: 'tcp', address: LAB_VIP, port: 81, scheduler: 'wrr', realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: 3 - i })) },
@@ -46,8 +47,14 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     { protocol: 'tcp', address: LAB_VIP, port: 84, scheduler: 'rr', realServers: [{ address: rs[0], port: 9007 }] },
     // A real server port nobody listens on: the server's ICMP port unreachable must reach the client.
     { protocol: 'udp', address: LAB_VIP, port: 55, scheduler: 'rr', realServers: [{ address: rs[0], port: 5999 }] },
+    // IPv6, the same services beside them (dual stack).
+    { protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'rr', realServers: rs6.map((a) => ({ address: a, port: 8080 })) },
+    { protocol: 'udp', address: LAB_VIP6, port: 53, scheduler: 'rr', realServers: rs6.map((a) => ({ address: a, port: 5353 })) },
+    { protocol: 'tcp', address: LAB_VIP6, port: 82, scheduler: 'rr', forwarding: 'fullnat', realServers: rs6.map((a) => ({ address: a, port: 8080 })) },
+    { protocol: 'udp', address: LAB_VIP6, port: 55, scheduler: 'rr', realServers: [{ address: rs6[0], port: 5999 }] },
   ];
-  const labConfig = (svcs: unknown[]) => lab.config(svcs, { dataplane: { fullnat: { addresses: ['10.200.99.1'], portMin: 30000, portMax: 30999 }, tunnelSource: '10.200.1.1' } });
+  const labConfig = (svcs: unknown[]) =>
+    lab.config(svcs, { dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: ['10.200.99.1', 'fd00:200:99::1'], portMin: 30000, portMax: 30999 }, tunnelSource: '10.200.1.1' } });
   let configFile = '';
 
   const client = (cmd: string, args: string[], timeoutMs = 60000) => lab.exec(lab.clientNs, cmd, args, timeoutMs);
@@ -127,6 +134,37 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     assert.equal(sum, blobSha256(11, bytes));
     const conns = (await api<{ connections: { virtual: string; realServer: string; state: string }[] }>('GET', '/v1/connections')).body.connections.filter((c) => c.virtual.endsWith(':8080'));
     assert.ok(conns.length >= 4 && conns.every((c) => c.realServer.endsWith(':8080')), 'tracked, no port mapping');
+  });
+
+  test('IPv6 masq: 30 requests to [VIP]:80 spread 10/10/10, the server sees the real client; 50 MB arrive intact', () => {
+    assert.deepEqual(curlMany(30, `http://[${LAB_VIP6}]/`), { rs1: 10, rs2: 10, rs3: 10 });
+    const who = JSON.parse(client('curl', ['-s', '-m', '5', `http://[${LAB_VIP6}]/whoami`]));
+    assert.match(who.client, /^fd00:200:1::2:\d+$/);
+    assert.match(who.server, /^fd00:200:1[123]::2:8080$/);
+    const bytes = 50 * 1024 * 1024;
+    const sum = client('sh', ['-c', `curl -s -m 60 "http://[${LAB_VIP6}]/blob?bytes=${bytes}&seed=13" | sha256sum`], 90000).split(' ')[0];
+    assert.equal(sum, blobSha256(13, bytes));
+  });
+
+  test('IPv6 full-NAT: the server sees a pool address and port; 20 MB arrive intact', () => {
+    const who = JSON.parse(client('curl', ['-s', '-m', '5', `http://[${LAB_VIP6}]:82/whoami`]));
+    assert.match(who.client, /^fd00:200:99::1:30\d\d\d$/);
+    const bytes = 20 * 1024 * 1024;
+    const sum = client('sh', ['-c', `curl -s -m 60 "http://[${LAB_VIP6}]:82/blob?bytes=${bytes}&seed=14" | sha256sum`], 90000).split(' ')[0];
+    assert.equal(sum, blobSha256(14, bytes));
+  });
+
+  test('IPv6 UDP: answers rotate over the servers; a server\'s ICMPv6 port unreachable reaches the client; no service is refused', () => {
+    const answers = new Set<string>();
+    for (let i = 0; i < 6; i++) {
+      const r = tool(['udp-ask', LAB_VIP6, '53', `six ${i}`]);
+      assert.equal(r.error, null);
+      answers.add(r.answer.split(' ')[0]);
+    }
+    assert.equal(answers.size, 3);
+    assert.deepEqual(tool(['udp-ask', LAB_VIP6, '55', 'anyone?', '3000']), { answer: null, error: 'ECONNREFUSED' });
+    assert.deepEqual(tool(['udp-ask', LAB_VIP6, '56', 'x']), { answer: null, error: 'ECONNREFUSED' }, 'no service: ICMPv6 port unreachable');
+    assert.deepEqual(tool(['tcp-connect', LAB_VIP6, '22']), { connected: false, error: 'ECONNREFUSED' }, 'no service: TCP RST');
   });
 
   test('UDP request/response works and new flows rotate over the real servers', () => {
@@ -292,6 +330,8 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     assert.equal(lines[0], 'IP Virtual Server version 1.2.1 (size=65536)');
     assert.ok(lines.includes(`TCP  ${LAB_VIP}:80 rr`));
     assert.ok(lines.some((l) => /^ {2}-> 10\.200\.11\.2:8080 {13}Masq {4}1 {6}\d+ +\d+ +$/.test(l)), text);
+    assert.ok(lines.includes(`TCP  [${LAB_VIP6}]:80 rr`), text);
+    assert.ok(lines.some((l) => /^ {2}-> \[fd00:200:11::2\]:8080 +Masq +1 +\d+ +\d+ +$/.test(l)), text);
   });
 
   test('/metrics parses as Prometheus text with node_exporter IPVS names, types and labels; /healthz is up', () => {
@@ -334,6 +374,9 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     assert.throws(() => lab.ip(lab.lbNs, ['link', 'show', 'uvs0']));
     assert.equal(lab.ip(lab.lbNs, ['rule', 'show', 'pref', '4711']).trim(), '');
     assert.equal(lab.ip(lab.lbNs, ['rule', 'show', 'pref', '4710']).trim(), '', 'the iif rule for packets leaving the device is gone');
+    assert.equal(lab.ip(lab.lbNs, ['-6', 'rule', 'show', 'pref', '4711']).trim(), '', 'IPv6 reply rules are gone');
+    assert.equal(lab.ip(lab.lbNs, ['-6', 'rule', 'show', 'pref', '4710']).trim(), '');
+    assert.equal(lab.ip(lab.lbNs, ['-6', 'route', 'show', 'table', '4711']).trim(), '');
     assert.equal(lab.ip(lab.lbNs, ['route', 'show', 'table', '4711']).trim(), '');
     assert.equal(lab.ip(lab.lbNs, ['route', 'show', '10.200.0.0/24']).trim(), '');
     assert.equal(lab.ip(lab.lbNs, ['route', 'show', '10.200.99.1']).trim(), '', 'the full-NAT pool route is gone');

@@ -57,7 +57,7 @@ test('invalid values name the field and the reason', () => {
   rejects({ ...base, services: [svc({ protocol: 'icmp' })] }, 'services[0].protocol', /tcp or udp/);
   rejects({ ...base, services: [svc({ scheduler: 'nope' })] }, 'services[0].scheduler', /unknown scheduler "nope"/);
   rejects({ ...base, services: [svc({ address: '10.1.0.1' })] }, 'services[0].address', /not inside dataplane.vipCidrs/);
-  rejects({ ...base, services: [svc({ address: '10.96.0.300' })] }, 'services[0].address', /IPv4 address/);
+  rejects({ ...base, services: [svc({ address: '10.96.0.300' })] }, 'services[0].address', /must be an IPv4 or IPv6 address, got "10.96.0.300"/);
   rejects({ ...base, services: [svc({ realServers: [{ address: '10.0.0.1', weight: 70000 }] })] }, 'services[0].realServers[0].weight', /between 0 and 65535/);
   rejects({ ...base, services: [svc({ realServers: [{ address: '10.0.0.1', upperThreshold: 1, lowerThreshold: 2 }] })] }, 'services[0].realServers[0].lowerThreshold', /must not exceed/);
   rejects({ ...base, services: [svc(), svc()] }, 'services[1]', /duplicates services\[0\]/);
