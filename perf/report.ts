@@ -226,6 +226,36 @@ export function renderMarkdown(r: ReportData): string {
     }
     L.push('');
   }
+  if (T.includes('uvs') && T.includes('ctun')) {
+    // Issue 8's CPU goal: LB CPU per packet within 2× of the minimal C TUN forwarder.
+    const rows: string[] = [];
+    for (const m of ['udp_pps', 'udp_rr', 'tcp_rr'] as const) {
+      if (!M.includes(m)) continue;
+      const u = r.results[m]?.uvs;
+      const c = r.results[m]?.ctun;
+      for (const [k, what] of [
+        ['lbCpuNsPerPkt', 'LB CPU (process + extra softirq)'],
+        ['lbProcNsPerPkt', 'LB process only'],
+      ] as const) {
+        const q = r.ratios.uvsVs[m]?.ctun?.[k];
+        if (!u?.[k] && !c?.[k]) continue;
+        const verdict = q === undefined ? '— (no ratio: ctun\'s figure was 0 in some round)' : q <= 2 ? `${ratio(q)} — within 2×` : `${ratio(q)} — not within 2×`;
+        rows.push(`| ${MEASUREMENTS[m].title} | ${what} | ${cell(u?.[k])} | ${cell(c?.[k])} | ${verdict} |`);
+      }
+    }
+    if (rows.length) {
+      L.push(
+        '### uvs against the C TUN forwarder: CPU per packet',
+        '',
+        '`ctun` (perf/peers/ctun.c) is the minimal TUN-based forwarder: stateless NAT in C, one packet per 1500-byte read() and write(). The goal (issue 8) is uvs\'s LB CPU per packet within 2× of it.',
+        '',
+        '| Measurement | CPU per packet (ns) ↓ | uvs | ctun | uvs ÷ ctun |',
+        '|---|---|---:|---:|---|',
+        ...rows,
+        '',
+      );
+    }
+  }
   const others = T.filter((t) => t !== 'direct');
   if (T.includes('direct') && others.length) {
     L.push('### Each target ÷ direct', '', '`direct` is the client talking to the real server itself, routed by the LB node\'s kernel with nothing else in the path: the physical limit of the lab\'s path. LB CPU figures have no ratio to `direct` (its LB CPU is zero by definition).', '');
@@ -296,6 +326,7 @@ export function renderMarkdown(r: ReportData): string {
 export const TARGET_COLORS: Record<string, string> = {
   direct: '#7f7f7f',
   uvs: '#d62728',
+  ctun: '#ff7f0e',
   nftables: '#1f77b4',
   haproxy: '#2ca02c',
   nginx: '#9467bd',

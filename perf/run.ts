@@ -5,6 +5,8 @@
  *
  *   direct    the client talking to a real server, routed by the LB node's kernel (the limit)
  *   uvs       uvsd in the LB namespace, masq, rr over the three real servers
+ *   ctun      perf/peers/ctun.c, the minimal C TUN forwarder (stateless NAT, one packet per
+ *             read()/write()), compiled with cc at run time and set up like uvsd's device
  *   nftables  `dnat to numgen inc mod 3 map {…}` in the LB namespace (kernel fast path)
  *   haproxy   mode tcp in the LB namespace
  *   nginx     stream (TCP and UDP) in the LB namespace
@@ -48,21 +50,22 @@ interface Options {
 
 const HELP = `Usage: uvs perf [options]        (or: npm run perf -- [options])
 
-Benchmarks uvs against direct routing, nftables DNAT, HAProxy (mode tcp) and nginx stream in a
-namespace lab, with sockperf, wrk, iperf3 and trafgen; writes REPORT.md, report.json, report.svg.
-Needs root. Missing Debian packages are installed with apt-get unless --no-install.
+Benchmarks uvs against direct routing, a minimal C TUN forwarder (perf/peers/ctun.c, built with
+cc at run time), nftables DNAT, HAProxy (mode tcp) and nginx stream in a namespace lab, with
+sockperf, wrk, iperf3 and trafgen; writes REPORT.md, report.json, report.svg. Needs root. Missing
+Debian packages are installed with apt-get unless --no-install.
 
 Options:
-  --quick                 1 round, 2 s per run (a fast check; about 2 minutes)
+  --quick                 1 round, 2 s per run (a fast check; about 2½ minutes)
   --rounds N              rounds, targets interleaved in each (default 3)
   --duration S            seconds per generator run, integer (default 3)
-  --targets LIST          of direct,uvs,nftables,haproxy,nginx (default: all)
+  --targets LIST          of direct,uvs,ctun,nftables,haproxy,nginx (default: all)
   --measurements LIST     of udp_pps,udp_rr,tcp_rr,tcp_cps,tcp_bulk (default: all)
   --scaling LIST          uvs-alone series: workers,flows,table (default: all); --no-scaling: none
   --scale-workers LIST    worker counts for the workers series (default 1,2)
   --flows LIST            concurrent flows for the flows series (default 1,100,1000,10000)
   --tables LIST           table sizes for the table series (default 4096,65536,1048576)
-  --workers N             worker threads/processes of every LB in the comparison (default: CPUs)
+  --workers N             worker threads/processes (ctun: TUN queues) of every LB (default: CPUs)
   --conns N               wrk connections (default 32)
   --out DIR               where the report goes (default: perf/ of the repository)
   --prefix P              lab prefix (default uvperf)
@@ -257,7 +260,7 @@ function clockTicks(): number {
 
 const METHOD = [
   'Lab: network namespaces client ↔ LB node ↔ three real servers, veth pairs, addresses 10.200.x (lab/lab.ts). The real servers route back via the LB node. Generators run in the client namespace; every load is bounded by its duration and a hard kill.',
-  'Targets: `direct` = the client addresses a real server itself, the LB node only routes (ip_forward, no conntrack, no rules) — the physical limit of the path; `uvs` = uvsd, masq, rr over the three real servers (VIP 10.200.0.10 routed into its multi-queue TUN device); `nftables` = `dnat to numgen inc mod 3 map {…}` in prerouting of the LB namespace (VIP 10.200.0.20); `haproxy` = HAProxy `mode tcp`, roundrobin (VIP 10.200.0.30 on lo of the LB node); `nginx` = nginx `stream`, TCP and UDP (`reuseport`), round robin (VIP 10.200.0.40 on lo). Every LB gets the same number of worker threads/processes. Bulk TCP always goes to rs1 only (iperf3 needs its two connections on one server).',
+  'Targets: `direct` = the client addresses a real server itself, the LB node only routes (ip_forward, no conntrack, no rules) — the physical limit of the path; `uvs` = uvsd, masq, rr over the three real servers (VIP 10.200.0.10 routed into its multi-queue TUN device); `ctun` = perf/peers/ctun.c, the minimal C TUN forwarder a TUN-based LB is measured against: stateless NAT (the real server chosen by a hash of the client\'s address and port, so a flow sticks; replies rewritten back), incremental checksums, one packet per 1500-byte read() and write(), one thread per queue, compiled with `cc -O2` at run time and set up exactly as uvsd sets up its device (multi-queue TUN, one queue per worker, rp_filter 0, ip_forward 1, VIP 10.200.0.50 routed into it, a `from RIP ipproto P sport PORT` policy rule per real server into a table that routes to it); `nftables` = `dnat to numgen inc mod 3 map {…}` in prerouting of the LB namespace (VIP 10.200.0.20); `haproxy` = HAProxy `mode tcp`, roundrobin (VIP 10.200.0.30 on lo of the LB node); `nginx` = nginx `stream`, TCP and UDP (`reuseport`), round robin (VIP 10.200.0.40 on lo). Every LB gets the same number of worker threads/processes. Bulk TCP always goes to rs1 only (iperf3 needs its two connections on one server).',
   'Interleaving: in every round each target is set up, measured with every generator, and torn down, in an order that rotates from round to round; the figure is the median over rounds, with min–max.',
   'UDP packets/s: `sockperf throughput --mps=max -m 64` (one socket, one flow, 64-byte payload, 92-byte IP packets) for the run\'s duration. Counted at the real servers: the growth of InDatagrams + InErrors + NoPorts in each real server namespace\'s /proc/net/snmp (what reached their UDP layer, including what their sockets had no room for), divided by sockperf\'s own send time.',
   'Latency: `sockperf ping-pong --full-rtt -m 64` (UDP, and `--tcp` over one connection): one message in flight, round trip measured by sockperf, p50/p99/p99.9 over all messages of the run after its warm-up.',
@@ -300,12 +303,13 @@ export async function perfCommand(argv: string[]): Promise<number> {
   if (o.measurements.includes('tcp_cps')) need.add('wrk');
   if (o.measurements.includes('tcp_bulk')) need.add('iperf3');
   if (o.scaling.length) need.add('trafgen');
+  if (o.targets.includes('ctun')) need.add('cc');
   if (o.targets.includes('nftables')) need.add('nft');
   if (o.targets.includes('haproxy')) need.add('haproxy');
   if (o.targets.includes('nginx')) (need.add('nginx'), need.add('nginxStream'));
   const missing = new Set(ensureTools([...need], o.install, log));
   const toolFor: Record<MeasurementName, string> = { udp_pps: 'sockperf', udp_rr: 'sockperf', tcp_rr: 'sockperf', tcp_cps: 'wrk', tcp_bulk: 'iperf3' };
-  const targetTool: Partial<Record<TargetName, string[]>> = { nftables: ['nft'], haproxy: ['haproxy'], nginx: ['nginx', 'nginxStream'] };
+  const targetTool: Partial<Record<TargetName, string[]>> = { ctun: ['cc'], nftables: ['nft'], haproxy: ['haproxy'], nginx: ['nginx', 'nginxStream'] };
 
   const machine = machineInfo(o.prefix);
   const hz = clockTicks();
@@ -315,6 +319,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
     wrk: toolVersion('wrk', ['-v']),
     iperf3: toolVersion('iperf3', ['--version']),
     trafgen: toolVersion('trafgen', ['--version']),
+    cc: toolVersion('cc', ['--version']),
     nftables: toolVersion('nft', ['--version']),
     haproxy: toolVersion('haproxy', ['-v']),
     nginx: toolVersion('nginx', ['-v']),
