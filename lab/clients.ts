@@ -30,8 +30,9 @@ export function blobDownload(ns: string, host: string, port: number, bytes: numb
   const p = spawn('ip', ['netns', 'exec', ns, 'bash', '-c', script], { stdio: ['ignore', 'pipe', 'ignore'] });
   let out = '';
   p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  // 'close', not 'exit': at 'exit' the last of its output may not have been read yet.
   const result = new Promise<{ ok: boolean; curlExit: number | null }>((r) =>
-    p.on('exit', () => {
+    p.on('close', () => {
       const m = /curl-exit (\d+)/.exec(out);
       r({ ok: out.split(' ')[0] === blobSha256(seed, bytes), curlExit: m ? Number(m[1]) : null });
     }),
