@@ -72,7 +72,7 @@ Options:
   --workers N             worker threads/processes (ctun: TUN queues) of every LB (default: CPUs)
   --conns N               wrk connections (default 32)
   --out DIR               where the report goes (default: perf/ of the repository)
-  --prefix P              lab prefix (default uvperf; the two-node lab of --failures: P + "f")
+  --prefix P              lab prefix (default uvperf; --failures' two-node lab: P + "f", ≤ 8 chars)
   --failures              also the failure figures (off by default: they add about 1 minute per
                           round, which would take the default run past 10 minutes): requests
                           broken by a drain and by a real-server kill (with health checks), and
