@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { apiCall } from '../control/client';
 import { formatList, type FmtService } from '../control/ipvsadm-format';
-import { blobSha256 } from './blob';
+import { blobDownload } from './clients';
 import { FailoverLab, type LbNode } from './failover-lab';
 import { Lab, LAB_VIP, sleep } from './lab';
 
@@ -53,13 +53,7 @@ export async function failoverDemo(): Promise<number> {
     await sleep(1000);
 
     title('3. Six 16 MB downloads (2 MB/s each) and a UDP session start through lb1');
-    const streams = Array.from({ length: 6 }, (_, i) => {
-      const seed = 300 + i;
-      const p = spawn('ip', ['netns', 'exec', lab.ns.cl, 'sh', '-c', `curl -s -m 60 --limit-rate 2M "http://${LAB_VIP}/blob?bytes=${16 << 20}&seed=${seed}" | sha256sum`], { stdio: ['ignore', 'pipe', 'ignore'] });
-      let out = '';
-      p.stdout.on('data', (d: Buffer) => (out += d.toString()));
-      return new Promise<boolean>((r) => p.on('exit', () => r(out.split(' ')[0] === blobSha256(seed, 16 << 20))));
-    });
+    const streams = Array.from({ length: 6 }, (_, i) => blobDownload(lab.ns.cl, LAB_VIP, 80, 16 << 20, 300 + i, '2M').done);
     const udp = spawn('ip', ['netns', 'exec', lab.ns.cl, process.execPath, TOOLS, 'udp-session', LAB_VIP, '53', '40', '150'], { stdio: ['ignore', 'pipe', 'ignore'] });
     let udpText = '';
     udp.stdout.on('data', (d: Buffer) => (udpText += d.toString()));

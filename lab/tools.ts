@@ -4,6 +4,8 @@
  *
  *   hold-echo HOST PORT SECONDS [INTERVAL_MS]  one TCP connection to the lab's echo service; sends a
  *                                              numbered line every interval, checks every echo
+ *   echo-probe HOST PORT SECONDS [INTERVAL_MS] the same, and also prints when each echo arrived
+ *                                              (`times`, epoch ms): gaps show a blackout
  *   udp-ask HOST PORT TEXT [TIMEOUT_MS]        one datagram from a connected socket; prints the
  *                                              answer or the error (ECONNREFUSED = ICMP unreachable)
  *   tcp-connect HOST PORT [TIMEOUT_MS]         connect only; prints ok or the error code
@@ -13,6 +15,9 @@
  *                                              /hold); prints every request: start, end, server, error
  *   udp-session HOST PORT COUNT INTERVAL_MS    COUNT datagrams from one source port; prints the
  *                                              server that answered each (null = no answer)
+ *   udp-probe HOST PORT SECONDS INTERVAL_MS    a datagram every interval from one source port to
+ *                                              the lab's UDP echo; prints each probe as [sent at,
+ *                                              answered at or null, server or null] (epoch ms)
  *   inject IFNAME COUNT SEED                   writes COUNT random and malformed packets into a
  *                                              device through an AF_PACKET socket (via python3)
  */
@@ -25,7 +30,7 @@ function out(o: unknown): void {
   process.stdout.write(JSON.stringify(o) + '\n');
 }
 
-function holdEcho(host: string, port: number, seconds: number, intervalMs: number): Promise<number> {
+function holdEcho(host: string, port: number, seconds: number, intervalMs: number, timeline = false): Promise<number> {
   return new Promise((resolve) => {
     const sock = connect({ host, port });
     let server = '';
@@ -33,12 +38,13 @@ function holdEcho(host: string, port: number, seconds: number, intervalMs: numbe
     let sent = 0;
     let echoed = 0;
     let bad = 0;
+    const times: number[] = [];
     let timer: NodeJS.Timeout | null = null;
     const started = Date.now();
     const finish = (error: string | null) => {
       if (timer) clearInterval(timer);
       sock.destroy();
-      out({ server, sent, echoed, bad, error, ms: Date.now() - started });
+      out(timeline ? { server, sent, echoed, bad, error, ms: Date.now() - started, started, times } : { server, sent, echoed, bad, error, ms: Date.now() - started });
       resolve(error === null && bad === 0 && echoed === sent ? 0 : 1);
     };
     sock.setNoDelay(true);
@@ -49,8 +55,10 @@ function holdEcho(host: string, port: number, seconds: number, intervalMs: numbe
         const line = buffered.slice(0, nl);
         buffered = buffered.slice(nl + 1);
         if (!server) server = line;
-        else if (line === `line ${echoed}`) echoed++;
-        else bad++;
+        else if (line === `line ${echoed}`) {
+          echoed++;
+          if (timeline) times.push(Date.now());
+        } else bad++;
       }
     });
     sock.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
@@ -194,6 +202,37 @@ function udpSession(host: string, port: number, count: number, intervalMs: numbe
   });
 }
 
+function udpProbe(host: string, port: number, seconds: number, intervalMs: number): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createSocket('udp4');
+    const probes: [number, number | null, string | null][] = [];
+    s.on('message', (m) => {
+      const [server, payload] = m.toString('utf8').split(' ');
+      const p = probes[Number(payload?.slice(1))];
+      if (p && p[1] === null) (p[1] = Date.now()), (p[2] = server ?? null);
+    });
+    s.on('error', () => {
+      /* ICMP errors: the probe stays unanswered */
+    });
+    s.connect(port, host, () => {
+      const started = Date.now();
+      const timer = setInterval(() => {
+        if (Date.now() - started < seconds * 1000) {
+          probes.push([Date.now(), null, null]);
+          s.send(`p${probes.length - 1}`);
+          return;
+        }
+        clearInterval(timer);
+        setTimeout(() => {
+          s.close();
+          out({ sent: probes.length, answered: probes.filter((p) => p[1] !== null).length, probes });
+          resolve(0);
+        }, 500); // the last answers
+      }, intervalMs);
+    });
+  });
+}
+
 const INJECT_PY = `
 import socket, sys, random, struct
 ifname, count, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -236,6 +275,8 @@ async function main(argv: string[]): Promise<number> {
   switch (cmd) {
     case 'hold-echo':
       return holdEcho(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 200));
+    case 'echo-probe':
+      return holdEcho(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 20), true);
     case 'udp-ask':
       return udpAsk(a[0]!, Number(a[1]), a[2] ?? 'ping', Number(a[3] ?? 2000));
     case 'tcp-connect':
@@ -244,15 +285,19 @@ async function main(argv: string[]): Promise<number> {
       return load(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 4), Number(a[4] ?? 0), Number(a[5] ?? 1000));
     case 'udp-session':
       return udpSession(a[0]!, Number(a[1]), Number(a[2] ?? 10), Number(a[3] ?? 200));
+    case 'udp-probe':
+      return udpProbe(a[0]!, Number(a[1]), Number(a[2] ?? 10), Number(a[3] ?? 10));
     case 'inject': {
       const [ifname, count, seed, vip, client] = a;
       process.stdout.write(execFileSync('python3', ['-c', INJECT_PY, ifname!, count!, seed!, vip ?? '10.200.0.10', client ?? '10.200.1.2'], { encoding: 'utf8' }));
       return 0;
     }
     default:
-      console.error('usage: tools hold-echo|udp-ask|tcp-connect|load|udp-session|inject …');
+      console.error('usage: tools hold-echo|echo-probe|udp-ask|tcp-connect|load|udp-session|udp-probe|inject …');
       return 2;
   }
 }
 
-main(process.argv.slice(2)).then((c) => process.exit(c));
+// Exit once stdout is flushed: a pipe takes a large JSON line (thousands of load records) in
+// several writes, and process.exit() right away would cut it.
+main(process.argv.slice(2)).then((c) => process.stdout.write('', () => process.exit(c)));

@@ -26,6 +26,8 @@ export const TOOLS: Record<string, Tool> = {
   nginx: { check: 'nginx', pkg: 'nginx', why: 'the nginx stream peer' },
   nginxStream: { check: NGINX_STREAM_MODULE, pkg: 'libnginx-mod-stream', why: 'nginx stream module' },
   curl: { check: 'curl', pkg: 'curl', why: 'lab readiness checks' },
+  redis: { check: 'redis-server', pkg: 'redis-server', why: 'the two-node lab of the failure figures (--failures)' },
+  cc: { check: 'cc', pkg: 'gcc', why: 'building the C TUN forwarder peer (perf/peers/ctun.c)' },
 };
 
 export function have(check: string): boolean {

@@ -2,6 +2,7 @@
  * The report: medians with min–max over rounds, ratios, the markdown page, the JSON file and an
  * SVG chart (drawn here, no dependency).
  */
+import type { FailureFigures } from './failures';
 import type { MeasurementName, TargetName } from './targets';
 
 export interface Summary {
@@ -116,7 +117,7 @@ export interface ReportData {
   };
   lbRssMb: Partial<Record<TargetName, Summary>>;
   scaling: { runs: ScalingRun[]; memory: MemoryRow[] };
-  failures: { measured: false; note: string };
+  failures: FailureFigures;
   errors: { round: number; target: string; measurement: string; error: string }[];
 }
 
@@ -174,7 +175,7 @@ function ratio(r: number | undefined): string {
   return r >= 100 ? `${r.toFixed(0)}×` : r >= 10 ? `${r.toFixed(1)}×` : `${r.toFixed(2)}×`;
 }
 
-const arrow = (d: MetricDef) => (d.better === 'higher' ? ' ↑' : d.better === 'lower' ? ' ↓' : '');
+const arrow = (d: Pick<MetricDef, 'better'>) => (d.better === 'higher' ? ' ↑' : d.better === 'lower' ? ' ↓' : '');
 const unit = (d: MetricDef) => (d.unit ? ` (${d.unit})` : '');
 
 export function renderMarkdown(r: ReportData): string {
@@ -194,8 +195,9 @@ export function renderMarkdown(r: ReportData): string {
     '## Results',
     '',
   );
-  L.push(`| Measurement | Metric | ${T.join(' | ')} |`, `|---|---|${T.map(() => '---:').join('|')}|`);
-  for (const m of M) {
+  if (!T.length) L.push('No comparison targets in this run.');
+  else L.push(`| Measurement | Metric | ${T.join(' | ')} |`, `|---|---|${T.map(() => '---:').join('|')}|`);
+  for (const m of T.length ? M : []) {
     const def = MEASUREMENTS[m];
     const byT = r.results[m] ?? {};
     let first = true;
@@ -225,6 +227,36 @@ export function renderMarkdown(r: ReportData): string {
       }
     }
     L.push('');
+  }
+  if (T.includes('uvs') && T.includes('ctun')) {
+    // Issue 8's CPU goal: LB CPU per packet within 2× of the minimal C TUN forwarder.
+    const rows: string[] = [];
+    for (const m of ['udp_pps', 'udp_rr', 'tcp_rr'] as const) {
+      if (!M.includes(m)) continue;
+      const u = r.results[m]?.uvs;
+      const c = r.results[m]?.ctun;
+      for (const [k, what] of [
+        ['lbCpuNsPerPkt', 'LB CPU (process + extra softirq)'],
+        ['lbProcNsPerPkt', 'LB process only'],
+      ] as const) {
+        const q = r.ratios.uvsVs[m]?.ctun?.[k];
+        if (!u?.[k] && !c?.[k]) continue;
+        const verdict = q === undefined ? '— (no ratio: ctun\'s figure was 0 in some round)' : q <= 2 ? `${ratio(q)} — within 2×` : `${ratio(q)} — not within 2×`;
+        rows.push(`| ${MEASUREMENTS[m].title} | ${what} | ${cell(u?.[k])} | ${cell(c?.[k])} | ${verdict} |`);
+      }
+    }
+    if (rows.length) {
+      L.push(
+        '### uvs against the C TUN forwarder: CPU per packet',
+        '',
+        '`ctun` (perf/peers/ctun.c) is the minimal TUN-based forwarder: stateless NAT in C, one packet per 1500-byte read() and write(). The goal (issue 8) is uvs\'s LB CPU per packet within 2× of it.',
+        '',
+        '| Measurement | CPU per packet (ns) ↓ | uvs | ctun | uvs ÷ ctun |',
+        '|---|---|---:|---:|---|',
+        ...rows,
+        '',
+      );
+    }
   }
   const others = T.filter((t) => t !== 'direct');
   if (T.includes('direct') && others.length) {
@@ -267,11 +299,8 @@ export function renderMarkdown(r: ReportData): string {
     }
   }
 
+  L.push(...renderFailures(r.failures));
   L.push(
-    '## Failure figures — not measured yet',
-    '',
-    `> **Placeholder.** ${r.failures.note}`,
-    '',
     '## Machine',
     '',
     '| | |',
@@ -292,10 +321,37 @@ export function renderMarkdown(r: ReportData): string {
   return L.join('\n');
 }
 
+function renderFailures(f: FailureFigures): string[] {
+  const L: string[] = [];
+  if (!f.scenarios) return ['## Failure figures — not measured in this run', '', `> ${f.note}`, ''];
+  L.push(
+    '## Failure figures',
+    '',
+    `With real clients in the labs of the reliability tests (lab/lab.ts, lab/failover-lab.ts), ${f.rounds} round${f.rounds === 1 ? '' : 's'}; every figure is the median over rounds with the min–max in parentheses. ${f.note}`,
+    '',
+    '| Scenario | Figure | value |',
+    '|---|---|---:|',
+  );
+  for (const s of f.scenarios) {
+    s.figures.forEach((x, i) => {
+      const name = i === 0 ? `**${s.title}**` : '';
+      L.push(`| ${name} | ${x.label}${x.unit ? ` (${x.unit})` : ''}${arrow(x)} | ${cell(x.value)} |`);
+    });
+  }
+  L.push('');
+  for (const s of f.scenarios) {
+    L.push(`- **${s.title}.** ${s.how}`);
+    for (const n of s.notes) L.push(`  - ${n}`);
+  }
+  L.push('');
+  return L;
+}
+
 // ── SVG ──────────────────────────────────────────────────────────────────────────────────────
 export const TARGET_COLORS: Record<string, string> = {
   direct: '#7f7f7f',
   uvs: '#d62728',
+  ctun: '#ff7f0e',
   nftables: '#1f77b4',
   haproxy: '#2ca02c',
   nginx: '#9467bd',
@@ -479,7 +535,7 @@ export function renderSvg(r: ReportData): string {
     const cy = 44 + gap + place[i]!.row * (phh + gap);
     out.push(panel(cx, cy, span * pw + (span - 1) * gap, phh, p.title, p.unit, p.cats, p.series, p.byCat, p.log ?? false));
   });
-  out.push(`<text x="${gap}" y="${H - 8}" font-size="10" fill="#777">Failure figures: not measured yet. Generated by uvs perf (perf/run.ts).</text>`);
+  out.push(`<text x="${gap}" y="${H - 8}" font-size="10" fill="#777">Failure figures: ${r.failures.scenarios ? 'in REPORT.md and report.json' : 'not measured in this run (--failures)'}. Generated by uvs perf (perf/run.ts).</text>`);
   out.push('</svg>');
   return out.join('\n') + '\n';
 }

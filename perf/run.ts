@@ -5,11 +5,14 @@
  *
  *   direct    the client talking to a real server, routed by the LB node's kernel (the limit)
  *   uvs       uvsd in the LB namespace, masq, rr over the three real servers
+ *   ctun      perf/peers/ctun.c, the minimal C TUN forwarder (stateless NAT, one packet per
+ *             read()/write()), compiled with cc at run time and set up like uvsd's device
  *   nftables  `dnat to numgen inc mod 3 map {…}` in the LB namespace (kernel fast path)
  *   haproxy   mode tcp in the LB namespace
  *   nginx     stream (TCP and UDP) in the LB namespace
  *
- * then uvs alone with 1 and 2 workers, 1 → 10k concurrent flows, several table sizes. Writes
+ * then uvs alone with 1 and 2 workers, 1 → 10k concurrent flows, several table sizes, and with
+ * --failures the failure figures of failures.ts (drain, real-server kill, LB-node kill). Writes
  * REPORT.md, report.json and report.svg; progress goes to stderr. Everything it starts runs in
  * the lab's namespaces and is removed at the end, on Ctrl-C and on failure. Measurement only.
  */
@@ -18,7 +21,9 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, release, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Lab } from '../lab/lab';
+import { FailoverLab } from '../lab/failover-lab';
 import { ensureTools, toolVersion } from './deps';
+import { failoverPrefix, runFailures, type FailureFigures } from './failures';
 import { killLive, run, sleep, spawnTracked, waitLive } from './exec';
 import { measure, udpFlows, udpPps, warmUp, type MeasureEnv, type Metrics } from './measure';
 import { Anchor, Probe, processMemKb } from './probe';
@@ -43,29 +48,38 @@ interface Options {
   out: string;
   prefix: string;
   install: boolean;
+  failures: boolean;
   mode: 'default' | 'quick' | 'custom';
 }
 
 const HELP = `Usage: uvs perf [options]        (or: npm run perf -- [options])
 
-Benchmarks uvs against direct routing, nftables DNAT, HAProxy (mode tcp) and nginx stream in a
-namespace lab, with sockperf, wrk, iperf3 and trafgen; writes REPORT.md, report.json, report.svg.
-Needs root. Missing Debian packages are installed with apt-get unless --no-install.
+Benchmarks uvs against direct routing, a minimal C TUN forwarder (perf/peers/ctun.c, built with
+cc at run time), nftables DNAT, HAProxy (mode tcp) and nginx stream in a namespace lab, with
+sockperf, wrk, iperf3 and trafgen; writes REPORT.md, report.json, report.svg. Needs root. Missing
+Debian packages are installed with apt-get unless --no-install.
 
 Options:
-  --quick                 1 round, 2 s per run (a fast check; about 2 minutes)
+  --quick                 1 round, 2 s per run (a fast check; about 2½ minutes)
   --rounds N              rounds, targets interleaved in each (default 3)
   --duration S            seconds per generator run, integer (default 3)
-  --targets LIST          of direct,uvs,nftables,haproxy,nginx (default: all)
+  --targets LIST          of direct,uvs,ctun,nftables,haproxy,nginx (default: all)
   --measurements LIST     of udp_pps,udp_rr,tcp_rr,tcp_cps,tcp_bulk (default: all)
   --scaling LIST          uvs-alone series: workers,flows,table (default: all); --no-scaling: none
   --scale-workers LIST    worker counts for the workers series (default 1,2)
   --flows LIST            concurrent flows for the flows series (default 1,100,1000,10000)
   --tables LIST           table sizes for the table series (default 4096,65536,1048576)
-  --workers N             worker threads/processes of every LB in the comparison (default: CPUs)
+  --workers N             worker threads/processes (ctun: TUN queues) of every LB (default: CPUs)
   --conns N               wrk connections (default 32)
   --out DIR               where the report goes (default: perf/ of the repository)
-  --prefix P              lab prefix (default uvperf)
+  --prefix P              lab prefix (default uvperf; --failures' two-node lab: P + "f", ≤ 8 chars)
+  --failures              also the failure figures (off by default: they add about 1 minute per
+                          round, which would take the default run past 10 minutes): requests
+                          broken by a drain and by a real-server kill (with health checks), and
+                          an LB-node kill in the two-node Redis lab — downloads broken out of 6
+                          and the takeover blackout seen by UDP and TCP probes; needs redis-server
+  --no-failures           without them (the default)
+  --failures-only         only the failure figures: no comparison targets, no scaling series
   --no-install            do not apt-get missing tools; what needs them is reported as not measured
   -h, --help              this text`;
 
@@ -97,6 +111,7 @@ export function parseOptions(argv: string[]): Options | 'help' {
     out: join(ROOT, 'perf'),
     prefix: 'uvperf',
     install: true,
+    failures: false,
     mode: 'default',
   };
   let custom = false;
@@ -169,6 +184,20 @@ export function parseOptions(argv: string[]): Options | 'help' {
       case '--no-install':
         o.install = false;
         break;
+      case '--failures':
+        o.failures = true;
+        custom = true;
+        break;
+      case '--no-failures':
+        o.failures = false;
+        break;
+      case '--failures-only':
+        o.failures = true;
+        o.targets = [];
+        o.measurements = [];
+        o.scaling = [];
+        custom = true;
+        break;
       default:
         throw new Error(`unknown option ${a}`);
     }
@@ -229,13 +258,14 @@ function machineInfo(prefix: string): Record<string, string | number> {
   };
 }
 
-/** Network namespaces that are not this run's: other programs sharing the CPUs. */
+/** Network namespaces that are not this run's (its lab and its two-node lab): other programs sharing the CPUs. */
 function otherNetns(prefix: string): string[] {
+  const mine = [`${prefix}-`, `${failoverPrefix(prefix)}-`];
   try {
     return execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' })
       .split('\n')
       .map((l) => l.split(' ')[0]!)
-      .filter((n) => n && !n.startsWith(`${prefix}-`));
+      .filter((n) => n && !mine.some((m) => n.startsWith(m)));
   } catch {
     return [];
   }
@@ -257,7 +287,7 @@ function clockTicks(): number {
 
 const METHOD = [
   'Lab: network namespaces client ↔ LB node ↔ three real servers, veth pairs, addresses 10.200.x (lab/lab.ts). The real servers route back via the LB node. Generators run in the client namespace; every load is bounded by its duration and a hard kill.',
-  'Targets: `direct` = the client addresses a real server itself, the LB node only routes (ip_forward, no conntrack, no rules) — the physical limit of the path; `uvs` = uvsd, masq, rr over the three real servers (VIP 10.200.0.10 routed into its multi-queue TUN device); `nftables` = `dnat to numgen inc mod 3 map {…}` in prerouting of the LB namespace (VIP 10.200.0.20); `haproxy` = HAProxy `mode tcp`, roundrobin (VIP 10.200.0.30 on lo of the LB node); `nginx` = nginx `stream`, TCP and UDP (`reuseport`), round robin (VIP 10.200.0.40 on lo). Every LB gets the same number of worker threads/processes. Bulk TCP always goes to rs1 only (iperf3 needs its two connections on one server).',
+  'Targets: `direct` = the client addresses a real server itself, the LB node only routes (ip_forward, no conntrack, no rules) — the physical limit of the path; `uvs` = uvsd, masq, rr over the three real servers (VIP 10.200.0.10 routed into its multi-queue TUN device); `ctun` = perf/peers/ctun.c, the minimal C TUN forwarder a TUN-based LB is measured against: stateless NAT (the real server chosen by a hash of the client\'s address and port, so a flow sticks; replies rewritten back), incremental checksums, one packet per 1500-byte read() and write(), one thread per queue, compiled with `cc -O2` at run time and set up exactly as uvsd sets up its device (multi-queue TUN, one queue per worker, rp_filter 0, ip_forward 1, VIP 10.200.0.50 routed into it, a `from RIP ipproto P sport PORT` policy rule per real server into a table that routes to it); `nftables` = `dnat to numgen inc mod 3 map {…}` in prerouting of the LB namespace (VIP 10.200.0.20); `haproxy` = HAProxy `mode tcp`, roundrobin (VIP 10.200.0.30 on lo of the LB node); `nginx` = nginx `stream`, TCP and UDP (`reuseport`), round robin (VIP 10.200.0.40 on lo). Every LB gets the same number of worker threads/processes. Bulk TCP always goes to rs1 only (iperf3 needs its two connections on one server).',
   'Interleaving: in every round each target is set up, measured with every generator, and torn down, in an order that rotates from round to round; the figure is the median over rounds, with min–max.',
   'UDP packets/s: `sockperf throughput --mps=max -m 64` (one socket, one flow, 64-byte payload, 92-byte IP packets) for the run\'s duration. Counted at the real servers: the growth of InDatagrams + InErrors + NoPorts in each real server namespace\'s /proc/net/snmp (what reached their UDP layer, including what their sockets had no room for), divided by sockperf\'s own send time.',
   'Latency: `sockperf ping-pong --full-rtt -m 64` (UDP, and `--tcp` over one connection): one message in flight, round trip measured by sockperf, p50/p99/p99.9 over all messages of the run after its warm-up.',
@@ -292,7 +322,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
     return 1;
   }
 
-  log(`uvs perf, mode ${o.mode}: ${o.rounds} round(s) × ${o.duration} s per run; targets ${o.targets.join(',')}; measurements ${o.measurements.join(',')}; uvs scaling ${o.scaling.join(',') || 'none'}`);
+  log(`uvs perf, mode ${o.mode}: ${o.rounds} round(s) × ${o.duration} s per run; targets ${o.targets.join(',') || 'none'}; measurements ${o.measurements.join(',') || 'none'}; uvs scaling ${o.scaling.join(',') || 'none'}; failures ${o.failures ? 'yes' : 'no'}`);
 
   // Tools.
   const need = new Set<string>(['curl', 'wrk']); // wrk also warms every target up
@@ -300,12 +330,14 @@ export async function perfCommand(argv: string[]): Promise<number> {
   if (o.measurements.includes('tcp_cps')) need.add('wrk');
   if (o.measurements.includes('tcp_bulk')) need.add('iperf3');
   if (o.scaling.length) need.add('trafgen');
+  if (o.targets.includes('ctun')) need.add('cc');
   if (o.targets.includes('nftables')) need.add('nft');
   if (o.targets.includes('haproxy')) need.add('haproxy');
   if (o.targets.includes('nginx')) (need.add('nginx'), need.add('nginxStream'));
+  if (o.failures) need.add('redis');
   const missing = new Set(ensureTools([...need], o.install, log));
   const toolFor: Record<MeasurementName, string> = { udp_pps: 'sockperf', udp_rr: 'sockperf', tcp_rr: 'sockperf', tcp_cps: 'wrk', tcp_bulk: 'iperf3' };
-  const targetTool: Partial<Record<TargetName, string[]>> = { nftables: ['nft'], haproxy: ['haproxy'], nginx: ['nginx', 'nginxStream'] };
+  const targetTool: Partial<Record<TargetName, string[]>> = { ctun: ['cc'], nftables: ['nft'], haproxy: ['haproxy'], nginx: ['nginx', 'nginxStream'] };
 
   const machine = machineInfo(o.prefix);
   const hz = clockTicks();
@@ -315,12 +347,14 @@ export async function perfCommand(argv: string[]): Promise<number> {
     wrk: toolVersion('wrk', ['-v']),
     iperf3: toolVersion('iperf3', ['--version']),
     trafgen: toolVersion('trafgen', ['--version']),
+    cc: toolVersion('cc', ['--version']),
     nftables: toolVersion('nft', ['--version']),
     haproxy: toolVersion('haproxy', ['-v']),
     nginx: toolVersion('nginx', ['-v']),
   };
 
   const lab = new Lab({ prefix: o.prefix });
+  const flab = o.failures && !missing.has('redis') ? new FailoverLab(failoverPrefix(o.prefix)) : null;
   let cleaning: Promise<void> | null = null;
   const cleanup = (): Promise<void> =>
     (cleaning ??= (async () => {
@@ -329,6 +363,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
       killLive('SIGKILL');
       await waitLive(3000);
       lab.down();
+      flab?.down();
     })());
   const onSignal = (sig: NodeJS.Signals) => {
     log(`${sig}: stopping the generators and removing the lab ${o.prefix}`);
@@ -358,6 +393,12 @@ export async function perfCommand(argv: string[]): Promise<number> {
   }
   const points: Point[] = [];
   const mem = new Map<string, { workers: number; tableSize: number; idle: number[]; after: number[]; hwm: number[] }>();
+  let failures: FailureFigures = {
+    measured: false,
+    note: o.failures
+      ? 'Selected (--failures), but the run ended before they were measured: see the errors below.'
+      : 'Not selected: `npm run perf -- --failures` (or `--failures-only`) measures requests broken by a drain and by a real-server kill, and downloads broken and the takeover blackout of an LB-node kill with Redis-shared flows (perf/failures.ts). Off by default: they would take the default run past 10 minutes.',
+  };
 
   try {
     // What can run.
@@ -409,7 +450,8 @@ export async function perfCommand(argv: string[]): Promise<number> {
 
     const perRound = targets.reduce((n, t) => n + measurements.filter((m) => !(t.unsupported as Record<string, string>)[m]).length, 0) + points.length;
     const total = perRound * o.rounds;
-    log(`plan: ${total} generator runs (${perRound} per round), about ${Math.round((total * (o.duration + 0.8) + o.rounds * (targets.length * 1.5 + configs.length * 2.5) + 10) / 60)} min`);
+    const failureSeconds = o.failures ? 10 + o.rounds * (flab ? 60 : 35) : 0;
+    log(`plan: ${total} generator runs (${perRound} per round)${o.failures ? ' and the failure figures' : ''}, about ${Math.round((total * (o.duration + 0.8) + o.rounds * (targets.length * 1.5 + configs.length * 2.5) + 10 + failureSeconds) / 60)} min`);
 
     // Lab.
     log(`lab ${o.prefix}: client, LB node, three real servers`);
@@ -445,7 +487,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
     const tag = () => `(${++done}/${total})`;
     for (let round = 1; round <= o.rounds; round++) {
       const order = targets.map((_t, i) => targets[(i + round - 1) % targets.length]!);
-      log(`── round ${round}/${o.rounds}: ${order.map((t) => t.name).join(' → ')}`);
+      if (order.length || configs.length) log(`── round ${round}/${o.rounds}: ${order.map((t) => t.name).join(' → ') || 'uvs alone'}`);
       for (const n of otherNetns(o.prefix)) otherSeen.add(n);
       const roundVals: Partial<Record<MeasurementName, Partial<Record<TargetName, Metrics>>>> = {};
       for (const t of order) {
@@ -543,6 +585,10 @@ export async function perfCommand(argv: string[]): Promise<number> {
         }
       }
     }
+    if (o.failures) {
+      log(`── failure figures: ${o.rounds} round(s) of drain, real-server kill${flab ? ', LB-node kill' : ''}`);
+      failures = await runFailures({ lab, flab: flab ?? { missing: 'redis-server is not installed' }, rounds: o.rounds, workers: o.workers, log });
+    }
   } catch (e) {
     log(`run failed: ${(e as Error).message}`);
     errors.push({ round: 0, target: 'harness', measurement: 'setup', error: (e as Error).message });
@@ -553,7 +599,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
     process.off('uncaughtException', onFatal);
     process.off('unhandledRejection', onFatal);
   }
-  const left = Lab.existing(o.prefix);
+  const left = [...Lab.existing(o.prefix), ...(flab ? Lab.existing(flab.prefix) : [])];
   if (left.length) log(`WARNING: namespaces left behind: ${left.join(' ')}`);
 
   // Aggregate and write.
@@ -596,10 +642,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
     ratios: computeRatios(results, o.targets),
     lbRssMb: Object.fromEntries(Object.entries(rss).flatMap(([t, v]) => (summarize(v) ? [[t, summarize(v)!]] : []))),
     scaling: { runs, memory },
-    failures: {
-      measured: false,
-      note: 'Failure behaviour — a worker thread killed under load (POST /v1/workers/:id/kill), a real server going away or set to weight 0, a reload under load: packets lost, time to recover, flows kept — is a later task. No figure in this report says anything about it.',
-    },
+    failures,
     errors,
   };
   mkdirSync(o.out, { recursive: true });
@@ -611,8 +654,13 @@ export async function perfCommand(argv: string[]): Promise<number> {
   // The main table on stdout.
   const start = md.indexOf('## Results');
   const end = md.indexOf('\n## ', start + 5);
-  process.stdout.write(md.slice(start, end > 0 ? end : undefined) + '\n');
-  const measuredAny = Object.keys(results).length > 0 || runs.some((x) => Object.keys(x.metrics).length);
+  if (o.targets.length) process.stdout.write(md.slice(start, end > 0 ? end : undefined) + '\n');
+  if (failures.scenarios) {
+    const fs = md.indexOf('## Failure figures');
+    const fe = md.indexOf('\n## ', fs + 5);
+    process.stdout.write(md.slice(fs, fe > 0 ? fe : undefined) + '\n');
+  }
+  const measuredAny = Object.keys(results).length > 0 || runs.some((x) => Object.keys(x.metrics).length) || failures.measured;
   return left.length || !measuredAny ? 1 : 0;
 }
 

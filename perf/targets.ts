@@ -11,12 +11,13 @@
  *   UDP discard         11112    rr over rs1..rs3 :11112   (uvs scaling runs; nothing listens, the
  *                                                         real servers count the datagrams)
  *
- * VIPs: uvs 10.200.0.10 (routed into its TUN device), nftables 10.200.0.20 (DNAT in prerouting),
- * HAProxy 10.200.0.30 and nginx 10.200.0.40 (addresses added to lo in the LB namespace while the
- * proxy runs). Configuration files go into the lab directory; the proxies run in the foreground
+ * VIPs: uvs 10.200.0.10 (routed into its TUN device), ctun 10.200.0.50 (routed into the C TUN
+ * forwarder's device, perf/peers/ctun.c), nftables 10.200.0.20 (DNAT in prerouting), HAProxy
+ * 10.200.0.30 and nginx 10.200.0.40 (addresses added to lo in the LB namespace while the proxy
+ * runs). Configuration files go into the lab directory; the proxies run in the foreground
  * inside the LB namespace and are stopped by teardown (and, failing that, by Lab.down()).
  */
-import { openSync, closeSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { apiCall } from '../control/client';
@@ -25,9 +26,9 @@ import { NGINX_STREAM_MODULE, nginxStreamBuiltIn } from './deps';
 import { run, runOk, sleep, spawnTracked, stopProcess } from './exec';
 import { nsPids, processMemKb } from './probe';
 
-export type TargetName = 'direct' | 'uvs' | 'nftables' | 'haproxy' | 'nginx';
-export const ALL_TARGETS: TargetName[] = ['direct', 'uvs', 'nftables', 'haproxy', 'nginx'];
-export const PEERS: TargetName[] = ['direct', 'nftables', 'haproxy', 'nginx'];
+export type TargetName = 'direct' | 'uvs' | 'ctun' | 'nftables' | 'haproxy' | 'nginx';
+export const ALL_TARGETS: TargetName[] = ['direct', 'uvs', 'ctun', 'nftables', 'haproxy', 'nginx'];
+export const PEERS: TargetName[] = ['direct', 'ctun', 'nftables', 'haproxy', 'nginx'];
 
 export type MeasurementName = 'udp_pps' | 'udp_rr' | 'tcp_rr' | 'tcp_cps' | 'tcp_bulk';
 export const ALL_MEASUREMENTS: MeasurementName[] = ['udp_pps', 'udp_rr', 'tcp_rr', 'tcp_cps', 'tcp_bulk'];
@@ -68,7 +69,9 @@ export interface TargetEnv {
   log: (s: string) => void;
 }
 
-const VIP = { uvs: '10.200.0.10', nftables: '10.200.0.20', haproxy: '10.200.0.30', nginx: '10.200.0.40' } as const;
+const ROOT = join(__dirname, '..', '..');
+
+const VIP = { uvs: '10.200.0.10', nftables: '10.200.0.20', haproxy: '10.200.0.30', nginx: '10.200.0.40', ctun: '10.200.0.50' } as const;
 
 export async function setForwarding(lab: Lab): Promise<void> {
   await runOk('sysctl', ['-qw', 'net.ipv4.ip_forward=1'], { ns: lab.lbNs, timeoutMs: 5000 });
@@ -178,6 +181,102 @@ export class UvsTarget implements Target {
   async teardown(): Promise<void> {
     const code = await this.env.lab.stopUvsd();
     if (code !== 0 && code !== null) this.env.log(`uvsd exited with ${code}`);
+  }
+}
+
+// ── ctun: the minimal C TUN forwarder (perf/peers/ctun.c) ─────────────────────────────────────
+/**
+ * The reference a TUN-based LB is compared against: stateless NAT in C, one packet per read() and
+ * write(), one thread per queue. Set up exactly parallel to uvsd's dataplane (lb/dataplane.ts):
+ * a multi-queue TUN device with one queue per worker, MTU 1500, rp_filter 0 and send_redirects 0
+ * on it, ip_forward 1, the VIP routed into it, and for every (real server, port, protocol) a
+ * policy rule `from RIP ipproto P sport RPORT lookup TABLE` whose table routes into the device,
+ * so that the servers' replies come back through it. Its own table and rule priority, so that it
+ * can never touch uvsd's (4711).
+ */
+export class CtunTarget implements Target {
+  readonly name = 'ctun' as const;
+  readonly unsupported = {};
+  static readonly device = 'ctun0';
+  static readonly table = 4712;
+  static readonly source = join(ROOT, 'perf', 'peers', 'ctun.c');
+  private child: ChildProcess | null = null;
+  constructor(private readonly env: TargetEnv) {}
+  endpoints(): Endpoints {
+    return {
+      udp: { host: VIP.ctun, port: SP_PORT },
+      tcp: { host: VIP.ctun, port: SP_PORT },
+      http: { host: VIP.ctun, port: 80 },
+      iperf: { host: VIP.ctun, port: IPERF_PORT },
+    };
+  }
+  /** The services, as ctun's arguments and as reply rules. */
+  services(): { proto: 'tcp' | 'udp'; vport: number; rs: Endpoint[] }[] {
+    const rs = this.env.lab.rsAddrs;
+    const all = (port: number) => rs.map((host) => ({ host, port }));
+    return [
+      { proto: 'udp', vport: SP_PORT, rs: all(SP_PORT) },
+      { proto: 'tcp', vport: SP_PORT, rs: all(SP_PORT) },
+      { proto: 'tcp', vport: 80, rs: all(HTTP_PORT) },
+      { proto: 'tcp', vport: IPERF_PORT, rs: [{ host: rs[0]!, port: IPERF_PORT }] },
+    ];
+  }
+  /** Compiles ctun.c into the lab directory (once per run: the directory lives as long as the lab). */
+  async build(): Promise<string> {
+    const bin = join(this.env.lab.dir, 'ctun');
+    if (!existsSync(bin)) await runOk('cc', ['-O2', '-Wall', '-pthread', '-o', bin, CtunTarget.source], { timeoutMs: 60000 });
+    return bin;
+  }
+  async setup(): Promise<void> {
+    const lab = this.env.lab;
+    const ns = lab.lbNs;
+    const dev = CtunTarget.device;
+    const t = String(CtunTarget.table);
+    const bin = await this.build();
+    await this.removeRouting();
+    const args = ['-d', dev, '-v', VIP.ctun, '-q', String(this.env.workers), ...this.services().map((s) => `${s.proto}:${s.vport}=${s.rs.map((r) => `${r.host}:${r.port}`).join(',')}`)];
+    const log = openSync(join(lab.dir, 'ctun.log'), 'w');
+    this.child = spawnTracked(bin, args, ns, log);
+    closeSync(log);
+    // The device exists once ctun has opened its queues ("ready" in its log).
+    const deadline = Date.now() + 5000;
+    while (!readFileSync(join(lab.dir, 'ctun.log'), 'utf8').includes('ready')) {
+      if (this.child.exitCode !== null || Date.now() > deadline) throw new Error(`ctun did not start: ${readFileSync(join(lab.dir, 'ctun.log'), 'utf8').trim() || 'no output'}`);
+      await sleep(20);
+    }
+    const ip = (a: string[]) => runOk('ip', ['-n', ns, ...a], { timeoutMs: 5000 });
+    await ip(['link', 'set', 'dev', dev, 'mtu', '1500', 'up']);
+    await runOk('sysctl', ['-qw', `net.ipv4.conf.${dev}.rp_filter=0`, `net.ipv4.conf.${dev}.send_redirects=0`, 'net.ipv4.ip_forward=1'], { ns, timeoutMs: 5000 });
+    await ip(['route', 'replace', `${VIP.ctun}/32`, 'dev', dev]);
+    await ip(['route', 'replace', 'default', 'dev', dev, 'table', t]);
+    for (const s of this.services()) {
+      for (const r of s.rs) await ip(['rule', 'add', 'pref', t, 'from', `${r.host}/32`, 'ipproto', s.proto, 'sport', String(r.port), 'lookup', t]);
+    }
+  }
+  /** ctun's counters, from its log (written when it stops). */
+  counters(): string | null {
+    try {
+      return /ctun: (in \d+ out \d+ dropped \d+ write-errors \d+)/.exec(readFileSync(join(this.env.lab.dir, 'ctun.log'), 'utf8'))?.[1] ?? null;
+    } catch {
+      return null;
+    }
+  }
+  private async removeRouting(): Promise<void> {
+    const ns = this.env.lab.lbNs;
+    const t = String(CtunTarget.table);
+    for (let i = 0; i < 1000 && (await run('ip', ['-n', ns, 'rule', 'show', 'pref', t], { timeoutMs: 5000 })).stdout.trim() !== ''; i++) {
+      await run('ip', ['-n', ns, 'rule', 'del', 'pref', t], { timeoutMs: 5000 });
+    }
+    await run('ip', ['-n', ns, 'route', 'flush', 'table', t], { timeoutMs: 5000 });
+    await run('ip', ['-n', ns, 'route', 'del', `${VIP.ctun}/32`], { timeoutMs: 5000 });
+  }
+  async teardown(): Promise<void> {
+    if (this.child) await stopProcess(this.child);
+    this.child = null;
+    const c = this.counters();
+    if (c) this.env.log(`ctun: ${c}`);
+    await this.removeRouting();
+    await run('ip', ['-n', this.env.lab.lbNs, 'link', 'del', CtunTarget.device], { timeoutMs: 5000 }); // gone with its last queue already
   }
 }
 
@@ -361,6 +460,8 @@ export function makeTarget(name: TargetName, env: TargetEnv): Target {
       return new DirectTarget(env);
     case 'uvs':
       return new UvsTarget(env);
+    case 'ctun':
+      return new CtunTarget(env);
     case 'nftables':
       return new NftTarget(env);
     case 'haproxy':

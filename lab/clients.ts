@@ -1,0 +1,69 @@
+/**
+ * Real clients started inside a lab's client namespace, shared by the integration tests, the
+ * demos and the perf harness's failure figures (perf/failures.ts):
+ *
+ *   blobDownload  curl fetches the lab's /blob (rate-limited) and the bytes are checked end to
+ *                 end against blobSha256: a transfer that was cut, stalled or corrupted is "broken"
+ *   runTool       one command of lab/tools.ts (load, hold-echo, echo-probe, udp-probe, …), its
+ *                 JSON line parsed
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { blobSha256 } from './blob';
+
+const ROOT = join(__dirname, '..', '..');
+export const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
+
+export interface Download {
+  seed: number;
+  bytes: number;
+  /** True when the whole body arrived byte-identical. */
+  done: Promise<boolean>;
+  /** The same, with curl's exit status (0, or e.g. 56 = connection reset, 28 = timed out). */
+  result: Promise<{ ok: boolean; curlExit: number | null }>;
+}
+
+/** `curl -m maxSeconds --limit-rate rate http://host:port/blob?bytes=…&seed=… | sha256sum` in ns. */
+export function blobDownload(ns: string, host: string, port: number, bytes: number, seed: number, rate: string, maxSeconds = 60): Download {
+  const url = `http://${host}:${port}/blob?bytes=${bytes}&seed=${seed}`;
+  const script = `curl -s -m ${maxSeconds} --limit-rate ${rate} "${url}" | sha256sum; echo "curl-exit \${PIPESTATUS[0]}"`;
+  const p = spawn('ip', ['netns', 'exec', ns, 'bash', '-c', script], { stdio: ['ignore', 'pipe', 'ignore'] });
+  let out = '';
+  p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  // 'close', not 'exit': at 'exit' the last of its output may not have been read yet.
+  const result = new Promise<{ ok: boolean; curlExit: number | null }>((r) =>
+    p.on('close', () => {
+      const m = /curl-exit (\d+)/.exec(out);
+      r({ ok: out.split(' ')[0] === blobSha256(seed, bytes), curlExit: m ? Number(m[1]) : null });
+    }),
+  );
+  return { seed, bytes, result, done: result.then((x) => x.ok) };
+}
+
+export interface ToolRun<T> {
+  child: ChildProcess;
+  /** Exit code and the tool's JSON line (null when it printed none). */
+  result: Promise<{ code: number | null; out: T | null }>;
+}
+
+/** Runs `node dist/lab/tools.js ARGS` in ns; SIGKILL after timeoutMs. */
+export function runTool<T>(ns: string, args: string[], timeoutMs = 120_000): ToolRun<T> {
+  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, TOOLS, ...args], { stdio: ['ignore', 'pipe', 'ignore'] });
+  let text = '';
+  child.stdout!.on('data', (d: Buffer) => (text += d.toString()));
+  const t = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  const result = new Promise<{ code: number | null; out: T | null }>((resolve) =>
+    child.on('close', (code) => {
+      clearTimeout(t);
+      const line = text.trim().split('\n').pop() ?? '';
+      let out: T | null = null;
+      try {
+        out = line ? (JSON.parse(line) as T) : null;
+      } catch {
+        out = null;
+      }
+      resolve({ code, out });
+    }),
+  );
+  return { child, result };
+}
