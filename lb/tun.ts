@@ -15,8 +15,8 @@ export interface TunAddon {
   readBatch(fd: number, buf: Uint8Array, lens: Int32Array, maxPkts: number, slot: number, timeoutMs: number): number;
   /** Writes count packets buf[offs[i], offs[i]+lens[i]); returns packets written, −errno on error. */
   writeBatch(fd: number, buf: Uint8Array, offs: Int32Array, lens: Int32Array, count: number): number;
-  /** Non-blocking raw IPv4 socket receiving IP protocol `protocol` (whole packets). */
-  openRaw(protocol: number): number;
+  /** Non-blocking raw socket receiving IP protocol `protocol`: IPv4 whole packets, IPv6 payloads. */
+  openRaw(protocol: number, family?: 4 | 6): number;
 }
 
 let addon: TunAddon | undefined;

@@ -175,21 +175,23 @@ static napi_value write_batch(napi_env env, napi_callback_info info) {
 }
 
 /*
- * openRaw(protocol) -> fd of a non-blocking raw IPv4 socket receiving that IP protocol (whole
- * packets, outer header included) — for `uvs decap`, the userspace IPIP decapsulator of real
- * servers whose kernel has no ipip driver. readBatch() reads from it like from a TUN queue.
+ * openRaw(protocol, family) -> fd of a non-blocking raw socket receiving that IP protocol — for
+ * `uvs decap`, the userspace tunnel decapsulator of real servers whose kernel has no ipip/ip6_tunnel
+ * driver. family 4: whole IPv4 packets, outer header included; family 6: the payload after the
+ * outer IPv6 header (raw IPv6 sockets never pass the header). readBatch() reads from it like from a
+ * TUN queue.
  */
 static napi_value open_raw(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  int32_t proto;
+  size_t argc = 2;
+  napi_value argv[2];
+  int32_t proto, family = 4;
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 1 || !get_i32(env, argv[0], &proto)) {
-    napi_throw_type_error(env, "UVS_ERR_TUN", "openRaw(protocol): protocol must be a number");
+  if (argc < 1 || !get_i32(env, argv[0], &proto) || (argc >= 2 && (!get_i32(env, argv[1], &family) || (family != 4 && family != 6)))) {
+    napi_throw_type_error(env, "UVS_ERR_TUN", "openRaw(protocol, family): protocol a number, family 4 or 6");
     return NULL;
   }
-  int fd = socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, proto);
-  if (fd < 0) return throw_errno(env, "socket(AF_INET, SOCK_RAW)", errno);
+  int fd = socket(family == 6 ? AF_INET6 : AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, proto);
+  if (fd < 0) return throw_errno(env, family == 6 ? "socket(AF_INET6, SOCK_RAW)" : "socket(AF_INET, SOCK_RAW)", errno);
   return ret_i32(env, fd);
 }
 
