@@ -1,5 +1,5 @@
 /** Test packet fixtures: build IPv4 TCP/UDP/ICMP packets with correct checksums, and check them. */
-import { parseIPv4 } from '../../lb/addr';
+import { formatIPv6, parseIPv4, parseIPv6 } from '../../lb/addr';
 import * as P from '../../lb/packet';
 
 export interface PacketSpec {
@@ -101,5 +101,83 @@ export function field(b: Uint8Array) {
     ack: P.u32(b, ihl + P.TCP_ACK) >>> 0,
     icmpType: b[ihl]!,
     icmpCode: b[ihl + 1]!,
+  };
+}
+
+// ── IPv6 ────────────────────────────────────────────────────────────────────────────────────
+
+function ip6Header(b: Uint8Array, plen: number, next: number, s: PacketSpec): void {
+  P.put32(b, 0, 0x60000000);
+  P.put16(b, P.IP6_PLEN, plen);
+  b[P.IP6_NEXT] = next;
+  b[P.IP6_HOPS] = s.ttl ?? 64;
+  const src = parseIPv6(s.src)!;
+  const dst = parseIPv6(s.dst)!;
+  for (let i = 0; i < 4; i++) {
+    P.put32(b, P.IP6_SRC + 4 * i, src[i]!);
+    P.put32(b, P.IP6_DST + 4 * i, dst[i]!);
+  }
+}
+
+export function tcp6(s: PacketSpec): Uint8Array {
+  const payload = s.payload ?? new Uint8Array(0);
+  const b = new Uint8Array(60 + payload.length);
+  ip6Header(b, 20 + payload.length, P.IPPROTO_TCP, s);
+  const t = 40;
+  P.put16(b, t + P.L4_SPORT, s.sport ?? 40000);
+  P.put16(b, t + P.L4_DPORT, s.dport ?? 80);
+  P.put32(b, t + P.TCP_SEQ, s.seq ?? 1000);
+  P.put32(b, t + P.TCP_ACK, s.ack ?? 0);
+  b[t + P.TCP_OFF] = 5 << 4;
+  b[t + P.TCP_FLAGS] = s.flags ?? 0x02;
+  P.put16(b, t + P.TCP_WIN, 65535);
+  b.set(payload, 60);
+  P.put16(b, t + P.TCP_CSUM, P.checksum(b, t, 20 + payload.length, P.pseudoSum6(b, P.IP6_SRC, P.IP6_DST, P.IPPROTO_TCP, 20 + payload.length)));
+  return b;
+}
+
+export function udp6(s: PacketSpec): Uint8Array {
+  const payload = s.payload ?? new Uint8Array(0);
+  const b = new Uint8Array(48 + payload.length);
+  ip6Header(b, 8 + payload.length, P.IPPROTO_UDP, s);
+  const u = 40;
+  P.put16(b, u + P.L4_SPORT, s.sport ?? 40000);
+  P.put16(b, u + P.L4_DPORT, s.dport ?? 53);
+  P.put16(b, u + P.UDP_LEN, 8 + payload.length);
+  b.set(payload, 48);
+  const c = P.checksum(b, u, 8 + payload.length, P.pseudoSum6(b, P.IP6_SRC, P.IP6_DST, P.IPPROTO_UDP, 8 + payload.length));
+  P.put16(b, u + P.UDP_CSUM, c === 0 ? 0xffff : c);
+  return b;
+}
+
+export function icmp6(s: PacketSpec & { type: number; code?: number; info?: number }): Uint8Array {
+  const payload = s.payload ?? new Uint8Array(8);
+  const b = new Uint8Array(48 + payload.length);
+  ip6Header(b, 8 + payload.length, P.IPPROTO_ICMPV6, s);
+  b[40] = s.type;
+  b[41] = s.code ?? 0;
+  P.put32(b, 44, s.info ?? 0);
+  b.set(payload, 48);
+  P.put16(b, 42, P.checksum(b, 40, 8 + payload.length, P.pseudoSum6(b, P.IP6_SRC, P.IP6_DST, P.IPPROTO_ICMPV6, 8 + payload.length)));
+  return b;
+}
+
+/** The L4 (TCP/UDP/ICMPv6) checksum of an IPv6 packet without extension headers is valid. */
+export function checksumsValid6(b: Uint8Array): boolean {
+  const l4len = P.u16(b, P.IP6_PLEN);
+  return P.sum16(b, 40, l4len, P.pseudoSum6(b, P.IP6_SRC, P.IP6_DST, b[P.IP6_NEXT]!, l4len)) === 0xffff;
+}
+
+export function field6(b: Uint8Array, at = 0) {
+  const w = (o: number) => formatIPv6([P.u32(b, o), P.u32(b, o + 4), P.u32(b, o + 8), P.u32(b, o + 12)]);
+  return {
+    src: w(at + P.IP6_SRC),
+    dst: w(at + P.IP6_DST),
+    next: b[at + P.IP6_NEXT]!,
+    sport: P.u16(b, at + 40),
+    dport: P.u16(b, at + 42),
+    flags: b[at + 40 + P.TCP_FLAGS]!,
+    icmpType: b[at + 40]!,
+    icmpCode: b[at + 41]!,
   };
 }
