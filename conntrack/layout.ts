@@ -193,6 +193,9 @@ export const enum Drop {
   /** Larger than the path to the real server with DF set: answered with ICMP fragmentation
    *  needed, as ip_vs_*_xmit do. */
   TooBig,
+  /** SCTP without a chunk, or with a chunk shorter than its header or running past the packet
+   *  (a wrong CRC32c counts as bad_checksum). */
+  SctpBad,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -211,6 +214,7 @@ export const DROP_NAMES = [
   'fullnat_ports_exhausted',
   'bad_offload',
   'too_big',
+  'sctp_bad',
 ] as const;
 
 /*
