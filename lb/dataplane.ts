@@ -64,7 +64,7 @@ export interface SharedRegions {
 export interface ReplyRule {
   addr: number;
   port: number;
-  proto: 'tcp' | 'udp' | 'icmp';
+  proto: 'tcp' | 'udp' | 'sctp' | 'icmp';
 }
 
 interface WorkerSlot {
