@@ -33,19 +33,23 @@ export const H_ALLOC_LOCK = 6;
 export const H_EPOCH_LO = 7; // ms since the Unix epoch when the table was made, split in two
 export const H_EPOCH_HI = 8; //   words: entry times are ms relative to it (int32: 24 days span)
 export const H_SHADOWS = 10; // shadow entries (atomic)
-export const H_TIMEOUTS = 16; // 16 words: per-state timeouts in ms, TCP states 0..10 then UDP
+export const H_TIMEOUTS = 16; // TIMEOUT_SLOTS words (16..47): per-state timeouts in ms, slots below
 export const HDR_WORDS = 64;
 
-/** Timeout slots inside H_TIMEOUTS: TCP states use their state index; UDP uses this one. */
+/**
+ * Timeout slots inside H_TIMEOUTS: TCP states use their state index (0..10), UDP slot 11, SCTP
+ * states TIMEOUT_SCTP + their state index (16..29); 12..15 and 30..31 are unused.
+ */
 export const TIMEOUT_UDP = 11;
-export const TIMEOUT_SLOTS = 16;
+export const TIMEOUT_SCTP = 16;
+export const TIMEOUT_SLOTS = 32;
 
 // Entry words (ENTRY_WORDS int32 = 128 bytes, two cache lines: the lookup fields are all in the
 // first; the second holds persistence links and room for IPv6 addresses later).
 export const E_LOCK = 0;
 export const E_FLAGS = 1; // F_* below | forwarding method in the low 3 bits (kernel's FWD_MASK)
 export const E_PROTO = 2; // IP protocol number, | PROTO_V6 for an IPv6 flow
-export const E_STATE = 3; // protocol state index (TCP: 0..10, UDP: 0)
+export const E_STATE = 3; // protocol state index (TCP: 0..10, UDP: 0, SCTP: 0..13)
 export const E_CADDR = 4; // client address (templates: the client address masked by the netmask)
 export const E_CPORTS = 5; // cport << 16 | vport: the client→server key's ports (templates: cport 0)
 export const E_VADDR = 6; // virtual address
@@ -199,6 +203,9 @@ export const enum Drop {
   /** Larger than the path to the real server with DF set: answered with ICMP fragmentation
    *  needed, as ip_vs_*_xmit do. */
   TooBig,
+  /** SCTP without a chunk, or with a chunk shorter than its header or running past the packet
+   *  (a wrong CRC32c counts as bad_checksum). */
+  SctpBad,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -217,6 +224,7 @@ export const DROP_NAMES = [
   'fullnat_ports_exhausted',
   'bad_offload',
   'too_big',
+  'sctp_bad',
 ] as const;
 
 /*

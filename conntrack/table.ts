@@ -22,14 +22,18 @@
  */
 import * as L from './layout';
 import { formatIPv4, formatIPv6 } from '../lb/addr';
+import { SCTP_ACTIVE, SCTP_DEFAULT_TIMEOUTS, sctpNextState, SCTP_STATE_COUNT } from './sctp-state';
 import { TCP_ACTIVE, tcpNextState, TCP_STATE_COUNT } from './state';
 
 const IPPROTO_TCP = 6;
+const IPPROTO_SCTP = 132;
 
 export interface TableTimeouts {
   /** Seconds per TCP state, index = state (11 entries). */
   tcp: number[];
   udp: number;
+  /** Seconds per SCTP state, index = state (14 entries); absent = the kernel's defaults. */
+  sctp?: number[];
 }
 
 export class ConnTable {
@@ -298,12 +302,14 @@ export class ConnTable {
 
   /**
    * A packet of entry e was seen in direction dir (state.ts DIR_*): advance the protocol state,
-   * move the entry between ActiveConn and InActConn on a change, re-arm its timer.
+   * move the entry between ActiveConn and InActConn on a change, re-arm its timer. `ev` is what
+   * the protocol's state machine reads: TCP the segment's flags, SCTP its chunk event
+   * (sctp-state.ts SCTP_EV_*); UDP has none.
    * Caller holds one of the entry's bucket locks. Returns true when the entry should be written to
    * Redis now (sync on: first at packet 3, then every 50 packets, on every state change, and once
    * half its timeout has passed since the last write — the kernel sync daemon's rules plus a refresh).
    */
-  touch(e: number, dir: number, tcpFlags: number, now: number): boolean {
+  touch(e: number, dir: number, ev: number, now: number): boolean {
     const a = this.i32;
     const o = this.entries + e * L.ENTRY_WORDS;
     this.lockWord(o + L.E_LOCK);
@@ -311,7 +317,7 @@ export class ConnTable {
     let state = a[o + L.E_STATE]!;
     let timeoutSlot = L.TIMEOUT_UDP;
     let changed = false;
-    if (proto === IPPROTO_TCP) {
+    if (proto === IPPROTO_TCP || proto === IPPROTO_SCTP) {
       let flags = a[o + L.E_FLAGS]!;
       if (dir === 1 && flags & L.F_NOOUTPUT) {
         // The first reply clears NOOUTPUT for good (masq entries start without it anyway).
@@ -320,14 +326,16 @@ export class ConnTable {
       } else if (dir === 0 && flags & L.F_NOOUTPUT) {
         dir = 2;
       }
-      const next = tcpNextState(dir, tcpFlags, state);
+      const tcp = proto === IPPROTO_TCP;
+      const next = tcp ? tcpNextState(dir, ev, state) : sctpNextState(dir, ev, state);
+      const active = tcp ? TCP_ACTIVE : SCTP_ACTIVE;
       if (next !== state) {
         const rsBase = a[o + L.E_RS]! * L.RS_WORDS;
-        if (!(flags & L.F_INACTIVE) && TCP_ACTIVE[next] === 0) {
+        if (!(flags & L.F_INACTIVE) && active[next] === 0) {
           Atomics.sub(this.rs, rsBase + L.RS_ACTIVE, 1);
           Atomics.add(this.rs, rsBase + L.RS_INACTIVE, 1);
           a[o + L.E_FLAGS] = flags | L.F_INACTIVE;
-        } else if (flags & L.F_INACTIVE && TCP_ACTIVE[next] === 1) {
+        } else if (flags & L.F_INACTIVE && active[next] === 1) {
           Atomics.sub(this.rs, rsBase + L.RS_INACTIVE, 1);
           Atomics.add(this.rs, rsBase + L.RS_ACTIVE, 1);
           a[o + L.E_FLAGS] = flags & ~L.F_INACTIVE;
@@ -336,7 +344,7 @@ export class ConnTable {
         a[o + L.E_STATE] = state;
         changed = true;
       }
-      timeoutSlot = state;
+      timeoutSlot = tcp ? state : L.TIMEOUT_SCTP + state;
     }
     const timeout = a[L.H_TIMEOUTS + timeoutSlot]!;
     a[o + L.E_EXPIRES] = (now + timeout) | 0;
@@ -659,6 +667,8 @@ export class ConnTable {
 function setTimeouts(a: Int32Array, t: TableTimeouts): void {
   for (let s = 0; s < TCP_STATE_COUNT; s++) a[L.H_TIMEOUTS + s] = Math.round((t.tcp[s] ?? 0) * 1000);
   a[L.H_TIMEOUTS + L.TIMEOUT_UDP] = Math.round(t.udp * 1000);
+  const sctp = t.sctp ?? SCTP_DEFAULT_TIMEOUTS;
+  for (let s = 0; s < SCTP_STATE_COUNT; s++) a[L.H_TIMEOUTS + L.TIMEOUT_SCTP + s] = Math.round((sctp[s] ?? 0) * 1000);
 }
 
 /** Real-server region for `slots` servers. */

@@ -8,6 +8,7 @@ import { dirname } from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import * as L from '../conntrack/layout';
+import { SCTP_STATE_NAMES } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { canonAddr, hostPort } from '../lb/addr';
 import { entryAddr } from '../conntrack/table';
@@ -25,7 +26,7 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
-const PROTO_NAME: Record<number, string> = { 6: 'TCP', 17: 'UDP' };
+const PROTO_NAME: Record<number, string> = { 6: 'TCP', 17: 'UDP', 132: 'SCTP' };
 
 export function connectionsView(d: Daemon, limit: number, offset: number) {
   const t = d.table;
@@ -52,7 +53,7 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
       client: hostPort(entryAddr(a, o, L.E_CADDR), cports >>> 16),
       virtual: hostPort(entryAddr(a, o, L.E_VADDR), cports & 0xffff),
       realServer: hostPort(entryAddr(a, o, L.E_DADDR), dports >>> 16),
-      state: proto === 6 ? TCP_STATE_NAMES[a[o + L.E_STATE]!]! : 'UDP',
+      state: proto === 6 ? TCP_STATE_NAMES[a[o + L.E_STATE]!]! : proto === 132 ? SCTP_STATE_NAMES[a[o + L.E_STATE]!]! : 'UDP',
       expiresIn: Math.max(0, ((a[o + L.E_EXPIRES]! - now) | 0) / 1000),
       inactive: (a[o + L.E_FLAGS]! & L.F_INACTIVE) !== 0,
     });
@@ -171,6 +172,7 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
     tcp: d.cfg.timeouts.tcp.ESTABLISHED,
     tcpFin: d.cfg.timeouts.tcp.FIN_WAIT,
     udp: d.cfg.timeouts.udp,
+    sctp: d.cfg.timeouts.sctp, // uvs: seconds per SCTP state (ipvsadm --timeout prints the first three)
   }));
   // Disruption preview: what share of table slots and tracked flows a change would move.
   app.post('/v1/services/:protocol/:address/:port/preview', async (req) => {

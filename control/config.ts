@@ -12,10 +12,11 @@ import { formatIPv6, hostPort, inCidr6, isCidr, maskBits, parseCidr, parseCidr6,
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
 import { MH_PRIMES } from '../schedulers/mh';
 import { getScheduler, schedulerNames } from '../schedulers/registry';
+import { SCTP_DEFAULT_TIMEOUTS, SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { UvsError } from './errors';
 
-export type Protocol = 'tcp' | 'udp';
+export type Protocol = 'tcp' | 'udp' | 'sctp';
 export type Forwarding = 'masq' | 'fullnat' | 'tunnel';
 
 export interface RealServerConfig {
@@ -92,6 +93,8 @@ export interface UvsConfig {
     /** Seconds per TCP state name (ESTABLISHED, FIN_WAIT, …). */
     tcp: Record<string, number>;
     udp: number;
+    /** Seconds per SCTP state (conntrack/sctp-state.ts SCTP_STATE_KEYS: ESTABLISHED, COOKIE_SENT, …). */
+    sctp: Record<string, number>;
     /** Sweeper period, seconds. */
     sweepInterval: number;
   };
@@ -320,7 +323,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     tunnelSource6: dp.tunnelSource6 === undefined ? '' : ipv6(dp.tunnelSource6, 'dataplane.tunnelSource6'),
   };
 
-  const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sweepInterval']) }; // a copy: validation never changes the document
+  const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sctp', 'sweepInterval']) }; // a copy: validation never changes the document
   if (kp) {
     // kube-proxy: a timeout of 0 keeps the current value; a non-zero one is `ipvsadm --set`.
     const pairs = [['tcpTimeout', 'tcp'], ['tcpFinTimeout', 'tcpFin'], ['udpTimeout', 'udp']] as const;
@@ -336,9 +339,14 @@ export function validateConfig(doc: unknown): UvsConfig {
   tcp.FIN_WAIT = duration(to.tcpFin, 'timeouts.tcpFin', tcp.FIN_WAIT!);
   const states = obj(to.tcpStates, 'timeouts.tcpStates', [...TCP_STATE_NAMES]);
   for (const [k, v] of Object.entries(states)) tcp[k] = duration(v, `timeouts.tcpStates.${k}`, tcp[k]!);
+  // SCTP: the kernel's per-state timeouts (its ipvsadm --set has no SCTP field); any may be changed.
+  const sctp: Record<string, number> = {};
+  SCTP_STATE_KEYS.forEach((n, i) => (sctp[n] = SCTP_DEFAULT_TIMEOUTS[i]!));
+  for (const [k, v] of Object.entries(obj(to.sctp, 'timeouts.sctp', [...SCTP_STATE_KEYS]))) sctp[k] = duration(v, `timeouts.sctp.${k}`, sctp[k]!);
   const timeouts = {
     tcp,
     udp: duration(to.udp, 'timeouts.udp', UDP_DEFAULT_TIMEOUT),
+    sctp,
     sweepInterval: duration(to.sweepInterval, 'timeouts.sweepInterval', DEFAULTS.sweepInterval, 60),
   };
   if (timeouts.sweepInterval < 0.05) fail('timeouts.sweepInterval', 'must be at least 0.05 s');
@@ -439,10 +447,10 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
   ]);
   if (!isObj(v)) fail(path, 'must be a mapping');
   const protocol = str(s.protocol, `${path}.protocol`, 'tcp');
-  if (protocol === 'sctp') throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'SCTP services are not supported yet', `${path}.protocol`);
-  if (protocol !== 'tcp' && protocol !== 'udp') fail(`${path}.protocol`, `must be tcp or udp, got ${JSON.stringify(protocol)}`);
+  if (protocol !== 'tcp' && protocol !== 'udp' && protocol !== 'sctp') fail(`${path}.protocol`, `must be tcp, udp or sctp, got ${JSON.stringify(protocol)}`);
   const address = ipAddr(s.address, `${path}.address`);
   const v6 = address.includes(':');
+  if (v6 && protocol === 'sctp') throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'SCTP over IPv6 is not supported yet (IPv4 SCTP services are)', `${path}.address`);
   const port = int(s.port, `${path}.port`, undefined, 1, 65535);
   const scheduler = str(s.scheduler, `${path}.scheduler`, defaultScheduler);
   if (!getScheduler(scheduler)) fail(`${path}.scheduler`, `unknown scheduler ${JSON.stringify(scheduler)} (available: ${schedulerNames().join(', ')})`);

@@ -8,8 +8,9 @@ import { mkdirSync, readFileSync, renameSync, watch, writeFileSync, type FSWatch
 import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import * as L from '../conntrack/layout';
-import { ConnTable, createRealServerRegion } from '../conntrack/table';
+import { ConnTable, createRealServerRegion, type TableTimeouts } from '../conntrack/table';
 import { RedisSync } from '../conntrack/redis-sync';
+import { SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { Dataplane, routeMtus } from '../lb/dataplane';
 import { startApi, type ApiServer } from './api';
@@ -24,8 +25,8 @@ import { StatsReader } from './stats';
 /** How often the MTUs of the routes to the real servers are read again (ms). */
 const MTU_REFRESH_MS = 5000;
 
-export function tableTimeouts(cfg: UvsConfig): { tcp: number[]; udp: number } {
-  return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp };
+export function tableTimeouts(cfg: UvsConfig): TableTimeouts {
+  return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp, sctp: SCTP_STATE_KEYS.map((n) => cfg.timeouts.sctp[n]!) };
 }
 
 export class Daemon {

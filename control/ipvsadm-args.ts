@@ -812,7 +812,7 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   }
   if (ce.cmd === CMD.RESTORE && env.readingStdin) tryHelp(program);
 
-  // What uvs cannot do (the daemon refuses -g, -i, -p, SCTP and IPv6 itself, with its reasons).
+  // What uvs cannot do (the daemon refuses -g, a tunnel without tunnelSource and IPv6 itself, with its reasons).
   if (svc.fwmark) unsupported('fwmark services (-f) are not supported: packets reach uvs through a TUN device, which does not carry netfilter marks');
   if (svc.pe) unsupported('persistence engines (--pe) are not supported');
   if (svc.ops) unsupported('one-packet scheduling (-o/--ops) is not supported yet');
@@ -1037,7 +1037,7 @@ Either long or short options are allowed.
 virtual-service:
   --tcp-service|-t  service-address   service-address is host[:port]
   --udp-service|-u  service-address   service-address is host[:port]
-  --sctp-service    service-address   service-address is host[:port] (uvs: not supported yet)
+  --sctp-service    service-address   service-address is host[:port]
   --fwmark-service|-f fwmark          fwmark is an integer greater than zero (uvs: not supported)
 
 Options:

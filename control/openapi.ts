@@ -21,7 +21,7 @@ const SUMMARY: Record<string, string> = {
   'GET /v1/stats': 'Dataplane counters, drops by reason, workers, Redis sync',
   'GET /v1/drains': 'Real servers being drained (graceful termination)',
   'GET /v1/health': 'Health-check verdicts',
-  'GET /v1/timeouts': 'tcp, tcpfin, udp timeouts (ipvsadm --timeout)',
+  'GET /v1/timeouts': 'tcp, tcpfin, udp timeouts (ipvsadm --timeout) and the SCTP per-state timeouts',
   'PUT /v1/timeouts': 'Set timeouts; 0 keeps a value (ipvsadm --set)',
   'POST /v1/zero': 'Zero packet, byte and connection counters (ipvsadm -Z)',
   'GET /v1/config': 'The running configuration document and its effective form',

@@ -11,7 +11,7 @@
  * Graceful termination (kube-proxy's graceful_termination.go, plus uvs's additions): removing a
  * TCP real server that still has connections sets its weight to 0 and puts it on the drain list
  * instead; checkDrains() deletes it once ActiveConn + InActConn reaches 0 (or its maximum drain
- * time passes). UDP real servers are deleted at once. A server re-added while draining is taken
+ * time passes). UDP and SCTP real servers are deleted at once. A server re-added while draining is taken
  * off the list, deleted and added back with its configured weight. A removed TCP service stays
  * (all weights 0, new flows refused) until its last server has drained.
  *
@@ -25,11 +25,12 @@
 import * as L from '../conntrack/layout';
 import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../lb/addr';
 import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } from '../lb/snapshot';
+import type { ReplyRule } from '../lb/dataplane';
 import { getScheduler } from '../schedulers/registry';
 import { schedFlagBits, type DestListChange, type SchedDest } from '../schedulers/types';
-import type { RealServerConfig, ServiceConfig, UvsConfig } from './config';
+import type { Protocol, RealServerConfig, ServiceConfig, UvsConfig } from './config';
 
-const PROTO: Record<string, number> = { tcp: 6, udp: 17 };
+const PROTO: Record<string, number> = { tcp: 6, udp: 17, sctp: 132 };
 const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, tunnel: L.FWD_TUNNEL };
 
 /** A compiled real server's address as text (IPv6 from its words; `addr` is then a fold). */
@@ -651,9 +652,9 @@ export class ServiceModel {
   }
 
   /** Masq real servers whose replies must be routed into the device (trashed ones too: their flows still need replies). */
-  replyRules(): { addr: string; port: number; proto: 'tcp' | 'udp' | 'icmp' }[] {
-    const out = new Map<string, { addr: string; port: number; proto: 'tcp' | 'udp' | 'icmp' }>();
-    const add = (proto: 'tcp' | 'udp', addr: string, port: number): void => {
+  replyRules(): ReplyRule[] {
+    const out = new Map<string, ReplyRule>();
+    const add = (proto: Protocol, addr: string, port: number): void => {
       out.set(`${proto} ${addr}:${port}`, { addr, port, proto });
       // The server's ICMP errors about its flows (port unreachable, …) are translated too (port 0: all ICMP).
       out.set(`icmp ${addr}`, { addr, port: 0, proto: 'icmp' });
@@ -663,7 +664,7 @@ export class ServiceModel {
     }
     for (const i of this.rsSlots.values()) {
       if (i.listed) continue;
-      add(i.svcKey.startsWith('udp') ? 'udp' : 'tcp', i.addr, i.port);
+      add(i.svcKey.slice(0, i.svcKey.indexOf(' ')) as Protocol, i.addr, i.port);
     }
     return [...out.values()];
   }

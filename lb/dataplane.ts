@@ -65,7 +65,7 @@ export interface ReplyRule {
   /** IPv4 or IPv6 text. */
   addr: string;
   port: number;
-  proto: 'tcp' | 'udp' | 'icmp';
+  proto: 'tcp' | 'udp' | 'sctp' | 'icmp';
 }
 
 interface WorkerSlot {

@@ -7,6 +7,7 @@
 export const IPPROTO_ICMP = 1;
 export const IPPROTO_TCP = 6;
 export const IPPROTO_UDP = 17;
+export const IPPROTO_SCTP = 132; // header, chunks and CRC32c: sctp.ts
 
 // IPv4 header offsets.
 export const IP_VHL = 0;

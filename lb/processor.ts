@@ -16,15 +16,20 @@
  *  - only a TCP segment with SYN and without RST creates a connection; other segments with no
  *    entry get a RST, as the kernel's local stack would answer them;
  *  - a SYN that hits an entry in TIME_WAIT starts a new connection (conn_reuse_mode=1);
- *  - weight 0 keeps existing flows: only scheduling looks at weights.
+ *  - weight 0 keeps existing flows: only scheduling looks at weights;
+ *  - SCTP (./sctp.ts, sctp_conn_schedule): only a packet whose first chunk is INIT creates an
+ *    entry, an INIT on an entry in CLOSED starts a new one, other chunks without an entry are
+ *    dropped (counted); the CRC32c is checked on arrival and recomputed after the rewrite.
  */
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_TIME_WAIT, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
+import { SCTP_EV_INIT, SCTP_S_CLOSED } from '../conntrack/sctp-state';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
 import * as P from './packet';
+import { SCTP_BAD_CRC, sctpInspect, sctpSeal } from './sctp';
 import { findService, inVipRange, inVipRange6, type CompiledService, type Snapshot } from './snapshot';
 
 export const DROP = 0;
@@ -179,10 +184,14 @@ export class PacketProcessor {
       if (!this.offloadMeta(b, off, ihl, totlen, proto)) return this.drop(Drop.BadOffload);
     }
 
+    let sctpEv = 0;
     if (proto === P.IPPROTO_TCP) {
       if (l4len < P.TCP_MIN_HLEN || (b[l4 + P.TCP_OFF]! >> 4) << 2 > l4len || b[l4 + P.TCP_OFF]! >> 4 < 5) return this.drop(Drop.Truncated);
     } else if (proto === P.IPPROTO_UDP) {
       if (l4len < P.UDP_HLEN) return this.drop(Drop.Truncated);
+    } else if (proto === P.IPPROTO_SCTP) {
+      sctpEv = sctpInspect(b, l4, off + totlen);
+      if (sctpEv < 0) return this.drop(sctpEv === SCTP_BAD_CRC ? Drop.BadChecksum : Drop.SctpBad);
     } else if (proto === P.IPPROTO_ICMP) {
       if (l4len < P.ICMP_HLEN) return this.drop(Drop.Truncated);
       const type = b[l4 + P.ICMP_TYPE]!;
@@ -194,7 +203,8 @@ export class PacketProcessor {
 
     const sport = P.u16(b, l4 + P.L4_SPORT);
     const dport = P.u16(b, l4 + P.L4_DPORT);
-    const tcpFlags = proto === P.IPPROTO_TCP ? b[l4 + P.TCP_FLAGS]! : 0;
+    // What ConnTable.touch reads: TCP the flags, SCTP the chunk event (conntrack/sctp-state.ts).
+    const tcpFlags = proto === P.IPPROTO_TCP ? b[l4 + P.TCP_FLAGS]! : sctpEv;
     return inbound
       ? this.inbound(b, off, l4, totlen, proto, saddr, sport, daddr, dport, tcpFlags)
       : this.outbound(b, off, l4, totlen, proto, saddr, sport, daddr, dport, tcpFlags);
@@ -289,7 +299,8 @@ export class PacketProcessor {
     const isTcp = (proto & 0xff) === P.IPPROTO_TCP;
     const cports = (sport << 16) | dport;
     const bucket = t.bucketIn(proto, saddr, cports, daddr, hi);
-    const isSyn = (tcpFlags & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
+    // May start a connection (is_new_conn): a TCP SYN, an SCTP INIT.
+    const isNew = proto === P.IPPROTO_SCTP ? tcpFlags === SCTP_EV_INIT : (tcpFlags & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
     t.lockBucket(bucket);
     let e = t.findIn(bucket, proto, saddr, cports, daddr, hi);
     if (e >= 0) {
@@ -307,14 +318,13 @@ export class PacketProcessor {
         this.counters[L.C_NODEST_EXPIRED]!++;
         e = -1;
       } else if (
-        isSyn &&
-        isTcp &&
-        ((a[o + L.E_STATE] === TCP_TIME_WAIT && a[o + L.E_CONTROL] === 0) ||
+        isNew &&
+        ((a[o + L.E_STATE] === (isTcp ? TCP_TIME_WAIT : SCTP_S_CLOSED) && a[o + L.E_CONTROL] === 0) ||
           (this.snapshot.expireNodestConn && Atomics.load(t.rs, rsSlot * L.RS_WORDS + L.RS_WEIGHT) === 0))
       ) {
-        // A new SYN on this entry's ports (ip_vs_in, conn_reuse_mode=1): in TIME_WAIT and not
-        // controlled by a persistence template, or its server quiesced with expire_nodest_conn=1
-        // (≥ 5.16), it is a new connection.
+        // A new SYN (SCTP: INIT) on this entry's ports (ip_vs_in, conn_reuse_mode=1): in TIME_WAIT
+        // (SCTP: CLOSED) and not controlled by a persistence template, or its server quiesced with
+        // expire_nodest_conn=1 (≥ 5.16), it is a new connection.
         t.unlockBucket(bucket);
         t.remove(e, false, this.now);
         e = -1;
@@ -350,6 +360,11 @@ export class PacketProcessor {
       this.counters[L.C_DROP_BASE + Drop.NoConnection]!++;
       if (tcpFlags & TCPF_RST) return DROP; // never answer a RST
       return this.tcpReset(b, off, l4, totlen, tcpFlags);
+    }
+    if (proto === P.IPPROTO_SCTP && tcpFlags !== SCTP_EV_INIT) {
+      // Only an INIT starts an association (sctp_conn_schedule); the rest may be another node's.
+      if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
+      return this.drop(Drop.NoConnection);
     }
     const svc = this.snapshot.services[si]!;
     let tmpl = -1;
@@ -503,6 +518,7 @@ export class PacketProcessor {
     }
     this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
     if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
+    if (proto === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
     return FORWARD;
   }
 
@@ -532,7 +548,7 @@ export class PacketProcessor {
     if (qihl < P.IP_MIN_HLEN || q + qihl + 4 > end) return this.drop(Drop.Truncated);
     const qproto = b[q + P.IP_PROTO]!;
     const daddr = P.u32(b, off + P.IP_DST);
-    if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(daddr);
+    if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP && qproto !== P.IPPROTO_SCTP) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(daddr);
     const ql4 = q + qihl;
     const qs = P.u32(b, q + P.IP_SRC);
     const qd = P.u32(b, q + P.IP_DST);
@@ -1004,6 +1020,7 @@ export class PacketProcessor {
     // Reply: source RIP:rport becomes VIP:vport.
     if (v6) this.rewrite6(b, off, l4, proto, P.IP6_SRC, vaddr, 3, sport, vport);
     else this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, vaddr, vport);
+    if (proto === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
     return FORWARD;
   }
 
@@ -1031,9 +1048,9 @@ export class PacketProcessor {
     } else if (proto === P.IPPROTO_TCP) {
       P.fix32(b, l4 + P.TCP_CSUM, addr, addr2);
       P.fix16(b, l4 + P.TCP_CSUM, port, port2);
-    } else {
+    } else if (proto === P.IPPROTO_UDP) {
       this.fixUdp(b, l4, addr, addr2, port, port2);
-    }
+    } // SCTP: its CRC32c covers the ports and is recomputed once both endpoints are rewritten (sctpSeal).
   }
 
   /**
@@ -1081,6 +1098,7 @@ export class PacketProcessor {
       return true;
     }
     if (!needs) return true;
+    if (proto === P.IPPROTO_SCTP) return false; // a partial CRC32c is no Internet checksum (and TUN never leaves one: sctp.ts)
     if (start === ihl && field === expected) {
       this.partial = true;
       return true;

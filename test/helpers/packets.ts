@@ -1,4 +1,4 @@
-/** Test packet fixtures: build IPv4 TCP/UDP/ICMP packets with correct checksums, and check them. */
+/** Test packet fixtures: build IPv4 TCP/UDP/ICMP/SCTP and IPv6 packets with correct checksums, and check them. */
 import { formatIPv6, parseIPv4, parseIPv6 } from '../../lb/addr';
 import * as P from '../../lb/packet';
 
@@ -74,13 +74,79 @@ export function icmpEcho(s: PacketSpec): Uint8Array {
   return b;
 }
 
-/** True when the IP header and the TCP/UDP/ICMP checksums of a packet are all valid. */
+/**
+ * CRC32c the slow way, bit by bit from the polynomial (RFC 9260 appendix A), independent of the
+ * table-driven one in lb/sctp.ts, to check what the dataplane writes.
+ */
+export function crc32cBitwise(b: Uint8Array): number {
+  let c = 0xffffffff;
+  for (const x of b) {
+    c ^= x;
+    for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0x82f63b78 : c >>> 1;
+  }
+  return ~c >>> 0;
+}
+
+export interface SctpChunk {
+  type: number;
+  flags?: number;
+  value?: Uint8Array;
+}
+
+/** INIT / INIT ACK chunk parameters: initiate tag, a_rwnd, streams out/in, initial TSN. */
+export function initValue(tag: number, extra: Uint8Array = new Uint8Array(0)): Uint8Array {
+  const v = new Uint8Array(16 + extra.length);
+  P.put32(v, 0, tag);
+  P.put32(v, 4, 65536);
+  P.put16(v, 8, 10);
+  P.put16(v, 10, 10);
+  P.put32(v, 12, 1);
+  v.set(extra, 16);
+  return v;
+}
+
+/** An SCTP packet: common header, the chunks (each padded to 4 bytes) and a valid CRC32c. */
+export function sctp(s: PacketSpec & { vtag?: number; chunks: SctpChunk[] }): Uint8Array {
+  const body = s.chunks.reduce((n, c) => n + ((4 + (c.value?.length ?? 0) + 3) & ~3), 0);
+  const b = new Uint8Array(20 + 12 + body);
+  ipHeader(b, b.length, P.IPPROTO_SCTP, s);
+  const h = 20;
+  P.put16(b, h, s.sport ?? 40000);
+  P.put16(b, h + 2, s.dport ?? 3868);
+  P.put32(b, h + 4, s.vtag ?? 0);
+  let o = h + 12;
+  for (const c of s.chunks) {
+    const v = c.value ?? new Uint8Array(0);
+    b[o] = c.type;
+    b[o + 1] = c.flags ?? 0;
+    P.put16(b, o + 2, 4 + v.length);
+    b.set(v, o + 4);
+    o += (4 + v.length + 3) & ~3;
+  }
+  const crc = crc32cBitwise(b.subarray(h));
+  b[h + 8] = crc & 255;
+  b[h + 9] = (crc >>> 8) & 255;
+  b[h + 10] = (crc >>> 16) & 255;
+  b[h + 11] = crc >>> 24;
+  return b;
+}
+
+/** True when the CRC32c of the SCTP packet at b[ihl, total) matches its checksum field. */
+function sctpCrcValid(b: Uint8Array, ihl: number, total: number): boolean {
+  const x = b.slice(ihl, total);
+  const stored = (x[8]! | (x[9]! << 8) | (x[10]! << 16) | (x[11]! << 24)) >>> 0;
+  x.fill(0, 8, 12);
+  return crc32cBitwise(x) === stored;
+}
+
+/** True when the IP header and the TCP/UDP/ICMP checksums (SCTP: CRC32c) of a packet are all valid. */
 export function checksumsValid(b: Uint8Array): boolean {
   const ihl = (b[0]! & 15) * 4;
   const total = P.u16(b, P.IP_TOTLEN);
   if (P.sum16(b, 0, ihl, 0) !== 0xffff) return false;
   const proto = b[P.IP_PROTO]!;
   const l4len = total - ihl;
+  if (proto === P.IPPROTO_SCTP) return sctpCrcValid(b, ihl, total);
   if (proto === P.IPPROTO_ICMP) return P.sum16(b, ihl, l4len, 0) === 0xffff;
   if (proto === P.IPPROTO_UDP && P.u16(b, ihl + P.UDP_CSUM) === 0) return true;
   const ps = P.pseudoSum(P.u32(b, P.IP_SRC), P.u32(b, P.IP_DST), proto, l4len);

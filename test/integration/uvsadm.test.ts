@@ -195,9 +195,14 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false :
     assert.equal(tun.status, 255);
     // This lab's uvsd has no dataplane.tunnelSource, so -i is refused, naming what is missing.
     assert.match(tun.stderr, /UVS_ERR_CONFIG_INVALID: .*tunnel needs dataplane\.tunnelSource/);
-    const sctp = uvsadm(`-A --sctp-service ${LAB_VIP}:80`);
-    assert.equal(sctp.status, 255);
-    assert.match(sctp.stderr, /UVS_ERR_CONFIG_UNSUPPORTED: .*SCTP/);
+    // SCTP services: added, listed and saved as ipvsadm prints them, deleted.
+    ok(`-A --sctp-service ${LAB_VIP}:80 -s rr`);
+    ok(`-a --sctp-service ${LAB_VIP}:80 -r 10.200.11.2:3868`);
+    const sctpList = ok(`-Ln --sctp-service ${LAB_VIP}:80`).split('\n');
+    assert.equal(sctpList[2], `SCTP ${LAB_VIP}:80 rr`);
+    assert.match(sctpList[3]!, /^  -> 10\.200\.11\.2:3868 +Masq +1 +0 +0 +$/);
+    assert.match(ok('-Sn'), new RegExp(`^-a --sctp-service ${LAB_VIP}:80 -r 10\\.200\\.11\\.2:3868 -m -w 1$`, 'm'));
+    ok(`-D --sctp-service ${LAB_VIP}:80`);
     const outside = uvsadm('-A -t 10.9.9.9:80');
     assert.equal(outside.status, 255);
     assert.match(outside.stderr, /not inside dataplane\.vipCidrs/);

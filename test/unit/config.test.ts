@@ -54,7 +54,7 @@ test('invalid values name the field and the reason', () => {
   rejects({ dataplane: { vipCidrs: ['10.0.0.0/33'] } }, 'dataplane.vipCidrs[0]', /CIDR/);
   rejects({ dataplane: { ...base.dataplane, tableSize: 1000 } }, 'dataplane.tableSize', /power of two/);
   rejects({ ...base, services: [svc({ port: 0 })] }, 'services[0].port', /between 1 and 65535/);
-  rejects({ ...base, services: [svc({ protocol: 'icmp' })] }, 'services[0].protocol', /tcp or udp/);
+  rejects({ ...base, services: [svc({ protocol: 'icmp' })] }, 'services[0].protocol', /tcp, udp or sctp/);
   rejects({ ...base, services: [svc({ scheduler: 'nope' })] }, 'services[0].scheduler', /unknown scheduler "nope"/);
   rejects({ ...base, services: [svc({ address: '10.1.0.1' })] }, 'services[0].address', /not inside dataplane.vipCidrs/);
   rejects({ ...base, services: [svc({ address: '10.96.0.300' })] }, 'services[0].address', /must be an IPv4 or IPv6 address, got "10.96.0.300"/);
@@ -124,4 +124,17 @@ test('kubeProxyConfigFile takes the ipvs: section of a KubeProxyConfiguration fi
   writeFileSync(join(dir, 'bad.yaml'), 'kind: Deployment\n');
   writeFileSync(join(dir, 'uvs2.yaml'), 'kubeProxyConfigFile: bad.yaml\ndataplane:\n  vipCidrs: [10.96.0.0/24]\n');
   assert.throws(() => loadConfigFile(join(dir, 'uvs2.yaml')), /not a KubeProxyConfiguration/);
+});
+
+test('SCTP services are accepted; timeouts.sctp defaults to the kernel\'s per-state timeouts and takes any state by name', () => {
+  const cfg = validateConfig({ ...base, services: [svc({ protocol: 'sctp', port: 3868 })] });
+  assert.equal(cfg.services[0]!.protocol, 'sctp');
+  assert.equal(cfg.services[0]!.name, 'sctp/10.96.0.10:3868');
+  assert.deepEqual([cfg.timeouts.sctp.ESTABLISHED, cfg.timeouts.sctp.INIT1, cfg.timeouts.sctp.COOKIE_ECHOED, cfg.timeouts.sctp.REJECTED, cfg.timeouts.sctp.NONE], [900, 4, 61, 4, 2]);
+  const t = validateConfig({ ...base, timeouts: { sctp: { ESTABLISHED: '1h', SHUTDOWN_ACK_SENT: 5 } } }).timeouts.sctp;
+  assert.deepEqual([t.ESTABLISHED, t.SHUTDOWN_ACK_SENT, t.CLOSED], [3600, 5, 61]);
+  rejects({ ...base, timeouts: { sctp: { 'C-SENT': 10 } } }, 'timeouts.sctp.C-SENT', /unknown field \(allowed: NONE, INIT1, INIT, COOKIE_SENT/);
+  rejects({ ...base, timeouts: { sctp: { ESTABLISHED: -1 } } }, 'timeouts.sctp.ESTABLISHED', /between 0 and/);
+  // One protocol's service does not collide with another's on the same address and port.
+  assert.equal(validateConfig({ ...base, services: [svc({ port: 3868 }), svc({ protocol: 'sctp', port: 3868 })] }).services.length, 2);
 });

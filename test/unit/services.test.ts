@@ -179,3 +179,19 @@ test('changing the scheduler rebinds it on the current list without touching the
   assert.deepEqual(view().map((r) => r.slot), slots);
   assert.ok(snap.services[0]!.data, 'wrr prepared its gcd/max weight');
 });
+
+test('SCTP real servers are deleted at once even with associations, like UDP (kube-proxy), and get sctp reply rules', () => {
+  const { m, view, setConns, events } = model();
+  m.apply(cfgWith(RS, { protocol: 'sctp' }));
+  assert.deepEqual(
+    m.replyRules().filter((r) => r.proto !== 'icmp').map((r) => [r.proto, r.port]),
+    RS.map(() => ['sctp', 8080]),
+    'the servers\' SCTP replies are routed into the device like TCP and UDP ones',
+  );
+  setConns(RS[2]!, 3, 5);
+  m.apply(cfgWith([RS[0]!, RS[1]!], { protocol: 'sctp' }));
+  assert.equal(view().find((r) => r.address === RS[2]), undefined);
+  assert.equal(events.length, 0, 'never drained');
+  assert.equal(m.trash().length, 1, 'kept in the trash while its associations exist');
+  assert.ok(m.replyRules().some((r) => r.proto === 'sctp' && r.addr === RS[2] && r.port === 8080), 'a trashed server keeps its sctp reply rule');
+});

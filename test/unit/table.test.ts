@@ -180,3 +180,24 @@ test('a shadow entry carries its synced state and expiry from the start, is not 
   assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]], [0, 1], 'counted as the record said (inactive)');
   assert.equal(t.putShadow(6, C, CP, V, D, DP, C, 0, 2, 0, 1, false, (now + 1000) | 0), -1, 'a local entry wins over a record');
 });
+
+test('SCTP timeouts have their own header slots: TCP and UDP slots stay where they were, all inside the header', () => {
+  assert.ok(L.H_TIMEOUTS + L.TIMEOUT_SLOTS <= L.HDR_WORDS);
+  assert.ok(L.H_SYNC_ON < L.H_TIMEOUTS && L.H_SHADOWS < L.H_TIMEOUTS);
+  assert.ok(L.TIMEOUT_SCTP > L.TIMEOUT_UDP && L.TIMEOUT_SCTP + 14 <= L.TIMEOUT_SLOTS);
+  const rs = createRealServerRegion(8);
+  const sctp = Array.from({ length: 14 }, (_, i) => 1000 + i);
+  const t = new ConnTable(ConnTable.create(64, { ...timeouts, sctp }), rs, L.OWNER_CONTROL);
+  const a = t.i32;
+  assert.deepEqual([...a.subarray(L.H_TIMEOUTS, L.H_TIMEOUTS + 11)], TCP_DEFAULT_TIMEOUTS.map((s) => s * 1000));
+  assert.equal(a[L.H_TIMEOUTS + L.TIMEOUT_UDP], 300_000);
+  assert.deepEqual([...a.subarray(L.H_TIMEOUTS + L.TIMEOUT_SCTP, L.H_TIMEOUTS + L.TIMEOUT_SCTP + 14)], sctp.map((s) => s * 1000));
+  // An SCTP entry's timer comes from its state's slot; a UDP one's from the UDP slot.
+  const now = t.now();
+  const e = t.insert(132, C, CP, V, D, DP, C, 0, 1, 0, now);
+  t.touch(e, DIR_INPUT, 1 /* SCTP_EV_INIT */, now);
+  assert.equal(a[t.base(e) + L.E_EXPIRES], (now + 1_001_000) | 0, 'INIT1 (state 1)');
+  const u = t.insert(17, C, CP, V, D, DP, C, 0, 1, 0, now);
+  t.touch(u, DIR_INPUT, 0, now);
+  assert.equal(a[t.base(u) + L.E_EXPIRES], (now + 300_000) | 0);
+});

@@ -42,7 +42,7 @@ test('-A/--add-service: scheduler default wlc, -s, -b flags, -p with optional ti
   assert.deepEqual(ops('-A -t 10.200.0.10:80 -p60'), [{ op: 'addService', service: { ...vip, scheduler: 'wlc', persistence: 60 } }]);
   assert.deepEqual(ops('-A -t 10.200.0.10:80 --persistent=90 -M 255.255.255.0'), [{ op: 'addService', service: { ...vip, scheduler: 'wlc', persistence: 90, netmask: '255.255.255.0' } }]);
   assert.deepEqual(ops('-A -t 10.200.0.10 -p'), [{ op: 'addService', service: { ...vip, port: 0, scheduler: 'wlc', persistence: 360 } }], 'port 0 is allowed when persistent');
-  assert.deepEqual(ops('-A --sctp-service 10.200.0.10:80'), [{ op: 'addService', service: { ...vip, protocol: 'sctp', scheduler: 'wlc' } }], 'SCTP goes to uvsd, which refuses it');
+  assert.deepEqual(ops('-A --sctp-service 10.200.0.10:80'), [{ op: 'addService', service: { ...vip, protocol: 'sctp', scheduler: 'wlc' } }], 'SCTP services go to uvsd like TCP and UDP ones');
 });
 
 test('combined short options as popt takes them: -At ADDR, -Ln, -mw3, -p=60', () => {

@@ -206,3 +206,20 @@ test('-Lnc with --persistent-conn gains the pe columns in the title only', () =>
     ),
   );
 });
+
+test('SCTP services list as "SCTP  addr:port sched" after TCP and UDP (protocol 132), and save as --sctp-service', () => {
+  const t = [svc('sctp', '10.200.0.10', 3868, 'rr', [rs('10.200.11.2', 13868, 1, 2, 1)]), ...table.slice(0, 1)];
+  assert.equal(
+    formatList(4096, t),
+    lines(
+      'IP Virtual Server version 1.2.1 (size=4096)',
+      'Prot LocalAddress:Port Scheduler Flags',
+      '  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn',
+      'UDP  10.200.0.10:53 mh (mh-port) persistent 60',
+      '  -> 10.200.11.2:5353             Masq    1      0          15        ',
+      'SCTP 10.200.0.10:3868 rr',
+      '  -> 10.200.11.2:13868            Masq    1      2          1         ',
+    ),
+  );
+  assert.equal(formatSave(t.slice(0, 1)), lines('-A --sctp-service 10.200.0.10:3868 -s rr', '-a --sctp-service 10.200.0.10:3868 -r 10.200.11.2:13868 -m -w 1'));
+});
