@@ -450,7 +450,6 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
   if (protocol !== 'tcp' && protocol !== 'udp' && protocol !== 'sctp') fail(`${path}.protocol`, `must be tcp, udp or sctp, got ${JSON.stringify(protocol)}`);
   const address = ipAddr(s.address, `${path}.address`);
   const v6 = address.includes(':');
-  if (v6 && protocol === 'sctp') throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'SCTP over IPv6 is not supported yet (IPv4 SCTP services are)', `${path}.address`);
   const port = int(s.port, `${path}.port`, undefined, 1, 65535);
   const scheduler = str(s.scheduler, `${path}.scheduler`, defaultScheduler);
   if (!getScheduler(scheduler)) fail(`${path}.scheduler`, `unknown scheduler ${JSON.stringify(scheduler)} (available: ${schedulerNames().join(', ')})`);

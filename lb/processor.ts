@@ -237,10 +237,14 @@ export class PacketProcessor {
     if (this.vnet !== 0 && (b[off - P.VNET_HLEN + P.VNET_FLAGS]! & P.VNET_F_NEEDS_CSUM || b[off - P.VNET_HLEN + P.VNET_GSO_TYPE] !== 0)) {
       if (!this.offloadMeta(b, off, l4 - off, totlen, next)) return this.drop(Drop.BadOffload);
     }
+    let sctpEv = 0;
     if (next === P.IPPROTO_TCP) {
       if (l4len < P.TCP_MIN_HLEN || (b[l4 + P.TCP_OFF]! >> 4) << 2 > l4len || b[l4 + P.TCP_OFF]! >> 4 < 5) return this.drop(Drop.Truncated);
     } else if (next === P.IPPROTO_UDP) {
       if (l4len < P.UDP_HLEN) return this.drop(Drop.Truncated);
+    } else if (next === P.IPPROTO_SCTP) {
+      sctpEv = sctpInspect(b, l4, end);
+      if (sctpEv < 0) return this.drop(sctpEv === SCTP_BAD_CRC ? Drop.BadChecksum : Drop.SctpBad);
     } else if (next === P.IPPROTO_ICMPV6) {
       if (l4len < P.ICMP_HLEN) return this.drop(Drop.Truncated);
       const type = b[l4 + P.ICMP_TYPE]!;
@@ -268,7 +272,7 @@ export class PacketProcessor {
     }
     const sport = P.u16(b, l4 + P.L4_SPORT);
     const dport = P.u16(b, l4 + P.L4_DPORT);
-    const tcpFlags = next === P.IPPROTO_TCP ? b[l4 + P.TCP_FLAGS]! : 0;
+    const tcpFlags = next === P.IPPROTO_TCP ? b[l4 + P.TCP_FLAGS]! : sctpEv;
     const proto = next | L.PROTO_V6;
     return inbound
       ? this.inbound(b, off, l4, totlen, proto, pa[3]!, sport, pa[7]!, dport, tcpFlags)
@@ -300,7 +304,8 @@ export class PacketProcessor {
     const cports = (sport << 16) | dport;
     const bucket = t.bucketIn(proto, saddr, cports, daddr, hi);
     // May start a connection (is_new_conn): a TCP SYN, an SCTP INIT.
-    const isNew = proto === P.IPPROTO_SCTP ? tcpFlags === SCTP_EV_INIT : (tcpFlags & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
+    const isSctp = (proto & 0xff) === P.IPPROTO_SCTP;
+    const isNew = isSctp ? tcpFlags === SCTP_EV_INIT : (tcpFlags & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
     t.lockBucket(bucket);
     let e = t.findIn(bucket, proto, saddr, cports, daddr, hi);
     if (e >= 0) {
@@ -361,7 +366,7 @@ export class PacketProcessor {
       if (tcpFlags & TCPF_RST) return DROP; // never answer a RST
       return this.tcpReset(b, off, l4, totlen, tcpFlags);
     }
-    if (proto === P.IPPROTO_SCTP && tcpFlags !== SCTP_EV_INIT) {
+    if (isSctp && tcpFlags !== SCTP_EV_INIT) {
       // Only an INIT starts an association (sctp_conn_schedule); the rest may be another node's.
       if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
       return this.drop(Drop.NoConnection);
@@ -514,11 +519,11 @@ export class PacketProcessor {
     if (v6) {
       this.rewrite6(b, off, l4, proto, P.IP6_DST, raddr, 6, dport, dports >>> 16);
       if (fwd === L.FWD_FULLNAT) this.rewrite6(b, off, l4, proto, P.IP6_SRC, laddr, 9, sport, dports & 0xffff);
-      return FORWARD;
+    } else {
+      this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
+      if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
     }
-    this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
-    if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
-    if (proto === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
+    if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
     return FORWARD;
   }
 
@@ -640,7 +645,7 @@ export class PacketProcessor {
     const end = off + totlen;
     if (q + P.IP6_HLEN + 4 > end || b[q]! >> 4 !== 6) return this.drop(Drop.Truncated);
     const qproto = b[q + P.IP6_NEXT]!;
-    if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(0);
+    if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP && qproto !== P.IPPROTO_SCTP) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(0);
     const ql4 = q + P.IP6_HLEN;
     const qsp = P.u16(b, ql4 + P.L4_SPORT);
     const qdp = P.u16(b, ql4 + P.L4_DPORT);
@@ -1020,7 +1025,7 @@ export class PacketProcessor {
     // Reply: source RIP:rport becomes VIP:vport.
     if (v6) this.rewrite6(b, off, l4, proto, P.IP6_SRC, vaddr, 3, sport, vport);
     else this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, vaddr, vport);
-    if (proto === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
+    if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
     return FORWARD;
   }
 
@@ -1059,6 +1064,12 @@ export class PacketProcessor {
    * (IPv6 has no header checksum; a partial checksum only follows the address).
    */
   private rewrite6(b: Uint8Array, off: number, l4: number, proto: number, ipField: number, lo: number, hiIdx: number, port: number, port2: number): void {
+    if ((proto & 0xff) === P.IPPROTO_SCTP) {
+      // CRC32c covers no addresses; the ports are in it and sctpSeal recomputes it afterwards.
+      for (let i = 0; i < 4; i++) P.put32(b, off + ipField + 4 * i, i < 3 ? this.hi[hiIdx + i]! : lo);
+      P.put16(b, l4 + (ipField === P.IP6_SRC ? P.L4_SPORT : P.L4_DPORT), port2);
+      return;
+    }
     const isTcp = (proto & 0xff) === P.IPPROTO_TCP;
     const co = l4 + (isTcp ? P.TCP_CSUM : P.UDP_CSUM);
     let c = P.u16(b, co);

@@ -247,3 +247,18 @@ export function field6(b: Uint8Array, at = 0) {
     icmpCode: b[at + 41]!,
   };
 }
+
+/** An SCTP packet over IPv6 (CRC32c covers no addresses: the same body as over IPv4). */
+export function sctp6(s: PacketSpec & { vtag?: number; chunks: SctpChunk[] }): Uint8Array {
+  const v4 = sctp({ ...s, src: '0.0.0.0', dst: '0.0.0.0' });
+  const body = v4.subarray(20);
+  const b = new Uint8Array(40 + body.length);
+  ip6Header(b, body.length, P.IPPROTO_SCTP, s);
+  b.set(body, 40);
+  return b;
+}
+
+/** The CRC32c of an SCTP-over-IPv6 packet (no extension headers) matches. */
+export function sctp6CrcValid(b: Uint8Array): boolean {
+  return sctpCrcValid(b, 40, 40 + P.u16(b, P.IP6_PLEN));
+}

@@ -13,7 +13,7 @@ import { ServiceModel } from '../../control/services';
 import { formatIPv6, parseIPv6 } from '../../lb/addr';
 import { DROP, FORWARD, PacketProcessor, REPLY } from '../../lb/processor';
 import * as P from '../../lb/packet';
-import { checksumsValid6, field6, icmp6, tcp, tcp6, udp6 } from '../helpers/packets';
+import { checksumsValid6, field6, icmp6, initValue, sctp6, sctp6CrcValid, tcp, tcp6, udp6 } from '../helpers/packets';
 
 const VIP = 'fd00:96::10';
 const CLIENT = '2001:db8:1::100';
@@ -162,4 +162,19 @@ test('IPv6 persistence: one template per client prefix (-M as a prefix length)',
   assert.equal(servers.size, 1, 'the whole /64 sticks to one server');
   const other = field6(run(tcp6({ src: '2001:db8:2::1', dst: VIP, sport: 43000, dport: 80, flags: TCPF_SYN })).pkt).dst;
   assert.ok(RS.includes(other));
+});
+
+test('SCTP over IPv6: an INIT goes to a real server and the INIT ACK comes back from [VIP], CRC32c valid', () => {
+  const { run } = setup('masq', 'sctp');
+  const init = sctp6({ src: CLIENT, dst: VIP, sport: 5000, dport: 80, chunks: [{ type: 1, value: initValue(0x1234) }] });
+  assert.equal(run(init).v, FORWARD);
+  const f = field6(init);
+  assert.ok(RS.includes(f.dst));
+  assert.equal(f.dport, 8080);
+  assert.ok(sctp6CrcValid(init), 'CRC recomputed after the rewrite');
+  const ack = sctp6({ src: f.dst, dst: CLIENT, sport: 8080, dport: 5000, vtag: 0x1234, chunks: [{ type: 2, value: initValue(0x5678) }] });
+  assert.equal(run(ack).v, FORWARD);
+  const g = field6(ack);
+  assert.deepEqual([g.src, g.sport, g.dst, g.dport], [VIP, 80, CLIENT, 5000]);
+  assert.ok(sctp6CrcValid(ack));
 });
