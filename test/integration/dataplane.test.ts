@@ -56,9 +56,17 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     // Uploads through the tunnel (the echo service): GSO super-packets cut into segments by uvs.
     { protocol: 'tcp', address: LAB_VIP, port: 9007, scheduler: 'rr', forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) },
     { protocol: 'tcp', address: LAB_VIP6, port: 9007, scheduler: 'rr', forwarding: 'tunnel', realServers: rs6.map((a) => ({ address: a })) },
+    { protocol: 'tcp', address: LAB_VIP6, port: 84, scheduler: 'rr', realServers: [{ address: rs6[0], port: 9007 }] },
+    // UDP through full-NAT and the tunnel, both families.
+    { protocol: 'udp', address: LAB_VIP, port: 57, scheduler: 'rr', forwarding: 'fullnat', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
+    { protocol: 'udp', address: LAB_VIP6, port: 57, scheduler: 'rr', forwarding: 'fullnat', realServers: rs6.map((a) => ({ address: a, port: 5353 })) },
+    { protocol: 'udp', address: LAB_VIP, port: 5454, scheduler: 'rr', forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) },
+    { protocol: 'udp', address: LAB_VIP6, port: 5454, scheduler: 'rr', forwarding: 'tunnel', realServers: rs6.map((a) => ({ address: a })) },
   ];
-  const labConfig = (svcs: unknown[]) =>
-    lab.config(svcs, { dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: ['10.200.99.1', 'fd00:200:99::1'], portMin: 30000, portMax: 30999 }, tunnelSource: '10.200.1.1', tunnelSource6: 'fd00:200:1::1' } });
+  const labConfig = (svcs: unknown[], ports: [number, number] = [30000, 30999]) =>
+    lab.config(svcs, {
+      dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: ['10.200.99.1', 'fd00:200:99::1'], portMin: ports[0], portMax: ports[1] }, tunnelSource: '10.200.1.1', tunnelSource6: 'fd00:200:1::1' },
+    });
   let configFile = '';
 
   const client = (cmd: string, args: string[], timeoutMs = 60000) => lab.exec(lab.clientNs, cmd, args, timeoutMs);
@@ -183,6 +191,49 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     }
   });
 
+  test('UDP through full-NAT and the tunnel, IPv4 and IPv6: answered, and rotated over the servers', async () => {
+    // Direct return over UDP: the server must answer from the VIP, so it binds the VIP (on lo,
+    // put there by uvs decap) — a socket on 0.0.0.0 would answer from its own address.
+    lab.rsNs.forEach((ns, i) => {
+      for (const [fam, vip] of [['AF_INET', LAB_VIP], ['AF_INET6', LAB_VIP6]]) {
+        const py = `import socket\ns=socket.socket(socket.${fam},socket.SOCK_DGRAM)\ns.bind(('${vip}',5454))\nwhile True:\n d,a=s.recvfrom(2048)\n s.sendto(b'rs${i + 1} '+d,a)`;
+        lab.spawn(ns, 'python3', ['-c', py], { detached: true, stdio: 'ignore' }).unref();
+      }
+    });
+    await sleep(500);
+    for (const [vip, port] of [[LAB_VIP, '57'], [LAB_VIP6, '57'], [LAB_VIP, '5454'], [LAB_VIP6, '5454']] as const) {
+      const answers = new Set<string>();
+      for (let i = 0; i < 3; i++) {
+        const r = tool(['udp-ask', vip, port, `q${i}`]);
+        assert.equal(r.error, null, `${vip}:${port}`);
+        assert.match(r.answer, new RegExp(`^rs[123] q${i}$`));
+        answers.add(r.answer.split(' ')[0]);
+      }
+      assert.equal(answers.size, 3, `${vip}:${port} rr`);
+    }
+  });
+
+  test('full-NAT port pool exhaustion: with 2 ports per server, the third open connection to it is refused and counted', async () => {
+    // One real server and a pool of two ports. The pool cannot change on reload: this test runs
+    // its own uvsd with a two-port range, then the suite's comes back.
+    const only = [{ protocol: 'tcp', address: LAB_VIP, port: 83, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: rs[0], port: 8080 }] }];
+    await lab.stopUvsd();
+    await lab.startUvsd(lab.writeConfig(labConfig(only, [31000, 31001]), 'uvs-pool.yaml'));
+    try {
+      const holds = [0, 1].map(() => spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '10', `http://${LAB_VIP}:83/hold?ms=4000`], { stdio: 'ignore' }));
+      await sleep(800);
+      const third = tool(['tcp-connect', LAB_VIP, '83', '1500']);
+      assert.equal(third.connected, false, 'no port left for a third connection');
+      const drops = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
+      assert.ok((drops.fullnat_ports_exhausted ?? 0) >= 1, 'counted as fullnat_ports_exhausted');
+      const codes = await Promise.all(holds.map((h) => new Promise<number | null>((r) => h.on('exit', r))));
+      assert.deepEqual(codes, [0, 0], 'the two connections that had ports completed');
+    } finally {
+      await lab.stopUvsd();
+      await lab.startUvsd(configFile);
+    }
+  });
+
   test('IPv6 UDP: answers rotate over the servers; a server\'s ICMPv6 port unreachable reaches the client; no service is refused', () => {
     const answers = new Set<string>();
     for (let i = 0; i < 6; i++) {
@@ -276,18 +327,22 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     lab.ip(lab.lbNs, ['link', 'set', `${p}r1a`, 'mtu', '1400']);
     lab.ip(lab.rsNs[0]!, ['link', 'set', `${p}r1b`, 'mtu', '1400']);
     lab.ip(lab.rsNs[0]!, ['route', 'replace', 'default', 'via', '10.200.11.1', 'advmss', '1460']);
+    lab.ip(lab.rsNs[0]!, ['-6', 'route', 'replace', 'default', 'via', 'fd00:200:11::1', 'advmss', '1440']);
     try {
       await sleep(5500); // uvsd reads the route MTUs every 5 s
-      const before = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
-      const bytes = 8 * 1024 * 1024;
-      const out = client('sh', ['-c', `head -c ${bytes} /dev/urandom > /tmp/${p}-up && sha256sum < /tmp/${p}-up && timeout 40 nc -N ${LAB_VIP} 84 < /tmp/${p}-up | tail -c +5 | sha256sum; rm -f /tmp/${p}-up`], 60000);
-      // The echo server greets with "rs1\n" (4 bytes) before echoing.
-      const [sent, echoed] = out.trim().split('\n').map((l) => l.split(' ')[0]);
-      assert.equal(echoed, sent, '8 MB went up through the narrow link and came back intact');
-      const after = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
-      assert.ok((after.too_big ?? 0) > (before.too_big ?? 0), 'uvs answered oversize segments with fragmentation needed');
+      for (const vip of [LAB_VIP, LAB_VIP6]) {
+        const before = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
+        const bytes = 8 * 1024 * 1024;
+        const out = client('sh', ['-c', `head -c ${bytes} /dev/urandom > /tmp/${p}-up && sha256sum < /tmp/${p}-up && timeout 40 nc -N ${vip} 84 < /tmp/${p}-up | tail -c +5 | sha256sum; rm -f /tmp/${p}-up`], 60000);
+        // The echo server greets with "rs1\n" (4 bytes) before echoing.
+        const [sent, echoed] = out.trim().split('\n').map((l) => l.split(' ')[0]);
+        assert.equal(echoed, sent, `${vip}: 8 MB went up through the narrow link and came back intact`);
+        const after = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
+        assert.ok((after.too_big ?? 0) > (before.too_big ?? 0), `${vip}: uvs answered oversize segments with fragmentation needed / Packet Too Big`);
+      }
     } finally {
       lab.ip(lab.rsNs[0]!, ['route', 'replace', 'default', 'via', '10.200.11.1']);
+      lab.ip(lab.rsNs[0]!, ['-6', 'route', 'replace', 'default', 'via', 'fd00:200:11::1']);
       lab.ip(lab.rsNs[0]!, ['link', 'set', `${p}r1b`, 'mtu', '1500']);
       lab.ip(lab.lbNs, ['link', 'set', `${p}r1a`, 'mtu', '1500']);
     }
