@@ -11,8 +11,11 @@ export interface TunAddon {
    */
   openQueue(name: string, offload?: boolean): number;
   closeFd(fd: number): number;
-  /** Reads up to maxPkts packets, packet i at buf[i*slot], length lens[i]; 0 on timeout, −errno on error. */
-  readBatch(fd: number, buf: Uint8Array, lens: Int32Array, maxPkts: number, slot: number, timeoutMs: number): number;
+  /**
+   * Reads up to maxPkts packets, packet i at buf[i*slot], length lens[i]; 0 on timeout, −errno on
+   * error. pollFirst: wait before the first read (the last call found the queue empty).
+   */
+  readBatch(fd: number, buf: Uint8Array, lens: Int32Array, maxPkts: number, slot: number, timeoutMs: number, pollFirst?: boolean): number;
   /** Writes count packets buf[offs[i], offs[i]+lens[i]); returns packets written, −errno on error. */
   writeBatch(fd: number, buf: Uint8Array, offs: Int32Array, lens: Int32Array, count: number): number;
   /** Non-blocking raw socket receiving IP protocol `protocol`: IPv4 whole packets, IPv6 payloads. */

@@ -41,8 +41,8 @@ export type WorkerMessage = { type: 'stop' } | { type: 'crash' };
 
 /** Poll timeout: how long an idle worker waits before looking at its messages again. */
 const IDLE_POLL_MS = 50;
-/** Batches a worker handles back to back before it yields to its event loop (messages, stop). */
-const BUSY_ROUNDS = 64;
+/** How long a worker stays in one event-loop turn before it yields (messages). */
+const YIELD_MS = 100;
 
 function main(init: WorkerInit): void {
   const tun = tunAddon();
@@ -130,26 +130,30 @@ function main(init: WorkerInit): void {
     flush();
   };
 
+  // The worker stays in one event-loop turn for up to YIELD_MS, going straight from one device
+  // read to the next (a read finds waiting packets at once, or waits in poll): an event-loop turn
+  // per wake-up costs a setImmediate, libuv's own epoll_wait and an extra read. Nothing in here
+  // needs the event loop — snapshots are taken synchronously when the shared version word moves,
+  // and terminate() interrupts JS — so it yields only to stay responsive to messages.
+  let lastEmpty = true;
   const loop = (): void => {
     if (!running) {
       parentPort!.postMessage({ type: 'stopped' });
       return;
     }
-    let n = tun.readBatch(fd, buf, lens, batch, slot, IDLE_POLL_MS);
-    if (n < 0) {
-      parentPort!.postMessage({ type: 'readError', errno: -n });
-      setTimeout(loop, 100);
-      return;
-    }
-    // While packets keep coming, stay in this turn (bounded, so messages are seen within
-    // BUSY_ROUNDS batches): an event-loop turn per batch costs more than the batch itself.
-    for (let round = 0; n > 0; round++) {
+    const until = Date.now() + YIELD_MS;
+    for (;;) {
+      const n = tun.readBatch(fd, buf, lens, batch, slot, IDLE_POLL_MS, lastEmpty);
+      if (n < 0) {
+        parentPort!.postMessage({ type: 'readError', errno: -n });
+        setTimeout(loop, 100);
+        return;
+      }
       if (Atomics.load(ctl, CTL_SNAPSHOT_VERSION) !== seenVersion) takeSnapshots();
-      processBatch(n);
-      if (round + 1 >= BUSY_ROUNDS) break;
-      n = tun.readBatch(fd, buf, lens, batch, slot, 0);
+      if (n > 0) processBatch(n);
+      lastEmpty = n < batch;
+      if (Date.now() >= until) break;
     }
-    if (Atomics.load(ctl, CTL_SNAPSHOT_VERSION) !== seenVersion) takeSnapshots();
     setImmediate(loop);
   };
   parentPort!.postMessage({ type: 'ready' });

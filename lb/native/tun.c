@@ -8,7 +8,7 @@
  *   written carries a 10-byte struct virtio_net_hdr first, checksums may be left partial and TCP
  *   arrives as GSO super-packets of up to 64 KB — one read, one lookup and one write per 64 KB
  *   instead of per 1500 bytes. All queues of a device share these flags.
- * readBatch(fd, buf, lens, maxPkts, slot, timeoutMs) -> packets read (0 on timeout)
+ * readBatch(fd, buf, lens, maxPkts, slot, timeoutMs, pollFirst) -> packets read (0 on timeout)
  *   poll()s up to timeoutMs, then reads packets back to back into `buf`, each at offset
  *   i*slot, length in lens[i] (a packet longer than the slot reports the slot's length, so the
  *   caller sees its IP length exceed what was read and drops it as truncated). One poll per batch, so an idle worker costs nothing and a busy
@@ -116,9 +116,10 @@ static napi_value close_fd(napi_env env, napi_callback_info info) {
 }
 
 static napi_value read_batch(napi_env env, napi_callback_info info) {
-  size_t argc = 6;
-  napi_value argv[6];
+  size_t argc = 7;
+  napi_value argv[7];
   int32_t fd, max_pkts, slot, timeout;
+  bool poll_first = false;
   uint8_t *buf;
   int32_t *lens;
   size_t buf_bytes, lens_bytes;
@@ -129,7 +130,17 @@ static napi_value read_batch(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, "UVS_ERR_TUN", "readBatch(fd, buf, lens, maxPkts, slot, timeoutMs): bad arguments");
     return NULL;
   }
+  /* pollFirst: the caller's last batch ended on an empty queue, so start with the wait (one read
+   * that would only say EAGAIN saved per wake-up); data that came meanwhile wakes poll at once. */
+  if (argc >= 7) napi_get_value_bool(env, argv[6], &poll_first);
   if ((size_t)max_pkts > lens_bytes / 4) max_pkts = (int32_t)(lens_bytes / 4);
+  if (poll_first && timeout != 0) {
+    struct pollfd p = { .fd = fd, .events = POLLIN, .revents = 0 };
+    int pr = poll(&p, 1, timeout);
+    if (pr == 0) return ret_i32(env, 0);
+    if (pr < 0 && errno != EINTR) return ret_i32(env, -errno);
+    timeout = 0;
+  }
   if ((size_t)max_pkts * (size_t)slot > buf_bytes) max_pkts = (int32_t)(buf_bytes / (size_t)slot);
   int32_t n = 0;
   while (n < max_pkts) {
