@@ -8,7 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { apiCall } from '../control/client';
 import { formatConnections, formatList, type FmtConnection, type FmtService } from '../control/ipvsadm-format';
-import { hasCommand, Lab, LAB_VIP, sleep } from './lab';
+import { hasCommand, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from './lab';
 
 const ROOT = join(__dirname, '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
@@ -48,17 +48,21 @@ async function main(): Promise<number> {
     title('1. Lab: client, LB node and three real servers in network namespaces');
     lab.up();
     await lab.waitServers();
-    console.log(`  client      ${lab.clientNs.padEnd(14)} ${lab.clientAddr}`);
-    console.log(`  LB node     ${lab.lbNs.padEnd(14)} runs uvsd; VIP range 10.200.0.0/24 → TUN device uvs0`);
-    lab.rsNs.forEach((n, i) => console.log(`  real server ${n.padEnd(14)} ${lab.rsAddrs[i]}  (HTTP :8080, UDP echo :5353, iperf3 :5201)`));
+    console.log(`  client      ${lab.clientNs.padEnd(14)} ${lab.clientAddr}, ${lab.clientAddr6}`);
+    console.log(`  LB node     ${lab.lbNs.padEnd(14)} runs uvsd; VIP ranges ${LAB_VIP_CIDR}, ${LAB_VIP6_CIDR} → TUN device uvs0`);
+    lab.rsNs.forEach((n, i) => console.log(`  real server ${n.padEnd(14)} ${lab.rsAddrs[i]}, ${lab.rsAddrs6[i]}  (HTTP :8080, UDP echo :5353, iperf3 :5201)`));
 
     const services = [
       { name: 'web', protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 8080 })) },
       { name: 'dns-ish', protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'wrr', realServers: lab.rsAddrs.map((a, i) => ({ address: a, port: 5353, weight: 3 - i })) },
       { name: 'iperf', protocol: 'tcp', address: LAB_VIP, port: 5201, scheduler: 'rr', realServers: [{ address: lab.rsAddrs[0]!, port: 5201 }] },
+      { name: 'web6', protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'mh', realServers: lab.rsAddrs6.map((a) => ({ address: a, port: 8080 })) },
+      { name: 'web6-fullnat', protocol: 'tcp', address: LAB_VIP6, port: 82, scheduler: 'rr', forwarding: 'fullnat', realServers: lab.rsAddrs6.map((a) => ({ address: a, port: 8080 })) },
     ];
-    const cfgFile = lab.writeConfig(lab.config(services, { log: { level: 'warn' } }));
-    title('2. uvsd: masq (VIP:80 → :8080, VIP:53 → :5353), rr and wrr 3/2/1, two worker threads');
+    const cfgFile = lab.writeConfig(
+      lab.config(services, { log: { level: 'warn' }, dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: ['fd00:200:99::1'] } } }),
+    );
+    title('2. uvsd: masq (VIP:80 → :8080, VIP:53 → :5353), rr and wrr 3/2/1; IPv6 mh and full-NAT; two worker threads');
     await lab.startUvsd(cfgFile);
     console.log(`  uvsd running in ${lab.lbNs}; API on ${lab.socket}`);
 
@@ -90,29 +94,35 @@ async function main(): Promise<number> {
       }
     }
 
-    title('6. A connection that stays open while we look: a 3 s HTTP response in the background');
+    title(`6. IPv6: curl http://[${LAB_VIP6}]/whoami (mh) and :82 (full-NAT: the server sees the pool address)`);
+    for (const port of [80, 82]) {
+      const who = JSON.parse(lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', `http://[${LAB_VIP6}]:${port}/whoami`]));
+      console.log(`  :${port}  answered by ${who.name} (${who.server}); it saw the client as ${who.client}`);
+    }
+
+    title('7. A connection that stays open while we look: a 3 s HTTP response in the background');
     const bg = lab.spawn(lab.clientNs, 'curl', ['-s', '-m', '10', `http://${LAB_VIP}/hold?ms=3000`]);
     await sleep(800);
 
-    title('7. uvsadm -Ln (ipvsadm layout)');
+    title('8. uvsadm -Ln (ipvsadm layout)');
     const svcs = (await apiCall<{ tableSize: number; services: FmtService[] }>(lab.socket, 'GET', '/v1/services')).body;
     process.stdout.write(formatList(svcs.tableSize, svcs.services));
-    title('8. uvsadm -Ln --stats');
+    title('9. uvsadm -Ln --stats');
     process.stdout.write(formatList(svcs.tableSize, svcs.services, { stats: true, header: false }));
-    title('9. uvsadm -Lnc (first 8 entries)');
+    title('10. uvsadm -Lnc (first 8 entries)');
     const conns = (await apiCall<{ total: number; connections: FmtConnection[] }>(lab.socket, 'GET', '/v1/connections?limit=8')).body;
     process.stdout.write(formatConnections(conns.connections));
     console.log(`  … ${conns.total} entries in the connection table`);
     await new Promise((r) => bg.on('exit', r));
 
-    title('10. Dataplane counters');
+    title('11. Dataplane counters');
     const st = (await apiCall<{ packets: Record<string, number>; drops: Record<string, number>; workers: { id: number; rxPackets: number }[] }>(lab.socket, 'GET', '/v1/stats')).body;
     console.log(`  packets in ${st.packets.rxPackets}, out ${st.packets.txPackets}, new connections ${st.packets.connsNew}`);
     console.log(`  per worker: ${st.workers.map((w) => `#${w.id} ${w.rxPackets} packets`).join(', ')}`);
     const drops = Object.entries(st.drops).filter(([, v]) => v > 0);
     console.log(`  drops: ${drops.length ? drops.map(([k, v]) => `${k} ${v}`).join(', ') : 'none'}`);
 
-    title('11. Teardown');
+    title('12. Teardown');
     await cleanup();
     const left = Lab.existing('uvsdemo');
     console.log(left.length ? `  LEFT BEHIND: ${left.join(' ')}` : '  uvsd stopped, device, routes, rules and namespaces removed');

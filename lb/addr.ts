@@ -89,10 +89,12 @@ export function parseIPv6(s: string): Int32Array | null {
   return w;
 }
 
-/** RFC 5952 text: lower case, the longest run (≥ 2) of zero groups as ::. */
+/** RFC 5952 text: lower case, the longest run (≥ 2) of zero groups as ::, ::ffff:a.b.c.d. */
 export function formatIPv6(w: ArrayLike<number>, off = 0): string {
   const g: number[] = [];
   for (let i = 0; i < 4; i++) g.push((w[off + i]! >>> 16) & 0xffff, w[off + i]! & 0xffff);
+  // An IPv4-mapped address keeps its dotted quad (RFC 5952 §5).
+  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff) return `::ffff:${formatIPv4(w[off + 3]!)}`;
   let best = -1;
   let bestLen = 1;
   for (let i = 0; i < 8; ) {

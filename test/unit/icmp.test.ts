@@ -5,15 +5,12 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as L from '../../conntrack/layout';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
-import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { validateConfig } from '../../control/config';
-import { ServiceModel } from '../../control/services';
+import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { parseIPv4 } from '../../lb/addr';
-import { DROP, FORWARD, PacketProcessor, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, REPLY } from '../../lb/processor';
 import * as P from '../../lb/packet';
 import { checksumsValid, field, tcp, udp } from '../helpers/packets';
+import { makeProcessor } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
 const CLIENT = '192.168.1.100';
@@ -21,28 +18,10 @@ const ROUTER = '192.168.7.1';
 const RS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
 
 function setup(forwarding: 'masq' | 'tunnel' | 'fullnat', protocol: 'tcp' | 'udp') {
-  const cfg = validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: 1024, maxRealServers: 16, maxServices: 8, tunnelSource: '10.1.1.1', fullnat: { addresses: ['10.2.0.1'] } },
+  return makeProcessor({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1', fullnat: { addresses: ['10.2.0.1'] } },
     services: [{ protocol, address: VIP, port: 80, scheduler: 'rr', forwarding, realServers: RS.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })) }],
   });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const table = new ConnTable(ConnTable.create(1024, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const counters = new Float64Array(L.counterWords(16, 8));
-  const out = new Uint8Array(8192);
-  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, model.apply(cfg), out);
-  proc.now = table.now();
-  const run = (pkt: Uint8Array) => {
-    proc.outOff = 0;
-    const v = proc.process(pkt, 0, pkt.length);
-    return { v, pkt, reply: v === REPLY ? out.slice(0, proc.outLen) : null };
-  };
-  const drops = (name: (typeof L.DROP_NAMES)[number]) => counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf(name)];
-  const setMtu = (mtu: number) => {
-    for (const r of model.rsSlotAddrs()) Atomics.store(model.rs, r.slot * L.RS_WORDS + L.RS_MTU, mtu);
-  };
-  return { run, drops, setMtu };
 }
 
 /** An ICMP error from `src` to `dst` quoting `about` (its IP header + 8 bytes, RFC 792). */

@@ -6,14 +6,11 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as L from '../../conntrack/layout';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
-import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
-import { validateConfig } from '../../control/config';
-import { ServiceModel } from '../../control/services';
-import { DROP, FORWARD, PacketProcessor, REPLY } from '../../lb/processor';
+import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
+import { DROP, FORWARD, REPLY } from '../../lb/processor';
 import * as P from '../../lb/packet';
 import { checksumsValid, field, icmpEcho, tcp, udp } from '../helpers/packets';
+import { makeProcessor } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
 const CLIENT = '192.168.1.100';
@@ -21,34 +18,13 @@ const RS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
 const V = P.VNET_HLEN;
 
 function setup(forwarding: 'masq' | 'tunnel' | 'fullnat', protocol = 'tcp') {
-  const cfg = validateConfig({
-    dataplane: {
-      vipCidrs: ['10.96.0.0/24'],
-      workers: 1,
-      tableSize: 1024,
-      maxRealServers: 16,
-      maxServices: 8,
-      tunnelSource: '10.1.1.1',
-      fullnat: { addresses: ['10.2.0.1'] },
+  return makeProcessor(
+    {
+      dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1', fullnat: { addresses: ['10.2.0.1'] } },
+      services: [{ protocol, address: VIP, port: 80, scheduler: 'rr', forwarding, realServers: RS.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })) }],
     },
-    services: [{ protocol, address: VIP, port: 80, scheduler: 'rr', forwarding, realServers: RS.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })) }],
-  });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const table = new ConnTable(ConnTable.create(1024, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const counters = new Float64Array(L.counterWords(16, 8));
-  const out = new Uint8Array(1 << 18);
-  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, model.apply(cfg), out, true);
-  proc.now = table.now();
-  /** Runs a packet given with its virtio header prepended; returns the verdict. */
-  const run = (framed: Uint8Array) => {
-    proc.outOff = V;
-    proc.outEnd = out.length;
-    return proc.process(framed, V, framed.length - V);
-  };
-  const drops = (name: (typeof L.DROP_NAMES)[number]) => counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf(name)];
-  return { proc, out, run, drops };
+    { offload: true, outBytes: 1 << 18 },
+  );
 }
 
 /** Frames a packet the way the kernel hands it over with CHECKSUM_PARTIAL (and optionally GSO). */
@@ -88,7 +64,7 @@ const payload = (n: number) => Uint8Array.from({ length: n }, (_, i) => (i * 7 +
 test('masq keeps a partial TCP checksum partial and right: the device completes it to a valid one', () => {
   const { run } = setup('masq');
   const syn = partial(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN, payload: payload(33) }));
-  assert.equal(run(syn), FORWARD);
+  assert.equal(run(syn).v, FORWARD);
   assert.equal(syn[P.VNET_FLAGS], P.VNET_F_NEEDS_CSUM, 'still left to the device');
   const f = field(syn.subarray(V));
   assert.ok(RS.includes(f.dst));
@@ -99,12 +75,12 @@ test('masq keeps a partial TCP checksum partial and right: the device completes 
 test('full-NAT rewrites both ends of a partial UDP datagram and its reply correctly', () => {
   const { run } = setup('fullnat', 'udp');
   const q = partial(udp({ src: CLIENT, dst: VIP, sport: 5000, dport: 80, payload: payload(101) }));
-  assert.equal(run(q), FORWARD);
+  assert.equal(run(q).v, FORWARD);
   const f = field(q.subarray(V));
   assert.equal(f.src, '10.2.0.1');
   assert.ok(checksumsValid(complete(q)));
   const reply = partial(udp({ src: f.dst, dst: f.src, sport: f.dport, dport: f.sport, payload: payload(60) }));
-  assert.equal(run(reply), FORWARD);
+  assert.equal(run(reply).v, FORWARD);
   const r = field(reply.subarray(V));
   assert.deepEqual([r.src, r.sport, r.dst, r.dport], [VIP, 80, CLIENT, 5000]);
   assert.ok(checksumsValid(complete(reply)));
@@ -112,10 +88,10 @@ test('full-NAT rewrites both ends of a partial UDP datagram and its reply correc
 
 test('a GSO super-packet is forwarded whole by masq, its virtio header untouched', () => {
   const { run } = setup('masq');
-  assert.equal(run(partial(tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_SYN }))), FORWARD);
+  assert.equal(run(partial(tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_SYN }))).v, FORWARD);
   const big = partial(tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_ACK, payload: payload(20000) }), 1448);
   const hdr = big.slice(0, V);
-  assert.equal(run(big), FORWARD);
+  assert.equal(run(big).v, FORWARD);
   assert.deepEqual([...big.subarray(0, V)], [...hdr]);
   assert.ok(checksumsValid(complete(big)));
 });
@@ -124,7 +100,7 @@ test('tunnel: a partial checksum is described after the outer header; a super-pa
   const { run, proc, out } = setup('tunnel');
   const syn = partial(tcp({ src: CLIENT, dst: VIP, sport: 40002, flags: TCPF_SYN, payload: payload(10) }));
   const inner = complete(syn);
-  assert.equal(run(syn), REPLY);
+  assert.equal(run(syn).v, REPLY);
   assert.equal(proc.outCount, 0);
   const framed = out.slice(proc.outOff - V, proc.outOff + proc.outLen);
   assert.equal(P.le16(framed, P.VNET_CSUM_START), 40, 'csum_start moved past the outer header');
@@ -135,7 +111,7 @@ test('tunnel: a partial checksum is described after the outer header; a super-pa
   const data = payload(5000);
   const seq = 0xfffff000; // wraps during the segments
   const plain = tcp({ src: CLIENT, dst: VIP, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, id: 0x7000, payload: data });
-  assert.equal(run(partial(plain, 1448)), REPLY);
+  assert.equal(run(partial(plain, 1448)).v, REPLY);
   assert.equal(proc.outCount, 4, '5000 bytes in segments of 1448');
   const got: number[] = [];
   for (let k = 0; k < proc.outCount; k++) {
@@ -160,7 +136,7 @@ test('offload metadata the dataplane cannot honour is dropped and counted', () =
   const { run, drops } = setup('masq');
   const p = partial(tcp({ src: CLIENT, dst: VIP, sport: 40003, flags: TCPF_SYN, payload: payload(3000) }), 1448);
   p[P.VNET_GSO_TYPE] = 5; // UDP_L4 on a TCP packet
-  assert.equal(run(p), DROP);
+  assert.equal(run(p).v, DROP);
   assert.equal(drops('bad_offload'), 1);
   // A partial checksum anywhere but a TCP/UDP checksum field (here an ICMP echo's) is completed
   // in software, so the echo is checked and answered as usual.
@@ -171,7 +147,7 @@ test('offload metadata the dataplane cannot honour is dropped and counted', () =
   q[P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
   P.putLe16(q, P.VNET_CSUM_START, 20);
   P.putLe16(q, P.VNET_CSUM_OFFSET, 2);
-  assert.equal(run(q), FORWARD);
+  assert.equal(run(q).v, FORWARD);
   assert.equal(q[P.VNET_FLAGS], 0, 'nothing left for the device');
   const reply = q.subarray(V);
   assert.equal(field(reply).icmpType, P.ICMP_ECHOREPLY);

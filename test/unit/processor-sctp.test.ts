@@ -8,13 +8,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import * as S from '../../conntrack/sctp-state';
-import { TCP_DEFAULT_TIMEOUTS } from '../../conntrack/state';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
-import { validateConfig } from '../../control/config';
-import { ServiceModel } from '../../control/services';
-import { DROP, FORWARD, PacketProcessor, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, REPLY } from '../../lb/processor';
 import * as P from '../../lb/packet';
 import { checksumsValid, field, initValue, sctp, type SctpChunk } from '../helpers/packets';
+import { makeProcessor } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
 const CLIENT = '192.168.1.100';
@@ -32,27 +29,11 @@ const service = (more: Record<string, unknown> = {}) => ({
 });
 
 function setup(services: unknown[] = [service()], extra: { dataplane?: Record<string, unknown>; timeouts?: Record<string, unknown> } = {}) {
-  const cfg = validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: 1024, maxRealServers: 16, maxServices: 8, ...extra.dataplane },
+  const { model, table, proc, run, drops, rs, counters } = makeProcessor({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], ...extra.dataplane },
     ...(extra.timeouts ? { timeouts: extra.timeouts } : {}),
     services,
   });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300, sctp: S.SCTP_STATE_KEYS.map((k) => cfg.timeouts.sctp[k]!) };
-  const table = new ConnTable(ConnTable.create(1024, timeouts), rsSab, 1);
-  const counters = new Float64Array(L.counterWords(16, 8));
-  const out = new Uint8Array(4096);
-  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, model.apply(cfg), out);
-  proc.now = table.now();
-  const run = (pkt: Uint8Array) => {
-    proc.outOff = 0;
-    const v = proc.process(pkt, 0, pkt.length);
-    return { v, pkt, reply: v === REPLY ? out.slice(0, proc.outLen) : null };
-  };
-  const drops = (name: (typeof L.DROP_NAMES)[number]) => counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf(name)];
-  const rs = new Int32Array(rsSab);
   /** [ActiveConn, InActConn] of the real server with this address. */
   const conns = (addr: string) => {
     const slot = model.list()[0]!.realServers.find((r) => r.address === addr)!.slot;
