@@ -5,7 +5,7 @@
  *
  * uvs never resolves names: every listing is what ipvsadm prints with -n.
  */
-import { hostPort } from '../lb/addr';
+import { hostPort, parseIPv6 } from '../lb/addr';
 
 export interface FmtStats {
   conns: number;
@@ -97,18 +97,34 @@ function cmpU32(a: number, b: number): number {
 }
 const PROTO_ORDER: Record<string, number> = { tcp: 6, udp: 17, sctp: 132 };
 
-/** ipvs_cmp_services (libipvs.c): protocol, then address and port, each as a 32-bit difference. */
+/**
+ * Address order of libipvs's comparators: IPv4 before IPv6 (af), IPv4 as a 32-bit difference
+ * (its quirk kept), IPv6 by memcmp of the 16 bytes.
+ */
+function cmpAddr(x: string, y: string): number {
+  const x6 = x.includes(':');
+  const y6 = y.includes(':');
+  if (x6 !== y6) return x6 ? 1 : -1;
+  if (!x6) return cmpU32(addrU32(x), addrU32(y));
+  const a = parseIPv6(x)!;
+  const b = parseIPv6(y)!;
+  for (let i = 0; i < 4; i++) if (a[i] !== b[i]) return (a[i]! >>> 0) < (b[i]! >>> 0) ? -1 : 1;
+  return 0;
+}
+
+/** ipvs_cmp_services (libipvs.c): family, protocol, then address and port. */
 export function sortServices<T extends FmtService>(svcs: T[]): T[] {
   return [...svcs].sort(
     (x, y) =>
+      Number(x.address.includes(':')) - Number(y.address.includes(':')) ||
       (PROTO_ORDER[x.protocol] ?? 0) - (PROTO_ORDER[y.protocol] ?? 0) ||
-      cmpU32(addrU32(x.address), addrU32(y.address)) ||
+      cmpAddr(x.address, y.address) ||
       x.port - y.port,
   );
 }
 /** ipvs_cmp_dests (libipvs.c). */
 export function sortRealServers<T extends { address: string; port: number }>(rs: T[]): T[] {
-  return [...rs].sort((x, y) => cmpU32(addrU32(x.address), addrU32(y.address)) || x.port - y.port);
+  return [...rs].sort((x, y) => cmpAddr(x.address, y.address) || x.port - y.port);
 }
 
 /** IP_VS_SVC_F_SCHED1..3: the kernel keeps bits, so flag-1, sh-fallback and mh-fallback are one flag. */

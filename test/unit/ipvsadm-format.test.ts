@@ -49,3 +49,10 @@ test('-Lnc prints expiry as MM:SS with unbounded minutes', () => {
   );
   assert.equal(formatTimeouts({ tcp: 900, tcpFin: 120, udp: 300 }), 'Timeout (tcp tcpfin udp): 900 120 300\n');
 });
+
+test('IPv4 services list before IPv6 ones, IPv6 in [addr]:port, ordered by address bytes', () => {
+  const svc = (address: string, port = 80) => ({ protocol: 'tcp', address, port, scheduler: 'rr', schedFlags: [], persistence: 0, realServers: [] });
+  const text = formatList(65536, [svc('fd00::20'), svc('10.0.0.2'), svc('fd00::3'), svc('10.0.0.1')] as never);
+  const lines = text.split('\n').filter((l) => l.startsWith('TCP'));
+  assert.deepEqual(lines.map((l) => l.split(/\s+/)[1]), ['10.0.0.1:80', '10.0.0.2:80', '[fd00::3]:80', '[fd00::20]:80']);
+});
