@@ -12,7 +12,7 @@ import { ConnTable, createRealServerRegion, type TableTimeouts } from '../conntr
 import { RedisSync } from '../conntrack/redis-sync';
 import { SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
-import { Dataplane, routeMtus } from '../lb/dataplane';
+import { Dataplane, deviceMtu, routeMtus, type RouteMtu } from '../lb/dataplane';
 import { startApi, type ApiServer } from './api';
 import { HealthChecker } from './health';
 import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
@@ -22,8 +22,10 @@ import { serviceKey, ServiceModel, type PersistedDrain } from './services';
 import { inCidr, parseCidr, parseIPv4 } from '../lb/addr';
 import { StatsReader } from './stats';
 
-/** How often the MTUs of the routes to the real servers are read again (ms). */
+/** How often the MTUs of the devices towards the real servers are read again (ms). */
 const MTU_REFRESH_MS = 5000;
+/** Every this many MTU refreshes the routes themselves are looked up again (`ip`, a fork). */
+const ROUTE_REFRESH_TICKS = 12;
 
 export function tableTimeouts(cfg: UvsConfig): TableTimeouts {
   return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp, sctp: SCTP_STATE_KEYS.map((n) => cfg.timeouts.sctp[n]!) };
@@ -146,7 +148,7 @@ export class Daemon {
     try {
       d.dataplane.syncReplyRules(d.model.replyRules());
       d.refreshMtus();
-      d.mtuTimer = setInterval(() => d.refreshMtus(), MTU_REFRESH_MS);
+      d.mtuTimer = setInterval(() => d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.health.sync(cfg.services);
@@ -174,16 +176,26 @@ export class Daemon {
     return n;
   }
 
+  /** How each real server's address is routed (refreshed by refreshMtus with `ip`). */
+  private routes = new Map<string, RouteMtu>();
+  private mtuTicks = 0;
+
   /**
    * Writes the MTU of the route to every real server into the shared region (RS_MTU), where
    * workers check DF packets against it (ICMP fragmentation needed, as IPVS). Routes and device
-   * MTUs change without telling us, so this also runs every MTU_REFRESH_MS.
+   * MTUs change without telling us: every MTU_REFRESH_MS the devices' MTUs are re-read from sysfs
+   * (cheap: no process is started), and the routes themselves with `ip` on every configuration
+   * change and every ROUTE_REFRESH_TICKS refreshes.
    */
-  refreshMtus(): void {
+  refreshMtus(routesToo = true): void {
     try {
       const slots = this.model.rsSlotAddrs();
-      const mtus = routeMtus([...new Set(slots.map((x) => x.addr))]);
-      for (const x of slots) Atomics.store(this.model.rs, x.slot * L.RS_WORDS + L.RS_MTU, mtus.get(x.addr) ?? 0);
+      if (routesToo || slots.some((x) => !this.routes.has(x.addr))) {
+        this.routes = routeMtus([...new Set(slots.map((x) => x.addr))]);
+      } else {
+        for (const r of this.routes.values()) if (r.routeMtu === null) r.mtu = deviceMtu(r.dev);
+      }
+      for (const x of slots) Atomics.store(this.model.rs, x.slot * L.RS_WORDS + L.RS_MTU, this.routes.get(x.addr)?.mtu ?? 0);
     } catch (e) {
       this.log.warn({ err: (e as Error).message }, 'cannot read the MTU of the routes to the real servers; path-MTU checks keep the last values');
     }

@@ -16,7 +16,7 @@
  * itself vanishes with the last queue fd, so only routes and rules can be left).
  */
 import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
@@ -117,16 +117,22 @@ function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, op
   return [...(family === 6 ? ['-6'] : []), 'rule', op, 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
 }
 
+/** How an address is routed, for its MTU: the device, and the route's own mtu metric if it has one. */
+export interface RouteMtu {
+  dev: string;
+  /** The route's mtu metric (fixed), or null: the device's MTU applies. */
+  routeMtu: number | null;
+  mtu: number;
+}
+
 /**
- * MTU of the route to each address, as the kernel's forwarding uses it (the route's own mtu
+ * The route to each address, as the kernel's forwarding takes its MTU (the route's own mtu
  * metric, else its device's MTU): one `ip -batch` for all of them. Addresses it cannot route are
- * left out.
+ * left out. This forks `ip`; deviceMtu() re-reads a device's MTU without forking.
  */
-export function routeMtus(addrs: string[]): Map<string, number> {
-  const out = new Map<string, number>();
+export function routeMtus(addrs: string[]): Map<string, RouteMtu> {
+  const out = new Map<string, RouteMtu>();
   if (addrs.length === 0) return out;
-  const links = JSON.parse(ip(['-j', 'link', 'show'])) as { ifname: string; mtu: number }[];
-  const devMtu = new Map(links.map((l) => [l.ifname, l.mtu]));
   let text = '';
   try {
     text = execFileSync('ip', ['-j', '-force', '-batch', '-'], { input: addrs.map((a) => `route get ${a}\n`).join(''), encoding: 'utf8', stdio: ['pipe', 'pipe', 'ignore'] });
@@ -136,11 +142,22 @@ export function routeMtus(addrs: string[]): Map<string, number> {
   for (const line of text.split('\n')) {
     if (!line.startsWith('[')) continue;
     for (const r of JSON.parse(line) as { dst: string; dev?: string; metrics?: { mtu?: number }[] }[]) {
-      const m = r.metrics?.find((x) => x.mtu !== undefined)?.mtu ?? (r.dev ? devMtu.get(r.dev) : undefined);
-      if (m) out.set(r.dst, m);
+      if (!r.dev) continue;
+      const routeMtu = r.metrics?.find((x) => x.mtu !== undefined)?.mtu ?? null;
+      const mtu = routeMtu ?? deviceMtu(r.dev);
+      if (mtu) out.set(r.dst, { dev: r.dev, routeMtu, mtu });
     }
   }
   return out;
+}
+
+/** A device's MTU from sysfs (no fork: cheap enough to poll), or 0 if it is gone. */
+export function deviceMtu(dev: string): number {
+  try {
+    return Number(readFileSync(`/sys/class/net/${dev}/mtu`, 'utf8').trim()) || 0;
+  } catch {
+    return 0;
+  }
 }
 
 export class Dataplane {
