@@ -167,19 +167,20 @@ export function measure(env: MeasureEnv, m: MeasurementName, eps: Endpoints): Pr
  * is sending.
  */
 export async function udpFlows(env: MeasureEnv, ep: Endpoint, flows: number, lbMac: string, clientIf: string): Promise<Metrics> {
-  const sp = flows <= 1 ? '20000' : `dinc(20000, ${20000 + flows - 1})`;
+  // One client address has source ports for up to 45 000 flows (20000–65534); more flows use a
+  // second address of the client's subnet (trafgen sends the two packets in turn).
+  const addrs = flows > 45000 ? [env.lab.clientAddr, env.lab.clientAddr.replace(/\.\d+$/, (x) => `.${Number(x.slice(1)) + 1}`)] : [env.lab.clientAddr];
+  const per = Math.ceil(flows / addrs.length);
+  const sp = per <= 1 ? '20000' : `dinc(20000, ${20000 + per - 1})`;
   const cfg = join(env.lab.dir, `trafgen-${flows}.cfg`);
-  writeFileSync(
-    cfg,
-    `/* uvs perf: ${flows} UDP flows to ${ep.host}:${ep.port} */
-{
+  const packet = (saddr: string) => `{
   eth(da=${lbMac}, type=0x0800),
-  ipv4(saddr=${env.lab.clientAddr}, daddr=${ep.host}, ttl=64, df),
+  ipv4(saddr=${saddr}, daddr=${ep.host}, ttl=64, df),
   udp(sp=${sp}, dp=${ep.port}),
   fill(0x55, 64),
 }
-`,
-  );
+`;
+  writeFileSync(cfg, `/* uvs perf: ${flows} UDP flows to ${ep.host}:${ep.port} */\n${addrs.map(packet).join('')}`);
   const leadMs = 400;
   const windowMs = env.duration * 1000;
   const pids = await env.probe.lbPids();
