@@ -1,9 +1,13 @@
 /**
  * Micro-benchmark of the per-packet path without syscalls: PacketProcessor.process() on packets
  * already in memory, with the real table, service model and schedulers. Reports ns per packet for
- * the cases that make up real traffic. Not a test: it reports, it never fails.
+ * the cases that make up real traffic. Not a test (it is never part of `npm test`); as a
+ * regression guard it compares with a saved run and exits 1 when a case got slower than allowed.
  *
- *   node dist/perf/packet-path.js [--packets N] [--flows N]
+ *   node dist/perf/packet-path.js [--flows N] [--json FILE] [--check FILE [--tolerance X]]
+ *     --json FILE    also write the results ({case: ns}) to FILE
+ *     --check FILE   compare with FILE (perf/packet-path.json is the committed run): a case more
+ *                    than X times slower (default 1.5: machines and neighbours differ) fails
  *
  * Method: each case prepares its packets once (fixtures as in test/helpers/packets.ts), then
  * runs process() over them in a loop for at least 300 ms, best of 5 runs; the packet bytes are
@@ -16,29 +20,40 @@ import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_SYN } from '../conntrack/state';
 import { validateConfig } from '../control/config';
 import { ServiceModel } from '../control/services';
 import { PacketProcessor } from '../lb/processor';
-import { tcp, udp } from '../test/helpers/packets';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { VNET_HLEN } from '../lb/packet';
+import { tcp, tcp6, udp } from '../test/helpers/packets';
 
 const arg = (name: string, def: number) => {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? Number(process.argv[i + 1]) : def;
 };
 const FLOWS = arg('flows', 10000);
+const strArg = (name: string): string | null => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? (process.argv[i + 1] ?? null) : null;
+};
+const results: Record<string, number> = {};
 const VIP = '10.96.0.10';
 const RS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
 
-function setup(scheduler: string) {
+const VIP6 = 'fd00:96::10';
+const RS6 = ['fd00:10::1', 'fd00:10::2', 'fd00:10::3'];
+
+function setup(scheduler: string, offload = false) {
   const cfg = validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: 1 << 18, maxRealServers: 16, maxServices: 8 },
+    dataplane: { vipCidrs: ['10.96.0.0/24', 'fd00:96::/64'], workers: 1, tableSize: 1 << 18, maxRealServers: 16, maxServices: 8 },
     services: [
       { protocol: 'tcp', address: VIP, port: 80, scheduler, realServers: RS.map((a) => ({ address: a, port: 8080 })) },
       { protocol: 'udp', address: VIP, port: 53, scheduler, realServers: RS.map((a) => ({ address: a, port: 5353 })) },
+      { protocol: 'tcp', address: VIP6, port: 80, scheduler, realServers: RS6.map((a) => ({ address: a, port: 8080 })) },
     ],
   });
   const rsSab = createRealServerRegion(16);
   const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
   const model = new ServiceModel(rsSab, schedSab, 16, 8);
   const table = new ConnTable(ConnTable.create(1 << 18, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const proc = new PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, model.apply(cfg), new Uint8Array(4096));
+  const proc = new PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, model.apply(cfg), new Uint8Array(4096), offload);
   proc.now = table.now();
   return { proc, table };
 }
@@ -63,7 +78,7 @@ function pack(pkts: Uint8Array[]) {
   return { buf, offs, lens, pristine: buf.slice() };
 }
 
-function bench(name: string, proc: PacketProcessor, p: ReturnType<typeof pack>, prepare?: () => void): number {
+function bench(name: string, proc: PacketProcessor, p: ReturnType<typeof pack>, prepare?: () => void, at = 0): number {
   const n = p.offs.length;
   let best = Infinity;
   for (let run = 0; run < 5; run++) {
@@ -77,14 +92,15 @@ function bench(name: string, proc: PacketProcessor, p: ReturnType<typeof pack>, 
       copyNs += Number(process.hrtime.bigint() - c0);
       for (let i = 0; i < n; i++) {
         proc.outOff = 0;
-        proc.process(p.buf, p.offs[i]!, p.lens[i]!);
+        proc.process(p.buf, p.offs[i]! + at, p.lens[i]! - at);
       }
       packets += n;
     }
     const ns = (Number(process.hrtime.bigint() - t0) - copyNs) / packets;
     if (ns < best) best = ns;
   }
-  console.log(`${name.padEnd(52)} ${best.toFixed(0).padStart(6)} ns/packet  (${(1e3 / best).toFixed(2)} Mpps on one core)`);
+  console.log(`${name.padEnd(58)} ${best.toFixed(0).padStart(6)} ns/packet  (${(1e3 / best).toFixed(2)} Mpps on one core)`);
+  results[name] = Math.round(best);
   return best;
 }
 
@@ -126,6 +142,61 @@ function main(): void {
     const { proc } = setup('rr');
     const p = pack(Array.from({ length: 1000 }, (_, i) => tcp({ src: client(i), dst: VIP, sport: 3000 + i, dport: 81, flags: TCPF_SYN })));
     bench('TCP SYN to a port without a service (RST built)', proc, p);
+  }
+  {
+    const { proc } = setup('rr');
+    const c6 = (i: number) => `2001:db8::${(i >> 16).toString(16)}:${(i & 0xffff).toString(16)}`;
+    for (let i = 0; i < FLOWS; i++) {
+      const b = tcp6({ src: c6(i), dst: VIP6, sport: 40000 + (i % 20000), flags: TCPF_SYN });
+      proc.process(b, 0, b.length);
+    }
+    const data = pack(Array.from({ length: FLOWS }, (_, i) => tcp6({ src: c6(i), dst: VIP6, sport: 40000 + (i % 20000), flags: TCPF_ACK, payload: new Uint8Array(64) })));
+    bench('IPv6 TCP established, client → server', proc, data);
+  }
+  {
+    // With device offloads: a 64 KB GSO super-packet (partial checksum) is one lookup and rewrite.
+    const { proc } = setup('rr', true);
+    const frame = (pkt: Uint8Array, gso: number) => {
+      const f = new Uint8Array(VNET_HLEN + pkt.length);
+      f.set(pkt, VNET_HLEN);
+      f[0] = 1; // NEEDS_CSUM
+      f[1] = gso ? 1 : 0; // TCPV4
+      f[4] = gso & 255;
+      f[5] = gso >> 8;
+      f[6] = 20; // csum_start: the TCP header
+      f[8] = 16; // csum_offset: its checksum
+      return f;
+    };
+    const n = 1000;
+    for (let i = 0; i < n; i++) {
+      const b = frame(tcp({ src: client(i), dst: VIP, sport: 40000 + i, flags: TCPF_SYN }), 0);
+      proc.process(b, VNET_HLEN, b.length - VNET_HLEN);
+    }
+    const big = pack(Array.from({ length: n }, (_, i) => frame(tcp({ src: client(i), dst: VIP, sport: 40000 + i, flags: TCPF_ACK, payload: new Uint8Array(65000) }), 1448)));
+    bench('TCP 64 KB GSO super-packet (offloads on), per super-packet', proc, big, undefined, VNET_HLEN);
+  }
+  const json = strArg('json');
+  if (json) writeFileSync(json, JSON.stringify(results, null, 2) + '\n');
+  const check = strArg('check');
+  if (check) {
+    const tolerance = Number(strArg('tolerance') ?? 1.5);
+    const base = JSON.parse(readFileSync(check, 'utf8')) as Record<string, number>;
+    let slower = 0;
+    console.log(`\ncompared with ${check} (a case more than ${tolerance}× slower fails):`);
+    for (const [name, ns] of Object.entries(results)) {
+      const b = base[name];
+      if (b === undefined) {
+        console.log(`  ${name.padEnd(58)} new case, no baseline`);
+        continue;
+      }
+      const r = ns / b;
+      if (r > tolerance) slower++;
+      console.log(`  ${name.padEnd(58)} ${b} → ${ns} ns  ${r.toFixed(2)}×${r > tolerance ? '  SLOWER' : ''}`);
+    }
+    if (slower > 0) {
+      console.log(`${slower} case(s) regressed beyond ${tolerance}×`);
+      process.exitCode = 1;
+    }
   }
 }
 
