@@ -6,11 +6,19 @@
  *   - Masq replies: for every masq real server a policy rule
  *       from RIP ipproto P sport RPORT lookup <routeTable>   (table: default dev <device>)
  *     sends the server's replies into the device instead of straight to the client; the rule is as
- *     narrow as the service, so the servers' other traffic is untouched.
+ *     narrow as the service, so the servers' other traffic is untouched; one more per server,
+ *       from RIP ipproto icmp (IPv6: ipv6-icmp) lookup <routeTable>
+ *     brings its ICMP errors for translation, and
+ *       iif <device> lookup main   (priority rulePriority − 1)
+ *     routes whatever leaves the device by the main table, so ICMP a worker lets through unchanged
+ *     does not loop. IPv6 gets the same routes and rules (`ip -6`) when a VIP range or pool is IPv6.
  *   - rp_filter is off on the device (packets come out of it with the clients' source addresses,
- *     and tunnelled ones with this node's own: accept_local) and IPv4 forwarding is switched on,
- *     as an IPVS director needs. (A host-wide net.ipv4.conf.all.rp_filter=1 still wins: the kernel
- *     uses the stricter of "all" and the device's setting.)
+ *     and tunnelled ones with this node's own: accept_local) and IPv4 forwarding is switched on
+ *     (IPv6 forwarding too with IPv6 services), as an IPVS director needs. (A host-wide
+ *     net.ipv4.conf.all.rp_filter=1 still wins: the kernel uses the stricter of "all" and the
+ *     device's setting.)
+ *   - The queues are opened with the kernel's offloads (dataplane.offload): TCP crosses the device
+ *     as 64 KB GSO super-packets, checksums left partial.
  *
  * Everything is removed on stop(); cleanup() removes leftovers of a daemon that died (the device
  * itself vanishes with the last queue fd, so only routes and rules can be left).

@@ -19,7 +19,13 @@
  *  - weight 0 keeps existing flows: only scheduling looks at weights;
  *  - SCTP (./sctp.ts, sctp_conn_schedule): only a packet whose first chunk is INIT creates an
  *    entry, an INIT on an entry in CLOSED starts a new one, other chunks without an entry are
- *    dropped (counted); the CRC32c is checked on arrival and recomputed after the rewrite.
+ *    dropped (counted); the CRC32c is checked on arrival and recomputed after the rewrite. *  - ICMP errors about a flow are translated both ways (icmpError, icmp6Error), and a DF packet
+ *    too big for the route to its real server is answered from the VIP (forwardIn): path MTU.
+ *
+ * IPv4 and IPv6 take the same path: process6 parses IPv6 and hands its addresses' low words to
+ * inbound/outbound with the high words in `hi` (conntrack/table.ts explains the keys). With
+ * device offloads (`vnet`), a packet has a virtio_net_hdr before it: a partial checksum is kept
+ * partial through the rewrite and a GSO super-packet is one packet here.
  */
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
