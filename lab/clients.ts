@@ -25,7 +25,7 @@ export interface Download {
 
 /** `curl -m maxSeconds --limit-rate rate http://host:port/blob?bytes=…&seed=… | sha256sum` in ns. */
 export function blobDownload(ns: string, host: string, port: number, bytes: number, seed: number, rate: string, maxSeconds = 60): Download {
-  const url = `http://${host}:${port}/blob?bytes=${bytes}&seed=${seed}`;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}/blob?bytes=${bytes}&seed=${seed}`;
   const script = `curl -s -m ${maxSeconds} --limit-rate ${rate} "${url}" | sha256sum; echo "curl-exit \${PIPESTATUS[0]}"`;
   const p = spawn('ip', ['netns', 'exec', ns, 'bash', '-c', script], { stdio: ['ignore', 'pipe', 'ignore'] });
   let out = '';

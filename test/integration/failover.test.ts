@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { apiCall } from '../../control/client';
 import { blobDownload } from '../../lab/clients';
 import { FailoverLab, REDIS_ADDR, type LbNode } from '../../lab/failover-lab';
-import { LAB_VIP, sleep } from '../../lab/lab';
+import { LAB_VIP, LAB_VIP6, sleep } from '../../lab/lab';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
@@ -34,6 +34,7 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
   const web = (weights = [1, 1, 1]) => [
     { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: weights[i] })) },
     { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
+    { protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'rr', realServers: lab.rsAddrs6.map((a) => ({ address: a, port: 8080 })) },
   ];
   const stats = async (n: LbNode) => (await apiCall<Stats>(lab.socket(n), 'GET', '/v1/stats')).body;
 
@@ -94,6 +95,22 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
     console.log(`# failover: streams ${r.started} started, ${r.completed} completed, ${r.broken} broken; all adopted ${takeover} ms after the kill`);
     assert.deepEqual(r, { started: 6, completed: 6, broken: 0 });
     assert.ok(takeover >= 0, 'lb2 adopted all six flows');
+  });
+
+  test('IPv6: three long TCP streams through lb1 complete byte-identical through lb2 after lb1 is SIGKILLed', async () => {
+    await startBoth();
+    const ss = Array.from({ length: 3 }, (_, i) => blobDownload(lab.ns.cl, LAB_VIP6, 80, 24 << 20, 200 + i, '1M'));
+    await sleep(2000);
+    const before = await stats('lb1');
+    assert.ok(before.redis!.written >= 3, `lb1 wrote its IPv6 flows to Redis (${before.redis!.written})`);
+    await lab.failover();
+    let adopted = 0;
+    for (let i = 0; i < 200 && adopted < 3; i++) {
+      adopted = (await stats('lb2')).adopted;
+      if (adopted < 3) await sleep(50);
+    }
+    assert.deepEqual(await checkStreams(ss), { started: 3, completed: 3, broken: 0 });
+    assert.ok(adopted >= 3, `lb2 adopted the three IPv6 flows (${adopted})`);
   });
 
   test('a stream to a real server drained to weight 0 before the kill survives it too', async () => {
