@@ -53,6 +53,11 @@ export interface Endpoints {
   iperf: Endpoint;
 }
 
+/** The usual endpoints of an LB address: sockperf UDP/TCP, HTTP on 80, iperf3. */
+function endpointsAt(host: string): Endpoints {
+  return { udp: { host, port: SP_PORT }, tcp: { host, port: SP_PORT }, http: { host, port: 80 }, iperf: { host, port: IPERF_PORT } };
+}
+
 export interface Target {
   readonly name: TargetName;
   /** Measurements this target cannot do, with the reason. */
@@ -139,12 +144,7 @@ export class UvsTarget implements Target {
   }
   static readonly vip = VIP.uvs;
   endpoints(): Endpoints {
-    return {
-      udp: { host: VIP.uvs, port: SP_PORT },
-      tcp: { host: VIP.uvs, port: SP_PORT },
-      http: { host: VIP.uvs, port: 80 },
-      iperf: { host: VIP.uvs, port: IPERF_PORT },
-    };
+    return endpointsAt(VIP.uvs);
   }
   discard(): Endpoint {
     return { host: VIP.uvs, port: DISCARD_PORT };
@@ -203,12 +203,7 @@ export class CtunTarget implements Target {
   private child: ChildProcess | null = null;
   constructor(private readonly env: TargetEnv) {}
   endpoints(): Endpoints {
-    return {
-      udp: { host: VIP.ctun, port: SP_PORT },
-      tcp: { host: VIP.ctun, port: SP_PORT },
-      http: { host: VIP.ctun, port: 80 },
-      iperf: { host: VIP.ctun, port: IPERF_PORT },
-    };
+    return endpointsAt(VIP.ctun);
   }
   /** The services, as ctun's arguments and as reply rules. */
   services(): { proto: 'tcp' | 'udp'; vport: number; rs: Endpoint[] }[] {
@@ -286,12 +281,7 @@ export class NftTarget implements Target {
   readonly unsupported = {};
   constructor(private readonly env: TargetEnv) {}
   endpoints(): Endpoints {
-    return {
-      udp: { host: VIP.nftables, port: SP_PORT },
-      tcp: { host: VIP.nftables, port: SP_PORT },
-      http: { host: VIP.nftables, port: 80 },
-      iperf: { host: VIP.nftables, port: IPERF_PORT },
-    };
+    return endpointsAt(VIP.nftables);
   }
   ruleset(): string {
     const rs = this.env.lab.rsAddrs;
@@ -335,12 +325,7 @@ export class HaproxyTarget implements Target {
   private child: ChildProcess | null = null;
   constructor(private readonly env: TargetEnv) {}
   endpoints(): Endpoints {
-    return {
-      udp: { host: VIP.haproxy, port: SP_PORT },
-      tcp: { host: VIP.haproxy, port: SP_PORT },
-      http: { host: VIP.haproxy, port: 80 },
-      iperf: { host: VIP.haproxy, port: IPERF_PORT },
-    };
+    return endpointsAt(VIP.haproxy);
   }
   config(): string {
     const rs = this.env.lab.rsAddrs;
@@ -401,12 +386,7 @@ export class NginxTarget implements Target {
   private child: ChildProcess | null = null;
   constructor(private readonly env: TargetEnv) {}
   endpoints(): Endpoints {
-    return {
-      udp: { host: VIP.nginx, port: SP_PORT },
-      tcp: { host: VIP.nginx, port: SP_PORT },
-      http: { host: VIP.nginx, port: 80 },
-      iperf: { host: VIP.nginx, port: IPERF_PORT },
-    };
+    return endpointsAt(VIP.nginx);
   }
   config(): string {
     const lab = this.env.lab;

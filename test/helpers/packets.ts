@@ -29,11 +29,8 @@ function ipHeader(b: Uint8Array, total: number, proto: number, s: PacketSpec): v
   P.put16(b, P.IP_CSUM, P.checksum(b, 0, 20, 0));
 }
 
-export function tcp(s: PacketSpec): Uint8Array {
-  const payload = s.payload ?? new Uint8Array(0);
-  const b = new Uint8Array(40 + payload.length);
-  ipHeader(b, b.length, P.IPPROTO_TCP, s);
-  const t = 20;
+/** A 20-byte TCP header and the payload at b[t]; the checksum is the caller's (pseudo-header). */
+function tcpSegment(b: Uint8Array, t: number, s: PacketSpec, payload: Uint8Array): void {
   P.put16(b, t + P.L4_SPORT, s.sport ?? 40000);
   P.put16(b, t + P.L4_DPORT, s.dport ?? 80);
   P.put32(b, t + P.TCP_SEQ, s.seq ?? 1000);
@@ -41,7 +38,15 @@ export function tcp(s: PacketSpec): Uint8Array {
   b[t + P.TCP_OFF] = 5 << 4;
   b[t + P.TCP_FLAGS] = s.flags ?? 0x02;
   P.put16(b, t + P.TCP_WIN, 65535);
-  b.set(payload, 40);
+  b.set(payload, t + 20);
+}
+
+export function tcp(s: PacketSpec): Uint8Array {
+  const payload = s.payload ?? new Uint8Array(0);
+  const b = new Uint8Array(40 + payload.length);
+  ipHeader(b, b.length, P.IPPROTO_TCP, s);
+  const t = 20;
+  tcpSegment(b, t, s, payload);
   P.put16(b, t + P.TCP_CSUM, P.checksum(b, t, 20 + payload.length, P.pseudoSum(P.u32(b, P.IP_SRC), P.u32(b, P.IP_DST), P.IPPROTO_TCP, 20 + payload.length)));
   return b;
 }
@@ -190,14 +195,7 @@ export function tcp6(s: PacketSpec): Uint8Array {
   const b = new Uint8Array(60 + payload.length);
   ip6Header(b, 20 + payload.length, P.IPPROTO_TCP, s);
   const t = 40;
-  P.put16(b, t + P.L4_SPORT, s.sport ?? 40000);
-  P.put16(b, t + P.L4_DPORT, s.dport ?? 80);
-  P.put32(b, t + P.TCP_SEQ, s.seq ?? 1000);
-  P.put32(b, t + P.TCP_ACK, s.ack ?? 0);
-  b[t + P.TCP_OFF] = 5 << 4;
-  b[t + P.TCP_FLAGS] = s.flags ?? 0x02;
-  P.put16(b, t + P.TCP_WIN, 65535);
-  b.set(payload, 60);
+  tcpSegment(b, t, s, payload);
   P.put16(b, t + P.TCP_CSUM, P.checksum(b, t, 20 + payload.length, P.pseudoSum6(b, P.IP6_SRC, P.IP6_DST, P.IPPROTO_TCP, 20 + payload.length)));
   return b;
 }
