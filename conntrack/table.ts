@@ -415,7 +415,8 @@ export class ConnTable {
     const found = this.findIn(b1, proto, caddr, cports, vaddr, hi);
     if (found >= 0) {
       const o = this.base(found);
-      if (a[o + L.E_FLAGS]! & L.F_SHADOW && a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports) {
+      const sameServer = a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports && ((proto & L.PROTO_V6) === 0 || (a[o + L.E_DADDR_HI] === hi![6] && a[o + L.E_DADDR_HI + 1] === hi![7] && a[o + L.E_DADDR_HI + 2] === hi![8]));
+      if (a[o + L.E_FLAGS]! & L.F_SHADOW && sameServer) {
         a[o + L.E_STATE] = state;
         a[o + L.E_EXPIRES] = expires;
         a[o + L.E_FLAGS] = (a[o + L.E_FLAGS]! & ~L.F_INACTIVE) | (inactive ? L.F_INACTIVE : 0);
@@ -565,8 +566,11 @@ export class ConnTable {
   /**
    * Removes entry e if it is still live and (when onlyIfExpired) its timer is due at `now`.
    * Takes both bucket locks; the caller must hold none. Returns true if removed.
+   * A worker that found e under a lock it has since released passes the key it found it by
+   * (expectProto ≥ 0, the client address and ports): if the sweeper freed e meanwhile and
+   * another flow took the slot, that flow is left alone.
    */
-  remove(e: number, onlyIfExpired: boolean, now: number): boolean {
+  remove(e: number, onlyIfExpired: boolean, now: number, expectProto = -1, expectCaddr = 0, expectCports = 0): boolean {
     const a = this.i32;
     const o = this.entries + e * L.ENTRY_WORDS;
     let b1: number, b2: number;
@@ -581,6 +585,10 @@ export class ConnTable {
     }
     const flags = a[o + L.E_FLAGS]!;
     if (!(flags & L.F_IN_USE) || (onlyIfExpired && ((a[o + L.E_EXPIRES]! - now) | 0) > 0)) {
+      this.unlockPair(b1, b2);
+      return false;
+    }
+    if (expectProto >= 0 && (a[o + L.E_PROTO] !== expectProto || a[o + L.E_CADDR] !== expectCaddr || a[o + L.E_CPORTS] !== expectCports || flags & L.F_TEMPLATE)) {
       this.unlockPair(b1, b2);
       return false;
     }

@@ -31,6 +31,7 @@ import type { Logger } from 'pino';
 import { formatIPv4 } from './addr';
 import { DataplaneError } from './errors';
 import { VNET_HLEN } from './packet';
+import { MAX_OUT } from './processor';
 import type { Snapshot } from './snapshot';
 import { tunAddon } from './tun';
 import { CTL_SNAPSHOT_VERSION, CTL_WORDS, type WorkerInit } from './worker';
@@ -208,6 +209,9 @@ export class Dataplane {
     }
     try {
       ip(['link', 'set', 'dev', o.device, 'mtu', String(o.mtu), 'up']);
+      // A tunnelled super-packet is cut into segments by the worker, at most MAX_OUT of them:
+      // the kernel keeps super-packets for the device within that (it segments larger ones).
+      if (o.offload) ip(['link', 'set', 'dev', o.device, 'gso_max_segs', String(MAX_OUT)]);
       writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/rp_filter`, '0');
       // Replayed (adopted) packets leave through the device they came in on: no ICMP redirects.
       writeFileSync(`/proc/sys/net/ipv4/conf/${o.device}/send_redirects`, '0');

@@ -325,7 +325,7 @@ export class PacketProcessor {
           return this.drop(Drop.RealServerGone);
         }
         // expire_nodest_conn=1 (≥ 5.9): expire the entry now and handle the packet as new.
-        t.remove(e, false, this.now);
+        t.remove(e, false, this.now, proto, saddr, cports);
         this.counters[L.C_NODEST_EXPIRED]!++;
         e = -1;
       } else if (
@@ -337,7 +337,7 @@ export class PacketProcessor {
         // (SCTP: CLOSED) and not controlled by a persistence template, or its server quiesced with
         // expire_nodest_conn=1 (≥ 5.16), it is a new connection.
         t.unlockBucket(bucket);
-        t.remove(e, false, this.now);
+        t.remove(e, false, this.now, proto, saddr, cports);
         e = -1;
       } else {
         if (a[o + L.E_FLAGS]! & L.F_SHADOW && t.adopt(e, this.now)) {
@@ -517,7 +517,8 @@ export class PacketProcessor {
       const size = (this.gsoSize !== 0 ? l4 - off + ((b[l4 + P.TCP_OFF]! >> 4) << 2) + this.gsoSize : totlen) + outer;
       if (size > mtu) {
         this.counters[L.C_DROP_BASE + Drop.TooBig]!++;
-        if (v6) return this.icmp6Generate(b, off, totlen, P.ICMP6_PACKET_TOO_BIG, 0, mtu - outer);
+        // Never below the IPv6 minimum MTU, which every path must carry (RFC 8200 §5).
+        if (v6) return this.icmp6Generate(b, off, totlen, P.ICMP6_PACKET_TOO_BIG, 0, mtu - outer < P.IPV6_MIN_MTU ? P.IPV6_MIN_MTU : mtu - outer);
         return this.icmpUnreach(b, off, totlen, daddr, saddr, P.ICMP_FRAG_NEEDED, mtu - outer);
       }
     }
@@ -560,6 +561,11 @@ export class PacketProcessor {
     const qproto = b[q + P.IP_PROTO]!;
     const daddr = P.u32(b, off + P.IP_DST);
     if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP && qproto !== P.IPPROTO_SCTP) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(daddr);
+    // The kernel drops an error whose checksum fails ("failed checksum" in ip_vs_in_icmp and
+    // handle_response_icmp); recomputing it below must not make a damaged one look intact.
+    if (P.sum16(b, ic, totlen - ihl, 0) !== 0xffff) return this.drop(Drop.BadChecksum);
+    // A quoted non-first fragment carries no ports (the kernel ignores these too).
+    if ((P.u16(b, q + P.IP_FRAG) & 0x1fff) !== 0) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(daddr);
     const ql4 = q + qihl;
     const qs = P.u32(b, q + P.IP_SRC);
     const qd = P.u32(b, q + P.IP_DST);
@@ -598,10 +604,7 @@ export class PacketProcessor {
         P.put16(b, ql4 + P.L4_DPORT, dports & 0xffff);
       }
     } else {
-      const c = this.counters;
-      const rb = L.rsCounterBase(rsSlot);
-      c[rb + L.RSC_OUTPKTS]!++;
-      c[rb + L.RSC_OUTBYTES] = c[rb + L.RSC_OUTBYTES]! + totlen;
+      this.countOut(rsSlot, svcSlot, totlen);
       P.put32(b, off + P.IP_SRC, vaddr);
       P.put32(b, q + P.IP_DST, vaddr);
       P.put16(b, ql4 + P.L4_DPORT, cports & 0xffff);
@@ -652,6 +655,9 @@ export class PacketProcessor {
     if (q + P.IP6_HLEN + 4 > end || b[q]! >> 4 !== 6) return this.drop(Drop.Truncated);
     const qproto = b[q + P.IP6_NEXT]!;
     if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP && qproto !== P.IPPROTO_SCTP) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(0);
+    // As for IPv4: a damaged error is dropped, never given a fresh checksum.
+    const l4len = end - ic;
+    if (P.sum16(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)) !== 0xffff) return this.drop(Drop.BadChecksum);
     const ql4 = q + P.IP6_HLEN;
     const qsp = P.u16(b, ql4 + P.L4_SPORT);
     const qdp = P.u16(b, ql4 + P.L4_DPORT);
@@ -683,49 +689,49 @@ export class PacketProcessor {
     const cports = a[o + L.E_CPORTS]!;
     const rsSlot = a[o + L.E_RS]!;
     const svcSlot = a[o + L.E_SVC]!;
-    // Every address of the entry, in full: 4 words each at c 0, v 4, d 8, l 12 of thi's room.
+    // The entry's high words, three per address in the table's order: client 0, virtual 3, real
+    // server 6, local 9 (thi is free here).
     const w = this.thi;
     for (let i = 0; i < L.HI_WORDS; i++) w[i] = a[o + L.E_HI + i]!;
     const lo0 = a[o + L.E_CADDR]!;
     const lo1 = a[o + L.E_VADDR]!;
     const lo3 = a[o + L.E_LADDR]!;
     t.unlockBucket(bucket);
-    const put = (at: number, hiIdx: number, lo: number): void => {
-      for (let i = 0; i < 3; i++) P.put32(b, at + 4 * i, w[hiIdx + i]!);
-      P.put32(b, at + 12, lo);
-    };
     if (inbound) {
       this.countIn(rsSlot, svcSlot, totlen);
       if (fwd === L.FWD_TUNNEL) {
         for (let i = 0; i < 3; i++) hi[6 + i] = w[6 + i]!;
         return this.encapsulate(b, off, totlen, raddr, false);
       }
-      put(off + P.IP6_DST, 6, raddr);
-      put(q + P.IP6_SRC, 6, raddr);
+      this.putAddr6(b, off + P.IP6_DST, 6, raddr);
+      this.putAddr6(b, q + P.IP6_SRC, 6, raddr);
       P.put16(b, ql4 + P.L4_SPORT, dports >>> 16);
       if (fwd === L.FWD_FULLNAT) {
-        put(off + P.IP6_SRC, 9, lo3);
-        put(q + P.IP6_DST, 9, lo3);
+        this.putAddr6(b, off + P.IP6_SRC, 9, lo3);
+        this.putAddr6(b, q + P.IP6_DST, 9, lo3);
         P.put16(b, ql4 + P.L4_DPORT, dports & 0xffff);
       }
     } else {
-      const c = this.counters;
-      const rb = L.rsCounterBase(rsSlot);
-      c[rb + L.RSC_OUTPKTS]!++;
-      c[rb + L.RSC_OUTBYTES] = c[rb + L.RSC_OUTBYTES]! + totlen;
-      put(off + P.IP6_SRC, 3, lo1);
-      put(q + P.IP6_DST, 3, lo1);
+      this.countOut(rsSlot, svcSlot, totlen);
+      this.putAddr6(b, off + P.IP6_SRC, 3, lo1);
+      this.putAddr6(b, q + P.IP6_DST, 3, lo1);
       P.put16(b, ql4 + P.L4_DPORT, cports & 0xffff);
       if (fwd === L.FWD_FULLNAT) {
-        put(off + P.IP6_DST, 0, lo0);
-        put(q + P.IP6_SRC, 0, lo0);
+        this.putAddr6(b, off + P.IP6_DST, 0, lo0);
+        this.putAddr6(b, q + P.IP6_SRC, 0, lo0);
         P.put16(b, ql4 + P.L4_SPORT, cports >>> 16);
       }
     }
-    const l4len = end - ic;
     P.put16(b, ic + P.ICMP_CSUM, 0);
     P.put16(b, ic + P.ICMP_CSUM, P.checksum(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)));
     return FORWARD;
+  }
+
+  /** Writes an IPv6 address at b[at]: thi[hiIdx, hiIdx+3) then the low word. */
+  private putAddr6(b: Uint8Array, at: number, hiIdx: number, lo: number): void {
+    const w = this.thi;
+    for (let i = 0; i < 3; i++) P.put32(b, at + 4 * i, w[hiIdx + i]!);
+    P.put32(b, at + 12, lo);
   }
 
   /** ICMPv6 to a VIP: an echo request is answered in place (when configured); the rest is not ours. */
@@ -1021,18 +1027,23 @@ export class PacketProcessor {
       if (v6) this.rewrite6(b, off, l4, proto, P.IP6_DST, caddr, 0, dport, cportsE >>> 16);
       else this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, caddr, cportsE >>> 16);
     }
-    const c = this.counters;
-    const rb = L.rsCounterBase(rsSlot);
-    const sb = L.svcCounterBase(this.maxRealServers, svcSlot);
-    c[rb + L.RSC_OUTPKTS]!++;
-    c[rb + L.RSC_OUTBYTES] = c[rb + L.RSC_OUTBYTES]! + totlen;
-    c[sb + L.RSC_OUTPKTS]!++;
-    c[sb + L.RSC_OUTBYTES] = c[sb + L.RSC_OUTBYTES]! + totlen;
+    this.countOut(rsSlot, svcSlot, totlen);
     // Reply: source RIP:rport becomes VIP:vport.
     if (v6) this.rewrite6(b, off, l4, proto, P.IP6_SRC, vaddr, 3, sport, vport);
     else this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, vaddr, vport);
     if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
     return FORWARD;
+  }
+
+  /** Server → client counters of a real server and its service (ip_vs_out_stats). */
+  private countOut(rsSlot: number, svcSlot: number, bytes: number): void {
+    const c = this.counters;
+    const rb = L.rsCounterBase(rsSlot);
+    const sb = L.svcCounterBase(this.maxRealServers, svcSlot);
+    c[rb + L.RSC_OUTPKTS]!++;
+    c[rb + L.RSC_OUTBYTES] = c[rb + L.RSC_OUTBYTES]! + bytes;
+    c[sb + L.RSC_OUTPKTS]!++;
+    c[sb + L.RSC_OUTBYTES] = c[sb + L.RSC_OUTBYTES]! + bytes;
   }
 
   private countIn(rsSlot: number, svcSlot: number, bytes: number): void {
@@ -1079,6 +1090,8 @@ export class PacketProcessor {
     const isTcp = (proto & 0xff) === P.IPPROTO_TCP;
     const co = l4 + (isTcp ? P.TCP_CSUM : P.UDP_CSUM);
     let c = P.u16(b, co);
+    // An IPv6 UDP checksum of 0 is invalid, but it is not ours to invent one: left as the kernel leaves it.
+    const keepZero = !isTcp && !this.partial && c === 0;
     if (this.partial) c = ~c & 0xffff; // work on the sum; complemented back below
     const hi = this.hi;
     for (let i = 0; i < 4; i++) {
@@ -1090,6 +1103,7 @@ export class PacketProcessor {
       c = P.csumReplace32(c, from, to);
     }
     P.put16(b, l4 + (ipField === P.IP6_SRC ? P.L4_SPORT : P.L4_DPORT), port2);
+    if (keepZero) return;
     if (this.partial) c = ~c & 0xffff;
     else c = P.csumReplace16(c, port, port2);
     P.put16(b, co, !this.partial && !isTcp && c === 0 ? 0xffff : c);

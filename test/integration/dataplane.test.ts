@@ -453,6 +453,13 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     assert.equal(health.healthy, true);
   });
 
+  test('the device is opened with offloads, super-packets capped at what a worker may segment', () => {
+    const link = lab.ip(lab.lbNs, ['-d', 'link', 'show', 'uvs0']);
+    assert.match(link, /gso_max_segs 128\b/, link);
+    const flags = Number(lab.exec(lab.lbNs, 'sh', ['-c', 'cat /sys/class/net/uvs0/tun_flags']).trim());
+    assert.ok(flags & 0x4000, `IFF_VNET_HDR is set (tun_flags ${flags.toString(16)})`);
+  });
+
   test('stopping uvsd removes the device, routes and rules', async () => {
     await lab.stopUvsd();
     assert.throws(() => lab.ip(lab.lbNs, ['link', 'show', 'uvs0']));
