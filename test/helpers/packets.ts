@@ -260,3 +260,43 @@ export function sctp6(s: PacketSpec & { vtag?: number; chunks: SctpChunk[] }): U
 export function sctp6CrcValid(b: Uint8Array): boolean {
   return sctpCrcValid(b, 40, 40 + P.u16(b, P.IP6_PLEN));
 }
+
+// ── device offloads ──────────────────────────────────────────────────────────────────────────
+/**
+ * Frames a packet (IPv4, or IPv6 without extension headers) as a TUN queue with offloads hands
+ * it over with CHECKSUM_PARTIAL: virtio header first, the TCP/UDP checksum field holding the
+ * pseudo-header sum; with gsoSize, as a TCP GSO super-packet.
+ */
+export function partial(pkt: Uint8Array, gsoSize = 0): Uint8Array {
+  const V = P.VNET_HLEN;
+  const b = new Uint8Array(V + pkt.length);
+  b.set(pkt, V);
+  const v6 = pkt[0]! >> 4 === 6;
+  const hl = v6 ? 40 : (pkt[0]! & 15) << 2;
+  const proto = v6 ? pkt[P.IP6_NEXT]! : pkt[P.IP_PROTO]!;
+  const l4len = v6 ? P.u16(pkt, P.IP6_PLEN) : P.u16(pkt, P.IP_TOTLEN) - hl;
+  const fieldOff = proto === P.IPPROTO_TCP ? P.TCP_CSUM : P.UDP_CSUM;
+  const ps = v6 ? P.pseudoSum6(pkt, P.IP6_SRC, P.IP6_DST, proto, l4len) : P.pseudoSum(P.u32(pkt, P.IP_SRC), P.u32(pkt, P.IP_DST), proto, l4len);
+  P.put16(b, V + hl + fieldOff, P.fold16(ps));
+  b[P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
+  P.putLe16(b, P.VNET_CSUM_START, hl);
+  P.putLe16(b, P.VNET_CSUM_OFFSET, fieldOff);
+  if (gsoSize > 0) {
+    b[P.VNET_GSO_TYPE] = v6 ? P.VNET_GSO_TCPV6 : P.VNET_GSO_TCPV4;
+    P.putLe16(b, P.VNET_GSO_SIZE, gsoSize);
+    P.putLe16(b, P.VNET_HDR_LEN, hl + 20);
+  }
+  return b;
+}
+
+/** What the device does with a NEEDS_CSUM packet on the way out: finish the checksum. */
+export function complete(framed: Uint8Array, at = 0): Uint8Array {
+  const pkt = framed.slice(at + P.VNET_HLEN);
+  if (framed[at + P.VNET_FLAGS]! & P.VNET_F_NEEDS_CSUM) {
+    const start = P.le16(framed, at + P.VNET_CSUM_START);
+    const off = P.le16(framed, at + P.VNET_CSUM_OFFSET);
+    const total = pkt[0]! >> 4 === 6 ? 40 + P.u16(pkt, P.IP6_PLEN) : P.u16(pkt, P.IP_TOTLEN);
+    P.completeChecksum(pkt, start, total, start + off, false);
+  }
+  return pkt;
+}

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, REPLY } from '../../lb/processor';
 import * as P from '../../lb/packet';
-import { checksumsValid, field, icmpEcho, tcp, udp } from '../helpers/packets';
+import { checksumsValid, complete, field, icmpEcho, partial, tcp, udp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
@@ -25,38 +25,6 @@ function setup(forwarding: 'masq' | 'tunnel' | 'fullnat', protocol = 'tcp') {
     },
     { offload: true, outBytes: 1 << 18 },
   );
-}
-
-/** Frames a packet the way the kernel hands it over with CHECKSUM_PARTIAL (and optionally GSO). */
-function partial(pkt: Uint8Array, gsoSize = 0): Uint8Array {
-  const b = new Uint8Array(V + pkt.length);
-  b.set(pkt, V);
-  const ihl = (pkt[0]! & 15) << 2;
-  const proto = pkt[P.IP_PROTO]!;
-  const l4len = P.u16(pkt, P.IP_TOTLEN) - ihl;
-  const fieldOff = proto === P.IPPROTO_TCP ? P.TCP_CSUM : P.UDP_CSUM;
-  P.put16(b, V + ihl + fieldOff, P.fold16(P.pseudoSum(P.u32(pkt, P.IP_SRC), P.u32(pkt, P.IP_DST), proto, l4len)));
-  b[P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
-  P.putLe16(b, P.VNET_CSUM_START, ihl);
-  P.putLe16(b, P.VNET_CSUM_OFFSET, fieldOff);
-  if (gsoSize > 0) {
-    b[P.VNET_GSO_TYPE] = P.VNET_GSO_TCPV4;
-    P.putLe16(b, P.VNET_GSO_SIZE, gsoSize);
-    P.putLe16(b, P.VNET_HDR_LEN, ihl + 20);
-  }
-  return b;
-}
-
-/** What the device does with a NEEDS_CSUM packet on the way out: finish the checksum. */
-function complete(framed: Uint8Array, at = 0): Uint8Array {
-  const pkt = framed.slice(at + V);
-  if (framed[at + P.VNET_FLAGS]! & P.VNET_F_NEEDS_CSUM) {
-    const start = P.le16(framed, at + P.VNET_CSUM_START);
-    const off = P.le16(framed, at + P.VNET_CSUM_OFFSET);
-    const total = P.u16(pkt, P.IP_TOTLEN);
-    P.completeChecksum(pkt, start, total, start + off, false);
-  }
-  return pkt;
 }
 
 const payload = (n: number) => Uint8Array.from({ length: n }, (_, i) => (i * 7 + 3) & 255);

@@ -10,7 +10,7 @@ import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, MAX_OUT, REPLY } from '../../lb/processor';
 import * as P from '../../lb/packet';
-import { checksumsValid, checksumsValid6, field, field6, icmp6, tcp, tcp6, udp, udp6 } from '../helpers/packets';
+import { checksumsValid, checksumsValid6, complete, field, field6, icmp6, partial, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 
 const V = P.VNET_HLEN;
@@ -28,84 +28,57 @@ function setup6(forwarding: string, protocol = 'tcp', offload = true, extra: Rec
   );
 }
 
-/** CHECKSUM_PARTIAL framing for an IPv6 packet without extension headers. */
-function partial6(pkt: Uint8Array, gsoSize = 0): Uint8Array {
-  const b = new Uint8Array(V + pkt.length);
-  b.set(pkt, V);
-  const next = pkt[P.IP6_NEXT]!;
-  const l4len = P.u16(pkt, P.IP6_PLEN);
-  const fo = next === P.IPPROTO_TCP ? P.TCP_CSUM : P.UDP_CSUM;
-  P.put16(b, V + 40 + fo, P.fold16(P.pseudoSum6(pkt, P.IP6_SRC, P.IP6_DST, next, l4len)));
-  b[P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
-  P.putLe16(b, P.VNET_CSUM_START, 40);
-  P.putLe16(b, P.VNET_CSUM_OFFSET, fo);
-  if (gsoSize > 0) {
-    b[P.VNET_GSO_TYPE] = P.VNET_GSO_TCPV6;
-    P.putLe16(b, P.VNET_GSO_SIZE, gsoSize);
-    P.putLe16(b, P.VNET_HDR_LEN, 60);
-  }
-  return b;
-}
-function complete6(framed: Uint8Array, at = 0): Uint8Array {
-  const pkt = framed.slice(at + V);
-  if (framed[at + P.VNET_FLAGS]! & P.VNET_F_NEEDS_CSUM) {
-    const start = P.le16(framed, at + P.VNET_CSUM_START);
-    const off = P.le16(framed, at + P.VNET_CSUM_OFFSET);
-    P.completeChecksum(pkt, start, 40 + P.u16(pkt, P.IP6_PLEN), start + off, false);
-  }
-  return pkt;
-}
 const payload = (n: number) => Uint8Array.from({ length: n }, (_, i) => (i * 7 + 3) & 255);
 
 test('IPv6 masq: partial TCP, and a GSO super-packet, complete to valid checksums', () => {
   const { run } = setup6('masq');
-  const syn = partial6(tcp6({ src: CLIENT6, dst: VIP6, sport: 40000, flags: TCPF_SYN, payload: payload(33) }));
+  const syn = partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40000, flags: TCPF_SYN, payload: payload(33) }));
   assert.equal(run(syn).v, FORWARD);
-  assert.ok(checksumsValid6(complete6(syn)));
-  const big = partial6(tcp6({ src: CLIENT6, dst: VIP6, sport: 40000, flags: TCPF_ACK, payload: payload(20000) }), 1400);
+  assert.ok(checksumsValid6(complete(syn)));
+  const big = partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40000, flags: TCPF_ACK, payload: payload(20000) }), 1400);
   assert.equal(run(big).v, FORWARD);
-  assert.ok(checksumsValid6(complete6(big)));
+  assert.ok(checksumsValid6(complete(big)));
   const rip = field6(big.subarray(V)).dst;
-  const rep = partial6(tcp6({ src: rip, dst: CLIENT6, sport: 8080, dport: 40000, flags: TCPF_ACK | TCPF_SYN, payload: payload(7) }));
+  const rep = partial(tcp6({ src: rip, dst: CLIENT6, sport: 8080, dport: 40000, flags: TCPF_ACK | TCPF_SYN, payload: payload(7) }));
   assert.equal(run(rep).v, FORWARD);
-  assert.ok(checksumsValid6(complete6(rep)));
+  assert.ok(checksumsValid6(complete(rep)));
 });
 
 test('IPv6 full-NAT: partial UDP and TCP both ways', () => {
   for (const proto of ['udp', 'tcp']) {
     const { run } = setup6('fullnat', proto);
     const mk = proto === 'udp' ? udp6 : tcp6;
-    const q = partial6(mk({ src: CLIENT6, dst: VIP6, sport: 5000, dport: 80, flags: TCPF_SYN, payload: payload(101) }));
+    const q = partial(mk({ src: CLIENT6, dst: VIP6, sport: 5000, dport: 80, flags: TCPF_SYN, payload: payload(101) }));
     assert.equal(run(q).v, FORWARD);
     const f = field6(q.subarray(V));
     assert.equal(f.src, 'fd00:99::1');
-    assert.ok(checksumsValid6(complete6(q)), proto);
-    const r = partial6(mk({ src: f.dst, dst: f.src, sport: f.dport, dport: f.sport, flags: TCPF_SYN | TCPF_ACK, payload: payload(60) }));
+    assert.ok(checksumsValid6(complete(q)), proto);
+    const r = partial(mk({ src: f.dst, dst: f.src, sport: f.dport, dport: f.sport, flags: TCPF_SYN | TCPF_ACK, payload: payload(60) }));
     assert.equal(run(r).v, FORWARD);
     const g = field6(r.subarray(V));
     assert.deepEqual([g.src, g.sport, g.dst, g.dport], [VIP6, 80, CLIENT6, 5000]);
-    assert.ok(checksumsValid6(complete6(r)), proto);
+    assert.ok(checksumsValid6(complete(r)), proto);
   }
 });
 
 test('IPv6 tunnel: partial and GSO segments', () => {
   const { run, proc, out } = setup6('tunnel');
-  const syn = partial6(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_SYN, payload: payload(10) }));
-  const inner = complete6(syn);
+  const syn = partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_SYN, payload: payload(10) }));
+  const inner = complete(syn);
   assert.equal(run(syn).v, REPLY);
   const framed = out.slice(proc.outOff - V, proc.outOff + proc.outLen);
   assert.equal(P.le16(framed, P.VNET_CSUM_START), 80);
-  const outer = complete6(framed);
+  const outer = complete(framed);
   assert.equal(outer[P.IP6_NEXT], 41);
   assert.ok(RS6.includes(field6(outer).dst));
   assert.deepEqual([...outer.subarray(40)], [...inner]);
   const data = payload(5000);
   const seq = 0xfffff000;
-  assert.equal(run(partial6(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, payload: data }), 1400)).v, REPLY);
+  assert.equal(run(partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, payload: data }), 1400)).v, REPLY);
   assert.equal(proc.outCount, 4);
   const got: number[] = [];
   for (let k = 0; k < proc.outCount; k++) {
-    const seg = complete6(out.slice(proc.outOffs[k]!, proc.outOffs[k]! + proc.outLens[k]!));
+    const seg = complete(out.slice(proc.outOffs[k]!, proc.outOffs[k]! + proc.outLens[k]!));
     assert.equal(40 + P.u16(seg, P.IP6_PLEN), seg.length);
     const i = seg.subarray(40);
     assert.equal(40 + P.u16(i, P.IP6_PLEN), i.length);
@@ -204,20 +177,20 @@ test('random flows, both families, masq and full-NAT, full and partial checksums
           const c = `2001:db8:${(rnd() & 0xffff).toString(16)}:${(rnd() & 0xffff).toString(16)}::${(rnd() & 0xffff).toString(16)}:${(rnd() & 0xffff).toString(16)}`;
           let q = (isUdp ? udp6 : tcp6)({ src: c, dst: VIP6, sport, dport: 80, flags: TCPF_SYN, payload: pl });
           if (opt) q = withDstOpts(q);
-          const framed = offload && !opt ? partial6(q) : offload ? (() => { const b = new Uint8Array(V + q.length); b.set(q, V); return b; })() : q;
+          const framed = offload && !opt ? partial(q) : offload ? (() => { const b = new Uint8Array(V + q.length); b.set(q, V); return b; })() : q;
           const r = run(framed);
           assert.equal(r.v, FORWARD, `${fwd} v6 ${i}`);
-          const out = offload ? complete6(framed) : framed;
+          const out = offload ? complete(framed) : framed;
           assert.ok(valid6x(out), `${fwd} v6 ${isUdp ? 'udp' : 'tcp'} opt=${opt} offload=${offload} in ${i}`);
           const f = field6(out, opt ? 8 : 0);
           const fa = field6(out);
           // reply
           let rp = (isUdp ? udp6 : tcp6)({ src: fa.dst, dst: fa.src, sport: 8080, dport: P.u16(out, opt ? 48 : 40), flags: TCPF_SYN | TCPF_ACK, payload: pl });
           if (opt) rp = withDstOpts(rp);
-          const rf = offload && !opt ? partial6(rp) : offload ? (() => { const b = new Uint8Array(V + rp.length); b.set(rp, V); return b; })() : rp;
+          const rf = offload && !opt ? partial(rp) : offload ? (() => { const b = new Uint8Array(V + rp.length); b.set(rp, V); return b; })() : rp;
           const rr = run(rf);
           assert.equal(rr.v, FORWARD, `${fwd} v6 reply ${i}`);
-          const ro = offload ? complete6(rf) : rf;
+          const ro = offload ? complete(rf) : rf;
           assert.ok(valid6x(ro), `${fwd} v6 reply ${i}`);
           const g = field6(ro);
           assert.deepEqual([g.src, g.dst], [VIP6, c]);
@@ -361,6 +334,6 @@ test('IPv6 with a destination-options header and a partial checksum: rewritten a
   P.putLe16(b, P.VNET_CSUM_OFFSET, P.TCP_CSUM);
   assert.equal(run(b).v, FORWARD);
   assert.equal(b[P.VNET_FLAGS], P.VNET_F_NEEDS_CSUM);
-  assert.ok(valid6x(complete6(b)));
+  assert.ok(valid6x(complete(b)));
   assert.equal(field6(b.subarray(V)).src, 'fd00:99::1');
 });
