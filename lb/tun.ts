@@ -16,7 +16,7 @@ export interface TunAddon {
    * error. pollFirst: wait before the first read (the last call found the queue empty).
    */
   readBatch(fd: number, buf: Uint8Array, lens: Int32Array, maxPkts: number, slot: number, timeoutMs: number, pollFirst?: boolean): number;
-  /** Writes count packets buf[offs[i], offs[i]+lens[i]); returns packets written, −errno on error. */
+  /** Writes count packets buf[offs[i], offs[i]+lens[i]); returns packets written, −errno on error; lens[i] of an unwritten one becomes 0. */
   writeBatch(fd: number, buf: Uint8Array, offs: Int32Array, lens: Int32Array, count: number): number;
   /** Non-blocking raw socket receiving IP protocol `protocol`: IPv4 whole packets, IPv6 payloads. */
   openRaw(protocol: number, family?: 4 | 6): number;

@@ -85,8 +85,16 @@ function main(init: WorkerInit): void {
     if (w === 0) return;
     const written = tun.writeBatch(fd, buf, offs, wlens, w);
     const ok = written < 0 ? 0 : written;
+    // writeBatch zeroes the length of every packet it could not write (a hard error stops it
+    // early: those after it were not written either).
     let txBytes = 0;
-    for (let i = 0; i < ok; i++) txBytes += wlens[i]! - V;
+    let counted = 0;
+    for (let i = 0; i < w && counted < ok; i++) {
+      if (wlens[i]! > 0) {
+        txBytes += wlens[i]! - V;
+        counted++;
+      }
+    }
     counters[L.C_TX_PACKETS] = counters[L.C_TX_PACKETS]! + ok;
     counters[L.C_TX_BYTES] = counters[L.C_TX_BYTES]! + txBytes;
     counters[L.C_TX_ERRORS] = counters[L.C_TX_ERRORS]! + (w - ok);

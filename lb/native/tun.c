@@ -15,7 +15,7 @@
  *   one pays one poll per up to maxPkts packets. Returns -errno on a hard error.
  * writeBatch(fd, buf, offs, lens, count) -> packets written; -errno on a hard error.
  *   EAGAIN (queue full) drops the packet, like a NIC ring; the caller counts it from the
- *   difference.
+ *   difference. A packet that was not written has its lens[i] set to 0.
  *
  * No allocation per packet: buffers are the caller's typed arrays.
  */
@@ -176,11 +176,15 @@ static napi_value write_batch(napi_env env, napi_callback_info info) {
   if ((size_t)count > lens_bytes / 4) count = (int32_t)(lens_bytes / 4);
   int32_t done = 0;
   for (int32_t i = 0; i < count; i++) {
-    if (offs[i] < 0 || lens[i] <= 0 || (size_t)offs[i] + (size_t)lens[i] > buf_bytes) continue;
+    if (offs[i] < 0 || lens[i] <= 0 || (size_t)offs[i] + (size_t)lens[i] > buf_bytes) {
+      lens[i] = 0;
+      continue;
+    }
     ssize_t w;
     do { w = write(fd, buf + offs[i], (size_t)lens[i]); } while (w < 0 && errno == EINTR);
     if (w >= 0) done++;
     else if (errno != EAGAIN && errno != EINVAL && errno != EIO) return ret_i32(env, done > 0 ? done : -errno);
+    else lens[i] = 0;
   }
   return ret_i32(env, done);
 }
