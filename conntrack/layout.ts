@@ -189,6 +189,7 @@ export const enum Drop {
   BadChecksum,
   Fragment,
   UnsupportedProtocol,
+  /** IPv6 with extension headers uvs does not step over (or more than 8 of them). */
   Ipv6,
   NoService,
   NoRealServer,

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { availableParallelism, hostname } from 'node:os';
 import { parse as parseYaml } from 'yaml';
-import { formatIPv6, hostPort, inCidr6, isCidr, maskBits, parseCidr, parseCidr6, parseIPv4, parseIPv6, type Cidr } from '../lb/addr';
+import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6 } from '../lb/addr';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
 import { MH_PRIMES } from '../schedulers/mh';
 import { getScheduler, schedulerNames } from '../schedulers/registry';
@@ -380,7 +380,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     if (!getScheduler(defaultScheduler)) fail('ipvs.scheduler', `unknown scheduler ${JSON.stringify(defaultScheduler)} (available: ${schedulerNames().join(', ')})`);
     if (kp.excludeCIDRs !== undefined && !Array.isArray(kp.excludeCIDRs)) fail('ipvs.excludeCIDRs', 'must be a list of CIDRs');
     const excludeCIDRs = ((kp.excludeCIDRs as unknown[] | undefined) ?? []).map((c, i) => {
-      if (typeof c !== 'string' || parseCidr(c) === null) fail(`ipvs.excludeCIDRs[${i}]`, `must be an IPv4 CIDR, got ${JSON.stringify(c)}`);
+      if (typeof c !== 'string' || !isCidr(c)) fail(`ipvs.excludeCIDRs[${i}]`, `must be an IPv4 or IPv6 CIDR, got ${JSON.stringify(c)}`);
       return c;
     });
     kubeProxy = { excludeCIDRs, strictARP: bool(kp.strictARP, 'ipvs.strictARP', false) };
@@ -400,16 +400,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     if ((s.forwarding === 'fullnat' || s.realServers.some((r) => r.forwarding === 'fullnat')) && !dataplane.fullnat.addresses.some((a) => a.includes(':') === v6)) {
       fail(`services[${i}].forwarding`, `fullnat needs ${v6 ? 'an IPv6' : 'an IPv4'} address in dataplane.fullnat.addresses (the source addresses real servers answer to)`);
     }
-    const a6 = v6 ? parseIPv6(s.address) : null;
-    const inVip = vipCidrs.some((c) => {
-      if (a6) {
-        const c6 = parseCidr6(c);
-        return c6 !== null && inCidr6(a6, 0, c6);
-      }
-      const cidr = parseCidr(c) as Cidr | null;
-      return cidr !== null && (parseIPv4(s.address)! & cidr.mask) === cidr.net;
-    });
-    if (!inVip) fail(`services[${i}].address`, `${s.address} is not inside dataplane.vipCidrs (${vipCidrs.join(', ')})`);
+    if (!inAnyCidr(s.address, vipCidrs)) fail(`services[${i}].address`, `${s.address} is not inside dataplane.vipCidrs (${vipCidrs.join(', ')})`);
   });
   if (services.length > dataplane.maxServices) fail('services', `more than dataplane.maxServices (${dataplane.maxServices})`);
 

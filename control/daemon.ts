@@ -19,7 +19,7 @@ import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
 import { readConfigDoc, validateConfig, type UvsConfig } from './config';
 import { UvsError } from './errors';
 import { serviceKey, ServiceModel, type PersistedDrain } from './services';
-import { inCidr, parseCidr, parseIPv4 } from '../lb/addr';
+import { inAnyCidr } from '../lb/addr';
 import { StatsReader } from './stats';
 
 /** How often the MTUs of the devices towards the real servers are read again (ms). */
@@ -284,12 +284,12 @@ export class Daemon {
     } catch {
       return doc; // applyDoc reports the error
     }
-    const ranges = (next.kubeProxy?.excludeCIDRs ?? []).map((c) => parseCidr(c)!);
+    const ranges = next.kubeProxy?.excludeCIDRs ?? [];
     if (ranges.length === 0 || typeof doc !== 'object' || doc === null) return doc;
     const inFile = new Set(next.services.map(serviceKey));
-    const running = ((this.doc as { services?: Record<string, unknown>[] })?.services ?? []).filter((raw, i) => {
+    const running = ((this.doc as { services?: Record<string, unknown>[] })?.services ?? []).filter((_raw, i) => {
       const s = this.cfg.services[i];
-      return s !== undefined && !inFile.has(serviceKey(s)) && ranges.some((r) => inCidr(parseIPv4(s.address)!, r));
+      return s !== undefined && !inFile.has(serviceKey(s)) && inAnyCidr(s.address, ranges);
     });
     if (running.length === 0) return doc;
     const d = doc as { services?: unknown[] };

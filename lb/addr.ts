@@ -167,6 +167,20 @@ export function isCidr(s: string): boolean {
   return parseCidr(s) !== null || parseCidr6(s) !== null;
 }
 
+/** Whether an address (IPv4 or IPv6 text) is inside one of the CIDRs of its own family. */
+export function inAnyCidr(address: string, cidrs: string[]): boolean {
+  const a4 = parseIPv4(address);
+  const a6 = a4 === null ? parseIPv6(address) : null;
+  return cidrs.some((c) => {
+    if (a4 !== null) {
+      const n = parseCidr(c);
+      return n !== null && inCidr(a4, n);
+    }
+    const n6 = parseCidr6(c);
+    return a6 !== null && n6 !== null && inCidr6(a6, 0, n6);
+  });
+}
+
 /** One spelling per address: IPv6 in RFC 5952 form, anything else unchanged. */
 export function canonAddr(s: unknown): unknown {
   if (typeof s !== 'string' || !s.includes(':')) return s;

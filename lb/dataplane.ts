@@ -28,7 +28,6 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
-import { formatIPv4 } from './addr';
 import { DataplaneError } from './errors';
 import { VNET_HLEN } from './packet';
 import { MAX_OUT } from './processor';
@@ -122,8 +121,8 @@ function ruleKey(r: ReplyRule): string {
  * by the main table, ahead of the reply rules: ICMP a worker lets through unchanged must not be
  * sent back into the device by the `from RIP ipproto icmp` rule it came in by.
  */
-function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, op: 'add' | 'del', family: 4 | 6 = 4): string[] {
-  return [...(family === 6 ? ['-6'] : []), 'rule', op, 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
+function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, family: 4 | 6): string[] {
+  return [...(family === 6 ? ['-6'] : []), 'rule', 'add', 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
 }
 
 /** How an address is routed, for its MTU: the device, and the route's own mtu metric if it has one. */
@@ -225,8 +224,8 @@ export class Dataplane {
         writeFileSync('/proc/sys/net/ipv6/conf/all/forwarding', '1');
       }
       for (const c of o.vipCidrs) ip(['route', 'replace', c, 'dev', o.device]);
-      ip(deviceRuleArgs(o, 'add'));
-      if (v6) ip(deviceRuleArgs(o, 'add', 6));
+      ip(deviceRuleArgs(o, 4));
+      if (v6) ip(deviceRuleArgs(o, 6));
       for (const a of o.fullnatAddrs) ip(['route', 'replace', hostRoute(a), 'dev', o.device]);
       ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
       if (v6) ip(['-6', 'route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);

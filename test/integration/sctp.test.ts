@@ -140,16 +140,6 @@ elif step == 'badcrc':     # an INIT whose CRC32c is wrong: dropped, never forwa
 print(json.dumps(out))
 `;
 
-interface Answer {
-  src: string;
-  dst: string;
-  sport: number;
-  dport: number;
-  vtag: number;
-  type: number;
-  crcOk: boolean;
-  value: string;
-}
 interface Seen {
   src: string;
   dst: string;
@@ -158,6 +148,9 @@ interface Seen {
   vtag: number;
   type: number;
   crcOk: boolean;
+}
+interface Answer extends Seen {
+  value: string;
 }
 interface RsView {
   address: string;

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
-import { formatIPv6, parseIPv6 } from '../../lb/addr';
+import { formatIPv6, inAnyCidr, parseIPv6 } from '../../lb/addr';
 import { DROP, FORWARD, REPLY } from '../../lb/processor';
 import * as P from '../../lb/packet';
 import { checksumsValid6, field6, icmp6, initValue, sctp6, sctp6CrcValid, tcp, tcp6, udp6 } from '../helpers/packets';
@@ -160,4 +160,14 @@ test('SCTP over IPv6: an INIT goes to a real server and the INIT ACK comes back 
   const g = field6(ack);
   assert.deepEqual([g.src, g.sport, g.dst, g.dport], [VIP, 80, CLIENT, 5000]);
   assert.ok(sctp6CrcValid(ack));
+});
+
+test('an address is matched against the CIDRs of its own family only (VIP ranges, kube-proxy excludeCIDRs)', () => {
+  const cidrs = ['0.0.0.0/0', 'fd00:96::/64'];
+  assert.equal(inAnyCidr('10.1.2.3', cidrs), true);
+  assert.equal(inAnyCidr('fd00:96::10', cidrs), true);
+  assert.equal(inAnyCidr('fd00:97::10', cidrs), false, 'an IPv4 0.0.0.0/0 does not take in IPv6 addresses');
+  assert.equal(inAnyCidr('10.1.2.3', ['::/0']), false);
+  const cfg = validateConfig({ ipvs: { excludeCIDRs: ['10.96.0.0/12', 'fd00:96::/64'] }, dataplane: { vipCidrs: ['fd00:96::/64'] }, services: [] });
+  assert.deepEqual(cfg.kubeProxy?.excludeCIDRs, ['10.96.0.0/12', 'fd00:96::/64']);
 });
