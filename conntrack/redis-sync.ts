@@ -179,6 +179,8 @@ export class RedisSync {
   /** Other nodes' counts, by "<service>|<realServer>". */
   private remote = new Map<string, [number, number]>();
   private exchanging = false;
+  /** The connection is being dropped after a command timed out (until the next 'ready'). */
+  private resetting = false;
   private readonly key: Buffer | null;
   /** Most shadow entries at once: redis.maxShadowShare of the table. */
   private readonly shadowCap: number;
@@ -224,7 +226,9 @@ export class RedisSync {
 
   /** The main client times its commands out; the subscriber only listens, so it has no timeout. */
   private makeClient(timed: boolean): Redis | Cluster {
-    const timeout = timed ? { commandTimeout: Math.max(1, Math.round(this.o.commandTimeout * 1000)) } : {};
+    // A hung server never answers the FIN either: wait no longer than for a command to close.
+    const ms = Math.max(1, Math.round(this.o.commandTimeout * 1000));
+    const timeout = timed ? { commandTimeout: ms, disconnectTimeout: ms } : {};
     const common = {
       enableOfflineQueue: false, // fail fast when down: our own queue is the bounded one
       maxRetriesPerRequest: 1,
@@ -256,6 +260,7 @@ export class RedisSync {
       });
     }
     this.client.on('ready', () => {
+      this.resetting = false;
       this.stats.connected = true;
       this.log.info('Redis connected');
     });
@@ -385,7 +390,10 @@ export class RedisSync {
     this.stats.lastError = msg;
     if (msg !== TIMED_OUT) return;
     this.stats.commandTimeouts++;
-    if (this.client.status === 'ready') {
+    // Once per connection: the other commands that time out with it find it already dropped.
+    if (this.client.status === 'ready' && !this.resetting) {
+      this.resetting = true;
+      this.stats.connected = false;
       this.log.warn({ timeoutSeconds: this.o.commandTimeout }, 'Redis command timed out; reconnecting (forwarding continues from local state)');
       this.client.disconnect(true);
     }

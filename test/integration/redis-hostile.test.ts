@@ -38,12 +38,6 @@ const KEY = 'test-record-key-0123456789';
 const servers: ChildProcess[] = [];
 const ip = (s: string) => parseIPv4(s)! | 0;
 
-function startRedis(port: number): ChildProcess {
-  const p = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  servers.push(p);
-  return p;
-}
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const waitFor = async (what: string, ok: () => boolean | Promise<boolean>, ms = 10_000) => {
   const end = Date.now() + ms;
@@ -52,6 +46,24 @@ const waitFor = async (what: string, ok: () => boolean | Promise<boolean>, ms = 
     await sleep(20);
   }
 };
+
+async function startRedis(port: number): Promise<ChildProcess> {
+  const p = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  servers.push(p);
+  await waitFor(`redis-server on ${port}`, async () => {
+    const c = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    c.on('error', () => undefined);
+    try {
+      await c.connect();
+      return (await c.ping()) === 'PONG';
+    } catch {
+      return false;
+    } finally {
+      c.disconnect();
+    }
+  });
+  return p;
+}
 
 interface NodeOpts {
   prefix: string;
@@ -131,16 +143,8 @@ const sum = (o: Record<string, number>) => Object.values(o).reduce((a, b) => a +
 let w: Redis;
 before(async () => {
   if (!hasRedis) return;
-  startRedis(PORT);
-  w = new Redis(PORT, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 1 });
-  await waitFor('redis-server up', async () => {
-    try {
-      await w.connect();
-      return true;
-    } catch {
-      return false;
-    }
-  });
+  await startRedis(PORT);
+  w = new Redis(PORT, '127.0.0.1', { maxRetriesPerRequest: 1 });
 });
 after(() => {
   w?.disconnect();
@@ -357,17 +361,7 @@ test('forged counts and node lists: bad values refuse their node alone, future h
 
 test('a hung Redis (SIGSTOP) under a flood of mid-flow packets: lookups capped and deduplicated, commands time out, nothing grows; adoption works after SIGCONT', { skip, timeout: 120_000 }, async (t) => {
   const P = 't5:';
-  const hung = startRedis(HUNG_PORT);
-  const probe = new Redis(HUNG_PORT, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 1 });
-  await waitFor('second redis-server up', async () => {
-    try {
-      await probe.connect();
-      return true;
-    } catch {
-      return false;
-    }
-  });
-  probe.disconnect();
+  const hung = await startRedis(HUNG_PORT);
   const MAX = 32;
   const b = node('b', { prefix: P, port: HUNG_PORT, redis: { maxLookups: MAX, commandTimeout: 0.3, parkTimeout: 1 } });
   b.sync.start();
