@@ -53,7 +53,7 @@ export const RECORD_REFUSALS = [
 export type RecordRefusal = (typeof RECORD_REFUSALS)[number];
 
 /** Why a node's published counts were not believed: uvs_redis_counts_refused_total{reason}. */
-export const COUNTS_REFUSALS = ['malformed', 'value', 'too_large', 'auth'] as const;
+export const COUNTS_REFUSALS = ['malformed', 'value', 'too_large', 'auth', 'stale'] as const;
 export type CountsRefusal = (typeof COUNTS_REFUSALS)[number];
 
 /** Why a node in the node list was ignored: uvs_redis_nodes_refused_total{reason}. */
@@ -258,24 +258,39 @@ export function recordMatches(r: FlowRecord, proto: number, s: number, ports: nu
   return r.daddr === s && r.dports === ports && r.laddr === d && same(6, 0) && same(9, 3);
 }
 
-/** The text stored as a node's counts: the JSON, preceded by its MAC (bound to the node id) when a key is set. */
-export function signCounts(key: Buffer | null, nodeId: string, json: string): string {
-  return key === null ? json : `${mac(key, `${nodeId}\n${json}`)}\n${json}`;
+/**
+ * The text stored as a node's counts: the JSON; with a key, preceded by a MAC over the node id, the
+ * time it was made (ms) and the JSON — bound to its node, and too old to replay after maxAge.
+ */
+export function signCounts(key: Buffer | null, nodeId: string, json: string, nowMs: number): string {
+  return key === null ? json : `${mac(key, `${nodeId}\n${nowMs}\n${json}`)}\n${nowMs}\n${json}`;
 }
 
 /**
- * Parses a node's counts. Each value must be [active, inactive], integers in 0..MAX_COUNT; one
+ * Parses a node's counts (with a key: signed by that node less than maxAgeMs ago — a replayed old
+ * report is `stale`). Each value must be [active, inactive], integers in 0..MAX_COUNT; one
  * bad value refuses the node's whole report (a node that lies about one server is not believed
  * about the others). Keys this node does not have (`known`) are skipped: the merged map never
  * grows beyond this node's own real servers.
  */
-export function parseCounts(text: string, nodeId: string, key: Buffer | null, known: ReadonlySet<string>, maxChars: number): Map<string, [number, number]> | CountsRefusal {
+export function parseCounts(
+  text: string,
+  nodeId: string,
+  key: Buffer | null,
+  known: ReadonlySet<string>,
+  maxChars: number,
+  nowMs: number,
+  maxAgeMs: number,
+): Map<string, [number, number]> | CountsRefusal {
   if (text.length > maxChars) return 'too_large';
   let json = text;
   if (key !== null) {
     const nl = text.indexOf('\n');
     if (nl < 0 || !macOk(key, `${nodeId}\n${text.slice(nl + 1)}`, text.slice(0, nl))) return 'auth';
-    json = text.slice(nl + 1);
+    const nl2 = text.indexOf('\n', nl + 1);
+    const at = Number(text.slice(nl + 1, nl2));
+    if (nl2 < 0 || !(at >= nowMs - maxAgeMs && at <= nowMs + MAX_CLOCK_SKEW_MS)) return 'stale';
+    json = text.slice(nl2 + 1);
   }
   let v: unknown;
   try {

@@ -25,8 +25,8 @@
  *
  * Redis hung (answers nothing, e.g. SIGSTOP): every command fails after redis.commandTimeout, and
  * since Redis answers a connection's commands in order, the first timeout drops the connection —
- * ioredis keeps each sent command until its reply, so staying on it would keep every later
- * command too. Lookups are deduplicated by flow (later packets of a flow wait on its first
+ * ioredis keeps each sent command until its reply (and queues later ones in an auto-pipeline
+ * behind it), so staying on it would keep every later command too. Lookups are deduplicated by flow (later packets of a flow wait on its first
  * lookup, up to PARK_PER_FLOW) and capped (redis.maxLookups in flight, the rings' PARK_SLOTS per
  * worker of packets waiting); beyond, a parked packet is dropped and counted (`busy`). So memory
  * stays bounded whatever Redis does.
@@ -399,11 +399,15 @@ export class RedisSync {
     }
   }
 
-  /** Commands sent to Redis and not answered yet (ioredis's queue: what a hung Redis makes grow). */
+  /**
+   * Commands not answered yet: sent (ioredis's commandQueue) or waiting in an auto-pipeline
+   * behind a pipeline in flight — what a hung Redis makes grow.
+   */
   pendingCommands(): number {
-    const q = (c: unknown) => (c as { commandQueue?: { length: number } }).commandQueue?.length ?? 0;
-    if (this.client instanceof Cluster) return this.client.nodes().reduce((n, c) => n + q(c), 0);
-    return this.client ? q(this.client) : 0;
+    const c = this.client;
+    if (!c) return 0;
+    const sent = c instanceof Cluster ? c.nodes().reduce((n, x) => n + x.commandQueue.length, 0) : c.commandQueue.length;
+    return sent + c.autoPipelineQueueSize;
   }
 
   // ── in ────────────────────────────────────────────────────────────────────────────────────
@@ -575,7 +579,7 @@ export class RedisSync {
     const self = this.o.nodeId;
     try {
       const local = this.resolver.counts();
-      await this.client.set(`${P}counts:${self}`, signCounts(this.key, self, JSON.stringify(local)), 'PX', ttl);
+      await this.client.set(`${P}counts:${self}`, signCounts(this.key, self, JSON.stringify(local), now), 'PX', ttl);
       await this.client.zadd(`${P}nodes`, now, self);
       await this.client.zremrangebyscore(`${P}nodes`, '-inf', now - ttl);
       const future = await this.client.zremrangebyscore(`${P}nodes`, `(${now + MAX_CLOCK_SKEW_MS}`, '+inf');
@@ -597,7 +601,7 @@ export class RedisSync {
         const texts = this.o.cluster ? await Promise.all(keys.map((k) => this.client.get(k))) : await this.client.mget(keys);
         texts.forEach((t, j) => {
           if (t === null) return; // its counts expired: it has nothing to add
-          const c = parseCounts(t, chunk[j]!, this.key, known, maxChars);
+          const c = parseCounts(t, chunk[j]!, this.key, known, maxChars, now, ttl);
           if (typeof c === 'string') {
             this.stats.countsRefused[c]++;
             return;

@@ -166,27 +166,30 @@ test('a lookup answer matches the parked packet by either direction, and nothing
 test('counts: sane non-negative integers are believed; a negative, huge, fractional or non-number value refuses the node', () => {
   const known = new Set(['tcp 10.0.0.10:80|10.1.0.1:8080']);
   const k = 'tcp 10.0.0.10:80|10.1.0.1:8080';
-  const ok = parseCounts(JSON.stringify({ [k]: [3, 4], 'tcp 10.0.0.99:80|10.1.0.1:8080': [1, 1] }), 'n1', null, known, 1e6);
+  const ok = parseCounts(JSON.stringify({ [k]: [3, 4], 'tcp 10.0.0.99:80|10.1.0.1:8080': [1, 1] }), 'n1', null, known, 1e6, NOW, 6000);
   assert.deepEqual(ok, new Map([[k, [3, 4]]]), 'unknown keys are skipped');
   for (const bad of [[-1, 0], [0, -5], [MAX_COUNT + 1, 0], [1e308, 0], [1.5, 0], ['3', 0], [null, 0]]) {
-    assert.equal(parseCounts(JSON.stringify({ [k]: bad }), 'n1', null, known, 1e6), 'value', JSON.stringify(bad));
+    assert.equal(parseCounts(JSON.stringify({ [k]: bad }), 'n1', null, known, 1e6, NOW, 6000), 'value', JSON.stringify(bad));
   }
   for (const bad of ['{', '[]', 'null', '7', JSON.stringify({ [k]: [1] }), JSON.stringify({ [k]: 5 })]) {
-    assert.equal(parseCounts(bad, 'n1', null, known, 1e6), 'malformed', bad);
+    assert.equal(parseCounts(bad, 'n1', null, known, 1e6, NOW, 6000), 'malformed', bad);
   }
-  assert.equal(parseCounts(JSON.stringify({ [k]: [1, 1] }), 'n1', null, known, 10), 'too_large');
-  assert.deepEqual(parseCounts(JSON.stringify({ __proto__: [1, 1], [k]: [0, 0] }), 'n1', null, known, 1e6), new Map([[k, [0, 0]]]));
+  assert.equal(parseCounts(JSON.stringify({ [k]: [1, 1] }), 'n1', null, known, 10, NOW, 6000), 'too_large');
+  assert.deepEqual(parseCounts(JSON.stringify({ __proto__: [1, 1], [k]: [0, 0] }), 'n1', null, known, 1e6, NOW, 6000), new Map([[k, [0, 0]]]));
 });
 
-test('counts with a key: the MAC binds them to their node; unsigned, wrong-key and replayed-as-another-node counts are refused', () => {
+test('counts with a key: the MAC binds them to their node and time; unsigned, wrong-key, replayed-as-another-node and old counts are refused', () => {
   const key = macKey('0123456789abcdef-shared')!;
   const k = 'tcp 10.0.0.10:80|10.1.0.1:8080';
   const known = new Set([k]);
   const json = JSON.stringify({ [k]: [2, 0] });
-  assert.deepEqual(parseCounts(signCounts(key, 'n1', json), 'n1', key, known, 1e6), new Map([[k, [2, 0]]]));
-  assert.equal(parseCounts(json, 'n1', key, known, 1e6), 'auth');
-  assert.equal(parseCounts(signCounts(key, 'n1', json), 'n2', key, known, 1e6), 'auth');
-  assert.equal(parseCounts(signCounts(macKey('another-key-of-16+chars'), 'n1', json), 'n1', key, known, 1e6), 'auth');
+  assert.deepEqual(parseCounts(signCounts(key, 'n1', json, NOW - 1000), 'n1', key, known, 1e6, NOW, 6000), new Map([[k, [2, 0]]]));
+  assert.equal(parseCounts(json, 'n1', key, known, 1e6, NOW, 6000), 'auth');
+  assert.equal(parseCounts(signCounts(key, 'n1', json, NOW), 'n2', key, known, 1e6, NOW, 6000), 'auth');
+  assert.equal(parseCounts(signCounts(macKey('another-key-of-16+chars'), 'n1', json, NOW), 'n1', key, known, 1e6, NOW, 6000), 'auth');
+  assert.equal(parseCounts(signCounts(key, 'n1', json, NOW).replace(`\n${NOW}\n`, `\n${NOW + 1}\n`), 'n1', key, known, 1e6, NOW, 6000), 'auth', 'time changed');
+  assert.equal(parseCounts(signCounts(key, 'n1', json, NOW - 6001), 'n1', key, known, 1e6, NOW, 6000), 'stale', 'an old report replayed');
+  assert.equal(parseCounts(signCounts(key, 'n1', json, NOW + 60_000), 'n1', key, known, 1e6, NOW, 6000), 'stale', 'from the future');
 });
 
 test('node list: this node, bad ids, heartbeats from the future (beyond 5 s of skew) and nodes beyond the cap are not read', () => {
