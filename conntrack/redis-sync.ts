@@ -26,10 +26,10 @@
  * Redis hung (answers nothing, e.g. SIGSTOP): every command fails after redis.commandTimeout, and
  * since Redis answers a connection's commands in order, the first timeout drops the connection —
  * ioredis keeps each sent command until its reply (and queues later ones in an auto-pipeline
- * behind it), so staying on it would keep every later command too. Lookups are deduplicated by flow (later packets of a flow wait on its first
- * lookup, up to PARK_PER_FLOW) and capped (redis.maxLookups in flight, the rings' PARK_SLOTS per
- * worker of packets waiting); beyond, a parked packet is dropped and counted (`busy`). So memory
- * stays bounded whatever Redis does.
+ * behind it), so staying on it would keep every later command too. Lookups are deduplicated by
+ * flow (later packets of a flow wait on its first lookup, up to PARK_PER_FLOW) and capped
+ * (redis.maxLookups in flight, the rings' PARK_SLOTS per worker of packets waiting); beyond, a
+ * parked packet is dropped and counted (`busy`). So memory stays bounded whatever Redis does.
  *
  * Everything read back is input from whoever can write to Redis: redis-record.ts says what is
  * believed (records checked against the local service and real server, counts and node lists
@@ -443,7 +443,7 @@ export class RedisSync {
    * A flow record → shadow entry, if it is believed (redis-record.ts) and, for a lookup, describes
    * the parked packet's flow. False when refused (counted by reason).
    */
-  installRecord(text: string, lookup: Lookup | null): boolean {
+  private installRecord(text: string, lookup: Lookup | null): boolean {
     const r = parseRecord(text, this.key);
     if (typeof r === 'string') return this.refuse(r);
     // A lookup's answer must be the packet's flow: another flow's record would install a shadow

@@ -22,6 +22,8 @@ import {
 } from '../../conntrack/redis-record';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_SYN_RECV, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../../conntrack/state';
 import { parseIPv4, parseIPv6 } from '../../lb/addr';
+import { validateConfig } from '../../control/config';
+import { UvsError } from '../../control/errors';
 
 const NOW = 1_700_000_000_000;
 const ip = (s: string) => parseIPv4(s)! | 0;
@@ -197,4 +199,29 @@ test('node list: this node, bad ids, heartbeats from the future (beyond 5 s of s
   const r = selectNodes(flat, 10, 'self', NOW, 2);
   assert.deepEqual(r.nodes, ['skewed', 'n1']);
   assert.deepEqual(r.refused, { future: 1, cap: 2 + 3, bad_id: 1 }, '2 not read beyond the cap, 3 not fetched at all');
+});
+
+test('the redis limits have defaults and are validated with field and reason', () => {
+  const doc = (redis: Record<string, unknown>) => ({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, redis: { url: 'redis://127.0.0.1:6379', ...redis } });
+  const r = validateConfig(doc({})).redis!;
+  assert.deepEqual([r.maxShadowShare, r.maxNodes, r.maxLookups, r.commandTimeout, r.recordKey], [0.5, 64, 1024, 1, undefined]);
+  assert.equal(validateConfig(doc({ recordKey: 'k'.repeat(16), commandTimeout: '250ms' })).redis!.commandTimeout, 0.25);
+  const bad: [Record<string, unknown>, string, RegExp][] = [
+    [{ maxShadowShare: 0 }, 'redis.maxShadowShare', /above 0 and at most 1/],
+    [{ maxShadowShare: 1.5 }, 'redis.maxShadowShare', /above 0 and at most 1/],
+    [{ maxShadowShare: '50%' }, 'redis.maxShadowShare', /above 0 and at most 1/],
+    [{ maxNodes: 0 }, 'redis.maxNodes', /between 1 and 10000/],
+    [{ maxLookups: 1.5 }, 'redis.maxLookups', /integer/],
+    [{ commandTimeout: '5ms' }, 'redis.commandTimeout', /at least 0.01 s/],
+    [{ commandTimeout: 61 }, 'redis.commandTimeout', /between 0 and 60/],
+    [{ recordKey: 'short' }, 'redis.recordKey', /at least 16 characters/],
+    [{ recordKey: 42 }, 'redis.recordKey', /non-empty string/],
+  ];
+  for (const [redis, path, reason] of bad) {
+    assert.throws(
+      () => validateConfig(doc(redis)),
+      (e: unknown) => e instanceof UvsError && e.path === path && reason.test(e.message),
+      JSON.stringify(redis),
+    );
+  }
 });
