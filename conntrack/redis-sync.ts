@@ -22,11 +22,42 @@
  *
  * Redis down or slow: forwarding goes on from the local table; the write queue is bounded (the
  * oldest records are dropped, counted) and flushed after the automatic reconnect.
+ *
+ * Redis hung (answers nothing, e.g. SIGSTOP): every command fails after redis.commandTimeout, and
+ * since Redis answers a connection's commands in order, the first timeout drops the connection —
+ * ioredis keeps each sent command until its reply (and queues later ones in an auto-pipeline
+ * behind it), so staying on it would keep every later command too. Lookups are deduplicated by
+ * flow (later packets of a flow wait on its first lookup, up to PARK_PER_FLOW) and capped
+ * (redis.maxLookups in flight, the rings' PARK_SLOTS per worker of packets waiting); beyond, a
+ * parked packet is dropped and counted (`busy`). So memory stays bounded whatever Redis does.
+ *
+ * Everything read back is input from whoever can write to Redis: redis-record.ts says what is
+ * believed (records checked against the local service and real server, counts and node lists
+ * bounded), the rest is refused and counted by reason. Shadows take at most
+ * redis.maxShadowShare of the table, so other nodes' flows never crowd out this node's own.
  */
 import Redis, { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
 import * as L from './layout';
 import { ConnTable } from './table';
+import {
+  checkRecord,
+  COUNTS_REFUSALS,
+  macKey,
+  NODE_REFUSALS,
+  parseCounts,
+  parseRecord,
+  RECORD_REFUSALS,
+  recordMatches,
+  selectNodes,
+  signCounts,
+  signRecord,
+  MAX_CLOCK_SKEW_MS,
+  type CountsRefusal,
+  type FlowTarget,
+  type NodeRefusal,
+  type RecordRefusal,
+} from './redis-record';
 
 /** The `redis:` configuration section (validated by control/config.ts). */
 export interface RedisSyncOptions {
@@ -45,14 +76,24 @@ export interface RedisSyncOptions {
   countsInterval: number;
   /** Most flow records waiting to be written; beyond it the oldest are dropped (counted). */
   maxQueue: number;
+  /** Shared secret: records and counts carry an HMAC-SHA256 and other nodes' must verify. */
+  recordKey?: string;
+  /** Share of the table shadow entries may hold (0..1]; the rest is kept for local flows. */
+  maxShadowShare: number;
+  /** Most other nodes whose counts are read per exchange (the newest heartbeats win). */
+  maxNodes: number;
+  /** Most adoption lookups in flight; parked packets beyond are dropped (counted `busy`). */
+  maxLookups: number;
+  /** Seconds a Redis command may take; the first that takes longer drops the connection. */
+  commandTimeout: number;
 }
 
 /** What the sync needs to know of the service model. */
 export interface SyncResolver {
   /** Service key and real server ("a.b.c.d:port") of a slot pair, or null. */
   names(svcSlot: number, rsSlot: number): { service: string; realServer: string } | null;
-  /** Local slots for a service's real server; null when this node does not have it listed. */
-  slots(service: string, realServer: string): { slot: number; svcSlot: number } | null;
+  /** What a flow of a service's real server looks like here; null when this node does not have it listed. */
+  target(service: string, realServer: string): FlowTarget | null;
   /** Local per-real-server connection counts to publish. */
   counts(): Record<string, [number, number]>;
 }
@@ -65,7 +106,23 @@ export interface SyncStats {
   errors: number;
   published: number;
   received: number;
-  lookups: { hit: number; miss: number; timeout: number; error: number };
+  /**
+   * Parked-packet lookups by result; `refused`: Redis had a record that was not believed; `busy`:
+   * a packet dropped because redis.maxLookups were in flight or the packet bound was reached;
+   * `joined`: a packet that waited on its flow's lookup already in flight (not a lookup).
+   */
+  lookups: { hit: number; miss: number; timeout: number; error: number; refused: number; busy: number; joined: number };
+  lookupsInFlight: number;
+  /** Parked packets waiting on lookups (≤ PARK_SLOTS per worker). */
+  parkedWaiting: number;
+  /** Commands that got no answer within redis.commandTimeout (each drops the connection once). */
+  commandTimeouts: number;
+  /** Other nodes' records not believed, by reason (redis-record.ts). */
+  refused: Record<RecordRefusal, number>;
+  /** Other nodes' counts not believed, by reason. */
+  countsRefused: Record<CountsRefusal, number>;
+  /** Entries of the node list ignored, by reason. */
+  nodesRefused: Record<NodeRefusal, number>;
   /** Seconds between a record being queued and its write being acknowledged (last batch). */
   lagSeconds: number;
   lastError: string | null;
@@ -74,6 +131,29 @@ export interface SyncStats {
 const FLUSH_MS = 50;
 const PARK_POLL_MS = 5;
 const BATCH = 5000;
+/** Packets of one flow that may wait on its lookup: a failover's first burst, not a flood's. */
+const PARK_PER_FLOW = 8;
+/** Nodes' counts fetched per MGET (Cluster: per round of pipelined GETs). */
+const COUNTS_BATCH = 100;
+
+function zeros<K extends string>(keys: readonly K[]): Record<K, number> {
+  return Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>;
+}
+
+/** A lookup in flight for one flow, and the parked packets waiting on it. */
+interface Lookup {
+  key: string;
+  pkts: Uint8Array[];
+  proto: number;
+  s: number;
+  ports: number;
+  d: number;
+  hi: Int32Array;
+  timer: NodeJS.Timeout | undefined;
+  done: boolean;
+}
+
+const TIMED_OUT = 'Command timed out'; // ioredis's message for commandTimeout
 
 function u16(b: Uint8Array, o: number): number {
   return (b[o]! << 8) | b[o + 1]!;
@@ -98,6 +178,20 @@ export class RedisSync {
   private flushing = false;
   /** Other nodes' counts, by "<service>|<realServer>". */
   private remote = new Map<string, [number, number]>();
+  private exchanging = false;
+  /** The connection is being dropped after a command timed out (until the next 'ready'). */
+  private resetting = false;
+  private readonly key: Buffer | null;
+  /** Most shadow entries at once: redis.maxShadowShare of the table. */
+  private readonly shadowCap: number;
+  /** Lookups by flow (the parked packet's tuple). Bounded: ≤ maxHeld entries, so no hash flood. */
+  private pending = new Map<string, Lookup>();
+  /** Lookups whose commands have not settled (answer, timeout or closed connection). */
+  private inFlight = 0;
+  /** Parked packets waiting on lookups, and their bound: what the workers' park rings hold. */
+  private held = 0;
+  private readonly maxHeld: number;
+  private readonly scratchHi = new Int32Array(L.HI_WORDS);
   readonly stats: SyncStats = {
     connected: false,
     queueDepth: 0,
@@ -106,7 +200,13 @@ export class RedisSync {
     errors: 0,
     published: 0,
     received: 0,
-    lookups: { hit: 0, miss: 0, timeout: 0, error: 0 },
+    lookups: { hit: 0, miss: 0, timeout: 0, error: 0, refused: 0, busy: 0, joined: 0 },
+    lookupsInFlight: 0,
+    parkedWaiting: 0,
+    commandTimeouts: 0,
+    refused: zeros(RECORD_REFUSALS),
+    countsRefused: zeros(COUNTS_REFUSALS),
+    nodesRefused: zeros(NODE_REFUSALS),
     lagSeconds: 0,
     lastError: null,
   };
@@ -119,14 +219,22 @@ export class RedisSync {
     this.resolver = resolver;
     this.inject = inject;
     this.log = log;
+    this.key = macKey(o.recordKey);
+    this.shadowCap = Math.floor(table.capacity * o.maxShadowShare);
+    this.maxHeld = rings.length * L.PARK_SLOTS;
   }
 
-  private makeClient(): Redis | Cluster {
+  /** The main client times its commands out; the subscriber only listens, so it has no timeout. */
+  private makeClient(timed: boolean): Redis | Cluster {
+    // A hung server never answers the FIN either: wait no longer than for a command to close.
+    const ms = Math.max(1, Math.round(this.o.commandTimeout * 1000));
+    const timeout = timed ? { commandTimeout: ms, disconnectTimeout: ms } : {};
     const common = {
       enableOfflineQueue: false, // fail fast when down: our own queue is the bounded one
       maxRetriesPerRequest: 1,
       enableAutoPipelining: true, // batches commands per node, also for Cluster
       retryStrategy: (times: number) => Math.min(100 * times, 2000),
+      ...timeout,
       ...(this.o.password ? { password: this.o.password } : {}),
     };
     if (this.o.cluster) {
@@ -134,7 +242,7 @@ export class RedisSync {
         enableOfflineQueue: false,
         enableAutoPipelining: true,
         clusterRetryStrategy: (times: number) => Math.min(100 * times, 2000),
-        redisOptions: { maxRetriesPerRequest: 1, ...(this.o.password ? { password: this.o.password } : {}) },
+        redisOptions: { maxRetriesPerRequest: 1, ...timeout, ...(this.o.password ? { password: this.o.password } : {}) },
       });
     }
     if (this.o.sentinels) return new Redis({ sentinels: this.o.sentinels, name: this.o.name!, ...common });
@@ -142,8 +250,8 @@ export class RedisSync {
   }
 
   start(): void {
-    this.client = this.makeClient();
-    this.sub = this.makeClient();
+    this.client = this.makeClient(true);
+    this.sub = this.makeClient(false);
     for (const c of [this.client, this.sub]) {
       c.on('error', (e: Error) => {
         this.stats.errors++;
@@ -152,6 +260,7 @@ export class RedisSync {
       });
     }
     this.client.on('ready', () => {
+      this.resetting = false;
       this.stats.connected = true;
       this.log.info('Redis connected');
     });
@@ -172,6 +281,7 @@ export class RedisSync {
   async stop(): Promise<void> {
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
+    for (const p of [...this.pending.values()]) this.settle(p, 'error');
     this.table.setSync(false);
     await this.flush().catch(() => undefined);
     this.client.disconnect();
@@ -221,10 +331,11 @@ export class RedisSync {
           expiresAt,
           proto & L.PROTO_V6 ? Array.from(this.table.entryHi(o)).join(',') : '',
         ].join('|');
+        const signed = signRecord(this.key, rec); // control thread, per batch: never per packet
         const hi = proto & L.PROTO_V6 ? this.table.entryHi(o) : undefined;
         const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi);
         this.queue.delete(key); // re-insert: newest last
-        this.queue.set(key, { rec, out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!, hi), ttl: Math.max(1000, left + 1000), at: Date.now() });
+        this.queue.set(key, { rec: signed, out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!, hi), ttl: Math.max(1000, left + 1000), at: Date.now() });
       }
       Atomics.store(r, L.RG_SYNC_HEAD, tail);
     }
@@ -256,41 +367,100 @@ export class RedisSync {
         await this.client.publish(`${this.o.keyPrefix}flows`, `${this.o.nodeId}\n${batch.map(([, v]) => v.rec).join('\n')}`);
         this.stats.published += batch.length;
       } else {
-        this.stats.errors += failed; // kept queued: written after the reconnect
+        // Kept queued: written after the reconnect.
+        for (const r of results) if (r.status === 'rejected') this.failed(r.reason);
       }
     } catch (e) {
-      this.stats.errors++;
-      this.stats.lastError = (e as Error).message;
+      this.failed(e);
     } finally {
       this.stats.queueDepth = this.queue.size;
       this.flushing = false;
     }
   }
 
+  /**
+   * A command failed. A timeout means Redis is not answering this connection: it answers in
+   * order, so every command sent after this one waits too, and ioredis holds each until its reply.
+   * Dropping the connection fails them all now; until Redis answers again (the reconnect's ready
+   * check times out the same way), new commands fail at once, so nothing piles up.
+   */
+  private failed(e: unknown): void {
+    const msg = e instanceof Error ? e.message : String(e);
+    this.stats.errors++;
+    this.stats.lastError = msg;
+    if (msg !== TIMED_OUT) return;
+    this.stats.commandTimeouts++;
+    // Once per connection: the other commands that time out with it find it already dropped.
+    if (this.client.status === 'ready' && !this.resetting) {
+      this.resetting = true;
+      this.stats.connected = false;
+      this.log.warn({ timeoutSeconds: this.o.commandTimeout }, 'Redis command timed out; reconnecting (forwarding continues from local state)');
+      this.client.disconnect(true);
+    }
+  }
+
+  /**
+   * Commands not answered yet: sent (ioredis's commandQueue) or waiting in an auto-pipeline
+   * behind a pipeline in flight — what a hung Redis makes grow.
+   */
+  pendingCommands(): number {
+    const c = this.client;
+    if (!c) return 0;
+    const sent = c instanceof Cluster ? c.nodes().reduce((n, x) => n + x.commandQueue.length, 0) : c.commandQueue.length;
+    return sent + c.autoPipelineQueueSize;
+  }
+
   // ── in ────────────────────────────────────────────────────────────────────────────────────
   private onPublished(msg: string): void {
     const nl = msg.indexOf('\n');
-    if (nl < 0 || msg.slice(0, nl) === this.o.nodeId) return;
-    for (const rec of msg.slice(nl + 1).split('\n')) if (this.installShadow(rec)) this.stats.received++;
+    if (nl < 0) {
+      this.stats.refused.malformed++;
+      return;
+    }
+    if (msg.slice(0, nl) === this.o.nodeId) return;
+    // A node publishes at most BATCH records at once: lines beyond are not a node's (refused).
+    const recs = msg.slice(nl + 1).split('\n', BATCH + 1);
+    if (recs.length > BATCH) {
+      recs.pop();
+      let extra = 0;
+      for (let i = msg.indexOf('\n', nl + 1); i >= 0; i = msg.indexOf('\n', i + 1)) extra++;
+      this.stats.refused.malformed += extra + 1 - BATCH;
+    }
+    for (const rec of recs) if (this.installRecord(rec, null)) this.stats.received++;
   }
 
-  /** A flow record → shadow entry. False when it is malformed, expired or not ours to carry. */
-  installShadow(rec: string): boolean {
-    const f = rec.split('|');
-    if (f.length !== 13 && f.length !== 14) return false; // 13: a record from before IPv6
-    const n = f.slice(0, 13).map(Number);
-    const hi = f[13] ? f[13].split(',').map(Number) : null;
-    if ((n[0]! & L.PROTO_V6) !== 0 && (hi === null || hi.length !== L.HI_WORDS || hi.some((x) => !Number.isInteger(x)))) return false;
-    const slots = this.resolver.slots(f[8]!, f[9]!);
-    if (!slots) return false; // a real server this node does not have: the kernel would drop too
-    const left = n[12]! - Date.now();
-    if (!(left > 0)) return false;
-    const fwd = n[7]! | (n[7] === L.FWD_MASQ || n[7] === L.FWD_FULLNAT ? 0 : L.F_NOOUTPUT); // tunnel: one direction only
-    const e = this.table.putShadow(n[0]!, n[1]!, n[2]!, n[3]!, n[4]!, n[5]!, n[6]!, fwd, slots.slot, slots.svcSlot, n[10]!, n[11] === 1, (this.table.now() + left) | 0, hi);
-    return e >= 0;
+  private refuse(why: RecordRefusal): false {
+    this.stats.refused[why]++;
+    return false;
   }
 
-  /** Parked packets → Redis lookups (both directions' keys); hits are installed and re-injected. */
+  /** Local timeout of a state slot (layout.ts H_TIMEOUTS, ms). */
+  private timeoutMs(slot: number): number {
+    return this.table.i32[L.H_TIMEOUTS + slot]!;
+  }
+
+  /**
+   * A flow record → shadow entry, if it is believed (redis-record.ts) and, for a lookup, describes
+   * the parked packet's flow. False when refused (counted by reason).
+   */
+  private installRecord(text: string, lookup: Lookup | null): boolean {
+    const r = parseRecord(text, this.key);
+    if (typeof r === 'string') return this.refuse(r);
+    // A lookup's answer must be the packet's flow: another flow's record would install a shadow
+    // the replayed packet does not match, and park it again — a loop through Redis.
+    if (lookup !== null && !recordMatches(r, lookup.proto, lookup.s, lookup.ports, lookup.d, lookup.hi)) return this.refuse('key_mismatch');
+    const t = this.resolver.target(r.service, r.realServer);
+    const nowMs = Date.now();
+    const why = checkRecord(r, t, nowMs, (slot) => this.timeoutMs(slot));
+    if (why !== null) return this.refuse(why);
+    const mayAdd = this.table.shadows() < this.shadowCap;
+    const fwd = r.fwd | (r.fwd === L.FWD_MASQ || r.fwd === L.FWD_FULLNAT ? 0 : L.F_NOOUTPUT); // tunnel: one direction only
+    const e = this.table.putShadow(r.proto, r.caddr, r.cports, r.vaddr, r.daddr, r.dports, r.laddr, fwd, t!.slot, t!.svcSlot, r.state, r.inactive, (this.table.now() + (r.expiresAt - nowMs)) | 0, r.hi, mayAdd);
+    if (e < 0) return this.refuse(mayAdd ? 'not_installed' : 'shadow_cap');
+    return true;
+  }
+
+  /** Parked packets → lookups, one per flow; later packets of a flow wait on it (bounded). */
   private drainParked(): void {
     for (let w = 0; w < this.rings.length; w++) {
       const r = this.rings[w]!;
@@ -299,85 +469,155 @@ export class RedisSync {
       const tail = Atomics.load(r, L.RG_PARK_TAIL);
       for (let i = head; i !== tail; i = (i + 1) | 0) {
         const slot = i & (L.PARK_SLOTS - 1);
-        const len = r[L.parkLensOffset() + slot]!;
-        const off = L.parkDataOffset(slot);
-        void this.lookup(bytes.slice(off, off + len));
+        this.parked(bytes, L.parkDataOffset(slot), r[L.parkLensOffset() + slot]!);
       }
       Atomics.store(r, L.RG_PARK_HEAD, tail);
     }
+    this.stats.lookupsInFlight = this.inFlight;
+    this.stats.parkedWaiting = this.held;
   }
 
-  private async lookup(pkt: Uint8Array): Promise<void> {
-    const v6 = pkt[0]! >> 4 === 6;
+  private parked(b: Uint8Array, off: number, len: number): void {
+    const v6 = b[off]! >> 4 === 6;
     // IPv6: the parked packet's key high words, source then destination — the in-key's client
     // and virtual ones, and equally the out-key's real-server and local ones.
-    const hi = new Int32Array(L.HI_WORDS);
+    const hi = this.scratchHi;
     let proto: number, s: number, d: number, ports: number;
     if (v6) {
-      proto = pkt[6]! | L.PROTO_V6;
+      proto = b[off + 6]! | L.PROTO_V6;
       for (let i = 0; i < 3; i++) {
-        hi[i] = hi[6 + i] = u32(pkt, 8 + 4 * i);
-        hi[3 + i] = hi[9 + i] = u32(pkt, 24 + 4 * i);
+        hi[i] = hi[6 + i] = u32(b, off + 8 + 4 * i);
+        hi[3 + i] = hi[9 + i] = u32(b, off + 24 + 4 * i);
       }
-      s = u32(pkt, 20);
-      d = u32(pkt, 36);
-      ports = (u16(pkt, 40) << 16) | u16(pkt, 42);
+      s = u32(b, off + 20);
+      d = u32(b, off + 36);
+      ports = (u16(b, off + 40) << 16) | u16(b, off + 42);
     } else {
-      const ihl = (pkt[0]! & 15) << 2;
-      proto = pkt[9]!;
-      s = u32(pkt, 12);
-      d = u32(pkt, 16);
-      ports = (u16(pkt, ihl) << 16) | u16(pkt, ihl + 2);
+      const ihl = (b[off]! & 15) << 2;
+      proto = b[off + 9]!;
+      s = u32(b, off + 12);
+      d = u32(b, off + 16);
+      ports = (u16(b, off + ihl) << 16) | u16(b, off + ihl + 2);
+    }
+    const key = v6 ? `${proto}.${s}.${ports}.${d}.${hi.subarray(0, 6).join('.')}` : `${proto}.${s}.${ports}.${d}`;
+    const waiting = this.pending.get(key);
+    if (waiting !== undefined) {
+      if (waiting.pkts.length >= PARK_PER_FLOW || this.held >= this.maxHeld) {
+        this.stats.lookups.busy++;
+        return;
+      }
+      waiting.pkts.push(b.slice(off, off + len));
+      this.held++;
+      this.stats.lookups.joined++;
+      return;
+    }
+    if (this.inFlight >= this.o.maxLookups || this.held >= this.maxHeld) {
+      this.stats.lookups.busy++;
+      return;
     }
     if (!this.stats.connected) {
       this.stats.lookups.error++;
       return;
     }
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<'timeout'>((res) => (timer = setTimeout(() => res('timeout'), this.o.parkTimeout * 1000)));
-    try {
-      const r = await Promise.race([Promise.all([this.client.get(this.inKey(proto, s, ports, d, hi)), this.client.get(this.outKey(proto, s, ports, d, hi))]), timeout]);
-      if (r === 'timeout') {
-        this.stats.lookups.timeout++;
-        return;
-      }
-      const rec = r[0] ?? r[1];
-      if (rec && this.installShadow(rec)) {
-        this.stats.lookups.hit++;
-        this.inject(pkt);
-      } else this.stats.lookups.miss++;
-    } catch (e) {
-      this.stats.lookups.error++;
-      this.stats.lastError = (e as Error).message;
-    } finally {
-      clearTimeout(timer);
-    }
+    const p: Lookup = { key, pkts: [b.slice(off, off + len)], proto, s, ports, d, hi: Int32Array.from(hi), timer: undefined, done: false };
+    this.pending.set(key, p);
+    this.held++;
+    this.inFlight++;
+    p.timer = setTimeout(() => this.settle(p, 'timeout'), this.o.parkTimeout * 1000);
+    Promise.all([this.client.get(this.inKey(proto, s, ports, d, p.hi)), this.client.get(this.outKey(proto, s, ports, d, p.hi))])
+      .then(
+        (recs) => {
+          let result: 'hit' | 'miss' | 'refused' = 'miss';
+          for (const rec of recs) {
+            if (rec === null) continue;
+            // Installed even when the packets already timed out: their retransmissions find it.
+            if (this.installRecord(rec, p)) {
+              result = 'hit';
+              break;
+            }
+            result = 'refused';
+          }
+          this.settle(p, result);
+        },
+        (e: unknown) => {
+          this.failed(e);
+          this.settle(p, e instanceof Error && e.message === TIMED_OUT ? 'timeout' : 'error');
+        },
+      )
+      .finally(() => {
+        this.inFlight--;
+        this.stats.lookupsInFlight = this.inFlight;
+      });
+  }
+
+  /** A lookup's end (first of: answer, error, parkTimeout): its packets replayed on a hit, else dropped. */
+  private settle(p: Lookup, result: 'hit' | 'miss' | 'refused' | 'timeout' | 'error'): void {
+    if (p.done) return;
+    p.done = true;
+    clearTimeout(p.timer);
+    if (this.pending.get(p.key) === p) this.pending.delete(p.key);
+    this.held -= p.pkts.length;
+    this.stats.parkedWaiting = this.held;
+    this.stats.lookups[result]++;
+    if (result === 'hit') for (const pkt of p.pkts) this.inject(pkt);
+    p.pkts = [];
   }
 
   // ── cluster-wide counts ───────────────────────────────────────────────────────────────────
+  /**
+   * Publishes this node's counts and heartbeat, and reads the other nodes'. What others publish is
+   * bounded (redis-record.ts): heartbeats from the future are removed (they would never age out),
+   * at most maxNodes nodes are read, in batches of COUNTS_BATCH, and each node's counts are parsed
+   * on their own — one bad node does not spoil the rest, and a count is a non-negative integer.
+   */
   private async exchangeCounts(): Promise<void> {
-    if (!this.stats.connected) return;
+    if (!this.stats.connected || this.exchanging) return;
+    this.exchanging = true;
     const ttl = Math.round(this.o.countsInterval * 3000);
     const now = Date.now();
+    const P = this.o.keyPrefix;
+    const self = this.o.nodeId;
     try {
-      await this.client.set(`${this.o.keyPrefix}counts:${this.o.nodeId}`, JSON.stringify(this.resolver.counts()), 'PX', ttl);
-      await this.client.zadd(`${this.o.keyPrefix}nodes`, now, this.o.nodeId);
-      await this.client.zremrangebyscore(`${this.o.keyPrefix}nodes`, '-inf', now - ttl);
-      const nodes = (await this.client.zrangebyscore(`${this.o.keyPrefix}nodes`, now - ttl, '+inf')).filter((n) => n !== this.o.nodeId);
+      const local = this.resolver.counts();
+      await this.client.set(`${P}counts:${self}`, signCounts(this.key, self, JSON.stringify(local), now), 'PX', ttl);
+      await this.client.zadd(`${P}nodes`, now, self);
+      await this.client.zremrangebyscore(`${P}nodes`, '-inf', now - ttl);
+      const future = await this.client.zremrangebyscore(`${P}nodes`, `(${now + MAX_CLOCK_SKEW_MS}`, '+inf');
+      const total = await this.client.zcard(`${P}nodes`);
+      const flat = await this.client.zrevrangebyscore(`${P}nodes`, '+inf', now - ttl, 'WITHSCORES', 'LIMIT', 0, this.o.maxNodes + 1);
+      const picked = selectNodes(flat, total, self, now, this.o.maxNodes);
+      picked.refused.future += future;
+      for (const k of NODE_REFUSALS) this.stats.nodesRefused[k] += picked.refused[k];
+      if (future > 0 || picked.refused.cap > 0 || picked.refused.bad_id > 0) this.log.warn({ ...picked.refused }, 'Redis node list: entries ignored');
+      // Nodes run the same configuration: a report far larger than ours is not a node's.
+      const known = new Set(Object.keys(local));
+      const maxChars = 65536 + 256 * known.size;
       const merged = new Map<string, [number, number]>();
-      const texts = await Promise.all(nodes.map((n) => this.client.get(`${this.o.keyPrefix}counts:${n}`)));
-      for (const t of texts) {
-        if (!t) continue;
-        for (const [k, [a, i]] of Object.entries(JSON.parse(t) as Record<string, [number, number]>)) {
-          const m = merged.get(k) ?? [0, 0];
-          merged.set(k, [m[0] + a, m[1] + i]);
-        }
+      const nodes = picked.nodes;
+      for (let i = 0; i < nodes.length; i += COUNTS_BATCH) {
+        const chunk = nodes.slice(i, i + COUNTS_BATCH);
+        const keys = chunk.map((n) => `${P}counts:${n}`);
+        // Cluster: the keys live in different slots, so no MGET; auto-pipelining batches the GETs.
+        const texts = this.o.cluster ? await Promise.all(keys.map((k) => this.client.get(k))) : await this.client.mget(keys);
+        texts.forEach((t, j) => {
+          if (t === null) return; // its counts expired: it has nothing to add
+          const c = parseCounts(t, chunk[j]!, this.key, known, maxChars, now, ttl);
+          if (typeof c === 'string') {
+            this.stats.countsRefused[c]++;
+            return;
+          }
+          for (const [k, [a, n]] of c) {
+            const m = merged.get(k) ?? [0, 0];
+            merged.set(k, [m[0] + a, m[1] + n]);
+          }
+        });
       }
       this.remote = merged;
       this.remoteNodes = nodes;
     } catch (e) {
-      this.stats.errors++;
-      this.stats.lastError = (e as Error).message;
+      this.failed(e);
+    } finally {
+      this.exchanging = false;
     }
   }
 

@@ -391,7 +391,8 @@ export class ConnTable {
   /**
    * Control thread: installs or refreshes another node's flow as a shadow entry (not counted, not
    * synced back) that a packet can adopt without waiting for Redis. A live local entry with the
-   * same key wins and is left alone. Returns the entry or -1 (table full / key is local).
+   * same key wins and is left alone. Returns the entry or -1 (table full / key is local, or
+   * `mayInsert` false — the shadow cap — and no shadow of the key to refresh).
    */
   putShadow(
     proto: number,
@@ -408,6 +409,7 @@ export class ConnTable {
     inactive: boolean,
     expires: number,
     hi: ArrayLike<number> | null = null,
+    mayInsert = true,
   ): number {
     const a = this.i32;
     const b1 = this.bucketIn(proto, caddr, cports, vaddr, hi);
@@ -427,6 +429,7 @@ export class ConnTable {
       return -1;
     }
     this.unlockBucket(b1);
+    if (!mayInsert) return -1;
     const e = this.insert(proto, caddr, cports, vaddr, daddr, dports, laddr, fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0), rs, svc, 0, 0, state, expires, hi);
     return e >= 0 && this.lastInsertNew ? e : -1;
   }

@@ -503,8 +503,28 @@ function hostPorts(v: unknown, path: string): { host: string; port: number }[] {
   });
 }
 
+/** What a node believes of Redis and how much of it (conntrack/redis-record.ts, redis-sync.ts). */
+const REDIS_LIMITS = ['recordKey', 'maxShadowShare', 'maxNodes', 'maxLookups', 'commandTimeout'];
+function redisLimits(r: Obj): Pick<RedisConfig, 'recordKey' | 'maxShadowShare' | 'maxNodes' | 'maxLookups' | 'commandTimeout'> {
+  const share = r.maxShadowShare ?? 0.5;
+  if (typeof share !== 'number' || !(share > 0 && share <= 1)) fail('redis.maxShadowShare', `must be a number above 0 and at most 1, got ${JSON.stringify(share)}`);
+  const commandTimeout = duration(r.commandTimeout, 'redis.commandTimeout', 1, 60);
+  if (commandTimeout < 0.01) fail('redis.commandTimeout', 'must be at least 0.01 s');
+  const out = {
+    maxShadowShare: share,
+    maxNodes: int(r.maxNodes, 'redis.maxNodes', 64, 1, 10_000),
+    maxLookups: int(r.maxLookups, 'redis.maxLookups', 1024, 1, 1_000_000),
+    commandTimeout,
+  };
+  if (r.recordKey === undefined) return out;
+  // 16 characters: 128 bits if random hex or base64 is used, the MAC's own strength.
+  const recordKey = str(r.recordKey, 'redis.recordKey');
+  if (recordKey.length < 16) fail('redis.recordKey', `must be at least 16 characters, got ${recordKey.length}`);
+  return { ...out, recordKey };
+}
+
 function redisConfig(v: unknown): RedisConfig {
-  const r = obj(v, 'redis', ['url', 'sentinels', 'name', 'cluster', 'password', 'keyPrefix', 'nodeId', 'parkTimeout', 'countsInterval', 'maxQueue']);
+  const r = obj(v, 'redis', ['url', 'sentinels', 'name', 'cluster', 'password', 'keyPrefix', 'nodeId', 'parkTimeout', 'countsInterval', 'maxQueue', ...REDIS_LIMITS]);
   const modes = ['url', 'sentinels', 'cluster'].filter((k) => r[k] !== undefined);
   if (modes.length !== 1) fail('redis', `needs exactly one of url, sentinels (with name) or cluster; got ${modes.length ? modes.join(', ') : 'none'}`);
   const out: RedisConfig = {
@@ -513,6 +533,7 @@ function redisConfig(v: unknown): RedisConfig {
     parkTimeout: duration(r.parkTimeout, 'redis.parkTimeout', 1, 60),
     countsInterval: duration(r.countsInterval, 'redis.countsInterval', 2, 3600),
     maxQueue: int(r.maxQueue, 'redis.maxQueue', 100000, 100, 10_000_000),
+    ...redisLimits(r),
   };
   if (r.url !== undefined) {
     const url = str(r.url, 'redis.url');

@@ -120,10 +120,7 @@ export class Daemon {
         rings,
         {
           names: (_svcSlot, rsSlot) => model.namesOfSlot(rsSlot),
-          slots: (service, realServer) => {
-            const r = model.realServerSlot(service, realServer);
-            return r && r.listed ? { slot: r.slot, svcSlot: r.svcSlot } : null;
-          },
+          target: (service, realServer) => model.flowTarget(service, realServer),
           counts: () => {
             const out: Record<string, [number, number]> = {};
             for (const s of model.list()) for (const r of s.realServers) out[`${s.key}|${r.address}:${r.port}`] = [r.activeConns, r.inactConns];

@@ -162,8 +162,21 @@ export function buildRegistry(d: Daemon): Registry {
     counterFrom('uvs_redis_records_dropped_total', 'Flow records dropped because the write queue was full (Redis down or slow), plus sync events lost to a full worker ring.', [], (c) => c.inc(st.dropped + d.stats.word(L.C_SYNC_RING_FULL)));
     counterFrom('uvs_redis_errors_total', 'Redis errors (connection, command, timeout).', [], (c) => c.inc(st.errors));
     counterFrom('uvs_redis_records_received_total', "Other nodes' flow records pre-loaded from the change stream.", [], (c) => c.inc(st.received));
-    counterFrom('uvs_adoption_lookups_total', 'Redis lookups for parked packets, by result.', ['result'], (c) => {
+    counterFrom('uvs_adoption_lookups_total', 'Redis lookups for parked packets, by result (refused: the record was not believed; busy: a packet dropped at the in-flight or waiting-packet cap; joined: a packet that waited on its flow\'s lookup).', ['result'], (c) => {
       for (const [k, v] of Object.entries(st.lookups)) c.inc({ result: k }, v);
+    });
+    gaugeFrom('uvs_adoption_lookups_in_flight', 'Redis lookups for parked packets not answered yet (at most redis.maxLookups).', [], (g) => g.set(st.lookupsInFlight));
+    gaugeFrom('uvs_adoption_parked_waiting', 'Parked packets waiting on a Redis lookup.', [], (g) => g.set(st.parkedWaiting));
+    gaugeFrom('uvs_redis_pending_commands', 'Commands sent to Redis and not answered yet.', [], (g) => g.set(d.sync!.pendingCommands()));
+    counterFrom('uvs_redis_command_timeouts_total', 'Redis commands unanswered within redis.commandTimeout (the connection is then re-made).', [], (c) => c.inc(st.commandTimeouts));
+    counterFrom('uvs_redis_records_refused_total', "Other nodes' flow records not believed, by reason.", ['reason'], (c) => {
+      for (const [k, v] of Object.entries(st.refused)) c.inc({ reason: k }, v);
+    });
+    counterFrom('uvs_redis_counts_refused_total', "Other nodes' connection counts not believed, by reason.", ['reason'], (c) => {
+      for (const [k, v] of Object.entries(st.countsRefused)) c.inc({ reason: k }, v);
+    });
+    counterFrom('uvs_redis_nodes_refused_total', 'Entries of the Redis node list ignored, by reason (future: heartbeat ahead of this clock by more than 5 s, removed; cap: beyond redis.maxNodes).', ['reason'], (c) => {
+      for (const [k, v] of Object.entries(st.nodesRefused)) c.inc({ reason: k }, v);
     });
     gaugeFrom('uvs_cluster_nodes', 'uvs nodes seen in Redis in the last three count periods, this one included.', [], (g) => g.set(d.sync!.remoteNodes.length + 1));
   }

@@ -23,6 +23,7 @@
  * re-adding it revives the same slot with its counters, as the kernel does.
  */
 import * as L from '../conntrack/layout';
+import type { FlowTarget } from '../conntrack/redis-record';
 import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../lb/addr';
 import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } from '../lb/snapshot';
 import type { ReplyRule } from '../lb/dataplane';
@@ -618,6 +619,41 @@ export class ServiceModel {
   realServerSlot(service: string, realServer: string): { slot: number; svcSlot: number; listed: boolean } | null {
     const i = this.rsSlots.get(`${service}|${realServer}`);
     return i ? { slot: i.slot, svcSlot: i.svcSlot, listed: i.listed } : null;
+  }
+
+  /**
+   * What a flow of a listed real server looks like here (redis-record.ts checks other nodes'
+   * records against it), or null. O(real servers of the service): control thread, per record.
+   */
+  flowTarget(service: string, realServer: string): FlowTarget | null {
+    const i = this.rsSlots.get(`${service}|${realServer}`);
+    const live = i && i.listed ? this.services.get(i.svcKey) : undefined;
+    const d = live?.compiled.dests.find((x) => x.rs === i!.slot);
+    if (!live || !d) return null;
+    const s = live.compiled;
+    const v6 = s.addr6 !== null;
+    const pool: number[] = [];
+    for (const a of this.fullnat.addresses) {
+      const w = v6 ? (a.includes(':') ? parseIPv6(a) : null) : parseIPv4(a);
+      if (w === null) continue;
+      if (typeof w === 'number') pool.push(w);
+      else pool.push(...w);
+    }
+    return {
+      slot: i!.slot,
+      svcSlot: i!.svcSlot,
+      proto: s.proto,
+      vaddr: s.vaddr,
+      vaddr6: s.addr6,
+      vport: s.vport,
+      daddr: d.addr6 ? d.addr6[3]! : d.addr,
+      daddr6: d.addr6,
+      dport: d.port,
+      fwd: d.fwd,
+      pool,
+      portMin: this.fullnat.portMin,
+      portMax: this.fullnat.portMax,
+    };
   }
 
   /** Service key and "addr:port" of a real-server slot (listed or trashed), or null. */

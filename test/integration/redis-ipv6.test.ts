@@ -49,10 +49,7 @@ function node(id: string) {
     [ring],
     {
       names: (_svc, rs) => model.namesOfSlot(rs),
-      slots: (service, realServer) => {
-        const r = model.realServerSlot(service, realServer);
-        return r && r.listed ? { slot: r.slot, svcSlot: r.svcSlot } : null;
-      },
+      target: (service, realServer) => model.flowTarget(service, realServer),
       counts: () => ({}),
     },
     () => undefined,

@@ -1,0 +1,227 @@
+/**
+ * What a node believes of Redis (conntrack/redis-record.ts), as data: a record this node would
+ * have written itself is believed, each way of lying in one field is refused with its reason;
+ * MACs hold both ways; counts and node lists are bounded.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as L from '../../conntrack/layout';
+import {
+  checkRecord,
+  mac,
+  macKey,
+  MAX_COUNT,
+  parseCounts,
+  parseRecord,
+  recordMatches,
+  selectNodes,
+  signCounts,
+  signRecord,
+  type FlowRecord,
+  type FlowTarget,
+} from '../../conntrack/redis-record';
+import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_SYN_RECV, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../../conntrack/state';
+import { parseIPv4, parseIPv6 } from '../../lb/addr';
+import { validateConfig } from '../../control/config';
+import { UvsError } from '../../control/errors';
+
+const NOW = 1_700_000_000_000;
+const ip = (s: string) => parseIPv4(s)! | 0;
+const CLIENT = ip('192.0.2.7');
+const VIP = ip('10.0.0.10');
+const RS = ip('10.1.0.1');
+const OTHER_RS = ip('10.1.0.2');
+const POOL = ip('10.9.0.1');
+const timeoutMs = (slot: number) => (slot < 11 ? TCP_DEFAULT_TIMEOUTS[slot]! : slot === L.TIMEOUT_UDP ? UDP_DEFAULT_TIMEOUT : 60) * 1000;
+
+const masq: FlowTarget = { slot: 3, svcSlot: 1, proto: 6, vaddr: VIP, vaddr6: null, vport: 80, daddr: RS, daddr6: null, dport: 8080, fwd: L.FWD_MASQ, pool: [POOL], portMin: 20000, portMax: 29999 };
+const fullnat: FlowTarget = { ...masq, fwd: L.FWD_FULLNAT };
+
+/** The fields of a record as a node writes them (strings, as they travel). */
+function fields(o: Partial<Record<'proto' | 'caddr' | 'cport' | 'vaddr' | 'vport' | 'daddr' | 'dport' | 'laddr' | 'lport' | 'fwd' | 'state' | 'inactive' | 'expiresAt', number>> & { service?: string; realServer?: string; hi?: string } = {}): string[] {
+  const cport = o.cport ?? 40000;
+  const x = {
+    proto: 6,
+    caddr: CLIENT,
+    vaddr: VIP,
+    vport: 80,
+    daddr: RS,
+    dport: 8080,
+    laddr: CLIENT,
+    lport: cport,
+    fwd: L.FWD_MASQ,
+    state: TCP_ESTABLISHED,
+    inactive: 0,
+    expiresAt: NOW + 600_000,
+    ...o,
+  };
+  return [
+    x.proto,
+    x.caddr,
+    ((cport << 16) | x.vport) | 0,
+    x.vaddr,
+    x.daddr,
+    ((x.dport << 16) | x.lport) | 0,
+    x.laddr,
+    x.fwd,
+    o.service ?? 'tcp 10.0.0.10:80',
+    o.realServer ?? '10.1.0.1:8080',
+    x.state,
+    x.inactive,
+    x.expiresAt,
+    o.hi ?? '',
+  ].map(String);
+}
+const text = (o: Parameters<typeof fields>[0] = {}) => fields(o).join('|');
+
+function verdict(t: string, target: FlowTarget | null = masq, key: Buffer | null = null): string {
+  const r = parseRecord(t, key);
+  if (typeof r === 'string') return r;
+  return checkRecord(r, target, NOW, timeoutMs) ?? 'ok';
+}
+
+test('a record this node would have written itself is believed (masq, full-NAT, UDP, 13-field pre-IPv6)', () => {
+  assert.equal(verdict(text()), 'ok');
+  assert.equal(verdict(text({ fwd: L.FWD_FULLNAT, laddr: POOL, lport: 25000 }), fullnat), 'ok');
+  assert.equal(verdict(text({ proto: 17, state: 0, inactive: 1, expiresAt: NOW + 200_000 }), { ...masq, proto: 17 }), 'ok');
+  assert.equal(verdict(fields().slice(0, 13).join('|')), 'ok');
+  assert.equal(verdict(text({ state: TCP_TIME_WAIT, inactive: 1, expiresAt: NOW + 100_000 })), 'ok');
+});
+
+test('each way of lying in one field is refused with its reason', () => {
+  const cases: [string, string, FlowTarget | null][] = [
+    ['garbage', 'malformed', masq],
+    [text().replace(/^6\|/, 'x|'), 'malformed', masq],
+    [text({ caddr: 1.5 }), 'malformed', masq],
+    [text({ expiresAt: -1 }), 'malformed', masq],
+    [`${text()}|${'a'.repeat(2000)}`, 'malformed', masq],
+    [text({ inactive: 2 }), 'malformed', masq],
+    [text({ proto: 6 | L.PROTO_V6 }), 'malformed', masq], // IPv6 without its high words
+    [text(), 'unknown_server', null],
+    [text({ proto: 17 }), 'protocol', masq],
+    [text({ daddr: OTHER_RS }), 'address', masq], // names a real server, points elsewhere
+    [text({ vaddr: ip('10.0.0.11') }), 'address', masq],
+    [text({ laddr: ip('203.0.113.9') }), 'address', masq], // masq replies go to the client
+    [text({ vport: 81 }), 'port', masq], // a port with no service
+    [text({ dport: 22 }), 'port', masq],
+    [text({ lport: 1 }), 'port', masq],
+    [text({ fwd: L.FWD_MASQ | L.F_TEMPLATE }), 'forwarding', masq], // would pin new clients
+    [text({ fwd: L.FWD_MASQ | L.F_SHADOW }), 'forwarding', masq],
+    [text({ fwd: L.FWD_TUNNEL }), 'forwarding', masq],
+    [text({ fwd: L.FWD_FULLNAT, laddr: ip('10.9.0.2'), lport: 25000 }), 'address', fullnat], // not a pool address
+    [text({ fwd: L.FWD_FULLNAT, laddr: POOL, lport: 30000 }), 'port', fullnat], // outside the pool's ports
+    [text({ state: 11 }), 'state', masq],
+    [text({ state: -1 }), 'state', masq],
+    [text({ state: TCP_ESTABLISHED, inactive: 1 }), 'state', masq],
+    [text({ state: TCP_TIME_WAIT, inactive: 0 }), 'state', masq],
+    [text({ proto: 17, state: 1, inactive: 1 }), 'state', { ...masq, proto: 17 }],
+    [text({ expiresAt: NOW - 1 }), 'expiry', masq],
+    [text({ expiresAt: NOW + 23 * 86400_000 }), 'expiry', masq], // 23 days
+    [text({ state: TCP_SYN_RECV, expiresAt: NOW + 900_000 }), 'expiry', masq], // SYN_RECV lasts 60 s
+  ];
+  for (const [t, want, target] of cases) assert.equal(verdict(t, target), want, t.slice(0, 120));
+});
+
+test('an expiry within the state timeout plus 5 s of clock skew is believed, beyond it is not', () => {
+  assert.equal(verdict(text({ expiresAt: NOW + 900_000 + 5000 })), 'ok');
+  assert.equal(verdict(text({ expiresAt: NOW + 900_000 + 5001 })), 'expiry');
+});
+
+test('IPv6: the high words of the VIP, the real server and the reply address are checked too', () => {
+  const v = parseIPv6('fd00:96::10')!;
+  const d = parseIPv6('fd00:10::1')!;
+  const c = parseIPv6('2001:db8:1::100')!;
+  const t6: FlowTarget = { ...masq, proto: 6 | L.PROTO_V6, vaddr: v[3]!, vaddr6: v, daddr: d[3]!, daddr6: d, pool: [] };
+  const hi = (vv = v, dd = d, ll = c) => [c[0], c[1], c[2], vv[0], vv[1], vv[2], dd[0], dd[1], dd[2], ll[0], ll[1], ll[2]].join(',');
+  const base = { proto: 6 | L.PROTO_V6, caddr: c[3]!, vaddr: v[3]!, daddr: d[3]!, laddr: c[3]! };
+  assert.equal(verdict(text({ ...base, hi: hi() }), t6), 'ok');
+  assert.equal(verdict(text({ ...base, hi: hi(parseIPv6('fd00:97::10')!) }), t6), 'address');
+  assert.equal(verdict(text({ ...base, hi: hi(v, parseIPv6('fd00:11::1')!) }), t6), 'address');
+  assert.equal(verdict(text({ ...base, hi: hi(v, d, parseIPv6('2001:db8:2::100')!) }), t6), 'address');
+  assert.equal(verdict(text({ ...base, hi: '1,2,3' }), t6), 'malformed');
+  assert.equal(verdict(text({ hi: hi() }), masq), 'malformed', 'an IPv4 record carries no high words');
+});
+
+test('with a record key, only records with a valid MAC are believed; without one, signed records are read as before', () => {
+  const k = macKey('0123456789abcdef-shared')!;
+  const signed = signRecord(k, text());
+  assert.equal(verdict(signed, masq, k), 'ok');
+  assert.equal(verdict(text(), masq, k), 'auth', 'unsigned');
+  assert.equal(verdict(signRecord(macKey('another-key-of-16+chars'), text()), masq, k), 'auth', 'another key');
+  assert.equal(verdict(signed.replace(`|${RS}|`, `|${OTHER_RS}|`), masq, k), 'auth', 'a field changed after signing');
+  assert.equal(verdict(`${text()}|${'0'.repeat(32)}`, masq, k), 'auth');
+  assert.equal(verdict(`${text()}|short`, masq, k), 'auth');
+  assert.equal(verdict(signed, masq, null), 'ok');
+  assert.equal(signed.split('|').length, 15);
+  assert.equal(mac(k, 'x').length, 32);
+});
+
+test('a lookup answer matches the parked packet by either direction, and nothing else', () => {
+  const r = parseRecord(text(), null) as FlowRecord;
+  const none = new Int32Array(12);
+  assert.ok(recordMatches(r, 6, CLIENT, (40000 << 16) | 80, VIP, none), 'client → VIP');
+  assert.ok(recordMatches(r, 6, RS, ((8080 << 16) | 40000) | 0, CLIENT, none), 'real server → client');
+  assert.ok(!recordMatches(r, 6, CLIENT, (40001 << 16) | 80, VIP, none), 'another client port');
+  assert.ok(!recordMatches(r, 17, CLIENT, (40000 << 16) | 80, VIP, none), 'another protocol');
+});
+
+test('counts: sane non-negative integers are believed; a negative, huge, fractional or non-number value refuses the node', () => {
+  const known = new Set(['tcp 10.0.0.10:80|10.1.0.1:8080']);
+  const k = 'tcp 10.0.0.10:80|10.1.0.1:8080';
+  const ok = parseCounts(JSON.stringify({ [k]: [3, 4], 'tcp 10.0.0.99:80|10.1.0.1:8080': [1, 1] }), 'n1', null, known, 1e6, NOW, 6000);
+  assert.deepEqual(ok, new Map([[k, [3, 4]]]), 'unknown keys are skipped');
+  for (const bad of [[-1, 0], [0, -5], [MAX_COUNT + 1, 0], [1e308, 0], [1.5, 0], ['3', 0], [null, 0]]) {
+    assert.equal(parseCounts(JSON.stringify({ [k]: bad }), 'n1', null, known, 1e6, NOW, 6000), 'value', JSON.stringify(bad));
+  }
+  for (const bad of ['{', '[]', 'null', '7', JSON.stringify({ [k]: [1] }), JSON.stringify({ [k]: 5 })]) {
+    assert.equal(parseCounts(bad, 'n1', null, known, 1e6, NOW, 6000), 'malformed', bad);
+  }
+  assert.equal(parseCounts(JSON.stringify({ [k]: [1, 1] }), 'n1', null, known, 10, NOW, 6000), 'too_large');
+  assert.deepEqual(parseCounts(JSON.stringify({ __proto__: [1, 1], [k]: [0, 0] }), 'n1', null, known, 1e6, NOW, 6000), new Map([[k, [0, 0]]]));
+});
+
+test('counts with a key: the MAC binds them to their node and time; unsigned, wrong-key, replayed-as-another-node and old counts are refused', () => {
+  const key = macKey('0123456789abcdef-shared')!;
+  const k = 'tcp 10.0.0.10:80|10.1.0.1:8080';
+  const known = new Set([k]);
+  const json = JSON.stringify({ [k]: [2, 0] });
+  assert.deepEqual(parseCounts(signCounts(key, 'n1', json, NOW - 1000), 'n1', key, known, 1e6, NOW, 6000), new Map([[k, [2, 0]]]));
+  assert.equal(parseCounts(json, 'n1', key, known, 1e6, NOW, 6000), 'auth');
+  assert.equal(parseCounts(signCounts(key, 'n1', json, NOW), 'n2', key, known, 1e6, NOW, 6000), 'auth');
+  assert.equal(parseCounts(signCounts(macKey('another-key-of-16+chars'), 'n1', json, NOW), 'n1', key, known, 1e6, NOW, 6000), 'auth');
+  assert.equal(parseCounts(signCounts(key, 'n1', json, NOW).replace(`\n${NOW}\n`, `\n${NOW + 1}\n`), 'n1', key, known, 1e6, NOW, 6000), 'auth', 'time changed');
+  assert.equal(parseCounts(signCounts(key, 'n1', json, NOW - 6001), 'n1', key, known, 1e6, NOW, 6000), 'stale', 'an old report replayed');
+  assert.equal(parseCounts(signCounts(key, 'n1', json, NOW + 60_000), 'n1', key, known, 1e6, NOW, 6000), 'stale', 'from the future');
+});
+
+test('node list: this node, bad ids, heartbeats from the future (beyond 5 s of skew) and nodes beyond the cap are not read', () => {
+  const flat = ['self', String(NOW), 'ahead', String(NOW + 60_000), 'skewed', String(NOW + 4000), 'a b', String(NOW), 'n1', String(NOW - 1), 'n2', String(NOW - 2), 'n3', String(NOW - 3)];
+  const r = selectNodes(flat, 10, 'self', NOW, 2);
+  assert.deepEqual(r.nodes, ['skewed', 'n1']);
+  assert.deepEqual(r.refused, { future: 1, cap: 2 + 3, bad_id: 1 }, '2 not read beyond the cap, 3 not fetched at all');
+});
+
+test('the redis limits have defaults and are validated with field and reason', () => {
+  const doc = (redis: Record<string, unknown>) => ({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, redis: { url: 'redis://127.0.0.1:6379', ...redis } });
+  const r = validateConfig(doc({})).redis!;
+  assert.deepEqual([r.maxShadowShare, r.maxNodes, r.maxLookups, r.commandTimeout, r.recordKey], [0.5, 64, 1024, 1, undefined]);
+  assert.equal(validateConfig(doc({ recordKey: 'k'.repeat(16), commandTimeout: '250ms' })).redis!.commandTimeout, 0.25);
+  const bad: [Record<string, unknown>, string, RegExp][] = [
+    [{ maxShadowShare: 0 }, 'redis.maxShadowShare', /above 0 and at most 1/],
+    [{ maxShadowShare: 1.5 }, 'redis.maxShadowShare', /above 0 and at most 1/],
+    [{ maxShadowShare: '50%' }, 'redis.maxShadowShare', /above 0 and at most 1/],
+    [{ maxNodes: 0 }, 'redis.maxNodes', /between 1 and 10000/],
+    [{ maxLookups: 1.5 }, 'redis.maxLookups', /integer/],
+    [{ commandTimeout: '5ms' }, 'redis.commandTimeout', /at least 0.01 s/],
+    [{ commandTimeout: 61 }, 'redis.commandTimeout', /between 0 and 60/],
+    [{ recordKey: 'short' }, 'redis.recordKey', /at least 16 characters/],
+    [{ recordKey: 42 }, 'redis.recordKey', /non-empty string/],
+  ];
+  for (const [redis, path, reason] of bad) {
+    assert.throws(
+      () => validateConfig(doc(redis)),
+      (e: unknown) => e instanceof UvsError && e.path === path && reason.test(e.message),
+      JSON.stringify(redis),
+    );
+  }
+});
