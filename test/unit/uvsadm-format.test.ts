@@ -244,6 +244,12 @@ test('services and servers sort as libipvs + glibc qsort order them, signed word
   assert.deepEqual(sortServices(v6.map((x) => svc('udp', split(x).address, split(x).port, 'rr', []))).map(name), v6Sorted);
   // The case the issue names: fd00:: is 0xfd000000 - 0x20010db8 > 2^31 away, so it lists first.
   assert.deepEqual(sortServices([svc('tcp', '2001:db8::1', 80, 'rr', []), svc('tcp', 'fd00:200::10', 80, 'rr', [])]).map(name), ['[fd00:200::10]:80', '[2001:db8::1]:80']);
+  // An input where TimSort (Array.prototype.sort) and glibc's merge sort disagree: glibc's order.
+  const cycle = ['16.0.0.1', '158.0.0.1', '126.0.0.1', '52.0.0.1', '228.0.0.1', '17.0.0.1', '205.0.0.1', '37.0.0.1', '6.0.0.1'];
+  assert.deepEqual(
+    sortRealServers(cycle.map((address) => ({ address, port: 80 }))).map((x) => x.address),
+    ['205.0.0.1', '228.0.0.1', '6.0.0.1', '17.0.0.1', '37.0.0.1', '52.0.0.1', '126.0.0.1', '158.0.0.1', '16.0.0.1'],
+  );
   assert.deepEqual(glibcSort([3, 1, 2, 1], (a, b) => a - b), [1, 1, 2, 3]);
 });
 
