@@ -141,10 +141,10 @@ function cmpAddr(x: string, y: string): number {
 }
 
 /**
- * glibc's qsort (stdlib/msort.c, the algorithm of 2.36 and again since 2.39): a top-down merge
- * sort, left half n/2, merging from the left while cmp(left, right) <= 0. libipvs's comparator is
- * not transitive (see cmpAddr), so the order it gives depends on the algorithm; this one is
- * ipvsadm's on Debian, where Array.prototype.sort (TimSort) would differ.
+ * glibc's qsort (stdlib/msort.c; Debian 12's glibc 2.36): a top-down merge sort, left half n/2,
+ * merging from the left while cmp(left, right) <= 0. libipvs's comparator is not transitive (see
+ * cmpAddr), so the order depends on the algorithm: this is ipvsadm's on glibc systems, where
+ * Array.prototype.sort (TimSort) can differ (test/unit/uvsadm-format.test.ts has such an input).
  */
 export function glibcSort<T>(items: T[], cmp: (a: T, b: T) => number): T[] {
   const b = [...items];
