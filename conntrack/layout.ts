@@ -93,6 +93,13 @@ export const F_IN_USE = 0x10000; // uvs: slot holds a live entry
 /** Owner id the control thread uses in lock words; workers use their id + 1 (< 1000). */
 export const OWNER_CONTROL = 1000;
 
+/**
+ * A template's E_STATE bit (kernel IP_VS_CTPL_S_ASSURED, include/net/ip_vs.h): set once a
+ * connection it controls reaches ESTABLISHED (TCP, SCTP) or a UDP one sees a reply
+ * (ip_vs_control_assure_ct). `-Lnc` lists a template as ASSURED or NONE.
+ */
+export const CTPL_ASSURED = 1;
+
 /** Timer of a template that still controls connections when it fires (kernel: 60 s). */
 export const TEMPLATE_REARM_MS = 60_000;
 

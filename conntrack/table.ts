@@ -22,8 +22,8 @@
  */
 import * as L from './layout';
 import { formatIPv4, formatIPv6 } from '../lb/addr';
-import { SCTP_ACTIVE, SCTP_DEFAULT_TIMEOUTS, sctpNextState, SCTP_STATE_COUNT } from './sctp-state';
-import { TCP_ACTIVE, tcpNextState, TCP_STATE_COUNT } from './state';
+import { SCTP_ACTIVE, SCTP_DEFAULT_TIMEOUTS, SCTP_S_ESTABLISHED, sctpNextState, SCTP_STATE_COUNT } from './sctp-state';
+import { TCP_ACTIVE, TCP_ESTABLISHED, tcpNextState, TCP_STATE_COUNT } from './state';
 
 const IPPROTO_TCP = 6;
 const IPPROTO_SCTP = 132;
@@ -278,6 +278,18 @@ export class ConnTable {
     a[ot + L.E_EXPIRES] = (now + a[ot + L.E_TIMEOUT]!) | 0;
   }
 
+  /**
+   * ip_vs_control_assure_ct: marks the template controlling the entry at o (if any) ASSURED. Read
+   * before writing, so the replies of a UDP flow do not write the template's line each time.
+   */
+  private assureTemplate(o: number): void {
+    const a = this.i32;
+    const control = a[o + L.E_CONTROL]!;
+    if (control === 0) return;
+    const ot = this.base(control - 1) + L.E_STATE;
+    if ((a[ot]! & L.CTPL_ASSURED) === 0) Atomics.or(a, ot, L.CTPL_ASSURED);
+  }
+
   /** Entry whose server→client key matches, or -1. */
   findOut(b: number, proto: number, daddr: number, dports: number, laddr: number, hi: ArrayLike<number> | null = null): number {
     const a = this.i32;
@@ -343,8 +355,11 @@ export class ConnTable {
         state = next;
         a[o + L.E_STATE] = state;
         changed = true;
+        if (state === (tcp ? TCP_ESTABLISHED : SCTP_S_ESTABLISHED)) this.assureTemplate(o);
       }
       timeoutSlot = tcp ? state : L.TIMEOUT_SCTP + state;
+    } else if (dir === 1) {
+      this.assureTemplate(o); // udp_state_transition: a reply assures the template
     }
     const timeout = a[L.H_TIMEOUTS + timeoutSlot]!;
     a[o + L.E_EXPIRES] = (now + timeout) | 0;

@@ -53,7 +53,17 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
       client: hostPort(entryAddr(a, o, L.E_CADDR), cports >>> 16),
       virtual: hostPort(entryAddr(a, o, L.E_VADDR), cports & 0xffff),
       realServer: hostPort(entryAddr(a, o, L.E_DADDR), dports >>> 16),
-      state: proto === 6 ? TCP_STATE_NAMES[a[o + L.E_STATE]!]! : proto === 132 ? SCTP_STATE_NAMES[a[o + L.E_STATE]!]! : 'UDP',
+      // Templates: ip_vs_state_name()'s template names (ip_vs_proto.c), not the protocol's.
+      state:
+        a[o + L.E_FLAGS]! & L.F_TEMPLATE
+          ? a[o + L.E_STATE]! & L.CTPL_ASSURED
+            ? 'ASSURED'
+            : 'NONE'
+          : proto === 6
+            ? TCP_STATE_NAMES[a[o + L.E_STATE]!]!
+            : proto === 132
+              ? SCTP_STATE_NAMES[a[o + L.E_STATE]!]!
+              : 'UDP',
       expiresIn: Math.max(0, ((a[o + L.E_EXPIRES]! - now) | 0) / 1000),
       inactive: (a[o + L.E_FLAGS]! & L.F_INACTIVE) !== 0,
     });
@@ -286,8 +296,10 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
   app.post('/v1/zero', async (req) => {
     // ipvsadm -Z: packet, byte and connection counters start again from zero (all services, or one).
     const b = (req.body ?? {}) as { service?: ServiceRef };
-    const list = d.model.list().filter((s) => !b.service || s.key === serviceKey(b.service));
-    if (b.service && list.length === 0) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${serviceKey(b.service)}`, 'service');
+    // Any spelling of an IPv6 address finds the service, as every other lookup (refFrom) does.
+    const ref = b.service ? { ...b.service, address: canonAddr(b.service.address) as string } : undefined;
+    const list = d.model.list().filter((s) => !ref || s.key === serviceKey(ref));
+    if (ref && list.length === 0) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${serviceKey(ref)}`, 'service');
     for (const s of list) {
       d.stats.zeroService(s.slot);
       for (const r of s.realServers) d.stats.zeroRealServer(r.slot);

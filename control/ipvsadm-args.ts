@@ -14,6 +14,8 @@
  *   carries no layer-2 frames, so uvs cannot route directly;
  * - host names come from /etc/hosts only (the caller's lookupHost), never DNS; ports may be
  *   /etc/services names (lookupService);
+ * - IPv6 addresses are written back in one spelling (RFC 5952), so lookups match uvsd's;
+ * - --tun-type gue|gre (and so --tun-port, --tun-*csum) are refused: uvs tunnels in IPIP only;
  * - a second command (`-A … -D`) says `multiple commands specified` (popt-built ipvsadm says
  *   `invalid option`);
  * - `-r` without a port takes the service's port wherever -t/-u comes on the line;
@@ -21,6 +23,7 @@
  * - in -R input, blank lines and lines starting with # are skipped.
  */
 import { isIPv6 } from 'node:net';
+import { formatIPv6, parseIPv6 } from '../lb/addr';
 import type { EditOp, ServiceRef } from './edits';
 
 export const PROGRAM = 'uvsadm';
@@ -316,8 +319,9 @@ export interface ListFormat {
 export type Command =
   | { kind: 'help'; text: string }
   | { kind: 'version'; text: string }
-  | { kind: 'list'; what: 'services' | 'connections' | 'timeout' | 'drain' | 'health'; service?: ServiceRef; format: ListFormat }
-  | { kind: 'save' }
+  | { kind: 'list'; what: 'services' | 'connections' | 'timeout' | 'daemon' | 'drain' | 'health'; service?: ServiceRef; format: ListFormat }
+  /** -S; without -n names are printed (as the listings). */
+  | { kind: 'save'; numeric: boolean }
   | { kind: 'restore' }
   /** -A -E -D -C -a -e -d --set: one batch. */
   | { kind: 'edit'; command: string; ops: EditOp[] }
@@ -446,7 +450,9 @@ function parseService(buf: string, protocol: string, env: ParseEnv): { bits: num
     host = host.slice(1, close);
   }
   let ep: Endpoint;
-  if (isIPv6(host)) ep = { af: 6, address: host, port: 0 };
+  // One spelling per IPv6 address (RFC 5952, as uvsd stores it): every lookup — -L, -Z, -D, -a
+  // — then finds "[FD00:200:0::10]" as the service "[fd00:200::10]" (inet_pton compares bytes).
+  if (isIPv6(host)) ep = { af: 6, address: formatIPv6(parseIPv6(host)!), port: 0 };
   else {
     // As in ipvsadm, the port of "[1.2.3.4]:80" is looked for inside the brackets (and not found).
     const c = host.lastIndexOf(':');
@@ -533,7 +539,7 @@ export function parseArgs(argv: string[], env: ParseEnv = {}): ParseResult {
 
 function parse(argv: string[], env: ParseEnv, program: string): Command {
   const noFormat: ListFormat = { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false };
-  // No argument at all: list the table (without -n, which uvs prints anyway).
+  // No argument at all: list the table, without -n (names).
   if (argv.length === 0) return { kind: 'list', what: 'services', format: noFormat };
   const ce: Entry = {
     cmd: CMD.NONE,
@@ -816,8 +822,14 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   if (svc.fwmark) unsupported('fwmark services (-f) are not supported: packets reach uvs through a TUN device, which does not carry netfilter marks');
   if (svc.pe) unsupported('persistence engines (--pe) are not supported');
   if (svc.ops) unsupported('one-packet scheduling (-o/--ops) is not supported yet');
-  if (ce.cmd === CMD.STARTDAEMON || ce.cmd === CMD.STOPDAEMON || (ce.cmd === CMD.LIST && ce.options.has(OPT.daemon))) {
+  // -L --daemon lists the sync daemons that run: none, so nothing (ipvsadm's list_daemon prints a
+  // line per running one, and monitoring scripts call it). Starting or stopping one is refused.
+  if (ce.cmd === CMD.STARTDAEMON || ce.cmd === CMD.STOPDAEMON) {
     unsupported('uvs has no IPVS connection-sync daemon: uvs instances share connection state through Redis instead');
+  }
+  // Accepted-then-ignored would make a GUE/GRE server an IPIP one behind the operator's back.
+  if ((ce.cmd === CMD.ADDDEST || ce.cmd === CMD.EDITDEST) && ce.dest.tunType !== 0) {
+    unsupported(`${TUN_NAMES[ce.dest.tunType]} tunnels (--tun-type ${TUN_NAMES[ce.dest.tunType]}) are not supported: uvs encapsulates in IPIP (IPv6: ip6ip6) only, --tun-type ipip`);
   }
   return build(ce, fwd);
 }
@@ -869,11 +881,11 @@ function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel' | 'fullnat'): Command
   switch (ce.cmd) {
     case CMD.LIST: {
       const has = (n: OptName) => ce.options.has(OPT[n]);
-      const what = has('connection') ? 'connections' : has('timeout') ? 'timeout' : has('drain') ? 'drain' : has('health') ? 'health' : 'services';
+      const what = has('connection') ? 'connections' : has('timeout') ? 'timeout' : has('daemon') ? 'daemon' : has('drain') ? 'drain' : has('health') ? 'health' : 'services';
       return { kind: 'list', what, format: ce.list, ...(what === 'services' && hasService ? { service: ref } : {}) };
     }
     case CMD.SAVE:
-      return { kind: 'save' };
+      return { kind: 'save', numeric: ce.options.has(OPT.numeric) };
     case CMD.RESTORE:
       return { kind: 'restore' };
     case CMD.ZERO:
@@ -994,6 +1006,16 @@ export function classicError(op: EditOp['op'] | 'zero', err: { code?: string; me
   return undefined;
 }
 
+/**
+ * The daemon's refusal as uvsadm prints it after ipvsadm's own line: "uvsadm: CODE: reason". The
+ * batch's "ops[3]." or "ops[3]: " prefix goes (the operation is the command itself), so
+ * "ops[0].realServer.weight: …" reads "realServer.weight: …" and "ops[0]: no real server …"
+ * reads "no real server …" (not ": no real server").
+ */
+export function daemonError(err: { code?: string; message?: string; path?: string }, status: number): string {
+  return `${PROGRAM}: ${err.code ?? status}: ${(err.message ?? 'request failed').replace(/^ops\[\d+\](?:\.|: )/, '')}\n`;
+}
+
 // ── help ─────────────────────────────────────────────────────────────────────────────────────
 export function versionLine(): string {
   return `${PROGRAM} ${VERSION} (ipvsadm v1.31 command line, IPVS v1.2.1 semantics, uvsd over its API socket)\n`;
@@ -1045,8 +1067,7 @@ Options:
   --scheduler    -s scheduler         one of rr|wrr|lc|wlc|lblc|lblcr|dh|sh|sed|nq|fo|ovf|mh|twos,
                                       the default scheduler is ${DEF_SCHED}.
   --pe            engine              alternate persistence engine (uvs: not supported)
-  --persistent   -p [timeout]         persistent service (default timeout ${DEFAULT_PERSISTENT_TIMEOUT};
-                                      uvs: refused by uvsd until persistence is implemented)
+  --persistent   -p [timeout]         persistent service (default timeout ${DEFAULT_PERSISTENT_TIMEOUT})
   --netmask      -M netmask           persistent granularity mask
   --real-server  -r server-address    server-address is host (and port); no port = the service's
   --gatewaying   -g                   gatewaying (direct routing) (uvs: refused, a TUN device
@@ -1055,17 +1076,17 @@ Options:
   --masquerading -m                   masquerading (NAT) (the default in uvs; ipvsadm's is -g)
   --fullnat                           (uvs) full-NAT: the source becomes uvsd's pool address and port
   --tun-type      type                one of ipip|gue|gre,
-                                      the default tunnel type is ipip.
-  --tun-port      port                tunnel destination port
-  --tun-nocsum                        tunnel encapsulation without checksum
-  --tun-csum                          tunnel encapsulation with checksum
-  --tun-remcsum                       tunnel encapsulation with remote checksum
+                                      the default tunnel type is ipip (uvs: ipip only)
+  --tun-port      port                tunnel destination port (uvs: gue only, not supported)
+  --tun-nocsum                        tunnel encapsulation without checksum (uvs: not supported)
+  --tun-csum                          tunnel encapsulation with checksum (uvs: not supported)
+  --tun-remcsum                       tunnel encapsulation with remote checksum (uvs: not supported)
   --weight       -w weight            capacity of real server
   --u-threshold  -x uthreshold        upper threshold of connections
   --l-threshold  -y lthreshold        lower threshold of connections
   --connection   -c                   output of current IPVS connections
   --timeout                           output of timeout (tcp tcpfin udp)
-  --daemon                            output of daemon information (uvs: no sync daemon)
+  --daemon                            output of daemon information (uvs: none runs, so nothing)
   --stats                             output of statistics information
   --rate                              output of rate information (uvsd's estimator: the
                                       kernel's, every 2 s, EWMA weight 1/4)
@@ -1076,7 +1097,7 @@ Options:
   --nosort                            disable sorting output of service/server entries
   --sort                              does nothing, for backwards compatibility
   --ops          -o                   one-packet scheduling (uvs: not supported yet)
-  --numeric      -n                   numeric output of addresses and ports (uvs is always numeric)
+  --numeric      -n                   numeric output of addresses and ports
   --sched-flags  -b flags             scheduler flags (comma-separated)
 Daemon Options:
   --syncid sid                        syncid for connection sync (default=255)
@@ -1095,7 +1116,8 @@ uvs additions:
   -L --health                         health-check verdicts per real server
 
 Differences from ipvsadm: the default forwarding method is masquerading (-m): uvs cannot route
-directly. Names are never resolved (listings are always numeric; host names are read from
-/etc/hosts only). Changes made here live in uvsd until its configuration file is reloaded.
+directly. Host names given here are read from /etc/hosts only; without -n, listings look names
+up in /etc/hosts, /etc/services and reverse DNS (300 ms for the whole listing, then numbers).
+Changes made here live in uvsd until its configuration file is reloaded.
 `;
 }

@@ -3,7 +3,9 @@
  * print_service_entry, print_largenum, list_conn, list_timeout; ../shared/ipvs-semantics.md
  * §6.2). Pure functions of API data, so tests can compare them with known ipvsadm output.
  *
- * uvs never resolves names: every listing is what ipvsadm prints with -n.
+ * Names: without -n ipvsadm prints host and service names (addrport_to_anyname: gethostbyaddr,
+ * getservbyport). Looking them up is asynchronous, so the caller resolves first (names.ts) and
+ * passes the answers as `names`; absent, every address and port is numeric (-n).
  */
 import { hostPort, parseIPv6 } from '../lb/addr';
 
@@ -75,6 +77,26 @@ export interface ListOptions {
   exact?: boolean;
   /** Kernel order (as the API lists them) instead of libipvs's sort. */
   nosort?: boolean;
+  /** Host and service names (no -n); absent = numeric. */
+  names?: Names;
+}
+
+/** Answers already looked up (names.ts); null = print the number. */
+export interface Names {
+  host(address: string): string | null;
+  /** getservbyport(port, protocol) for 'tcp', 'udp' or 'sctp'. */
+  service(port: number, protocol: string): string | null;
+}
+
+/**
+ * addrport_to_anyname(): "addr:port" (IPv6 "[addr]:port") with the names found, else numbers. Its
+ * buffer is 60 bytes, so a name makes at most 59 characters.
+ */
+export function addrPort(address: string, port: number, protocol: string, names?: Names): string {
+  if (!names) return hostPort(address, port);
+  const host = names.host(address) ?? address;
+  const p = names.service(port, protocol) ?? String(port);
+  return (address.includes(':') ? `[${host}]:${p}` : `${host}:${p}`).slice(0, 59);
 }
 
 const left = (s: string | number, w: number) => String(s).padEnd(w);
@@ -98,8 +120,11 @@ function cmpU32(a: number, b: number): number {
 const PROTO_ORDER: Record<string, number> = { tcp: 6, udp: 17, sctp: 132 };
 
 /**
- * Address order of libipvs's comparators: IPv4 before IPv6 (af), IPv4 as a 32-bit difference
- * (its quirk kept), IPv6 by memcmp of the 16 bytes.
+ * Address order of libipvs's comparators (ipvs_cmp_services, ipvs_cmp_dests): IPv4 before IPv6
+ * (af), then the address as host-order 32-bit words, each compared as `int r = ntohl(a) -
+ * ntohl(b)` — a difference of unsigned words kept in a signed int, so two words 2^31 or more apart
+ * compare backwards (192.168.x before 10.x; fd00:: before 2001:db8::). IPv6 stops at the first
+ * word that differs.
  */
 function cmpAddr(x: string, y: string): number {
   const x6 = x.includes(':');
@@ -108,13 +133,44 @@ function cmpAddr(x: string, y: string): number {
   if (!x6) return cmpU32(addrU32(x), addrU32(y));
   const a = parseIPv6(x)!;
   const b = parseIPv6(y)!;
-  for (let i = 0; i < 4; i++) if (a[i] !== b[i]) return (a[i]! >>> 0) < (b[i]! >>> 0) ? -1 : 1;
+  for (let i = 0; i < 4; i++) {
+    const r = cmpU32(a[i]! >>> 0, b[i]! >>> 0);
+    if (r !== 0) return r;
+  }
   return 0;
+}
+
+/**
+ * glibc's qsort (stdlib/msort.c; Debian 12's glibc 2.36): a top-down merge sort, left half n/2,
+ * merging from the left while cmp(left, right) <= 0. libipvs's comparator is not transitive (see
+ * cmpAddr), so the order depends on the algorithm: this is ipvsadm's on glibc systems, where
+ * Array.prototype.sort (TimSort) can differ (test/unit/uvsadm-format.test.ts has such an input).
+ */
+export function glibcSort<T>(items: T[], cmp: (a: T, b: T) => number): T[] {
+  const b = [...items];
+  const tmp = new Array<T>(b.length);
+  const msort = (lo: number, n: number): void => {
+    if (n <= 1) return;
+    const n1 = n >>> 1;
+    msort(lo, n1);
+    msort(lo + n1, n - n1);
+    let i = lo;
+    let j = lo + n1;
+    let k = 0;
+    const iEnd = lo + n1;
+    const jEnd = lo + n;
+    while (i < iEnd && j < jEnd) tmp[k++] = cmp(b[i]!, b[j]!) <= 0 ? b[i++]! : b[j++]!;
+    while (i < iEnd) tmp[k++] = b[i++]!;
+    for (let m = 0; m < k; m++) b[lo + m] = tmp[m]!;
+  };
+  msort(0, b.length);
+  return b;
 }
 
 /** ipvs_cmp_services (libipvs.c): family, protocol, then address and port. */
 export function sortServices<T extends FmtService>(svcs: T[]): T[] {
-  return [...svcs].sort(
+  return glibcSort(
+    svcs,
     (x, y) =>
       Number(x.address.includes(':')) - Number(y.address.includes(':')) ||
       (PROTO_ORDER[x.protocol] ?? 0) - (PROTO_ORDER[y.protocol] ?? 0) ||
@@ -124,7 +180,7 @@ export function sortServices<T extends FmtService>(svcs: T[]): T[] {
 }
 /** ipvs_cmp_dests (libipvs.c). */
 export function sortRealServers<T extends { address: string; port: number }>(rs: T[]): T[] {
-  return [...rs].sort((x, y) => cmpAddr(x.address, y.address) || x.port - y.port);
+  return glibcSort(rs, (x, y) => cmpAddr(x.address, y.address) || x.port - y.port);
 }
 
 /** IP_VS_SVC_F_SCHED1..3: the kernel keeps bits, so flag-1, sh-fallback and mh-fallback are one flag. */
@@ -146,21 +202,34 @@ function hasFlags(flags: string[]): boolean {
 }
 
 /** svc_name: "%-4s %s", cut at 33 characters for IPv4; IPv6 as [addr]:port, whole. */
-function svcName(s: FmtService): string {
-  const name = `${left(PROTO_NAME[s.protocol] ?? '?', 4)} ${hostPort(s.address, s.port)}`;
+function svcName(s: FmtService, names?: Names): string {
+  const name = `${left(PROTO_NAME[s.protocol] ?? '?', 4)} ${addrPort(s.address, s.port, s.protocol, names)}`;
   return s.address.includes(':') ? name : name.slice(0, 33);
 }
-function destName(r: FmtRealServer): string {
-  return r.address.includes(':') ? hostPort(r.address, r.port) : `${r.address}:${r.port}`.slice(0, 28);
+/** dname, cut at 28 characters for IPv4 (print_service_entry), whole for IPv6 and in -S. */
+function destName(r: FmtRealServer, protocol: string, names?: Names): string {
+  const d = addrPort(r.address, r.port, protocol, names);
+  return r.address.includes(':') ? d : d.slice(0, 28);
+}
+
+/**
+ * The persistence mask as ipvsadm prints it, or null when it is the default: IPv4 a dotted mask
+ * other than 255.255.255.255 (inet_ntoa), IPv6 a prefix length other than 128 (" mask %i").
+ */
+function maskText(s: FmtService): string | null {
+  if (s.netmask === undefined) return null;
+  if (s.address.includes(':')) return Number(s.netmask) === 128 ? null : String(Number(s.netmask));
+  return s.netmask === '255.255.255.255' ? null : s.netmask;
 }
 
 /** The default service line: scheduler, (flags), persistent T [mask M] [pe P], ops. */
-function svcLine(s: FmtService): string {
-  let line = `${svcName(s)} ${s.scheduler}`;
+function svcLine(s: FmtService, names?: Names): string {
+  let line = `${svcName(s, names)} ${s.scheduler}`;
   if (hasFlags(s.schedFlags)) line += ` (${schedFlagsText(s.scheduler, s.schedFlags)})`;
   if (s.persistence) {
     line += ` persistent ${s.persistence}`;
-    if (s.netmask && s.netmask !== '255.255.255.255') line += ` mask ${s.netmask}`;
+    const mask = maskText(s);
+    if (mask !== null) line += ` mask ${mask}`;
     if (s.pe) line += ` pe ${s.pe}`;
   }
   if (s.ops) line += ' ops';
@@ -199,13 +268,13 @@ function serviceEntry(s: FmtService, o: ListOptions): string[] {
   const nums = (v: number[]) => v.map((x) => largeNum(x, ex)).join('');
   const st = (x: FmtStats) => nums([x.conns, x.inPkts, x.outPkts, x.inBytes, x.outBytes]);
   const out: string[] = [];
-  if (o.stats) out.push(`${left(svcName(s), 33)}${st(s.stats)}`);
+  if (o.stats) out.push(`${left(svcName(s, o.names), 33)}${st(s.stats)}`);
   else if (o.rate) {
     const r = s.rates ?? ZERO_RATES;
-    out.push(`${left(svcName(s), 33)}${nums([r.cps, r.inPps, r.outPps, r.inBps, r.outBps])}`);
-  } else out.push(svcLine(s));
+    out.push(`${left(svcName(s, o.names), 33)}${nums([r.cps, r.inPps, r.outPps, r.inBps, r.outBps])}`);
+  } else out.push(svcLine(s, o.names));
   for (const r of o.nosort ? s.realServers : sortRealServers(s.realServers)) {
-    const d = destName(r);
+    const d = destName(r, s.protocol, o.names);
     if (o.stats) out.push(`  -> ${left(d, 28)}${st(r.stats)}`);
     else if (o.rate) {
       const x = r.rates ?? ZERO_RATES;
@@ -239,14 +308,15 @@ export function formatList(tableSize: number, services: FmtService[], opts: List
  * ipvsadm's "-a %s -r %s %s -w %d" drops the thresholds, so its save/restore loses them; uvs
  * appends " -x U" / " -y L" when they are set (still valid ipvsadm input) so -S | -R is lossless.
  */
-export function formatSave(services: FmtService[]): string {
+export function formatSave(services: FmtService[], names?: Names): string {
   const out: string[] = [];
   for (const s of sortServices(services)) {
-    const name = `${SAVE_PROTO[s.protocol] ?? '--xxx-service'} ${hostPort(s.address, s.port)}`;
+    const name = `${SAVE_PROTO[s.protocol] ?? '--xxx-service'} ${addrPort(s.address, s.port, s.protocol, names)}`;
     let line = `-A ${name} -s ${s.scheduler}`;
     if (s.persistence) {
       line += ` -p ${s.persistence}`;
-      if (s.netmask && s.netmask !== '255.255.255.255') line += ` -M ${s.netmask}`;
+      const mask = maskText(s);
+      if (mask !== null) line += ` -M ${mask}`;
     }
     if (s.pe) line += ` --pe ${s.pe}`;
     if (s.ops) line += ' -o';
@@ -255,14 +325,24 @@ export function formatSave(services: FmtService[]): string {
     for (const r of sortRealServers(s.realServers)) {
       const tun = r.forwarding === 'tunnel' ? ' --tun-type ipip' : '';
       const thresholds = `${r.upperThreshold ? ` -x ${r.upperThreshold}` : ''}${r.lowerThreshold ? ` -y ${r.lowerThreshold}` : ''}`;
-      out.push(`-a ${name} -r ${hostPort(r.address, r.port)} ${FWD_SWITCH[r.forwarding] ?? '-g'} -w ${r.weight}${tun}${thresholds}`);
+      out.push(`-a ${name} -r ${addrPort(r.address, r.port, s.protocol, names)} ${FWD_SWITCH[r.forwarding] ?? '-g'} -w ${r.weight}${tun}${thresholds}`);
     }
   }
   return out.map((l) => l + '\n').join('');
 }
 
+/** "addr:port" or "[addr]:port" (the API's form) → address and port; null if neither. */
+export function splitAddrPort(s: string): { address: string; port: number } | null {
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(s) ?? /^([^:]+):(\d+)$/.exec(s);
+  return m ? { address: m[1]!, port: Number(m[2]) } : null;
+}
+function connName(s: string, protocol: string, names?: Names): string {
+  const ap = names ? splitAddrPort(s) : null;
+  return ap ? addrPort(ap.address, ap.port, protocol.toLowerCase(), names) : s;
+}
+
 /** `-Lnc`; with --persistent-conn the title gains the pe columns (rows only when an entry has pe data, which uvs never has). */
-export function formatConnections(conns: FmtConnection[], opts: { persistentConn?: boolean } = {}): string {
+export function formatConnections(conns: FmtConnection[], opts: { persistentConn?: boolean; names?: Names } = {}): string {
   const head = opts.persistentConn
     ? `pro expire ${left('state', 11)} ${left('source', 18)} ${left('virtual', 18)} ${left('destination', 18)} ${left('pe name', 16)} pe_data`
     : `pro expire ${left('state', 11)} ${left('source', 18)} ${left('virtual', 18)} destination`;
@@ -270,7 +350,8 @@ export function formatConnections(conns: FmtConnection[], opts: { persistentConn
   for (const c of conns) {
     const secs = Math.max(0, Math.floor(c.expiresIn));
     const expire = `${String(Math.floor(secs / 60)).padStart(2, '0')}:${String(secs % 60).padStart(2, '0')}`;
-    out.push(`${left(c.protocol, 3)} ${left(expire, 6)} ${left(c.state, 11)} ${left(c.client, 18)} ${left(c.virtual, 18)} ${c.realServer}`);
+    const n = opts.names;
+    out.push(`${left(c.protocol, 3)} ${left(expire, 6)} ${left(c.state, 11)} ${left(connName(c.client, c.protocol, n), 18)} ${left(connName(c.virtual, c.protocol, n), 18)} ${connName(c.realServer, c.protocol, n)}`);
   }
   return out.join('\n') + '\n';
 }

@@ -105,6 +105,49 @@ export function buildRegistry(d: Daemon): Registry {
   backend('node_ipvs_backend_connections_inactive', 'The current inactive connections by local and remote address.', (r) => r.inactConns);
   backend('node_ipvs_backend_weight', 'The current backend weight by local and remote address.', (r) => r.weight);
 
+  // Per service and per real server (ipvsadm --stats): node_exporter has node totals only. -Z
+  // restarts them from zero, which rate() reads as a counter reset.
+  const serviceLabels = (s: { cfg: { address: string; port: number; protocol: string } }) => ({ local_address: s.cfg.address, local_port: String(s.cfg.port), proto: s.cfg.protocol.toUpperCase() });
+  const SERVICE_LABELS = ['local_address', 'local_port', 'proto'];
+  counterFrom('uvs_service_connections_total', 'Connections scheduled per virtual service (ipvsadm --stats Conns).', SERVICE_LABELS, (c) => {
+    for (const s of d.model.list()) c.inc(serviceLabels(s), d.stats.service(s.slot).conns);
+  });
+  counterFrom('uvs_service_packets_total', 'Packets per virtual service: in = client to server, out = server to client (ipvsadm --stats InPkts, OutPkts).', [...SERVICE_LABELS, 'direction'], (c) => {
+    for (const s of d.model.list()) {
+      const st = d.stats.service(s.slot);
+      c.inc({ ...serviceLabels(s), direction: 'in' }, st.inPkts);
+      c.inc({ ...serviceLabels(s), direction: 'out' }, st.outPkts);
+    }
+  });
+  counterFrom('uvs_service_bytes_total', 'Bytes per virtual service, by direction (ipvsadm --stats InBytes, OutBytes).', [...SERVICE_LABELS, 'direction'], (c) => {
+    for (const s of d.model.list()) {
+      const st = d.stats.service(s.slot);
+      c.inc({ ...serviceLabels(s), direction: 'in' }, st.inBytes);
+      c.inc({ ...serviceLabels(s), direction: 'out' }, st.outBytes);
+    }
+  });
+  counterFrom('uvs_backend_connections_total', 'Connections scheduled per real server of a service.', [...BACKEND_LABELS], (c) => {
+    for (const s of d.model.list()) for (const r of s.realServers) c.inc(backendLabels(s, r), d.stats.realServer(r.slot).conns);
+  });
+  counterFrom('uvs_backend_packets_total', 'Packets per real server of a service, by direction.', [...BACKEND_LABELS, 'direction'], (c) => {
+    for (const s of d.model.list()) {
+      for (const r of s.realServers) {
+        const st = d.stats.realServer(r.slot);
+        c.inc({ ...backendLabels(s, r), direction: 'in' }, st.inPkts);
+        c.inc({ ...backendLabels(s, r), direction: 'out' }, st.outPkts);
+      }
+    }
+  });
+  counterFrom('uvs_backend_bytes_total', 'Bytes per real server of a service, by direction.', [...BACKEND_LABELS, 'direction'], (c) => {
+    for (const s of d.model.list()) {
+      for (const r of s.realServers) {
+        const st = d.stats.realServer(r.slot);
+        c.inc({ ...backendLabels(s, r), direction: 'in' }, st.inBytes);
+        c.inc({ ...backendLabels(s, r), direction: 'out' }, st.outBytes);
+      }
+    }
+  });
+
   counterFrom('uvs_packets_total', 'Packets read from (rx) and written to (tx) the TUN device.', ['direction'], (c) => {
     const g = d.stats.global();
     c.inc({ direction: 'rx' }, g.rxPackets!);

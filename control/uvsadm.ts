@@ -5,9 +5,10 @@
  * POST /v1/batch each (-R: the whole input as one batch, applied whole or not at all).
  */
 import { readFileSync } from 'node:fs';
+import { canonAddr } from '../lb/addr';
 import { apiCall, DEFAULT_SOCKET } from './client';
 import type { EditOp, ServiceRef } from './edits';
-import { classicError, keepUvsSettings, parseArgs, parseRestore, PROGRAM, splitSocket, type ListFormat, type ParseEnv, type RestoreLine } from './ipvsadm-args';
+import { classicError, daemonError, keepUvsSettings, parseArgs, parseRestore, PROGRAM, splitSocket, type ListFormat, type ParseEnv, type RestoreLine } from './ipvsadm-args';
 import {
   formatConnections,
   formatDrains,
@@ -19,7 +20,10 @@ import {
   type FmtDrain,
   type FmtHealth,
   type FmtService,
+  type Names,
+  splitAddrPort,
 } from './ipvsadm-format';
+import { resolveNames } from './names';
 
 interface ApiError {
   code?: string;
@@ -91,8 +95,7 @@ async function sendBatch(socket: string, ops: EditOp[], lines?: RestoreLine[]): 
   const i = m ? Number(m[1]) : -1;
   const classic = ops[i] ? classicError(ops[i]!.op, r.body) : undefined;
   if (classic) err(`${classic}\n`);
-  // "ops[3].realServer.weight: …" → "realServer.weight: …": the operation is the command itself.
-  err(`${PROGRAM}: ${r.body.code ?? r.status}: ${(r.body.message ?? 'request failed').replace(/^ops\[\d+\]\.?/, '')}\n`);
+  err(daemonError(r.body, r.status));
   if (lines) {
     const where = i >= 0 && lines[i] ? ` at line ${lines[i]!.line} (${lines[i]!.text})` : '';
     err(`${PROGRAM}: restore refused${where}; nothing was changed\n`);
@@ -101,11 +104,25 @@ async function sendBatch(socket: string, ops: EditOp[], lines?: RestoreLine[]): 
 }
 
 function sameRef(s: { protocol: string; address: string; port: number }, ref: ServiceRef): boolean {
-  return s.protocol === ref.protocol && s.address === ref.address && s.port === ref.port;
+  return s.protocol === ref.protocol && canonAddr(s.address) === canonAddr(ref.address) && s.port === ref.port;
+}
+
+/** Names for a listing without -n (undefined with -n: numbers). */
+async function namesFor(numeric: boolean, addresses: Iterable<string>): Promise<Names | undefined> {
+  return numeric ? undefined : resolveNames(addresses);
+}
+function serviceAddresses(services: FmtService[]): string[] {
+  return services.flatMap((s) => [s.address, ...s.realServers.map((r) => r.address)]);
 }
 
 async function list(socket: string, what: string, format: ListFormat, service: ServiceRef | undefined): Promise<number> {
   switch (what) {
+    case 'daemon': {
+      // No sync daemon ever runs in uvs: nothing to print (ipvsadm prints a line per running
+      // one). uvsd must still answer, as ipvsadm needs the kernel's answer.
+      if (!(await get<unknown>(socket, '/v1/info'))) return 1;
+      return 0;
+    }
     case 'timeout': {
       const t = await get<{ tcp: number; tcpFin: number; udp: number }>(socket, '/v1/timeouts');
       if (!t) return 1;
@@ -134,7 +151,8 @@ async function list(socket: string, what: string, format: ListFormat, service: S
         offset += b.connections.length;
         if (b.connections.length === 0 || offset >= b.total) break;
       }
-      out(formatConnections(rows, { persistentConn: format.persistentConn }));
+      const addrs = rows.flatMap((c) => [c.client, c.virtual, c.realServer].map((x) => splitAddrPort(x)?.address ?? ''));
+      out(formatConnections(rows, { persistentConn: format.persistentConn, names: await namesFor(format.numeric, addrs) }));
       return 0;
     }
     default: {
@@ -146,8 +164,8 @@ async function list(socket: string, what: string, format: ListFormat, service: S
           err('No such service\n');
           return 1;
         }
-        out(formatList(b.tableSize, one, { ...format, header: false }));
-      } else out(formatList(b.tableSize, b.services, format));
+        out(formatList(b.tableSize, one, { ...format, header: false, names: await namesFor(format.numeric, serviceAddresses(one)) }));
+      } else out(formatList(b.tableSize, b.services, { ...format, names: await namesFor(format.numeric, serviceAddresses(b.services)) }));
       return 0;
     }
   }
@@ -158,7 +176,7 @@ async function list(socket: string, what: string, format: ListFormat, service: S
  * are only draining, and health-check weights of 0, are not configuration and must not come back
  * through -R.
  */
-async function save(socket: string): Promise<number> {
+async function save(socket: string, numeric: boolean): Promise<number> {
   type Cfg = { protocol: string; address: string; port: number; scheduler: string; schedFlags?: string[]; persistence?: number; netmask?: string; realServers: { address: string; port: number; weight: number; forwarding: string; upperThreshold?: number; lowerThreshold?: number }[] };
   const b = await get<{ effective: { services: Cfg[] } }>(socket, '/v1/config');
   if (!b) return 1;
@@ -174,7 +192,7 @@ async function save(socket: string): Promise<number> {
     stats: zero,
     realServers: s.realServers.map((r) => ({ ...r, activeConns: 0, inactConns: 0, stats: zero })),
   }));
-  out(formatSave(services));
+  out(formatSave(services, await namesFor(numeric, serviceAddresses(services))));
   return 0;
 }
 
@@ -200,7 +218,7 @@ async function main(argv: string[]): Promise<number> {
       case 'list':
         return await list(socket, c.what, c.format, c.service);
       case 'save':
-        return await save(socket);
+        return await save(socket, c.numeric);
       case 'edit':
         return await sendBatch(socket, c.ops);
       case 'restore': {
@@ -217,7 +235,7 @@ async function main(argv: string[]): Promise<number> {
         if (r.status === 200) return 0;
         const classic = classicError('zero', r.body);
         if (classic) err(`${classic}\n`);
-        err(`${PROGRAM}: ${r.body.code ?? r.status}: ${r.body.message ?? 'request failed'}\n`);
+        err(daemonError(r.body, r.status));
         return 255;
       }
       case 'reload': {

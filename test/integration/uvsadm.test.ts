@@ -8,7 +8,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { Lab, LAB_VIP, sleep } from '../../lab/lab';
+import { Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
+import { servicesTable } from '../../control/names';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
@@ -23,6 +24,16 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false :
   const uvsadm = (args: string, input?: string) => {
     const r = spawnSync(process.execPath, [UVSADM, '--socket', lab.socket, ...args.split(' ').filter(Boolean)], { encoding: 'utf8', input, timeout: 30000 });
     return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+  };
+  /**
+   * uvsadm in a network namespace of its own with no interface up (`unshare -n`; it disappears
+   * with the process): its reverse-DNS queries fail at once, so names come only from the files —
+   * deterministic whatever resolver this machine has. The API socket is a file, reachable.
+   */
+  const uvsadmNoNet = (args: string) => {
+    const t0 = Date.now();
+    const r = spawnSync('unshare', ['-n', process.execPath, UVSADM, '--socket', lab.socket, ...args.split(' ').filter(Boolean)], { encoding: 'utf8', timeout: 30000 });
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr, ms: Date.now() - t0 };
   };
   /** uvsadm that must succeed: its stdout. */
   const ok = (args: string, input?: string) => {
@@ -42,7 +53,7 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false :
   before(async () => {
     lab.up();
     await lab.waitServers();
-    await lab.startUvsd(lab.writeConfig(lab.config([])));
+    await lab.startUvsd(lab.writeConfig(lab.config([], { dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR] } })));
   });
 
   after(async () => {
@@ -136,8 +147,7 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false :
     ok(`-a -u ${LAB_VIP}:53 -r ${rs1}:5353 -w 3 -x 100 -y 50`);
     ok(`-A -t ${LAB_VIP}:81 -s mh -b mh-fallback,mh-port`);
     ok(`-a -t ${LAB_VIP}:81 -r ${rs2}:8080 -w 1`);
-    const saved = ok('-S');
-    assert.equal(ok('-Sn'), saved);
+    const saved = ok('-Sn');
     assert.deepEqual(
       saved.split('\n').filter((l) => l.startsWith('-A')),
       [`-A -t ${web} -s rr`, `-A -t ${LAB_VIP}:81 -s mh -b mh-fallback,mh-port`, `-A -u ${LAB_VIP}:53 -s wlc`],
@@ -149,9 +159,9 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false :
     const before = ok('-Ln').replace(/ +\d+ +\d+ +$/gm, ''); // without the connection counts
 
     ok('-C');
-    assert.equal(ok('-S'), '');
+    assert.equal(ok('-Sn'), '');
     ok('-R', saved);
-    assert.equal(ok('-S'), saved, 'the same rules after the round trip');
+    assert.equal(ok('-Sn'), saved, 'the same rules after the round trip');
     assert.equal(ok('-Ln').replace(/ +\d+ +\d+ +$/gm, ''), before, 'the same services and servers, weights and flags');
     assert.match(destLine(ok('-Ln --thresholds'), rs1, 5353)!, / +100 +50 +/);
     assert.deepEqual(Object.keys(curlMany(3)).sort(), ['rs1', 'rs2', 'rs3']);
@@ -163,11 +173,11 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false :
     assert.equal(bad.stderr.split('\n')[0], 'Service not defined');
     assert.match(bad.stderr, /UVS_ERR_API_NOT_FOUND/);
     assert.match(bad.stderr, /restore refused at line 3 \(-a -t 10\.200\.0\.10:83 -r 10\.200\.11\.2:8080\); nothing was changed/);
-    assert.equal(ok('-S'), saved);
+    assert.equal(ok('-Sn'), saved);
     // A bad line is refused before anything is sent.
     const syntax = uvsadm('-R', `-A -t ${LAB_VIP}:82 -s rr\n-A -t ${LAB_VIP}\n`);
     assert.deepEqual([syntax.status, syntax.stderr.split('\n')[0]], [2, 'Zero port specified for non-persistent service']);
-    assert.equal(ok('-S'), saved);
+    assert.equal(ok('-Sn'), saved);
   });
 
   test('refusals: ipvsadm\'s message, then uvsd\'s code and reason; usage errors exit 255, bad values 2', () => {
@@ -210,7 +220,7 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false :
     const p = uvsadm(`-A -t ${LAB_VIP}:86 -s rr -p 60 -M 255.255.255.0`);
     if (p.status === 0) {
       assert.match(ok(`-Ln -t ${LAB_VIP}:86`), new RegExp(`TCP  ${LAB_VIP}:86 rr persistent 60 mask 255\\.255\\.255\\.0`));
-      assert.match(ok('-S'), new RegExp(`-A -t ${LAB_VIP}:86 -s rr -p 60 -M 255\\.255\\.255\\.0`));
+      assert.match(ok('-Sn'), new RegExp(`-A -t ${LAB_VIP}:86 -s rr -p 60 -M 255\\.255\\.255\\.0`));
       ok(`-E -t ${LAB_VIP}:86 -s rr`);
       assert.equal(ok(`-Ln -t ${LAB_VIP}:86`).split('\n')[2], `TCP  ${LAB_VIP}:86 rr`, '-E without -p removes persistence');
       ok(`-D -t ${LAB_VIP}:86`);
@@ -224,7 +234,52 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false :
     assert.equal(uvsadm(`-A -f 7`).status, 2);
     assert.equal(uvsadm('--start-daemon master').status, 2);
     // The table is untouched by all of that.
-    assert.doesNotMatch(ok('-S'), /:8[56] |10\.200\.13\.9|10\.9\.9\.9/);
+    assert.doesNotMatch(ok('-Sn'), /:8[56] |10\.200\.13\.9|10\.9\.9\.9/);
+  });
+
+  test('without -n: service names from /etc/services, host names by reverse DNS, numbers when none answers', () => {
+    const svcName = (port: number, proto: string) => servicesTable().get(`${port}/${proto}`) ?? String(port);
+    const list = uvsadmNoNet(`-L -t ${web}`);
+    assert.equal(list.status, 0, list.stderr);
+    // 10.200.x.x has no PTR record reachable from here: the addresses stay numeric, the ports get names.
+    assert.equal(list.stdout.split('\n')[2], `TCP  ${LAB_VIP}:${svcName(80, 'tcp')} rr`);
+    assert.ok(destLine(list.stdout.replace(new RegExp(`:${svcName(8080, 'tcp')} `, 'g'), ':8080 '), rs1), list.stdout);
+    assert.ok(list.ms < 10_000, `no resolver costs the listing its budget, not a timeout per address: ${list.ms} ms`);
+    // -S without -n writes the names too, and -R reads them back.
+    const named = uvsadmNoNet('-S').stdout;
+    assert.match(named, new RegExp(`^-A -t ${LAB_VIP.replace(/\./g, '\\.')}:${svcName(80, 'tcp')} -s `, 'm'));
+    const numeric = ok('-Sn');
+    ok('-C');
+    ok('-R', named);
+    assert.equal(ok('-Sn'), numeric, '-S | -R through names restores the same table');
+    // -n stays numeric, and -Lnc too.
+    assert.equal(ok(`-Ln -t ${web}`).split('\n')[2], `TCP  ${web} rr`);
+    assert.match(uvsadmNoNet('-Lc').stdout, /^IPVS connection entries\n/);
+  });
+
+  test('an IPv6 service is found however its address is spelled, and its /128 persistence prints no mask', () => {
+    const v6 = `[${LAB_VIP6}]:80`;
+    ok(`-A -t ${v6} -s rr -p 120`);
+    ok(`-a -t ${v6} -r [fd00:200:11::2]:8080 -m`);
+    const upper = '[FD00:200:0:0:0::10]:80';
+    assert.equal(ok(`-Ln -t ${upper}`).split('\n')[2], `TCP  ${v6} rr persistent 120`, 'no " mask 128"');
+    ok(`-Z -t ${upper}`);
+    assert.match(ok('-Sn'), new RegExp(`^-A -t \\[${LAB_VIP6}\\]:80 -s rr -p 120$`, 'm'), 'no " -M 128"');
+    ok(`-e -t ${upper} -r [FD00:200:11:0::2]:8080 -w 3`);
+    assert.match(ok(`-Ln -t ${v6}`), /-> \[fd00:200:11::2\]:8080 +Masq +3 /);
+    ok(`-D -t ${upper}`);
+    assert.deepEqual(uvsadm(`-L -t ${v6}`).stderr, 'No such service\n');
+  });
+
+  test('-L --daemon prints nothing and exits 0; --tun-type gue is refused before uvsd is asked', () => {
+    assert.deepEqual(uvsadm('-L --daemon'), { status: 0, stdout: '', stderr: '' });
+    const gue = uvsadm(`-a -t ${web} -r 10.200.13.9 -i --tun-type gue --tun-port 6080`);
+    assert.equal(gue.status, 2);
+    assert.match(gue.stderr, /^uvsadm: gue tunnels \(--tun-type gue\) are not supported/);
+    assert.doesNotMatch(ok('-Sn'), /10\.200\.13\.9/);
+    // A refusal whose path is the operation itself reads "CODE: reason", not "CODE: : reason".
+    const noRs = uvsadm(`-d -t ${web} -r 10.200.11.99:8080`);
+    assert.equal(noRs.stderr.split('\n')[1], `uvsadm: UVS_ERR_API_NOT_FOUND: no real server 10.200.11.99:8080 in tcp ${web}`);
   });
 
   test('uvs\'s own options keep working next to the classic ones', () => {

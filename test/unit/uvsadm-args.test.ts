@@ -4,7 +4,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { inetAton, parseArgs, splitSocket, stringToNumber, usage, type Command, type ParseEnv } from '../../control/ipvsadm-args';
+import { daemonError, inetAton, parseArgs, splitSocket, stringToNumber, usage, type Command, type ParseEnv } from '../../control/ipvsadm-args';
 
 const env: ParseEnv = {
   lookupHost: (n) => ({ web: '10.200.0.10', rs1: '10.200.11.2' })[n] ?? null,
@@ -117,9 +117,9 @@ test('listings: -L/-l, --list, no argument, a service, and every list option', (
   assert.deepEqual(ok('-L --thresholds --persistent-conn --tun-info'), { kind: 'list', what: 'services', format: { ...f, thresholds: true, persistentConn: true, tunInfo: true } });
   assert.deepEqual(ok('-L --connection --persistent-conn'), { kind: 'list', what: 'connections', format: { ...f, persistentConn: true } });
   assert.deepEqual(ok('-L --timeout'), { kind: 'list', what: 'timeout', format: f });
-  assert.deepEqual(ok('-S'), { kind: 'save' });
-  assert.deepEqual(ok('-Sn'), { kind: 'save' });
-  assert.deepEqual(ok('--save --numeric'), { kind: 'save' });
+  assert.deepEqual(ok('-S'), { kind: 'save', numeric: false });
+  assert.deepEqual(ok('-Sn'), { kind: 'save', numeric: true });
+  assert.deepEqual(ok('--save --numeric'), { kind: 'save', numeric: true });
   assert.deepEqual(ok('-R'), { kind: 'restore' });
   assert.deepEqual(ok('--restore'), { kind: 'restore' });
 });
@@ -147,6 +147,11 @@ test('-h prints the usage (exit 0) and says what uvs does differently', () => {
   assert.match(text, /--masquerading -m .*the default in uvs; ipvsadm's is -g/);
   assert.match(text, /default forwarding method is masquerading \(-m\)/);
   assert.match(text, /--rate .*estimator/);
+  // -p works (uvsd keeps persistence templates); what is refused is said, what works is not.
+  assert.match(text, /--persistent {3}-p \[timeout\] {9}persistent service \(default timeout 360\)\n/);
+  assert.doesNotMatch(text, /refused by uvsd until persistence/);
+  assert.doesNotMatch(text, /always numeric|Names are never resolved/);
+  assert.match(text, /--tun-type .*\n.*uvs: ipip only/);
   assert.equal(ok('-v').kind, 'version');
 });
 
@@ -225,7 +230,47 @@ test('what uvs cannot do fails clearly: fwmark, --pe, -o, the sync daemon', () =
   const sync = 'uvsadm: uvs has no IPVS connection-sync daemon: uvs instances share connection state through Redis instead';
   bad('--start-daemon master --mcast-interface eth1 --syncid 3', sync);
   bad('--stop-daemon backup', sync);
-  bad('-L --daemon', sync);
+});
+
+test('-L --daemon is a listing (of no sync daemon: uvsadm prints nothing and exits 0)', () => {
+  const f = { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false };
+  assert.deepEqual(ok('-L --daemon'), { kind: 'list', what: 'daemon', format: f });
+  assert.deepEqual(ok('-Ln --daemon'), { kind: 'list', what: 'daemon', format: { ...f, numeric: true } });
+  bad('-L --daemon --stats', 'options conflicts in the list command');
+  bad('-L --daemon --timeout', "The option 'daemon' conflicts with the 'timeout' option in the 'list' command");
+});
+
+test('--tun-type gue and gre are refused with exit 2 after ipvsadm\'s own checks, never silently made IPIP', () => {
+  const refused = (t: string) => `uvsadm: ${t} tunnels (--tun-type ${t}) are not supported: uvs encapsulates in IPIP (IPv6: ip6ip6) only, --tun-type ipip`;
+  bad('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gue --tun-port 6080', refused('gue'));
+  bad('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gue --tun-port 6080 --tun-csum', refused('gue'));
+  bad('-e -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gre --tun-nocsum', refused('gre'));
+  bad('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gre', refused('gre'));
+  // ipvsadm's checks still come first: a missing --tun-port, an option the type does not take.
+  bad('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gue', "You need to supply the 'tun-port' option for the 'gue' tunnel type");
+  bad('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gre --tun-port 1', "Illegal 'tun-port' option with the 'gre' tunnel type");
+  // ipip, the type uvs has, stays accepted.
+  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type ipip'), [{ op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 80, weight: 1, forwarding: 'tunnel' } }]);
+});
+
+test('an IPv6 service or server spelled any way becomes the one spelling uvsd keeps (every lookup finds it)', () => {
+  const v6 = { protocol: 'tcp', address: 'fd00:200::10', port: 80 };
+  for (const spelling of ['[FD00:200::10]:80', '[fd00:200:0:0:0:0:0:10]:80', '[fd00:0200:0000::0010]:80']) {
+    assert.deepEqual(ok(`-L -t ${spelling}`), { kind: 'list', what: 'services', service: v6, format: { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false } });
+    assert.deepEqual(ok(`-Z -t ${spelling}`), { kind: 'zero', service: v6 });
+    assert.deepEqual(ops(`-D -t ${spelling}`), [{ op: 'deleteService', ref: v6 }]);
+    assert.deepEqual(ops(`-a -t ${spelling} -r [FD00:200:11:0::2]:8080`), [{ op: 'addRealServer', ref: v6, realServer: { address: 'fd00:200:11::2', port: 8080, weight: 1 } }]);
+  }
+});
+
+test('the daemon\'s refusal loses the batch\'s ops[i] prefix, with no stray ": :"', () => {
+  assert.equal(
+    daemonError({ code: 'UVS_ERR_API_NOT_FOUND', message: 'ops[0]: no real server 10.200.11.99:8080 in tcp 10.200.0.10:80', path: 'ops[0]' }, 404),
+    'uvsadm: UVS_ERR_API_NOT_FOUND: no real server 10.200.11.99:8080 in tcp 10.200.0.10:80\n',
+  );
+  assert.equal(daemonError({ code: 'UVS_ERR_CONFIG_INVALID', message: 'ops[12].realServer.weight: must be 0..65535' }, 400), 'uvsadm: UVS_ERR_CONFIG_INVALID: realServer.weight: must be 0..65535\n');
+  assert.equal(daemonError({ code: 'UVS_ERR_API_NOT_FOUND', message: 'service: no service tcp 10.0.0.1:80' }, 404), 'uvsadm: UVS_ERR_API_NOT_FOUND: service: no service tcp 10.0.0.1:80\n');
+  assert.equal(daemonError({}, 502), 'uvsadm: 502: request failed\n');
 });
 
 test('string_to_number accepts what strtol accepts, whole and in range', () => {

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { formatConnections, formatList, formatSave, schedFlagsText, sortServices, type FmtRealServer, type FmtService } from '../../control/ipvsadm-format';
+import { addrPort, formatConnections, formatList, formatSave, glibcSort, schedFlagsText, sortRealServers, sortServices, type FmtRealServer, type FmtService, type Names } from '../../control/ipvsadm-format';
 
 const zero = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };
 const rs = (address: string, port: number, weight: number, activeConns: number, inactConns: number, more: Partial<FmtRealServer> = {}): FmtRealServer => ({
@@ -222,4 +222,80 @@ test('SCTP services list as "SCTP  addr:port sched" after TCP and UDP (protocol 
     ),
   );
   assert.equal(formatSave(t.slice(0, 1)), lines('-A --sctp-service 10.200.0.10:3868 -s rr', '-a --sctp-service 10.200.0.10:3868 -r 10.200.11.2:13868 -m -w 1'));
+});
+
+// The orders below were printed by a small C program that sorts the same entries with glibc 2.36's
+// qsort and a comparator of libipvs's shape (`int r = ntohl(a) - ntohl(b)` per 32-bit word, then
+// the port). Those comparisons are not transitive (10.x < 100.x < 200.x < 10.x), so only the same
+// algorithm gives the same order.
+test('services and servers sort as libipvs + glibc qsort order them, signed word differences included', () => {
+  const v4 = ['200.0.0.1:80', '10.0.0.1:80', '100.0.0.1:80', '10.0.0.1:443', '192.168.1.1:80', '50.0.0.1:80', '150.0.0.1:80', '10.200.0.10:80', '250.0.0.1:80'];
+  const v4Sorted = ['150.0.0.1:80', '192.168.1.1:80', '200.0.0.1:80', '250.0.0.1:80', '10.0.0.1:80', '10.0.0.1:443', '10.200.0.10:80', '50.0.0.1:80', '100.0.0.1:80'];
+  const split = (x: string) => {
+    const i = x.lastIndexOf(':');
+    return { address: x.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(x.slice(i + 1)) };
+  };
+  const name = (x: { address: string; port: number }) => (x.address.includes(':') ? `[${x.address}]:${x.port}` : `${x.address}:${x.port}`);
+  assert.deepEqual(sortRealServers(v4.map(split)).map(name), v4Sorted);
+  assert.deepEqual(sortServices(v4.map((x) => svc('tcp', split(x).address, split(x).port, 'rr', []))).map(name), v4Sorted);
+  const v6 = ['[2001:db8::1]:80', '[9000::1]:80', '[fd00::1]:80', '[fd00:200::10]:80', '[2001:db8::1]:443', '[fd00::1]:8080', '[9000::2]:80'];
+  const v6Sorted = ['[2001:db8::1]:80', '[9000::1]:80', '[9000::2]:80', '[fd00::1]:80', '[fd00::1]:8080', '[fd00:200::10]:80', '[2001:db8::1]:443'];
+  assert.deepEqual(sortRealServers(v6.map(split)).map(name), v6Sorted);
+  assert.deepEqual(sortServices(v6.map((x) => svc('udp', split(x).address, split(x).port, 'rr', []))).map(name), v6Sorted);
+  // The case the issue names: fd00:: is 0xfd000000 - 0x20010db8 > 2^31 away, so it lists first.
+  assert.deepEqual(sortServices([svc('tcp', '2001:db8::1', 80, 'rr', []), svc('tcp', 'fd00:200::10', 80, 'rr', [])]).map(name), ['[fd00:200::10]:80', '[2001:db8::1]:80']);
+  // An input where TimSort (Array.prototype.sort) and glibc's merge sort disagree: glibc's order.
+  const cycle = ['16.0.0.1', '158.0.0.1', '126.0.0.1', '52.0.0.1', '228.0.0.1', '17.0.0.1', '205.0.0.1', '37.0.0.1', '6.0.0.1'];
+  assert.deepEqual(
+    sortRealServers(cycle.map((address) => ({ address, port: 80 }))).map((x) => x.address),
+    ['205.0.0.1', '228.0.0.1', '6.0.0.1', '17.0.0.1', '37.0.0.1', '52.0.0.1', '126.0.0.1', '158.0.0.1', '16.0.0.1'],
+  );
+  assert.deepEqual(glibcSort([3, 1, 2, 1], (a, b) => a - b), [1, 1, 2, 3]);
+});
+
+test('an IPv6 persistent service prints its mask only when it is not /128, in every listing and in -S', () => {
+  const v6 = (netmask: string) => [svc('tcp', 'fd00:200::10', 80, 'rr', [rs('fd00:200:11::2', 8080, 1, 0, 0)], { persistence: 300, netmask })];
+  for (const o of [{}, { thresholds: true }, { persistentConn: true }, { tunInfo: true }, { header: false }]) {
+    const line = (nm: string) => formatList(1, v6(nm), o).split('\n').find((l) => l.startsWith('TCP '));
+    assert.equal(line('128'), 'TCP  [fd00:200::10]:80 rr persistent 300', JSON.stringify(o));
+    assert.equal(line('64'), 'TCP  [fd00:200::10]:80 rr persistent 300 mask 64', JSON.stringify(o));
+  }
+  assert.equal(formatSave(v6('128')).split('\n')[0], '-A -t [fd00:200::10]:80 -s rr -p 300');
+  assert.equal(formatSave(v6('64')).split('\n')[0], '-A -t [fd00:200::10]:80 -s rr -p 300 -M 64');
+  // IPv4 keeps its dotted mask, and none for 255.255.255.255.
+  assert.equal(formatSave([svc('tcp', '10.0.0.1', 80, 'rr', [], { persistence: 300, netmask: '255.255.255.255' })]), lines('-A -t 10.0.0.1:80 -s rr -p 300'));
+});
+
+test('without -n, names replace numbers where found (addrport_to_anyname), cut as ipvsadm cuts them', () => {
+  const hosts: Record<string, string> = { '10.200.0.10': 'web.lb.example', '10.200.11.2': 'a-rather-long-real-server-name.example', 'fd00:200::10': 'web6' };
+  const services: Record<string, string> = { '80/tcp': 'http', '8080/tcp': 'http-alt', '53/udp': 'domain' };
+  const names: Names = { host: (a) => hosts[a] ?? null, service: (p, proto) => services[`${p}/${proto}`] ?? null };
+  const t = [
+    svc('tcp', '10.200.0.10', 80, 'rr', [rs('10.200.11.2', 8080, 1, 0, 0), rs('10.200.12.2', 8080, 1, 0, 0)]),
+    svc('udp', '10.200.0.10', 53, 'rr', [rs('10.200.12.2', 5353, 1, 0, 0)]),
+    svc('tcp', 'fd00:200::10', 80, 'rr', [rs('fd00:200:11::2', 8080, 1, 0, 0)]),
+  ];
+  assert.equal(
+    formatList(1, t, { names, header: false }),
+    lines(
+      'Prot LocalAddress:Port Scheduler Flags',
+      '  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn',
+      'TCP  web.lb.example:http rr',
+      '  -> a-rather-long-real-server-na Masq    1      0          0         ',
+      '  -> 10.200.12.2:http-alt         Masq    1      0          0         ',
+      'UDP  web.lb.example:domain rr',
+      '  -> 10.200.12.2:5353             Masq    1      0          0         ',
+      'TCP  [web6]:http rr',
+      '  -> [fd00:200:11::2]:http-alt    Masq    1      0          0         ',
+    ),
+  );
+  assert.equal(
+    formatSave(t.slice(0, 1), names),
+    lines('-A -t web.lb.example:http -s rr', '-a -t web.lb.example:http -r a-rather-long-real-server-name.example:http-alt -m -w 1', '-a -t web.lb.example:http -r 10.200.12.2:http-alt -m -w 1'),
+  );
+  const c = [{ protocol: 'TCP', client: '10.200.1.2:40000', virtual: '10.200.0.10:80', realServer: '[fd00:200:11::2]:8080', state: 'ESTABLISHED', expiresIn: 899 }];
+  assert.equal(formatConnections(c, { names }).split('\n')[2], 'TCP 14:59  ESTABLISHED 10.200.1.2:40000   web.lb.example:http [fd00:200:11::2]:http-alt');
+  assert.equal(addrPort('10.0.0.1', 80, 'tcp', { host: () => 'x'.repeat(80), service: () => 'http' }).length, 59, "addrport_to_anyname's 60-byte buffer");
+  // No names (-n): numbers, the same text as before.
+  assert.equal(formatList(1, t), formatList(1, t, { names: { host: () => null, service: () => null } }));
 });
