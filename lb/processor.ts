@@ -32,6 +32,7 @@
  * device offloads (`vnet`), a packet has a virtio_net_hdr before it: a partial checksum is kept
  * partial through the rewrite and a GSO super-packet is one packet here.
  */
+import { randomFillSync } from 'node:crypto';
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
@@ -42,7 +43,6 @@ import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
 import * as P from './packet';
 import { SCTP_BAD_CRC, sctpInspect, sctpSeal } from './sctp';
-import { randomFillSync } from 'node:crypto';
 import { findService, inVipRange, inVipRange6, type CompiledService, type Snapshot } from './snapshot';
 
 export const DROP = 0;
