@@ -9,6 +9,8 @@
  *    hsiphash is SipHash-1-3 with 64-bit keys truncated to 32 bits (one compression round, three
  *    finalization rounds); the bytes are read little-endian, i.e. the value v itself (x86-64).
  *    mh hashes with it. 32-bit kernels use HalfSipHash instead: different numbers.
+ *  - HalfSipHash (class): that 32-bit kernels' hsiphash, HalfSipHash-1-3, streaming over 32-bit
+ *    words — the connection table's keyed bucket hash and the dataplane's per-source limits.
  *
  * 64-bit arithmetic is done on hi/lo pairs of uint32 in locals: BigInt would allocate per call.
  */
