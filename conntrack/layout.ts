@@ -26,7 +26,7 @@ export const TABLE_MAGIC = 0x55565331; // "UVS1"
 export const H_MAGIC = 0;
 export const H_CAPACITY = 1;
 export const H_BUCKETS = 2;
-export const H_SALT = 3;
+export const H_SALT = 3; // bucket hash key, first word (k0); HalfSipHash-1-3, see table.ts
 export const H_COUNT = 4; // live entries (atomic)
 export const H_FREE_HEAD = 5; // entry index + 1 of the first free entry; 0 = table full
 export const H_ALLOC_LOCK = 6;
@@ -34,6 +34,7 @@ export const H_EPOCH_LO = 7; // ms since the Unix epoch when the table was made,
 export const H_EPOCH_HI = 8; //   words: entry times are ms relative to it (int32: 24 days span)
 export const H_SHADOWS = 10; // shadow entries (atomic)
 export const H_TIMEOUTS = 16; // TIMEOUT_SLOTS words (16..47): per-state timeouts in ms, slots below
+export const H_HASH_K1 = 48; // bucket hash key, second word (k1): both from crypto random at creation
 export const HDR_WORDS = 64;
 
 /**
@@ -169,6 +170,25 @@ export const C_PARKED = 9; // packets parked for a Redis lookup
 export const C_PARK_FULL = 10; // packets that found the park ring full (dropped)
 export const C_ADOPTED = 11; // another node's flows taken over by a packet
 export const C_DROP_BASE = 16; // + DropReason
+/**
+ * Packets the dataplane generates (lb/processor.ts mayAnswer) and what became of each:
+ * C_GEN_BASE + kind × GEN_RESULTS + result (48..59).
+ */
+export const C_GEN_BASE = 48;
+export const GEN_RESET = 0; // TCP RST
+export const GEN_UNREACH = 1; // ICMP / ICMPv6 port unreachable
+export const GEN_ECHO = 2; // echo reply (ICMP, ICMPv6)
+export const GEN_TOO_BIG = 3; // ICMP fragmentation needed / ICMPv6 Packet Too Big
+export const GEN_KIND_NAMES = ['reset', 'unreachable', 'echo', 'too_big'] as const;
+export const GEN_SENT = 0;
+export const GEN_BAD_DESTINATION = 1; // suppressed: the answer would go to a VIP, the pool, multicast, …
+export const GEN_RATE_LIMITED = 2; // suppressed: over the per-source or the global limit
+export const GEN_RESULTS = 3;
+export const GEN_RESULT_NAMES = ['sent', 'bad_destination', 'rate_limited'] as const;
+/** Longest connection-table chain the worker walked in the last two 10 s windows (a gauge). */
+export const C_CHAIN_MAX = 60;
+/** Walks longer than conntrack/table.ts CHAIN_ALARM (monotonic). */
+export const C_LONG_CHAINS = 61;
 export const W_GLOBAL_WORDS = 64;
 // Per real server / per service counters (kernel ip_vs_stats).
 export const RSC_CONNS = 0;
@@ -214,6 +234,14 @@ export const enum Drop {
   /** SCTP without a chunk, or with a chunk shorter than its header or running past the packet
    *  (a wrong CRC32c counts as bad_checksum). */
   SctpBad,
+  /** A new flow whose key would join a connection-table chain already CHAIN_LIMIT long (hash flooding). */
+  ChainFull,
+  /** It would have been answered (RST, ICMP error, echo reply) but its source is a VIP, a full-NAT
+   *  pool address, or multicast, broadcast, loopback, unspecified or reserved: answer loops and
+   *  reflection (lb/processor.ts mayAnswer). */
+  UnanswerableSource,
+  /** It would have been answered, but the answer was over the per-source or global limit. */
+  RateLimited,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -233,6 +261,9 @@ export const DROP_NAMES = [
   'bad_offload',
   'too_big',
   'sctp_bad',
+  'chain_full',
+  'unanswerable_source',
+  'rate_limited',
 ] as const;
 
 /*

@@ -15,18 +15,40 @@
  *
  * IPv6 flows use the same entries and calls: E_PROTO carries L.PROTO_V6, the address words hold
  * each address's last 32 bits and the caller passes the other 96 bits of all four addresses in a
- * `hi` array (L.HI_WORDS, the order of E_CADDR_HI…E_LADDR_HI); they are stored in the entry and
- * compared on lookup, and folded into the bucket hash.
+ * `hi` array (L.HI_WORDS, the order of E_CADDR_HI…E_LADDR_HI); they are stored in the entry,
+ * compared on lookup, and hashed in full (bucket6).
+ *
+ * Hash flooding: every key part comes from the network (a client picks its address, all of an
+ * IPv6 /64 and its ports), so the bucket hash is keyed — HalfSipHash-1-3 under a 64-bit key from
+ * crypto random at creation, kept in the header (H_SALT, H_HASH_K1) so every thread hashes alike —
+ * and nobody outside can tell which keys share a chain. Chains stay short (buckets = capacity:
+ * the longest of 2^16 chains at full load is ~8, of 2^26 ~11); a walk longer than CHAIN_ALARM is
+ * counted (longChains, chainPeak: the worker publishes both), and an insert into a chain of
+ * CHAIN_LIMIT entries is refused (−3), so no lookup ever walks further even if the key leaked.
  *
  * Nothing here allocates per call; failures are return values (-1), never exceptions.
  */
+import { randomFillSync } from 'node:crypto';
 import * as L from './layout';
 import { formatIPv4, formatIPv6 } from '../lb/addr';
+import { HalfSipHash } from '../schedulers/hash';
 import { SCTP_ACTIVE, SCTP_DEFAULT_TIMEOUTS, SCTP_S_ESTABLISHED, sctpNextState, SCTP_STATE_COUNT } from './sctp-state';
 import { TCP_ACTIVE, TCP_ESTABLISHED, tcpNextState, TCP_STATE_COUNT } from './state';
 
 const IPPROTO_TCP = 6;
 const IPPROTO_SCTP = 132;
+
+/** HalfSipHash's last word: message length in bytes << 24 | the protocol byte that ends it. */
+const KEY4_TAIL = 13 << 24; // addr1, ports, addr2: 12 bytes + protocol
+const KEY6_TAIL = 37 << 24; // two 16-byte addresses, ports: 36 bytes + protocol
+
+/**
+ * A walk longer than this is counted (longChains): 17 entries in one of 2^26 chains at full load
+ * has a probability of ~1e-7 with a keyed hash, so a count that grows means a hash attack or a
+ * broken hash. An insert into a chain that already holds CHAIN_LIMIT entries is refused.
+ */
+export const CHAIN_ALARM = 16;
+export const CHAIN_LIMIT = 32;
 
 export interface TableTimeouts {
   /** Seconds per TCP state, index = state (11 entries). */
@@ -41,7 +63,16 @@ export class ConnTable {
   readonly i32: Int32Array;
   readonly capacity: number;
   readonly mask: number;
-  readonly salt: number;
+  /** Bucket hash key (H_SALT, H_HASH_K1). */
+  private readonly k0: number;
+  private readonly k1: number;
+  private readonly hasher = new HalfSipHash();
+  /** Longest chain this thread walked (lookups, inserts) since the owner last reset it. */
+  chainPeak = 0;
+  /** Walks by this thread longer than CHAIN_ALARM (monotonic). */
+  longChains = 0;
+  /** Entries the last find*() stepped over (the whole chain when it found nothing). */
+  private lastWalk = 0;
   readonly epoch: number;
   private readonly inHeads: number;
   private readonly outHeads: number;
@@ -61,7 +92,10 @@ export class ConnTable {
     a[L.H_MAGIC] = L.TABLE_MAGIC;
     a[L.H_CAPACITY] = capacity;
     a[L.H_BUCKETS] = capacity;
-    a[L.H_SALT] = (Math.random() * 0x100000000) | 0;
+    const key = new Int32Array(2);
+    randomFillSync(key);
+    a[L.H_SALT] = key[0]!;
+    a[L.H_HASH_K1] = key[1]!;
     const epoch = Date.now();
     a[L.H_EPOCH_LO] = epoch % 0x100000000 | 0;
     a[L.H_EPOCH_HI] = Math.floor(epoch / 0x100000000);
@@ -80,7 +114,8 @@ export class ConnTable {
     if (this.i32[L.H_MAGIC] !== L.TABLE_MAGIC) throw new Error('not a uvs connection table');
     this.capacity = this.i32[L.H_CAPACITY]!;
     this.mask = this.capacity - 1;
-    this.salt = this.i32[L.H_SALT]!;
+    this.k0 = this.i32[L.H_SALT]!;
+    this.k1 = this.i32[L.H_HASH_K1]!;
     this.epoch = (this.i32[L.H_EPOCH_LO]! >>> 0) + this.i32[L.H_EPOCH_HI]! * 0x100000000;
     this.inHeads = L.inHeadsOffset();
     this.outHeads = L.outHeadsOffset(this.capacity);
@@ -118,39 +153,61 @@ export class ConnTable {
   }
 
   // ── hashing ───────────────────────────────────────────────────────────────────────────────
-  /** Bucket of a key: salted murmur3-style mix of (proto, addr1, ports, addr2). */
+  /** Bucket of an IPv4 key: HalfSipHash-1-3 of (addr1, ports, addr2, protocol) under the table's key. */
   bucket(proto: number, a1: number, ports: number, a2: number): number {
-    let h = this.salt ^ proto;
-    h = Math.imul(h ^ a1, 0xcc9e2d51);
-    h = (h << 15) | (h >>> 17);
-    h = Math.imul(h ^ ports, 0x1b873593);
-    h = (h << 13) | (h >>> 19);
-    h = Math.imul(h ^ a2, 0xe6546b64);
-    h ^= h >>> 16;
-    h = Math.imul(h, 0x85ebca6b);
-    h ^= h >>> 13;
-    h = Math.imul(h, 0xc2b2ae35);
-    h ^= h >>> 16;
-    return h & this.mask;
+    const h = this.hasher;
+    h.begin(this.k0, this.k1);
+    h.word(a1);
+    h.word(ports);
+    h.word(a2);
+    return h.end(KEY4_TAIL | (proto & 0xff)) & this.mask;
   }
 
-  /** Three high words of an IPv6 address folded into one, for the bucket hash. */
-  private static fold(hi: ArrayLike<number>, i: number): number {
-    const x1 = hi[i + 1]!;
-    const x2 = hi[i + 2]!;
-    return hi[i]! ^ ((x1 << 11) | (x1 >>> 21)) ^ ((x2 << 22) | (x2 >>> 10));
+  /**
+   * Bucket of an IPv6 key: all 128 bits of both addresses — w[i1, i1+3) then a1, the ports,
+   * w[i2, i2+3) then a2 — and the protocol. Nothing is folded: keys of one /64 that differ
+   * anywhere differ in the hash input.
+   */
+  bucket6(proto: number, w: ArrayLike<number>, i1: number, a1: number, ports: number, i2: number, a2: number): number {
+    const h = this.hasher;
+    h.begin(this.k0, this.k1);
+    h.word(w[i1]!);
+    h.word(w[i1 + 1]!);
+    h.word(w[i1 + 2]!);
+    h.word(a1);
+    h.word(ports);
+    h.word(w[i2]!);
+    h.word(w[i2 + 1]!);
+    h.word(w[i2 + 2]!);
+    h.word(a2);
+    return h.end(KEY6_TAIL | (proto & 0xff)) & this.mask;
   }
 
   /** Bucket of a client→server key (IPv6: `hi` holds its high words at 0..5). */
   bucketIn(proto: number, caddr: number, cports: number, vaddr: number, hi: ArrayLike<number> | null): number {
     if ((proto & L.PROTO_V6) === 0 || hi === null) return this.bucket(proto, caddr, cports, vaddr);
-    return this.bucket(proto, caddr ^ ConnTable.fold(hi, 0), cports, vaddr ^ ConnTable.fold(hi, 3));
+    return this.bucket6(proto, hi, 0, caddr, cports, 3, vaddr);
   }
 
   /** Bucket of a server→client key (IPv6: `hi` holds its high words at 6..11). */
   bucketOut(proto: number, daddr: number, dports: number, laddr: number, hi: ArrayLike<number> | null): number {
     if ((proto & L.PROTO_V6) === 0 || hi === null) return this.bucket(proto, daddr, dports, laddr);
-    return this.bucket(proto, daddr ^ ConnTable.fold(hi, 6), dports, laddr ^ ConnTable.fold(hi, 9));
+    return this.bucket6(proto, hi, 6, daddr, dports, 9, laddr);
+  }
+
+  /** Records a walk of n entries (chainPeak, longChains). */
+  private walked(n: number): void {
+    this.lastWalk = n;
+    if (n > this.chainPeak) this.chainPeak = n;
+    if (n > CHAIN_ALARM) this.longChains++;
+  }
+
+  /** Entries on the chain starting at a[headIdx] linked through nextField (caller holds its lock). */
+  private chainLength(headIdx: number, nextField: number): number {
+    const a = this.i32;
+    let n = 0;
+    for (let ref = a[headIdx]!; ref !== 0; ref = a[this.entries + (ref - 1) * L.ENTRY_WORDS + nextField]!) n++;
+    return n;
   }
 
   /** The high words of an entry's IPv6 key match hi[from, from+6) at entry word `at`. */
@@ -212,7 +269,9 @@ export class ConnTable {
   findIn(b: number, proto: number, caddr: number, cports: number, vaddr: number, hi: ArrayLike<number> | null = null): number {
     const a = this.i32;
     let ref = a[this.inHeads + b]!;
+    let n = 0;
     while (ref !== 0) {
+      n++;
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
       if (
@@ -223,10 +282,12 @@ export class ConnTable {
         (a[o + L.E_FLAGS]! & L.F_TEMPLATE) === 0 &&
         ((proto & L.PROTO_V6) === 0 || this.hiEqual(o, L.E_CADDR_HI, hi!, 0))
       ) {
+        this.walked(n);
         return e;
       }
       ref = a[o + L.E_NEXT_IN]!;
     }
+    this.walked(n);
     return -1;
   }
 
@@ -234,7 +295,9 @@ export class ConnTable {
   findTemplate(b: number, proto: number, maskedCaddr: number, vport: number, vaddr: number, hi: ArrayLike<number> | null = null): number {
     const a = this.i32;
     let ref = a[this.inHeads + b]!;
+    let n = 0;
     while (ref !== 0) {
+      n++;
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
       if (
@@ -245,10 +308,12 @@ export class ConnTable {
         (a[o + L.E_FLAGS]! & (L.F_TEMPLATE | L.F_INVALID)) === L.F_TEMPLATE &&
         ((proto & L.PROTO_V6) === 0 || this.hiEqual(o, L.E_CADDR_HI, hi!, 0))
       ) {
+        this.walked(n);
         return e;
       }
       ref = a[o + L.E_NEXT_IN]!;
     }
+    this.walked(n);
     return -1;
   }
 
@@ -294,7 +359,9 @@ export class ConnTable {
   findOut(b: number, proto: number, daddr: number, dports: number, laddr: number, hi: ArrayLike<number> | null = null): number {
     const a = this.i32;
     let ref = a[this.outHeads + b]!;
+    let n = 0;
     while (ref !== 0) {
+      n++;
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
       if (
@@ -305,10 +372,12 @@ export class ConnTable {
         (a[o + L.E_FLAGS]! & L.F_TEMPLATE) === 0 &&
         ((proto & L.PROTO_V6) === 0 || this.hiEqual(o, L.E_DADDR_HI, hi!, 6))
       ) {
+        this.walked(n);
         return e;
       }
       ref = a[o + L.E_NEXT_OUT]!;
     }
+    this.walked(n);
     return -1;
   }
 
@@ -454,8 +523,9 @@ export class ConnTable {
    * Inserts a new entry bound to real server `rs` (counted INACTIVE, OVERLOAD checked) in state
    * NONE with a 2 s timer like ip_vs_conn_new; the caller then touch()es it with the first
    * packet. Returns the entry, an existing entry with the same client→server key (another worker
-   * won the race: nothing was bound; `lastInsertNew` is false), -1 when the table is full, or −2
-   * for a full-NAT entry whose server→client key (pool address and port) is already in use.
+   * won the race: nothing was bound; `lastInsertNew` is false), -1 when the table is full, −2
+   * for a full-NAT entry whose server→client key (pool address and port) is already in use, or −3
+   * when either of its chains already holds CHAIN_LIMIT entries (hash flooding: see the top).
    *
    * With F_TEMPLATE in fwdFlags it is a persistence template instead: counted in PersistConn,
    * timer `templateMs`, never matched by packets (findIn/findOut skip it) but by findTemplate.
@@ -523,11 +593,17 @@ export class ConnTable {
       this.pushFree(e);
       return existing;
     }
+    const inLen = this.lastWalk; // the lookup above found nothing: it walked the whole in-chain
     if ((fwdFlags & L.FWD_MASK) === L.FWD_FULLNAT && this.findOut(b2, proto, daddr, dports, laddr, hi) >= 0) {
       // The pool address and port chosen for this flow are taken: the caller picks another.
       this.unlockPair(b1, b2);
       this.pushFree(e);
       return -2;
+    }
+    if (inLen >= CHAIN_LIMIT || this.chainLength(this.outHeads + b2, L.E_NEXT_OUT) >= CHAIN_LIMIT) {
+      this.unlockPair(b1, b2);
+      this.pushFree(e);
+      return -3;
     }
     a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | fwdFlags;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
@@ -639,13 +715,13 @@ export class ConnTable {
     const a = this.i32;
     const p = a[o + L.E_PROTO]!;
     if ((p & L.PROTO_V6) === 0) return this.bucket(p, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!);
-    return this.bucket(p, a[o + L.E_CADDR]! ^ ConnTable.fold(a, o + L.E_CADDR_HI), a[o + L.E_CPORTS]!, a[o + L.E_VADDR]! ^ ConnTable.fold(a, o + L.E_VADDR_HI));
+    return this.bucket6(p, a, o + L.E_CADDR_HI, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, o + L.E_VADDR_HI, a[o + L.E_VADDR]!);
   }
   private entryBucketOut(o: number): number {
     const a = this.i32;
     const p = a[o + L.E_PROTO]!;
     if ((p & L.PROTO_V6) === 0) return this.bucket(p, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!);
-    return this.bucket(p, a[o + L.E_DADDR]! ^ ConnTable.fold(a, o + L.E_DADDR_HI), a[o + L.E_DPORTS]!, a[o + L.E_LADDR]! ^ ConnTable.fold(a, o + L.E_LADDR_HI));
+    return this.bucket6(p, a, o + L.E_DADDR_HI, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, o + L.E_LADDR_HI, a[o + L.E_LADDR]!);
   }
   /** A view of the entry's high words (control-thread paths only: remove, listings). */
   entryHi(o: number): Int32Array {

@@ -112,6 +112,8 @@ export function statsView(d: Daemon) {
     table: { entries: d.table.count(), capacity: d.table.capacity, expired: d.expiredTotal },
     packets: d.stats.global(),
     drops: d.stats.drops(),
+    generated: d.stats.generated(),
+    chains: { max: d.stats.maxWord(L.C_CHAIN_MAX), long: d.stats.word(L.C_LONG_CHAINS) },
     workers: d.dataplane.workerInfo().map((w, i) => ({ ...w, ...d.stats.perWorker()[i] })),
     nodestExpired: d.stats.word(L.C_NODEST_EXPIRED),
     shadows: d.table.shadows(),

@@ -14,6 +14,7 @@ import { MH_PRIMES } from '../schedulers/mh';
 import { getScheduler, schedulerNames } from '../schedulers/registry';
 import { SCTP_DEFAULT_TIMEOUTS, SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
+import { GEN_KIND_NAMES } from '../conntrack/layout';
 import { UvsError } from './errors';
 
 export type Protocol = 'tcp' | 'udp' | 'sctp';
@@ -64,6 +65,15 @@ export interface ServiceConfig {
   healthCheck?: HealthCheckConfig;
 }
 
+/** Seconds per source and kinds by name (conntrack/layout.ts GEN_KIND_NAMES); perSecond 0 = no global limit. */
+export interface GeneratedLimitConfig {
+  perSourceInterval: number;
+  perSourceBurst: number;
+  perSecond: number;
+  burst: number;
+  kinds: string[];
+}
+
 export interface UvsConfig {
   dataplane: {
     device: string;
@@ -88,6 +98,8 @@ export interface UvsConfig {
     tunnelSource6: string;
     /** Full-NAT source addresses (routed to the device) and the port range allocated on them. */
     fullnat: { addresses: string[]; portMin: number; portMax: number };
+    /** Limits on the packets uvs generates (docs/generated-packets.md): the kernel's icmp_ratelimit, icmp_msgs_per_sec, icmp_msgs_burst, icmp_ratemask. */
+    generatedLimit: GeneratedLimitConfig;
   };
   timeouts: {
     /** Seconds per TCP state name (ESTABLISHED, FIN_WAIT, …). */
@@ -252,6 +264,30 @@ function fullnatPool(v: unknown): { addresses: string[]; portMin: number; portMa
   return { addresses, portMin, portMax };
 }
 
+/**
+ * dataplane.generatedLimit, with the kernel's defaults: one answer per source per
+ * icmp_ratelimit (1000 ms) with a burst of XRLIM_BURST_FACTOR (6), icmp_msgs_per_sec 1000 and
+ * icmp_msgs_burst 50 for the node; limited kinds as icmp_ratemask 0x1818 limits destination
+ * unreachable but not echo replies or fragmentation needed (PMTU discovery is never limited) —
+ * plus RSTs, which the kernel does not limit but uvs sends to whatever source a packet names.
+ */
+function generatedLimit(v: unknown): GeneratedLimitConfig {
+  const p = 'dataplane.generatedLimit';
+  const g = obj(v, p, ['perSourceInterval', 'perSourceBurst', 'perSecond', 'burst', 'kinds']);
+  if (g.kinds !== undefined && !Array.isArray(g.kinds)) fail(`${p}.kinds`, `must be a list of ${GEN_KIND_NAMES.join(', ')}`);
+  const kinds = ((g.kinds as unknown[] | undefined) ?? ['reset', 'unreachable']).map((k, i) => {
+    if (typeof k !== 'string' || !(GEN_KIND_NAMES as readonly string[]).includes(k)) fail(`${p}.kinds[${i}]`, `must be one of ${GEN_KIND_NAMES.join(', ')}, got ${JSON.stringify(k)}`);
+    return k;
+  });
+  return {
+    perSourceInterval: duration(g.perSourceInterval, `${p}.perSourceInterval`, 1, 60),
+    perSourceBurst: int(g.perSourceBurst, `${p}.perSourceBurst`, 6, 1, 1000),
+    perSecond: int(g.perSecond, `${p}.perSecond`, 1000, 0, 10_000_000),
+    burst: int(g.burst, `${p}.burst`, 50, 1, 10_000_000),
+    kinds: [...new Set(kinds)],
+  };
+}
+
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\])$/;
 
 /** An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters). */
@@ -292,6 +328,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     'fullnat',
     'tunnelSource',
     'tunnelSource6',
+    'generatedLimit',
   ]);
   const device = str(dp.device, 'dataplane.device', DEFAULTS.device);
   if (!/^[a-zA-Z0-9_.-]{1,15}$/.test(device)) fail('dataplane.device', 'must be 1–15 characters of letters, digits, _ . -');
@@ -321,6 +358,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     fullnat: fullnatPool(dp.fullnat),
     tunnelSource: dp.tunnelSource === undefined ? '' : ipv4(dp.tunnelSource, 'dataplane.tunnelSource'),
     tunnelSource6: dp.tunnelSource6 === undefined ? '' : ipv6(dp.tunnelSource6, 'dataplane.tunnelSource6'),
+    generatedLimit: generatedLimit(dp.generatedLimit),
   };
 
   const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sctp', 'sweepInterval']) }; // a copy: validation never changes the document

@@ -166,6 +166,11 @@ export function buildRegistry(d: Daemon): Registry {
   counterFrom('uvs_connections_expired_total', 'Connection entries removed by their timers.', [], (c) => c.inc(d.expiredTotal));
   gaugeFrom('uvs_connection_table_entries', 'Live entries in the shared connection table.', [], (g) => g.set(d.table.count()));
   gaugeFrom('uvs_connection_table_capacity', 'Capacity of the shared connection table.', [], (g) => g.set(d.table.capacity));
+  gaugeFrom('uvs_connection_table_chain_max', 'Longest hash chain a worker walked in the last 10 to 20 s (about 8 for a full 64 k table; hash flooding shows as more).', [], (g) => g.set(d.stats.maxWord(L.C_CHAIN_MAX)));
+  counterFrom('uvs_connection_table_long_chains_total', 'Lookups and inserts that walked a hash chain longer than 16 entries (an alarm: a keyed hash makes them all but impossible).', [], (c) => c.inc(d.stats.word(L.C_LONG_CHAINS)));
+  counterFrom('uvs_generated_packets_total', 'Packets uvs generated (kind: reset, unreachable, echo, too_big) and those it suppressed (result: sent, bad_destination, rate_limited).', ['kind', 'result'], (c) => {
+    for (const [kind, r] of Object.entries(d.stats.generated())) for (const [result, v] of Object.entries(r)) c.inc({ kind, result }, v);
+  });
   counterFrom('uvs_worker_packets_total', 'Packets read per dataplane worker.', ['worker'], (c) => {
     d.stats.perWorker().forEach((w, i) => c.inc({ worker: String(i) }, w.rxPackets));
   });

@@ -139,6 +139,7 @@ export class ServiceModel {
   private fullnat = { addresses: [] as string[], portMin: 1024, portMax: 65535 };
   private tunnelSrc = 0;
   private tunnelSrc6: Int32Array = new Int32Array(4);
+  private genLimit = { genPeerMs: 1000, genPeerBurst: 6, genPerSec: 1000, genBurst: 50, genKinds: 0b11 };
   /** Draining real servers by slot key. */
   private draining = new Map<string, DrainEntry>();
   /** Their configurations when they started draining (for restarts). */
@@ -174,6 +175,16 @@ export class ServiceModel {
     this.fullnat = cfg.dataplane.fullnat;
     this.tunnelSrc = cfg.dataplane.tunnelSource ? parseIPv4(cfg.dataplane.tunnelSource)! : 0;
     this.tunnelSrc6 = cfg.dataplane.tunnelSource6 ? parseIPv6(cfg.dataplane.tunnelSource6)! : new Int32Array(4);
+    const g = cfg.dataplane.generatedLimit;
+    const w = cfg.dataplane.workers;
+    this.genLimit = {
+      genPeerMs: Math.round(g.perSourceInterval * 1000),
+      genPeerBurst: g.perSourceBurst,
+      // The node-wide budget shared out: each worker keeps its own bucket (no atomics per packet).
+      genPerSec: Math.ceil(g.perSecond / w),
+      genBurst: Math.ceil(g.burst / w),
+      genKinds: g.kinds.reduce((m, k) => m | (1 << (L.GEN_KIND_NAMES as readonly string[]).indexOf(k)), 0),
+    };
     this.policy = { maxDrainTime: cfg.gracefulTermination.maxDrainTime * 1000 };
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
     this.checkCapacity(wanted);
@@ -577,6 +588,7 @@ export class ServiceModel {
       fullnatAddrs6,
       fullnatPortMin: this.fullnat.portMin,
       fullnatPortMax: this.fullnat.portMax,
+      ...this.genLimit,
     };
   }
 

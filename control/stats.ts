@@ -47,6 +47,24 @@ export class StatsReader {
     this.maxRealServers = maxRealServers;
   }
 
+  /** The largest value of word i among the workers (gauges such as L.C_CHAIN_MAX). */
+  maxWord(i: number): number {
+    let m = 0;
+    for (const r of this.regions) if (r[i]! > m) m = r[i]!;
+    return m;
+  }
+
+  /** Generated packets by kind and result (L.C_GEN_BASE): { reset: { sent, bad_destination, rate_limited }, … }. */
+  generated(): Record<string, Record<string, number>> {
+    const out: Record<string, Record<string, number>> = {};
+    L.GEN_KIND_NAMES.forEach((k, i) => {
+      const r: Record<string, number> = {};
+      L.GEN_RESULT_NAMES.forEach((n, j) => (r[n] = this.word(L.C_GEN_BASE + i * L.GEN_RESULTS + j)));
+      out[k] = r;
+    });
+    return out;
+  }
+
   word(i: number): number {
     let s = 0;
     for (const r of this.regions) s += r[i]!;

@@ -270,6 +270,31 @@ for i in range(count):
 print('{"sent": %d}' % sent)
 `;
 
+/** One hand-made TCP segment (IPv4 or IPv6, valid checksums) written into a device, as if routed to it. */
+const SPOOF_PY = `
+import socket, struct, sys
+ifname, src, dst, sport, dport, flags = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+def csum(b):
+    if len(b) % 2: b += b'\\0'
+    t = sum(struct.unpack('!%dH' % (len(b) // 2), b))
+    while t > 0xffff: t = (t & 0xffff) + (t >> 16)
+    return (~t) & 0xffff
+tcp = struct.pack('!HHIIBBHHH', sport, dport, 1000, 0, 5 << 4, flags, 65535, 0, 0)
+if ':' in src:
+    s, d, proto = socket.inet_pton(socket.AF_INET6, src), socket.inet_pton(socket.AF_INET6, dst), 0x86dd
+    c = csum(s + d + struct.pack('!IxxxB', 20, 6) + tcp)
+    hdr = struct.pack('!IHBB16s16s', 0x60000000, 20, 6, 64, s, d)
+else:
+    s, d, proto = socket.inet_aton(src), socket.inet_aton(dst), 0x0800
+    c = csum(s + d + struct.pack('!BBH', 0, 6, 20) + tcp)
+    hdr = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 40, 1, 0x4000, 64, 6, 0, s, d)
+    hdr = hdr[:10] + struct.pack('!H', csum(hdr)) + hdr[12:]
+tcp = tcp[:16] + struct.pack('!H', c) + tcp[18:]
+sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(proto))
+sock.sendto(hdr + tcp, (ifname, proto))
+print('{"sent": 1}')
+`;
+
 async function main(argv: string[]): Promise<number> {
   const [cmd, ...a] = argv;
   switch (cmd) {
@@ -292,8 +317,13 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(execFileSync('python3', ['-c', INJECT_PY, ifname!, count!, seed!, vip ?? '10.200.0.10', client ?? '10.200.1.2'], { encoding: 'utf8' }));
       return 0;
     }
+    case 'spoof': {
+      // spoof IFNAME SRC DST SPORT DPORT FLAGS (the TCP flags byte: 2 SYN, 4 RST, 16 ACK)
+      process.stdout.write(execFileSync('python3', ['-c', SPOOF_PY, ...a.slice(0, 6)], { encoding: 'utf8' }));
+      return 0;
+    }
     default:
-      console.error('usage: tools hold-echo|echo-probe|udp-ask|tcp-connect|load|udp-session|udp-probe|inject …');
+      console.error('usage: tools hold-echo|echo-probe|udp-ask|tcp-connect|load|udp-session|udp-probe|inject|spoof …');
       return 2;
   }
 }

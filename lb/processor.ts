@@ -22,16 +22,23 @@
  *    dropped (counted); the CRC32c is checked on arrival and recomputed after the rewrite. *  - ICMP errors about a flow are translated both ways (icmpError, icmp6Error), and a DF packet
  *    too big for the route to its real server is answered from the VIP (forwardIn): path MTU.
  *
+ * Every generated answer passes mayAnswer first: a RST is never answered, nothing is sent to a
+ * source the kernel would route back into the device (a VIP, the full-NAT pool) or that is no
+ * unicast host (multicast, broadcast, loopback, unspecified, reserved), and answers are limited
+ * per source and per worker as net/ipv4/icmp.c limits ICMP (docs/generated-packets.md).
+ *
  * IPv4 and IPv6 take the same path: process6 parses IPv6 and hands its addresses' low words to
  * inbound/outbound with the high words in `hi` (conntrack/table.ts explains the keys). With
  * device offloads (`vnet`), a packet has a virtio_net_hdr before it: a partial checksum is kept
  * partial through the rewrite and a GSO super-packet is one packet here.
  */
+import { randomFillSync } from 'node:crypto';
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_TIME_WAIT, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
 import { SCTP_EV_INIT, SCTP_S_CLOSED } from '../conntrack/sctp-state';
+import { HalfSipHash } from '../schedulers/hash';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
 import * as P from './packet';
@@ -44,6 +51,18 @@ export const REPLY = 2;
 
 /** Most packets one input can turn into (a GSO super-packet segmented for the tunnel). */
 export const MAX_OUT = 128;
+
+/**
+ * Per-source token buckets for generated packets: a fixed array indexed by a keyed hash of the
+ * source (sources sharing a slot share its budget, so no source ever gets more than one slot's
+ * worth, and spoofing many sources cannot evict anyone's). 4096 slots × 2 words = 32 KiB a worker.
+ */
+export const GEN_PEER_SLOTS = 4096;
+
+/** Full-NAT port choice (insertFullnat): random probes before the scan, the full-pool memo. */
+const FULLNAT_PROBES = 16;
+const FULLNAT_MEMO_SLOTS = 64;
+const FULLNAT_FULL_MS = 100;
 
 export class PacketProcessor {
   readonly table: ConnTable;
@@ -95,6 +114,13 @@ export class PacketProcessor {
   private ring: Int32Array | null = null;
   private ringBytes: Uint8Array | null = null;
   private ipId = 1;
+  /** Generated-packet limits (mayAnswer): [tokens (ms of credit; −1 = never used), last use (ms)] per slot. */
+  private readonly peerBuckets = new Int32Array(GEN_PEER_SLOTS * 2).fill(-1);
+  private readonly peerHash = new HalfSipHash();
+  private readonly peerKey = new Int32Array(2);
+  /** The worker's global bucket (icmp_global): credit and the time it was last refilled; −1 = never used. */
+  private genCredit = -1;
+  private genStamp = 0;
 
   constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, out: Uint8Array, offload = false) {
     this.vnet = offload ? P.VNET_HLEN : 0;
@@ -105,6 +131,9 @@ export class PacketProcessor {
     this.maxRealServers = maxRealServers;
     this.snapshot = snapshot;
     this.out = out;
+    randomFillSync(this.peerKey);
+    randomFillSync(this.rndSeed);
+    this.rnd = this.rndSeed[0]! | 1; // xorshift state: never 0
     this.setSnapshot(snapshot);
   }
 
@@ -362,15 +391,16 @@ export class PacketProcessor {
     // No connection: a new flow, if the service exists and the packet may start one.
     const si = findService(this.snapshot, proto, daddr, dport, hi, 3);
     if (si < 0) {
-      this.counters[L.C_DROP_BASE + Drop.NoService]!++;
-      return isTcp ? this.tcpReset(b, off, l4, totlen, tcpFlags) : this.unreachable(b, off, totlen, daddr, saddr);
+      // Never answer a RST (tcp_v4_send_reset, tcp_v6_send_reset): two of them would answer each other.
+      if (isTcp && tcpFlags & TCPF_RST) return this.drop(Drop.NoService);
+      if (isTcp) return this.mayAnswer(L.GEN_RESET, Drop.NoService, saddr) ? this.tcpReset(b, off, l4, totlen, tcpFlags) : DROP;
+      return this.mayAnswer(L.GEN_UNREACH, Drop.NoService, saddr) ? this.unreachable(b, off, totlen, daddr, saddr) : DROP;
     }
     if (isTcp && (tcpFlags & (TCPF_SYN | TCPF_RST)) !== TCPF_SYN) {
       // Mid-flow: another node may have carried this flow; ask Redis (bounded) before refusing.
       if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
-      this.counters[L.C_DROP_BASE + Drop.NoConnection]!++;
-      if (tcpFlags & TCPF_RST) return DROP; // never answer a RST
-      return this.tcpReset(b, off, l4, totlen, tcpFlags);
+      if (tcpFlags & TCPF_RST) return this.drop(Drop.NoConnection); // never answer a RST
+      return this.mayAnswer(L.GEN_RESET, Drop.NoConnection, saddr) ? this.tcpReset(b, off, l4, totlen, tcpFlags) : DROP;
     }
     if (isSctp && tcpFlags !== SCTP_EV_INIT) {
       // Only an INIT starts an association (sctp_conn_schedule); the rest may be another node's.
@@ -413,15 +443,12 @@ export class PacketProcessor {
       t.unlockBucket(tb);
       if (tmpl < 0) {
         const di = this.schedule(svc, si, v6 ? this.cfold : saddr, sport, v6 ? this.vfold : daddr, dport);
-        if (di < 0) {
-          this.counters[L.C_DROP_BASE + Drop.NoRealServer]!++;
-          return this.unreachable(b, off, totlen, daddr, saddr);
-        }
+        if (di < 0) return this.mayAnswer(L.GEN_UNREACH, Drop.NoRealServer, saddr) ? this.unreachable(b, off, totlen, daddr, saddr) : DROP;
         const d = svc.dests[di]!;
         const a6 = d.addr6;
         if (a6 !== null) for (let i = 0; i < 3; i++) thi[6 + i] = a6[i]!;
         tmpl = t.insert(proto, masked, dport, daddr, a6 !== null ? a6[3]! : d.addr, d.port << 16, masked, L.F_TEMPLATE | d.fwd, d.rs, svc.slot, this.now, svc.persistMs, 0, 0, thi);
-        if (tmpl < 0) return this.drop(Drop.TableFull);
+        if (tmpl < 0) return this.drop(tmpl === -3 ? Drop.ChainFull : Drop.TableFull);
         // A new template's timer is the persistence timeout away; one found in a race is valid.
         t.lockBucket(tb);
         t.reserve(tmpl);
@@ -435,10 +462,7 @@ export class PacketProcessor {
       if (v6) for (let i = 0; i < 3; i++) hi[6 + i] = t.i32[to + L.E_DADDR_HI + i]!;
     } else {
       const di = this.schedule(svc, si, v6 ? this.cfold : saddr, sport, v6 ? this.vfold : daddr, dport);
-      if (di < 0) {
-        this.counters[L.C_DROP_BASE + Drop.NoRealServer]!++;
-        return this.unreachable(b, off, totlen, daddr, saddr);
-      }
+      if (di < 0) return this.mayAnswer(L.GEN_UNREACH, Drop.NoRealServer, saddr) ? this.unreachable(b, off, totlen, daddr, saddr) : DROP;
       const d = svc.dests[di]!;
       const a6 = d.addr6;
       daddr2 = a6 !== null ? a6[3]! : d.addr;
@@ -465,7 +489,7 @@ export class PacketProcessor {
       if (ne >= 0 && created) t.control(ne, tmpl, this.now);
       else t.unreserve(tmpl);
     }
-    if (ne < 0) return this.drop(Drop.TableFull);
+    if (ne < 0) return this.drop(ne === -3 ? Drop.ChainFull : Drop.TableFull);
     t.lockBucket(bucket);
     // The entry's timer is 2 s away and we hold its in-bucket lock: it is still ours to touch.
     if (t.touch(ne, DIR_INPUT, tcpFlags, this.now)) this.pushSync(ne);
@@ -516,7 +540,7 @@ export class PacketProcessor {
       const outer = fwd === L.FWD_TUNNEL ? (v6 ? P.IP6_HLEN : P.IP_MIN_HLEN) : 0;
       const size = (this.gsoSize !== 0 ? l4 - off + ((b[l4 + P.TCP_OFF]! >> 4) << 2) + this.gsoSize : totlen) + outer;
       if (size > mtu) {
-        this.counters[L.C_DROP_BASE + Drop.TooBig]!++;
+        if (!this.mayAnswer(L.GEN_TOO_BIG, Drop.TooBig, saddr)) return DROP;
         // Never below the IPv6 minimum MTU, which every path must carry (RFC 8200 §5).
         if (v6) return this.icmp6Generate(b, off, totlen, P.ICMP6_PACKET_TOO_BIG, 0, mtu - outer < P.IPV6_MIN_MTU ? P.IPV6_MIN_MTU : mtu - outer);
         return this.icmpUnreach(b, off, totlen, daddr, saddr, P.ICMP_FRAG_NEEDED, mtu - outer);
@@ -739,6 +763,7 @@ export class PacketProcessor {
     if (b[ic + P.ICMP_TYPE] !== P.ICMP6_ECHO_REQUEST || !this.snapshot.answerPing) return this.drop(Drop.IcmpIgnored);
     const l4len = off + totlen - ic;
     if (P.sum16(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)) !== 0xffff) return this.drop(Drop.BadChecksum);
+    if (!this.mayAnswer(L.GEN_ECHO, -1, 0)) return DROP;
     // Swap the addresses (the pseudo-header sum does not change) and turn 128 into 129.
     for (let i = 0; i < 16; i++) {
       const x = b[off + P.IP6_SRC + i]!;
@@ -922,13 +947,18 @@ export class PacketProcessor {
     return REPLY;
   }
 
-  /** xorshift32 state for full-NAT port choice (no allocation, no Math.random per packet). */
+  /** xorshift32 state for full-NAT port choice and the global limit's random cost (no Math.random per packet). */
   private rnd = 0x9e3779b9;
+  private readonly rndSeed = new Int32Array(1);
 
   /**
    * Full-NAT: picks a pool address (by client hash) and a free port on it, so the server→client
-   * key (RIP:rport → laddr:lport) is unique. A few random probes, then a scan, bounded: a pool with
-   * every port taken refuses the flow (counted) instead of searching for ever.
+   * key (RIP:rport → laddr:lport) is unique. First FULLNAT_PROBES random ports (with few ports
+   * taken, the first nearly always fits), then every port of the range once, from a random start:
+   * a flow is refused only when no port is free. A probe is one out-key lookup under its bucket
+   * lock — no entry is allocated until a port looks free; a race lost on insert goes on with the
+   * next port. A (pool address, server) found full is remembered for FULLNAT_FULL_MS, so a flood
+   * of new flows at a full pool costs one memo check each instead of a scan of up to 64 k ports.
    */
   private insertFullnat(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, rs: number, svcSlot: number): number {
     const s = this.snapshot;
@@ -937,29 +967,73 @@ export class PacketProcessor {
     if (pool.length === 0) return -2;
     const min = s.fullnatPortMin;
     const range = s.fullnatPortMax - min + 1;
+    const hi = this.hi;
     let laddr: number;
     if (v6) {
       const p = (((caddr ^ cports) >>> 0) % (pool.length >> 2)) << 2;
-      for (let i = 0; i < 3; i++) this.hi[9 + i] = pool[p + i]!;
+      for (let i = 0; i < 3; i++) hi[9 + i] = pool[p + i]!;
       laddr = pool[p + 3]!;
     } else {
       laddr = pool[((caddr ^ cports) >>> 0) % pool.length]!;
     }
+    const memo = this.fullMemoSlot(proto, laddr, raddr, rport);
+    const tag = this.fullMemoTag;
+    if (this.fullTags[memo] === tag && ((this.fullUntil[memo]! - this.now) | 0) > 0) return -2;
     let x = this.rnd;
-    const probes = range < 64 ? range : 64;
-    for (let i = 0; i < probes; i++) {
+    const probes = range < FULLNAT_PROBES * 4 ? 0 : FULLNAT_PROBES;
+    let e = -2;
+    for (let i = 0; i < probes && e === -2; i++) {
       x ^= x << 13;
       x ^= x >>> 17;
       x ^= x << 5;
-      const lport = range < 64 ? min + i : min + ((x >>> 0) % range);
-      const e = this.table.insert(proto, caddr, cports, vaddr, raddr, (rport << 16) | lport, laddr, L.FWD_FULLNAT, rs, svcSlot, this.now, 0, 0, 0, this.hi);
-      if (e !== -2) {
-        this.rnd = x;
-        return e;
+      e = this.tryPort(proto, caddr, cports, vaddr, raddr, rport, min + ((x >>> 0) % range), laddr, rs, svcSlot);
+    }
+    if (e === -2) {
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      let lport = min + ((x >>> 0) % range);
+      for (let k = 0; k < range && e === -2; k++) {
+        e = this.tryPort(proto, caddr, cports, vaddr, raddr, rport, lport, laddr, rs, svcSlot);
+        if (++lport > s.fullnatPortMax) lport = min;
       }
     }
     this.rnd = x;
-    return -2;
+    if (e === -2) {
+      this.fullTags[memo] = tag;
+      this.fullUntil[memo] = (this.now + FULLNAT_FULL_MS) | 0;
+    }
+    return e;
+  }
+
+  /** Inserts the flow with pool port lport if that port looks free for this server; −2 when taken. */
+  private tryPort(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, lport: number, laddr: number, rs: number, svcSlot: number): number {
+    const t = this.table;
+    const dports = (rport << 16) | lport;
+    const b = t.bucketOut(proto, raddr, dports, laddr, this.hi);
+    t.lockBucket(b);
+    const taken = t.findOut(b, proto, raddr, dports, laddr, this.hi) >= 0;
+    t.unlockBucket(b);
+    if (taken) return -2;
+    return t.insert(proto, caddr, cports, vaddr, raddr, dports, laddr, L.FWD_FULLNAT, rs, svcSlot, this.now, 0, 0, 0, this.hi);
+  }
+
+  /** Memo of (pool address, server) pairs found without a free port: keyed hash tag and until when. */
+  private readonly fullTags = new Int32Array(FULLNAT_MEMO_SLOTS);
+  private readonly fullUntil = new Int32Array(FULLNAT_MEMO_SLOTS);
+  private fullMemoTag = 0;
+
+  /** The memo slot of (proto, pool address, server address and port); sets fullMemoTag (never 0). */
+  private fullMemoSlot(proto: number, laddr: number, raddr: number, rport: number): number {
+    const h = this.peerHash;
+    h.begin(this.peerKey[0]!, this.peerKey[1]!);
+    h.word(laddr);
+    h.word(raddr);
+    h.word(rport);
+    if (this.v6) for (let i = 6; i < 12; i++) h.word(this.hi[i]!);
+    const v = h.end((this.v6 ? 37 << 24 : 13 << 24) | (proto & 0xff));
+    this.fullMemoTag = (Math.imul(v, 0x9e3779b1) | 1) | 0;
+    return (v >>> 0) & (FULLNAT_MEMO_SLOTS - 1);
   }
 
   private schedule(svc: CompiledService, si: number, caddr: number, cport: number, vaddr: number, vport: number): number {
@@ -1176,6 +1250,137 @@ export class PacketProcessor {
   }
 
   // ── generated packets ────────────────────────────────────────────────────────────────────
+  /**
+   * Whether an answer of `kind` (L.GEN_*) may go back to the current packet's source (saddr; for
+   * IPv6 pa[0..3]). Not to a source the answer would loop through or reflect off: one inside the
+   * VIP ranges or the full-NAT pool comes straight back into the device (a RST between two VIPs
+   * answered itself for ever, 300 k packets/s from one spoofed packet), and multicast, broadcast,
+   * loopback, unspecified and reserved sources are never a host that sent it (the kernel's
+   * __icmp_send and tcp_v4_send_reset refuse them too) — dropped, unanswerable_source. Then the
+   * limits, for the kinds genKinds names (withinLimits). True: `reason` (≥ 0) is counted and the
+   * caller builds the answer; false: the packet is counted as dropped here.
+   */
+  private mayAnswer(kind: number, reason: number, saddr: number): boolean {
+    const c = this.counters;
+    const at = L.C_GEN_BASE + kind * L.GEN_RESULTS;
+    if (this.v6 ? this.unanswerable6() : this.unanswerable4(saddr)) {
+      c[at + L.GEN_BAD_DESTINATION]!++;
+      c[L.C_DROP_BASE + Drop.UnanswerableSource]!++;
+      return false;
+    }
+    if ((this.snapshot.genKinds & (1 << kind)) !== 0 && !this.withinLimits(saddr)) {
+      c[at + L.GEN_RATE_LIMITED]!++;
+      c[L.C_DROP_BASE + Drop.RateLimited]!++;
+      return false;
+    }
+    c[at + L.GEN_SENT]!++;
+    if (reason >= 0) c[L.C_DROP_BASE + reason]!++;
+    return true;
+  }
+
+  /**
+   * 0.0.0.0/8 (this network, RFC 1122), 127/8, 224/4 multicast (link-local 224.0.0/24 included),
+   * 240/4 reserved with 255.255.255.255 (limited broadcast); the VIP ranges and the pool. A
+   * subnet's directed broadcast is not knowable here: it is a route the kernel would not send here.
+   */
+  private unanswerable4(a: number): boolean {
+    const top = a >>> 24;
+    if (top === 0 || top === 127 || top >= 224) return true;
+    const s = this.snapshot;
+    if (inVipRange(s, a)) return true;
+    const pool = s.fullnatAddrs;
+    for (let i = 0; i < pool.length; i++) if (pool[i] === a) return true;
+    return false;
+  }
+
+  /**
+   * ff00::/8 multicast (link-local ff02:: included), ::/96 (unspecified, loopback ::1, the
+   * deprecated IPv4-compatible form), ::ffff:0:0/96 (IPv4-mapped: never on the wire, RFC 4291
+   * §2.5.5.2 — ipv6_rcv drops it as a source); the VIP ranges and the pool.
+   */
+  private unanswerable6(): boolean {
+    const pa = this.pa;
+    const w0 = pa[0]!;
+    if (w0 >>> 24 === 0xff) return true;
+    if (w0 === 0 && pa[1] === 0 && (pa[2] === 0 || pa[2] === 0xffff)) return true;
+    const s = this.snapshot;
+    if (inVipRange6(s, pa, 0)) return true;
+    const pool = s.fullnatAddrs6;
+    for (let i = 0; i < pool.length; i += 4) {
+      if (pool[i] === w0 && pool[i + 1] === pa[1] && pool[i + 2] === pa[2] && pool[i + 3] === pa[3]) return true;
+    }
+    return false;
+  }
+
+  /**
+   * The kernel's two ICMP limits, in its order (net/ipv4/icmp.c, 6.12+): the global bucket must
+   * hold credit (icmp_global_allow: refilled at most every 20 ms by genPerSec × elapsed, capped at
+   * genBurst), then the source's bucket must allow one (inet_peer_xrlim_allow: credit in ms,
+   * + elapsed, capped at genPeerBurst × genPeerMs, one answer costs genPeerMs), and only a sent
+   * answer takes from the global credit — 0, 1 or 2 at random, 1 on average, so its exact state
+   * cannot be probed from outside (icmp_global_consume; CVE-2020-25705). Times are the batch clock.
+   */
+  private withinLimits(saddr: number): boolean {
+    const s = this.snapshot;
+    const now = this.now;
+    const perSec = s.genPerSec;
+    if (perSec > 0 && this.genCredit <= 0) {
+      let delta = (now - this.genStamp) | 0;
+      if (this.genCredit < 0 || delta < 0 || delta > 1000) delta = 1000; // first use, or the clock wrapped
+      if (delta < 20) return false;
+      const incr = Math.floor((perSec * delta) / 1000);
+      if (incr === 0) return false;
+      this.genStamp = now;
+      this.genCredit = incr < s.genBurst ? incr : s.genBurst;
+    }
+    const iv = s.genPeerMs;
+    if (iv > 0) {
+      const i = this.peerSlot(saddr) << 1;
+      const pb = this.peerBuckets;
+      const cap = iv * s.genPeerBurst;
+      let tokens = pb[i]!;
+      if (tokens < 0) tokens = cap; // a source never answered: a full burst (inet_getpeer: rate_last 60 s ago)
+      else {
+        let el = (now - pb[i + 1]!) | 0;
+        if (el < 0 || el > cap) el = cap;
+        tokens += el;
+        if (tokens > cap) tokens = cap;
+      }
+      pb[i + 1] = now;
+      if (tokens < iv) {
+        pb[i] = tokens;
+        return false;
+      }
+      pb[i] = tokens - iv;
+    }
+    if (perSec > 0) {
+      let x = this.rnd;
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      this.rnd = x;
+      this.genCredit -= (x >>> 0) % 3;
+      if (this.genCredit < 0) this.genCredit = 0;
+    }
+    return true;
+  }
+
+  /** The per-source bucket of the current packet's source: a keyed hash (not steerable from outside). */
+  private peerSlot(saddr: number): number {
+    const h = this.peerHash;
+    h.begin(this.peerKey[0]!, this.peerKey[1]!);
+    if (this.v6) {
+      const pa = this.pa;
+      h.word(pa[0]!);
+      h.word(pa[1]!);
+      h.word(pa[2]!);
+      h.word(pa[3]!);
+      return h.end(16 << 24) & (GEN_PEER_SLOTS - 1);
+    }
+    h.word(saddr);
+    return h.end(4 << 24) & (GEN_PEER_SLOTS - 1);
+  }
+
   private ipHeader(o: number, totlen: number, proto: number, src: number, dst: number): void {
     const x = this.out;
     this.plainVnet(o);
@@ -1261,6 +1466,7 @@ export class PacketProcessor {
     const ic = off + ihl;
     if (b[ic + P.ICMP_TYPE] !== P.ICMP_ECHO || !this.snapshot.answerPing) return this.drop(Drop.IcmpIgnored);
     if (P.sum16(b, ic, totlen - ihl, 0) !== 0xffff) return this.drop(Drop.BadChecksum);
+    if (!this.mayAnswer(L.GEN_ECHO, -1, saddr)) return DROP;
     // Turn the request around in place: swap addresses, type 8 → 0.
     P.put32(b, off + P.IP_SRC, daddr);
     P.put32(b, off + P.IP_DST, saddr);

@@ -43,6 +43,8 @@ export type WorkerMessage = { type: 'stop' } | { type: 'crash' };
 const IDLE_POLL_MS = 50;
 /** How long a worker stays in one event-loop turn before it yields (messages). */
 const YIELD_MS = 100;
+/** The chain-length gauge covers this window and the one before it (C_CHAIN_MAX). */
+const CHAIN_WINDOW_MS = 10_000;
 
 function main(init: WorkerInit): void {
   const tun = tunAddon();
@@ -78,6 +80,20 @@ function main(init: WorkerInit): void {
     if (m.type === 'stop') running = false;
     else if (m.type === 'crash') throw new Error(`worker ${init.id} crashed on request`);
   });
+
+  // Connection-table chain figures (conntrack/table.ts): the longest walk of this and the previous
+  // window, and the walks past CHAIN_ALARM — a few stores per read, never per packet.
+  let chainWindow = table.now();
+  let chainPrev = 0;
+  const publishChains = (now: number): void => {
+    if (((now - chainWindow) | 0) >= CHAIN_WINDOW_MS) {
+      chainPrev = table.chainPeak;
+      table.chainPeak = 0;
+      chainWindow = now;
+    }
+    counters[L.C_CHAIN_MAX] = chainPrev > table.chainPeak ? chainPrev : table.chainPeak;
+    counters[L.C_LONG_CHAINS] = table.longChains;
+  };
 
   let w = 0;
   /** Writes the queued packets to the device in one call and counts them. */
@@ -159,6 +175,7 @@ function main(init: WorkerInit): void {
       }
       if (Atomics.load(ctl, CTL_SNAPSHOT_VERSION) !== seenVersion) takeSnapshots();
       if (n > 0) processBatch(n);
+      publishChains(n > 0 ? proc.now : table.now());
       lastEmpty = n < batch;
       if (Date.now() >= until) break;
     }

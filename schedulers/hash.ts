@@ -9,6 +9,8 @@
  *    hsiphash is SipHash-1-3 with 64-bit keys truncated to 32 bits (one compression round, three
  *    finalization rounds); the bytes are read little-endian, i.e. the value v itself (x86-64).
  *    mh hashes with it. 32-bit kernels use HalfSipHash instead: different numbers.
+ *  - HalfSipHash (class): that 32-bit kernels' hsiphash, HalfSipHash-1-3, streaming over 32-bit
+ *    words — the connection table's keyed bucket hash and the dataplane's per-source limits.
  *
  * 64-bit arithmetic is done on hi/lo pairs of uint32 in locals: BigInt would allocate per call.
  */
@@ -101,4 +103,72 @@ export function hsiphash4(s: Uint32Array, v: number): number {
     v2l = th;
   }
   return (v0l ^ v1l ^ v2l ^ v3l) >>> 0;
+}
+
+/**
+ * HalfSipHash-1-3 (lib/siphash.c, `hsiphash` on 32-bit kernels; Aumasson & Bernstein's
+ * HalfSipHash with one compression and three finalization rounds): a keyed 32-bit hash the kernel
+ * uses for hash tables keyed by what the network sends. 64-bit key (k0, k1), 32-bit words, so
+ * every operation stays in int32 — no hi/lo pairs, unlike hsiphash4 above.
+ *
+ * Streaming, allocation-free: begin(k0, k1), then word(m) per 4 message bytes (little-endian, as
+ * the kernel reads them on x86), then end(b) with b = (total length in bytes) << 24 | the 0–3
+ * remaining bytes. One instance per thread (it keeps the state between calls).
+ */
+export class HalfSipHash {
+  private v0 = 0;
+  private v1 = 0;
+  private v2 = 0;
+  private v3 = 0;
+
+  begin(k0: number, k1: number): void {
+    this.v0 = k0 | 0;
+    this.v1 = k1 | 0;
+    this.v2 = 0x6c796765 ^ k0;
+    this.v3 = 0x74656462 ^ k1;
+  }
+
+  /** HSIPROUND. */
+  private round(): void {
+    let v0 = this.v0,
+      v1 = this.v1,
+      v2 = this.v2,
+      v3 = this.v3;
+    v0 = (v0 + v1) | 0;
+    v1 = (v1 << 5) | (v1 >>> 27);
+    v1 ^= v0;
+    v0 = (v0 << 16) | (v0 >>> 16);
+    v2 = (v2 + v3) | 0;
+    v3 = (v3 << 8) | (v3 >>> 24);
+    v3 ^= v2;
+    v0 = (v0 + v3) | 0;
+    v3 = (v3 << 7) | (v3 >>> 25);
+    v3 ^= v0;
+    v2 = (v2 + v1) | 0;
+    v1 = (v1 << 13) | (v1 >>> 19);
+    v1 ^= v2;
+    v2 = (v2 << 16) | (v2 >>> 16);
+    this.v0 = v0;
+    this.v1 = v1;
+    this.v2 = v2;
+    this.v3 = v3;
+  }
+
+  word(m: number): void {
+    this.v3 ^= m;
+    this.round();
+    this.v0 ^= m;
+  }
+
+  /** Finalizes with the length/tail word b; returns the hash as uint32. */
+  end(b: number): number {
+    this.v3 ^= b;
+    this.round();
+    this.v0 ^= b;
+    this.v2 ^= 0xff;
+    this.round();
+    this.round();
+    this.round();
+    return (this.v1 ^ this.v3) >>> 0;
+  }
 }

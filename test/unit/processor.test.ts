@@ -359,6 +359,28 @@ test('full-NAT gives every flow to one server its own pool port, and refuses (co
   assert.equal(counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf('fullnat_ports_exhausted')], 3);
 });
 
+test('a nearly full full-NAT pool still finds its last free ports: the scan after the random probes', () => {
+  // 3 servers × 300 ports: every one of the 900 flows must get a port (the random probes alone miss
+  // the last free ones), and only the 901st to 903rd are refused.
+  const { run, counters } = setupFullnat([30000, 30299]);
+  const seen = new Map<string, Set<number>>();
+  const verdicts: number[] = [];
+  for (let i = 0; i < 903; i++) {
+    const r = run(tcp({ src: `192.168.${3 + (i >> 8)}.${i & 255}`, dst: VIP, sport: 50000, flags: TCPF_SYN }));
+    verdicts.push(r.v);
+    if (r.v !== FORWARD) continue;
+    const f = field(r.pkt);
+    const ports = seen.get(f.dst) ?? new Set<number>();
+    assert.ok(!ports.has(f.sport), `port ${f.sport} reused for ${f.dst}`);
+    ports.add(f.sport);
+    seen.set(f.dst, ports);
+  }
+  assert.equal(verdicts.slice(0, 900).filter((v) => v !== FORWARD).length, 0, 'every flow that fits got a port');
+  assert.deepEqual(verdicts.slice(900), [DROP, DROP, DROP]);
+  for (const ports of seen.values()) assert.equal(ports.size, 300);
+  assert.equal(counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf('fullnat_ports_exhausted')], 3);
+});
+
 // ── IPIP tunnel ─────────────────────────────────────────────────────────────────────────────
 test('tunnel forwarding wraps the unchanged packet in IPIP to the real server and tracks the flow one way', () => {
   const cfg = validateConfig({
