@@ -377,6 +377,19 @@ export class PacketProcessor {
       if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
       return this.drop(Drop.NoConnection);
     }
+    // Overload defenses (conntrack/defense.ts sets the words once a second): drop_packet refuses
+    // 1 of every `rate` new flows (ip_vs_todrop, per worker), and a source holding its limit of
+    // half-open entries gets no more.
+    const rate = t.i32[L.H_DROP_RATE]!;
+    if (rate !== 0) {
+      if (this.dropCounter > rate) this.dropCounter = rate;
+      if (--this.dropCounter <= 0) {
+        this.dropCounter = rate;
+        return this.drop(Drop.DefenseDropPacket);
+      }
+    }
+    const srcLimit = t.i32[L.H_SRC_LIMIT]!;
+    if (srcLimit !== 0 && (isTcp || isSctp) && t.halfOpenAt(t.sourceSlot(v6, saddr, hi[0]!, hi[1]!)) >= srcLimit) return this.drop(Drop.HalfOpenPerSource);
     const svc = this.snapshot.services[si]!;
     let tmpl = -1;
     let daddr2: number, dport2: number, rs2: number, fwd2: number;
@@ -921,6 +934,9 @@ export class PacketProcessor {
     this.outLen = this.outLens[0]! - V;
     return REPLY;
   }
+
+  /** drop_packet's countdown (kernel drop_counter), this worker's own. */
+  private dropCounter = 0;
 
   /** xorshift32 state for full-NAT port choice (no allocation, no Math.random per packet). */
   private rnd = 0x9e3779b9;
