@@ -10,7 +10,7 @@
  * entries, `amemthresh` = a number of free entries (default capacity/16). Full-NAT real servers
  * have a second one, their pool ports (every entry to a server holds one of its pool
  * address × port pairs): a server with fewer free pairs than the same share of its pairs
- * (amemthresh / capacity) is short of room too. Either shortage is the kernel's `nomem`.
+ * (amemthresh / capacity, rounded up) is short of room too. Either shortage is the kernel's `nomem`.
  *
  * Each defense has the kernel's sysctl modes: 0 off; 1 automatic, off now; 2 automatic, on now
  * (the value turns 1 → 2 when nomem is seen and 2 → 1 when it is gone, as /proc shows it);
@@ -159,8 +159,9 @@ export class Defense {
     let rate = autoDropRate(thr, this.freeEntries);
     this.poolUse = this.pools();
     for (const p of this.poolUse) {
-      // The same share of a server's pool pairs as amemthresh is of the table.
-      const pthr = Math.floor((p.capacity * thr) / t.capacity);
+      // The same share of a server's pool pairs as amemthresh is of the table, at least one pair
+      // (when amemthresh > 0): a small pool is short of room at the latest when it is full.
+      const pthr = Math.ceil((p.capacity * thr) / t.capacity);
       const pfree = p.capacity - p.used;
       if (pfree < pthr) {
         nomem = true;
