@@ -254,7 +254,12 @@ export class Defense {
       const expires = a[o + L.E_EXPIRES]!;
       if (((expires - now) | 0) <= shortMs) continue;
       const shorter = (expires - a[L.H_TIMEOUTS + state]! + shortMs) | 0;
-      if (((shorter - expires) | 0) < 0 && Atomics.compareExchange(a, o + L.E_EXPIRES, expires, shorter) === expires) shortened++;
+      if (((shorter - expires) | 0) < 0 && Atomics.compareExchange(a, o + L.E_EXPIRES, expires, shorter) === expires) {
+        shortened++;
+        // Already past its short timer: free the slot now rather than at the next sweep, the
+        // room is needed (remove() re-checks the timer under the bucket locks).
+        if (((shorter - now) | 0) <= 0) t.remove(e, true, now);
+      }
     }
     this.secureCursor = (this.secureCursor + n) & t.mask;
     this.counts.secureTcpShortened += shortened;

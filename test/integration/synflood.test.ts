@@ -8,13 +8,14 @@
  */
 import { after, afterEach, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { apiCall } from '../../control/client';
 import { Lab, LAB_VIP, sleep } from '../../lab/lab';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
+const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
 const isRoot = process.getuid?.() === 0;
 
 const TABLE = 1024;
@@ -136,5 +137,11 @@ describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integ
     assert.deepEqual([e.error, e.bad, e.echoed === e.sent, e.sent > 100], [null, 0, true, true], JSON.stringify(e));
     assert.ok(d.nomemTicks > 0, `the flood pressed the table below amemthresh: ${ctx}`);
     assert.ok(d.droppedHalfOpen + d.secureTcpShortened > 0, `the defenses acted: ${ctx}`);
+    // The same through uvsadm and the metrics' source.
+    const l = spawnSync(process.execPath, [UVSADM, '--socket', lab.socket, '-L', '--defense'], { encoding: 'utf8', timeout: 30000 });
+    assert.equal(l.status, 0, l.stderr);
+    assert.match(l.stdout, /^drop_entry\s+1\s+[12]\s+(yes|no)$/m);
+    assert.match(l.stdout, /^secure_tcp\s+1\s+[12]\s+(yes|no)$/m);
+    assert.match(l.stdout, new RegExp(`Dropped entries: ${d.droppedHalfOpen} half-open`));
   });
 });
