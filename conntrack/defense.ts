@@ -25,8 +25,10 @@
  *    availmem) in mode 1/2 (1 = every flow once the table is full), am_droprate in mode 3.
  *  - secure_tcp: workers use tcp_states_dos and, a uvs addition after 2.4's
  *    vs_timeout_table_dos (SYN_RECV 10 s), the short `secureTcpTimeout` for every half-open TCP
- *    state. Entries already half-open when it switches on are shortened here, measured from their
- *    last packet: a spoofed SYN never sends a second packet, so the worker would never re-arm it.
+ *    state, re-armed only by the client's packets (a server retransmitting its SYN-ACK to a
+ *    spoofed client would keep the entry alive). Entries already half-open when it switches on
+ *    are shortened here, measured from their last packet: a spoofed SYN never sends a second
+ *    packet, so the worker would never re-arm it.
  *  - half-open limit per source (uvs; the kernel has none): workers refuse a new TCP/SCTP flow
  *    from a source (IPv4 address, IPv6 /64) that holds `maxHalfOpenPerSource` half-open entries.
  *

@@ -390,9 +390,15 @@ export class ConnTable {
       timeoutSlot = tcp ? state : L.TIMEOUT_SCTP + state;
     }
     let timeout = a[L.H_TIMEOUTS + timeoutSlot]!;
-    // secure_tcp: half-open states get the short timer (2.4's vs_timeout_table_dos; defense.ts).
-    if (secure && TCP_HALF_OPEN[state] === 1 && timeout > a[L.H_SECURE_TCP_MS]!) timeout = a[L.H_SECURE_TCP_MS]!;
-    a[o + L.E_EXPIRES] = (now + timeout) | 0;
+    // secure_tcp: half-open states get the short timer (2.4's vs_timeout_table_dos; defense.ts),
+    // and only the client re-arms it: a server retransmitting its SYN-ACK to a spoofed client
+    // (5 times over 31 s on Linux) would otherwise keep every flood entry alive that long.
+    if (secure && TCP_HALF_OPEN[state] === 1) {
+      if (timeout > a[L.H_SECURE_TCP_MS]!) timeout = a[L.H_SECURE_TCP_MS]!;
+      if (dir !== 1 || changed) a[o + L.E_EXPIRES] = (now + timeout) | 0;
+    } else {
+      a[o + L.E_EXPIRES] = (now + timeout) | 0;
+    }
     let p = a[o + L.E_IN_PKTS]!;
     if (dir !== 1 && p < 0x7fffffff) a[o + L.E_IN_PKTS] = ++p;
     let sync = false;

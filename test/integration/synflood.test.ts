@@ -142,6 +142,7 @@ describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integ
     assert.equal(l.status, 0, l.stderr);
     assert.match(l.stdout, /^drop_entry\s+1\s+[12]\s+(yes|no)$/m);
     assert.match(l.stdout, /^secure_tcp\s+1\s+[12]\s+(yes|no)$/m);
-    assert.match(l.stdout, new RegExp(`Dropped entries: ${d.droppedHalfOpen} half-open`));
+    const m = /Dropped entries: (\d+) half-open/.exec(l.stdout);
+    assert.ok(m && Number(m[1]) >= d.droppedHalfOpen, l.stdout);
   });
 });

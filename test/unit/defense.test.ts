@@ -228,8 +228,10 @@ test('under secure_tcp a masq flow is ESTABLISHED only once the server speaks af
   assert.equal(state(t, e), 'SYN_RECV', 'a client ACK without the server stays SYN_RECV (normal table: ESTABLISHED)');
   t.touch(e, DIR_OUTPUT, TCPF_SYN | TCPF_ACK, now);
   assert.deepEqual([state(t, e), exp()], ['SYNACK', 10_000], "SYNACK's 120 s become 10 s");
-  t.touch(e, DIR_INPUT, TCPF_ACK, now);
-  assert.equal(state(t, e), 'SYNACK');
+  t.touch(e, DIR_OUTPUT, TCPF_SYN | TCPF_ACK, now + 3_000);
+  assert.equal(exp(), 10_000, "the server's retransmitted SYN-ACK does not re-arm it: only the client does");
+  t.touch(e, DIR_INPUT, TCPF_ACK, now + 4_000);
+  assert.deepEqual([state(t, e), exp()], ['SYNACK', 14_000]);
   t.touch(e, DIR_OUTPUT, TCPF_ACK, now);
   assert.deepEqual([state(t, e), exp()], ['ESTABLISHED', 900_000]);
   // One-way (tunnel): SYN → SYNACK, the client's ACK → ESTABLISHED.
