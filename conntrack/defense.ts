@@ -14,7 +14,12 @@
  *
  * Each defense has the kernel's sysctl modes: 0 off; 1 automatic, off now; 2 automatic, on now
  * (the value turns 1 → 2 when nomem is seen and 2 → 1 when it is gone, as /proc shows it);
- * 3 always on. Once a second tick():
+ * 3 always on. uvs adds a hold (`holdTime`, default 60 s; 0 = the kernel's rule): an automatic
+ * drop_entry, secure_tcp or per-source limit stays on until no tick has been short of room for
+ * that long. Memory comes back slowly; free entries come back the moment a defense acts, and
+ * without the hold the defenses switched off a second later, the real servers' retransmitted
+ * SYN-ACKs re-armed the flood's entries for the normal 60 s, and the table sat at amemthresh.
+ * drop_packet has no hold: its rate follows the room there is. Once a second tick():
  *  - drop_entry: scans capacity/32 entry slots from a random start (the kernel scans 1/32 of its
  *    buckets; uvs's buckets are as many as its slots, so the expected work is the same) and
  *    removes half-open TCP entries (SYN_RECV, SYNACK) and SCTP (INIT1, INIT), and of established
@@ -60,6 +65,8 @@ export interface DefenseSettings {
   halfOpenPerSource: number;
   /** Half-open entries one source may hold while that defense is on. */
   maxHalfOpenPerSource: number;
+  /** Seconds an automatic defense (but drop_packet) stays on after the last shortage; 0 = kernel. */
+  holdTime: number;
 }
 
 /** Entries using a full-NAT real server's pool: used pairs of capacity (pool addresses × ports). */
@@ -119,6 +126,8 @@ export class Defense {
   /** todrop_entry's rolling counters, one per in_pkts value 1..8 (ipvs->dropentry_counters). */
   private readonly todrop = new Int32Array(8);
   private secureCursor = 0;
+  /** Table-relative ms of the last update that saw a shortage, null = none yet. */
+  private lastNomemAt: number | null = null;
 
   constructor(table: ConnTable, settings: DefenseSettings, pools: () => PoolUse[] = () => []) {
     this.t = table;
@@ -146,14 +155,14 @@ export class Defense {
   /** defense_work_handler: update the levels, then drop entries and shorten timers if on. */
   tick(now = this.t.now(), random: () => number = Math.random): void {
     this.counts.ticks++;
-    this.update();
+    this.update(now);
     if (this.nomem) this.counts.nomemTicks++;
     if (this.active.dropEntry) this.randomDropEntry(now, random);
     if (this.active.secureTcp) this.shortenHalfOpen(now);
   }
 
   /** update_defense_level: measures room, steps every defense, publishes to the workers. */
-  update(): void {
+  update(now = this.t.now()): void {
     const t = this.t;
     const thr = Math.max(0, this.cfg.amemthresh);
     this.freeEntries = t.capacity - t.count();
@@ -172,8 +181,10 @@ export class Defense {
       }
     }
     this.nomem = nomem;
+    if (nomem) this.lastNomemAt = now;
+    const held = this.lastNomemAt !== null && ((now - this.lastNomemAt) | 0) < this.cfg.holdTime * 1000;
     for (const n of DEFENSE_NAMES) {
-      const s = defenseStep(this.modes[n], nomem);
+      const s = defenseStep(this.modes[n], n === 'dropPacket' ? nomem : nomem || held);
       this.modes[n] = s.mode;
       this.active[n] = s.active;
     }
@@ -279,6 +290,7 @@ export class Defense {
       dropRate: this.dropRate,
       secureTcpTimeout: this.cfg.secureTcpTimeout,
       maxHalfOpenPerSource: this.cfg.maxHalfOpenPerSource,
+      holdTime: this.cfg.holdTime,
       defenses: DEFENSE_NAMES.map((name) => ({ name, configured: this.cfg[name], mode: this.modes[name], active: this.active[name] })),
       fullnatPools: this.poolUse.map((p) => ({ ...p })),
       ...this.counts,
@@ -295,6 +307,7 @@ export interface DefenseView {
   dropRate: number;
   secureTcpTimeout: number;
   maxHalfOpenPerSource: number;
+  holdTime: number;
   defenses: { name: DefenseName; configured: number; mode: number; active: boolean }[];
   fullnatPools: PoolUse[];
   droppedHalfOpen: number;

@@ -507,7 +507,7 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
  */
 function defenseConfig(v: unknown, tableSize: number): DefenseSettings {
   const p = 'defense';
-  const d = obj(v, p, ['amemthresh', 'amDroprate', 'dropEntry', 'dropPacket', 'secureTcp', 'secureTcpTimeout', 'halfOpenPerSource', 'maxHalfOpenPerSource']);
+  const d = obj(v, p, ['amemthresh', 'amDroprate', 'dropEntry', 'dropPacket', 'secureTcp', 'secureTcpTimeout', 'halfOpenPerSource', 'maxHalfOpenPerSource', 'holdTime']);
   const mode = (k: string, def: number) => int(d[k], `${p}.${k}`, def, 0, 3);
   const out: DefenseSettings = {
     amemthresh: int(d.amemthresh, `${p}.amemthresh`, tableSize >>> 4, 0, tableSize),
@@ -518,6 +518,7 @@ function defenseConfig(v: unknown, tableSize: number): DefenseSettings {
     secureTcpTimeout: duration(d.secureTcpTimeout, `${p}.secureTcpTimeout`, 10, 3600),
     halfOpenPerSource: mode('halfOpenPerSource', 1),
     maxHalfOpenPerSource: int(d.maxHalfOpenPerSource, `${p}.maxHalfOpenPerSource`, Math.min(256, tableSize), 1, tableSize),
+    holdTime: duration(d.holdTime, `${p}.holdTime`, 60, 3600),
   };
   if (out.secureTcpTimeout < 1) fail(`${p}.secureTcpTimeout`, 'must be at least 1 s (a handshake needs a round trip and a retransmitted SYN)');
   return out;

@@ -144,5 +144,9 @@ describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integ
     assert.match(l.stdout, /^secure_tcp\s+1\s+[12]\s+(yes|no)$/m);
     const m = /Dropped entries: (\d+) half-open/.exec(l.stdout);
     assert.ok(m && Number(m[1]) >= d.droppedHalfOpen, l.stdout);
+    const metrics = lab.exec(lab.lbNs, 'curl', ['-s', '-m', '5', 'http://127.0.0.1:10249/metrics']);
+    assert.match(metrics, /^uvs_defense_mode\{defense="dropEntry"\} [12]$/m);
+    assert.match(metrics, /^uvs_defense_dropped_entries_total\{kind="half_open"\} \d+$/m);
+    assert.match(metrics, /^uvs_defense_secure_tcp_shortened_total \d+$/m);
   });
 });

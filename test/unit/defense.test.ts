@@ -44,7 +44,7 @@ function fresh(capacity = 1024) {
 }
 
 function settings(o: Partial<DefenseSettings> = {}): DefenseSettings {
-  return { amemthresh: 64, amDroprate: 10, dropEntry: 0, dropPacket: 0, secureTcp: 0, secureTcpTimeout: 10, halfOpenPerSource: 0, maxHalfOpenPerSource: 256, ...o };
+  return { amemthresh: 64, amDroprate: 10, dropEntry: 0, dropPacket: 0, secureTcp: 0, secureTcpTimeout: 10, halfOpenPerSource: 0, maxHalfOpenPerSource: 256, holdTime: 0, ...o };
 }
 
 /** A TCP flow from client c:port, touched by `flags` in order (each [dir, flags]) at `at`. */
@@ -103,6 +103,24 @@ test('the automatic defenses switch on when free entries fall below amemthresh a
   assert.equal(d.nomem, false);
   assert.deepEqual(d.modes, { dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1 });
   assert.deepEqual([t.i32[L.H_SECURE_TCP], t.i32[L.H_DROP_RATE], t.i32[L.H_SRC_LIMIT]], [0, 0, 0]);
+});
+
+test('with a hold, an automatic defense stays on until no tick has been short of room for holdTime; drop_packet follows the room at once', () => {
+  const { t } = fresh(1024);
+  const now = t.now();
+  const udp: number[] = [];
+  for (let i = 0; i < 1000; i++) udp.push(t.insert(17, C + i, (1000 << 16) | 53, V, D, DP, C + i, 0, 1, 0, now));
+  const d = new Defense(t, settings({ amemthresh: 64, dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, holdTime: 60 }));
+  d.update(now);
+  assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 2, secureTcp: 2, halfOpenPerSource: 2 });
+  for (const e of udp) t.remove(e, false, now);
+  d.update(now + 1000);
+  assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 1, secureTcp: 2, halfOpenPerSource: 2 }, 'room is back: held, but drop_packet');
+  d.update(now + 59_999);
+  assert.equal(d.modes.secureTcp, 2);
+  d.update(now + 60_000);
+  assert.deepEqual(d.modes, { dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1 }, '60 s without a shortage');
+  assert.equal(t.i32[L.H_SECURE_TCP], 0);
 });
 
 test('mode 3 acts with room to spare (drop_packet at am_droprate), mode 0 never, and a rewritten mode takes effect at once', () => {
@@ -321,7 +339,7 @@ test('drop_packet refuses 1 of every am_droprate new flows (counted) and never a
 });
 
 test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_entry frees the pool ports for real clients', () => {
-  const { run, drops, table, cfg, rs } = makeProcessor(svcDoc({ forwarding: 'fullnat', dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } } }));
+  const { run, drops, table, cfg, rs } = makeProcessor(svcDoc({ forwarding: 'fullnat', dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } }, defense: { holdTime: 0 } }));
   // What uvsd feeds the defense: the server's entries against its 1 × 8 address:port pairs.
   const rsSlot = 0;
   const pools = () => [{ realServer: 'tcp 10.1.0.1:8080', used: rs[rsSlot * L.RS_WORDS + L.RS_ACTIVE]! + rs[rsSlot * L.RS_WORDS + L.RS_INACTIVE]!, capacity: 8 }];
@@ -351,6 +369,7 @@ test('defense settings default to the automatic modes with amemthresh = tableSiz
     secureTcpTimeout: 10,
     halfOpenPerSource: 1,
     maxHalfOpenPerSource: 256,
+    holdTime: 60,
   });
   const bad = (defense: Record<string, unknown>, path: string) =>
     assert.throws(() => validateConfig({ ...base, defense }), (e: unknown) => e instanceof UvsError && e.path === path, path);
@@ -361,6 +380,7 @@ test('defense settings default to the automatic modes with amemthresh = tableSiz
   bad({ maxHalfOpenPerSource: 0 }, 'defense.maxHalfOpenPerSource');
   bad({ amDroprate: 0 }, 'defense.amDroprate');
   bad({ dropentry: 1 }, 'defense.dropentry');
+  bad({ holdTime: '2h' }, 'defense.holdTime');
   assert.equal(validateConfig({ ...base, defense: { secureTcpTimeout: '3s', dropPacket: 3 } }).defense.secureTcpTimeout, 3);
 });
 
