@@ -11,6 +11,8 @@
  *   [bucket locks: buckets int32]      0 = free, else owner id (worker id + 1; control = 1000);
  *                                      one lock guards bucket i of both chain arrays
  *   [entries: capacity × ENTRY_WORDS int32]
+ *   [per-source counters: capacity int32]  half-open entries per client source, at a keyed hash
+ *                                      of the source (IPv4 address, IPv6 /64); atomic adds
  *
  * capacity and buckets are powers of two and buckets = capacity: each entry sits on one in-chain
  * and one out-chain, so a full table averages one entry per chain of each kind. Chains, not open addressing: deletion needs no tombstones and a lookup holding a bucket
@@ -35,6 +37,12 @@ export const H_EPOCH_HI = 8; //   words: entry times are ms relative to it (int3
 export const H_SHADOWS = 10; // shadow entries (atomic)
 export const H_TIMEOUTS = 16; // TIMEOUT_SLOTS words (16..47): per-state timeouts in ms, slots below
 export const H_HASH_K1 = 48; // bucket hash key, second word (k1): both from crypto random at creation
+// Overload defenses (conntrack/defense.ts writes them once a second; workers read them):
+export const H_SECURE_TCP = 56; // 1 while secure_tcp is on: tcp_states_dos transitions, short half-open timers
+export const H_SECURE_TCP_MS = 57; // the half-open timeout (ms) while secure_tcp is on
+export const H_DROP_RATE = 58; // drop_packet: drop 1 of every this many new flows, 0 = off
+export const H_SRC_LIMIT = 59; // half-open entries one client source may hold, 0 = no limit now
+export const H_SRC_KEY = 60; // 4 words (60..63): random SipHash key of the per-source counters
 export const HDR_WORDS = 64;
 
 /**
@@ -90,6 +98,7 @@ export const F_TEMPLATE = 0x1000;
 export const F_INVALID = 0x20000; // uvs: a template that may no longer be matched (its server left); dies at its timer
 export const F_SHADOW = 0x40000; // uvs: another node's flow, learnt from Redis; not counted until a packet adopts it
 export const F_IN_USE = 0x10000; // uvs: slot holds a live entry
+export const F_HALFOPEN = 0x80000; // uvs: counted in its source's half-open counter (TCP/SCTP before ESTABLISHED)
 
 /** Owner id the control thread uses in lock words; workers use their id + 1 (< 1000). */
 export const OWNER_CONTROL = 1000;
@@ -105,7 +114,7 @@ export const CTPL_ASSURED = 1;
 export const TEMPLATE_REARM_MS = 60_000;
 
 export function tableBytes(capacity: number): number {
-  return (HDR_WORDS + 3 * capacity + capacity * ENTRY_WORDS) * 4;
+  return (HDR_WORDS + 3 * capacity + capacity * ENTRY_WORDS + capacity) * 4;
 }
 export function inHeadsOffset(): number {
   return HDR_WORDS;
@@ -118,6 +127,10 @@ export function bucketLocksOffset(capacity: number): number {
 }
 export function entriesOffset(capacity: number): number {
   return HDR_WORDS + 3 * capacity;
+}
+/** One counter per entry slot: even a table full of half-open entries from distinct sources fits. */
+export function sourceCountersOffset(capacity: number): number {
+  return HDR_WORDS + 3 * capacity + capacity * ENTRY_WORDS;
 }
 
 /*
@@ -242,6 +255,10 @@ export const enum Drop {
   UnanswerableSource,
   /** It would have been answered, but the answer was over the per-source or global limit. */
   RateLimited,
+  /** drop_packet defense: 1 of every H_DROP_RATE new flows refused while the table is short of room. */
+  DefenseDropPacket,
+  /** The client source already holds its limit of half-open entries (H_SRC_LIMIT). */
+  HalfOpenPerSource,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -264,6 +281,8 @@ export const DROP_NAMES = [
   'chain_full',
   'unanswerable_source',
   'rate_limited',
+  'defense_drop_packet',
+  'half_open_per_source',
 ] as const;
 
 /*

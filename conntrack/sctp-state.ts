@@ -189,6 +189,13 @@ for (let d = 0; d < 3; d++) {
 export const SCTP_ACTIVE = new Uint8Array(SCTP_STATE_COUNT);
 SCTP_ACTIVE[ES] = 1;
 
+/**
+ * 1 where an association is half-open (no handshake completed): NONE through COOKIE_ECHOED.
+ * Counted per client source, like TCP's (defense.ts); drop_entry itself drops only INIT1 and INIT.
+ */
+export const SCTP_HALF_OPEN = new Uint8Array(SCTP_STATE_COUNT);
+for (let s = SCTP_S_NONE; s < SCTP_S_ESTABLISHED; s++) SCTP_HALF_OPEN[s] = 1;
+
 /** Next state for an event (SCTP_EV_*) seen in direction dir (state.ts DIR_*). */
 export function sctpNextState(dir: number, event: number, state: number): number {
   return SCTP_TRANSITIONS[(dir * SCTP_EVENT_COUNT + event) * SCTP_STATE_COUNT + state]!;

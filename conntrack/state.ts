@@ -64,7 +64,6 @@ const NO = TCP_NONE,
   LA = TCP_LAST_ACK,
   LI = TCP_LISTEN,
   SA = TCP_SYNACK;
-void NO;
 
 // prettier-ignore
 const TABLE: number[][][] = [
@@ -88,15 +87,60 @@ const TABLE: number[][][] = [
   ],
 ];
 
-/** Flattened: index = (dir * 5 + event) * 11 + state. Event EV_NONE always yields CLOSE. */
-export const TCP_TRANSITIONS = new Uint8Array(3 * 5 * TCP_STATE_COUNT);
-for (let d = 0; d < 3; d++) {
-  for (let ev = 0; ev < 5; ev++) {
-    for (let s = 0; s < TCP_STATE_COUNT; s++) {
-      TCP_TRANSITIONS[(d * 5 + ev) * TCP_STATE_COUNT + s] = ev === EV_NONE ? CL : TABLE[d]![ev]![s]!;
+/**
+ * secure_tcp's table (kernel tcp_states_dos, ip_vs_proto_tcp.c; ipvs-sysctl.rst: "a more
+ * complicated TCP state transition table"). It differs from the one above in 15 cells: an ACK in
+ * SYN_RECV stays SYN_RECV, the server's SYN-ACK moves SYN_RECV to SYNACK, and only a packet of the
+ * server after the handshake (OUTPUT ack in SYNACK) makes a masq/full-NAT flow ESTABLISHED — a
+ * client that only sends can no longer buy itself the 900 s ESTABLISHED timer. For one-way flows
+ * (INPUT_ONLY, tunnel) a SYN leads to SYNACK and the client's ACK to ESTABLISHED.
+ */
+// prettier-ignore
+const TABLE_DOS: number[][][] = [
+  [ // INPUT
+    /*syn*/ [SR, ES, ES, SR, SR, SR, SR, SR, SR, SR, SA],
+    /*fin*/ [CL, CW, SS, TW, TW, TW, CL, CW, LA, LI, SA],
+    /*ack*/ [ES, ES, SS, SR, FW, TW, CL, CW, CL, LI, SA],
+    /*rst*/ [CL, CL, CL, SR, CL, CL, CL, CL, LA, LI, CL],
+  ],
+  [ // OUTPUT
+    /*syn*/ [SS, ES, SS, SA, SS, SS, SS, SS, SS, LI, SA],
+    /*fin*/ [TW, FW, SS, TW, FW, TW, CL, TW, LA, LI, TW],
+    /*ack*/ [ES, ES, SS, ES, FW, TW, CL, CW, LA, ES, ES],
+    /*rst*/ [CL, CL, SS, CL, CL, TW, CL, CL, CL, CL, CL],
+  ],
+  [ // INPUT_ONLY
+    /*syn*/ [SA, ES, ES, SR, SA, SA, SA, SA, SA, SA, SA],
+    /*fin*/ [CL, FW, SS, TW, FW, TW, CL, CW, LA, LI, TW],
+    /*ack*/ [ES, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
+    /*rst*/ [CL, CL, CL, SR, CL, CL, CL, CL, LA, LI, CL],
+  ],
+];
+
+function flatten(table: number[][][]): Uint8Array {
+  const t = new Uint8Array(3 * 5 * TCP_STATE_COUNT);
+  for (let d = 0; d < 3; d++) {
+    for (let ev = 0; ev < 5; ev++) {
+      for (let s = 0; s < TCP_STATE_COUNT; s++) t[(d * 5 + ev) * TCP_STATE_COUNT + s] = ev === EV_NONE ? CL : table[d]![ev]![s]!;
     }
   }
+  return t;
 }
+
+/** Flattened: index = (dir * 5 + event) * 11 + state. Event EV_NONE always yields CLOSE. */
+export const TCP_TRANSITIONS = flatten(TABLE);
+/** The same for secure_tcp (tcp_states_dos). */
+export const TCP_TRANSITIONS_DOS = flatten(TABLE_DOS);
+
+/**
+ * 1 where a TCP state is half-open (no handshake completed yet): NONE, SYN_SENT, SYN_RECV, SYNACK.
+ * Counted per client source (the half-open cap) and shortened by secure_tcp (but NONE, 2 s).
+ */
+export const TCP_HALF_OPEN = new Uint8Array(TCP_STATE_COUNT);
+TCP_HALF_OPEN[NO] = 1;
+TCP_HALF_OPEN[SS] = 1;
+TCP_HALF_OPEN[SR] = 1;
+TCP_HALF_OPEN[SA] = 1;
 
 /** 1 where the state counts as active (ActiveConn), per tcp_state_active_table. */
 export const TCP_ACTIVE = new Uint8Array(TCP_STATE_COUNT);
@@ -122,6 +166,7 @@ export function tcpEvent(flags: number): number {
   return EV_NONE;
 }
 
-export function tcpNextState(dir: number, flags: number, state: number): number {
-  return TCP_TRANSITIONS[(dir * 5 + tcpEvent(flags)) * TCP_STATE_COUNT + state]!;
+/** Next state; `secure` selects secure_tcp's table (tcp_states_dos). */
+export function tcpNextState(dir: number, flags: number, state: number, secure = false): number {
+  return (secure ? TCP_TRANSITIONS_DOS : TCP_TRANSITIONS)[(dir * 5 + tcpEvent(flags)) * TCP_STATE_COUNT + state]!;
 }

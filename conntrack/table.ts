@@ -31,9 +31,9 @@
 import { randomFillSync } from 'node:crypto';
 import * as L from './layout';
 import { formatIPv4, formatIPv6 } from '../lb/addr';
-import { HalfSipHash } from '../schedulers/hash';
-import { SCTP_ACTIVE, SCTP_DEFAULT_TIMEOUTS, SCTP_S_ESTABLISHED, sctpNextState, SCTP_STATE_COUNT } from './sctp-state';
-import { TCP_ACTIVE, TCP_ESTABLISHED, tcpNextState, TCP_STATE_COUNT } from './state';
+import { HalfSipHash, hsiphash4, sipInit } from '../schedulers/hash';
+import { SCTP_ACTIVE, SCTP_DEFAULT_TIMEOUTS, SCTP_HALF_OPEN, SCTP_S_ESTABLISHED, sctpNextState, SCTP_STATE_COUNT } from './sctp-state';
+import { TCP_ACTIVE, TCP_ESTABLISHED, TCP_HALF_OPEN, tcpNextState, TCP_STATE_COUNT } from './state';
 
 const IPPROTO_TCP = 6;
 const IPPROTO_SCTP = 132;
@@ -78,6 +78,9 @@ export class ConnTable {
   private readonly outHeads: number;
   private readonly locks: number;
   private readonly entries: number;
+  /** Per-source half-open counters (layout.ts) and the SipHash state of their key. */
+  private readonly sources: number;
+  private readonly srcKey: Uint32Array;
   /** Real-server region (layout.ts RS_*). */
   readonly rs: Int32Array;
   /** This thread's lock owner id. */
@@ -104,6 +107,7 @@ export class ConnTable {
       a[entries + e * L.ENTRY_WORDS + L.E_NEXT_IN] = e + 1 < capacity ? e + 2 : 0;
     }
     a[L.H_FREE_HEAD] = 1;
+    for (let i = 0; i < 4; i++) a[L.H_SRC_KEY + i] = (Math.random() * 0x100000000) | 0;
     setTimeouts(a, timeouts);
     return sab;
   }
@@ -121,6 +125,9 @@ export class ConnTable {
     this.outHeads = L.outHeadsOffset(this.capacity);
     this.locks = L.bucketLocksOffset(this.capacity);
     this.entries = L.entriesOffset(this.capacity);
+    this.sources = L.sourceCountersOffset(this.capacity);
+    const k = this.i32;
+    this.srcKey = sipInit([k[L.H_SRC_KEY]! >>> 0, k[L.H_SRC_KEY + 1]! >>> 0, k[L.H_SRC_KEY + 2]! >>> 0, k[L.H_SRC_KEY + 3]! >>> 0]);
     this.rs = new Int32Array(rsSab);
     this.owner = owner;
   }
@@ -215,6 +222,29 @@ export class ConnTable {
     const a = this.i32;
     for (let i = 0; i < 6; i++) if (a[o + at + i] !== hi[from + i]) return false;
     return true;
+  }
+
+  // ── per-source half-open counters ─────────────────────────────────────────────────────────
+  /**
+   * Counter slot of a client source: keyed SipHash (hsiphash, the table's random key) of the IPv4
+   * address, or of an IPv6 client's /64 (its two high words, chained through the PRF), since one
+   * host holds a whole /64. Without the key no one can aim sources at another client's slot.
+   */
+  sourceSlot(v6: boolean, caddr: number, hi0: number, hi1: number): number {
+    if (!v6) return hsiphash4(this.srcKey, caddr) & this.mask;
+    return hsiphash4(this.srcKey, hi1 ^ hsiphash4(this.srcKey, hi0)) & this.mask;
+  }
+
+  /** Half-open entries counted at a source slot (atomic read; may lag by a packet in flight). */
+  halfOpenAt(slot: number): number {
+    return Atomics.load(this.i32, this.sources + slot);
+  }
+
+  /** Adds d to the counter of the source of the entry at o (its client address words). */
+  private sourceAdd(o: number, d: number): void {
+    const a = this.i32;
+    const slot = this.sourceSlot((a[o + L.E_PROTO]! & L.PROTO_V6) !== 0, a[o + L.E_CADDR]!, a[o + L.E_CADDR_HI]!, a[o + L.E_CADDR_HI + 1]!);
+    Atomics.add(a, this.sources + slot, d);
   }
 
   // ── locks ─────────────────────────────────────────────────────────────────────────────────
@@ -398,6 +428,7 @@ export class ConnTable {
     let state = a[o + L.E_STATE]!;
     let timeoutSlot = L.TIMEOUT_UDP;
     let changed = false;
+    let secure = false;
     if (proto === IPPROTO_TCP || proto === IPPROTO_SCTP) {
       let flags = a[o + L.E_FLAGS]!;
       if (dir === 1 && flags & L.F_NOOUTPUT) {
@@ -408,19 +439,30 @@ export class ConnTable {
         dir = 2;
       }
       const tcp = proto === IPPROTO_TCP;
-      const next = tcp ? tcpNextState(dir, ev, state) : sctpNextState(dir, ev, state);
+      secure = tcp && a[L.H_SECURE_TCP] !== 0;
+      const next = tcp ? tcpNextState(dir, ev, state, secure) : sctpNextState(dir, ev, state);
       const active = tcp ? TCP_ACTIVE : SCTP_ACTIVE;
       if (next !== state) {
         const rsBase = a[o + L.E_RS]! * L.RS_WORDS;
         if (!(flags & L.F_INACTIVE) && active[next] === 0) {
           Atomics.sub(this.rs, rsBase + L.RS_ACTIVE, 1);
           Atomics.add(this.rs, rsBase + L.RS_INACTIVE, 1);
-          a[o + L.E_FLAGS] = flags | L.F_INACTIVE;
+          flags |= L.F_INACTIVE;
         } else if (flags & L.F_INACTIVE && active[next] === 1) {
           Atomics.sub(this.rs, rsBase + L.RS_INACTIVE, 1);
           Atomics.add(this.rs, rsBase + L.RS_ACTIVE, 1);
-          a[o + L.E_FLAGS] = flags & ~L.F_INACTIVE;
+          flags &= ~L.F_INACTIVE;
         }
+        // The source's half-open count follows the state; the flag makes each entry count once.
+        const half = (tcp ? TCP_HALF_OPEN : SCTP_HALF_OPEN)[next] === 1;
+        if (flags & L.F_HALFOPEN && !half) {
+          flags &= ~L.F_HALFOPEN;
+          this.sourceAdd(o, -1);
+        } else if (!(flags & (L.F_HALFOPEN | L.F_SHADOW)) && half) {
+          flags |= L.F_HALFOPEN;
+          this.sourceAdd(o, 1);
+        }
+        a[o + L.E_FLAGS] = flags;
         state = next;
         a[o + L.E_STATE] = state;
         changed = true;
@@ -430,8 +472,16 @@ export class ConnTable {
     } else if (dir === 1) {
       this.assureTemplate(o); // udp_state_transition: a reply assures the template
     }
-    const timeout = a[L.H_TIMEOUTS + timeoutSlot]!;
-    a[o + L.E_EXPIRES] = (now + timeout) | 0;
+    let timeout = a[L.H_TIMEOUTS + timeoutSlot]!;
+    // secure_tcp: half-open states get the short timer (2.4's vs_timeout_table_dos; defense.ts),
+    // and only the client re-arms it: a server retransmitting its SYN-ACK to a spoofed client
+    // (5 times over 31 s on Linux) would otherwise keep every flood entry alive that long.
+    if (secure && TCP_HALF_OPEN[state] === 1) {
+      if (timeout > a[L.H_SECURE_TCP_MS]!) timeout = a[L.H_SECURE_TCP_MS]!;
+      if (dir !== 1 || changed) a[o + L.E_EXPIRES] = (now + timeout) | 0;
+    } else {
+      a[o + L.E_EXPIRES] = (now + timeout) | 0;
+    }
     let p = a[o + L.E_IN_PKTS]!;
     if (dir !== 1 && p < 0x7fffffff) a[o + L.E_IN_PKTS] = ++p;
     let sync = false;
@@ -605,13 +655,17 @@ export class ConnTable {
       this.pushFree(e);
       return -3;
     }
-    a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | fwdFlags;
+    // A new TCP/SCTP connection starts half-open (state NONE) and is counted for its source.
+    const p8 = proto & 0xff;
+    const halfOpen = !isTemplate && !isShadow && (p8 === IPPROTO_TCP || p8 === IPPROTO_SCTP);
+    a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | (halfOpen ? L.F_HALFOPEN : 0) | fwdFlags;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
     a[o + L.E_NEXT_OUT] = a[this.outHeads + b2]!;
     a[this.inHeads + b1] = e + 1;
     a[this.outHeads + b2] = e + 1;
     this.unlockPair(b1, b2);
     Atomics.add(a, L.H_COUNT, 1);
+    if (halfOpen) this.sourceAdd(o, 1);
     if (isShadow) Atomics.add(a, L.H_SHADOWS, 1);
     else this.bindRealServer(rs, isTemplate);
     this.lastInsertNew = true;
@@ -662,9 +716,10 @@ export class ConnTable {
    * Takes both bucket locks; the caller must hold none. Returns true if removed.
    * A worker that found e under a lock it has since released passes the key it found it by
    * (expectProto ≥ 0, the client address and ports): if the sweeper freed e meanwhile and
-   * another flow took the slot, that flow is left alone.
+   * another flow took the slot, that flow is left alone. With expectState ≥ 0 the entry must
+   * also still be in that state (drop_entry: a flow that completed its handshake since is kept).
    */
-  remove(e: number, onlyIfExpired: boolean, now: number, expectProto = -1, expectCaddr = 0, expectCports = 0): boolean {
+  remove(e: number, onlyIfExpired: boolean, now: number, expectProto = -1, expectCaddr = 0, expectCports = 0, expectState = -1): boolean {
     const a = this.i32;
     const o = this.entries + e * L.ENTRY_WORDS;
     let b1: number, b2: number;
@@ -682,7 +737,7 @@ export class ConnTable {
       this.unlockPair(b1, b2);
       return false;
     }
-    if (expectProto >= 0 && (a[o + L.E_PROTO] !== expectProto || a[o + L.E_CADDR] !== expectCaddr || a[o + L.E_CPORTS] !== expectCports || flags & L.F_TEMPLATE)) {
+    if (expectProto >= 0 && (a[o + L.E_PROTO] !== expectProto || a[o + L.E_CADDR] !== expectCaddr || a[o + L.E_CPORTS] !== expectCports || flags & L.F_TEMPLATE || (expectState >= 0 && a[o + L.E_STATE] !== expectState))) {
       this.unlockPair(b1, b2);
       return false;
     }
@@ -701,6 +756,8 @@ export class ConnTable {
     a[o + L.E_FLAGS] = 0;
     const control = a[o + L.E_CONTROL]!;
     this.unlockPair(b1, b2);
+    // Key words stay intact until pushFree below: the source can still be hashed.
+    if (flags & L.F_HALFOPEN) this.sourceAdd(o, -1);
     Atomics.sub(a, L.H_COUNT, 1);
     // The template outlives what it controls (its NCONTROL > 0 keeps it), so the link is valid.
     if (control !== 0) Atomics.sub(a, this.base(control - 1) + L.E_NCONTROL, 1);

@@ -124,6 +124,21 @@ export function statsView(d: Daemon) {
     redis: d.sync ? { ...d.sync.stats, nodes: d.sync.remoteNodes } : null,
     draining: d.model.drains().length,
     reloads: d.reloads,
+    defense: defenseView(d),
+  };
+}
+
+/** Overload defenses (GET /v1/defense, uvsadm -L --defense): levels, trigger, what they did. */
+export function defenseView(d: Daemon) {
+  const drops = d.stats.drops();
+  return {
+    ...d.defense.view(),
+    refused: {
+      dropPacket: drops.defense_drop_packet ?? 0,
+      halfOpenPerSource: drops.half_open_per_source ?? 0,
+      tableFull: drops.table_full ?? 0,
+      fullnatPortsExhausted: drops.fullnat_ports_exhausted ?? 0,
+    },
   };
 }
 
@@ -179,6 +194,7 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
   );
   app.get('/v1/stats', async () => statsView(d));
   app.get('/v1/drains', async () => drainsView(d));
+  app.get('/v1/defense', async () => defenseView(d));
   app.get('/v1/health', async () => ({ checks: d.health.states() }));
   app.get('/v1/timeouts', async () => ({
     tcp: d.cfg.timeouts.tcp.ESTABLISHED,

@@ -10,6 +10,7 @@ import { availableParallelism, hostname } from 'node:os';
 import { parse as parseYaml } from 'yaml';
 import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6 } from '../lb/addr';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
+import type { DefenseSettings } from '../conntrack/defense';
 import { MH_PRIMES } from '../schedulers/mh';
 import { getScheduler, schedulerNames } from '../schedulers/registry';
 import { SCTP_DEFAULT_TIMEOUTS, SCTP_STATE_KEYS } from '../conntrack/sctp-state';
@@ -130,6 +131,8 @@ export interface UvsConfig {
   kubeProxy: { excludeCIDRs: string[]; strictARP: boolean } | null;
   /** Shared flow state (multi-node); null = this node works alone. */
   redis: RedisConfig | null;
+  /** Overload defenses (conntrack/defense.ts, docs/defense.md): the kernel's /proc/sys/net/ipv4/vs ones. */
+  defense: DefenseSettings;
   /** Where uvsd keeps what must survive a restart (the drain list); '' = nowhere. */
   stateFile: string;
   log: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'; pretty: boolean };
@@ -308,7 +311,7 @@ function listener(v: unknown, path: string, defAddress: string): { address: stri
 // ── the validator ────────────────────────────────────────────────────────────────────────────
 /** Validates a parsed YAML document and fills defaults. Throws UvsError naming the field. */
 export function validateConfig(doc: unknown): UvsConfig {
-  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'api', 'metrics', 'healthz', 'reload', 'ipvs', 'redis', 'stateFile', 'log', 'services']);
+  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'defense', 'api', 'metrics', 'healthz', 'reload', 'ipvs', 'redis', 'stateFile', 'log', 'services']);
   // kube-proxy's KubeProxyIPVSConfiguration (the `ipvs:` section of a KubeProxyConfiguration).
   const kp = root.ipvs === undefined ? null : obj(root.ipvs, 'ipvs', ['scheduler', 'syncPeriod', 'minSyncPeriod', 'excludeCIDRs', 'strictARP', 'tcpTimeout', 'tcpFinTimeout', 'udpTimeout']);
   const dp = obj(root.dataplane, 'dataplane', [
@@ -451,6 +454,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     healthz,
     reload,
     kubeProxy,
+    defense: defenseConfig(root.defense, tableSize),
     redis: root.redis === undefined || root.redis === null ? null : redisConfig(root.redis),
     stateFile: root.stateFile === '' ? '' : str(root.stateFile, 'stateFile', DEFAULTS.stateFile),
     log: { level: level as UvsConfig['log']['level'], pretty: bool(log.pretty, 'log.pretty', false) },
@@ -530,6 +534,31 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     out.mhTableSize = int(s.mhTableSize, `${path}.mhTableSize`, undefined, 1, 131071);
     if (!primes.includes(out.mhTableSize)) fail(`${path}.mhTableSize`, `must be one of the kernel's sizes ${primes.join(', ')}`);
   }
+  return out;
+}
+
+/**
+ * `defense:` — the kernel's sysctls (modes 0 off, 1–2 automatic, 3 always) with the trigger in
+ * free table entries. uvs turns drop_entry, secure_tcp and the per-source limit on (1) by default,
+ * where the kernel ships them off: a fixed-size table fills under a SYN flood long before a node
+ * runs out of memory, and the automatic modes act only then.
+ */
+function defenseConfig(v: unknown, tableSize: number): DefenseSettings {
+  const p = 'defense';
+  const d = obj(v, p, ['amemthresh', 'amDroprate', 'dropEntry', 'dropPacket', 'secureTcp', 'secureTcpTimeout', 'halfOpenPerSource', 'maxHalfOpenPerSource', 'holdTime']);
+  const mode = (k: string, def: number) => int(d[k], `${p}.${k}`, def, 0, 3);
+  const out: DefenseSettings = {
+    amemthresh: int(d.amemthresh, `${p}.amemthresh`, tableSize >>> 4, 0, tableSize),
+    amDroprate: int(d.amDroprate, `${p}.amDroprate`, 10, 1, 1_000_000),
+    dropEntry: mode('dropEntry', 1),
+    dropPacket: mode('dropPacket', 0),
+    secureTcp: mode('secureTcp', 1),
+    secureTcpTimeout: duration(d.secureTcpTimeout, `${p}.secureTcpTimeout`, 10, 3600),
+    halfOpenPerSource: mode('halfOpenPerSource', 1),
+    maxHalfOpenPerSource: int(d.maxHalfOpenPerSource, `${p}.maxHalfOpenPerSource`, Math.min(256, tableSize), 1, tableSize),
+    holdTime: duration(d.holdTime, `${p}.holdTime`, 60, 3600),
+  };
+  if (out.secureTcpTimeout < 1) fail(`${p}.secureTcpTimeout`, 'must be at least 1 s (a handshake needs a round trip and a retransmitted SYN)');
   return out;
 }
 

@@ -9,6 +9,7 @@ import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import * as L from '../conntrack/layout';
 import { ConnTable, createRealServerRegion, type TableTimeouts } from '../conntrack/table';
+import { Defense, type PoolUse } from '../conntrack/defense';
 import { RedisSync } from '../conntrack/redis-sync';
 import { SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
@@ -26,6 +27,8 @@ import { StatsReader } from './stats';
 const MTU_REFRESH_MS = 5000;
 /** Every this many MTU refreshes the routes themselves are looked up again (`ip`, a fork). */
 const ROUTE_REFRESH_TICKS = 12;
+/** The defense timer (kernel DEFENSE_TIMER_PERIOD, 1 s). */
+const DEFENSE_PERIOD_MS = 1000;
 
 export function tableTimeouts(cfg: UvsConfig): TableTimeouts {
   return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp, sctp: SCTP_STATE_KEYS.map((n) => cfg.timeouts.sctp[n]!) };
@@ -44,6 +47,9 @@ export class Daemon {
   readonly model: ServiceModel;
   readonly stats: StatsReader;
   readonly dataplane: Dataplane;
+  /** Overload defenses (conntrack/defense.ts). */
+  readonly defense: Defense;
+  private defenseTimer: NodeJS.Timeout | null = null;
   private api: ApiServer | null = null;
   private sweeper: NodeJS.Timeout | null = null;
   private mtuTimer: NodeJS.Timeout | null = null;
@@ -93,6 +99,7 @@ export class Daemon {
       if (this.model.setHealthy(service, realServer, healthy)) this.publish(this.model.snapshot());
     });
     this.model.apply(cfg);
+    this.defense = new Defense(this.table, cfg.defense, () => this.fullnatPools());
     const snapshot = this.model.restoreDrains(this.loadState());
     this.dataplane = new Dataplane(
       {
@@ -147,6 +154,7 @@ export class Daemon {
       d.refreshMtus();
       d.mtuTimer = setInterval(() => d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
+      d.defenseTimer = setInterval(() => d.defense.tick(), DEFENSE_PERIOD_MS);
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.health.sync(cfg.services);
       d.sync?.start();
@@ -205,6 +213,30 @@ export class Daemon {
     this.expiredTotal += removed;
     const freed = this.model.collectTrash();
     if (freed > 0) this.dataplane.syncReplyRules(this.model.replyRules());
+  }
+
+  /**
+   * Pool use of every full-NAT real server (defense trigger): an entry to it holds one pool
+   * address × port pair of its family, and servers of several services share one pair space per
+   * protocol (the reply key is protocol, server, pool address, pool port).
+   */
+  fullnatPools(): PoolUse[] {
+    const f = this.cfg.dataplane.fullnat;
+    if (f.addresses.length === 0) return [];
+    const ports = f.portMax - f.portMin + 1;
+    const n6 = f.addresses.filter((a) => a.includes(':')).length;
+    const n4 = f.addresses.length - n6;
+    const use = new Map<string, PoolUse>();
+    for (const s of this.model.list()) {
+      for (const r of s.realServers) {
+        if (r.forwarding !== 'fullnat') continue;
+        const key = `${s.cfg.protocol} ${r.address.includes(':') ? `[${r.address}]` : r.address}:${r.port}`;
+        const u = use.get(key) ?? { realServer: key, used: 0, capacity: ports * (r.address.includes(':') ? n6 : n4) };
+        u.used += r.activeConns + r.inactConns;
+        use.set(key, u);
+      }
+    }
+    return [...use.values()];
   }
 
   /** The drain check (kube-proxy's tryDeleteRs, every gracefulTermination.checkInterval). */
@@ -379,6 +411,7 @@ export class Daemon {
     const intervalChanged = cfg.gracefulTermination.checkInterval !== this.cfg.gracefulTermination.checkInterval;
     this.cfg = cfg;
     this.table.setTimeouts(tableTimeouts(cfg));
+    this.defense.configure(cfg.defense);
     this.publish(snapshot);
     this.dataplane.syncReplyRules(this.model.replyRules());
     this.refreshMtus();
@@ -400,6 +433,7 @@ export class Daemon {
     if (this.syncTimer) clearInterval(this.syncTimer);
     if (this.pendingReload) clearTimeout(this.pendingReload);
     if (this.sweeper) clearInterval(this.sweeper);
+    if (this.defenseTimer) clearInterval(this.defenseTimer);
     if (this.mtuTimer) clearInterval(this.mtuTimer);
     if (this.drainTimer) clearInterval(this.drainTimer);
     this.sweeper = null;

@@ -400,3 +400,37 @@ export function formatHealth(checks: FmtHealth[]): string {
   }
   return out.join('\n') + '\n';
 }
+
+export interface FmtDefense {
+  amemthresh: number;
+  freeEntries: number;
+  capacity: number;
+  nomem: boolean;
+  amDroprate: number;
+  dropRate: number;
+  secureTcpTimeout: number;
+  maxHalfOpenPerSource: number;
+  defenses: { name: string; configured: number; mode: number; active: boolean }[];
+  fullnatPools: { realServer: string; used: number; capacity: number }[];
+  droppedHalfOpen: number;
+  droppedIdle: number;
+  secureTcpShortened: number;
+  refused: { dropPacket: number; halfOpenPerSource: number; tableFull: number; fullnatPortsExhausted: number };
+}
+
+/** The kernel's sysctl names for the defenses (uvs's own limit has none: its config name). */
+const DEFENSE_SYSCTL: Record<string, string> = { dropEntry: 'drop_entry', dropPacket: 'drop_packet', secureTcp: 'secure_tcp', halfOpenPerSource: 'half_open_per_source' };
+
+/** uvs's own listing (`uvsadm -L --defense`): the overload defenses as /proc/sys/net/ipv4/vs shows them, and what they did. */
+export function formatDefense(v: FmtDefense): string {
+  const out = [
+    `Overload defenses: ${v.freeEntries} of ${v.capacity} entries free, amemthresh ${v.amemthresh}: ${v.nomem ? 'SHORT OF ROOM' : 'room'}`,
+    `${left('Defense', 21)} ${left('Set', 4)} ${left('Mode', 5)} Active`,
+  ];
+  for (const d of v.defenses) out.push(`${left(DEFENSE_SYSCTL[d.name] ?? d.name, 21)} ${left(d.configured, 4)} ${left(d.mode, 5)} ${d.active ? 'yes' : 'no'}`);
+  out.push(`am_droprate ${v.amDroprate}, drop rate now ${v.dropRate === 0 ? '-' : `1/${v.dropRate}`}, secure_tcp half-open timeout ${v.secureTcpTimeout} s, half-open limit per source ${v.maxHalfOpenPerSource}`);
+  out.push(`Dropped entries: ${v.droppedHalfOpen} half-open, ${v.droppedIdle} idle; secure_tcp shortened ${v.secureTcpShortened}`);
+  out.push(`Refused new flows: ${v.refused.dropPacket} drop_packet, ${v.refused.halfOpenPerSource} half-open limit, ${v.refused.tableFull} table full, ${v.refused.fullnatPortsExhausted} full-NAT ports exhausted`);
+  for (const p of v.fullnatPools) out.push(`Full-NAT pool ${p.realServer}: ${p.used} of ${p.capacity} address:port pairs in use`);
+  return out.join('\n') + '\n';
+}

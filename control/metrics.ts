@@ -195,6 +195,29 @@ export function buildRegistry(d: Daemon): Registry {
       }
     }
   });
+  // Overload defenses (conntrack/defense.ts): the kernel's sysctl values and what they did.
+  gaugeFrom('uvs_defense_mode', 'Overload defense setting as /proc/sys/net/ipv4/vs shows it: 0 off, 1 automatic (idle), 2 automatic (on), 3 always.', ['defense'], (g) => {
+    for (const x of d.defense.view().defenses) g.set({ defense: x.name }, x.mode);
+  });
+  gaugeFrom('uvs_defense_active', '1 while the overload defense acts.', ['defense'], (g) => {
+    for (const x of d.defense.view().defenses) g.set({ defense: x.name }, x.active ? 1 : 0);
+  });
+  gaugeFrom('uvs_defense_free_entries', 'Free connection-table entries at the last defense check (the kernel compares free memory).', [], (g) => g.set(d.defense.freeEntries));
+  gaugeFrom('uvs_defense_amemthresh', 'Free entries below which the automatic defenses switch on.', [], (g) => g.set(d.defense.settings.amemthresh));
+  gaugeFrom('uvs_defense_drop_rate', 'drop_packet: 1 of every this many new flows is refused (0 = none).', [], (g) => g.set(d.defense.dropRate));
+  counterFrom('uvs_defense_dropped_entries_total', 'Entries removed by drop_entry: half_open (SYN_RECV/SYNACK, SCTP INIT) or idle (todrop_entry).', ['kind'], (c) => {
+    c.inc({ kind: 'half_open' }, d.defense.counts.droppedHalfOpen);
+    c.inc({ kind: 'idle' }, d.defense.counts.droppedIdle);
+  });
+  counterFrom('uvs_defense_secure_tcp_shortened_total', 'Half-open entries whose timer secure_tcp cut to its short timeout.', [], (c) => c.inc(d.defense.counts.secureTcpShortened));
+  counterFrom('uvs_defense_refusals_total', 'New flows refused by a defense: drop_packet, or a source at its half-open limit.', ['defense'], (c) => {
+    const drops = d.stats.drops();
+    c.inc({ defense: 'dropPacket' }, drops.defense_drop_packet ?? 0);
+    c.inc({ defense: 'halfOpenPerSource' }, drops.half_open_per_source ?? 0);
+  });
+  gaugeFrom('uvs_fullnat_pool_used_ratio', 'Share of a full-NAT real server\'s pool address × port pairs in use.', ['real_server'], (g) => {
+    for (const p of d.defense.poolUse) g.set({ real_server: p.realServer }, p.capacity > 0 ? p.used / p.capacity : 0);
+  });
   gaugeFrom('uvs_connection_table_shadow_entries', 'Entries learnt from other nodes through Redis, not yet adopted.', [], (g) => g.set(d.table.shadows()));
   counterFrom('uvs_adoptions_total', "Other nodes' flows taken over by this node (first packet seen here).", [], (c) => c.inc(d.stats.word(L.C_ADOPTED)));
   counterFrom('uvs_parked_packets_total', 'Mid-flow packets parked for a Redis lookup, and those refused because the park ring was full.', ['result'], (c) => {

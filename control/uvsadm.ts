@@ -12,12 +12,14 @@ import { classicError, daemonError, keepUvsSettings, parseArgs, parseRestore, PR
 import {
   formatConnections,
   formatDrains,
+  formatDefense,
   formatHealth,
   formatList,
   formatSave,
   formatTimeouts,
   type FmtConnection,
   type FmtDrain,
+  type FmtDefense,
   type FmtHealth,
   type FmtService,
   type Names,
@@ -133,6 +135,12 @@ async function list(socket: string, what: string, format: ListFormat, service: S
       const b = await get<{ checkInterval: number; draining: FmtDrain[] }>(socket, '/v1/drains');
       if (!b) return 1;
       out(formatDrains(b.checkInterval, b.draining));
+      return 0;
+    }
+    case 'defense': {
+      const b = await get<FmtDefense>(socket, '/v1/defense');
+      if (!b) return 1;
+      out(formatDefense(b));
       return 0;
     }
     case 'health': {

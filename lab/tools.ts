@@ -20,6 +20,10 @@
  *                                              answered at or null, server or null] (epoch ms)
  *   inject IFNAME COUNT SEED                   writes COUNT random and malformed packets into a
  *                                              device through an AF_PACKET socket (via python3)
+ *   syn-flood IFNAME VIP PORT RATE SECONDS COUNT SEED
+ *                                              spoofed TCP SYNs (sources random in 10.77.0.0/16,
+ *                                              random ports) into a device at RATE per second, at
+ *                                              most COUNT of them and for at most SECONDS (python3)
  */
 import { execFileSync } from 'node:child_process';
 import { createSocket } from 'node:dgram';
@@ -295,6 +299,40 @@ sock.sendto(hdr + tcp, (ifname, proto))
 print('{"sent": 1}')
 `;
 
+// Bounded twice (count and seconds); paced by a clock so a slow machine sends fewer, never a burst.
+const SYN_FLOOD_PY = `
+import socket, sys, random, struct, time
+ifname, vip, dport, rate, seconds, count, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+r = random.Random(seed)
+s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+def csum(b):
+    if len(b) % 2: b += b'\\0'
+    t = sum(struct.unpack('!%dH' % (len(b) // 2), b))
+    while t > 0xffff: t = (t & 0xffff) + (t >> 16)
+    return (~t) & 0xffff
+dst = socket.inet_aton(vip)
+sent = 0
+start = time.time()
+while sent < count:
+    el = time.time() - start
+    if el >= seconds: break
+    due = min(count, int(el * rate) + 1)
+    while sent < due:
+        src = bytes([10, 77, r.randrange(256), r.randrange(1, 255)])
+        tcp = struct.pack('!HHIIBBHHH', r.randrange(1024, 65536), dport, r.getrandbits(32), 0, 5 << 4, 2, 64240, 0, 0)
+        c = csum(src + dst + struct.pack('!BBH', 0, 6, len(tcp)) + tcp)
+        tcp = tcp[:16] + struct.pack('!H', c) + tcp[18:]
+        h = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 40, r.getrandbits(16), 0x4000, 64, 6, 0, src, dst)
+        h = h[:10] + struct.pack('!H', csum(h)) + h[12:]
+        try:
+            s.sendto(h + tcp, (ifname, 0x0800))
+        except OSError:
+            pass
+        sent += 1
+    time.sleep(0.01)
+print('{"sent": %d, "seconds": %.2f}' % (sent, time.time() - start))
+`;
+
 async function main(argv: string[]): Promise<number> {
   const [cmd, ...a] = argv;
   switch (cmd) {
@@ -322,8 +360,13 @@ async function main(argv: string[]): Promise<number> {
       process.stdout.write(execFileSync('python3', ['-c', SPOOF_PY, ...a.slice(0, 6)], { encoding: 'utf8' }));
       return 0;
     }
+    case 'syn-flood': {
+      const [ifname, vip, port, rate, seconds, count, seed] = a;
+      process.stdout.write(execFileSync('python3', ['-c', SYN_FLOOD_PY, ifname!, vip!, port ?? '80', rate ?? '100', seconds ?? '10', count ?? '1000', seed ?? '1'], { encoding: 'utf8' }));
+      return 0;
+    }
     default:
-      console.error('usage: tools hold-echo|echo-probe|udp-ask|tcp-connect|load|udp-session|udp-probe|inject|spoof …');
+      console.error('usage: tools hold-echo|echo-probe|udp-ask|tcp-connect|load|udp-session|udp-probe|inject|spoof|syn-flood …');
       return 2;
   }
 }

@@ -62,7 +62,7 @@ export const GEN_PEER_SLOTS = 4096;
 /** Full-NAT port choice (insertFullnat): random probes before the scan, the full-pool memo. */
 const FULLNAT_PROBES = 16;
 const FULLNAT_MEMO_SLOTS = 64;
-const FULLNAT_FULL_MS = 100;
+export const FULLNAT_FULL_MS = 100;
 
 export class PacketProcessor {
   readonly table: ConnTable;
@@ -407,6 +407,19 @@ export class PacketProcessor {
       if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
       return this.drop(Drop.NoConnection);
     }
+    // Overload defenses (conntrack/defense.ts sets the words once a second): drop_packet refuses
+    // 1 of every `rate` new flows (ip_vs_todrop, per worker), and a source holding its limit of
+    // half-open entries gets no more.
+    const rate = t.i32[L.H_DROP_RATE]!;
+    if (rate !== 0) {
+      if (this.dropCounter > rate) this.dropCounter = rate;
+      if (--this.dropCounter <= 0) {
+        this.dropCounter = rate;
+        return this.drop(Drop.DefenseDropPacket);
+      }
+    }
+    const srcLimit = t.i32[L.H_SRC_LIMIT]!;
+    if (srcLimit !== 0 && (isTcp || isSctp) && t.halfOpenAt(t.sourceSlot(v6, saddr, hi[0]!, hi[1]!)) >= srcLimit) return this.drop(Drop.HalfOpenPerSource);
     const svc = this.snapshot.services[si]!;
     let tmpl = -1;
     let daddr2: number, dport2: number, rs2: number, fwd2: number;
@@ -946,6 +959,9 @@ export class PacketProcessor {
     this.outLen = this.outLens[0]! - V;
     return REPLY;
   }
+
+  /** drop_packet's countdown (kernel drop_counter), this worker's own. */
+  private dropCounter = 0;
 
   /** xorshift32 state for full-NAT port choice and the global limit's random cost (no Math.random per packet). */
   private rnd = 0x9e3779b9;

@@ -1,0 +1,318 @@
+/**
+ * Overload defenses: what IPVS does when its connection table eats the node's memory
+ * (kernel net/netfilter/ipvs/ip_vs_ctl.c update_defense_level + defense_work_handler,
+ * ip_vs_conn.c ip_vs_random_dropentry + todrop_entry, ip_vs_core.c/ip_vs.h ip_vs_todrop,
+ * ip_vs_proto_tcp.c tcp_states_dos; Documentation/networking/ipvs-sysctl.rst), adapted to a table
+ * of fixed size. docs/defense.md explains each one with its kernel counterpart and default.
+ *
+ * The trigger. The kernel compares available memory with `amemthresh` (pages) once a second. A
+ * uvs table cannot grow, so its scarce resource is free entries: `availmem` = capacity − live
+ * entries, `amemthresh` = a number of free entries (default capacity/16). Full-NAT real servers
+ * have a second one, their pool ports (every entry to a server holds one of its pool
+ * address × port pairs): a server with fewer free pairs than the same share of its pairs
+ * (amemthresh / capacity, rounded up) is short of room too. Either shortage is the kernel's `nomem`.
+ *
+ * Each defense has the kernel's sysctl modes: 0 off; 1 automatic, off now; 2 automatic, on now
+ * (the value turns 1 → 2 when nomem is seen and 2 → 1 when it is gone, as /proc shows it);
+ * 3 always on. uvs adds a hold (`holdTime`, default 60 s; 0 = the kernel's rule): an automatic
+ * drop_entry, secure_tcp or per-source limit stays on until no tick has been short of room for
+ * that long. Memory comes back slowly; free entries come back the moment a defense acts, and
+ * without the hold the defenses switched off a second later, the real servers' retransmitted
+ * SYN-ACKs re-armed the flood's entries for the normal 60 s, and the table sat at amemthresh.
+ * drop_packet has no hold: its rate follows the room there is. Once a second tick():
+ *  - drop_entry: scans capacity/32 entry slots from a random start (the kernel scans 1/32 of its
+ *    buckets; uvs's buckets are as many as its slots, so the expected work is the same) and
+ *    removes half-open TCP entries (SYN_RECV, SYNACK) and SCTP (INIT1, INIT), and of established
+ *    TCP/SCTP and all UDP entries those todrop_entry picks: idle for 60 s and with 1–8 client
+ *    packets, 1 in n of those with n packets. Templates are never dropped (older kernels' rule:
+ *    uvs templates have no ASSURED state to tell a flood's from a client's).
+ *  - drop_packet: workers refuse 1 of every `rate` new flows; rate = amemthresh / (amemthresh −
+ *    availmem) in mode 1/2 (1 = every flow once the table is full), am_droprate in mode 3.
+ *  - secure_tcp: workers use tcp_states_dos and, a uvs addition after 2.4's
+ *    vs_timeout_table_dos (SYN_RECV 10 s), the short `secureTcpTimeout` for every half-open TCP
+ *    state, re-armed only by the client's packets (a server retransmitting its SYN-ACK to a
+ *    spoofed client would keep the entry alive). Entries already half-open when it switches on
+ *    are shortened here, measured from their last packet: a spoofed SYN never sends a second
+ *    packet, so the worker would never re-arm it.
+ *  - half-open limit per source (uvs; the kernel has none): workers refuse a new TCP/SCTP flow
+ *    from a source (IPv4 address, IPv6 /64) that holds `maxHalfOpenPerSource` half-open entries.
+ *
+ * All of this runs on the control thread, never per packet: workers only read the header words
+ * written here (layout.ts H_SECURE_TCP … H_SRC_LIMIT). Work per tick is bounded: capacity/32
+ * slots for drop_entry, at most SECURE_SCAN_MAX slots for secure_tcp's shortening.
+ */
+import * as L from './layout';
+import { SCTP_S_ESTABLISHED, SCTP_S_INIT, SCTP_S_INIT1 } from './sctp-state';
+import { TCP_ESTABLISHED, TCP_SYN_RECV, TCP_SYN_SENT, TCP_SYNACK } from './state';
+import type { ConnTable } from './table';
+
+export const MODE_OFF = 0;
+export const MODE_AUTO = 1;
+export const MODE_AUTO_ACTIVE = 2;
+export const MODE_ALWAYS = 3;
+
+/** The settings (config `defense:`); modes 0–3 as the kernel's sysctls. */
+export interface DefenseSettings {
+  /** Free entries below which the table is short of room (kernel amemthresh, in pages there). */
+  amemthresh: number;
+  /** drop_packet's rate in mode 3 (kernel am_droprate, default 10). */
+  amDroprate: number;
+  dropEntry: number;
+  dropPacket: number;
+  secureTcp: number;
+  /** Seconds a half-open TCP entry lives while secure_tcp is on. */
+  secureTcpTimeout: number;
+  halfOpenPerSource: number;
+  /** Half-open entries one source may hold while that defense is on. */
+  maxHalfOpenPerSource: number;
+  /** Seconds an automatic defense (but drop_packet) stays on after the last shortage; 0 = kernel. */
+  holdTime: number;
+}
+
+/** Entries using a full-NAT real server's pool: used pairs of capacity (pool addresses × ports). */
+export interface PoolUse {
+  realServer: string;
+  used: number;
+  capacity: number;
+}
+
+export type DefenseName = 'dropEntry' | 'dropPacket' | 'secureTcp' | 'halfOpenPerSource';
+export const DEFENSE_NAMES: readonly DefenseName[] = ['dropEntry', 'dropPacket', 'secureTcp', 'halfOpenPerSource'];
+
+/**
+ * update_defense_level's rule for one defense: its next sysctl value and whether it acts now.
+ * 0 stays off; 1 turns 2 (on) under pressure; 2 turns 1 (off) without; 3 is always on.
+ */
+export function defenseStep(mode: number, nomem: boolean): { mode: number; active: boolean } {
+  switch (mode) {
+    case MODE_AUTO:
+    case MODE_AUTO_ACTIVE:
+      return nomem ? { mode: MODE_AUTO_ACTIVE, active: true } : { mode: MODE_AUTO, active: false };
+    case MODE_ALWAYS:
+      return { mode, active: true };
+    default:
+      return { mode: MODE_OFF, active: false };
+  }
+}
+
+/** The kernel's automatic drop rate: amemthresh / (amemthresh − availmem), integer, at least 1. */
+export function autoDropRate(threshold: number, available: number): number {
+  if (available >= threshold) return 0;
+  return Math.max(1, Math.floor(threshold / (threshold - Math.max(0, available))));
+}
+
+/** todrop_entry keeps an entry that saw a packet in the last 60 s. */
+const TODROP_IDLE_MS = 60_000;
+/** secure_tcp's shortening visits at most this many slots a tick (a full pass of the default table). */
+const SECURE_SCAN_MAX = 65536;
+
+const IPPROTO_TCP = 6;
+const IPPROTO_SCTP = 132;
+
+export class Defense {
+  private readonly t: ConnTable;
+  private cfg: DefenseSettings;
+  private readonly pools: () => PoolUse[];
+  /** Current sysctl values (1 ↔ 2 as pressure comes and goes). */
+  readonly modes: Record<DefenseName, number> = { dropEntry: 0, dropPacket: 0, secureTcp: 0, halfOpenPerSource: 0 };
+  readonly active: Record<DefenseName, boolean> = { dropEntry: false, dropPacket: false, secureTcp: false, halfOpenPerSource: false };
+  /** What the last tick saw. */
+  freeEntries = 0;
+  nomem = false;
+  dropRate = 0;
+  poolUse: PoolUse[] = [];
+  /** Counters since start. */
+  readonly counts = { droppedHalfOpen: 0, droppedIdle: 0, secureTcpShortened: 0, ticks: 0, nomemTicks: 0 };
+  /** todrop_entry's rolling counters, one per in_pkts value 1..8 (ipvs->dropentry_counters). */
+  private readonly todrop = new Int32Array(8);
+  private secureCursor = 0;
+  /** Table-relative ms of the last update that saw a shortage, null = none yet. */
+  private lastNomemAt: number | null = null;
+
+  constructor(table: ConnTable, settings: DefenseSettings, pools: () => PoolUse[] = () => []) {
+    this.t = table;
+    this.cfg = settings;
+    this.pools = pools;
+    for (const n of DEFENSE_NAMES) this.modes[n] = settings[n];
+    this.update();
+  }
+
+  get settings(): DefenseSettings {
+    return this.cfg;
+  }
+
+  /**
+   * New settings (reload). As writing the kernel's sysctl: a mode that changed takes the written
+   * value; an unchanged one keeps its automatic 1/2 state. The levels are updated at once
+   * (proc_do_defense_mode calls update_defense_level).
+   */
+  configure(settings: DefenseSettings): void {
+    for (const n of DEFENSE_NAMES) if (settings[n] !== this.cfg[n]) this.modes[n] = settings[n];
+    this.cfg = settings;
+    this.update();
+  }
+
+  /** defense_work_handler: update the levels, then drop entries and shorten timers if on. */
+  tick(now = this.t.now(), random: () => number = Math.random): void {
+    this.counts.ticks++;
+    this.update(now);
+    if (this.nomem) this.counts.nomemTicks++;
+    if (this.active.dropEntry) this.randomDropEntry(now, random);
+    if (this.active.secureTcp) this.shortenHalfOpen(now);
+  }
+
+  /** update_defense_level: measures room, steps every defense, publishes to the workers. */
+  update(now = this.t.now()): void {
+    const t = this.t;
+    const thr = Math.max(0, this.cfg.amemthresh);
+    this.freeEntries = t.capacity - t.count();
+    let nomem = this.freeEntries < thr;
+    let rate = autoDropRate(thr, this.freeEntries);
+    this.poolUse = this.pools();
+    for (const p of this.poolUse) {
+      // The same share of a server's pool pairs as amemthresh is of the table, at least one pair
+      // (when amemthresh > 0): a small pool is short of room at the latest when it is full.
+      const pthr = Math.ceil((p.capacity * thr) / t.capacity);
+      const pfree = p.capacity - p.used;
+      if (pfree < pthr) {
+        nomem = true;
+        const r = autoDropRate(pthr, pfree);
+        if (rate === 0 || r < rate) rate = r;
+      }
+    }
+    this.nomem = nomem;
+    if (nomem) this.lastNomemAt = now;
+    const held = this.lastNomemAt !== null && ((now - this.lastNomemAt) | 0) < this.cfg.holdTime * 1000;
+    for (const n of DEFENSE_NAMES) {
+      const s = defenseStep(this.modes[n], n === 'dropPacket' ? nomem : nomem || held);
+      this.modes[n] = s.mode;
+      this.active[n] = s.active;
+    }
+    this.dropRate = !this.active.dropPacket ? 0 : this.modes.dropPacket === MODE_ALWAYS ? Math.max(1, this.cfg.amDroprate) : Math.max(1, rate);
+    const a = t.i32;
+    Atomics.store(a, L.H_SECURE_TCP_MS, Math.round(this.cfg.secureTcpTimeout * 1000));
+    Atomics.store(a, L.H_SECURE_TCP, this.active.secureTcp ? 1 : 0);
+    Atomics.store(a, L.H_DROP_RATE, this.dropRate);
+    Atomics.store(a, L.H_SRC_LIMIT, this.active.halfOpenPerSource ? this.cfg.maxHalfOpenPerSource : 0);
+  }
+
+  /** ip_vs_random_dropentry over capacity/32 slots from a random start. */
+  randomDropEntry(now: number, random: () => number = Math.random): number {
+    const t = this.t;
+    const a = t.i32;
+    const n = Math.max(1, t.capacity >> 5);
+    const start = Math.floor(random() * t.capacity) & t.mask;
+    let dropped = 0;
+    for (let i = 0; i < n; i++) {
+      const e = (start + i) & t.mask;
+      const o = t.base(e);
+      const flags = a[o + L.E_FLAGS]!;
+      if (!(flags & L.F_IN_USE) || flags & L.F_TEMPLATE) continue;
+      const proto = a[o + L.E_PROTO]!;
+      const state = a[o + L.E_STATE]!;
+      const p8 = proto & 0xff;
+      let halfOpen = false;
+      if (p8 === IPPROTO_TCP) {
+        if (state === TCP_SYN_RECV || state === TCP_SYNACK) halfOpen = true;
+        else if (state !== TCP_ESTABLISHED || !this.todropEntry(o, now, state)) continue;
+      } else if (p8 === IPPROTO_SCTP) {
+        if (state === SCTP_S_INIT1 || state === SCTP_S_INIT) halfOpen = true;
+        else if (state !== SCTP_S_ESTABLISHED || !this.todropEntry(o, now, L.TIMEOUT_SCTP + state)) continue;
+      } else if (!this.todropEntry(o, now, L.TIMEOUT_UDP)) continue;
+      // Under both bucket locks: still the same flow, still in the state it was picked in.
+      if (t.remove(e, false, now, proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, state)) {
+        dropped++;
+        if (halfOpen) this.counts.droppedHalfOpen++;
+        else this.counts.droppedIdle++;
+      }
+    }
+    return dropped;
+  }
+
+  /**
+   * todrop_entry: keep an entry refreshed in the last 60 s (its last packet = timer − the
+   * timeout of its state) or with 0 or more than 8 client packets; of those with n packets
+   * drop every n-th, so the ones with fewer packets go first.
+   */
+  private todropEntry(o: number, now: number, timeoutSlot: number): boolean {
+    const a = this.t.i32;
+    const lastSeen = (a[o + L.E_EXPIRES]! - a[L.H_TIMEOUTS + timeoutSlot]!) | 0;
+    if (((now - lastSeen) | 0) < TODROP_IDLE_MS) return false;
+    const p = a[o + L.E_IN_PKTS]!;
+    if (p < 1 || p > 8) return false;
+    if (--this.todrop[p - 1]! > 0) return false;
+    this.todrop[p - 1] = p;
+    return true;
+  }
+
+  /**
+   * secure_tcp for entries already half-open: a timer longer than the short timeout was armed
+   * by the normal table (a worker under secure_tcp never arms more), so the entry's last packet
+   * is its timer − the state's normal timeout, and its timer becomes that + the short timeout.
+   * Compare-and-swap: a packet that re-arms the entry meanwhile wins.
+   */
+  shortenHalfOpen(now: number): number {
+    const t = this.t;
+    const a = t.i32;
+    const shortMs = a[L.H_SECURE_TCP_MS]!;
+    const n = Math.min(t.capacity, SECURE_SCAN_MAX);
+    let shortened = 0;
+    for (let i = 0; i < n; i++) {
+      const e = (this.secureCursor + i) & t.mask;
+      const o = t.base(e);
+      const flags = a[o + L.E_FLAGS]!;
+      if (!(flags & L.F_IN_USE) || flags & L.F_TEMPLATE || (a[o + L.E_PROTO]! & 0xff) !== IPPROTO_TCP) continue;
+      const state = a[o + L.E_STATE]!;
+      if (state !== TCP_SYN_RECV && state !== TCP_SYNACK && state !== TCP_SYN_SENT) continue;
+      const expires = a[o + L.E_EXPIRES]!;
+      if (((expires - now) | 0) <= shortMs) continue;
+      const shorter = (expires - a[L.H_TIMEOUTS + state]! + shortMs) | 0;
+      if (((shorter - expires) | 0) < 0 && Atomics.compareExchange(a, o + L.E_EXPIRES, expires, shorter) === expires) {
+        shortened++;
+        // Already past its short timer: free the slot now rather than at the next sweep, the
+        // room is needed (remove() re-checks the timer under the bucket locks).
+        if (((shorter - now) | 0) <= 0) t.remove(e, true, now);
+      }
+    }
+    this.secureCursor = (this.secureCursor + n) & t.mask;
+    this.counts.secureTcpShortened += shortened;
+    return shortened;
+  }
+
+  /** The state for the API, metrics and uvsadm. */
+  view(): DefenseView {
+    return {
+      amemthresh: this.cfg.amemthresh,
+      freeEntries: this.freeEntries,
+      capacity: this.t.capacity,
+      nomem: this.nomem,
+      amDroprate: this.cfg.amDroprate,
+      dropRate: this.dropRate,
+      secureTcpTimeout: this.cfg.secureTcpTimeout,
+      maxHalfOpenPerSource: this.cfg.maxHalfOpenPerSource,
+      holdTime: this.cfg.holdTime,
+      defenses: DEFENSE_NAMES.map((name) => ({ name, configured: this.cfg[name], mode: this.modes[name], active: this.active[name] })),
+      fullnatPools: this.poolUse.map((p) => ({ ...p })),
+      ...this.counts,
+    };
+  }
+}
+
+export interface DefenseView {
+  amemthresh: number;
+  freeEntries: number;
+  capacity: number;
+  nomem: boolean;
+  amDroprate: number;
+  dropRate: number;
+  secureTcpTimeout: number;
+  maxHalfOpenPerSource: number;
+  holdTime: number;
+  defenses: { name: DefenseName; configured: number; mode: number; active: boolean }[];
+  fullnatPools: PoolUse[];
+  droppedHalfOpen: number;
+  droppedIdle: number;
+  secureTcpShortened: number;
+  ticks: number;
+  nomemTicks: number;
+}
