@@ -14,14 +14,21 @@
  *   api-probe SOCKET SECONDS INTERVAL_MS
  *       GET /v1/info over uvsd's unix socket, one at a time, every interval: one JSON line per probe
  *       {"t":sent at,"ms":latency or null,"e":error} — how long the control thread took to answer
+ *   download HOST PORT BYTES SEED BYTES_PER_S MAX_SECONDS
+ *       GET /blob?bytes=…&seed=… of lab/servers.ts, read no faster than BYTES_PER_S (the reader
+ *       pauses; TCP's window holds the server back), the body checked against lab/blob.ts's
+ *       sha256: {"ok","bytes","error","ms"} — a stream that stays open for BYTES / BYTES_PER_S
+ *       seconds. (curl's --limit-rate let 5 MB through in under a second here.)
  *   redis URL FILE [REPEAT_SECONDS INTERVAL_MS]
  *       sends the commands of FILE (JSON [[cmd, ...args], …]) pipelined over ioredis; with a repeat,
  *       again every interval for that long (a forged node's heartbeat); prints {"ok","errors","last"}
  */
 import { request } from 'node:http';
 import { connect } from 'node:net';
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import Redis from 'ioredis';
+import { blobSha256 } from '../../lab/blob';
 
 function out(o: unknown): void {
   process.stdout.write(JSON.stringify(o) + '\n');
@@ -166,6 +173,42 @@ async function apiProbe(socket: string, seconds: number, intervalMs: number): Pr
   return 0;
 }
 
+function download(host: string, port: number, bytes: number, seed: number, bytesPerS: number, maxSeconds: number): Promise<number> {
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    const h = createHash('sha256');
+    let got = 0;
+    let done = false;
+    const finish = (error: string | null) => {
+      if (done) return;
+      done = true;
+      clearTimeout(hard);
+      const ok = error === null && got === bytes && h.digest('hex') === blobSha256(seed, bytes);
+      out({ ok, bytes: got, error: error ?? (ok ? null : 'content differs'), ms: Date.now() - t0 });
+      resolve(ok ? 0 : 1);
+    };
+    const host6 = host.includes(':') ? `[${host}]` : host;
+    const req = request({ host, port, path: `/blob?bytes=${bytes}&seed=${seed}`, headers: { host: host6 } }, (res) => {
+      if (res.statusCode !== 200) return finish(`HTTP ${res.statusCode}`);
+      res.on('data', (d: Buffer) => {
+        h.update(d);
+        got += d.length;
+        const ahead = (got / bytesPerS) * 1000 - (Date.now() - t0);
+        if (ahead > 20) {
+          res.pause();
+          setTimeout(() => res.resume(), ahead);
+        }
+      });
+      res.on('end', () => finish(null));
+      res.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
+      res.on('aborted', () => finish('aborted'));
+    });
+    const hard = setTimeout(() => (req.destroy(), finish('timeout')), maxSeconds * 1000);
+    req.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
+    req.end();
+  });
+}
+
 async function redis(url: string, file: string, repeatSeconds: number, intervalMs: number): Promise<number> {
   const cmds = JSON.parse(readFileSync(file, 'utf8')) as (string | number)[][];
   const c = new Redis(url, { maxRetriesPerRequest: 1, enableAutoPipelining: true });
@@ -201,10 +244,12 @@ async function main(argv: string[]): Promise<number> {
       return echo(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 200));
     case 'api-probe':
       return apiProbe(a[0]!, Number(a[1]), Number(a[2] ?? 20));
+    case 'download':
+      return download(a[0]!, Number(a[1]), Number(a[2]), Number(a[3]), Number(a[4]), Number(a[5] ?? 120));
     case 'redis':
       return redis(a[0]!, a[1]!, Number(a[2] ?? 0), Number(a[3] ?? 300));
     default:
-      console.error('usage: client connect-probe|echo|api-probe|redis …');
+      console.error('usage: client connect-probe|echo|api-probe|download|redis …');
       return 2;
   }
 }

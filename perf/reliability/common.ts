@@ -5,6 +5,7 @@
  * it exits, so that Ctrl-C stops exactly the ones this run started (killAll).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { apiCall } from '../../control/client';
 import { LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, type Lab } from '../../lab/lab';
@@ -58,7 +59,16 @@ export function labConfig(ctx: Ctx, services: unknown[], extra: Record<string, u
 /** Writes the configuration, starts uvsd in the LB node and waits for its workers. Returns its pid. */
 export async function startUvsd(ctx: Ctx, cfg: Record<string, unknown>, file = 'uvs-rel.yaml'): Promise<number> {
   const f = ctx.lab.writeConfig(cfg, file);
-  const child = await ctx.lab.startUvsd(f);
+  const child = await ctx.lab.startUvsd(f).catch((e: Error) => {
+    // The lab (and its log) is removed at the end: keep uvsd's last words in the error.
+    let tail = '';
+    try {
+      tail = readFileSync(join(ctx.lab.dir, 'uvsd.log'), 'utf8').trim().split('\n').slice(-3).join(' | ').slice(0, 600);
+    } catch {
+      /* no log */
+    }
+    throw new Error(`${e.message}${tail ? `: ${tail}` : ''}`);
+  });
   await waitWorkers(ctx.lab.socket, ctx.workers);
   return child.pid!;
 }
@@ -218,6 +228,19 @@ export async function stopEchoes(runs: ClientRun<EchoResult>[]): Promise<{ resul
   const results = outs.map((o) => o[o.length - 1]).filter((x): x is EchoResult => !!x);
   const broken = runs.length - results.filter((r) => r.error === null && r.bad === 0 && r.echoed === r.sent && r.sent > 0).length;
   return { results, broken, maxGapMs: Math.max(0, ...results.map((r) => r.maxGapMs)) };
+}
+
+export interface DownloadResult {
+  ok: boolean;
+  bytes: number;
+  error: string | null;
+  ms: number;
+}
+
+/** A download of `bytes` read at bytesPerS (client.ts download): open for bytes / bytesPerS seconds. */
+export function download(ns: string, host: string, port: number, bytes: number, seed: number, bytesPerS: number, maxSeconds: number): { result: Promise<DownloadResult> } {
+  const c = client<DownloadResult>(ns, ['download', host, String(port), String(bytes), String(seed), String(bytesPerS), String(maxSeconds)], (maxSeconds + 10) * 1000);
+  return { result: c.done.then((l) => l[l.length - 1] ?? { ok: false, bytes: 0, error: 'no output', ms: 0 }) };
 }
 
 export function connectProbe(ns: string, host: string, port: number, seconds: number, intervalMs: number, timeoutMs = 5000): ClientRun<Attempt> {
