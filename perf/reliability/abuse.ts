@@ -108,9 +108,9 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     const ran = await waitFor(async () => {
       const h = await apiCall<{ checks: { service: string; checks: number }[] }>(sock, 'GET', '/v1/health');
       return h.body.checks.some((c) => c.service.includes(addr) && c.checks > 1);
-    }, 8000, 250);
+    }, quick ? 5000 : 8000, 250);
     await apiCall(sock, 'DELETE', `/v1/services/tcp/${addr}/80`).catch(() => undefined);
-    return { outcome: `accepted (HTTP ${r0.status}); health check ${ran !== null ? 'runs and is rescheduled' : 'never ran twice in 8 s'}`, refused: ran !== null ? null : false };
+    return { outcome: `accepted (HTTP ${r0.status}); health check ${ran !== null ? 'runs and is rescheduled' : `never ran twice in ${quick ? 5 : 8} s`}`, refused: ran !== null ? null : false };
   };
 
   // Redis helpers: commands from a file, sent by client.ts in the LB node.

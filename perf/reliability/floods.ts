@@ -129,8 +129,8 @@ const pct = (x: number | null) => (x === null ? null : Math.round(x * 1000) / 10
 export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   const lab = ctx.lab;
   const rates = ctx.quick ? [3000, 0] : [1000, 3000, 10000, 0];
-  const floodS = ctx.quick ? 8 : 30;
-  const postBoundS = ctx.quick ? 15 : 75;
+  const floodS = ctx.quick ? 5 : 30;
+  const postBoundS = ctx.quick ? 10 : 75;
   r.how = `For each rate, a fresh uvsd (${ctx.workers} workers, the default table of 65,536 entries, default timeouts: SYN_RECV 60 s) with the lab's services. Real clients: a new connection with one HTTP GET to ${LAB_VIP}:80 every 50 ms (connect-probe) and 3 TCP echo streams through port 7, from 3 s before the flood. relgen sends TCP SYNs (with an MSS option, valid checksums) to ${LAB_VIP}:80 from random sources in 198.18.0.0/15 and random ports for ${floodS} s at each rate (0 = as fast as it can), from the client's veth to the LB node. "During the flood" = connections started while it ran; a connect slower than ${SLOW_MS} ms waited for a SYN retransmission. Recovery = from the end of the flood to the first connection after which every new one worked within ${SLOW_MS} ms (observed for at most ${postBoundS} s after the flood).`;
   await blackholeSpoofed(lab.lbNs);
   const rows: Value[][] = [];
@@ -245,7 +245,7 @@ export async function tableFullScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
   const tableSize = 256;
   const floodS = ctx.quick ? 4 : 6;
   const rate = 500;
-  const postBoundS = ctx.quick ? 20 : 80;
+  const postBoundS = ctx.quick ? 10 : 80;
   r.how = `uvsd with a ${tableSize}-entry table (TIME_WAIT, CLOSE and FIN_WAIT 2 s so that the real clients' own closed connections do not fill it; SYN_RECV at its default) and 8 established TCP echo streams. relgen sends ${rate} SYN/s for ${floodS} s from random sources (${(rate * floodS).toLocaleString('en-US')} SYNs: far more than the table holds); a real client opens a new connection with one HTTP GET every 200 ms throughout. Recovery = from the end of the flood to the first connection after which every new one worked within ${SLOW_MS} ms, observed for at most ${postBoundS} s — nobody steps in.`;
   await blackholeSpoofed(lab.lbNs);
   const cfg = labConfig(ctx, labServices(lab), { dataplane: { tableSize }, timeouts: { tcpFin: 2, tcpStates: { TIME_WAIT: 2, CLOSE: 2, CLOSE_WAIT: 2, LAST_ACK: 2 } } });
