@@ -74,6 +74,7 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
   const quick = ctx.quick;
   const fakeNodes = quick ? 20000 : 100000;
   const forgedFlows = 70000;
+  const settleMs = quick ? 3000 : 4000; // ≥ 2 drain checks (every 1 s) after a removal
   r.how = `One uvsd (${ctx.workers} workers, default table) with the lab's services, an API TCP listener on ${API_TCP} with a token, a metrics token${haveRedis ? ', and Redis sync (node n1) against a redis-server with a password in the LB node' : ''}. The cases below run one after another; after each, the configuration is put back. "Refused" = a 4xx answer, a counted rejection, or the input not taken (checked in the API's own view: services, timeouts, shadows, drains). "Longest API wait" = the slowest GET /v1/info of the probe that asks every 20 ms, among those in flight while the case ran (expected < ${STALL_MS} ms). "Alive" = the uvsd process still running and its API answering afterwards.`;
   let redisProc = null as ReturnType<typeof spawnTracked> | null;
   if (haveRedis) {
@@ -108,9 +109,9 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     const ran = await waitFor(async () => {
       const h = await apiCall<{ checks: { service: string; checks: number }[] }>(sock, 'GET', '/v1/health');
       return h.body.checks.some((c) => c.service.includes(addr) && c.checks > 1);
-    }, quick ? 5000 : 8000, 250);
+    }, quick ? 3000 : 8000, 250);
     await apiCall(sock, 'DELETE', `/v1/services/tcp/${addr}/80`).catch(() => undefined);
-    return { outcome: `accepted (HTTP ${r0.status}); health check ${ran !== null ? 'runs and is rescheduled' : `never ran twice in ${quick ? 5 : 8} s`}`, refused: ran !== null ? null : false };
+    return { outcome: `accepted (HTTP ${r0.status}); health check ${ran !== null ? 'runs and is rescheduled' : `never ran twice in ${quick ? 3 : 8} s`}`, refused: ran !== null ? null : false };
   };
 
   // Redis helpers: commands from a file, sent by client.ts in the LB node.
@@ -303,14 +304,14 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
       await sleep(1500);
       writeFileSync(cfgFile, stringify(goodCfg({}, lab.rsAddrs[2])));
       await apiCall(sock, 'POST', '/v1/reload');
-      await sleep(4000);
+      await sleep(settleMs);
       const d = (await apiCall<{ draining: { realServer: string; activeConns: number }[] }>(sock, 'GET', '/v1/drains')).body.draining;
       const still = d.find((x) => x.realServer.startsWith(lab.rsAddrs[2]!));
       await hb.stop();
       await redisCli('DEL', 'uvs:counts:n9');
       await redisCli('ZREM', 'uvs:nodes', 'n9');
       await restore();
-      return { outcome: still ? `still draining after 4 s (activeConns ${still.activeConns})` : 'deleted (no local connections): the forged count was not used', refused: !still };
+      return { outcome: still ? `still draining after ${settleMs / 1000} s (activeConns ${still.activeConns})` : 'deleted (no local connections): the forged count was not used', refused: !still };
     } });
     cases.push({ area: 'Redis', what: 'a forged negative count (−1000) for a real server being removed with a live connection', expect: 'ignored: it keeps draining, the connection lives', run: async () => {
       const streams = await startEchoes(lab.clientNs, LAB_VIP, 7, 3, 30, 200);
@@ -321,7 +322,7 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
       await sleep(1500);
       writeFileSync(cfgFile, stringify(goodCfg({}, target)));
       await apiCall(sock, 'POST', '/v1/reload');
-      await sleep(4000);
+      await sleep(settleMs);
       const d = (await apiCall<{ draining: { realServer: string }[] }>(sock, 'GET', '/v1/drains')).body.draining;
       const draining = d.some((x) => x.realServer.startsWith(target));
       await hb.stop();
@@ -329,7 +330,7 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
       await redisCli('ZREM', 'uvs:nodes', 'n9');
       const echo = await stopEchoes(streams);
       await restore();
-      return { outcome: `${draining ? 'still draining' : 'deleted at once'} after 4 s; echo streams broken ${echo.broken} of 3`, refused: draining && echo.broken === 0 };
+      return { outcome: `${draining ? 'still draining' : 'deleted at once'} after ${settleMs / 1000} s; echo streams broken ${echo.broken} of 3`, refused: draining && echo.broken === 0 };
     } });
     cases.push({ area: 'Redis', what: `${fakeNodes.toLocaleString('en-US')} fake nodes with heartbeats from the future`, expect: 'ignored or capped, API unaffected', run: async () => {
       const rss = new RssWatch(pid);
@@ -341,12 +342,12 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
       }
       cmds.push(['SET', 'uvs:counts:fake1', '{"x":"not a count"}'], ['SET', 'uvs:counts:fake2', 'not json']);
       await (await redisCmds(cmds)).done;
-      await sleep(6000); // several count exchanges (every 0.5 s)
+      await sleep(quick ? 3000 : 6000); // several count exchanges (every 0.5 s)
       const s = await getStats(sock);
       rss.stop();
       await redisCli('DEL', 'uvs:nodes', 'uvs:counts:fake1', 'uvs:counts:fake2');
       const n = s.redis?.nodes?.length ?? 0;
-      return { outcome: `${n.toLocaleString('en-US')} nodes listed after 6 s; uvsd RSS ${Math.round(rss.firstMb ?? 0)} → peak ${Math.round(rss.peakMb)} MB`, refused: n < fakeNodes / 10 && rss.peakMb - (rss.firstMb ?? 0) < 100 };
+      return { outcome: `${n.toLocaleString('en-US')} nodes listed after ${quick ? 3 : 6} s; uvsd RSS ${Math.round(rss.firstMb ?? 0)} → peak ${Math.round(rss.peakMb)} MB`, refused: n < fakeNodes / 10 && rss.peakMb - (rss.firstMb ?? 0) < 100 };
     } });
   }
 

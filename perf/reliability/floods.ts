@@ -78,6 +78,8 @@ interface FloodRound {
   echoMaxGapMs: number;
   recoveryMs: number | null;
   postBoundS: number;
+  /** Packets the TUN device dropped during the flood (its queues full: uvsd did not read them). */
+  devDrops: number | null;
 }
 
 /**
@@ -95,6 +97,7 @@ async function floodRound(ctx: Ctx, o: { cfg: Record<string, unknown>; gen: Reco
   const probe = connectProbe(lab.clientNs, vip, 80, total, o.intervalMs);
   await sleep(3000);
   const before = await getStats(lab.socket);
+  const dev0 = await devStats(lab.lbNs, 'uvs0');
   const watch = new EntriesWatch(lab.socket);
   const cpu = new CpuWatch(pid, ctx.hz);
   const floodStart = Date.now();
@@ -102,6 +105,7 @@ async function floodRound(ctx: Ctx, o: { cfg: Record<string, unknown>; gen: Reco
   const floodStop = Date.now();
   const cpuPct = cpu.read();
   const atStop = await getStats(lab.socket).catch(() => null);
+  const dev1 = await devStats(lab.lbNs, 'uvs0');
   const slowAfter = Math.ceil(2000 / o.intervalMs); // 2 s of good attempts in a row
   const deadline = floodStop + o.postBoundS * 1000;
   while (Date.now() < deadline && !recovered(probe.lines, floodStop, SLOW_MS, slowAfter)) await sleep(200);
@@ -121,6 +125,7 @@ async function floodRound(ctx: Ctx, o: { cfg: Record<string, unknown>; gen: Reco
     echoMaxGapMs: echo.maxGapMs,
     recoveryMs: recoveryMs(attempts, floodStop, SLOW_MS),
     postBoundS: o.postBoundS,
+    devDrops: dev0 && dev1 ? dev1.txDropped - dev0.txDropped : null,
   };
 }
 
@@ -153,6 +158,7 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       Math.round(achieved),
       fr.gen.sent,
       fr.peakEntries,
+      fr.devDrops,
       pct(during.okRate),
       during.connectP50,
       during.connectP99,
@@ -177,7 +183,7 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
   );
   r.tables.push({
     title: 'Per rate',
-    columns: ['offered', 'sent SYN/s', 'SYNs sent', 'peak table entries', 'real clients answered during the flood (%)', 'connect p50 (ms)', 'connect p99 (ms)', 'echo streams broken', 'recovery (s)', 'uvsd CPU (% of one CPU)', 'drops counted during the flood', 'other counters that moved'],
+    columns: ['offered', 'sent SYN/s', 'SYNs sent', 'peak table entries', 'dropped at the device (queue full)', 'real clients answered during the flood (%)', 'connect p50 (ms)', 'connect p99 (ms)', 'echo streams broken', 'recovery (s)', 'uvsd CPU (% of one CPU)', 'drops counted during the flood', 'other counters that moved'],
     rows,
   });
   r.notes.push(defense);
@@ -243,7 +249,7 @@ export async function hashFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
 export async function tableFullScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   const lab = ctx.lab;
   const tableSize = 256;
-  const floodS = ctx.quick ? 4 : 6;
+  const floodS = ctx.quick ? 3 : 6;
   const rate = 500;
   const postBoundS = ctx.quick ? 10 : 80;
   r.how = `uvsd with a ${tableSize}-entry table (TIME_WAIT, CLOSE and FIN_WAIT 2 s so that the real clients' own closed connections do not fill it; SYN_RECV at its default) and 8 established TCP echo streams. relgen sends ${rate} SYN/s for ${floodS} s from random sources (${(rate * floodS).toLocaleString('en-US')} SYNs: far more than the table holds); a real client opens a new connection with one HTTP GET every 200 ms throughout. Recovery = from the end of the flood to the first connection after which every new one worked within ${SLOW_MS} ms, observed for at most ${postBoundS} s — nobody steps in.`;
@@ -256,6 +262,7 @@ export async function tableFullScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
   r.figures.push(
     { label: 'SYNs sent', value: fr.gen.sent },
     { label: 'peak table entries', value: fr.peakEntries, unit: `of ${tableSize}` },
+    { label: 'dropped at the device (queue full)', value: fr.devDrops },
     { label: 'refusals counted (drops table_full)', value: refusals, expect: '> 0: the flood was refused, counted', ok: refusals === null ? null : refusals > 0 },
     { label: 'established echo streams broken (of 8)', value: fr.echoBroken, expect: '0', ok: fr.echoBroken === 0 },
     { label: 'longest wait for an echo on them', value: fr.echoMaxGapMs, unit: 'ms' },

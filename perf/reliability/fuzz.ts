@@ -90,7 +90,7 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   const deviceDrops = dev0 && dev1 ? dev1.txDropped - dev0.txDropped : null;
   const deviceIn = dev0 && dev1 ? dev1.txPackets - dev0.txPackets : null;
   const figs: Figure[] = [
-    { label: 'frames written by the generator', value: sent, expect: ctx.quick ? undefined : '≥ 10,000,000 read', ok: undefined },
+    { label: 'frames written by the generator', value: sent },
     { label: 'refused by the kernel at send (virtio headers it rejects, full socket buffer)', value: refused },
     { label: 'dropped by the TUN device (its queue full: uvsd slower than the generator)', value: deviceDrops },
     { label: 'frames read by uvsd', value: bal?.received ?? received, expect: `≥ ${target.toLocaleString('en-US')}`, ok: (bal?.received ?? received) >= target },

@@ -19,7 +19,7 @@ import { numericDiff, type ScenarioResult } from './report';
 type Download = ReturnType<typeof download>;
 
 export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResult): Promise<void> {
-  const outS = ctx.quick ? 8 : 30;
+  const outS = ctx.quick ? 5 : 30;
   const ackPps = ctx.quick ? 5000 : 20000;
   const rateKiB = 128;
   r.how = `Two-node lab: client → router → lb1 (active) or lb2, real servers and redis-server on a shared switch; uvsd on both nodes (${ctx.workers} workers, Redis sync, counts every 0.5 s, parked-packet timeout 1 s). Load through lb1 for the whole run: lab/tools.js \`load\` (2 loops of one-connection HTTP requests to ${LAB_VIP}:80), 2 TCP echo streams (a line every 100 ms), downloads read at ${rateKiB} KiB/s (client.ts download) (3 started before the outages, 3 during the kill, 3 during the hang; checked with sha256), and relgen writing ${ackPps.toLocaleString('en-US')} mid-flow TCP ACKs/s from random sources into lb1's device during both outages (no flow has them: with sync on, each is parked for a Redis lookup). Redis is SIGKILLed, restarted after ${outS} s; then SIGSTOPped for ${outS} s and continued. "Caught up" = lb1 reconnected and its write queue empty again. Then lb1 is SIGKILLed and the router and the servers' gateway move to lb2 (what keepalived does, done by \`ip\`). lb1's RSS is sampled every 200 ms.`;

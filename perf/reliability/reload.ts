@@ -36,7 +36,7 @@ const VARIANTS: Variant[] = [
 
 export async function reloadScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   const lab = ctx.lab;
-  const gapMs = ctx.quick ? 1000 : 2000;
+  const gapMs = ctx.quick ? 500 : 2000;
   const spanS = Math.ceil((2000 + VARIANTS.length * gapMs + ctx.workers * 2500 + 3000) / 1000);
   const rateKiB = 256;
   const bytes = rateKiB * 1024 * (spanS + 2);
