@@ -58,7 +58,7 @@ const HELP = `Usage: npm run reliability -- [options]      (as root, alone on th
 
 Runs uvs under hostile input and failures in namespace labs it creates and removes, and writes
 RELIABILITY.md and reliability.json (the raw figures) into perf/reliability/. The full run takes
-about 20 minutes; --quick about 3.
+about 20 minutes; --quick about 5.
 
 Scenarios (in this order): ${SCENARIOS.join(', ')}
 
