@@ -1,0 +1,275 @@
+/**
+ * Floods of spoofed SYNs from the client's side of the lab (relgen on the client's veth, to the
+ * LB node's MAC, routed into uvsd's device like real traffic), while real clients keep opening
+ * connections and established streams keep echoing:
+ *
+ *   synflood   several rates up to relgen's limit, against the default table (65,536 entries,
+ *              SYN_RECV 60 s): what real clients see during the flood, and how long after it
+ *              stops new connections work again
+ *   hashflood  40,000 IPv6 SYNs at 2,000/s from one /64 against the same from random addresses:
+ *              uvsd's CPU, a legitimate request's p99 and the API's latency, side by side
+ *   tablefull  a 256-entry table filled by a flood: refusals counted, established streams
+ *              untouched, and recovery without anyone stepping in
+ *
+ * The SYN-flood defense (drop_entry / secure_tcp / amemthresh, per-source caps) is left at
+ * whatever defaults the configuration has; the settings found are listed in the report.
+ */
+import { apiCall } from '../../control/client';
+import { LAB_VIP, LAB_VIP6 } from '../../lab/lab';
+import { sleep } from '../exec';
+import { attemptStats, defenseSettings, latencyStats, numericDiff, recovered, recoveryMs, type Figure, type ScenarioResult, type Value } from './report';
+import { apiProbe, blackholeSpoofed, connectProbe, CpuWatch, devStats, getStats, labConfig, labServices, linkMac, relgen, round, startEchoes, startUvsd, stopEchoes, type Ctx, type GenResult, type Stats } from './common';
+
+const SLOW_MS = 1000; // a connect slower than this waited for a SYN retransmission (1 s): not served
+
+async function defenseNote(ctx: Ctx): Promise<string> {
+  const c = await apiCall<{ effective?: unknown; document?: unknown }>(ctx.lab.socket, 'GET', '/v1/config').catch(() => null);
+  const s = defenseSettings(c?.body?.effective ?? c?.body?.document ?? null);
+  return s.length
+    ? `Defense settings in effect (the configuration's defaults, nothing set by this run): ${s.map((x) => `\`${x}\``).join(', ')}.`
+    : 'No SYN-flood defense settings were found in the effective configuration (GET /v1/config): this uvsd has no such defense, or names it in a way this run does not recognise.';
+}
+
+/** Peak table entries, sampled every 500 ms until stop() (off the event loop's critical path). */
+class EntriesWatch {
+  peak = 0;
+  last: Stats | null = null;
+  private stopped = false;
+  private done: Promise<void>;
+  constructor(socket: string) {
+    this.done = (async () => {
+      while (!this.stopped) {
+        const s = await getStats(socket).catch(() => null);
+        if (s) (this.last = s), (this.peak = Math.max(this.peak, s.table.entries));
+        await sleep(500);
+      }
+    })();
+  }
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.done;
+  }
+}
+
+function dropsMoved(before: Stats, after: Stats | null): string {
+  if (!after) return '—';
+  const d = Object.entries(numericDiff(before.drops, after.drops)).sort((a, b) => b[1] - a[1]);
+  return d.length ? d.map(([k, v]) => `${k} ${v.toLocaleString('en-US')}`).join('; ') : 'none';
+}
+
+/** Counters outside packets/drops/workers that moved (a defense's own counters, whatever their names). */
+function otherCounters(before: Stats, after: Stats | null): string {
+  if (!after) return '';
+  const skip = /^(uptime|packets\.|drops\.|workers\.|table\.|redis\.)/;
+  const d = Object.entries(numericDiff(before, after)).filter(([k]) => !skip.test(k));
+  return d.map(([k, v]) => `${k} ${v > 0 ? '+' : ''}${v.toLocaleString('en-US')}`).join('; ');
+}
+
+interface FloodRound {
+  gen: GenResult;
+  floodStart: number;
+  floodStop: number;
+  before: Stats;
+  atStop: Stats | null;
+  peakEntries: number;
+  cpuPct: number | null;
+  attempts: import('./report').Attempt[];
+  echoBroken: number;
+  echoMaxGapMs: number;
+  recoveryMs: number | null;
+  postBoundS: number;
+  /** Packets the TUN device dropped during the flood (its queues full: uvsd did not read them). */
+  devDrops: number | null;
+}
+
+/**
+ * One flood against a fresh uvsd: 3 s of normal traffic, the flood, then until new connections
+ * have worked 2 s in a row (or postBoundS). Real clients: a connect-probe every intervalMs and
+ * `echoes` echo streams through port 7.
+ */
+async function floodRound(ctx: Ctx, o: { cfg: Record<string, unknown>; gen: Record<string, string | number>; floodS: number; postBoundS: number; intervalMs: number; echoes: number; v6?: boolean }): Promise<FloodRound> {
+  const lab = ctx.lab;
+  const pid = await startUvsd(ctx, o.cfg);
+  const vip = o.v6 ? LAB_VIP6 : LAB_VIP;
+  const mac = await linkMac(lab.lbNs, `${lab.prefix}c1`);
+  const total = 3 + o.floodS + o.postBoundS + 5;
+  const echoes = await startEchoes(lab.clientNs, vip, 7, o.echoes, total + 10);
+  const probe = connectProbe(lab.clientNs, vip, 80, total, o.intervalMs);
+  await sleep(3000);
+  const before = await getStats(lab.socket);
+  const dev0 = await devStats(lab.lbNs, 'uvs0');
+  const watch = new EntriesWatch(lab.socket);
+  const cpu = new CpuWatch(pid, ctx.hz);
+  const floodStart = Date.now();
+  const gen = await relgen(ctx, lab.clientNs, { if: `${lab.prefix}c0`, mac, vip4: LAB_VIP, vip6: LAB_VIP6, port: 80, seconds: o.floodS, ...o.gen }, o.floodS * 1000);
+  const floodStop = Date.now();
+  const cpuPct = cpu.read();
+  const atStop = await getStats(lab.socket).catch(() => null);
+  const dev1 = await devStats(lab.lbNs, 'uvs0');
+  const slowAfter = Math.ceil(2000 / o.intervalMs); // 2 s of good attempts in a row
+  const deadline = floodStop + o.postBoundS * 1000;
+  while (Date.now() < deadline && !recovered(probe.lines, floodStop, SLOW_MS, slowAfter)) await sleep(200);
+  await watch.stop();
+  const attempts = await probe.stop();
+  const echo = await stopEchoes(echoes);
+  return {
+    gen,
+    floodStart,
+    floodStop,
+    before,
+    atStop,
+    peakEntries: Math.max(watch.peak, atStop?.table.entries ?? 0),
+    cpuPct,
+    attempts,
+    echoBroken: echo.broken,
+    echoMaxGapMs: echo.maxGapMs,
+    recoveryMs: recoveryMs(attempts, floodStop, SLOW_MS),
+    postBoundS: o.postBoundS,
+    devDrops: dev0 && dev1 ? dev1.txDropped - dev0.txDropped : null,
+  };
+}
+
+const pct = (x: number | null) => (x === null ? null : Math.round(x * 1000) / 10);
+
+export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
+  const lab = ctx.lab;
+  const rates = ctx.quick ? [3000, 0] : [1000, 3000, 10000, 0];
+  const floodS = ctx.quick ? 5 : 30;
+  const postBoundS = ctx.quick ? 10 : 75;
+  r.how = `For each rate, a fresh uvsd (${ctx.workers} workers, the default table of 65,536 entries, default timeouts: SYN_RECV 60 s) with the lab's services. Real clients: a new connection with one HTTP GET to ${LAB_VIP}:80 every 50 ms (connect-probe) and 3 TCP echo streams through port 7, from 3 s before the flood. relgen sends TCP SYNs (with an MSS option, valid checksums) to ${LAB_VIP}:80 from random sources in 198.18.0.0/15 and random ports for ${floodS} s at each rate (0 = as fast as it can), from the client's veth to the LB node. "During the flood" = connections started while it ran; a connect slower than ${SLOW_MS} ms waited for a SYN retransmission. Recovery = from the end of the flood to the first connection after which every new one worked within ${SLOW_MS} ms (observed for at most ${postBoundS} s after the flood).`;
+  await blackholeSpoofed(lab.lbNs);
+  const rows: Value[][] = [];
+  let worstOk: number | null = null;
+  let worstP99: number | null = null;
+  let broken = 0;
+  let worstRecovery: number | null = 0;
+  let notRecovered = false;
+  let defense = '';
+  for (const rate of rates) {
+    const label = rate ? `${rate.toLocaleString('en-US')}/s` : 'max';
+    ctx.log(`synflood: ${label} for ${floodS} s`);
+    const fr = await floodRound(ctx, { cfg: labConfig(ctx, labServices(lab)), gen: { mode: 'syn4', pps: rate }, floodS, postBoundS, intervalMs: 50, echoes: 3 });
+    if (!defense) defense = await defenseNote(ctx);
+    await ctx.lab.stopUvsd();
+    const during = attemptStats(fr.attempts, fr.floodStart, fr.floodStop);
+    const achieved = fr.gen.sent / ((fr.floodStop - fr.floodStart) / 1000);
+    rows.push([
+      label,
+      Math.round(achieved),
+      fr.gen.sent,
+      fr.peakEntries,
+      fr.devDrops,
+      pct(during.okRate),
+      during.connectP50,
+      during.connectP99,
+      fr.echoBroken,
+      fr.recoveryMs === null ? `> ${fr.postBoundS} s` : round(fr.recoveryMs / 1000, 1),
+      round(fr.cpuPct),
+      dropsMoved(fr.before, fr.atStop),
+      otherCounters(fr.before, fr.atStop) || '—',
+    ]);
+    if (during.okRate !== null) worstOk = worstOk === null ? during.okRate : Math.min(worstOk, during.okRate);
+    if (during.connectP99 !== null) worstP99 = Math.max(worstP99 ?? 0, during.connectP99);
+    broken += fr.echoBroken;
+    if (fr.recoveryMs === null) notRecovered = true;
+    else if (worstRecovery !== null) worstRecovery = Math.max(worstRecovery, fr.recoveryMs);
+    ctx.log(`synflood: ${label}: ${Math.round(achieved)} SYN/s sent, peak ${fr.peakEntries} entries, real clients ${pct(during.okRate)} % ok, p99 connect ${during.connectP99} ms, recovery ${fr.recoveryMs === null ? 'not seen' : `${fr.recoveryMs} ms`}`);
+  }
+  r.figures.push(
+    { label: 'real clients\' new connections answered during the flood, worst rate', value: pct(worstOk), unit: '%', expect: '≥ 99 %', ok: worstOk === null ? null : worstOk >= 0.99 },
+    { label: 'real clients\' p99 connect time during the flood, worst rate', value: worstP99, unit: 'ms', expect: `< ${SLOW_MS} ms (no SYN retransmission)`, ok: worstP99 === null ? null : worstP99 < SLOW_MS },
+    { label: 'established echo streams broken (3 per rate)', value: broken, expect: '0', ok: broken === 0 },
+    { label: 'recovery after the flood, worst rate', value: notRecovered ? `not within ${postBoundS} s` : round((worstRecovery ?? 0) / 1000, 1), unit: notRecovered ? undefined : 's', expect: '≤ 5 s', ok: !notRecovered && (worstRecovery ?? 0) <= 5000 },
+  );
+  r.tables.push({
+    title: 'Per rate',
+    columns: ['offered', 'sent SYN/s', 'SYNs sent', 'peak table entries', 'dropped at the device (queue full)', 'real clients answered during the flood (%)', 'connect p50 (ms)', 'connect p99 (ms)', 'echo streams broken', 'recovery (s)', 'uvsd CPU (% of one CPU)', 'drops counted during the flood', 'other counters that moved'],
+    rows,
+  });
+  r.notes.push(defense);
+}
+
+export async function hashFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
+  const lab = ctx.lab;
+  const count = ctx.quick ? 10000 : 40000;
+  const rate = 2000;
+  const floodS = count / rate;
+  r.how = `The IPv6 hash-flooding pattern: ${count.toLocaleString('en-US')} TCP SYNs at ${rate.toLocaleString('en-US')}/s to [${LAB_VIP6}]:80 from one /64 (2001:db8:1:2::/64, random interface identifiers and ports), against the same number from random addresses all over 2001:db8::/32 — each against a fresh uvsd (${ctx.workers} workers, default table). Meanwhile a real client opens a new IPv6 connection with one HTTP GET every 100 ms (its time to the answer is the "legitimate request" figure) and api-probe asks GET /v1/info every 20 ms. uvsd CPU = its process's CPU time over the flood.`;
+  await blackholeSpoofed(lab.lbNs);
+  const res: Record<string, { cpu: number | null; legit: ReturnType<typeof latencyStats>; ok: number | null; api: ReturnType<typeof latencyStats>; devDrops: number | null; peak: number; drops: string }> = {};
+  for (const [name, mode] of [['random', 'syn6'], ['one /64', 'syn6net']] as const) {
+    ctx.log(`hashflood: ${name}, ${count} SYNs at ${rate}/s`);
+    const pid = await startUvsd(ctx, labConfig(ctx, labServices(lab)));
+    const mac = await linkMac(lab.lbNs, `${lab.prefix}c1`);
+    const probe = connectProbe(lab.clientNs, LAB_VIP6, 80, floodS + 8, 100);
+    const api = apiProbe(lab.socket, lab.lbNs, floodS + 8);
+    await sleep(2000);
+    const before = await getStats(lab.socket);
+    const dev0 = await devStats(lab.lbNs, 'uvs0');
+    const cpu = new CpuWatch(pid, ctx.hz);
+    const t0 = Date.now();
+    await relgen(ctx, lab.clientNs, { mode, if: `${lab.prefix}c0`, mac, vip6: LAB_VIP6, port: 80, pps: rate, count }, floodS * 1000 + 10000);
+    const t1 = Date.now();
+    const cpuPct = cpu.read();
+    const after = await getStats(lab.socket).catch(() => null);
+    const dev1 = await devStats(lab.lbNs, 'uvs0');
+    const attempts = await probe.stop();
+    const samples = await api.stop();
+    await ctx.lab.stopUvsd();
+    const during = attempts.filter((a) => a.t >= t0 && a.t < t1);
+    res[name] = {
+      cpu: cpuPct,
+      legit: latencyStats(during.map((a) => (a.d !== null ? a.d : 5000))), // a failed request counts as the 5 s it was given
+      ok: attemptStats(attempts, t0, t1).okRate,
+      api: latencyStats(samples.filter((s) => s.t >= t0 && s.t < t1).map((s) => s.took)),
+      devDrops: dev0 && dev1 ? dev1.txDropped - dev0.txDropped : null,
+      peak: after?.table.entries ?? 0,
+      drops: dropsMoved(before, after),
+    };
+  }
+  const a = res['one /64'];
+  const b = res.random;
+  const within = (x: number | null | undefined, y: number | null | undefined, slack: number) => (x == null || y == null ? null : x <= y * 1.5 + slack);
+  r.tables.push({
+    title: 'One /64 against random addresses',
+    columns: ['sources', 'uvsd CPU (% of one CPU)', 'legitimate request p50 (ms)', 'p99 (ms)', 'max (ms)', 'answered (%)', 'API p50 (ms)', 'API p99 (ms)', 'API max (ms)', 'dropped at the device', 'table entries after', 'drops counted'],
+    rows: ['random', 'one /64'].map((k) => {
+      const x = res[k]!;
+      return [k, round(x.cpu), x.legit.p50, x.legit.p99, x.legit.max, pct(x.ok), x.api.p50, x.api.p99, x.api.max, x.devDrops, x.peak, x.drops];
+    }),
+  });
+  r.figures.push(
+    { label: 'uvsd CPU, one /64 (random addresses)', value: `${round(a?.cpu ?? null)} % (${round(b?.cpu ?? null)} %)`, expect: 'within 1.5× + 10 points', ok: within(a?.cpu, b?.cpu, 10) },
+    { label: 'legitimate request p99, one /64 (random addresses)', value: `${a?.legit.p99 ?? '—'} ms (${b?.legit.p99 ?? '—'} ms)`, expect: 'within 1.5× + 20 ms', ok: within(a?.legit.p99, b?.legit.p99, 20) },
+    { label: 'API p99, one /64 (random addresses)', value: `${a?.api.p99 ?? '—'} ms (${b?.api.p99 ?? '—'} ms)`, expect: 'within 1.5× + 20 ms', ok: within(a?.api.p99, b?.api.p99, 20) },
+    { label: 'packets dropped at the device, one /64 (random addresses)', value: `${a?.devDrops ?? '—'} (${b?.devDrops ?? '—'})`, expect: '0 (0)', ok: a && b ? a.devDrops === 0 && b.devDrops === 0 : null },
+  );
+}
+
+export async function tableFullScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
+  const lab = ctx.lab;
+  const tableSize = 256;
+  const floodS = ctx.quick ? 3 : 6;
+  const rate = 500;
+  const postBoundS = ctx.quick ? 10 : 80;
+  r.how = `uvsd with a ${tableSize}-entry table (TIME_WAIT, CLOSE and FIN_WAIT 2 s so that the real clients' own closed connections do not fill it; SYN_RECV at its default) and 8 established TCP echo streams. relgen sends ${rate} SYN/s for ${floodS} s from random sources (${(rate * floodS).toLocaleString('en-US')} SYNs: far more than the table holds); a real client opens a new connection with one HTTP GET every 200 ms throughout. Recovery = from the end of the flood to the first connection after which every new one worked within ${SLOW_MS} ms, observed for at most ${postBoundS} s — nobody steps in.`;
+  await blackholeSpoofed(lab.lbNs);
+  const cfg = labConfig(ctx, labServices(lab), { dataplane: { tableSize }, timeouts: { tcpFin: 2, tcpStates: { TIME_WAIT: 2, CLOSE: 2, CLOSE_WAIT: 2, LAST_ACK: 2 } } });
+  const fr = await floodRound(ctx, { cfg, gen: { mode: 'syn4', pps: rate }, floodS, postBoundS, intervalMs: 200, echoes: 8 });
+  r.notes.push(await defenseNote(ctx));
+  const refusals = fr.atStop ? (fr.atStop.drops.table_full ?? 0) - (fr.before.drops.table_full ?? 0) : null;
+  const during = attemptStats(fr.attempts, fr.floodStart, fr.floodStop);
+  r.figures.push(
+    { label: 'SYNs sent', value: fr.gen.sent },
+    { label: 'peak table entries', value: fr.peakEntries, unit: `of ${tableSize}` },
+    { label: 'dropped at the device (queue full)', value: fr.devDrops },
+    { label: 'refusals counted (drops table_full)', value: refusals, expect: '> 0: the flood was refused, counted', ok: refusals === null ? null : refusals > 0 },
+    { label: 'established echo streams broken (of 8)', value: fr.echoBroken, expect: '0', ok: fr.echoBroken === 0 },
+    { label: 'longest wait for an echo on them', value: fr.echoMaxGapMs, unit: 'ms' },
+    { label: 'real clients answered during the flood', value: pct(during.okRate), unit: '%' },
+    { label: 'recovery after the flood', value: fr.recoveryMs === null ? `not within ${postBoundS} s` : round(fr.recoveryMs / 1000, 1), unit: fr.recoveryMs === null ? undefined : 's', expect: `automatic, ≤ 61 s (SYN_RECV 60 s + a sweep)`, ok: fr.recoveryMs !== null ? fr.recoveryMs <= 61000 : postBoundS >= 61 ? false : null },
+    { label: 'drops counted during the flood', value: dropsMoved(fr.before, fr.atStop) },
+  );
+  const other = otherCounters(fr.before, fr.atStop);
+  if (other) r.notes.push(`Other counters that moved during the flood: ${other}.`);
+}
