@@ -188,8 +188,25 @@ function bool(v: unknown, path: string, def: boolean): boolean {
 
 const UNIT: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
 
+/**
+ * The longest connection or persistence timeout, in seconds: 2147483 (24.85 days). The connection
+ * table keeps times as signed 32-bit milliseconds compared by wrapping difference
+ * (conntrack/layout.ts E_EXPIRES), so a longer timeout would read as already past and its
+ * entries would be removed at the next sweep. It is also the kernel's own bound on a HZ=1000
+ * kernel: ip_vs_set_timeout (net/netfilter/ipvs/ip_vs_ctl.c) refuses a tcp, tcpfin or udp
+ * timeout above INT_MAX / HZ seconds with EINVAL. ipvsadm lets `-p` go up to 31 days
+ * (MAX_TIMEOUT, 2678400 s) and the kernel stores it in jiffies; uvs refuses persistence above
+ * this bound instead (docs/control-plane.md).
+ */
+export const MAX_TIMEOUT = Math.floor(0x7fffffff / 1000);
+
+/** A connection or persistence timeout: a duration of at most MAX_TIMEOUT seconds. */
+function timeout(v: unknown, path: string, def: number): number {
+  return duration(v, path, def, MAX_TIMEOUT, " (24.8 days: the kernel's INT_MAX / HZ at HZ=1000; entry times are 32-bit milliseconds)");
+}
+
 /** Seconds from a number or a string with a unit. */
-export function duration(v: unknown, path: string, def: number, max = 2678400): number {
+export function duration(v: unknown, path: string, def: number, max = 2678400, why = ''): number {
   if (v === undefined) return def;
   let secs: number;
   if (typeof v === 'number') secs = v;
@@ -204,7 +221,7 @@ export function duration(v: unknown, path: string, def: number, max = 2678400): 
       secs = parts.reduce((a, x) => a + Number(x[1]) * UNIT[x[2]!]!, 0);
     }
   } else fail(path, 'must be a duration (seconds, or a string with a unit)');
-  if (!(secs >= 0) || secs > max) fail(path, `must be between 0 and ${max} seconds`);
+  if (!(secs >= 0) || secs > max) fail(path, `must be between 0 and ${max} seconds${why}, got ${JSON.stringify(v)}`);
   return secs;
 }
 
@@ -328,24 +345,24 @@ export function validateConfig(doc: unknown): UvsConfig {
     // kube-proxy: a timeout of 0 keeps the current value; a non-zero one is `ipvsadm --set`.
     const pairs = [['tcpTimeout', 'tcp'], ['tcpFinTimeout', 'tcpFin'], ['udpTimeout', 'udp']] as const;
     for (const [k, u] of pairs) {
-      const secs = duration(kp[k], `ipvs.${k}`, 0);
+      const secs = timeout(kp[k], `ipvs.${k}`, 0);
       if (secs > 0 && to[u] !== undefined) fail(`ipvs.${k}`, `conflicts with timeouts.${u}: set one of them`);
       if (secs > 0) to[u] = secs;
     }
   }
   const tcp: Record<string, number> = {};
   TCP_STATE_NAMES.forEach((n, i) => (tcp[n] = TCP_DEFAULT_TIMEOUTS[i]!));
-  tcp.ESTABLISHED = duration(to.tcp, 'timeouts.tcp', tcp.ESTABLISHED!);
-  tcp.FIN_WAIT = duration(to.tcpFin, 'timeouts.tcpFin', tcp.FIN_WAIT!);
+  tcp.ESTABLISHED = timeout(to.tcp, 'timeouts.tcp', tcp.ESTABLISHED!);
+  tcp.FIN_WAIT = timeout(to.tcpFin, 'timeouts.tcpFin', tcp.FIN_WAIT!);
   const states = obj(to.tcpStates, 'timeouts.tcpStates', [...TCP_STATE_NAMES]);
-  for (const [k, v] of Object.entries(states)) tcp[k] = duration(v, `timeouts.tcpStates.${k}`, tcp[k]!);
+  for (const [k, v] of Object.entries(states)) tcp[k] = timeout(v, `timeouts.tcpStates.${k}`, tcp[k]!);
   // SCTP: the kernel's per-state timeouts (its ipvsadm --set has no SCTP field); any may be changed.
   const sctp: Record<string, number> = {};
   SCTP_STATE_KEYS.forEach((n, i) => (sctp[n] = SCTP_DEFAULT_TIMEOUTS[i]!));
-  for (const [k, v] of Object.entries(obj(to.sctp, 'timeouts.sctp', [...SCTP_STATE_KEYS]))) sctp[k] = duration(v, `timeouts.sctp.${k}`, sctp[k]!);
+  for (const [k, v] of Object.entries(obj(to.sctp, 'timeouts.sctp', [...SCTP_STATE_KEYS]))) sctp[k] = timeout(v, `timeouts.sctp.${k}`, sctp[k]!);
   const timeouts = {
     tcp,
-    udp: duration(to.udp, 'timeouts.udp', UDP_DEFAULT_TIMEOUT),
+    udp: timeout(to.udp, 'timeouts.udp', UDP_DEFAULT_TIMEOUT),
     sctp,
     sweepInterval: duration(to.sweepInterval, 'timeouts.sweepInterval', DEFAULTS.sweepInterval, 60),
   };
@@ -452,11 +469,12 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     if (f.startsWith('mh-') && scheduler !== 'mh') fail(`${path}.schedFlags[${i}]`, `${f} needs scheduler mh`);
     return f;
   });
-  // ipvsadm -p [timeout]: a bare flag (true) means 360 s (IPVS_SVC_PERSISTENT_TIMEOUT); 1..2678400.
+  // ipvsadm -p [timeout]: a bare flag (true) means 360 s (IPVS_SVC_PERSISTENT_TIMEOUT); ipvsadm takes
+  // 1..2678400, uvs 1..MAX_TIMEOUT (templates live in the same 32-bit millisecond table).
   let persistence = 0;
   if (s.persistence === true) persistence = 360;
   else if (s.persistence !== undefined && s.persistence !== false && s.persistence !== 0) {
-    persistence = duration(s.persistence, `${path}.persistence`, 0, 2678400);
+    persistence = timeout(s.persistence, `${path}.persistence`, 0);
     if (persistence < 1) fail(`${path}.persistence`, 'must be at least 1 second (or false/0 for none)');
   }
   let netmask: string;
