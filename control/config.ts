@@ -547,6 +547,20 @@ function redisConfig(v: unknown): RedisConfig {
   return out;
 }
 
+/**
+ * A health-check path as it can go on an HTTP request line: a space or a character beyond ASCII
+ * is percent-encoded as UTF-8 (what a browser sends; node's http.request throws on them), `%XX`
+ * already there is kept; control characters are refused (they could split the request).
+ */
+function requestPath(p: string, path: string): string {
+  if (/[\x00-\x1f\x7f]/.test(p)) fail(path, `must not contain control characters, got ${JSON.stringify(p)}`);
+  try {
+    return p.replace(/[^\x21-\x7e]/gu, (c) => encodeURIComponent(c));
+  } catch {
+    fail(path, `is not valid Unicode text, got ${JSON.stringify(p)}`); // a lone surrogate
+  }
+}
+
 function healthCheck(v: unknown, path: string): HealthCheckConfig {
   const h = obj(v, path, ['type', 'port', 'path', 'expectStatus', 'interval', 'timeout', 'rise', 'fall']);
   const type = str(h.type, `${path}.type`, 'tcp');
@@ -561,6 +575,7 @@ function healthCheck(v: unknown, path: string): HealthCheckConfig {
     fall: int(h.fall, `${path}.fall`, 3, 1, 100),
   };
   if (!out.path.startsWith('/')) fail(`${path}.path`, 'must start with /');
+  out.path = requestPath(out.path, `${path}.path`);
   if (out.interval < 0.1) fail(`${path}.interval`, 'must be at least 0.1 s');
   if (out.timeout <= 0 || out.timeout > out.interval) fail(`${path}.timeout`, `must be more than 0 and at most the interval (${out.interval} s)`);
   if (h.port !== undefined) out.port = int(h.port, `${path}.port`, undefined, 1, 65535);
