@@ -14,11 +14,12 @@ import { canonAddr, hostPort } from '../lb/addr';
 import { entryAddr } from '../conntrack/table';
 import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
-import { isLoopback, splitHostPort, tokenOk } from './metrics';
+import { splitHostPort, tokenOk } from './metrics';
 import { validateRealServer, validateService } from './config';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { ERRORS, UvsError } from './errors';
+import { badHostMessage, hostGuard, redactSecrets } from './http-guard';
 import { serviceKey } from './services';
 import { RATE_PERIOD_MS } from './stats';
 
@@ -115,13 +116,22 @@ export function statsView(d: Daemon) {
   };
 }
 
-export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstance {
+/** `tcp`: the TCP listener's bound host (Host header check, http-guard.ts) and its bearer token; absent for the unix socket. */
+export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: string }): FastifyInstance {
   const app = Fastify({ logger: false });
   const openapi = new OpenApiCollector();
   app.addHook('onRoute', openapi.onRoute);
   app.get('/v1/openapi.json', async () => openapi.document());
-  if (token !== undefined) {
+  // Bodies only as JSON: fastify's default text/plain parser would let a browser page post
+  // cross-origin without a preflight (http-guard.ts).
+  app.removeContentTypeParser('text/plain');
+  if (tcp !== undefined) {
+    const hostOk = hostGuard(tcp.host);
+    const token = tcp.token;
     app.addHook('onRequest', async (req, reply) => {
+      if (!hostOk(req.headers.host)) {
+        return reply.status(ERRORS.UVS_ERR_API_HOST.status).send({ code: 'UVS_ERR_API_HOST', message: badHostMessage(req.headers.host ?? '') });
+      }
       if (!tokenOk(req.raw, token)) {
         return reply.status(401).send({ code: 'UVS_ERR_API_UNAUTHORIZED', message: ERRORS.UVS_ERR_API_UNAUTHORIZED.message });
       }
@@ -129,7 +139,10 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
   }
   app.setErrorHandler((err, _req, reply) => {
     if (err instanceof UvsError) return reply.status(err.status).send(err.toJSON());
-    const e = err as { validation?: unknown; statusCode?: number; message: string };
+    const e = err as { validation?: unknown; statusCode?: number; message: string; code?: string };
+    if (e.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+      return reply.status(ERRORS.UVS_ERR_API_CONTENT_TYPE.status).send({ code: 'UVS_ERR_API_CONTENT_TYPE', message: `${ERRORS.UVS_ERR_API_CONTENT_TYPE.message}, got ${JSON.stringify(_req.headers['content-type'] ?? 'none')}` });
+    }
     if (e.validation || (e.statusCode && e.statusCode < 500)) {
       return reply.status(e.statusCode ?? 400).send({ code: 'UVS_ERR_API_BAD_REQUEST', message: e.message });
     }
@@ -205,7 +218,8 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
     }
   });
 
-  app.get('/v1/config', async () => ({ file: d.configFile, document: d.doc, effective: d.cfg }));
+  // Secrets (tokens, the Redis password: http-guard.ts SECRET_FIELDS) never leave the daemon.
+  app.get('/v1/config', async () => ({ file: d.configFile, document: redactSecrets(d.doc), effective: redactSecrets(d.cfg) }));
 
   const runEdits = (ops: EditOp[], reply: import('fastify').FastifyReply) => {
     // Each operation's body is checked by the configuration schema first, so errors name it.
@@ -321,11 +335,11 @@ export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { l
   if (tcp?.listen) {
     const hp = splitHostPort(tcp.listen)!;
     const host = hp.host.replace(/^\[|\]$/g, '');
-    if (!isLoopback(host) && !tcp.token) throw new UvsError('UVS_ERR_CONFIG_INVALID', `refusing to serve the API on ${tcp.listen} without a token`, 'api.token');
-    if (!tcp.token) log.warn({ listen: tcp.listen }, 'API TCP listener without a token: any local user can use it');
-    tcpApp = buildApi(d, log, tcp.token);
+    // Loopback too: any local user (or a browser page) reaches a loopback port; root-only is the socket.
+    if (!tcp.token) throw new UvsError('UVS_ERR_CONFIG_INVALID', `refusing to serve the API on ${tcp.listen} without a token`, 'api.token');
+    tcpApp = buildApi(d, log, { host, token: tcp.token });
     await tcpApp.listen({ host, port: hp.port });
-    log.info({ listen: tcp.listen, token: tcp.token ? 'required' : 'none' }, 'API listening on TCP');
+    log.info({ listen: tcp.listen, token: 'required' }, 'API listening on TCP');
   }
   const dir = dirname(socket);
   mkdirSync(dir, { recursive: true, mode: 0o700 });

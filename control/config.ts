@@ -271,13 +271,19 @@ function fullnatPool(v: unknown): { addresses: string[]; portMin: number; portMa
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\])$/;
 
-/** An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters). */
-function listener(v: unknown, path: string, defAddress: string): { address: string; token?: string } {
+/**
+ * An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters),
+ * and with `alwaysToken` (the admin API, which can change everything) on loopback too.
+ */
+function listener(v: unknown, path: string, defAddress: string, alwaysToken = false): { address: string; token?: string } {
   const o = obj(v, path, ['address', 'token']);
   const address = o.address === '' ? '' : str(o.address, `${path}.address`, defAddress);
   if (address) {
     const m = /^(\[[0-9a-fA-F:]+\]|[^:]+):(\d+)$/.exec(address);
     if (!m || Number(m[2]) > 65535) fail(`${path}.address`, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
+    if (alwaysToken && o.token === undefined) {
+      fail(`${path}.token`, `is required with a TCP listener (${address}): any local user or browser page reaches a loopback port; the root-only unix socket needs none`);
+    }
     if (!LOOPBACK.test(m[1]!) && o.token === undefined) {
       fail(`${path}.token`, `is required when listening beyond loopback (${address}): anything reachable from the network needs a bearer token`);
     }
@@ -376,7 +382,7 @@ export function validateConfig(doc: unknown): UvsConfig {
   };
   if (gracefulTermination.checkInterval < 0.1) fail('gracefulTermination.checkInterval', 'must be at least 0.1 s');
   const api = obj(root.api, 'api', ['socket', 'listen', 'token']);
-  const apiTcp = listener({ address: api.listen ?? '', ...(api.token !== undefined ? { token: api.token } : {}) }, 'api', '');
+  const apiTcp = listener({ address: api.listen ?? '', ...(api.token !== undefined ? { token: api.token } : {}) }, 'api', '', true);
   const metrics = listener(root.metrics, 'metrics', '127.0.0.1:10249');
   const healthz = listener(root.healthz, 'healthz', '127.0.0.1:10256');
   const log = obj(root.log, 'log', ['level', 'pretty']);
