@@ -192,6 +192,15 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     const p = req.params as { protocol: string; address: string; port: string };
     const svc = d.model.list().find((s) => s.key === serviceKey({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) }));
     if (!svc) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${p.protocol} ${p.address}:${p.port}`);
+    const change = (req.body ?? {}) as Record<string, unknown>;
+    if (typeof change !== 'object' || Array.isArray(change)) throw new UvsError('UVS_ERR_API_BAD_REQUEST', 'the body must be a mapping {delete, setWeight, add, scheduler, flags, mhTableSize}');
+    // A service never holds more than maxRealServers: a longer list is refused before any work.
+    for (const k of ['delete', 'setWeight', 'add'] as const) {
+      const v = change[k];
+      if (Array.isArray(v) && v.length > d.cfg.dataplane.maxRealServers) {
+        throw new UvsError('UVS_ERR_API_TOO_LARGE', `${v.length} entries, more than dataplane.maxRealServers (${d.cfg.dataplane.maxRealServers})`, k);
+      }
+    }
     const flows: PreviewFlow[] = [];
     const t = d.table;
     const a = t.i32;
@@ -209,7 +218,7 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
           ...(svc.cfg.mhTableSize !== undefined ? { mhTableSize: svc.cfg.mhTableSize } : {}),
           realServers: svc.realServers.map((r) => ({ address: r.address, port: r.port, weight: r.weight, lastWeight: r.lastWeight, overloaded: r.overloaded })),
         },
-        (req.body ?? {}) as ProposedChange,
+        change as ProposedChange,
         flows,
       );
     } catch (e) {
@@ -222,8 +231,12 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   app.get('/v1/config', async () => ({ file: d.configFile, document: redactSecrets(d.doc), effective: redactSecrets(d.cfg) }));
 
   const runEdits = (ops: EditOp[], reply: import('fastify').FastifyReply) => {
+    // Limits before any work: a batch that must fail on them costs O(ops), not a validation of
+    // everything it would have built (100 000 additions over maxServices used to be refused last).
+    checkBatchLimits(d, ops);
     // Each operation's body is checked by the configuration schema first, so errors name it.
     ops.forEach((o, i) => {
+      checkOpShape(o, `ops[${i}]`);
       if (o.op === 'addService' || o.op === 'editService') validateService(o.service, `ops[${i}].service`);
       if (o.op === 'addRealServer' || o.op === 'editRealServer') validateRealServer(o.realServer, `ops[${i}].realServer`, o.ref.port, 'masq');
     });
@@ -322,6 +335,55 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     return reply.status(202).send({ ok: true, worker: id });
   });
   return app;
+}
+
+/** The fields each operation needs (the batch schema only knows the union of them). */
+const OP_FIELDS: Record<string, [string, string][]> = {
+  addService: [['service', 'object']],
+  editService: [['service', 'object']],
+  deleteService: [['ref', 'object']],
+  addRealServer: [['ref', 'object'], ['realServer', 'object']],
+  editRealServer: [['ref', 'object'], ['realServer', 'object']],
+  deleteRealServer: [['ref', 'object'], ['address', 'string'], ['port', 'number']],
+};
+
+function checkOpShape(o: EditOp, path: string): void {
+  const rec = o as unknown as Record<string, unknown>;
+  for (const [k, type] of OP_FIELDS[o.op] ?? []) {
+    const v = rec[k];
+    if (typeof v !== type || v === null || Array.isArray(v)) throw new UvsError('UVS_ERR_API_BAD_REQUEST', `is required for ${o.op} (${type === 'object' ? 'a mapping' : `a ${type}`})`, `${path}.${k}`);
+  }
+  if (rec.ref !== undefined) {
+    const r = rec.ref as Record<string, unknown>;
+    if (typeof r.protocol !== 'string' || typeof r.address !== 'string' || typeof r.port !== 'number') throw new UvsError('UVS_ERR_API_BAD_REQUEST', 'must be {protocol, address, port}', `${path}.ref`);
+  }
+}
+
+/**
+ * Refuses (413) a batch whose result must exceed dataplane.maxServices or maxRealServers, from
+ * the counts alone: services and real servers the running document has, plus those the batch
+ * adds, minus those it deletes. Draining servers take slots too, so this only ever refuses what
+ * the full check would also refuse; it just refuses it first.
+ */
+function checkBatchLimits(d: Daemon, ops: EditOp[]): void {
+  const rsCount = (list: unknown) => (Array.isArray(list) ? list.length : 0);
+  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) => `${String(r?.protocol ?? 'tcp')} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
+  const count = new Map<string, number>(); // service → real servers
+  const svcs = (d.doc as { services?: unknown } | null)?.services;
+  if (Array.isArray(svcs)) for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));
+  for (const o of ops) {
+    const k = o.op === 'addService' || o.op === 'editService' ? key(o.service) : 'ref' in o ? key(o.ref) : '';
+    if (o.op === 'clear') count.clear();
+    else if (o.op === 'addService') count.set(k, rsCount(o.service?.realServers));
+    else if (o.op === 'deleteService') count.delete(k);
+    else if (o.op === 'addRealServer' && count.has(k)) count.set(k, count.get(k)! + 1);
+    else if (o.op === 'deleteRealServer' && count.has(k)) count.set(k, Math.max(0, count.get(k)! - 1));
+  }
+  const dp = d.cfg.dataplane;
+  if (count.size > dp.maxServices) throw new UvsError('UVS_ERR_API_TOO_LARGE', `the batch would leave ${count.size} services, more than dataplane.maxServices (${dp.maxServices})`, 'ops');
+  let rs = 0;
+  for (const n of count.values()) rs += n;
+  if (rs > dp.maxRealServers) throw new UvsError('UVS_ERR_API_TOO_LARGE', `the batch would leave ${rs} real servers, more than dataplane.maxRealServers (${dp.maxRealServers})`, 'ops');
 }
 
 /** The counter blocks whose rates the estimator follows (ipvsadm --rate): every listed service and real server. */

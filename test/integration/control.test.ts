@@ -178,6 +178,40 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     assert.equal((await api('DELETE', `/v1/services/tcp/${LAB_VIP}/8082`)).status, 200);
   });
 
+  test('a batch over the limits is refused before any work (413), a malformed operation is a 400, and nothing changes', async () => {
+    const before = (await api<{ services: unknown[] }>('GET', '/v1/services')).body.services.length;
+    const ops = Array.from({ length: 5000 }, (_, i) => ({ op: 'addService', service: { protocol: 'tcp', address: LAB_VIP, port: 10000 + i } }));
+    const big = await api<{ code: string; path: string; message: string }>('POST', '/v1/batch', { ops });
+    assert.deepEqual([big.status, big.body.code, big.body.path], [413, 'UVS_ERR_API_TOO_LARGE', 'ops'], JSON.stringify(big.body));
+    assert.match(big.body.message, /more than dataplane\.maxServices \(1024\)/);
+    const rsOps = Array.from({ length: 4097 }, (_, i) => ({ op: 'addRealServer', ref: { protocol: 'tcp', address: LAB_VIP, port: 80 }, realServer: { address: `10.201.${i >> 8}.${i & 255}`, port: 8080 } }));
+    const rsBig = await api<{ code: string; message: string }>('POST', '/v1/batch', { ops: rsOps });
+    assert.deepEqual([rsBig.status, rsBig.body.code], [413, 'UVS_ERR_API_TOO_LARGE'], JSON.stringify(rsBig.body));
+    assert.match(rsBig.body.message, /maxRealServers \(4096\)/);
+    const noRef = await api<{ code: string; path: string }>('POST', '/v1/batch', { ops: [{ op: 'addRealServer', realServer: { address: rs[0], port: 8080 } }] });
+    assert.deepEqual([noRef.status, noRef.body.code, noRef.body.path], [400, 'UVS_ERR_API_BAD_REQUEST', 'ops[0].ref']);
+    assert.equal((await api<{ services: unknown[] }>('GET', '/v1/services')).body.services.length, before, 'nothing was added');
+  });
+
+  test('preview bodies are validated: malformed ones are a 400 naming the field, more additions than maxRealServers a 413', async () => {
+    const url = `/v1/services/tcp/${LAB_VIP}/80/preview`;
+    for (const [body, path] of [
+      [{ delete: 'x' }, 'change.delete'],
+      [{ add: [{ address: 1, port: 80, weight: 1 }] }, 'change.add[0].address'],
+      [{ setWeight: [null] }, 'change.setWeight[0]'],
+      [{ scheduler: 'nope' }, 'change.scheduler'],
+      [{ add: [{ address: '10.9.9.9', port: 'x', weight: 1 }] }, 'change.add[0].port'],
+    ] as const) {
+      const r = await api<{ code: string; path: string }>('POST', url, body);
+      assert.deepEqual([r.status, r.body.code, r.body.path], [400, 'UVS_ERR_API_BAD_REQUEST', path], JSON.stringify(body));
+    }
+    const add = Array.from({ length: 4097 }, (_, i) => ({ address: `10.201.${i >> 8}.${i & 255}`, port: 8080, weight: 1 }));
+    const big = await api<{ code: string; path: string }>('POST', url, { add });
+    assert.deepEqual([big.status, big.body.code, big.body.path], [413, 'UVS_ERR_API_TOO_LARGE', 'add']);
+    const ok = await api<{ flows: number }>('POST', url, { add: add.slice(0, 2000) });
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  });
+
   test('runtime edits through the API: add, conflict, schema errors naming the field, delete', async () => {
     const add = await api<{ ok: boolean }>('POST', '/v1/services', { protocol: 'tcp', address: LAB_VIP, port: 8081, scheduler: 'wrr', realServers: [{ address: rs[0], port: 8080, weight: 2 }] });
     assert.equal(add.status, 200, JSON.stringify(add.body));
