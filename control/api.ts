@@ -113,6 +113,7 @@ export function statsView(d: Daemon) {
     redis: d.sync ? { ...d.sync.stats, nodes: d.sync.remoteNodes } : null,
     draining: d.model.drains().length,
     reloads: d.reloads,
+    stateFileSkipped: d.stateSkipped,
   };
 }
 

@@ -397,11 +397,16 @@ export class ServiceModel {
    * instead of the server vanishing (or staying at weight 0 for ever). Configured servers get
    * their configured weight: the configuration wins, as kube-proxy's initial sync does.
    */
-  restoreDrains(entries: PersistedDrain[]): Snapshot {
+  restoreDrains(entries: PersistedDrain[], skip: (d: PersistedDrain, reason: string) => void = () => {}): Snapshot {
     for (const d of entries) {
       const slotKey = `${d.service}|${d.realServer}`;
       let live = this.services.get(d.service);
       if (live?.rsCfg.has(d.realServer) && !this.draining.has(slotKey)) continue; // configured again: not draining
+      // Slots first: the configuration has taken its own, and a state file may list any number.
+      if ((!live && this.freeSvc.length === 0) || (!this.rsSlots.has(slotKey) && this.freeRs.length === 0)) {
+        skip(d, 'no free service or real-server slot (dataplane.maxServices, maxRealServers)');
+        continue;
+      }
       if (!live) {
         this.addService({ ...d.serviceConfig, realServers: [] });
         live = this.services.get(d.service)!;

@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { request } from 'node:http';
-import { statSync, writeFileSync } from 'node:fs';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { apiCall } from '../../control/client';
@@ -255,6 +255,30 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     const bad = await api<{ code: string; path: string }>('POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, { delete: ['10.9.9.9:1'] });
     assert.equal(bad.status, 400);
     assert.equal(bad.body.code, 'UVS_ERR_API_BAD_REQUEST');
+  });
+
+  test('a state file of the wrong shape or with foreign entries does not stop uvsd: bad entries are skipped, logged and counted', async () => {
+    const stateFile = join(lab.dir, 'state.json');
+    const entry = (vip: string, port: number) => ({
+      service: `tcp ${vip}:${port}`, realServer: `${rs[0]}:8080`, protocol: 'tcp', since: Date.now(), deadline: null,
+      serviceConfig: { protocol: 'tcp', address: vip, port, scheduler: 'rr' }, realServerConfig: { address: rs[0], port: 8080, weight: 1 },
+    });
+    await lab.stopUvsd();
+    writeFileSync(stateFile, JSON.stringify({ version: 1, draining: { not: 'a list' } }));
+    await lab.startUvsd(configFile);
+    let st = await api<{ stateFileSkipped: number }>('GET', '/v1/stats');
+    assert.equal(st.status, 200, 'uvsd started despite the state file');
+    assert.equal(st.body.stateFileSkipped, 1);
+    await lab.stopUvsd();
+    // One entry outside vipCidrs (would have added a service for 192.0.2.10), one good one.
+    writeFileSync(stateFile, JSON.stringify({ version: 1, draining: [entry('192.0.2.10', 80), entry(LAB_VIP, 8090)] }));
+    await lab.startUvsd(configFile);
+    st = await api<{ stateFileSkipped: number }>('GET', '/v1/stats');
+    assert.equal(st.body.stateFileSkipped, 1);
+    const svcs = (await api<{ services: { address: string; port: number }[] }>('GET', '/v1/services')).body.services;
+    assert.ok(!svcs.some((x) => x.address === '192.0.2.10'), 'no service outside vipCidrs');
+    assert.ok(svcs.some((x) => x.address === LAB_VIP && x.port === 8090), 'the valid drain entry was restored');
+    assert.match(readFileSync(join(lab.dir, 'uvsd.log'), 'utf8'), /state file entry skipped.*not inside dataplane\.vipCidrs|not inside dataplane\.vipCidrs.*state file entry skipped/);
   });
 
   test('hot reload under traffic breaks no connection: servers added, reweighted and removed while long requests run', async () => {
