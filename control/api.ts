@@ -14,11 +14,12 @@ import { canonAddr, hostPort } from '../lb/addr';
 import { entryAddr } from '../conntrack/table';
 import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
-import { isLoopback, splitHostPort, tokenOk } from './metrics';
+import { splitHostPort, tokenOk } from './metrics';
 import { validateRealServer, validateService } from './config';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { ERRORS, UvsError } from './errors';
+import { badHostMessage, hostGuard, redactSecrets } from './http-guard';
 import { serviceKey } from './services';
 import { RATE_PERIOD_MS } from './stats';
 
@@ -124,6 +125,7 @@ export function statsView(d: Daemon) {
     redis: d.sync ? { ...d.sync.stats, nodes: d.sync.remoteNodes } : null,
     draining: d.model.drains().length,
     reloads: d.reloads,
+    stateFileSkipped: d.stateSkipped,
     defense: defenseView(d),
   };
 }
@@ -142,13 +144,22 @@ export function defenseView(d: Daemon) {
   };
 }
 
-export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstance {
+/** `tcp`: the TCP listener's bound host (Host header check, http-guard.ts) and its bearer token; absent for the unix socket. */
+export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: string }): FastifyInstance {
   const app = Fastify({ logger: false });
   const openapi = new OpenApiCollector();
   app.addHook('onRoute', openapi.onRoute);
   app.get('/v1/openapi.json', async () => openapi.document());
-  if (token !== undefined) {
+  // Bodies only as JSON: fastify's default text/plain parser would let a browser page post
+  // cross-origin without a preflight (http-guard.ts).
+  app.removeContentTypeParser('text/plain');
+  if (tcp !== undefined) {
+    const hostOk = hostGuard(tcp.host);
+    const token = tcp.token;
     app.addHook('onRequest', async (req, reply) => {
+      if (!hostOk(req.headers.host)) {
+        return reply.status(ERRORS.UVS_ERR_API_HOST.status).send({ code: 'UVS_ERR_API_HOST', message: badHostMessage(req.headers.host ?? '') });
+      }
       if (!tokenOk(req.raw, token)) {
         return reply.status(401).send({ code: 'UVS_ERR_API_UNAUTHORIZED', message: ERRORS.UVS_ERR_API_UNAUTHORIZED.message });
       }
@@ -156,7 +167,10 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
   }
   app.setErrorHandler((err, _req, reply) => {
     if (err instanceof UvsError) return reply.status(err.status).send(err.toJSON());
-    const e = err as { validation?: unknown; statusCode?: number; message: string };
+    const e = err as { validation?: unknown; statusCode?: number; message: string; code?: string };
+    if (e.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+      return reply.status(ERRORS.UVS_ERR_API_CONTENT_TYPE.status).send({ code: 'UVS_ERR_API_CONTENT_TYPE', message: `${ERRORS.UVS_ERR_API_CONTENT_TYPE.message}, got ${JSON.stringify(_req.headers['content-type'] ?? 'none')}` });
+    }
     if (e.validation || (e.statusCode && e.statusCode < 500)) {
       return reply.status(e.statusCode ?? 400).send({ code: 'UVS_ERR_API_BAD_REQUEST', message: e.message });
     }
@@ -207,6 +221,15 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
     const p = req.params as { protocol: string; address: string; port: string };
     const svc = d.model.list().find((s) => s.key === serviceKey({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) }));
     if (!svc) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${p.protocol} ${p.address}:${p.port}`);
+    const change = (req.body ?? {}) as Record<string, unknown>;
+    if (typeof change !== 'object' || Array.isArray(change)) throw new UvsError('UVS_ERR_API_BAD_REQUEST', 'the body must be a mapping {delete, setWeight, add, scheduler, flags, mhTableSize}');
+    // A service never holds more than maxRealServers: a longer list is refused before any work.
+    for (const k of ['delete', 'setWeight', 'add'] as const) {
+      const v = change[k];
+      if (Array.isArray(v) && v.length > d.cfg.dataplane.maxRealServers) {
+        throw new UvsError('UVS_ERR_API_TOO_LARGE', `${v.length} entries, more than dataplane.maxRealServers (${d.cfg.dataplane.maxRealServers})`, k);
+      }
+    }
     const flows: PreviewFlow[] = [];
     const t = d.table;
     const a = t.i32;
@@ -224,7 +247,7 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
           ...(svc.cfg.mhTableSize !== undefined ? { mhTableSize: svc.cfg.mhTableSize } : {}),
           realServers: svc.realServers.map((r) => ({ address: r.address, port: r.port, weight: r.weight, lastWeight: r.lastWeight, overloaded: r.overloaded })),
         },
-        (req.body ?? {}) as ProposedChange,
+        change as ProposedChange,
         flows,
       );
     } catch (e) {
@@ -233,11 +256,16 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
     }
   });
 
-  app.get('/v1/config', async () => ({ file: d.configFile, document: d.doc, effective: d.cfg }));
+  // Secrets (tokens, the Redis password: http-guard.ts SECRET_FIELDS) never leave the daemon.
+  app.get('/v1/config', async () => ({ file: d.configFile, document: redactSecrets(d.doc), effective: redactSecrets(d.cfg) }));
 
   const runEdits = (ops: EditOp[], reply: import('fastify').FastifyReply) => {
+    // Limits before any work: a batch that must fail on them costs O(ops), not a validation of
+    // everything it would have built (100 000 additions over maxServices used to be refused last).
+    checkBatchLimits(d, ops);
     // Each operation's body is checked by the configuration schema first, so errors name it.
     ops.forEach((o, i) => {
+      checkOpShape(o, `ops[${i}]`);
       if (o.op === 'addService' || o.op === 'editService') validateService(o.service, `ops[${i}].service`);
       if (o.op === 'addRealServer' || o.op === 'editRealServer') validateRealServer(o.realServer, `ops[${i}].realServer`, o.ref.port, 'masq');
     });
@@ -340,6 +368,55 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
   return app;
 }
 
+/** The fields each operation needs (the batch schema only knows the union of them). */
+const OP_FIELDS: Record<string, [string, string][]> = {
+  addService: [['service', 'object']],
+  editService: [['service', 'object']],
+  deleteService: [['ref', 'object']],
+  addRealServer: [['ref', 'object'], ['realServer', 'object']],
+  editRealServer: [['ref', 'object'], ['realServer', 'object']],
+  deleteRealServer: [['ref', 'object'], ['address', 'string'], ['port', 'number']],
+};
+
+function checkOpShape(o: EditOp, path: string): void {
+  const rec = o as unknown as Record<string, unknown>;
+  for (const [k, type] of OP_FIELDS[o.op] ?? []) {
+    const v = rec[k];
+    if (typeof v !== type || v === null || Array.isArray(v)) throw new UvsError('UVS_ERR_API_BAD_REQUEST', `is required for ${o.op} (${type === 'object' ? 'a mapping' : `a ${type}`})`, `${path}.${k}`);
+  }
+  if (rec.ref !== undefined) {
+    const r = rec.ref as Record<string, unknown>;
+    if (typeof r.protocol !== 'string' || typeof r.address !== 'string' || typeof r.port !== 'number') throw new UvsError('UVS_ERR_API_BAD_REQUEST', 'must be {protocol, address, port}', `${path}.ref`);
+  }
+}
+
+/**
+ * Refuses (413) a batch whose result must exceed dataplane.maxServices or maxRealServers, from
+ * the counts alone: services and real servers the running document has, plus those the batch
+ * adds, minus those it deletes. Draining servers take slots too, so this only ever refuses what
+ * the full check would also refuse; it just refuses it first.
+ */
+function checkBatchLimits(d: Daemon, ops: EditOp[]): void {
+  const rsCount = (list: unknown) => (Array.isArray(list) ? list.length : 0);
+  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) => `${String(r?.protocol ?? 'tcp')} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
+  const count = new Map<string, number>(); // service → real servers
+  const svcs = (d.doc as { services?: unknown } | null)?.services;
+  if (Array.isArray(svcs)) for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));
+  for (const o of ops) {
+    const k = o.op === 'addService' || o.op === 'editService' ? key(o.service) : 'ref' in o ? key(o.ref) : '';
+    if (o.op === 'clear') count.clear();
+    else if (o.op === 'addService') count.set(k, rsCount(o.service?.realServers));
+    else if (o.op === 'deleteService') count.delete(k);
+    else if (o.op === 'addRealServer' && count.has(k)) count.set(k, count.get(k)! + 1);
+    else if (o.op === 'deleteRealServer' && count.has(k)) count.set(k, Math.max(0, count.get(k)! - 1));
+  }
+  const dp = d.cfg.dataplane;
+  if (count.size > dp.maxServices) throw new UvsError('UVS_ERR_API_TOO_LARGE', `the batch would leave ${count.size} services, more than dataplane.maxServices (${dp.maxServices})`, 'ops');
+  let rs = 0;
+  for (const n of count.values()) rs += n;
+  if (rs > dp.maxRealServers) throw new UvsError('UVS_ERR_API_TOO_LARGE', `the batch would leave ${rs} real servers, more than dataplane.maxRealServers (${dp.maxRealServers})`, 'ops');
+}
+
 /** The counter blocks whose rates the estimator follows (ipvsadm --rate): every listed service and real server. */
 function rateBlocks(d: Daemon): number[] {
   return d.model.list().flatMap((s) => [d.stats.serviceBase(s.slot), ...s.realServers.map((r) => d.stats.realServerBase(r.slot))]);
@@ -351,11 +428,11 @@ export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { l
   if (tcp?.listen) {
     const hp = splitHostPort(tcp.listen)!;
     const host = hp.host.replace(/^\[|\]$/g, '');
-    if (!isLoopback(host) && !tcp.token) throw new UvsError('UVS_ERR_CONFIG_INVALID', `refusing to serve the API on ${tcp.listen} without a token`, 'api.token');
-    if (!tcp.token) log.warn({ listen: tcp.listen }, 'API TCP listener without a token: any local user can use it');
-    tcpApp = buildApi(d, log, tcp.token);
+    // Loopback too: any local user (or a browser page) reaches a loopback port; root-only is the socket.
+    if (!tcp.token) throw new UvsError('UVS_ERR_CONFIG_INVALID', `refusing to serve the API on ${tcp.listen} without a token`, 'api.token');
+    tcpApp = buildApi(d, log, { host, token: tcp.token });
     await tcpApp.listen({ host, port: hp.port });
-    log.info({ listen: tcp.listen, token: tcp.token ? 'required' : 'none' }, 'API listening on TCP');
+    log.info({ listen: tcp.listen, token: 'required' }, 'API listening on TCP');
   }
   const dir = dirname(socket);
   mkdirSync(dir, { recursive: true, mode: 0o700 });

@@ -203,8 +203,25 @@ function bool(v: unknown, path: string, def: boolean): boolean {
 
 const UNIT: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
 
+/**
+ * The longest connection or persistence timeout, in seconds: 2147483 (24.85 days). The connection
+ * table keeps times as signed 32-bit milliseconds compared by wrapping difference
+ * (conntrack/layout.ts E_EXPIRES), so a longer timeout would read as already past and its
+ * entries would be removed at the next sweep. It is also the kernel's own bound on a HZ=1000
+ * kernel: ip_vs_set_timeout (net/netfilter/ipvs/ip_vs_ctl.c) refuses a tcp, tcpfin or udp
+ * timeout above INT_MAX / HZ seconds with EINVAL. ipvsadm lets `-p` go up to 31 days
+ * (MAX_TIMEOUT, 2678400 s) and the kernel stores it in jiffies; uvs refuses persistence above
+ * this bound instead (docs/control-plane.md).
+ */
+export const MAX_TIMEOUT = Math.floor(0x7fffffff / 1000);
+
+/** A connection or persistence timeout: a duration of at most MAX_TIMEOUT seconds. */
+function timeout(v: unknown, path: string, def: number): number {
+  return duration(v, path, def, MAX_TIMEOUT, " (24.8 days: the kernel's INT_MAX / HZ at HZ=1000; entry times are 32-bit milliseconds)");
+}
+
 /** Seconds from a number or a string with a unit. */
-export function duration(v: unknown, path: string, def: number, max = 2678400): number {
+export function duration(v: unknown, path: string, def: number, max = 2678400, why = ''): number {
   if (v === undefined) return def;
   let secs: number;
   if (typeof v === 'number') secs = v;
@@ -219,7 +236,7 @@ export function duration(v: unknown, path: string, def: number, max = 2678400): 
       secs = parts.reduce((a, x) => a + Number(x[1]) * UNIT[x[2]!]!, 0);
     }
   } else fail(path, 'must be a duration (seconds, or a string with a unit)');
-  if (!(secs >= 0) || secs > max) fail(path, `must be between 0 and ${max} seconds`);
+  if (!(secs >= 0) || secs > max) fail(path, `must be between 0 and ${max} seconds${why}, got ${JSON.stringify(v)}`);
   return secs;
 }
 
@@ -293,13 +310,19 @@ function generatedLimit(v: unknown): GeneratedLimitConfig {
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\])$/;
 
-/** An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters). */
-function listener(v: unknown, path: string, defAddress: string): { address: string; token?: string } {
+/**
+ * An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters),
+ * and with `alwaysToken` (the admin API, which can change everything) on loopback too.
+ */
+function listener(v: unknown, path: string, defAddress: string, alwaysToken = false): { address: string; token?: string } {
   const o = obj(v, path, ['address', 'token']);
   const address = o.address === '' ? '' : str(o.address, `${path}.address`, defAddress);
   if (address) {
     const m = /^(\[[0-9a-fA-F:]+\]|[^:]+):(\d+)$/.exec(address);
     if (!m || Number(m[2]) > 65535) fail(`${path}.address`, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
+    if (alwaysToken && o.token === undefined) {
+      fail(`${path}.token`, `is required with a TCP listener (${address}): any local user or browser page reaches a loopback port; the root-only unix socket needs none`);
+    }
     if (!LOOPBACK.test(m[1]!) && o.token === undefined) {
       fail(`${path}.token`, `is required when listening beyond loopback (${address}): anything reachable from the network needs a bearer token`);
     }
@@ -369,24 +392,24 @@ export function validateConfig(doc: unknown): UvsConfig {
     // kube-proxy: a timeout of 0 keeps the current value; a non-zero one is `ipvsadm --set`.
     const pairs = [['tcpTimeout', 'tcp'], ['tcpFinTimeout', 'tcpFin'], ['udpTimeout', 'udp']] as const;
     for (const [k, u] of pairs) {
-      const secs = duration(kp[k], `ipvs.${k}`, 0);
+      const secs = timeout(kp[k], `ipvs.${k}`, 0);
       if (secs > 0 && to[u] !== undefined) fail(`ipvs.${k}`, `conflicts with timeouts.${u}: set one of them`);
       if (secs > 0) to[u] = secs;
     }
   }
   const tcp: Record<string, number> = {};
   TCP_STATE_NAMES.forEach((n, i) => (tcp[n] = TCP_DEFAULT_TIMEOUTS[i]!));
-  tcp.ESTABLISHED = duration(to.tcp, 'timeouts.tcp', tcp.ESTABLISHED!);
-  tcp.FIN_WAIT = duration(to.tcpFin, 'timeouts.tcpFin', tcp.FIN_WAIT!);
+  tcp.ESTABLISHED = timeout(to.tcp, 'timeouts.tcp', tcp.ESTABLISHED!);
+  tcp.FIN_WAIT = timeout(to.tcpFin, 'timeouts.tcpFin', tcp.FIN_WAIT!);
   const states = obj(to.tcpStates, 'timeouts.tcpStates', [...TCP_STATE_NAMES]);
-  for (const [k, v] of Object.entries(states)) tcp[k] = duration(v, `timeouts.tcpStates.${k}`, tcp[k]!);
+  for (const [k, v] of Object.entries(states)) tcp[k] = timeout(v, `timeouts.tcpStates.${k}`, tcp[k]!);
   // SCTP: the kernel's per-state timeouts (its ipvsadm --set has no SCTP field); any may be changed.
   const sctp: Record<string, number> = {};
   SCTP_STATE_KEYS.forEach((n, i) => (sctp[n] = SCTP_DEFAULT_TIMEOUTS[i]!));
-  for (const [k, v] of Object.entries(obj(to.sctp, 'timeouts.sctp', [...SCTP_STATE_KEYS]))) sctp[k] = duration(v, `timeouts.sctp.${k}`, sctp[k]!);
+  for (const [k, v] of Object.entries(obj(to.sctp, 'timeouts.sctp', [...SCTP_STATE_KEYS]))) sctp[k] = timeout(v, `timeouts.sctp.${k}`, sctp[k]!);
   const timeouts = {
     tcp,
-    udp: duration(to.udp, 'timeouts.udp', UDP_DEFAULT_TIMEOUT),
+    udp: timeout(to.udp, 'timeouts.udp', UDP_DEFAULT_TIMEOUT),
     sctp,
     sweepInterval: duration(to.sweepInterval, 'timeouts.sweepInterval', DEFAULTS.sweepInterval, 60),
   };
@@ -400,7 +423,7 @@ export function validateConfig(doc: unknown): UvsConfig {
   };
   if (gracefulTermination.checkInterval < 0.1) fail('gracefulTermination.checkInterval', 'must be at least 0.1 s');
   const api = obj(root.api, 'api', ['socket', 'listen', 'token']);
-  const apiTcp = listener({ address: api.listen ?? '', ...(api.token !== undefined ? { token: api.token } : {}) }, 'api', '');
+  const apiTcp = listener({ address: api.listen ?? '', ...(api.token !== undefined ? { token: api.token } : {}) }, 'api', '', true);
   const metrics = listener(root.metrics, 'metrics', '127.0.0.1:10249');
   const healthz = listener(root.healthz, 'healthz', '127.0.0.1:10256');
   const log = obj(root.log, 'log', ['level', 'pretty']);
@@ -494,11 +517,12 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     if (f.startsWith('mh-') && scheduler !== 'mh') fail(`${path}.schedFlags[${i}]`, `${f} needs scheduler mh`);
     return f;
   });
-  // ipvsadm -p [timeout]: a bare flag (true) means 360 s (IPVS_SVC_PERSISTENT_TIMEOUT); 1..2678400.
+  // ipvsadm -p [timeout]: a bare flag (true) means 360 s (IPVS_SVC_PERSISTENT_TIMEOUT); ipvsadm takes
+  // 1..2678400, uvs 1..MAX_TIMEOUT (templates live in the same 32-bit millisecond table).
   let persistence = 0;
   if (s.persistence === true) persistence = 360;
   else if (s.persistence !== undefined && s.persistence !== false && s.persistence !== 0) {
-    persistence = duration(s.persistence, `${path}.persistence`, 0, 2678400);
+    persistence = timeout(s.persistence, `${path}.persistence`, 0);
     if (persistence < 1) fail(`${path}.persistence`, 'must be at least 1 second (or false/0 for none)');
   }
   let netmask: string;
@@ -617,6 +641,20 @@ function redisConfig(v: unknown): RedisConfig {
   return out;
 }
 
+/**
+ * A health-check path as it can go on an HTTP request line: a space or a character beyond ASCII
+ * is percent-encoded as UTF-8 (what a browser sends; node's http.request throws on them), `%XX`
+ * already there is kept; control characters are refused (they could split the request).
+ */
+function requestPath(p: string, path: string): string {
+  if (/[\x00-\x1f\x7f]/.test(p)) fail(path, `must not contain control characters, got ${JSON.stringify(p)}`);
+  try {
+    return p.replace(/[^\x21-\x7e]/gu, (c) => encodeURIComponent(c));
+  } catch {
+    fail(path, `is not valid Unicode text, got ${JSON.stringify(p)}`); // a lone surrogate
+  }
+}
+
 function healthCheck(v: unknown, path: string): HealthCheckConfig {
   const h = obj(v, path, ['type', 'port', 'path', 'expectStatus', 'interval', 'timeout', 'rise', 'fall']);
   const type = str(h.type, `${path}.type`, 'tcp');
@@ -631,6 +669,7 @@ function healthCheck(v: unknown, path: string): HealthCheckConfig {
     fall: int(h.fall, `${path}.fall`, 3, 1, 100),
   };
   if (!out.path.startsWith('/')) fail(`${path}.path`, 'must start with /');
+  out.path = requestPath(out.path, `${path}.path`);
   if (out.interval < 0.1) fail(`${path}.interval`, 'must be at least 0.1 s');
   if (out.timeout <= 0 || out.timeout > out.interval) fail(`${path}.timeout`, `must be more than 0 and at most the interval (${out.interval} s)`);
   if (h.port !== undefined) out.port = int(h.port, `${path}.port`, undefined, 1, 65535);

@@ -22,6 +22,7 @@ import { UvsError } from './errors';
 import { serviceKey, ServiceModel, type PersistedDrain } from './services';
 import { inAnyCidr } from '../lb/addr';
 import { StatsReader } from './stats';
+import { validateStateDrains } from './state-file';
 
 /** How often the MTUs of the devices towards the real servers are read again (ms). */
 const MTU_REFRESH_MS = 5000;
@@ -100,7 +101,7 @@ export class Daemon {
     });
     this.model.apply(cfg);
     this.defense = new Defense(this.table, cfg.defense, () => this.fullnatPools());
-    const snapshot = this.model.restoreDrains(this.loadState());
+    const snapshot = this.model.restoreDrains(this.loadState(), (d, reason) => this.skipState(`${d.service}|${d.realServer}`, reason));
     this.dataplane = new Dataplane(
       {
         device: dp.device,
@@ -252,17 +253,30 @@ export class Daemon {
     this.lastSnapshotAt = Date.now();
   }
 
+  /** State-file entries skipped at start-up (wrong shape, outside vipCidrs, no free slot): logged and counted. */
+  stateSkipped = 0;
+
   private loadState(): PersistedDrain[] {
     if (!this.cfg.stateFile) return [];
+    let doc: unknown;
     try {
-      const st = JSON.parse(readFileSync(this.cfg.stateFile, 'utf8')) as { draining?: PersistedDrain[] };
-      const d = st.draining ?? [];
-      if (d.length) this.log.info({ draining: d.length, file: this.cfg.stateFile }, 'resuming drains from the state file');
-      return d;
+      doc = JSON.parse(readFileSync(this.cfg.stateFile, 'utf8'));
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log.warn({ err: (e as Error).message, file: this.cfg.stateFile }, 'state file unreadable; starting without it');
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
+        this.stateSkipped++;
+        this.log.warn({ err: (e as Error).message, file: this.cfg.stateFile }, 'state file unreadable; starting without it');
+      }
       return [];
     }
+    const { drains, skipped } = validateStateDrains(doc, this.cfg);
+    for (const s of skipped) this.skipState(s.path, s.reason);
+    if (drains.length) this.log.info({ draining: drains.length, file: this.cfg.stateFile }, 'resuming drains from the state file');
+    return drains;
+  }
+
+  private skipState(path: string, reason: string): void {
+    this.stateSkipped++;
+    this.log.warn({ file: this.cfg.stateFile, entry: path, reason }, 'state file entry skipped');
   }
 
   /** Writes the drain list atomically (tmp + rename). */

@@ -21,7 +21,8 @@
  * rebuild and keeps an older table).
  */
 import { DH_TAB_SIZE } from '../schedulers/dh';
-import { mhSlots } from '../schedulers/mh';
+import { MH_PRIMES, mhSlots } from '../schedulers/mh';
+import { getScheduler, schedulerNames } from '../schedulers/registry';
 import { SH_TAB_SIZE } from '../schedulers/sh';
 import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from './inet';
 import { SchedModel } from './sched-model';
@@ -103,15 +104,29 @@ interface Entry {
 }
 
 function addrOf(s: string, path: string): Inet {
-  const a = parseInet(s);
+  const a = typeof s === 'string' ? parseInet(s) : null;
   if (!a) throw new PreviewError(path, `must be an IPv4 or IPv6 address, got ${JSON.stringify(s)}`);
   return a;
 }
 
 function keyOf(s: string, path: string): string {
-  const e = parseEndpoint(s);
+  const e = typeof s === 'string' ? parseEndpoint(s) : null;
   if (!e) throw new PreviewError(path, `must be "address:port" ("[v6]:port"), got ${JSON.stringify(s)}`);
   return formatEndpoint(e.addr, e.port);
+}
+
+const SCHED_FLAGS = ['flag-1', 'flag-2', 'flag-3', 'sh-fallback', 'sh-port', 'mh-fallback', 'mh-port'];
+
+/** A list field of the change (absent = empty); anything else is the caller's error, not a crash. */
+function list(v: unknown, path: string): unknown[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v)) throw new PreviewError(path, 'must be a list');
+  return v;
+}
+
+function item(v: unknown, path: string): Record<string, unknown> {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new PreviewError(path, 'must be a mapping');
+  return v as Record<string, unknown>;
 }
 
 function weightOk(w: unknown, path: string): number {
@@ -143,33 +158,48 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
     return { key: formatEndpoint(addr, r.port), addr, port: r.port, weight, lastWeight: r.lastWeight ?? weight, overloaded: r.overloaded === true };
   });
 
-  // The daemon's order: -d, -e, -a.
-  let after = before.map((e) => ({ ...e }));
-  (change.delete ?? []).forEach((d, i) => {
-    const k = keyOf(d, `change.delete[${i}]`);
-    const at = after.findIndex((e) => e.key === k);
-    if (at < 0) throw new PreviewError(`change.delete[${i}]`, `${k} is not a real server of the service`);
-    after.splice(at, 1);
+  // The daemon's order: -d, -e, -a. Indexed by key: 15 000 additions used to take seconds of
+  // list scans and copies (each add went to the head of a fresh copy).
+  const byKey = new Map(before.map((e) => [e.key, { ...e }]));
+  list(change.delete, 'change.delete').forEach((d, i) => {
+    const k = keyOf(d as string, `change.delete[${i}]`);
+    if (!byKey.delete(k)) throw new PreviewError(`change.delete[${i}]`, `${k} is not a real server of the service`);
   });
-  (change.setWeight ?? []).forEach((u, i) => {
-    const k = keyOf(u.realServer, `change.setWeight[${i}].realServer`);
-    const e = after.find((x) => x.key === k);
+  list(change.setWeight, 'change.setWeight').forEach((x, i) => {
+    const u = item(x, `change.setWeight[${i}]`);
+    const k = keyOf(u.realServer as string, `change.setWeight[${i}].realServer`);
+    const e = byKey.get(k);
     if (!e) throw new PreviewError(`change.setWeight[${i}].realServer`, `${k} is not a real server of the service`);
     e.weight = weightOk(u.weight, `change.setWeight[${i}].weight`);
     if (e.weight !== 0) e.lastWeight = e.weight;
   });
-  (change.add ?? []).forEach((a, i) => {
-    const addr = addrOf(a.address, `change.add[${i}].address`);
-    const k = formatEndpoint(addr, a.port);
-    if (after.some((x) => x.key === k)) throw new PreviewError(`change.add[${i}]`, `${k} is already a real server of the service`);
+  const kept = [...byKey.values()]; // list order of the survivors
+  const added: Entry[] = [];
+  list(change.add, 'change.add').forEach((x, i) => {
+    const a = item(x, `change.add[${i}]`);
+    const addr = addrOf(a.address as string, `change.add[${i}].address`);
+    const port = a.port;
+    if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535) throw new PreviewError(`change.add[${i}].port`, `must be an integer between 0 and 65535, got ${JSON.stringify(port)}`);
+    const k = formatEndpoint(addr, port);
+    if (byKey.has(k)) throw new PreviewError(`change.add[${i}]`, `${k} is already a real server of the service`);
     const weight = weightOk(a.weight, `change.add[${i}].weight`);
-    after = [{ key: k, addr, port: a.port, weight, lastWeight: weight, overloaded: false }, ...after];
+    const e = { key: k, addr, port, weight, lastWeight: weight, overloaded: false };
+    byKey.set(k, e);
+    added.push(e);
   });
+  const after = [...added.reverse(), ...kept]; // each add goes to the head of the list
 
   const schedBefore = service.scheduler;
   const schedAfter = change.scheduler ?? schedBefore;
+  if (!getScheduler(schedAfter)) throw new PreviewError('change.scheduler', `unknown scheduler ${JSON.stringify(schedAfter)} (available: ${schedulerNames().join(', ')})`);
+  if (change.flags !== undefined) {
+    list(change.flags, 'change.flags').forEach((f, i) => {
+      if (typeof f !== 'string' || !SCHED_FLAGS.includes(f)) throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAGS.join(', ')}, got ${JSON.stringify(f)}`);
+    });
+  }
   const mhBefore = service.mhTableSize;
   const mhAfter = change.mhTableSize ?? mhBefore;
+  if (change.mhTableSize !== undefined && !MH_PRIMES.includes(change.mhTableSize)) throw new PreviewError('change.mhTableSize', `must be one of the kernel's sizes ${MH_PRIMES.join(', ')}, got ${JSON.stringify(change.mhTableSize)}`);
   const mBefore = model(schedBefore, flagBits(service.flags), mhBefore, before);
   const mAfter = model(schedAfter, flagBits(change.flags ?? service.flags), mhAfter, after);
 

@@ -39,33 +39,95 @@ function refOf(s: Record<string, unknown>): ServiceRef {
   return { protocol: String(s.protocol ?? 'tcp'), address: String(s.address), port: Number(s.port) };
 }
 
-function same(a: ServiceRef, b: ServiceRef): boolean {
-  return a.protocol === b.protocol && canonAddr(a.address) === canonAddr(b.address) && a.port === b.port;
-}
-
 export function refName(r: ServiceRef): string {
   return `${r.protocol} ${r.address}:${r.port}`;
-}
-
-function find(doc: Doc, ref: ServiceRef, path: string): Svc {
-  const s = services(doc).find((x) => same(refOf(x), ref));
-  if (!s) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${refName(ref)}`, path);
-  return s;
 }
 
 function rsPort(svc: Svc, r: Record<string, unknown>): number {
   return Number(r.port ?? svc.port);
 }
 
+/** One spelling per service reference (IPv6 canonical), the key of the index below. */
+function keyOf(r: ServiceRef): string {
+  return `${r.protocol} ${String(canonAddr(r.address))}:${r.port}`;
+}
+
+function rsKey(svc: Svc, r: Record<string, unknown>): string {
+  return `${String(canonAddr(r.address))}:${rsPort(svc, r)}`;
+}
+
+/**
+ * The document's services and real servers indexed by key, so a batch of n operations costs
+ * O(n), not O(n²) (20 000 additions took 15 s of list scans). Deleted entries are only marked
+ * while the batch runs and filtered out once at the end, keeping everyone else's order.
+ */
+class DocIndex {
+  private svcs = new Map<string, Svc>();
+  private rs = new Map<Svc, Map<string, Record<string, unknown>>>();
+  readonly gone = new Set<object>();
+
+  constructor(private readonly doc: Doc) {
+    for (const s of services(doc)) if (!this.svcs.has(keyOf(refOf(s)))) this.svcs.set(keyOf(refOf(s)), s);
+  }
+
+  find(ref: ServiceRef): Svc | undefined {
+    return this.svcs.get(keyOf(ref));
+  }
+
+  add(s: Svc): void {
+    services(this.doc).push(s);
+    this.svcs.set(keyOf(refOf(s)), s);
+  }
+
+  remove(s: Svc): void {
+    this.svcs.delete(keyOf(refOf(s)));
+    this.gone.add(s);
+  }
+
+  clear(): void {
+    this.doc.services = [];
+    this.svcs.clear();
+    this.rs.clear();
+  }
+
+  forget(s: Svc): void {
+    this.rs.delete(s);
+  }
+
+  realServers(s: Svc): Map<string, Record<string, unknown>> {
+    let m = this.rs.get(s);
+    if (!m) {
+      m = new Map();
+      for (const r of s.realServers ?? []) if (!m.has(rsKey(s, r))) m.set(rsKey(s, r), r);
+      this.rs.set(s, m);
+    }
+    return m;
+  }
+
+  /** Drops the marked entries (once, at the end of the batch). */
+  compact(): void {
+    if (this.gone.size === 0) return;
+    const list = services(this.doc);
+    this.doc.services = list.filter((s) => !this.gone.has(s));
+    for (const s of list) if (s.realServers?.some((r) => this.gone.has(r))) s.realServers = s.realServers.filter((r) => !this.gone.has(r));
+  }
+}
+
 /** Applies the operations in order to `doc` (mutated). */
 export function applyEdits(doc: Doc, ops: EditOp[]): void {
+  const ix = new DocIndex(doc);
+  const find = (ref: ServiceRef, path: string): Svc => {
+    const s = ix.find(ref);
+    if (!s) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${refName(ref)}`, path);
+    return s;
+  };
   ops.forEach((o, i) => {
     const p = `ops[${i}]`;
     switch (o.op) {
       case 'addService': {
         const ref = refOf(o.service);
-        if (services(doc).some((x) => same(refOf(x), ref))) throw new UvsError('UVS_ERR_API_CONFLICT', `service ${refName(ref)} already exists`, `${p}.service`);
-        services(doc).push({ ...o.service });
+        if (ix.find(ref)) throw new UvsError('UVS_ERR_API_CONFLICT', `service ${refName(ref)} already exists`, `${p}.service`);
+        ix.add({ ...o.service });
         break;
       }
       case 'editService': {
@@ -73,47 +135,51 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
         // netmask: an edit without -p removes persistence); uvs's own settings (name, health
         // check, drain time, forwarding, real servers) stay unless the edit gives them.
         const ref = refOf(o.service);
-        const s = find(doc, ref, `${p}.service`);
+        const s = find(ref, `${p}.service`);
+        const before = s.realServers;
         const schedulerChanged = o.service.scheduler !== undefined && o.service.scheduler !== s.scheduler;
         for (const k of IPVSADM_SERVICE_FIELDS) delete s[k];
         if (schedulerChanged && o.service.mhTableSize === undefined) delete s.mhTableSize;
         Object.assign(s, o.service);
+        if (s.realServers !== before) ix.forget(s); // a new real-server list: index it afresh
         break;
       }
       case 'deleteService': {
-        const list = services(doc);
-        const idx = list.findIndex((x) => same(refOf(x), o.ref));
-        if (idx < 0) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${refName(o.ref)}`, `${p}.ref`);
-        list.splice(idx, 1);
+        const s = ix.find(o.ref);
+        if (!s) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${refName(o.ref)}`, `${p}.ref`);
+        ix.remove(s);
         break;
       }
       case 'clear':
-        doc.services = [];
+        ix.clear();
         break;
       case 'addRealServer': {
-        const s = find(doc, o.ref, `${p}.ref`);
-        s.realServers ??= [];
-        const port = rsPort(s, o.realServer);
-        if (s.realServers.some((r) => canonAddr(r.address) === canonAddr(o.realServer.address) && rsPort(s, r) === port)) {
-          throw new UvsError('UVS_ERR_API_CONFLICT', `real server ${String(o.realServer.address)}:${port} already exists in ${refName(o.ref)}`, `${p}.realServer`);
+        const s = find(o.ref, `${p}.ref`);
+        const m = ix.realServers(s);
+        const k = rsKey(s, o.realServer);
+        if (m.has(k)) {
+          throw new UvsError('UVS_ERR_API_CONFLICT', `real server ${String(o.realServer.address)}:${rsPort(s, o.realServer)} already exists in ${refName(o.ref)}`, `${p}.realServer`);
         }
-        s.realServers.push({ ...o.realServer });
+        const r = { ...o.realServer };
+        (s.realServers ??= []).push(r);
+        m.set(k, r);
         break;
       }
       case 'editRealServer': {
-        const s = find(doc, o.ref, `${p}.ref`);
-        const port = rsPort(s, o.realServer);
-        const r = (s.realServers ?? []).find((x) => canonAddr(x.address) === canonAddr(o.realServer.address) && rsPort(s, x) === port);
-        if (!r) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no real server ${String(o.realServer.address)}:${port} in ${refName(o.ref)}`, `${p}.realServer`);
+        const s = find(o.ref, `${p}.ref`);
+        const r = ix.realServers(s).get(rsKey(s, o.realServer));
+        if (!r) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no real server ${String(o.realServer.address)}:${rsPort(s, o.realServer)} in ${refName(o.ref)}`, `${p}.realServer`);
         Object.assign(r, o.realServer);
         break;
       }
       case 'deleteRealServer': {
-        const s = find(doc, o.ref, `${p}.ref`);
-        const list = s.realServers ?? [];
-        const idx = list.findIndex((x) => canonAddr(x.address) === canonAddr(o.address) && rsPort(s, x) === o.port);
-        if (idx < 0) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no real server ${o.address}:${o.port} in ${refName(o.ref)}`, `${p}`);
-        list.splice(idx, 1);
+        const s = find(o.ref, `${p}.ref`);
+        const m = ix.realServers(s);
+        const k = `${String(canonAddr(o.address))}:${o.port}`;
+        const r = m.get(k);
+        if (!r) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no real server ${o.address}:${o.port} in ${refName(o.ref)}`, `${p}`);
+        m.delete(k);
+        ix.gone.add(r);
         break;
       }
       case 'setTimeouts': {
@@ -128,4 +194,5 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
         throw new UvsError('UVS_ERR_API_BAD_REQUEST', `unknown operation ${JSON.stringify((o as { op: unknown }).op)}`, `${p}.op`);
     }
   });
+  ix.compact();
 }

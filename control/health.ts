@@ -124,8 +124,24 @@ export class HealthChecker {
     if (this.targets.get(k) !== t) return;
     const c = t.cfg;
     const timeoutMs = c.timeout * 1000;
-    const err = c.type === 'http' ? await httpCheck(t.address, t.port, c.path, c.expectStatus, timeoutMs) : await tcpCheck(t.address, t.port, timeoutMs);
+    let err: string | null;
+    try {
+      err = c.type === 'http' ? await httpCheck(t.address, t.port, c.path, c.expectStatus, timeoutMs) : await tcpCheck(t.address, t.port, timeoutMs);
+    } catch (e) {
+      // A check that cannot even be sent (http.request throws on a path it refuses) is a failed
+      // check: counted, and the next one scheduled, so the server cannot stay "healthy" unchecked.
+      err = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
+    }
     if (this.targets.get(k) !== t) return; // removed or reconfigured meanwhile
+    try {
+      this.verdict(t, err);
+    } finally {
+      this.schedule(k, t, c.interval * 1000); // whatever the verdict's consequences did
+    }
+  }
+
+  private verdict(t: Target, err: string | null): void {
+    const c = t.cfg;
     const s = t.state;
     s.checks++;
     s.lastCheck = Date.now();
@@ -147,7 +163,6 @@ export class HealthChecker {
         this.onChange(s.service, s.realServer, false);
       }
     }
-    this.schedule(k, t, c.interval * 1000);
   }
 
   states(): HealthState[] {

@@ -8,13 +8,16 @@
  * this reads); nothing here runs per packet.
  *
  * Listeners: metrics on 127.0.0.1:10249 (kube-proxy's port), /healthz and /livez on
- * 127.0.0.1:10256. Either may listen beyond loopback only with a bearer token.
+ * 127.0.0.1:10256. Either may listen beyond loopback only with a bearer token; on loopback they
+ * are open without one, as kube-proxy's (read-only, no secrets; Prometheus and kubelet probes
+ * expect it). Both check the Host header (http-guard.ts).
  */
 import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Counter, Gauge, Registry } from 'prom-client';
 import * as L from '../conntrack/layout';
 import type { Daemon } from './daemon';
+import { badHostMessage, hostGuard } from './http-guard';
 
 const BACKEND_LABELS = ['local_address', 'local_port', 'remote_address', 'remote_port', 'proto', 'local_mark'] as const;
 
@@ -261,7 +264,14 @@ export interface HttpEndpoint {
 
 function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, address: string): Promise<HttpEndpoint> {
   const hp = splitHostPort(address)!;
-  const server = createServer(handler);
+  const hostOk = hostGuard(hp.host);
+  const server = createServer((req, res) => {
+    if (!hostOk(req.headers.host)) {
+      res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'UVS_ERR_API_HOST', message: badHostMessage(req.headers.host ?? '') }));
+      return;
+    }
+    handler(req, res);
+  });
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(hp.port, hp.host, () => {

@@ -409,11 +409,16 @@ export class ServiceModel {
    * instead of the server vanishing (or staying at weight 0 for ever). Configured servers get
    * their configured weight: the configuration wins, as kube-proxy's initial sync does.
    */
-  restoreDrains(entries: PersistedDrain[]): Snapshot {
+  restoreDrains(entries: PersistedDrain[], skip: (d: PersistedDrain, reason: string) => void = () => {}): Snapshot {
     for (const d of entries) {
       const slotKey = `${d.service}|${d.realServer}`;
       let live = this.services.get(d.service);
       if (live?.rsCfg.has(d.realServer) && !this.draining.has(slotKey)) continue; // configured again: not draining
+      // Slots first: the configuration has taken its own, and a state file may list any number.
+      if ((!live && this.freeSvc.length === 0) || (!this.rsSlots.has(slotKey) && this.freeRs.length === 0)) {
+        skip(d, 'no free service or real-server slot (dataplane.maxServices, maxRealServers)');
+        continue;
+      }
       if (!live) {
         this.addService({ ...d.serviceConfig, realServers: [] });
         live = this.services.get(d.service)!;
@@ -481,7 +486,9 @@ export class ServiceModel {
     this.setThresholds(o, r);
     Atomics.store(this.rs, o + L.RS_WEIGHT, weight);
     Atomics.or(this.rs, o + L.RS_FLAGS, L.RSF_AVAILABLE);
-    const before = live.compiled.dests.slice();
+    // The list is never changed in place (each change makes a new array), so the current one is
+    // the schedulers' `before` as it is: no copy, which made adding n servers cost n² copies.
+    const before = live.compiled.dests;
     // __ip_vs_update_dest: last_weight = weight on add.
     const a6 = parseIPv6(r.address);
     const addr = a6 ? a6[0]! ^ a6[1]! ^ a6[2]! ^ a6[3]! : parseIPv4(r.address)!;

@@ -10,7 +10,9 @@ Commands:
   lab down [--prefix P]    remove it (every process and namespace with the prefix)
   lab status [--prefix P]  list the lab's namespaces
   simulate                 read a scenario (JSON) on stdin, print one JSON line per connect
-  decap --vips VIP[,VIP]   real-server side of tunnel forwarding (IPIP, ip6ip6) without a kernel driver
+  decap --vips VIP[,VIP] --directors ADDR[,ADDR]
+                           real-server side of tunnel forwarding (IPIP, ip6ip6) without a kernel
+                           driver, from those directors only (decap --help)
   perf [--quick] [...]     benchmark uvs against direct, a C TUN forwarder, nftables, HAProxy, nginx (perf --help)
   help                     this text`;
 

@@ -19,7 +19,8 @@ export interface TunAddon {
   /** Writes count packets buf[offs[i], offs[i]+lens[i]); returns packets written, −errno on error; lens[i] of an unwritten one becomes 0. */
   writeBatch(fd: number, buf: Uint8Array, offs: Int32Array, lens: Int32Array, count: number): number;
   /** Non-blocking raw socket receiving IP protocol `protocol`: IPv4 whole packets, IPv6 payloads. */
-  openRaw(protocol: number, family?: 4 | 6): number;
+  /** With `peer`: connected, so only packets from that address are received. */
+  openRaw(protocol: number, family?: 4 | 6, peer?: string): number;
 }
 
 let addon: TunAddon | undefined;

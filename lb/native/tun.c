@@ -32,6 +32,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 static napi_value throw_errno(napi_env env, const char *what, int err) {
@@ -194,19 +195,56 @@ static napi_value write_batch(napi_env env, napi_callback_info info) {
  * `uvs decap`, the userspace tunnel decapsulator of real servers whose kernel has no ipip/ip6_tunnel
  * driver. family 4: whole IPv4 packets, outer header included; family 6: the payload after the
  * outer IPv6 header (raw IPv6 sockets never pass the header). readBatch() reads from it like from a
- * TUN queue.
+ * TUN queue. openRaw(protocol, family, peer): connected to `peer` (an address of that family), so
+ * the kernel delivers only packets from it (raw_v4_match / raw_v6_match compare a connected raw
+ * socket's remote address) — the only way to know an IPv6 packet's outer source here.
  */
 static napi_value open_raw(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
+  size_t argc = 3;
+  napi_value argv[3];
   int32_t proto, family = 4;
+  char peer[64] = "";
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc >= 3) {
+    size_t n = 0;
+    if (napi_get_value_string_utf8(env, argv[2], peer, sizeof peer, &n) != napi_ok) {
+      napi_throw_type_error(env, "UVS_ERR_TUN", "openRaw(protocol, family, peer): peer an address string");
+      return NULL;
+    }
+  }
   if (argc < 1 || !get_i32(env, argv[0], &proto) || (argc >= 2 && (!get_i32(env, argv[1], &family) || (family != 4 && family != 6)))) {
     napi_throw_type_error(env, "UVS_ERR_TUN", "openRaw(protocol, family): protocol a number, family 4 or 6");
     return NULL;
   }
   int fd = socket(family == 6 ? AF_INET6 : AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, proto);
   if (fd < 0) return throw_errno(env, family == 6 ? "socket(AF_INET6, SOCK_RAW)" : "socket(AF_INET, SOCK_RAW)", errno);
+  if (peer[0]) {
+    struct sockaddr_storage sa;
+    socklen_t len;
+    memset(&sa, 0, sizeof sa);
+    int ok;
+    if (family == 6) {
+      struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&sa;
+      s6->sin6_family = AF_INET6;
+      ok = inet_pton(AF_INET6, peer, &s6->sin6_addr);
+      len = sizeof *s6;
+    } else {
+      struct sockaddr_in *s4 = (struct sockaddr_in *)&sa;
+      s4->sin_family = AF_INET;
+      ok = inet_pton(AF_INET, peer, &s4->sin_addr);
+      len = sizeof *s4;
+    }
+    if (ok != 1) {
+      close(fd);
+      napi_throw_type_error(env, "UVS_ERR_TUN", "openRaw: peer is not an address of that family");
+      return NULL;
+    }
+    if (connect(fd, (struct sockaddr *)&sa, len) < 0) {
+      int e = errno;
+      close(fd);
+      return throw_errno(env, "connect(raw socket, peer)", e);
+    }
+  }
   return ret_i32(env, fd);
 }
 

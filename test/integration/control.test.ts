@@ -6,7 +6,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { statSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { apiCall } from '../../control/client';
@@ -16,6 +17,20 @@ const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
 const isRoot = process.getuid?.() === 0;
 const TOKEN = 'uvs-test-token-0123456789';
+const HEALTHZ_TOKEN = 'uvs-healthz-token-0123456789';
+
+/** One request over the unix socket with the headers given (apiCall always sends JSON). */
+function rawCall(socketPath: string, method: string, path: string, headers: Record<string, string>, body: string): Promise<{ status: number; body: { code?: string } }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, method, path, headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => (text += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text ? (JSON.parse(text) as { code?: string }) : {} }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
 
 interface RsView {
   address: string;
@@ -33,6 +48,7 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
   ];
   let configFile = '';
+  const listeners = () => ({ api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN }, healthz: { address: '127.0.0.1:10256', token: HEALTHZ_TOKEN } });
   const api = <T>(method: string, path: string, body?: unknown) => apiCall<T>(lab.socket, method, path, body);
   const web = async () => (await api<{ services: { port: number; realServers: RsView[] }[] }>('GET', '/v1/services')).body.services.find((s) => s.port === 80)!.realServers;
   const curlMany = (n: number): Record<string, number> => {
@@ -52,7 +68,7 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
   before(async () => {
     lab.up();
     await lab.waitServers();
-    configFile = lab.writeConfig(lab.config(services(), { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } }));
+    configFile = lab.writeConfig(lab.config(services(), listeners()));
     await lab.startUvsd(configFile);
   });
 
@@ -128,6 +144,74 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     assert.equal(code(['-H', `Authorization: Bearer ${TOKEN}`]), '200');
   });
 
+  test('GET /v1/config shows the configuration without its secrets (API and healthz tokens)', async () => {
+    const r = await api<{ document: { api: { token: string }; healthz: { token: string } }; effective: { api: { token: string }; healthz: { token: string } } }>('GET', '/v1/config');
+    assert.equal(r.status, 200);
+    const text = JSON.stringify(r.body);
+    assert.ok(!text.includes(TOKEN) && !text.includes(HEALTHZ_TOKEN), 'no token in the answer');
+    assert.deepEqual([r.body.document.api.token, r.body.effective.api.token, r.body.document.healthz.token, r.body.effective.healthz.token], ['<redacted>', '<redacted>', '<redacted>', '<redacted>']);
+  });
+
+  test('TCP listeners refuse a Host header naming something else (DNS rebinding): API 403 even with the token, metrics 403', () => {
+    const call = (host: string | null, url: string, ns = lab.clientNs, auth = true) =>
+      lab.exec(ns, 'curl', ['-s', '-m', '5', '-w', ' %{http_code}', ...(auth ? ['-H', `Authorization: Bearer ${TOKEN}`] : []), ...(host ? ['-H', `Host: ${host}`] : []), url]);
+    const rebound = call('rebind.attacker.test:8443', 'http://10.200.1.1:8443/v1/info');
+    assert.match(rebound, / 403$/);
+    assert.equal(JSON.parse(rebound.slice(0, -4)).code, 'UVS_ERR_API_HOST');
+    assert.match(call(null, 'http://10.200.1.1:8443/v1/info'), / 200$/, 'its own address is fine');
+    assert.match(call('rebind.attacker.test:10249', 'http://127.0.0.1:10249/metrics', lab.lbNs, false), / 403$/);
+    assert.match(call('localhost:10249', 'http://127.0.0.1:10249/metrics', lab.lbNs, false), / 200$/, 'loopback metrics stay open for Prometheus, as kube-proxy');
+  });
+
+  test('request bodies must be application/json: a text/plain POST is refused with 415 and changes nothing', async () => {
+    const body = JSON.stringify({ protocol: 'tcp', address: LAB_VIP, port: 8082, realServers: [{ address: rs[0], port: 8080 }] });
+    const plain = await rawCall(lab.socket, 'POST', '/v1/services', { 'content-type': 'text/plain' }, body);
+    assert.deepEqual([plain.status, plain.body.code], [415, 'UVS_ERR_API_CONTENT_TYPE']);
+    const none = await rawCall(lab.socket, 'POST', '/v1/services', {}, body);
+    assert.deepEqual([none.status, none.body.code], [415, 'UVS_ERR_API_CONTENT_TYPE'], 'a body without a content type too');
+    const tcp = lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', '-w', ' %{http_code}', '-H', `Authorization: Bearer ${TOKEN}`, '-H', 'Content-Type: text/plain', '--data', body, 'http://10.200.1.1:8443/v1/services']);
+    assert.match(tcp, / 415$/);
+    const list = (await api<{ services: { port: number }[] }>('GET', '/v1/services')).body.services;
+    assert.ok(!list.some((s) => s.port === 8082), 'nothing was added');
+    const json = await rawCall(lab.socket, 'POST', '/v1/services', { 'content-type': 'application/json; charset=utf-8' }, body);
+    assert.equal(json.status, 200, JSON.stringify(json.body));
+    assert.equal((await api('DELETE', `/v1/services/tcp/${LAB_VIP}/8082`)).status, 200);
+  });
+
+  test('a batch over the limits is refused before any work (413), a malformed operation is a 400, and nothing changes', async () => {
+    const before = (await api<{ services: unknown[] }>('GET', '/v1/services')).body.services.length;
+    const ops = Array.from({ length: 5000 }, (_, i) => ({ op: 'addService', service: { protocol: 'tcp', address: LAB_VIP, port: 10000 + i } }));
+    const big = await api<{ code: string; path: string; message: string }>('POST', '/v1/batch', { ops });
+    assert.deepEqual([big.status, big.body.code, big.body.path], [413, 'UVS_ERR_API_TOO_LARGE', 'ops'], JSON.stringify(big.body));
+    assert.match(big.body.message, /more than dataplane\.maxServices \(1024\)/);
+    const rsOps = Array.from({ length: 4097 }, (_, i) => ({ op: 'addRealServer', ref: { protocol: 'tcp', address: LAB_VIP, port: 80 }, realServer: { address: `10.201.${i >> 8}.${i & 255}`, port: 8080 } }));
+    const rsBig = await api<{ code: string; message: string }>('POST', '/v1/batch', { ops: rsOps });
+    assert.deepEqual([rsBig.status, rsBig.body.code], [413, 'UVS_ERR_API_TOO_LARGE'], JSON.stringify(rsBig.body));
+    assert.match(rsBig.body.message, /maxRealServers \(4096\)/);
+    const noRef = await api<{ code: string; path: string }>('POST', '/v1/batch', { ops: [{ op: 'addRealServer', realServer: { address: rs[0], port: 8080 } }] });
+    assert.deepEqual([noRef.status, noRef.body.code, noRef.body.path], [400, 'UVS_ERR_API_BAD_REQUEST', 'ops[0].ref']);
+    assert.equal((await api<{ services: unknown[] }>('GET', '/v1/services')).body.services.length, before, 'nothing was added');
+  });
+
+  test('preview bodies are validated: malformed ones are a 400 naming the field, more additions than maxRealServers a 413', async () => {
+    const url = `/v1/services/tcp/${LAB_VIP}/80/preview`;
+    for (const [body, path] of [
+      [{ delete: 'x' }, 'change.delete'],
+      [{ add: [{ address: 1, port: 80, weight: 1 }] }, 'change.add[0].address'],
+      [{ setWeight: [null] }, 'change.setWeight[0]'],
+      [{ scheduler: 'nope' }, 'change.scheduler'],
+      [{ add: [{ address: '10.9.9.9', port: 'x', weight: 1 }] }, 'change.add[0].port'],
+    ] as const) {
+      const r = await api<{ code: string; path: string }>('POST', url, body);
+      assert.deepEqual([r.status, r.body.code, r.body.path], [400, 'UVS_ERR_API_BAD_REQUEST', path], JSON.stringify(body));
+    }
+    const add = Array.from({ length: 4097 }, (_, i) => ({ address: `10.201.${i >> 8}.${i & 255}`, port: 8080, weight: 1 }));
+    const big = await api<{ code: string; path: string }>('POST', url, { add });
+    assert.deepEqual([big.status, big.body.code, big.body.path], [413, 'UVS_ERR_API_TOO_LARGE', 'add']);
+    const ok = await api<{ flows: number }>('POST', url, { add: add.slice(0, 2000) });
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  });
+
   test('runtime edits through the API: add, conflict, schema errors naming the field, delete', async () => {
     const add = await api<{ ok: boolean }>('POST', '/v1/services', { protocol: 'tcp', address: LAB_VIP, port: 8081, scheduler: 'wrr', realServers: [{ address: rs[0], port: 8080, weight: 2 }] });
     assert.equal(add.status, 200, JSON.stringify(add.body));
@@ -150,17 +234,17 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
   });
 
   test('editing the configuration file reloads it without a signal', async () => {
-    writeFileSync(configFile, stringify(lab.config(services([rs[0]!]), { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } })));
+    writeFileSync(configFile, stringify(lab.config(services([rs[0]!]), listeners())));
     // rs2 and rs3 still have TIME_WAIT entries from earlier requests, so they drain (weight 0).
     await waitFor('the file change to be applied', async () => (await web()).filter((r) => r.weight > 0).length === 1, 5000);
     assert.deepEqual(curlMany(3), { rs1: 3 });
-    writeFileSync(configFile, stringify(lab.config(services(), { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } })));
+    writeFileSync(configFile, stringify(lab.config(services(), listeners())));
     await waitFor('the file change to be applied', async () => (await web()).filter((r) => r.weight > 0).length === 3, 5000);
   });
 
   test('the disruption preview reports moved slots and flows for a proposed change without making it', async () => {
     const svcs = services().map((s) => (s.port === 80 ? { ...s, scheduler: 'mh', healthCheck: undefined } : s));
-    writeFileSync(configFile, stringify(lab.config(svcs, { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } })));
+    writeFileSync(configFile, stringify(lab.config(svcs, listeners())));
     assert.equal((await api('POST', '/v1/reload')).status, 200);
     const p = await api<{ scheduler: string; slots: number; slotsMoved: number; flowsMoved: number }>('POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, { delete: [`${rs[0]}:8080`] });
     assert.equal(p.status, 200, JSON.stringify(p.body));
@@ -171,6 +255,30 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     const bad = await api<{ code: string; path: string }>('POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, { delete: ['10.9.9.9:1'] });
     assert.equal(bad.status, 400);
     assert.equal(bad.body.code, 'UVS_ERR_API_BAD_REQUEST');
+  });
+
+  test('a state file of the wrong shape or with foreign entries does not stop uvsd: bad entries are skipped, logged and counted', async () => {
+    const stateFile = join(lab.dir, 'state.json');
+    const entry = (vip: string, port: number) => ({
+      service: `tcp ${vip}:${port}`, realServer: `${rs[0]}:8080`, protocol: 'tcp', since: Date.now(), deadline: null,
+      serviceConfig: { protocol: 'tcp', address: vip, port, scheduler: 'rr' }, realServerConfig: { address: rs[0], port: 8080, weight: 1 },
+    });
+    await lab.stopUvsd();
+    writeFileSync(stateFile, JSON.stringify({ version: 1, draining: { not: 'a list' } }));
+    await lab.startUvsd(configFile);
+    let st = await api<{ stateFileSkipped: number }>('GET', '/v1/stats');
+    assert.equal(st.status, 200, 'uvsd started despite the state file');
+    assert.equal(st.body.stateFileSkipped, 1);
+    await lab.stopUvsd();
+    // One entry outside vipCidrs (would have added a service for 192.0.2.10), one good one.
+    writeFileSync(stateFile, JSON.stringify({ version: 1, draining: [entry('192.0.2.10', 80), entry(LAB_VIP, 8090)] }));
+    await lab.startUvsd(configFile);
+    st = await api<{ stateFileSkipped: number }>('GET', '/v1/stats');
+    assert.equal(st.body.stateFileSkipped, 1);
+    const svcs = (await api<{ services: { address: string; port: number }[] }>('GET', '/v1/services')).body.services;
+    assert.ok(!svcs.some((x) => x.address === '192.0.2.10'), 'no service outside vipCidrs');
+    assert.ok(svcs.some((x) => x.address === LAB_VIP && x.port === 8090), 'the valid drain entry was restored');
+    assert.match(readFileSync(join(lab.dir, 'uvsd.log'), 'utf8'), /state file entry skipped.*not inside dataplane\.vipCidrs|not inside dataplane\.vipCidrs.*state file entry skipped/);
   });
 
   test('hot reload under traffic breaks no connection: servers added, reweighted and removed while long requests run', async () => {
@@ -186,7 +294,7 @@ describe('control plane', { skip: isRoot ? false : 'integration tests need root 
     ];
     for (const st of steps) {
       await sleep(1000);
-      writeFileSync(configFile, stringify(lab.config(st, { api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN } })));
+      writeFileSync(configFile, stringify(lab.config(st, listeners())));
       const r = await api('POST', '/v1/reload');
       assert.equal(r.status, 200, JSON.stringify(r.body));
     }

@@ -131,7 +131,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
 
   test('IPIP tunnel: the real server gets the packet for the VIP unchanged and answers the client directly; 20 MB arrive intact', async () => {
     // This kernel has no ipip driver: each real server decapsulates with `uvs decap`.
-    for (const ns of lab.rsNs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP], { detached: true }).unref();
+    for (const ns of lab.rsNs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP, '--directors', '10.200.1.1'], { detached: true }).unref();
     await sleep(700);
     const seen = new Set<string>();
     for (let i = 0; i < 3; i++) {
@@ -167,7 +167,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
   });
 
   test('IPv6 tunnel (ip6ip6): the real server gets the packet for [VIP] unchanged and answers directly; 20 MB arrive intact', async () => {
-    for (const ns of lab.rsNs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--device', 'uvsdec6', '--vips', LAB_VIP6], { detached: true }).unref();
+    for (const ns of lab.rsNs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--device', 'uvsdec6', '--vips', LAB_VIP6, '--directors', 'fd00:200:1::1'], { detached: true }).unref();
     await sleep(700);
     const seen = new Set<string>();
     for (let i = 0; i < 3; i++) {

@@ -166,7 +166,7 @@ describe('two nodes, one Redis: flows survive the death of a node', { skip: !isR
   });
 
   test('tunnel (IPIP) flows fail over too: each node encapsulates from its own address, the servers answer directly', async () => {
-    for (const ns of lab.ns.rs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP], { detached: true }).unref();
+    for (const ns of lab.ns.rs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP, '--directors', '10.201.10.11,10.201.10.12'], { detached: true }).unref();
     const tunnel = [{ protocol: 'tcp', address: LAB_VIP, port: 8080, scheduler: 'rr', forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) }];
     await lab.startUvsd('lb1', lab.config('lb1', tunnel, { dataplane: { vipCidrs: ['10.200.0.0/24'], workers: 2, tableSize: 65536, tunnelSource: '10.201.10.11' } }));
     await lab.startUvsd('lb2', lab.config('lb2', tunnel, { dataplane: { vipCidrs: ['10.200.0.0/24'], workers: 2, tableSize: 65536, tunnelSource: '10.201.10.12' } }));
