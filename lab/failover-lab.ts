@@ -465,12 +465,12 @@ export class FailoverLab {
    * the master first and the others once it holds the addresses (nopreempt keeps it there).
    * uvsd must already run on the nodes (the track script gates them).
    */
-  async startVrrp(master: LbNode = 'lb1', timeoutMs = 20000): Promise<void> {
-    this.startKeepalived(master);
+  async startVrrp(master: LbNode = 'lb1', timing: KeepalivedTiming = LAB_VRRP, timeoutMs = 20000): Promise<void> {
+    this.startKeepalived(master, timing);
     await this.waitState(master, 'MASTER', timeoutMs);
     for (const n of this.nodes) {
       if (n === master) continue;
-      this.startKeepalived(n);
+      this.startKeepalived(n, timing);
       await this.waitState(n, 'BACKUP', timeoutMs);
     }
     await waitFor(() => this.heldAddresses(master).length === 4, timeoutMs, `${master} does not hold the VRRP addresses: ${this.heldAddresses(master).join(' ')}`);

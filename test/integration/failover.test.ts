@@ -14,8 +14,8 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { apiCall } from '../../control/client';
-import { blobDownload, type Download } from '../../lab/clients';
-import { FailoverLab, REDIS_ADDR, waitFor, type LbNode } from '../../lab/failover-lab';
+import { blobDownload, runTool, type Download } from '../../lab/clients';
+import { FailoverLab, LAB_VRRP, REDIS_ADDR, waitFor, type LbNode } from '../../lab/failover-lab';
 import { LAB_VIP, LAB_VIP6 } from '../../lab/lab';
 
 const ROOT = join(__dirname, '..', '..', '..');
@@ -63,6 +63,7 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
   const web = (weights = [1, 1, 1]) => [
     { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: weights[i] })) },
     { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
+    { protocol: 'tcp', address: LAB_VIP, port: 7, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 9007 })) },
     { protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'rr', realServers: lab.rsAddrs6.map((a) => ({ address: a, port: 8080 })) },
   ];
   const stats = async (n: LbNode) => (await apiCall<Stats>(lab.socket(n), 'GET', '/v1/stats')).body;
@@ -102,10 +103,14 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
     lab.down();
   });
 
-  test('six long TCP streams through lb1 complete byte-identical through lb2 after uvsd on lb1 is SIGKILLed (track script)', async () => {
+  test('six long TCP streams and an echo session through lb1 go on through lb2 after uvsd on lb1 is SIGKILLed (track script)', async () => {
     await startBoth();
     const ss = streams(6, 24, '1M'); // 24 s each: far more than a socket buffer holds, so lb2 must carry them
-    await waitStat('lb2', 'did not pre-load the six flows from Redis', (s) => s.shadows >= 6);
+    // An echo line every 20 ms: the server keeps answering while lb1, alive without uvsd, still
+    // holds the gateway for up to a second; none of those answers may reach the client un-NATed.
+    const echo = runTool<{ error: string | null; sent: number; echoed: number }>(lab.ns.cl, ['echo-probe', LAB_VIP, '7', '12', '20'], 60000).result;
+    await waitFor(async () => (await realServers('lb1', 7)).some((r) => r.activeConns === 1), 20000, 'the echo session did not start through lb1');
+    await waitStat('lb2', 'did not pre-load the seven flows from Redis', (s) => s.shadows >= 7);
     assert.ok(ss.every((s) => s.running()), 'all six still running at the kill');
     const f = await lab.failover('uvsd');
     assert.equal(f.node, 'lb2');
@@ -115,6 +120,29 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
     const r = await checkStreams(ss);
     console.log(`# failover (uvsd SIGKILL): streams ${r.started} started, ${r.completed} completed, ${r.broken} broken; lb2 MASTER ${f.vrrpMs} ms, all adopted ${adoptedMs} ms after the kill`);
     assert.deepEqual(r, { started: 6, completed: 6, broken: 0 });
+    const e = (await echo).out;
+    assert.equal(e?.error, null, `the echo session went on through lb2: ${JSON.stringify(e)}`);
+  });
+
+  test('a node whose uvsd died drops its flows\' packets, never forwards them un-NATed, while it still holds the gateway', async () => {
+    // A slow track script (3 failures: 2–3 s) keeps the addresses on lb1 well past the servers'
+    // first retransmission timeouts. Forwarded un-NATed, those retransmissions would reach the
+    // client from the real servers' own addresses, and the client's RSTs would kill the flows on
+    // the servers before lb2 could adopt them.
+    await lab.startUvsd('lb1', lab.config('lb1', web()));
+    await lab.startUvsd('lb2', lab.config('lb2', web()));
+    for (const n of ['lb1', 'lb2'] as const) await waitStat(n, 'did not connect to Redis', (s) => s.redis?.connected === true, 10000);
+    await lab.startVrrp('lb1', { ...LAB_VRRP, scriptFall: 3 });
+    const ss = streams(3, 24, '1M');
+    await waitStat('lb2', 'did not pre-load the three flows', (s) => s.shadows >= 3);
+    assert.ok(ss.every((s) => s.running()), 'all three still running at the kill');
+    const f = await lab.failover('uvsd');
+    assert.ok(f.vrrpMs >= 1000, `lb1 held the addresses ${f.vrrpMs} ms after its uvsd died`);
+    await waitStat('lb2', 'did not adopt the three flows', (s) => s.adopted >= 3);
+    assert.deepEqual(await checkStreams(ss), { started: 3, completed: 3, broken: 0 });
+    // (`ip route get` answers a blackhole with EINVAL: read the routes themselves.)
+    assert.equal(lab.exec(lab.ns.lb1, 'ip', ['route', 'show', '10.200.0.0/24']).trim(), 'blackhole 10.200.0.0/24 metric 4294967295', 'VIP traffic reaching lb1 is dropped, not looped back to the router');
+    assert.equal(lab.exec(lab.ns.lb1, 'ip', ['route', 'show', 'table', '4711']).trim(), 'blackhole default metric 4294967295', 'masq replies reaching lb1 are dropped');
   });
 
   test('IPv6: three long TCP streams through lb1 complete byte-identical through lb2 after lb1 dies whole (VRRP timeout)', async () => {
