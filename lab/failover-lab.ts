@@ -254,6 +254,10 @@ export class FailoverLab {
     sh('ip', ['netns', 'exec', n.rt, 'sysctl', '-qw', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
     this.ip(n.rt, ['route', 'add', LAB_VIP_CIDR, 'via', NEXT_HOP]);
     this.ip(n.rt, ['-6', 'route', 'add', LAB_VIP6_CIDR, 'via', NEXT_HOP6]);
+    // The servers' network is reachable from the client's side too, as on a real LAN (a client
+    // packet to a real server's own address — say a RST — reaches it through the LB pair).
+    this.ip(n.rt, ['route', 'add', '10.201.10.0/24', 'via', NEXT_HOP]);
+    this.ip(n.rt, ['-6', 'route', 'add', 'fd00:201:10::/64', 'via', NEXT_HOP6]);
     for (const lb of this.nodes) {
       const i = this.index(lb);
       port('brf', `${p}f${i}`, n[lb], this.frontDev(lb), `${this.frontAddr(lb)}/24`, `${this.frontAddr6(lb)}/64`);
@@ -298,6 +302,13 @@ export class FailoverLab {
         return false;
       }
     }, timeoutMs, 'redis-server did not come up');
+  }
+
+  /** A counter of the client namespace's /proc/net/snmp, e.g. ('Tcp', 'OutRsts'). */
+  clientSnmp(group: string, name: string): number {
+    const lines = this.exec(this.ns.cl, 'cat', ['/proc/net/snmp']).split('\n').filter((l) => l.startsWith(`${group}: `));
+    const names = lines[0]!.split(' ');
+    return Number(lines[1]!.split(' ')[names.indexOf(name)]);
   }
 
   /** redis-cli in the Redis namespace (port 6379 unless given); its output, trimmed. */

@@ -136,10 +136,12 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
     const ss = streams(3, 24, '1M');
     await waitStat('lb2', 'did not pre-load the three flows', (s) => s.shadows >= 3);
     assert.ok(ss.every((s) => s.running()), 'all three still running at the kill');
+    const rsts = lab.clientSnmp('Tcp', 'OutRsts');
     const f = await lab.failover('uvsd');
     assert.ok(f.vrrpMs >= 1000, `lb1 held the addresses ${f.vrrpMs} ms after its uvsd died`);
     await waitStat('lb2', 'did not adopt the three flows', (s) => s.adopted >= 3);
     assert.deepEqual(await checkStreams(ss), { started: 3, completed: 3, broken: 0 });
+    assert.equal(lab.clientSnmp('Tcp', 'OutRsts') - rsts, 0, 'the client never saw a segment from a real server\'s own address (it would have answered with a RST)');
     // (`ip route get` answers a blackhole with EINVAL: read the routes themselves.)
     assert.equal(lab.exec(lab.ns.lb1, 'ip', ['route', 'show', '10.200.0.0/24']).trim(), 'blackhole 10.200.0.0/24 metric 4294967295', 'VIP traffic reaching lb1 is dropped, not looped back to the router');
     assert.equal(lab.exec(lab.ns.lb1, 'ip', ['route', 'show', 'table', '4711']).trim(), 'blackhole default metric 4294967295', 'masq replies reaching lb1 are dropped');
