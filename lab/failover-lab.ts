@@ -505,8 +505,9 @@ export class FailoverLab {
    * goodbye advert either, reaches anyone), then every process in its namespace gets SIGKILL.
    * The others notice by VRRP timeout.
    */
-  async killNode(node: LbNode): Promise<void> {
+  async killNode(node: LbNode): Promise<number> {
     for (const dev of [this.frontDev(node), this.backDev(node)]) this.ip(this.ns[node], ['link', 'set', dev, 'down']);
+    const cut = Date.now();
     const kids = [this.uvsd[node], this.keepalived[node]];
     for (const pid of sh('ip', ['netns', 'pids', this.ns[node]], true).split('\n')) {
       if (!pid.trim()) continue;
@@ -517,19 +518,22 @@ export class FailoverLab {
       }
     }
     await Promise.all(kids.map((c) => stop(c, 'SIGKILL')));
+    return cut;
   }
 
   /**
    * The active node fails — `uvsd`: its uvsd gets SIGKILL (keepalived's track script faults it);
    * `node`: the whole node dies (killNode). Waits until another node's keepalived is MASTER.
-   * Returns that node, the kill time and how long VRRP took (kill → both instances MASTER, as
+   * Returns that node, the kill time (for a node: its links down) and how long VRRP took (kill → both instances MASTER, as
    * the notify FIFO told, a few ms after the addresses were added).
    */
   async failover(kind: KillKind = 'node', timeoutMs = 15000): Promise<{ node: LbNode; killedAt: number; vrrpMs: number }> {
     const dead = this.active;
-    const killedAt = Date.now();
+    // The kill's moment: the signal for uvsd (delivered at once); for a node, when both links
+    // are down (each `ip` command takes some ms on a busy machine).
+    let killedAt = Date.now();
     if (kind === 'uvsd') await this.killUvsd(dead);
-    else await this.killNode(dead);
+    else killedAt = await this.killNode(dead);
     let node: LbNode | null = null;
     await waitFor(() => (node = this.nodes.find((n) => n !== dead && this.enteredAt(n, 'MASTER', killedAt) !== null) ?? null) !== null, timeoutMs, `no node took over from ${dead} in ${timeoutMs} ms`);
     const live = node as unknown as LbNode;
