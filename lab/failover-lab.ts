@@ -506,8 +506,10 @@ export class FailoverLab {
    * The others notice by VRRP timeout.
    */
   async killNode(node: LbNode): Promise<number> {
-    for (const dev of [this.frontDev(node), this.backDev(node)]) this.ip(this.ns[node], ['link', 'set', dev, 'down']);
+    // Both links in one `ip` process, so they go down together; the cut is timed from just before
+    // it (spawning `ip` takes some ms on a busy machine, the link change itself next to nothing).
     const cut = Date.now();
+    execFileSync('ip', ['-n', this.ns[node], '-batch', '-'], { input: `link set ${this.frontDev(node)} down\nlink set ${this.backDev(node)} down\n`, stdio: ['pipe', 'ignore', 'pipe'] });
     const kids = [this.uvsd[node], this.keepalived[node]];
     for (const pid of sh('ip', ['netns', 'pids', this.ns[node]], true).split('\n')) {
       if (!pid.trim()) continue;
@@ -524,13 +526,12 @@ export class FailoverLab {
   /**
    * The active node fails — `uvsd`: its uvsd gets SIGKILL (keepalived's track script faults it);
    * `node`: the whole node dies (killNode). Waits until another node's keepalived is MASTER.
-   * Returns that node, the kill time (for a node: its links down) and how long VRRP took (kill → both instances MASTER, as
+   * Returns that node, the kill time (for a node: its links cut) and how long VRRP took (kill → both instances MASTER, as
    * the notify FIFO told, a few ms after the addresses were added).
    */
   async failover(kind: KillKind = 'node', timeoutMs = 15000): Promise<{ node: LbNode; killedAt: number; vrrpMs: number }> {
     const dead = this.active;
-    // The kill's moment: the signal for uvsd (delivered at once); for a node, when both links
-    // are down (each `ip` command takes some ms on a busy machine).
+    // The kill's moment: the signal for uvsd (delivered at once); for a node, its links' cut.
     let killedAt = Date.now();
     if (kind === 'uvsd') await this.killUvsd(dead);
     else killedAt = await this.killNode(dead);

@@ -12,6 +12,7 @@
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { apiCall } from '../../control/client';
 import { blobDownload, runTool, type Download } from '../../lab/clients';
@@ -333,5 +334,35 @@ describe('Redis Cluster as the store', { skip, timeout: 600_000 }, () => {
     await lab.failover('uvsd');
     await waitFor(async () => (await stats('lb2')).adopted >= 4, 20000, 'lb2 did not adopt the four flows');
     assert.deepEqual(await Promise.all(ss.map((s) => s.done)), [true, true, true, true]);
+  });
+});
+
+describe('keepalived configuration', { skip, timeout: 60_000 }, () => {
+  // keepalived -t resolves interface names: check in a namespace that has them.
+  const ns = `uvkc${process.pid % 100000}`;
+  before(() => {
+    execFileSync('ip', ['netns', 'add', ns]);
+    execFileSync('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
+  });
+  after(() => {
+    execFileSync('ip', ['netns', 'del', ns]);
+  });
+  const check = (file: string) => execFileSync('ip', ['netns', 'exec', ns, 'keepalived', '-t', '-f', file], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+
+  test('the shipped example keepalived.conf passes keepalived\'s own check', () => {
+    check(join(ROOT, 'examples', 'keepalived', 'keepalived.conf'));
+  });
+
+  test('the example and the lab\'s generated configuration agree on timing, tracking and preemption', () => {
+    const example = readFileSync(join(ROOT, 'examples', 'keepalived', 'keepalived.conf'), 'utf8');
+    const lab = new FailoverLab('x').keepalivedConfig('lb1');
+    const lines = (t: string) =>
+      t
+        .split('\n')
+        .map((l) => l.replace(/#.*/, '').trim())
+        .filter((l) => /^(state|nopreempt|version|advert_int|interval|timeout|fall|rise|init_fail|enable_script_security|script_user|vrrp_garp_master_\w+)\b/.test(l))
+        .sort();
+    assert.deepEqual(lines(example), lines(lab));
+    assert.match(lab, /script "\/usr\/bin\/curl -sf -m 1 -o \/dev\/null http:\/\/127\.0\.0\.1:10256\/healthz"/);
   });
 });
