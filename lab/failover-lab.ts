@@ -49,7 +49,7 @@ export type KillKind = 'uvsd' | 'node';
 
 /**
  * VRRP timing. 100 ms adverts (VRRPv3 counts centiseconds): a backup declares the master dead
- * after 3 adverts plus its skew, (256 − priority) / 256 of one advert — 360 ms for priority 100.
+ * after 3 adverts plus its skew, (256 − priority) / 256 of one advert — 326 ms for the lab's lb2 (priority 190).
  * The track script runs every second (keepalived's floor: `interval` is whole seconds) with a 1 s
  * curl timeout; one failure faults the node (a dead uvsd refuses the connection at once, so the
  * detection is 0–1 s after the death, plus the script's start).
@@ -385,7 +385,7 @@ export class FailoverLab {
     return keepalivedConfig({
       routerId: `${this.prefix}-${node}`,
       // lb1 highest: with both starting together it wins the first election.
-      priority: 200 - 10 * this.index(node),
+      priority: 210 - 10 * this.index(node), // 200, 190, …: as the example
       front: this.frontDev(node),
       back: this.backDev(node),
       nextHop: NEXT_HOP,
