@@ -1,21 +1,30 @@
 /**
- * `npm run demo -- failover`: two LB nodes and one Redis. Live TCP transfers and a UDP session run
- * through lb1; lb1 is killed with SIGKILL; the same connections complete through lb2. Prints the
- * connections kept and lost and how long the takeover took, then removes everything.
+ * `npm run demo -- failover`: two LB nodes, one Redis, real keepalived (VRRPv3, both families, a
+ * track script on uvsd's /healthz) holding the router's next hop and the servers' gateway. Live
+ * TCP downloads, a UDP probe and a TCP echo run through the master; then
+ *   1. uvsd on lb1 is SIGKILLed (the node lives): keepalived's track script faults lb1, lb2 takes
+ *      the addresses and adopts the flows from Redis;
+ *   2. lb1 comes back as backup (nopreempt), new traffic runs through lb2, and lb2 dies whole
+ *      (links down, every process SIGKILLed): lb1 takes over by VRRP timeout.
+ * Prints, for each, the streams kept and lost and the blackout as the clients saw it, then
+ * removes everything (also on Ctrl-C).
  */
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { apiCall } from '../control/client';
 import { formatList, type FmtService } from '../control/ipvsadm-format';
-import { blobDownload } from './clients';
-import { FailoverLab, type LbNode } from './failover-lab';
-import { Lab, LAB_VIP, sleep } from './lab';
-
-const ROOT = join(__dirname, '..', '..');
-const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
+import { blackout } from '../perf/failures';
+import { blobDownload, runTool } from './clients';
+import { FailoverLab, LAB_VRRP, NEXT_HOP, GATEWAY, waitFor, type KillKind, type LbNode } from './failover-lab';
+import { Lab, LAB_VIP } from './lab';
 
 function title(s: string): void {
   console.log(`\n\x1b[1m== ${s}\x1b[0m`);
+}
+
+interface Stats {
+  adopted: number;
+  shadows: number;
+  redis: { written: number; received: number } | null;
 }
 
 export async function failoverDemo(): Promise<number> {
@@ -24,8 +33,7 @@ export async function failoverDemo(): Promise<number> {
   const cleanup = async () => {
     if (cleaned) return;
     cleaned = true;
-    await lab.stopUvsd('lb1').catch(() => undefined);
-    await lab.stopUvsd('lb2').catch(() => undefined);
+    await lab.reset().catch(() => undefined);
     lab.down();
   };
   for (const sig of ['SIGINT', 'SIGTERM'] as const) {
@@ -38,60 +46,86 @@ export async function failoverDemo(): Promise<number> {
     const v = (await apiCall<{ tableSize: number; services: FmtService[] }>(lab.socket(n), 'GET', '/v1/services')).body;
     process.stdout.write(formatList(v.tableSize, v.services, { header: false }));
   };
-  const stats = async (n: LbNode) => (await apiCall<{ adopted: number; shadows: number; table: { entries: number }; redis: { written: number; received: number } }>(lab.socket(n), 'GET', '/v1/stats')).body;
+  const services = async (n: LbNode) => (await apiCall<{ services: { port: number; realServers: { activeConns: number }[] }[] }>(lab.socket(n), 'GET', '/v1/services')).body.services;
+  const stats = async (n: LbNode) => (await apiCall<Stats>(lab.socket(n), 'GET', '/v1/stats')).body;
+  const svcs = [
+    { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 8080 })) },
+    { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 5353 })) },
+    { protocol: 'tcp', address: LAB_VIP, port: 7, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 9007 })) },
+  ];
+  const startUvsd = (n: LbNode) => lab.startUvsd(n, lab.config(n, svcs, { log: { level: 'warn' } }));
+  let allKept = true;
+
+  /** Traffic through the master, then `kind` kills it; prints what the clients and lb2 saw. */
+  const killUnderLoad = async (kind: KillKind, seedBase: number) => {
+    const from = lab.active;
+    const N = 6;
+    const written0 = (await stats(from)).redis?.written ?? 0;
+    // 16 MB at 2 MB/s: 8 s, far more than the socket buffers hold at the kill, so the surviving
+    // node must carry every download to its end.
+    const downloads = Array.from({ length: N }, (_, i) => blobDownload(lab.ns.cl, LAB_VIP, 80, 16 << 20, seedBase + i, '2M', 60));
+    const udp = runTool<{ sent: number; answered: number; probes: [number, number | null, string | null][] }>(lab.ns.cl, ['udp-probe', LAB_VIP, '53', '12', '10'], 60000).result;
+    const echo = runTool<{ error: string | null; times: number[] }>(lab.ns.cl, ['echo-probe', LAB_VIP, '7', '12', '20'], 60000).result;
+    const to: LbNode = from === 'lb1' ? 'lb2' : 'lb1';
+    const base = (await stats(to)).adopted;
+    const started = Date.now();
+    // Every download and the echo connection established through the master, and every flow
+    // (with the UDP probe's) written to Redis, before the kill.
+    const active = async (port: number) => (await services(from)).find((s) => s.port === port)!.realServers.reduce((n, r) => n + r.activeConns, 0);
+    await waitFor(async () => (await active(80)) === N && (await active(7)) === 1, 20000, `the traffic did not start through ${from}`);
+    await waitFor(async () => ((await stats(from)).redis?.written ?? 0) - written0 >= N + 2, 20000, `${from} did not write the flows to Redis`);
+    console.log(`  ${N} downloads (16 MB at 2 MB/s), a UDP probe every 10 ms and a TCP echo line every 20 ms run through ${from}; after ${Date.now() - started} ms ${from} has written them to Redis, ${to} holds ${(await stats(to)).shadows} shadow entries`);
+    console.log(`  ${from} (uvsadm -Ln):`);
+    await list(from);
+    const f = await lab.failover(kind);
+    let adoptedMs = NaN;
+    await waitFor(async () => (await stats(to)).adopted - base >= N && ((adoptedMs = Date.now() - f.killedAt), true), 15000, `${to} did not adopt the downloads`).catch(() => undefined);
+    console.log(`  ${to} (uvsadm -Ln) after the adoptions:`);
+    await list(to);
+    const ok = await Promise.all(downloads.map((d) => d.done));
+    const u = (await udp).out;
+    const e = (await echo).out;
+    const bu = u ? blackout(u.probes.flatMap((p) => (p[1] === null ? [] : [p[1]])), f.killedAt) : null;
+    const bt = e ? blackout(e.times, f.killedAt) : null;
+    const kept = ok.filter(Boolean).length;
+    allKept &&= kept === N && e?.error === null;
+    const servers = u ? [...new Set(u.probes.map((p) => p[2]).filter((s) => s !== null))] : [];
+    console.log(`  keepalived on ${to} MASTER (both families) ${f.vrrpMs} ms after the kill`);
+    console.log(`  blackout, UDP (kill → first answer through ${to}): ${bu ? `${bu.blackoutMs} ms` : 'no answer after the kill'}; ${u ? `${u.sent - u.answered} of ${u.sent} probes unanswered, answered by ${servers.join(', ')}` : ''}`);
+    console.log(`  blackout, TCP echo (kill → first echo through ${to}): ${bt ? `${bt.blackoutMs} ms` : 'no echo after the kill'}; connection ${e?.error === null ? 'kept' : `broken (${e?.error})`}`);
+    console.log(`  ${to} adopted all ${N} downloads ${Number.isNaN(adoptedMs) ? 'not within 15 s' : `${adoptedMs} ms after the kill (TCP retransmission brings each flow's next packet)`}`);
+    console.log(`  downloads: ${N} started, ${kept} completed byte-identical, ${N - kept} lost`);
+  };
+
   try {
-    title('1. Lab: client → router → lb1 | lb2 → switch → three real servers and redis-server');
+    title('1. Lab: client → router → br-front (lb1 | lb2) → br-back → three real servers and redis-server');
     lab.up();
     await lab.waitServers();
-    console.log(`  router sends ${LAB_VIP} to lb1; the servers' gateway 10.201.10.1 is on lb1 (as keepalived would hold it)`);
-    const services = [
-      { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 8080 })) },
-      { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 5353 })) },
-    ];
-    title('2. uvsd on both nodes, same services, same Redis');
-    for (const n of ['lb1', 'lb2'] as const) await lab.startUvsd(n, lab.config(n, services, { log: { level: 'warn' } }));
-    await sleep(1000);
+    console.log(`  the router sends ${LAB_VIP}/24 to ${NEXT_HOP}; the servers' gateway is ${GATEWAY}: both are VRRP addresses (and their IPv6 twins)`);
 
-    title('3. Six 16 MB downloads (2 MB/s each) and a UDP session start through lb1');
-    const streams = Array.from({ length: 6 }, (_, i) => blobDownload(lab.ns.cl, LAB_VIP, 80, 16 << 20, 300 + i, '2M').done);
-    const udp = spawn('ip', ['netns', 'exec', lab.ns.cl, process.execPath, TOOLS, 'udp-session', LAB_VIP, '53', '40', '150'], { stdio: ['ignore', 'pipe', 'ignore'] });
-    let udpText = '';
-    udp.stdout.on('data', (d: Buffer) => (udpText += d.toString()));
-    const udpDone = new Promise((r) => udp.on('exit', r)); // listen now: it may end before the streams
-    await sleep(3000);
-    console.log('  lb1 (uvsadm -Ln):');
-    await list('lb1');
-    const s1 = await stats('lb1');
-    const s2 = await stats('lb2');
-    console.log(`  lb1 wrote ${s1.redis.written} flow records to Redis; lb2 pre-loaded ${s2.shadows} of them as shadow entries`);
+    title('2. uvsd on both nodes (same services, same Redis), then keepalived on both');
+    for (const n of ['lb1', 'lb2'] as const) await startUvsd(n);
+    await lab.startVrrp('lb1');
+    console.log(`  keepalived: ${LAB_VRRP.advertSeconds * 1000} ms VRRPv3 adverts, track script on uvsd's /healthz every ${LAB_VRRP.scriptInterval} s (fall ${LAB_VRRP.scriptFall}), nopreempt`);
+    console.log(`  lb1 ${lab.state('lb1')} holds ${lab.heldAddresses('lb1').join(' ')}; lb2 ${lab.state('lb2')}`);
+    console.log(`  keepalived.conf of lb1: ${join(lab.dir, 'lb1.keepalived.conf')} (examples/keepalived/keepalived.conf is the documented one)`);
 
-    title('4. kill -9 lb1 — the router and the servers\' gateway move to lb2');
-    const t0 = Date.now();
-    await lab.failover();
-    let takeover = -1;
-    for (let i = 0; i < 200 && takeover < 0; i++) {
-      if ((await stats('lb2')).adopted >= 6) takeover = Date.now() - t0;
-      else await sleep(50);
-    }
-    console.log(takeover >= 0 ? `  lb2 carried every TCP flow ${takeover} ms after the kill (TCP retransmission brings the next packet)` : '  lb2 did not adopt all flows in 10 s');
+    title('3. kill -9 uvsd on lb1 (the node lives): keepalived\'s track script fails, lb2 takes over');
+    await killUnderLoad('uvsd', 300);
 
-    title('5. The same connections complete through lb2');
-    const ok = await Promise.all(streams);
-    await udpDone;
-    const answers = (JSON.parse(udpText || '{"answers":[]}').answers as (string | null)[]).filter((a): a is string => a !== null);
-    const kept = ok.filter(Boolean).length;
-    console.log(`  TCP: ${ok.length} started, ${kept} completed byte-identical, ${ok.length - kept} lost`);
-    console.log(`  UDP: ${answers.length}/40 answered, by ${[...new Set(answers)].join(', ')} (one real server before and after)`);
-    console.log('  lb2 (uvsadm -Ln):');
-    await list('lb2');
-    const after = await stats('lb2');
-    console.log(`  lb2 adopted ${after.adopted} flows`);
+    title('4. uvsd on lb1 again: its keepalived goes back to BACKUP and stays there (nopreempt)');
+    await startUvsd('lb1');
+    await lab.waitState('lb1', 'BACKUP');
+    console.log(`  lb1 ${lab.state('lb1')}, lb2 ${lab.state('lb2')} holds ${lab.heldAddresses('lb2').join(' ')}`);
+
+    title('5. lb2 dies whole (links down, every process SIGKILLed): lb1 takes over by VRRP timeout');
+    await killUnderLoad('node', 400);
 
     title('6. Teardown');
     await cleanup();
     const left = Lab.existing('uvsfo');
-    console.log(left.length ? `  LEFT BEHIND: ${left.join(' ')}` : '  both nodes stopped, namespaces removed');
-    return kept === ok.length && new Set(answers).size === 1 && left.length === 0 ? 0 : 1;
+    console.log(left.length ? `  LEFT BEHIND: ${left.join(' ')}` : '  keepalived and uvsd stopped on both nodes, namespaces removed');
+    return allKept && left.length === 0 ? 0 : 1;
   } catch (e) {
     console.error(`\nfailover demo failed: ${(e as Error).message}`);
     await cleanup();

@@ -1,50 +1,205 @@
 /**
- * The two-node lab: a client behind a router that sends VIP traffic to lb1 (or lb2 after a
- * failover), two LB nodes running uvsd, three real servers and a Redis server on a shared
- * server-side switch. The real servers' default gateway (10.201.10.1) is a floating address that
- * the active LB node holds, as keepalived's VRRP would move it.
+ * The multi-node lab: a client behind a router, N LB nodes running uvsd (two by default), three
+ * real servers and a Redis server. The LB nodes share two segments, each a bridge in the switch
+ * namespace, so that addresses can float between them as they do on real LANs:
  *
- *   <p>-cl 10.201.1.2 ── <p>-rt ──10.201.2.0/24── <p>-lb1 ─┐
- *                               └─10.201.3.0/24── <p>-lb2 ─┤  <p>-sw (bridge)  10.201.10.0/24
- *                                                          ├── <p>-rs1..3  .21–.23 (gw .1)
- *                                                          └── <p>-rd      .5 (redis-server)
+ *   <p>-cl 10.201.1.2 ── <p>-rt 10.201.1.1
+ *                        <p>-rt 10.201.2.1 ─┐ br-front (in <p>-sw)   10.201.2.0/24
+ *                                           ├── <p>-lb1 .11  ┐ VRRP: next hop .2, the address the
+ *                                           ├── <p>-lb2 .12  ┘ router sends the VIP ranges to
+ *                                           └── (<p>-lbN .10+N)
+ *                                             br-back (in <p>-sw)    10.201.10.0/24
+ *                                           ├── <p>-lb1 .11, <p>-lb2 .12   VRRP: gateway .1
+ *                                           ├── <p>-rs1..3 .21–.23 (default via .1)
+ *                                           └── <p>-rd .5 (redis-server)
  *
- * IPv6 beside it: fd00:201:N::/64 for the same links (client ::2, router ::1, LB uplinks ::2,
- * switch fd00:201:10::/64 with the servers at ::21–::23 and the floating gateway ::1), the VIP
- * range fd00:200::/64 routed like 10.200.0.0/24.
+ * IPv6 beside it: fd00:201:1::/64 client link, fd00:201:2::/64 front (router ::1, next hop ::2,
+ * node i ::10+i), fd00:201:10::/64 back (gateway ::1, servers ::21–::23); VIP range fd00:200::/64.
+ *
+ * Who holds the next hop and the gateway is decided by real keepalived (startKeepalived), one
+ * per LB namespace with its own config, pid files and notify FIFO in the lab's directory: one
+ * VRRPv3 instance per family in a sync group, 100 ms adverts, a track script on uvsd's /healthz.
+ * The lab only kills things (uvsd, or a whole node: its links down and every process in it) and
+ * watches keepalived's state changes; it never moves an address itself.
+ *
+ * More nodes (for ECMP later): `nodes: N` adds lbN on both bridges at .10+N; a router with BGP
+ * would peer with the nodes' own front addresses on the same br-front, no topology change.
  */
 import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, constants, existsSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { Socket } from 'node:net';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { Lab, LAB_VIP6_CIDR, LAB_VIP_CIDR, sh, sleep } from './lab';
 
 const ROOT = join(__dirname, '..', '..');
 export const GATEWAY = '10.201.10.1';
-export const REDIS_ADDR = '10.201.10.5';
 export const GATEWAY6 = 'fd00:201:10::1';
+/** The router's next hop for the VIP ranges (VRRP-held on br-front). */
+export const NEXT_HOP = '10.201.2.2';
+export const NEXT_HOP6 = 'fd00:201:2::2';
+export const REDIS_ADDR = '10.201.10.5';
+const ROUTER_FRONT = '10.201.2.1';
+const ROUTER_FRONT6 = 'fd00:201:2::1';
 
-export type LbNode = 'lb1' | 'lb2';
+export type LbNode = `lb${number}`;
+
+/** What makes a node die in `kill`: its uvsd only (the node lives), or the whole node. */
+export type KillKind = 'uvsd' | 'node';
+
+/**
+ * VRRP timing. 100 ms adverts (VRRPv3 counts centiseconds): a backup declares the master dead
+ * after 3 adverts plus its skew, (256 − priority) / 256 of one advert — 326 ms for the lab's lb2 (priority 190).
+ * The track script runs every second (keepalived's floor: `interval` is whole seconds) with a 1 s
+ * curl timeout; one failure faults the node (a dead uvsd refuses the connection at once, so the
+ * detection is 0–1 s after the death, plus the script's start).
+ */
+export interface KeepalivedTiming {
+  advertSeconds: number;
+  scriptInterval: number;
+  scriptFall: number;
+  scriptRise: number;
+}
+export const LAB_VRRP: KeepalivedTiming = { advertSeconds: 0.1, scriptInterval: 1, scriptFall: 1, scriptRise: 1 };
+
+/** A keepalived state change, as its notify FIFO reported it, with the time the lab read it. */
+export interface VrrpEvent {
+  at: number;
+  kind: 'INSTANCE' | 'GROUP';
+  name: string;
+  state: string;
+}
+
+export interface KeepalivedOptions {
+  routerId: string;
+  priority: number;
+  /** Interface toward the router (advertisements go out here) and toward the real servers. */
+  front: string;
+  back: string;
+  nextHop: string;
+  nextHop6: string;
+  gateway: string;
+  gateway6: string;
+  /** CIDR prefix lengths of the two segments. */
+  prefix4: number;
+  prefix6: number;
+  /** uvsd's /healthz URL (uvsd's `healthz.address`). */
+  healthz: string;
+  notifyFifo?: string;
+  vrid4?: number;
+  vrid6?: number;
+  timing?: KeepalivedTiming;
+}
+
+/**
+ * keepalived.conf for one node of a uvs pair (examples/keepalived/keepalived.conf is this with
+ * comments). Both nodes start BACKUP with `nopreempt`: the first to win stays master until it
+ * fails, so a node that returns does not pull the flows back (each move costs a blackout, even
+ * with every flow adopted). The two instances (one per family: a VRRP instance carries one
+ * family) are a sync group, so they move together.
+ */
+export function keepalivedConfig(o: KeepalivedOptions): string {
+  const t = o.timing ?? LAB_VRRP;
+  const inst = (name: string, vrid: number, addrs: string[]) => `vrrp_instance ${name} {
+    state BACKUP
+    nopreempt
+    interface ${o.front}
+    virtual_router_id ${vrid}
+    priority ${o.priority}
+    version 3
+    advert_int ${t.advertSeconds}
+    track_interface {
+        ${o.back}
+    }
+    track_script {
+        uvsd_healthz
+    }
+    virtual_ipaddress {
+${addrs.map((a) => `        ${a}`).join('\n')}
+    }
+}
+`;
+  return `# generated by uvs lab/failover-lab.ts
+global_defs {
+    router_id ${o.routerId}
+    enable_script_security
+    script_user root
+    vrrp_garp_master_delay 1
+    vrrp_garp_master_repeat 3
+${o.notifyFifo ? `    notify_fifo ${o.notifyFifo}\n` : ''}}
+
+vrrp_script uvsd_healthz {
+    script "/usr/bin/curl -sf -m 1 -o /dev/null ${o.healthz}"
+    interval ${t.scriptInterval}
+    timeout ${t.scriptInterval + 1}
+    fall ${t.scriptFall}
+    rise ${t.scriptRise}
+    init_fail
+}
+
+vrrp_sync_group uvs {
+    group {
+        uvs_v4
+        uvs_v6
+    }
+}
+
+${inst('uvs_v4', o.vrid4 ?? 51, [`${o.nextHop}/${o.prefix4} dev ${o.front}`, `${o.gateway}/${o.prefix4} dev ${o.back}`])}
+${inst('uvs_v6', o.vrid6 ?? 52, [`${o.nextHop6}/${o.prefix6} dev ${o.front}`, `${o.gateway6}/${o.prefix6} dev ${o.back}`])}`;
+}
 
 export class FailoverLab {
   readonly prefix: string;
   readonly dir: string;
-  readonly ns: { cl: string; rt: string; lb1: string; lb2: string; sw: string; rd: string; rs: string[] };
+  readonly nodes: LbNode[];
+  readonly ns: { cl: string; rt: string; sw: string; rd: string; rs: string[] } & Record<LbNode, string>;
   readonly clientAddr = '10.201.1.2';
   readonly clientAddr6 = 'fd00:201:1::2';
   readonly rsAddrs = ['10.201.10.21', '10.201.10.22', '10.201.10.23'];
   readonly rsAddrs6 = ['fd00:201:10::21', 'fd00:201:10::22', 'fd00:201:10::23'];
-  readonly lbUplink: Record<LbNode, string> = { lb1: '10.201.2.2', lb2: '10.201.3.2' };
-  readonly lbUplink6: Record<LbNode, string> = { lb1: 'fd00:201:2::2', lb2: 'fd00:201:3::2' };
   private readonly uvsd: Partial<Record<LbNode, ChildProcess>> = {};
+  private readonly keepalived: Partial<Record<LbNode, ChildProcess>> = {};
+  private readonly fifos: Partial<Record<LbNode, Socket>> = {};
+  /** Every state change keepalived reported, per node, oldest first. */
+  readonly events: Partial<Record<LbNode, VrrpEvent[]>> = {};
   private redis: ChildProcess | null = null;
+  /** The node that holds the VRRP addresses (as far as the lab last saw). */
   active: LbNode = 'lb1';
 
-  constructor(prefix: string) {
+  constructor(prefix: string, nodes = 2) {
     if (!/^[a-z0-9]{1,8}$/.test(prefix)) throw new Error(`failover lab prefix must be 1–8 characters of a-z0-9, got ${JSON.stringify(prefix)}`);
+    if (!(nodes >= 2 && nodes <= 9)) throw new Error(`failover lab nodes must be 2–9, got ${nodes}`);
     this.prefix = prefix;
     this.dir = join('/run/uvs-lab', prefix);
-    this.ns = { cl: `${prefix}-cl`, rt: `${prefix}-rt`, lb1: `${prefix}-lb1`, lb2: `${prefix}-lb2`, sw: `${prefix}-sw`, rd: `${prefix}-rd`, rs: [1, 2, 3].map((i) => `${prefix}-rs${i}`) };
+    this.nodes = Array.from({ length: nodes }, (_, i) => `lb${i + 1}` as LbNode);
+    const ns = { cl: `${prefix}-cl`, rt: `${prefix}-rt`, sw: `${prefix}-sw`, rd: `${prefix}-rd`, rs: [1, 2, 3].map((i) => `${prefix}-rs${i}`) } as FailoverLab['ns'];
+    for (const n of this.nodes) ns[n] = `${prefix}-${n}`;
+    this.ns = ns;
+  }
+
+  private index(n: LbNode): number {
+    return Number(n.slice(2));
+  }
+
+  /** The node's own addresses: front (toward the router) and back (toward the servers). */
+  frontAddr(n: LbNode): string {
+    return `10.201.2.${10 + this.index(n)}`;
+  }
+  frontAddr6(n: LbNode): string {
+    return `fd00:201:2::${10 + this.index(n)}`;
+  }
+  backAddr(n: LbNode): string {
+    return `10.201.10.${10 + this.index(n)}`;
+  }
+  backAddr6(n: LbNode): string {
+    return `fd00:201:10::${10 + this.index(n)}`;
+  }
+  /** Interface names inside the node's namespace. */
+  frontDev(n: LbNode): string {
+    return `${this.prefix}${n}f`;
+  }
+  backDev(n: LbNode): string {
+    return `${this.prefix}${n}s`;
   }
 
   socket(n: LbNode): string {
@@ -70,52 +225,62 @@ export class FailoverLab {
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     const p = this.prefix;
     const n = this.ns;
-    for (const ns of [n.cl, n.rt, n.lb1, n.lb2, n.sw, n.rd, ...n.rs]) {
+    for (const ns of [n.cl, n.rt, n.sw, n.rd, ...n.rs, ...this.nodes.map((x) => n[x])]) {
       sh('ip', ['netns', 'add', ns]);
       this.ip(ns, ['link', 'set', 'lo', 'up']);
-      // A failover takes a node's links down and up again: keep their IPv6 addresses meanwhile.
-      sh('ip', ['netns', 'exec', ns, 'sysctl', '-qw', 'net.ipv6.conf.all.keep_addr_on_down=1']);
+      // A node death takes its links down and up again: keep their IPv6 addresses meanwhile. No
+      // DAD: keepalived's IPv6 adverts need the link-local address usable at once (a tentative
+      // one cannot send), and the lab's addresses are unique by construction.
+      sh('ip', ['netns', 'exec', ns, 'sysctl', '-qw', 'net.ipv6.conf.all.keep_addr_on_down=1', 'net.ipv6.conf.default.accept_dad=0', 'net.ipv6.conf.all.accept_dad=0']);
     }
-    // client — router — lb1 / lb2
+    // client — router
     this.veth(`${p}c0`, n.cl, `${p}c1`, n.rt);
     this.addr(n.cl, `${p}c0`, `${this.clientAddr}/24`, `${this.clientAddr6}/64`);
     this.addr(n.rt, `${p}c1`, '10.201.1.1/24', 'fd00:201:1::1/64');
     this.ip(n.cl, ['route', 'add', 'default', 'via', '10.201.1.1']);
     this.ip(n.cl, ['-6', 'route', 'add', 'default', 'via', 'fd00:201:1::1']);
-    for (const [lb, net] of [['lb1', 2], ['lb2', 3]] as const) {
-      this.veth(`${p}u${net}a`, n.rt, `${p}u${net}b`, n[lb]);
-      this.addr(n.rt, `${p}u${net}a`, `10.201.${net}.1/24`, `fd00:201:${net}::1/64`);
-      this.addr(n[lb], `${p}u${net}b`, `10.201.${net}.2/24`, `fd00:201:${net}::2/64`);
-      this.ip(n[lb], ['route', 'add', 'default', 'via', `10.201.${net}.1`]);
-      this.ip(n[lb], ['-6', 'route', 'add', 'default', 'via', `fd00:201:${net}::1`]);
+    // The two segments. No multicast snooping: VRRP's 224.0.0.18 / ff02::12 must reach every port
+    // from the first advert on, before any membership report.
+    for (const br of ['brf', 'brb']) {
+      this.ip(n.sw, ['link', 'add', br, 'type', 'bridge', 'mcast_snooping', '0']);
+      this.ip(n.sw, ['link', 'set', br, 'up']);
     }
-    sh('ip', ['netns', 'exec', n.rt, 'sysctl', '-qw', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
-    this.ip(n.rt, ['route', 'add', LAB_VIP_CIDR, 'via', this.lbUplink.lb1]);
-    this.ip(n.rt, ['-6', 'route', 'add', LAB_VIP6_CIDR, 'via', this.lbUplink6.lb1]);
-    // the server-side switch
-    this.ip(n.sw, ['link', 'add', 'br0', 'type', 'bridge']);
-    this.ip(n.sw, ['link', 'set', 'br0', 'up']);
-    const port = (ns: string, dev: string, cidr: string, i: number, cidr6?: string) => {
-      this.veth(`${p}s${i}`, n.sw, dev, ns);
-      this.ip(n.sw, ['link', 'set', `${p}s${i}`, 'master', 'br0', 'up']);
+    const port = (br: 'brf' | 'brb', swDev: string, ns: string, dev: string, cidr: string, cidr6?: string) => {
+      this.veth(swDev, n.sw, dev, ns);
+      this.ip(n.sw, ['link', 'set', swDev, 'master', br, 'up']);
       this.addr(ns, dev, cidr, cidr6);
     };
-    port(n.lb1, `${p}lb1s`, '10.201.10.11/24', 1, 'fd00:201:10::11/64');
-    port(n.lb2, `${p}lb2s`, '10.201.10.12/24', 2, 'fd00:201:10::12/64');
-    port(n.rd, `${p}rds`, `${REDIS_ADDR}/24`, 3);
+    port('brf', `${p}fr`, n.rt, `${p}rf`, `${ROUTER_FRONT}/24`, `${ROUTER_FRONT6}/64`);
+    sh('ip', ['netns', 'exec', n.rt, 'sysctl', '-qw', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
+    this.ip(n.rt, ['route', 'add', LAB_VIP_CIDR, 'via', NEXT_HOP]);
+    this.ip(n.rt, ['-6', 'route', 'add', LAB_VIP6_CIDR, 'via', NEXT_HOP6]);
+    // The servers' network is reachable from the client's side too, as on a real LAN (a client
+    // packet to a real server's own address — say a RST — reaches it through the LB pair).
+    this.ip(n.rt, ['route', 'add', '10.201.10.0/24', 'via', NEXT_HOP]);
+    this.ip(n.rt, ['-6', 'route', 'add', 'fd00:201:10::/64', 'via', NEXT_HOP6]);
+    for (const lb of this.nodes) {
+      const i = this.index(lb);
+      port('brf', `${p}f${i}`, n[lb], this.frontDev(lb), `${this.frontAddr(lb)}/24`, `${this.frontAddr6(lb)}/64`);
+      port('brb', `${p}b${i}`, n[lb], this.backDev(lb), `${this.backAddr(lb)}/24`, `${this.backAddr6(lb)}/64`);
+      this.defaultRoutes(lb);
+    }
+    port('brb', `${p}bd`, n.rd, `${p}rds`, `${REDIS_ADDR}/24`);
     n.rs.forEach((ns, i) => {
-      port(ns, `${p}r${i + 1}s`, `${this.rsAddrs[i]}/24`, 4 + i, `${this.rsAddrs6[i]}/64`);
+      port('brb', `${p}r${i + 1}`, ns, `${p}r${i + 1}s`, `${this.rsAddrs[i]}/24`, `${this.rsAddrs6[i]}/64`);
       this.ip(ns, ['route', 'add', 'default', 'via', GATEWAY]);
       this.ip(ns, ['-6', 'route', 'add', 'default', 'via', GATEWAY6]);
     });
-    this.ip(n.lb1, ['addr', 'add', `${GATEWAY}/24`, 'dev', `${p}lb1s`]);
-    this.ip(n.lb1, ['addr', 'add', `${GATEWAY6}/64`, 'dev', `${p}lb1s`, 'nodad']);
     // real services and Redis
     n.rs.forEach((ns, i) => {
       const log = openSync(join(this.dir, `rs${i + 1}.log`), 'a');
       this.spawn(ns, process.execPath, [join(ROOT, 'dist', 'lab', 'servers.js'), '--name', `rs${i + 1}`], { stdio: ['ignore', log, log], detached: true }).unref();
     });
     this.startRedis();
+  }
+
+  private defaultRoutes(lb: LbNode): void {
+    this.ip(this.ns[lb], ['route', 'replace', 'default', 'via', ROUTER_FRONT]);
+    this.ip(this.ns[lb], ['-6', 'route', 'replace', 'default', 'via', ROUTER_FRONT6]);
   }
 
   startRedis(): void {
@@ -130,35 +295,44 @@ export class FailoverLab {
   }
 
   async waitRedis(timeoutMs = 10000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
+    await waitFor(() => {
       try {
-        if (this.exec(this.ns.rd, 'redis-cli', ['-h', REDIS_ADDR, 'ping']).trim() === 'PONG') return;
+        return this.exec(this.ns.rd, 'redis-cli', ['-h', REDIS_ADDR, 'ping']).trim() === 'PONG';
       } catch {
-        /* not yet */
+        return false;
       }
-      if (Date.now() > deadline) throw new Error('redis-server did not come up');
-      await sleep(100);
-    }
+    }, timeoutMs, 'redis-server did not come up');
+  }
+
+  /** A counter of the client namespace's /proc/net/snmp, e.g. ('Tcp', 'OutRsts'). */
+  clientSnmp(group: string, name: string): number {
+    const lines = this.exec(this.ns.cl, 'cat', ['/proc/net/snmp']).split('\n').filter((l) => l.startsWith(`${group}: `));
+    const names = lines[0]!.split(' ');
+    return Number(lines[1]!.split(' ')[names.indexOf(name)]);
+  }
+
+  /** redis-cli in the Redis namespace (port 6379 unless given); its output, trimmed. */
+  redisCli(args: string[], port = 6379): string {
+    return this.exec(this.ns.rd, 'redis-cli', ['-h', REDIS_ADDR, '-p', String(port), ...args]).trim();
   }
 
   async waitServers(timeoutMs = 10000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
     for (const a of this.rsAddrs) {
-      for (;;) {
+      await waitFor(() => {
         try {
           this.exec(this.ns.lb1, 'curl', ['-s', '-m', '1', `http://${a}:8080/`]);
-          break;
+          return true;
         } catch {
-          if (Date.now() > deadline) throw new Error(`real server ${a} did not come up`);
-          await sleep(100);
+          return false;
         }
-      }
+      }, timeoutMs, `real server ${a} did not come up`);
     }
     await this.waitRedis(timeoutMs);
   }
 
   down(): void {
+    for (const f of Object.values(this.fifos)) f?.destroy();
+    for (const k of Object.keys(this.fifos)) delete this.fifos[k as LbNode];
     new Lab({ prefix: this.prefix }).down(); // same prefix rule: kills every process, deletes every namespace
     if (existsSync(this.dir)) rmSync(this.dir, { recursive: true, force: true });
   }
@@ -190,65 +364,211 @@ export class FailoverLab {
     rmSync(this.socket(node), { force: true }); // a killed uvsd leaves its socket behind
     const child = this.spawn(this.ns[node], process.execPath, [join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', file], { stdio: ['ignore', log, log] });
     this.uvsd[node] = child;
-    const deadline = Date.now() + timeoutMs;
-    while (!existsSync(this.socket(node))) {
+    await waitFor(() => {
       if (child.exitCode !== null) throw new Error(`uvsd ${node} exited with ${child.exitCode}; see ${join(this.dir, `${node}.log`)}`);
-      if (Date.now() > deadline) throw new Error(`uvsd ${node} did not start; see ${join(this.dir, `${node}.log`)}`);
-      await sleep(50);
-    }
+      return existsSync(this.socket(node));
+    }, timeoutMs, `uvsd ${node} did not start; see ${join(this.dir, `${node}.log`)}`);
     return child;
   }
 
   async stopUvsd(node: LbNode): Promise<void> {
-    const c = this.uvsd[node];
-    if (!c || c.exitCode !== null || c.signalCode !== null) return;
-    const done = new Promise((r) => c.once('exit', r));
-    c.kill('SIGTERM');
-    await done;
+    await stop(this.uvsd[node], 'SIGTERM');
+  }
+
+  /** SIGKILL of uvsd alone: the node and its keepalived live on. Returns when it is gone. */
+  async killUvsd(node: LbNode): Promise<void> {
+    await stop(this.uvsd[node], 'SIGKILL');
+  }
+
+  // ── keepalived ─────────────────────────────────────────────────────────────────────────────
+  keepalivedConfig(node: LbNode, timing: KeepalivedTiming = LAB_VRRP): string {
+    return keepalivedConfig({
+      routerId: `${this.prefix}-${node}`,
+      // lb1 highest: with both starting together it wins the first election.
+      priority: 210 - 10 * this.index(node), // 200, 190, …: as the example
+      front: this.frontDev(node),
+      back: this.backDev(node),
+      nextHop: NEXT_HOP,
+      nextHop6: NEXT_HOP6,
+      gateway: GATEWAY,
+      gateway6: GATEWAY6,
+      prefix4: 24,
+      prefix6: 64,
+      healthz: 'http://127.0.0.1:10256/healthz',
+      notifyFifo: join(this.dir, `${node}.vrrp.fifo`),
+      timing,
+    });
   }
 
   /**
-   * The active node dies: uvsd gets SIGKILL and the node's links go down. The router sends the
-   * VIP range to the other node, which also takes over the servers' gateway address (the real
-   * servers forget the old MAC, as a gratuitous ARP makes them). Returns when traffic is switched.
+   * Starts keepalived in the node's namespace: its own config, pid files and notify FIFO in the
+   * lab's directory (several keepalived run on one machine), in the foreground (-n, so the lab
+   * owns the process), logging to <node>.keepalived.log. Returns at once; see waitState.
    */
-  async failover(): Promise<LbNode> {
+  startKeepalived(node: LbNode, timing: KeepalivedTiming = LAB_VRRP): ChildProcess {
+    const d = this.dir;
+    const conf = join(d, `${node}.keepalived.conf`);
+    writeFileSync(conf, this.keepalivedConfig(node, timing), { mode: 0o600 });
+    const fifo = join(d, `${node}.vrrp.fifo`);
+    if (!this.fifos[node]) {
+      rmSync(fifo, { force: true });
+      sh('mkfifo', ['-m', '0600', fifo]);
+      chmodSync(fifo, 0o600);
+      // O_RDWR: the open never blocks and never sees end-of-file when keepalived exits, so one
+      // reader serves every keepalived the node runs.
+      const fd = openSync(fifo, constants.O_RDWR | constants.O_NONBLOCK);
+      const sock = new Socket({ fd, readable: true, writable: false });
+      const events = (this.events[node] ??= []);
+      let buf = '';
+      sock.on('data', (b: Buffer) => {
+        const at = Date.now();
+        buf += b.toString('utf8');
+        let nl: number;
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          // e.g. INSTANCE "uvs_v4" MASTER 190   /   GROUP "uvs" FAULT
+          const m = /^(INSTANCE|GROUP) "([^"]+)" (\w+)/.exec(buf.slice(0, nl));
+          buf = buf.slice(nl + 1);
+          if (m) events.push({ at, kind: m[1] as 'INSTANCE' | 'GROUP', name: m[2]!, state: m[3]! });
+        }
+      });
+      sock.on('error', () => undefined);
+      sock.unref(); // a lab left up must not keep its process alive
+      this.fifos[node] = sock;
+    }
+    const log = openSync(join(d, `${node}.keepalived.log`), 'a');
+    const child = this.spawn(this.ns[node], 'keepalived', ['-n', '-l', '-D', '-P', '-f', conf, '-p', join(d, `${node}.keepalived.pid`), '-r', join(d, `${node}.vrrp.pid`)], { stdio: ['ignore', log, log] });
+    this.keepalived[node] = child;
+    return child;
+  }
+
+  async stopKeepalived(node: LbNode): Promise<void> {
+    await stop(this.keepalived[node], 'SIGTERM');
+  }
+
+  /** The node's last reported state of both instances when they agree, else null. */
+  state(node: LbNode): string | null {
+    const ev = this.events[node] ?? [];
+    const last = (name: string) => [...ev].reverse().find((e) => e.kind === 'INSTANCE' && e.name === name)?.state ?? null;
+    const v4 = last('uvs_v4');
+    return v4 !== null && v4 === last('uvs_v6') ? v4 : null;
+  }
+
+  /** When both instances of the node last became `state`, at or after `since` (ms), or null. */
+  enteredAt(node: LbNode, state: string, since: number): number | null {
+    const ev = (this.events[node] ?? []).filter((e) => e.kind === 'INSTANCE' && e.state === state && e.at >= since);
+    const v4 = ev.find((e) => e.name === 'uvs_v4');
+    const v6 = ev.find((e) => e.name === 'uvs_v6');
+    return v4 && v6 ? Math.max(v4.at, v6.at) : null;
+  }
+
+  async waitState(node: LbNode, state: 'MASTER' | 'BACKUP' | 'FAULT', timeoutMs = 15000): Promise<void> {
+    await waitFor(() => this.state(node) === state, timeoutMs, `keepalived on ${node} did not reach ${state} (last: ${this.state(node)}); see ${join(this.dir, `${node}.keepalived.log`)}`);
+  }
+
+  /** The VRRP addresses the node holds now (read from the kernel, not from keepalived). */
+  heldAddresses(node: LbNode): string[] {
+    const out = sh('ip', ['-n', this.ns[node], '-o', 'addr', 'show'], true);
+    return [NEXT_HOP, NEXT_HOP6, GATEWAY, GATEWAY6].filter((a) => out.includes(` ${a}/`));
+  }
+
+  /**
+   * Makes `master` the VRRP master with every other node its backup: keepalived is started on
+   * the master first and the others once it holds the addresses (nopreempt keeps it there).
+   * uvsd must already run on the nodes (the track script gates them).
+   */
+  async startVrrp(master: LbNode = 'lb1', timing: KeepalivedTiming = LAB_VRRP, timeoutMs = 20000): Promise<void> {
+    this.startKeepalived(master, timing);
+    await this.waitState(master, 'MASTER', timeoutMs);
+    for (const n of this.nodes) {
+      if (n === master) continue;
+      this.startKeepalived(n, timing);
+      await this.waitState(n, 'BACKUP', timeoutMs);
+    }
+    await waitFor(() => this.heldAddresses(master).length === 4, timeoutMs, `${master} does not hold the VRRP addresses: ${this.heldAddresses(master).join(' ')}`);
+    this.active = master;
+  }
+
+  /**
+   * Back to a clean start: keepalived and uvsd stopped on every node, every node's links up and
+   * no VRRP address left anywhere (a node killed with SIGKILL keeps them on its downed links).
+   */
+  async reset(): Promise<void> {
+    for (const n of this.nodes) {
+      await this.stopKeepalived(n);
+      await this.stopUvsd(n);
+      this.revive(n);
+    }
+  }
+
+  /**
+   * The whole node dies: its links go down first (nothing it sends after that, not keepalived's
+   * goodbye advert either, reaches anyone), then every process in its namespace gets SIGKILL.
+   * The others notice by VRRP timeout.
+   */
+  async killNode(node: LbNode): Promise<number> {
+    // Both links in one `ip` process, so they go down together; the cut is timed from just before
+    // it (spawning `ip` takes some ms on a busy machine, the link change itself next to nothing).
+    const cut = Date.now();
+    execFileSync('ip', ['-n', this.ns[node], '-batch', '-'], { input: `link set ${this.frontDev(node)} down\nlink set ${this.backDev(node)} down\n`, stdio: ['pipe', 'ignore', 'pipe'] });
+    const kids = [this.uvsd[node], this.keepalived[node]];
+    for (const pid of sh('ip', ['netns', 'pids', this.ns[node]], true).split('\n')) {
+      if (!pid.trim()) continue;
+      try {
+        process.kill(Number(pid), 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    await Promise.all(kids.map((c) => stop(c, 'SIGKILL')));
+    return cut;
+  }
+
+  /**
+   * The active node fails — `uvsd`: its uvsd gets SIGKILL (keepalived's track script faults it);
+   * `node`: the whole node dies (killNode). Waits until another node's keepalived is MASTER.
+   * Returns that node, the kill time (for a node: its links cut) and how long VRRP took (kill → both instances MASTER, as
+   * the notify FIFO told, a few ms after the addresses were added).
+   */
+  async failover(kind: KillKind = 'node', timeoutMs = 15000): Promise<{ node: LbNode; killedAt: number; vrrpMs: number }> {
     const dead = this.active;
-    const live: LbNode = dead === 'lb1' ? 'lb2' : 'lb1';
-    const c = this.uvsd[dead];
-    if (c && c.exitCode === null && c.signalCode === null) {
-      const done = new Promise((r) => c.once('exit', r));
-      c.kill('SIGKILL');
-      await done;
-    }
-    for (const dev of [`${this.prefix}u${dead === 'lb1' ? 2 : 3}b`, `${this.prefix}${dead}s`]) this.ip(this.ns[dead], ['link', 'set', dev, 'down']);
-    this.switchTo(live);
-    return live;
+    // The kill's moment: the signal for uvsd (delivered at once); for a node, its links' cut.
+    let killedAt = Date.now();
+    if (kind === 'uvsd') await this.killUvsd(dead);
+    else killedAt = await this.killNode(dead);
+    let node: LbNode | null = null;
+    await waitFor(() => (node = this.nodes.find((n) => n !== dead && this.enteredAt(n, 'MASTER', killedAt) !== null) ?? null) !== null, timeoutMs, `no node took over from ${dead} in ${timeoutMs} ms`);
+    const live = node as unknown as LbNode;
+    this.active = live;
+    return { node: live, killedAt, vrrpMs: this.enteredAt(live, 'MASTER', killedAt)! - killedAt };
   }
 
-  /** Points the router and the servers' gateway at `node` (both links of it up). */
-  switchTo(node: LbNode): void {
-    const other: LbNode = node === 'lb1' ? 'lb2' : 'lb1';
-    this.revive(node);
-    sh('ip', ['-n', this.ns[other], 'addr', 'del', `${GATEWAY}/24`, 'dev', `${this.prefix}${other}s`], true);
-    sh('ip', ['-n', this.ns[other], 'addr', 'del', `${GATEWAY6}/64`, 'dev', `${this.prefix}${other}s`], true);
-    sh('ip', ['-n', this.ns[node], 'addr', 'add', `${GATEWAY}/24`, 'dev', `${this.prefix}${node}s`], true);
-    sh('ip', ['-n', this.ns[node], 'addr', 'add', `${GATEWAY6}/64`, 'dev', `${this.prefix}${node}s`, 'nodad'], true);
-    this.ip(this.ns.rt, ['route', 'replace', LAB_VIP_CIDR, 'via', this.lbUplink[node]]);
-    this.ip(this.ns.rt, ['-6', 'route', 'replace', LAB_VIP6_CIDR, 'via', this.lbUplink6[node]]);
-    for (const ns of this.ns.rs) {
-      sh('ip', ['-n', ns, 'neigh', 'flush', 'all'], true);
-      sh('ip', ['-n', ns, '-6', 'neigh', 'flush', 'all'], true);
-    }
-    this.active = node;
-  }
-
-  /** Brings a dead node's links back (without the gateway address or traffic). */
+  /**
+   * Brings a dead node's links back, as a rebooted node comes up: without the VRRP addresses it
+   * held (a SIGKILLed keepalived leaves them on the downed links), with its routes.
+   */
   revive(node: LbNode): void {
-    const net = node === 'lb1' ? 2 : 3;
-    for (const dev of [`${this.prefix}u${net}b`, `${this.prefix}${node}s`]) this.ip(this.ns[node], ['link', 'set', dev, 'up']);
-    // A link going down took its routes with it.
-    this.ip(this.ns[node], ['route', 'replace', 'default', 'via', `10.201.${net}.1`]);
-    this.ip(this.ns[node], ['-6', 'route', 'replace', 'default', 'via', `fd00:201:${net}::1`]);
+    for (const [a, dev] of [[`${NEXT_HOP}/24`, this.frontDev(node)], [`${NEXT_HOP6}/64`, this.frontDev(node)], [`${GATEWAY}/24`, this.backDev(node)], [`${GATEWAY6}/64`, this.backDev(node)]] as const) {
+      sh('ip', ['-n', this.ns[node], 'addr', 'del', a, 'dev', dev], true);
+    }
+    for (const dev of [this.frontDev(node), this.backDev(node)]) this.ip(this.ns[node], ['link', 'set', dev, 'up']);
+    this.defaultRoutes(node); // a link going down took its routes with it
   }
+}
+
+/** Polls `cond` every 20 ms until it holds; throws `what` after timeoutMs. */
+export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(what);
+    await sleep(20);
+  }
+}
+
+async function stop(c: ChildProcess | undefined, sig: NodeJS.Signals): Promise<void> {
+  if (!c || c.exitCode !== null || c.signalCode !== null) return;
+  const done = new Promise((r) => c.once('exit', r));
+  c.kill(sig);
+  const t = setTimeout(() => c.kill('SIGKILL'), 10000);
+  await done;
+  clearTimeout(t);
 }

@@ -12,6 +12,8 @@
  *       iif <device> lookup main   (priority rulePriority − 1)
  *     routes whatever leaves the device by the main table, so ICMP a worker lets through unchanged
  *     does not loop. IPv6 gets the same routes and rules (`ip -6`) when a VIP range or pool is IPv6.
+ *   - Behind both, blackholes with the worst metric (VIP ranges in main, default in <routeTable>):
+ *     when a killed uvsd's device vanishes they drop its traffic rather than forward it un-NATed.
  *   - rp_filter is off on the device (packets come out of it with the clients' source addresses,
  *     and tunnelled ones with this node's own: accept_local) and IPv4 forwarding is switched on
  *     (IPv6 forwarding too with IPv6 services), as an IPVS director needs. (A host-wide
@@ -229,6 +231,16 @@ export class Dataplane {
       for (const a of o.fullnatAddrs) ip(['route', 'replace', hostRoute(a), 'dev', o.device]);
       ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
       if (v6) ip(['-6', 'route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
+      // A uvsd that dies (SIGKILL, crash) takes the device and every route through it along,
+      // while the node and its rules live on until keepalived moves the addresses (up to a
+      // second: its track script runs once a second). What these leave behind — blackholes with
+      // the worst metric, shadowed while the device routes exist — drops that traffic instead of
+      // forwarding it: a masq reply would reach the client un-NATed, from the real server's
+      // address, and the client's RST for it would kill the flow on the server — the flow the
+      // other node is about to adopt; VIP traffic would loop between this node and its router.
+      for (const c of o.vipCidrs) ip(['route', 'replace', 'blackhole', c, 'metric', BLACKHOLE_METRIC]);
+      ip(['route', 'replace', 'blackhole', 'default', 'table', String(o.routeTable), 'metric', BLACKHOLE_METRIC]);
+      if (v6) ip(['-6', 'route', 'replace', 'blackhole', 'default', 'table', String(o.routeTable), 'metric', BLACKHOLE_METRIC]);
     } catch (e) {
       this.closeQueues();
       throw e;
@@ -384,10 +396,16 @@ export function cleanupRouting(o: Pick<DataplaneOptions, 'device' | 'routeTable'
     }
     ip([...fam, 'route', 'flush', 'table', String(o.routeTable)], true);
   }
-  for (const c of o.vipCidrs) ip(['route', 'del', c, 'dev', o.device], true);
+  for (const c of o.vipCidrs) {
+    ip(['route', 'del', c, 'dev', o.device], true);
+    ip(['route', 'del', 'blackhole', c, 'metric', BLACKHOLE_METRIC], true);
+  }
   for (const a of o.fullnatAddrs ?? []) ip(['route', 'del', hostRoute(a), 'dev', o.device], true);
   ip(['link', 'del', o.device], true);
 }
+
+/** The blackholes' metric: the worst there is, so any route through the device wins. */
+const BLACKHOLE_METRIC = '4294967295';
 
 /** A host route's destination for either family. */
 function hostRoute(a: string): string {

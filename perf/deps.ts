@@ -27,6 +27,7 @@ export const TOOLS: Record<string, Tool> = {
   nginxStream: { check: NGINX_STREAM_MODULE, pkg: 'libnginx-mod-stream', why: 'nginx stream module' },
   curl: { check: 'curl', pkg: 'curl', why: 'lab readiness checks' },
   redis: { check: 'redis-server', pkg: 'redis-server', why: 'the two-node lab of the failure figures (--failures)' },
+  keepalived: { check: 'keepalived', pkg: 'keepalived', why: 'VRRP between the two LB nodes of the failure figures (--failures)' },
   cc: { check: 'cc', pkg: 'gcc', why: 'building the C TUN forwarder peer (perf/peers/ctun.c)' },
 };
 

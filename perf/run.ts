@@ -335,7 +335,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
   if (o.targets.includes('nftables')) need.add('nft');
   if (o.targets.includes('haproxy')) need.add('haproxy');
   if (o.targets.includes('nginx')) (need.add('nginx'), need.add('nginxStream'));
-  if (o.failures) need.add('redis');
+  if (o.failures) (need.add('redis'), need.add('keepalived'));
   const missing = new Set(ensureTools([...need], o.install, log));
   const toolFor: Record<MeasurementName, string> = { udp_pps: 'sockperf', udp_rr: 'sockperf', tcp_rr: 'sockperf', tcp_cps: 'wrk', tcp_bulk: 'iperf3' };
   const targetTool: Partial<Record<TargetName, string[]>> = { ctun: ['cc'], nftables: ['nft'], haproxy: ['haproxy'], nginx: ['nginx', 'nginxStream'] };
@@ -355,7 +355,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
   };
 
   const lab = new Lab({ prefix: o.prefix });
-  const flab = o.failures && !missing.has('redis') ? new FailoverLab(failoverPrefix(o.prefix)) : null;
+  const flab = o.failures && !missing.has('redis') && !missing.has('keepalived') ? new FailoverLab(failoverPrefix(o.prefix)) : null;
   let cleaning: Promise<void> | null = null;
   const cleanup = (): Promise<void> =>
     (cleaning ??= (async () => {
@@ -589,7 +589,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
     }
     if (o.failures) {
       log(`── failure figures: ${o.rounds} round(s) of drain, real-server kill${flab ? ', LB-node kill' : ''}`);
-      failures = await runFailures({ lab, flab: flab ?? { missing: 'redis-server is not installed' }, rounds: o.rounds, workers: o.workers, log });
+      failures = await runFailures({ lab, flab: flab ?? { missing: missing.has('redis') ? 'redis-server is not installed' : 'keepalived is not installed' }, rounds: o.rounds, workers: o.workers, log });
     }
   } catch (e) {
     log(`run failed: ${(e as Error).message}`);

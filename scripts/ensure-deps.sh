@@ -18,11 +18,17 @@ if [ "${1:-}" != "--no-system" ] && [ "$(id -u)" = 0 ]; then
   have sha256sum || need+=(coreutils)
   have pgrep || need+=(procps)
   have redis-server || need+=(redis-server)
+  have keepalived || need+=(keepalived)
   if [ ${#need[@]} -gt 0 ]; then
     echo "uvs: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  # The labs start their own keepalived and redis-server inside network namespaces; the
+  # distribution's services are not wanted (the package enables keepalived.service).
+  if [[ " ${need[*]} " == *" keepalived "* ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now keepalived >/dev/null 2>&1 || true
   fi
 fi
 
