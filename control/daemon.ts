@@ -29,6 +29,8 @@ const MTU_REFRESH_MS = 5000;
 const ROUTE_REFRESH_TICKS = 12;
 /** The defense timer (kernel DEFENSE_TIMER_PERIOD, 1 s). */
 const DEFENSE_PERIOD_MS = 1000;
+/** Slow-start check period: steps are ≥ 1 s apart per service, so 250 ms keeps them on time within a quarter. */
+const RAMP_TICK_MS = 250;
 
 export function tableTimeouts(cfg: UvsConfig): TableTimeouts {
   return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp, sctp: SCTP_STATE_KEYS.map((n) => cfg.timeouts.sctp[n]!) };
@@ -54,6 +56,8 @@ export class Daemon {
   private sweeper: NodeJS.Timeout | null = null;
   private mtuTimer: NodeJS.Timeout | null = null;
   private drainTimer: NodeJS.Timeout | null = null;
+  /** Slow-start steps (ServiceModel.rampTick): a map lookup when nothing ramps. */
+  private rampTimer: NodeJS.Timeout | null = null;
   private endpoints: HttpEndpoint[] = [];
   private watcher: FSWatcher | null = null;
   private syncTimer: NodeJS.Timeout | null = null;
@@ -156,6 +160,9 @@ export class Daemon {
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       d.defenseTimer = setInterval(() => d.defense.tick(), DEFENSE_PERIOD_MS);
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
+      d.rampTimer = setInterval(() => {
+        if (d.model.rampTick()) d.publish(d.model.snapshot());
+      }, RAMP_TICK_MS);
       d.health.sync(cfg.services);
       d.sync?.start();
       d.saveState();
@@ -436,6 +443,7 @@ export class Daemon {
     if (this.defenseTimer) clearInterval(this.defenseTimer);
     if (this.mtuTimer) clearInterval(this.mtuTimer);
     if (this.drainTimer) clearInterval(this.drainTimer);
+    if (this.rampTimer) clearInterval(this.rampTimer);
     this.sweeper = null;
     this.drainTimer = null;
     this.saveState();
