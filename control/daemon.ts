@@ -18,6 +18,7 @@ import { startApi, type ApiServer } from './api';
 import { HealthChecker } from './health';
 import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
 import { readConfigDoc, validateConfig, type UvsConfig } from './config';
+import { Capturer } from './capture';
 import { UvsError } from './errors';
 import { serviceKey, ServiceModel, type PersistedDrain } from './services';
 import { inAnyCidr } from '../lb/addr';
@@ -65,6 +66,8 @@ export class Daemon {
   private lastFileReload = 0;
   private fileHash = '';
   readonly health: HealthChecker;
+  /** Flow sampling (POST /v1/capture, uvsadm --capture). */
+  readonly capture: Capturer;
   /** Drains finished, by result (metrics). */
   readonly drainResults = { deleted: 0, deadline: 0, resurrected: 0 };
   /** When the last snapshot was published (ms since the epoch). */
@@ -84,6 +87,10 @@ export class Daemon {
     const schedSab = new SharedArrayBuffer(dp.maxServices * L.SCHED_WORDS * 4);
     const counters = Array.from({ length: dp.workers }, () => new SharedArrayBuffer(L.counterWords(dp.maxRealServers, dp.maxServices) * 8));
     const rings = Array.from({ length: dp.workers }, () => new SharedArrayBuffer(L.ringBytes()));
+    this.capture = new Capturer(dp.workers, {
+      service: (slot) => this.model.serviceOfSlot(slot),
+      realServer: (slot) => this.model.namesOfSlot(slot)?.realServer ?? null,
+    });
     this.table = new ConnTable(tableSab, rsSab, L.OWNER_CONTROL);
     this.stats = new StatsReader(counters, dp.maxRealServers);
     this.model = new ServiceModel(rsSab, schedSab, dp.maxRealServers, dp.maxServices);
@@ -118,7 +125,7 @@ export class Daemon {
         fullnatAddrs: dp.fullnat.addresses,
         offload: dp.offload,
       },
-      { table: tableSab, realServers: rsSab, sched: schedSab, counters, rings },
+      { table: tableSab, realServers: rsSab, sched: schedSab, counters, rings, capture: this.capture.sab },
       snapshot,
       log.child({ component: 'dataplane' }),
     );

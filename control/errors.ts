@@ -12,6 +12,7 @@ export const ERRORS = {
   UVS_ERR_API_CONFLICT: { status: 409, message: 'the service or real server already exists' },
   UVS_ERR_API_UNAUTHORIZED: { status: 401, message: 'missing or wrong bearer token' },
   UVS_ERR_API_INTERNAL: { status: 500, message: 'internal error' },
+  UVS_ERR_CAPTURE_BUSY: { status: 409, message: 'a capture is already running' },
   UVS_ERR_DATAPLANE_SETUP: { status: 500, message: 'dataplane setup failed' },
   UVS_ERR_TUN: { status: 500, message: 'TUN device operation failed' },
 } as const;
