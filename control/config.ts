@@ -36,7 +36,8 @@ export interface RealServerConfig {
 export type RedisConfig = RedisSyncOptions;
 
 export interface HealthCheckConfig {
-  type: 'tcp' | 'http';
+  /** tcp: connect; http: GET path; ping: ICMP / ICMPv6 echo (keepalived's PING_CHECK; port unused). */
+  type: 'tcp' | 'http' | 'ping';
   /** Port to check; absent = the real server's port. */
   port?: number;
   path: string;
@@ -629,7 +630,7 @@ function redisConfig(v: unknown): RedisConfig {
 function healthCheck(v: unknown, path: string): HealthCheckConfig {
   const h = obj(v, path, ['type', 'port', 'path', 'expectStatus', 'interval', 'timeout', 'rise', 'fall']);
   const type = str(h.type, `${path}.type`, 'tcp');
-  if (type !== 'tcp' && type !== 'http') fail(`${path}.type`, `must be tcp or http, got ${JSON.stringify(type)}`);
+  if (type !== 'tcp' && type !== 'http' && type !== 'ping') fail(`${path}.type`, `must be tcp, http or ping, got ${JSON.stringify(type)}`);
   const out: HealthCheckConfig = {
     type,
     path: str(h.path, `${path}.path`, '/'),
