@@ -325,3 +325,65 @@ export const SYNC_THRESHOLD = 3;
 export const SYNC_PERIOD = 50;
 /** Entry word: table-relative ms of its last sync (refreshed once half its timeout has passed). */
 export const E_SYNCED = 19;
+
+/*
+ * ── Capture (one SAB; flow sampling for debugging: lb/capture.ts, control/capture.ts) ───────
+ *   [CAP_HDR_WORDS int32 header]               written by the control thread, read by workers
+ *   per worker w, at capWorkerOffset(w) bytes:
+ *     [CAPW_HDR_WORDS int32]                   head, tail (free-running), overruns
+ *     [CAP_SLOTS × CAP_SLOT_BYTES]             records: CAPR_WORDS int32 then the packet's
+ *                                              first CAP_SNAPLEN bytes
+ * Off the packet path when not capturing: a worker loads CAP_ON once per batch and does nothing
+ * else while it is 0. While on, every packet bumps a per-worker counter (sample 1 in N) or is
+ * matched against the flow filter before it is processed; a chosen one is copied into the
+ * worker's ring with the decision taken (verdict, drop reason, service, real server, state). A
+ * full ring drops the record and counts an overrun; the worker never waits. The control thread
+ * drains the rings every CAP_DRAIN_MS and bounds the capture in time and packets.
+ */
+export const CAP_ON = 0; // capture generation (≠ 0) while on, 0 off
+export const CAP_MODE = 1; // CAP_MODE_SAMPLE | CAP_MODE_FLOW
+export const CAP_SAMPLE_N = 2; // 1 in N packets per worker
+export const CAP_F_PROTO = 3; // flow filter: IP protocol number, 0 = any
+export const CAP_F_FAMILY = 4; // 4 or 6, 0 = any
+export const CAP_F_PORT_A = 5; // endpoint A's port, −1 = any
+export const CAP_F_PORT_B = 6; // endpoint B's port, −1 = any
+export const CAP_F_HAS_A = 7; // 1 when endpoint A's address is set
+export const CAP_F_HAS_B = 8;
+export const CAP_F_ADDR_A = 12; // 4 words, big-endian words (IPv4: the last one)
+export const CAP_F_ADDR_B = 16; // 4 words
+export const CAP_HDR_WORDS = 32;
+export const CAP_MODE_SAMPLE = 1;
+export const CAP_MODE_FLOW = 2;
+export const CAPW_HEAD = 0;
+export const CAPW_TAIL = 1;
+export const CAPW_OVERRUNS = 2;
+export const CAPW_HDR_WORDS = 16;
+// Record words.
+export const CAPR_LEN = 0; // the packet's length (without virtio header)
+export const CAPR_CAPLEN = 1; // bytes kept (≤ CAP_SNAPLEN)
+export const CAPR_TIME_HI = 2; // ms since the Unix epoch, split in two words
+export const CAPR_TIME_LO = 3;
+export const CAPR_VERDICT = 4; // lb/processor.ts DROP | FORWARD | REPLY
+export const CAPR_DROP = 5; // Drop reason, −1 = none
+export const CAPR_SVC = 6; // service slot, −1 = none
+export const CAPR_RS = 7; // real-server slot, −1 = none
+export const CAPR_STATE = 8; // the entry's state after the packet (TCP/SCTP state index), −1 = no entry
+export const CAPR_PROTO = 9; // the entry's E_PROTO, 0 = no entry
+export const CAPR_WORDS = 12;
+/** Bytes of a packet kept: a full 1500-byte packet; GSO super-packets are cut (pcap caplen). */
+export const CAP_SNAPLEN = 1600;
+export const CAP_SLOT_BYTES = CAPR_WORDS * 4 + CAP_SNAPLEN;
+/** Records per worker ring (power of two): 0.8 MB a worker; drained every 50 ms, 10 k records/s a worker. */
+export const CAP_SLOTS = 512;
+export const CAP_DRAIN_MS = 50;
+
+export function capWorkerOffset(w: number): number {
+  return CAP_HDR_WORDS * 4 + w * (CAPW_HDR_WORDS * 4 + CAP_SLOTS * CAP_SLOT_BYTES);
+}
+export function capBytes(workers: number): number {
+  return capWorkerOffset(workers);
+}
+/** Byte offset of a record slot in worker w's ring. */
+export function capSlotOffset(w: number, slot: number): number {
+  return capWorkerOffset(w) + CAPW_HDR_WORDS * 4 + slot * CAP_SLOT_BYTES;
+}

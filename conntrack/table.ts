@@ -69,6 +69,8 @@ export class ConnTable {
   private readonly hasher = new HalfSipHash();
   /** Longest chain this thread walked (lookups, inserts) since the owner last reset it. */
   chainPeak = 0;
+  /** Entry of the last touch() (flow sampling reads its state after the packet; lb/capture.ts). */
+  lastTouched = -1;
   /** Walks by this thread longer than CHAIN_ALARM (monotonic). */
   longChains = 0;
   /** Entries the last find*() stepped over (the whole chain when it found nothing). */
@@ -421,6 +423,7 @@ export class ConnTable {
    * half its timeout has passed since the last write — the kernel sync daemon's rules plus a refresh).
    */
   touch(e: number, dir: number, ev: number, now: number): boolean {
+    this.lastTouched = e;
     const a = this.i32;
     const o = this.entries + e * L.ENTRY_WORDS;
     this.lockWord(o + L.E_LOCK);

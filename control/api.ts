@@ -18,6 +18,7 @@ import { splitHostPort, tokenOk } from './metrics';
 import { validateRealServer, validateService } from './config';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
+import { validateCaptureRequest } from './capture';
 import { ERRORS, UvsError } from './errors';
 import { badHostMessage, hostGuard, redactSecrets } from './http-guard';
 import { serviceKey } from './services';
@@ -357,6 +358,15 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     const r = d.reload();
     if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
     return { ok: true, version: r.version };
+  });
+  // Flow sampling: answers when the capture ends (seconds or maxPackets), with the pcap file or
+  // the JSON lines as the body.
+  app.post('/v1/capture', async (req, reply) => {
+    const r = await d.capture.run(validateCaptureRequest(req.body ?? {}));
+    reply.header('content-type', r.format === 'pcap' ? 'application/vnd.tcpdump.pcap' : 'application/x-ndjson');
+    reply.header('x-uvs-capture-packets', String(r.packets));
+    reply.header('x-uvs-capture-overruns', String(r.overruns));
+    return reply.send(r.body);
   });
   app.post('/v1/workers/:id/kill', async (req, reply) => {
     const id = Number((req.params as { id: string }).id);

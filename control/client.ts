@@ -3,6 +3,21 @@ import { request } from 'node:http';
 
 export const DEFAULT_SOCKET = process.env.UVS_SOCKET ?? '/run/uvs/uvsd.sock';
 
+/** A request whose answer body is kept as bytes (a pcap file); `timeoutMs` for long requests. */
+export function apiCallRaw(socket: string, method: string, path: string, body: unknown, timeoutMs: number): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const data = JSON.stringify(body);
+    const req = request({ socketPath: socket, method, path, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+    });
+    req.on('error', reject);
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`API ${method} ${path} timed out`)));
+    req.end(data);
+  });
+}
+
 export function apiCall<T = unknown>(socket: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
   return new Promise((resolve, reject) => {
     const data = body === undefined ? undefined : JSON.stringify(body);

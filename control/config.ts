@@ -28,13 +28,16 @@ export interface RealServerConfig {
   forwarding: Forwarding;
   upperThreshold: number;
   lowerThreshold: number;
+  /** Seconds over which a returning server's weight ramps up; absent = the service's slowStart. */
+  slowStart?: number;
 }
 
 /** Shared flow state: conntrack/redis-sync.ts defines the options. */
 export type RedisConfig = RedisSyncOptions;
 
 export interface HealthCheckConfig {
-  type: 'tcp' | 'http';
+  /** tcp: connect; http: GET path; ping: ICMP / ICMPv6 echo (keepalived's PING_CHECK; port unused). */
+  type: 'tcp' | 'http' | 'ping';
   /** Port to check; absent = the real server's port. */
   port?: number;
   path: string;
@@ -64,6 +67,11 @@ export interface ServiceConfig {
   /** mh lookup-table size (one of the kernel's primes); absent = 4093. */
   mhTableSize?: number;
   healthCheck?: HealthCheckConfig;
+  /**
+   * Seconds over which a real server that comes back (health check up, re-added, weight raised
+   * from 0) ramps from weight 1 to its weight, as HAProxy's slowstart; absent or 0 = at once.
+   */
+  slowStart?: number;
 }
 
 /** Seconds per source and kinds by name (conntrack/layout.ts GEN_KIND_NAMES); perSecond 0 = no global limit. */
@@ -500,6 +508,7 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     'maxDrainTime',
     'mhTableSize',
     'healthCheck',
+    'slowStart',
   ]);
   if (!isObj(v)) fail(path, 'must be a mapping');
   const protocol = str(s.protocol, `${path}.protocol`, 'tcp');
@@ -552,6 +561,7 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
   const out: ServiceConfig = { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers, persistence, netmask };
   if (s.healthCheck !== undefined) out.healthCheck = healthCheck(s.healthCheck, `${path}.healthCheck`);
   if (s.maxDrainTime !== undefined) out.maxDrainTime = duration(s.maxDrainTime, `${path}.maxDrainTime`, 0);
+  if (s.slowStart !== undefined) out.slowStart = duration(s.slowStart, `${path}.slowStart`, 0, 3600);
   if (s.mhTableSize !== undefined) {
     const primes = MH_PRIMES;
     if (scheduler !== 'mh') fail(`${path}.mhTableSize`, 'applies only to scheduler mh');
@@ -658,7 +668,7 @@ function requestPath(p: string, path: string): string {
 function healthCheck(v: unknown, path: string): HealthCheckConfig {
   const h = obj(v, path, ['type', 'port', 'path', 'expectStatus', 'interval', 'timeout', 'rise', 'fall']);
   const type = str(h.type, `${path}.type`, 'tcp');
-  if (type !== 'tcp' && type !== 'http') fail(`${path}.type`, `must be tcp or http, got ${JSON.stringify(type)}`);
+  if (type !== 'tcp' && type !== 'http' && type !== 'ping') fail(`${path}.type`, `must be tcp, http or ping, got ${JSON.stringify(type)}`);
   const out: HealthCheckConfig = {
     type,
     path: str(h.path, `${path}.path`, '/'),
@@ -677,7 +687,7 @@ function healthCheck(v: unknown, path: string): HealthCheckConfig {
 }
 
 export function validateRealServer(v: unknown, path: string, servicePort: number, fwd: Forwarding): RealServerConfig {
-  const r = obj(v, path, ['address', 'port', 'weight', 'forwarding', 'upperThreshold', 'lowerThreshold']);
+  const r = obj(v, path, ['address', 'port', 'weight', 'forwarding', 'upperThreshold', 'lowerThreshold', 'slowStart']);
   if (!isObj(v)) fail(path, 'must be a mapping');
   const upperThreshold = int(r.upperThreshold, `${path}.upperThreshold`, 0, 0, 0x7fffffff);
   const lowerThreshold = int(r.lowerThreshold, `${path}.lowerThreshold`, 0, 0, 0x7fffffff);
@@ -685,7 +695,7 @@ export function validateRealServer(v: unknown, path: string, servicePort: number
   const rsFwd = forwarding(r.forwarding, `${path}.forwarding`, fwd);
   const port = int(r.port, `${path}.port`, servicePort, 1, 65535);
   if (rsFwd === 'tunnel' && port !== servicePort) fail(`${path}.port`, `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`);
-  return {
+  const out: RealServerConfig = {
     address: ipAddr(r.address, `${path}.address`),
     port,
     weight: int(r.weight, `${path}.weight`, DEFAULTS.weight, 0, 65535),
@@ -693,6 +703,8 @@ export function validateRealServer(v: unknown, path: string, servicePort: number
     upperThreshold,
     lowerThreshold,
   };
+  if (r.slowStart !== undefined) out.slowStart = duration(r.slowStart, `${path}.slowStart`, 0, 3600);
+  return out;
 }
 
 /** Reads and validates a YAML file. */

@@ -18,6 +18,7 @@ import { startApi, type ApiServer } from './api';
 import { HealthChecker } from './health';
 import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
 import { readConfigDoc, validateConfig, type UvsConfig } from './config';
+import { Capturer } from './capture';
 import { UvsError } from './errors';
 import { serviceKey, ServiceModel, type PersistedDrain } from './services';
 import { inAnyCidr } from '../lb/addr';
@@ -30,6 +31,8 @@ const MTU_REFRESH_MS = 5000;
 const ROUTE_REFRESH_TICKS = 12;
 /** The defense timer (kernel DEFENSE_TIMER_PERIOD, 1 s). */
 const DEFENSE_PERIOD_MS = 1000;
+/** Slow-start check period: steps are ≥ 1 s apart per service, so 250 ms keeps them on time within a quarter. */
+const RAMP_TICK_MS = 250;
 
 export function tableTimeouts(cfg: UvsConfig): TableTimeouts {
   return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp, sctp: SCTP_STATE_KEYS.map((n) => cfg.timeouts.sctp[n]!) };
@@ -55,6 +58,8 @@ export class Daemon {
   private sweeper: NodeJS.Timeout | null = null;
   private mtuTimer: NodeJS.Timeout | null = null;
   private drainTimer: NodeJS.Timeout | null = null;
+  /** Slow-start steps (ServiceModel.rampTick): a map lookup when nothing ramps. */
+  private rampTimer: NodeJS.Timeout | null = null;
   private endpoints: HttpEndpoint[] = [];
   private watcher: FSWatcher | null = null;
   private syncTimer: NodeJS.Timeout | null = null;
@@ -62,6 +67,8 @@ export class Daemon {
   private lastFileReload = 0;
   private fileHash = '';
   readonly health: HealthChecker;
+  /** Flow sampling (POST /v1/capture, uvsadm --capture). */
+  readonly capture: Capturer;
   /** Drains finished, by result (metrics). */
   readonly drainResults = { deleted: 0, deadline: 0, resurrected: 0 };
   /** When the last snapshot was published (ms since the epoch). */
@@ -81,6 +88,10 @@ export class Daemon {
     const schedSab = new SharedArrayBuffer(dp.maxServices * L.SCHED_WORDS * 4);
     const counters = Array.from({ length: dp.workers }, () => new SharedArrayBuffer(L.counterWords(dp.maxRealServers, dp.maxServices) * 8));
     const rings = Array.from({ length: dp.workers }, () => new SharedArrayBuffer(L.ringBytes()));
+    this.capture = new Capturer(dp.workers, {
+      service: (slot) => this.model.serviceOfSlot(slot),
+      realServer: (slot) => this.model.namesOfSlot(slot)?.realServer ?? null,
+    });
     this.table = new ConnTable(tableSab, rsSab, L.OWNER_CONTROL);
     this.stats = new StatsReader(counters, dp.maxRealServers);
     this.model = new ServiceModel(rsSab, schedSab, dp.maxRealServers, dp.maxServices);
@@ -115,7 +126,7 @@ export class Daemon {
         fullnatAddrs: dp.fullnat.addresses,
         offload: dp.offload,
       },
-      { table: tableSab, realServers: rsSab, sched: schedSab, counters, rings },
+      { table: tableSab, realServers: rsSab, sched: schedSab, counters, rings, capture: this.capture.sab },
       snapshot,
       log.child({ component: 'dataplane' }),
     );
@@ -157,6 +168,9 @@ export class Daemon {
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       d.defenseTimer = setInterval(() => d.defense.tick(), DEFENSE_PERIOD_MS);
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
+      d.rampTimer = setInterval(() => {
+        if (d.model.rampTick()) d.publish(d.model.snapshot());
+      }, RAMP_TICK_MS);
       d.health.sync(cfg.services);
       d.sync?.start();
       d.saveState();
@@ -450,6 +464,7 @@ export class Daemon {
     if (this.defenseTimer) clearInterval(this.defenseTimer);
     if (this.mtuTimer) clearInterval(this.mtuTimer);
     if (this.drainTimer) clearInterval(this.drainTimer);
+    if (this.rampTimer) clearInterval(this.rampTimer);
     this.sweeper = null;
     this.drainTimer = null;
     this.saveState();

@@ -15,6 +15,7 @@ export const ERRORS = {
   UVS_ERR_API_CONTENT_TYPE: { status: 415, message: 'request bodies must be application/json' },
   UVS_ERR_API_TOO_LARGE: { status: 413, message: 'the request asks for more than the limits allow' },
   UVS_ERR_API_INTERNAL: { status: 500, message: 'internal error' },
+  UVS_ERR_CAPTURE_BUSY: { status: 409, message: 'a capture is already running' },
   UVS_ERR_DATAPLANE_SETUP: { status: 500, message: 'dataplane setup failed' },
   UVS_ERR_TUN: { status: 500, message: 'TUN device operation failed' },
 } as const;

@@ -1,5 +1,6 @@
 /**
- * Health checks, keepalived-style: per real server a TCP connect or an HTTP GET, every interval,
+ * Health checks, keepalived-style: per real server a TCP connect, an HTTP GET or an ICMP echo
+ * (control/ping.ts, keepalived's PING_CHECK), every interval,
  * with a timeout; `fall` consecutive failures quiesce the server (weight 0: existing flows keep
  * going, new ones go elsewhere), `rise` consecutive successes restore its configured weight.
  * Servers start healthy, so a new service carries traffic at once (keepalived's default without
@@ -9,6 +10,7 @@ import { request } from 'node:http';
 import { connect } from 'node:net';
 import type { Logger } from 'pino';
 import type { HealthCheckConfig, ServiceConfig } from './config';
+import { closePingSockets, pingCheck } from './ping';
 import { serviceKey } from './services';
 
 export interface HealthState {
@@ -126,7 +128,8 @@ export class HealthChecker {
     const timeoutMs = c.timeout * 1000;
     let err: string | null;
     try {
-      err = c.type === 'http' ? await httpCheck(t.address, t.port, c.path, c.expectStatus, timeoutMs) : await tcpCheck(t.address, t.port, timeoutMs);
+      err =
+        c.type === 'http' ? await httpCheck(t.address, t.port, c.path, c.expectStatus, timeoutMs) : c.type === 'ping' ? await pingCheck(t.address, timeoutMs) : await tcpCheck(t.address, t.port, timeoutMs);
     } catch (e) {
       // A check that cannot even be sent (http.request throws on a path it refuses) is a failed
       // check: counted, and the next one scheduled, so the server cannot stay "healthy" unchecked.
@@ -172,5 +175,6 @@ export class HealthChecker {
   stop(): void {
     for (const t of this.targets.values()) if (t.timer) clearTimeout(t.timer);
     this.targets.clear();
+    closePingSockets();
   }
 }

@@ -1122,6 +1122,11 @@ uvs additions:
   -L --health                         health-check verdicts per real server
   -L --defense                        overload defenses (drop_entry, drop_packet, secure_tcp,
                                       half-open limit per source): levels, trigger, counts
+  --capture (--sample N | --flow K=V,…) [--seconds S] [--max-packets M] [--format pcap|jsonl]
+            [-w FILE]                 capture 1 in N packets, or one flow's (keys protocol,
+                                      address, port, peer, peerPort; either direction), for S
+                                      seconds (10) or M packets (1000): a pcap file for tcpdump
+                                      -r (default) or a JSON line per packet with the decision
 
 Differences from ipvsadm: the default forwarding method is masquerading (-m): uvs cannot route
 directly. Host names given here are read from /etc/hosts only; without -n, listings look names

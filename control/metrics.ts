@@ -191,6 +191,11 @@ export function buildRegistry(d: Daemon): Registry {
     c.inc({ result: 'ok' }, d.reloads.ok);
     c.inc({ result: 'rejected' }, d.reloads.failed);
   });
+  // node_ipvs_backend_weight is the weight the schedulers see (0 while failing or draining, the
+  // ramp during slow start); this is the one configured, the weight it returns to.
+  gaugeFrom('uvs_realserver_configured_weight', 'The configured weight of the real server (node_ipvs_backend_weight is the current one, lower during slow start).', [...BACKEND_LABELS], (g) => {
+    for (const s of d.model.list()) for (const r of s.realServers) g.set(backendLabels(s, r), r.configuredWeight);
+  });
   gaugeFrom('uvs_realserver_healthy', '1 when the real server passes its health check (or has none).', [...BACKEND_LABELS], (g) => {
     for (const s of d.model.list()) {
       for (const r of s.realServers) {

@@ -18,6 +18,18 @@
  * The configured weight is kept apart from runtime state: the weight the scheduler sees is 0 while
  * a server drains or is failing its health check, the configured one otherwise.
  *
+ * Slow start (`slowStart`, HAProxy's slowstart, Envoy's slow_start_config with aggression 1): a
+ * server that comes back — health check up, added to a running service, weight raised from 0 —
+ * gets the weight ceil(weight · elapsed / window), at least 1, instead of its whole weight at
+ * once, so it is not handed every new connection of wlc/lc (it has none) or its full share of a
+ * cold cache. The ramp is what the schedulers see (the snapshot's dest weight, RS_WEIGHT, mh's
+ * last_weight) and what ipvsadm -Ln shows, applied as -e edits by rampTick(): every ramping
+ * server of a service steps together, at most once per max(1 s, window / 20) (HAProxy's
+ * server_warmup period), so mh and sh rebuild their tables at most once a second per service.
+ * Weights are integers, as in IPVS: a server of weight w ramps in at most w steps (weight 1 does
+ * not ramp at all); schedulers that ignore weights (rr, lc, dh) see no ramp. Servers present when
+ * a service is created (and at start-up) do not ramp, as in HAProxy and Envoy.
+ *
  * Real-server slots index the shared real-server region. A deleted server whose connections are
  * still in the table stays in the "trash" (slot kept, AVAILABLE cleared) until they are gone, and
  * re-adding it revives the same slot with its counters, as the kernel does.
@@ -37,6 +49,18 @@ const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, 
 /** A compiled real server's address as text (IPv6 from its words; `addr` is then a fold). */
 function destAddr(d: CompiledDest): string {
   return d.addr6 ? formatIPv6(d.addr6) : formatAddr(d.addr);
+}
+
+/** Slow-start steps are at least this far apart per service (HAProxy's warmup period floor). */
+export const SLOW_START_MIN_STEP_MS = 1000;
+
+/**
+ * A ramping server's weight `elapsed` ms into a `window`-ms slow start: HAProxy's linear ramp
+ * (server_recalc_eweight), rounded up and at least 1 so the server is eligible from the start.
+ */
+export function slowStartWeight(weight: number, elapsed: number, window: number): number {
+  if (weight === 0 || elapsed >= window) return weight;
+  return Math.max(1, Math.ceil((weight * Math.max(0, elapsed)) / window));
 }
 
 export function serviceKey(s: { protocol: string; address: string; port: number }): string {
@@ -59,6 +83,8 @@ interface LiveService {
   removing: boolean;
   /** Table-relative ms of the scheduler's next tick() (lblc/lblcr collector), or null. */
   nextTick: number | null;
+  /** Clock ms of the last slow-start step or start (rampTick's rate limit). */
+  lastRampStep: number;
 }
 
 interface RsSlotInfo {
@@ -108,6 +134,8 @@ export interface RealServerView {
   overloaded: boolean;
   draining: boolean;
   healthy: boolean;
+  /** Clock ms at which this server's slow start ends, or null when it is not ramping. */
+  slowStartUntil: number | null;
   upperThreshold: number;
   lowerThreshold: number;
 }
@@ -146,6 +174,8 @@ export class ServiceModel {
   private drainConfigs = new Map<string, { svc: ServiceConfig; rs: RealServerConfig }>();
   /** Real servers failing their health check, by slot key. */
   private unhealthy = new Set<string>();
+  /** Real servers in slow start, by slot key: when the ramp started (clock ms) and its length. */
+  private ramps = new Map<string, { start: number; ms: number }>();
   policy: DrainPolicy = { maxDrainTime: 0 };
   /** Called when a slot is (re)allocated, so its statistics start from zero. */
   onFreshRealServerSlot: ((slot: number) => void) | null = null;
@@ -266,7 +296,7 @@ export class ServiceModel {
       ...ServiceModel.netmasks(s),
       ...(s.mhTableSize !== undefined ? { mhTableSize: s.mhTableSize } : {}),
     };
-    const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false, nextTick: null };
+    const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false, nextTick: null, lastRampStep: 0 };
     this.services.set(key, live);
     this.bindScheduler(live);
     for (const r of s.realServers) this.addDest(live, r);
@@ -298,17 +328,23 @@ export class ServiceModel {
         this.draining.delete(slotKey);
         this.drainConfigs.delete(slotKey);
         this.delDest(live, k);
+        this.startRamp(live, k, r);
         this.addDest(live, r);
         continue;
       }
       const old = live.rsCfg.get(k);
       if (!old) continue;
+      if (old.weight === 0 && r.weight > 0) this.startRamp(live, k, r);
       if (old.weight !== r.weight || old.upperThreshold !== r.upperThreshold || old.lowerThreshold !== r.lowerThreshold || old.forwarding !== r.forwarding) {
         this.editDest(live, k, r);
       }
     }
     // -a for new ones, in configuration order
-    for (const [k, r] of want) if (!live.rsCfg.has(k)) this.addDest(live, r);
+    for (const [k, r] of want) {
+      if (live.rsCfg.has(k)) continue;
+      this.startRamp(live, k, r);
+      this.addDest(live, r);
+    }
   }
 
   /** The service is no longer configured: delete it, or keep it while its TCP servers drain. */
@@ -438,15 +474,79 @@ export class ServiceModel {
     const live = this.services.get(service);
     if (!live || !live.rsCfg.has(realServer)) return false;
     if (healthy === !this.unhealthy.has(slotKey)) return false;
-    if (healthy) this.unhealthy.delete(slotKey);
-    else this.unhealthy.add(slotKey);
+    if (healthy) {
+      this.unhealthy.delete(slotKey);
+      this.startRamp(live, realServer, live.rsCfg.get(realServer)!);
+    } else {
+      this.unhealthy.add(slotKey);
+      this.ramps.delete(slotKey);
+    }
     this.refreshWeight(live, realServer);
     return true;
   }
 
+  /** Puts a returning server in slow start if its service or itself asks for one. */
+  private startRamp(live: LiveService, k: string, r: RealServerConfig): void {
+    const ms = Math.round((r.slowStart ?? live.cfg.slowStart ?? 0) * 1000);
+    const slotKey = `${live.key}|${k}`;
+    if (ms <= 0 || r.weight <= 1) {
+      this.ramps.delete(slotKey);
+      return;
+    }
+    const now = this.clock();
+    this.ramps.set(slotKey, { start: now, ms });
+    live.lastRampStep = now;
+  }
+
   private effectiveWeight(live: LiveService, k: string, r: RealServerConfig): number {
     const slotKey = `${live.key}|${k}`;
-    return this.draining.has(slotKey) || this.unhealthy.has(slotKey) ? 0 : r.weight;
+    if (this.draining.has(slotKey) || this.unhealthy.has(slotKey)) return 0;
+    const ramp = this.ramps.get(slotKey);
+    return ramp ? slowStartWeight(r.weight, this.clock() - ramp.start, ramp.ms) : r.weight;
+  }
+
+  /**
+   * One slow-start step for every service whose ramp period has passed: the ramping servers get
+   * their current ramp weight (finished ramps their whole weight) as one batch of -e edits.
+   * Called a few times a second; returns true when a weight changed (publish a new snapshot).
+   */
+  rampTick(): boolean {
+    if (this.ramps.size === 0) return false;
+    const now = this.clock();
+    const due = new Map<LiveService, { ks: string[]; period: number; finished: boolean }>();
+    for (const [slotKey, ramp] of [...this.ramps]) {
+      const info = this.rsSlots.get(slotKey);
+      const live = info?.listed ? this.services.get(info.svcKey) : undefined;
+      if (!info || !live) {
+        this.ramps.delete(slotKey);
+        continue;
+      }
+      const e = due.get(live) ?? { ks: [], period: Infinity, finished: false };
+      e.ks.push(`${info.addr}:${info.port}`);
+      // HAProxy's server_warmup re-runs every MAX(1000 ms, slowstart / 20).
+      e.period = Math.min(e.period, Math.max(SLOW_START_MIN_STEP_MS, ramp.ms / 20));
+      if (now - ramp.start >= ramp.ms) e.finished = true;
+      due.set(live, e);
+    }
+    let changed = false;
+    for (const [live, e] of due) {
+      const since = now - live.lastRampStep;
+      // A finished ramp is not held for the period, but never two rebuilds within a second.
+      if (since < SLOW_START_MIN_STEP_MS || (since < e.period && !e.finished)) continue;
+      const ks = e.ks.filter((k) => {
+        const info = this.rsSlots.get(`${live.key}|${k}`)!;
+        return live.compiled.dests.find((d) => d.rs === info.slot)!.weight !== this.effectiveWeight(live, k, live.rsCfg.get(k)!);
+      });
+      for (const k of e.ks) {
+        const ramp = this.ramps.get(`${live.key}|${k}`)!;
+        if (now - ramp.start >= ramp.ms) this.ramps.delete(`${live.key}|${k}`);
+      }
+      if (ks.length === 0) continue;
+      this.editDests(live, ks);
+      live.lastRampStep = now;
+      changed = true;
+    }
+    return changed;
   }
 
   private refreshWeight(live: LiveService, k: string): void {
@@ -513,6 +613,29 @@ export class ServiceModel {
     this.change(live, 'upd', info.slot, position, before);
   }
 
+  /**
+   * Slow-start steps of several servers of one service: -e edits of their weights (no other
+   * field changes) with one prepare() — one mh/sh table rebuild for the batch — then each
+   * change's update hook, as the kernel's upd_dest would run after each.
+   */
+  private editDests(live: LiveService, ks: string[]): void {
+    const changes: { rs: number; position: number; before: SchedDest[] }[] = [];
+    for (const k of ks) {
+      const info = this.rsSlots.get(`${live.key}|${k}`)!;
+      const weight = this.effectiveWeight(live, k, live.rsCfg.get(k)!);
+      Atomics.store(this.rs, info.slot * L.RS_WORDS + L.RS_WEIGHT, weight);
+      const before = live.compiled.dests.slice();
+      const position = before.findIndex((d) => d.rs === info.slot);
+      live.compiled.dests = before.map((d, i) => (i === position ? { ...d, weight, lastWeight: weight !== 0 ? weight : (d.lastWeight ?? d.weight) } : d));
+      changes.push({ rs: info.slot, position, before });
+    }
+    const sched = getScheduler(live.cfg.scheduler)!;
+    live.compiled.data = sched.prepare?.(live.compiled) ?? null;
+    if (sched.update) {
+      for (const c of changes) this.withSchedLock(live.slot, () => sched.update!(live.compiled, this.sched, this.schedBase(live.slot), { kind: 'upd', ...c }));
+    }
+  }
+
   private delDest(live: LiveService, k: string): void {
     const info = this.rsSlots.get(`${live.key}|${k}`)!;
     const before = live.compiled.dests.slice();
@@ -520,6 +643,7 @@ export class ServiceModel {
     live.compiled.dests = before.filter((_, i) => i !== position);
     live.rsCfg.delete(k);
     this.unhealthy.delete(`${live.key}|${k}`);
+    this.ramps.delete(`${live.key}|${k}`);
     info.listed = false;
     Atomics.and(this.rs, info.slot * L.RS_WORDS + L.RS_FLAGS, ~L.RSF_AVAILABLE);
     this.change(live, 'del', info.slot, position, before);
@@ -629,6 +753,7 @@ export class ServiceModel {
       overloaded: (Atomics.load(this.rs, o + L.RS_FLAGS) & L.RSF_OVERLOAD) !== 0,
       draining: this.draining.has(slotKey),
       healthy: !this.unhealthy.has(slotKey),
+      slowStartUntil: this.ramps.has(slotKey) ? this.ramps.get(slotKey)!.start + this.ramps.get(slotKey)!.ms : null,
       upperThreshold: r.upperThreshold,
       lowerThreshold: r.lowerThreshold,
     };

@@ -4,9 +4,9 @@
  * (ipvsadm-args.ts), the output ipvsadm's (ipvsadm-format.ts); editing commands become one
  * POST /v1/batch each (-R: the whole input as one batch, applied whole or not at all).
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { canonAddr } from '../lb/addr';
-import { apiCall, DEFAULT_SOCKET } from './client';
+import { apiCall, apiCallRaw, DEFAULT_SOCKET } from './client';
 import type { EditOp, ServiceRef } from './edits';
 import { classicError, daemonError, keepUvsSettings, parseArgs, parseRestore, PROGRAM, splitSocket, type ListFormat, type ParseEnv, type RestoreLine } from './ipvsadm-args';
 import {
@@ -204,6 +204,62 @@ async function save(socket: string, numeric: boolean): Promise<number> {
   return 0;
 }
 
+/**
+ * uvsadm --capture: flow sampling (POST /v1/capture). uvs's own command, so its options are not
+ * ipvsadm's popt set: usage errors exit 255 and bad values 2, as ipvsadm's own.
+ */
+async function capture(socket: string, args: string[]): Promise<number> {
+  const body: Record<string, unknown> = {};
+  let file: string | null = null;
+  const num = (v: string | undefined, opt: string): number | null => (v !== undefined && /^\d+$/.test(v) ? Number(v) : (err(`${PROGRAM}: ${opt} needs a number, got ${JSON.stringify(v ?? '')}\n`), null));
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    const v = args[i + 1];
+    i++;
+    if (a === '--sample') {
+      if ((body.sample = num(v, a)) === null) return 2;
+    } else if (a === '--seconds') {
+      if ((body.seconds = num(v, a)) === null) return 2;
+    } else if (a === '--max-packets') {
+      if ((body.maxPackets = num(v, a)) === null) return 2;
+    } else if (a === '--format') body.format = v;
+    else if (a === '-w') file = v ?? null;
+    else if (a === '--flow') {
+      const flow: Record<string, unknown> = {};
+      for (const kv of (v ?? '').split(',').filter(Boolean)) {
+        const eq = kv.indexOf('=');
+        const k = kv.slice(0, eq);
+        const val = kv.slice(eq + 1);
+        if (eq < 0) {
+          err(`${PROGRAM}: --flow takes KEY=VALUE pairs (protocol, address, port, peer, peerPort), got ${JSON.stringify(kv)}\n`);
+          return 2;
+        }
+        flow[k] = k === 'port' || k === 'peerPort' ? (/^\d+$/.test(val) ? Number(val) : val) : val;
+      }
+      body.flow = flow;
+    } else {
+      err(`${PROGRAM}: --capture: unknown option ${JSON.stringify(a)}\nUsage: ${PROGRAM} --capture (--sample N | --flow K=V,...) [--seconds S] [--max-packets M] [--format pcap|jsonl] [-w FILE]\n`);
+      return 255;
+    }
+  }
+  const seconds = typeof body.seconds === 'number' ? body.seconds : 10;
+  const r = await apiCallRaw(socket, 'POST', '/v1/capture', body, (seconds + 10) * 1000);
+  if (r.status !== 200) {
+    let e: ApiError = {};
+    try {
+      e = JSON.parse(r.body.toString('utf8')) as ApiError;
+    } catch {
+      /* not JSON */
+    }
+    err(`${PROGRAM}: ${e.code ?? r.status}: ${e.message ?? r.body.toString('utf8')}\n`);
+    return 2;
+  }
+  if (file) writeFileSync(file, r.body);
+  else process.stdout.write(r.body);
+  err(`${PROGRAM}: captured ${r.headers['x-uvs-capture-packets'] ?? '?'} packets (${r.headers['x-uvs-capture-overruns'] ?? '?'} lost to full rings)\n`);
+  return 0;
+}
+
 async function main(argv: string[]): Promise<number> {
   const split = splitSocket(argv);
   if ('error' in split) {
@@ -211,6 +267,7 @@ async function main(argv: string[]): Promise<number> {
     return 255;
   }
   const socket = split.socket ?? DEFAULT_SOCKET;
+  if (split.rest[0] === '--capture') return await capture(socket, split.rest.slice(1));
   const parsed = parseArgs(split.rest, ENV);
   if (!parsed.ok) {
     err(parsed.stderr);

@@ -68,6 +68,8 @@ export interface SharedRegions {
   counters: SharedArrayBuffer[];
   /** One per worker (layout.ts RG_*). */
   rings: SharedArrayBuffer[];
+  /** Flow sampling, shared by all workers (layout.ts CAP_*). */
+  capture: SharedArrayBuffer;
 }
 
 /** A masq reply rule: traffic from addr:port (proto) goes into the device; ICMP from addr (port 0). */
@@ -262,6 +264,7 @@ export class Dataplane {
       sched: this.regions.sched,
       counters: this.regions.counters[s.id]!,
       ring: this.regions.rings[s.id]!,
+      capture: this.regions.capture,
       snapshot: this.snapshot,
       batch: this.opts.batch,
       slot: slotBytes(this.opts),

@@ -121,6 +121,14 @@ export class PacketProcessor {
   /** The worker's global bucket (icmp_global): credit and the time it was last refilled; −1 = never used. */
   private genCredit = -1;
   private genStamp = 0;
+  /**
+   * What the last packet got, for flow sampling (lb/capture.ts): its drop (or answer) reason and
+   * the service and real server it was counted on. Plain stores on the way; only read, and reset
+   * to −1 before a packet, while a capture is on.
+   */
+  lastDrop = -1;
+  lastSvc = -1;
+  lastRs = -1;
 
   constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, out: Uint8Array, offload = false) {
     this.vnet = offload ? P.VNET_HLEN : 0;
@@ -185,6 +193,7 @@ export class PacketProcessor {
   }
 
   private drop(reason: Drop): number {
+    this.lastDrop = reason;
     this.counters[L.C_DROP_BASE + reason]!++;
     return DROP;
   }
@@ -1127,6 +1136,8 @@ export class PacketProcessor {
 
   /** Server → client counters of a real server and its service (ip_vs_out_stats). */
   private countOut(rsSlot: number, svcSlot: number, bytes: number): void {
+    this.lastRs = rsSlot;
+    this.lastSvc = svcSlot;
     const c = this.counters;
     const rb = L.rsCounterBase(rsSlot);
     const sb = L.svcCounterBase(this.maxRealServers, svcSlot);
@@ -1137,6 +1148,8 @@ export class PacketProcessor {
   }
 
   private countIn(rsSlot: number, svcSlot: number, bytes: number): void {
+    this.lastRs = rsSlot;
+    this.lastSvc = svcSlot;
     const c = this.counters;
     const rb = L.rsCounterBase(rsSlot);
     const sb = L.svcCounterBase(this.maxRealServers, svcSlot);
@@ -1282,15 +1295,18 @@ export class PacketProcessor {
     if (this.v6 ? this.unanswerable6() : this.unanswerable4(saddr)) {
       c[at + L.GEN_BAD_DESTINATION]!++;
       c[L.C_DROP_BASE + Drop.UnanswerableSource]!++;
+      this.lastDrop = Drop.UnanswerableSource;
       return false;
     }
     if ((this.snapshot.genKinds & (1 << kind)) !== 0 && !this.withinLimits(saddr)) {
       c[at + L.GEN_RATE_LIMITED]!++;
       c[L.C_DROP_BASE + Drop.RateLimited]!++;
+      this.lastDrop = Drop.RateLimited;
       return false;
     }
     c[at + L.GEN_SENT]!++;
     if (reason >= 0) c[L.C_DROP_BASE + reason]!++;
+    this.lastDrop = reason;
     return true;
   }
 

@@ -7,6 +7,7 @@
 import { parentPort, receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import * as L from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
+import { CaptureTap } from './capture';
 import { VNET_HLEN } from './packet';
 import { DROP, FORWARD, MAX_OUT, PacketProcessor } from './processor';
 import type { Snapshot } from './snapshot';
@@ -28,6 +29,8 @@ export interface WorkerInit {
   maxRealServers: number;
   /** Worker → control rings (sync events, parked packets). */
   ring: SharedArrayBuffer;
+  /** Flow sampling: shared by all workers (layout.ts CAP_*). */
+  capture: SharedArrayBuffer;
   /** Snapshots arrive here; ctl[CTL_SNAPSHOT_VERSION] says a new one is waiting. */
   snapshotPort: MessagePort;
   ctl: SharedArrayBuffer;
@@ -64,6 +67,7 @@ function main(init: WorkerInit): void {
   const wlens = new Int32Array(wcap);
   const proc = new PacketProcessor(table, counters, new Int32Array(init.sched), init.maxRealServers, init.snapshot, buf, init.offload);
   proc.setRing(init.ring);
+  const tap = new CaptureTap(init.capture, init.id);
   let running = true;
   const ctl = new Int32Array(init.ctl);
   let seenVersion = init.snapshot.version;
@@ -120,6 +124,9 @@ function main(init: WorkerInit): void {
   /** Runs one batch of n packets read into buf through the processor and writes the results. */
   const processBatch = (n: number): void => {
     proc.now = table.now();
+    // Flow sampling: one shared-word load a batch; nothing more while no capture runs.
+    const capturing = tap.on() !== 0;
+    const wallMs = capturing ? Date.now() : 0;
     let rxBytes = 0;
     for (let i = 0; i < n; i++) {
       const off = i * slot;
@@ -128,7 +135,16 @@ function main(init: WorkerInit): void {
       const o = outBase + i * outSlot;
       proc.outOff = o + V;
       proc.outEnd = o + outSlot;
-      const v = proc.process(buf, off + V, len - V);
+      let v: number;
+      if (capturing && tap.begin(buf, off + V, len - V, wallMs)) {
+        proc.lastDrop = proc.lastSvc = proc.lastRs = table.lastTouched = -1;
+        v = proc.process(buf, off + V, len - V);
+        const e = table.lastTouched;
+        const eo = e >= 0 ? table.base(e) : 0;
+        tap.end(v, proc.lastDrop, proc.lastSvc, proc.lastRs, e >= 0 ? table.i32[eo + L.E_STATE]! : -1, e >= 0 ? table.i32[eo + L.E_PROTO]! : 0);
+      } else {
+        v = proc.process(buf, off + V, len - V);
+      }
       if (v === DROP) continue;
       if (v === FORWARD) {
         offs[w] = off;

@@ -19,6 +19,7 @@ if [ "${1:-}" != "--no-system" ] && [ "$(id -u)" = 0 ]; then
   have pgrep || need+=(procps)
   have redis-server || need+=(redis-server)
   have keepalived || need+=(keepalived)
+  have tcpdump || need+=(tcpdump)           # reads flow-sampling captures back (tests)
   if [ ${#need[@]} -gt 0 ]; then
     echo "uvs: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive

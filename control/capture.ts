@@ -1,0 +1,294 @@
+/**
+ * Flow sampling, control side (Katran's flow_debug, Cilium's recorder): starts a bounded capture
+ * in the workers (lb/capture.ts), drains their rings every CAP_DRAIN_MS and writes the records as
+ * a pcap file (LINKTYPE_RAW: IPv4 and IPv6 packets without a link header, as tcpdump -i uvs0
+ * would see them arrive) or as one JSON line per packet with the decision taken. One capture at
+ * a time; bounded by `seconds` (≤ CAPTURE_MAX_SECONDS) and `maxPackets` (≤ CAPTURE_MAX_PACKETS),
+ * so its output stays below ~165 MB. Ring layout: conntrack/layout.ts CAP_*.
+ */
+import * as L from '../conntrack/layout';
+import { SCTP_STATE_NAMES } from '../conntrack/sctp-state';
+import { TCP_STATE_NAMES } from '../conntrack/state';
+import { formatIPv4, formatIPv6, parseIPv4, parseIPv6 } from '../lb/addr';
+import { DROP, FORWARD } from '../lb/processor';
+import { UvsError } from './errors';
+
+export const CAPTURE_MAX_SECONDS = 300;
+export const CAPTURE_MAX_PACKETS = 100_000;
+/** LINKTYPE_RAW (tcpdump.org linktypes): the packet begins with its IPv4 or IPv6 header. */
+export const LINKTYPE_RAW = 101;
+
+export interface FlowFilter {
+  protocol?: 'tcp' | 'udp' | 'sctp' | 'icmp' | 'icmpv6';
+  /** One endpoint: an address and/or a port (the client's, say). */
+  address?: string;
+  port?: number;
+  /** The other endpoint (the VIP or a real server), either direction. */
+  peer?: string;
+  peerPort?: number;
+}
+
+export interface CaptureRequest {
+  /** 1 in `sample` packets (per worker); or `flow`. */
+  sample?: number;
+  flow?: FlowFilter;
+  seconds: number;
+  maxPackets: number;
+  format: 'pcap' | 'jsonl';
+}
+
+export interface CaptureResult {
+  format: 'pcap' | 'jsonl';
+  body: Buffer;
+  packets: number;
+  /** Records the workers could not hand over (ring full). */
+  overruns: number;
+}
+
+/** One captured packet as the rings hold it. */
+export interface CaptureRecord {
+  worker: number;
+  timeMs: number;
+  len: number;
+  data: Buffer;
+  verdict: number;
+  drop: number;
+  svc: number;
+  rs: number;
+  state: number;
+  proto: number;
+}
+
+const PROTOS: Record<string, number> = { tcp: 6, udp: 17, sctp: 132, icmp: 1, icmpv6: 58 };
+
+function bad(detail: string, path: string): never {
+  throw new UvsError('UVS_ERR_API_BAD_REQUEST', detail, path);
+}
+
+/** Validates a POST /v1/capture body (defaults: 10 s, 1000 packets, pcap). */
+export function validateCaptureRequest(v: unknown): CaptureRequest {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) bad('must be an object', 'capture');
+  const o = v as Record<string, unknown>;
+  for (const k of Object.keys(o)) if (!['sample', 'flow', 'seconds', 'maxPackets', 'format'].includes(k)) bad('unknown field', `capture.${k}`);
+  const int = (x: unknown, path: string, def: number, min: number, max: number): number => {
+    if (x === undefined) return def;
+    if (typeof x !== 'number' || !Number.isInteger(x) || x < min || x > max) bad(`must be an integer from ${min} to ${max}, got ${JSON.stringify(x)}`, path);
+    return x;
+  };
+  if ((o.sample === undefined) === (o.flow === undefined)) bad('give either sample (1 in N packets) or flow (a flow filter)', 'capture');
+  const format = o.format ?? 'pcap';
+  if (format !== 'pcap' && format !== 'jsonl') bad(`must be pcap or jsonl, got ${JSON.stringify(format)}`, 'capture.format');
+  const req: CaptureRequest = {
+    seconds: int(o.seconds, 'capture.seconds', 10, 1, CAPTURE_MAX_SECONDS),
+    maxPackets: int(o.maxPackets, 'capture.maxPackets', 1000, 1, CAPTURE_MAX_PACKETS),
+    format,
+  };
+  if (o.sample !== undefined) req.sample = int(o.sample, 'capture.sample', 1, 1, 0x7fffffff);
+  else {
+    const f = o.flow;
+    if (typeof f !== 'object' || f === null || Array.isArray(f)) bad('must be an object', 'capture.flow');
+    const fo = f as Record<string, unknown>;
+    for (const k of Object.keys(fo)) if (!['protocol', 'address', 'port', 'peer', 'peerPort'].includes(k)) bad('unknown field', `capture.flow.${k}`);
+    const flow: FlowFilter = {};
+    if (fo.protocol !== undefined) {
+      if (typeof fo.protocol !== 'string' || !(fo.protocol in PROTOS)) bad(`must be one of ${Object.keys(PROTOS).join(', ')}`, 'capture.flow.protocol');
+      flow.protocol = fo.protocol as FlowFilter['protocol'];
+    }
+    for (const k of ['address', 'peer'] as const) {
+      if (fo[k] === undefined) continue;
+      if (typeof fo[k] !== 'string' || (parseIPv4(fo[k] as string) === null && parseIPv6(fo[k] as string) === null)) bad(`must be an IPv4 or IPv6 address, got ${JSON.stringify(fo[k])}`, `capture.flow.${k}`);
+      flow[k] = fo[k] as string;
+    }
+    if (flow.address && flow.peer && flow.address.includes(':') !== flow.peer.includes(':')) bad('address and peer must be of one family', 'capture.flow.peer');
+    if (fo.port !== undefined) flow.port = int(fo.port, 'capture.flow.port', 0, 0, 65535);
+    if (fo.peerPort !== undefined) flow.peerPort = int(fo.peerPort, 'capture.flow.peerPort', 0, 0, 65535);
+    if (Object.keys(flow).length === 0) bad('needs at least one of protocol, address, port, peer, peerPort', 'capture.flow');
+    req.flow = flow;
+  }
+  return req;
+}
+
+/** pcap global header (microsecond timestamps, little-endian). */
+export function pcapHeader(snaplen = L.CAP_SNAPLEN): Buffer {
+  const h = Buffer.alloc(24);
+  h.writeUInt32LE(0xa1b2c3d4, 0);
+  h.writeUInt16LE(2, 4);
+  h.writeUInt16LE(4, 6);
+  h.writeInt32LE(0, 8);
+  h.writeUInt32LE(0, 12);
+  h.writeUInt32LE(snaplen, 16);
+  h.writeUInt32LE(LINKTYPE_RAW, 20);
+  return h;
+}
+
+/** One pcap record: header (ts_sec, ts_usec, incl_len, orig_len) and the bytes kept. */
+export function pcapRecord(timeMs: number, origLen: number, data: Uint8Array): Buffer {
+  const r = Buffer.alloc(16 + data.length);
+  r.writeUInt32LE(Math.floor(timeMs / 1000), 0);
+  r.writeUInt32LE((timeMs % 1000) * 1000, 4);
+  r.writeUInt32LE(data.length, 8);
+  r.writeUInt32LE(origLen, 12);
+  r.set(data, 16);
+  return r;
+}
+
+/** Reads every published record of worker w's ring and frees the slots. */
+export function drainRing(sab: SharedArrayBuffer, w: number, into: CaptureRecord[]): void {
+  const a = new Int32Array(sab);
+  const wb = L.capWorkerOffset(w) >> 2;
+  const tail = Atomics.load(a, wb + L.CAPW_TAIL);
+  let head = a[wb + L.CAPW_HEAD]!;
+  for (; head !== tail; head = (head + 1) | 0) {
+    const at = L.capSlotOffset(w, head & (L.CAP_SLOTS - 1));
+    const r = at >> 2;
+    const caplen = a[r + L.CAPR_CAPLEN]!;
+    into.push({
+      worker: w,
+      timeMs: a[r + L.CAPR_TIME_HI]! * 4294967296 + (a[r + L.CAPR_TIME_LO]! >>> 0),
+      len: a[r + L.CAPR_LEN]!,
+      data: Buffer.from(new Uint8Array(sab, at + L.CAPR_WORDS * 4, caplen)),
+      verdict: a[r + L.CAPR_VERDICT]!,
+      drop: a[r + L.CAPR_DROP]!,
+      svc: a[r + L.CAPR_SVC]!,
+      rs: a[r + L.CAPR_RS]!,
+      state: a[r + L.CAPR_STATE]!,
+      proto: a[r + L.CAPR_PROTO]!,
+    });
+  }
+  Atomics.store(a, wb + L.CAPW_HEAD, head);
+}
+
+function overruns(sab: SharedArrayBuffer, workers: number): number {
+  const a = new Int32Array(sab);
+  let n = 0;
+  for (let w = 0; w < workers; w++) n += Atomics.load(a, (L.capWorkerOffset(w) >> 2) + L.CAPW_OVERRUNS);
+  return n;
+}
+
+/** Writes the filter into the capture header (big-endian address words, IPv4 in the last). */
+function writeFilter(h: Int32Array, f: FlowFilter): void {
+  h[L.CAP_F_PROTO] = f.protocol ? PROTOS[f.protocol]! : 0;
+  const fam = f.address ?? f.peer;
+  h[L.CAP_F_FAMILY] = fam === undefined ? 0 : fam.includes(':') ? 6 : 4;
+  h[L.CAP_F_PORT_A] = f.port ?? -1;
+  h[L.CAP_F_PORT_B] = f.peerPort ?? -1;
+  const put = (addr: string | undefined, has: number, at: number): void => {
+    h[has] = addr === undefined ? 0 : 1;
+    for (let i = 0; i < 4; i++) h[at + i] = 0;
+    if (addr === undefined) return;
+    if (addr.includes(':')) h.set(parseIPv6(addr)!, at);
+    else h[at + 3] = parseIPv4(addr)!;
+  };
+  put(f.address, L.CAP_F_HAS_A, L.CAP_F_ADDR_A);
+  put(f.peer, L.CAP_F_HAS_B, L.CAP_F_ADDR_B);
+}
+
+const VERDICTS: Record<number, string> = { [DROP]: 'drop', [FORWARD]: 'forward', 2: 'reply' };
+const TCP_FLAG_NAMES = ['FIN', 'SYN', 'RST', 'PSH', 'ACK', 'URG', 'ECE', 'CWR'];
+
+/** A record as one JSON object: the packet's headers and the decision taken. */
+export function describeRecord(r: CaptureRecord, names: CaptureNames): Record<string, unknown> {
+  const b = r.data;
+  const out: Record<string, unknown> = { time: new Date(r.timeMs).toISOString(), worker: r.worker, length: r.len };
+  const v = b.length > 0 ? b[0]! >> 4 : 0;
+  let proto = -1;
+  let l4 = -1;
+  if (v === 4 && b.length >= 20) {
+    proto = b[9]!;
+    l4 = (b[0]! & 15) << 2;
+    out.src = formatIPv4(b.readInt32BE(12));
+    out.dst = formatIPv4(b.readInt32BE(16));
+  } else if (v === 6 && b.length >= 40) {
+    proto = b[6]!;
+    l4 = 40;
+    const w = (o: number) => Int32Array.of(b.readInt32BE(o), b.readInt32BE(o + 4), b.readInt32BE(o + 8), b.readInt32BE(o + 12));
+    out.src = formatIPv6(w(8));
+    out.dst = formatIPv6(w(24));
+  }
+  const pname = Object.entries(PROTOS).find(([, n]) => n === proto)?.[0];
+  out.protocol = pname ?? proto;
+  if ((proto === 6 || proto === 17 || proto === 132) && l4 + 4 <= b.length) {
+    out.sport = b.readUInt16BE(l4);
+    out.dport = b.readUInt16BE(l4 + 2);
+  }
+  if (proto === 6 && l4 + 14 <= b.length) out.tcpFlags = TCP_FLAG_NAMES.filter((_, i) => b[l4 + 13]! & (1 << i)).join(',');
+  if ((proto === 1 || proto === 58) && l4 + 2 <= b.length) out.icmpType = b[l4];
+  out.verdict = VERDICTS[r.verdict] ?? r.verdict;
+  if (r.drop >= 0) out[r.verdict === DROP ? 'dropReason' : 'reason'] = L.DROP_NAMES[r.drop] ?? r.drop;
+  if (r.svc >= 0) out.service = names.service(r.svc);
+  if (r.rs >= 0) out.realServer = names.realServer(r.rs);
+  if (r.state >= 0) {
+    const p = r.proto & 0xff;
+    out.state = p === 6 ? TCP_STATE_NAMES[r.state] : p === 132 ? SCTP_STATE_NAMES[r.state] : p === 17 ? 'UDP' : r.state;
+  }
+  return out;
+}
+
+export interface CaptureNames {
+  service(slot: number): string | null;
+  realServer(slot: number): string | null;
+}
+
+export class Capturer {
+  readonly sab: SharedArrayBuffer;
+  private readonly workers: number;
+  private readonly names: CaptureNames;
+  private gen = 0;
+  private busy = false;
+
+  constructor(workers: number, names: CaptureNames) {
+    this.sab = new SharedArrayBuffer(L.capBytes(workers));
+    this.workers = workers;
+    this.names = names;
+  }
+
+  get running(): boolean {
+    return this.busy;
+  }
+
+  /** Runs one capture to its end (time or packets); rejects with 409 while another runs. */
+  async run(req: CaptureRequest): Promise<CaptureResult> {
+    if (this.busy) throw new UvsError('UVS_ERR_CAPTURE_BUSY', 'a capture is already running; wait for it to end');
+    this.busy = true;
+    const h = new Int32Array(this.sab, 0, L.CAP_HDR_WORDS);
+    const a = new Int32Array(this.sab);
+    try {
+      // Leftovers of an earlier capture (records published after it stopped) are discarded.
+      for (let w = 0; w < this.workers; w++) {
+        const wb = L.capWorkerOffset(w) >> 2;
+        Atomics.store(a, wb + L.CAPW_HEAD, Atomics.load(a, wb + L.CAPW_TAIL));
+      }
+      const over0 = overruns(this.sab, this.workers);
+      if (req.sample !== undefined) {
+        h[L.CAP_MODE] = L.CAP_MODE_SAMPLE;
+        h[L.CAP_SAMPLE_N] = req.sample;
+      } else {
+        h[L.CAP_MODE] = L.CAP_MODE_FLOW;
+        writeFilter(h, req.flow!);
+      }
+      // A fresh non-zero generation: workers restart their 1-in-N count.
+      this.gen = (this.gen % 0x7ffffffe) + 1;
+      Atomics.store(h, L.CAP_ON, this.gen);
+      const records: CaptureRecord[] = [];
+      const until = Date.now() + req.seconds * 1000;
+      while (records.length < req.maxPackets && Date.now() < until) {
+        await new Promise((r) => setTimeout(r, L.CAP_DRAIN_MS));
+        for (let w = 0; w < this.workers; w++) drainRing(this.sab, w, records);
+      }
+      Atomics.store(h, L.CAP_ON, 0);
+      // A worker that loaded CAP_ON before it went to 0 finishes its batch: one more drain.
+      await new Promise((r) => setTimeout(r, L.CAP_DRAIN_MS));
+      for (let w = 0; w < this.workers; w++) drainRing(this.sab, w, records);
+      records.sort((x, y) => x.timeMs - y.timeMs);
+      const kept = records.slice(0, req.maxPackets);
+      const body =
+        req.format === 'pcap'
+          ? Buffer.concat([pcapHeader(), ...kept.map((r) => pcapRecord(r.timeMs, r.len, r.data))])
+          : Buffer.from(kept.map((r) => JSON.stringify(describeRecord(r, this.names)) + '\n').join(''));
+      return { format: req.format, body, packets: kept.length, overruns: overruns(this.sab, this.workers) - over0 };
+    } finally {
+      Atomics.store(h, L.CAP_ON, 0);
+      this.busy = false;
+    }
+  }
+}
