@@ -71,8 +71,16 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
   const realServers = async (n: LbNode, port: number) =>
     (await apiCall<{ services: { protocol: string; address: string; port: number; realServers: RsView[] }[] }>(lab.socket(n), 'GET', '/v1/services')).body.services.find((s) => s.address === LAB_VIP && s.port === port)!.realServers;
   const connections = async (n: LbNode) => (await apiCall<{ connections: Conn[] }>(lab.socket(n), 'GET', '/v1/connections')).body.connections;
-  const waitStat = (n: LbNode, what: string, cond: (s: Stats) => boolean, timeoutMs = 20000) =>
-    waitFor(async () => cond(await stats(n)), timeoutMs, `${n}: ${what}`);
+  /** Waits for a condition on a node's /v1/stats; a failure shows the stats it last saw. */
+  const waitStat = async (n: LbNode, what: string, cond: (s: Stats) => boolean, timeoutMs = 20000) => {
+    let last: Stats | undefined;
+    try {
+      await waitFor(async () => cond((last = await stats(n))), timeoutMs, `${n}: ${what}`);
+    } catch (e) {
+      const seen = last ? { adopted: last.adopted, shadows: last.shadows, redis: last.redis, drops: (last as unknown as { drops?: unknown }).drops } : null;
+      throw new Error(`${(e as Error).message}; last stats: ${JSON.stringify(seen)}`);
+    }
+  };
 
   /** N curl downloads of `mb` MB at `rate` each, started now; each resolves true when byte-identical. */
   const streams = (n: number, mb: number, rate: string, host = LAB_VIP) => Array.from({ length: n }, (_, i) => track(blobDownload(lab.ns.cl, host, 80, mb << 20, 100 + i, rate, 120)));
