@@ -27,6 +27,7 @@ export const TOOLS: Record<string, Tool> = {
   nginxStream: { check: NGINX_STREAM_MODULE, pkg: 'libnginx-mod-stream', why: 'nginx stream module' },
   curl: { check: 'curl', pkg: 'curl', why: 'lab readiness checks' },
   redis: { check: 'redis-server', pkg: 'redis-server', why: 'the two-node lab of the failure figures (--failures)' },
+  perf: { check: 'perf', pkg: 'linux-perf', why: 'syscalls per packet and per connection of the LB processes (perf stat)' },
   cc: { check: 'cc', pkg: 'gcc', why: 'building the C TUN forwarder peer (perf/peers/ctun.c)' },
 };
 
