@@ -77,6 +77,7 @@ typedef struct {
   unsigned sq_entries, sq_local_tail;
   /* CQ */
   unsigned *cq_head, *cq_tail, *cq_mask;
+  unsigned cq_entries;
   struct io_uring_cqe *cqes;
   /* buffer ring */
   struct io_uring_buf_ring *br;
@@ -394,6 +395,7 @@ static int setup_ring(uring_t *u, unsigned entries, char *why, size_t n) {
   u->cq_tail = (unsigned *)(cq + p.cq_off.tail);
   u->cq_mask = (unsigned *)(cq + p.cq_off.ring_mask);
   u->cqes = (struct io_uring_cqe *)(cq + p.cq_off.cqes);
+  u->cq_entries = p.cq_entries;
 
   /* The buffer ring: a power of two of entries, page aligned, every receive slot in it. */
   u->br_entries = 1;
@@ -508,6 +510,9 @@ static napi_value uring_wait(napi_env env, napi_callback_info info) {
   struct __kernel_timespec ts = { .tv_sec = timeout / 1000, .tv_nsec = (long)(timeout % 1000) * 1000000L };
   struct io_uring_getevents_arg a = { .sigmask = 0, .sigmask_sz = _NSIG / 8, .ts = (uint64_t)(uintptr_t)&ts };
   unsigned min = wait && timeout != 0 ? (unsigned)u->inflight + 1 : 0;
+  /* A batch of tunnelled super-packets can queue more writes (up to 128 segments each) than the
+   * CQ holds: wait for a full CQ at most, reap, and wait again. */
+  if (min > u->cq_entries) min = u->cq_entries;
   int r = sys_enter(u->ring_fd, sq_unsubmitted(u), min, IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &a, sizeof a);
   if (r < 0 && errno != ETIME && errno != EINTR && errno != EBUSY && errno != EAGAIN) {
     int e = errno;
