@@ -19,7 +19,7 @@
  * - a second command (`-A … -D`) says `multiple commands specified` (popt-built ipvsadm says
  *   `invalid option`);
  * - `-r` without a port takes the service's port wherever -t/-u comes on the line;
- * - `--timeout`, `--drain` and `--health` may come first (they imply -L);
+ * - `--timeout`, `--drain`, `--health` and `--workers` may come first (they imply -L);
  * - in -R input, blank lines and lines starting with # are skipped.
  */
 import { isIPv6 } from 'node:net';
@@ -98,6 +98,7 @@ const OPT_NAMES = [
   'tun-remcsum',
   'drain',
   'health',
+  'workers',
 ] as const;
 type OptName = (typeof OPT_NAMES)[number];
 const OPT = Object.fromEntries(OPT_NAMES.map((n, i) => [n, i])) as Record<OptName, number>;
@@ -129,6 +130,7 @@ const COMMANDS_V_OPTIONS: Record<number, string> = {
     'tun-info': ' ',
     drain: '1',
     health: '1',
+    workers: '1',
   }),
   [CMD.ADDDEST]: row(SERVER_OPTS),
   [CMD.DELDEST]: row({ 'service-address': '+', 'real-server': '+' }),
@@ -221,6 +223,7 @@ const OPTIONS: OptDef[] = [
   // uvs's additions
   d('drain', null, 0),
   d('health', null, 0),
+  d('workers', null, 0),
   d('reload', null, 0),
   d('kill-worker', null, 1),
 ];
@@ -319,7 +322,7 @@ export interface ListFormat {
 export type Command =
   | { kind: 'help'; text: string }
   | { kind: 'version'; text: string }
-  | { kind: 'list'; what: 'services' | 'connections' | 'timeout' | 'daemon' | 'drain' | 'health'; service?: ServiceRef; format: ListFormat }
+  | { kind: 'list'; what: 'services' | 'connections' | 'timeout' | 'daemon' | 'drain' | 'health' | 'workers'; service?: ServiceRef; format: ListFormat }
   /** -S; without -n names are printed (as the listings). */
   | { kind: 'save'; numeric: boolean }
   | { kind: 'restore' }
@@ -581,8 +584,8 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
         if (cmd === CMD.KILLWORKER) ce.worker = tok.arg ?? '';
         continue;
       }
-      // uvs: `uvsadm --timeout`, `--drain`, `--health` list without -L.
-      if (tok.tag !== 'timeout' && tok.tag !== 'drain' && tok.tag !== 'health') tryHelp(program);
+      // uvs: `uvsadm --timeout`, `--drain`, `--health`, `--workers` list without -L.
+      if (tok.tag !== 'timeout' && tok.tag !== 'drain' && tok.tag !== 'health' && tok.tag !== 'workers') tryHelp(program);
       ce.cmd = CMD.LIST;
     }
     if (tok.t === 'err') throw new Fail(`${tok.text}: ${tok.why}\n`, 255);
@@ -775,6 +778,9 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
       case 'health':
         setOption('health');
         break;
+      case 'workers':
+        setOption('workers');
+        break;
       default:
         // A second command (ipvsadm's set_command).
         fail('multiple commands specified');
@@ -812,7 +818,7 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   }
   if (ce.cmd === CMD.LIST) {
     const has = (...n: OptName[]) => n.some((x) => ce.options.has(OPT[x]));
-    if ((has('connection', 'timeout', 'daemon', 'drain', 'health') && has('stats', 'rate', 'thresholds')) || (has('timeout', 'daemon', 'drain', 'health') && has('persistent-conn'))) {
+    if ((has('connection', 'timeout', 'daemon', 'drain', 'health', 'workers') && has('stats', 'rate', 'thresholds')) || (has('timeout', 'daemon', 'drain', 'health', 'workers') && has('persistent-conn'))) {
       fail('options conflicts in the list command');
     }
   }
@@ -881,7 +887,7 @@ function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel' | 'fullnat'): Command
   switch (ce.cmd) {
     case CMD.LIST: {
       const has = (n: OptName) => ce.options.has(OPT[n]);
-      const what = has('connection') ? 'connections' : has('timeout') ? 'timeout' : has('daemon') ? 'daemon' : has('drain') ? 'drain' : has('health') ? 'health' : 'services';
+      const what = has('connection') ? 'connections' : has('timeout') ? 'timeout' : has('daemon') ? 'daemon' : has('drain') ? 'drain' : has('health') ? 'health' : has('workers') ? 'workers' : 'services';
       return { kind: 'list', what, format: ce.list, ...(what === 'services' && hasService ? { service: ref } : {}) };
     }
     case CMD.SAVE:
@@ -1114,6 +1120,7 @@ uvs additions:
   --kill-worker N                     terminate dataplane worker N (it is restarted; for testing)
   -L --drain                          real servers being drained: since when, connections left
   -L --health                         health-check verdicts per real server
+  -L --workers                        dataplane workers: state, restarts, I/O path, packets
 
 Differences from ipvsadm: the default forwarding method is masquerading (-m): uvs cannot route
 directly. Host names given here are read from /etc/hosts only; without -n, listings look names

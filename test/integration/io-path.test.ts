@@ -10,6 +10,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { apiCall } from '../../control/client';
@@ -43,7 +44,8 @@ function uringFds(pid: number): number {
 for (const path of ['io_uring', 'poll'] as const) {
   const skip = !isRoot ? 'integration tests need root (network namespaces, TUN)' : path === 'io_uring' && uringWhy ? `io_uring unavailable here: ${uringWhy}` : false;
   describe(`the ${path} worker I/O path carries real traffic`, { skip, timeout: 300_000 }, () => {
-    const lab = new Lab({ prefix: `uvi${path === 'poll' ? 'p' : 'u'}${process.pid % 10000}` });
+    // One lab at a time (the two describes run in turn): the uvt<pid> name test/run.sh cleans up.
+    const lab = new Lab({ prefix: `uvt${process.pid % 100000}` });
     const rs = lab.rsAddrs;
     const client = (cmd: string, args: string[], timeoutMs = 60000) => lab.exec(lab.clientNs, cmd, args, timeoutMs);
     const api = <T>(method: string, p: string) => apiCall<T>(lab.socket, method, p);
@@ -73,7 +75,7 @@ for (const path of ['io_uring', 'poll'] as const) {
       lab.down();
     });
 
-    test(`/v1/stats and uvs_worker_io_path say every worker runs on ${path}`, async () => {
+    test(`/v1/stats, uvs_worker_io_path and uvsadm -L --workers say every worker runs on ${path}`, async () => {
       const st = await stats();
       assert.equal(st.workers.length, 2);
       for (const w of st.workers) assert.equal(w.io, path, `worker ${w.id}`);
@@ -85,6 +87,9 @@ for (const path of ['io_uring', 'poll'] as const) {
           assert.equal(m[1], p === path ? '1' : '0', `worker ${id} ${p}`);
         }
       }
+      const listing = execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, '-L', '--workers'], { encoding: 'utf8' }).split('\n');
+      assert.match(listing[0]!, /^Worker +State +Restarts +I\/O +RxPkts +TxPkts$/);
+      for (const id of [0, 1]) assert.match(listing[id + 1]!, new RegExp(`^${id} +up +0 +${path} +\\d+ +\\d+$`), listing.join('\n'));
       // The kernel's view: one ring per worker on io_uring, none on poll.
       assert.equal(uringFds(lab.uvsdProcess!.pid!), path === 'io_uring' ? 2 : 0);
     });
