@@ -57,14 +57,17 @@ function main(init: WorkerInit): void {
   // large, holds what is generated for packet i — one packet, or a super-packet's segments.
   const outSlot = 2 * slot;
   const outBase = batch * slot;
-  const buf = new Uint8Array(batch * slot + batch * outSlot);
-  const lens = new Int32Array(batch);
+  // The io_uring ring keeps pointers into buf, lens, slots and io for the worker's life: each gets
+  // an ArrayBuffer of its own, whose backing store V8 never moves (a typed array of ≤ 64 bytes
+  // made with a length may live on the V8 heap, which the GC compacts).
+  const buf = new Uint8Array(new ArrayBuffer(batch * slot + batch * outSlot));
+  const lens = new Int32Array(new ArrayBuffer(batch * 4));
   // Packet i of a batch is in receive slot slots[i]: i itself on the poll path; on the io_uring
   // path whichever buffer the kernel took from the ring.
-  const slots = new Int32Array(batch);
+  const slots = new Int32Array(new ArrayBuffer(batch * 4));
   for (let i = 0; i < batch; i++) slots[i] = i;
   // io_uring write results (packets, bytes, errors), taken after each wait.
-  const io = new Float64Array(3);
+  const io = new Float64Array(new ArrayBuffer(3 * 8));
   // Write list: up to a batch of packets, plus one input's worth of segments before a flush.
   const wcap = batch + MAX_OUT;
   const offs = new Int32Array(wcap);
