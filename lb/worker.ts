@@ -168,11 +168,6 @@ function main(init: WorkerInit): void {
     flush();
   };
 
-  // The worker stays in one event-loop turn for up to YIELD_MS, going straight from one device
-  // read to the next (a read finds waiting packets at once, or waits in poll): an event-loop turn
-  // per wake-up costs a setImmediate, libuv's own epoll_wait and an extra read. Nothing in here
-  // needs the event loop — snapshots are taken synchronously when the shared version word moves,
-  // and terminate() interrupts JS — so it yields only to stay responsive to messages.
   /** Adds the io_uring write results reaped by the last wait to the counters. */
   const takeIo = (): void => {
     if (io[0]! + io[2]! === 0) return;
@@ -184,6 +179,11 @@ function main(init: WorkerInit): void {
     io[2] = 0;
   };
 
+  // The worker stays in one event-loop turn for up to YIELD_MS, going straight from one device
+  // read to the next (a read finds waiting packets at once, or waits in poll): an event-loop turn
+  // per wake-up costs a setImmediate, libuv's own epoll_wait and an extra read. Nothing in here
+  // needs the event loop — snapshots are taken synchronously when the shared version word moves,
+  // and terminate() interrupts JS — so it yields only to stay responsive to messages.
   // io_uring: one io_uring_enter per turn of this loop submits the last batch's writes, returns
   // its slots and waits for (or, after a full batch, only takes) the next packets.
   let lastEmpty = true;
