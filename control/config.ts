@@ -97,6 +97,8 @@ export interface UvsConfig {
     batch: number;
     /** Kernel offloads on the device (virtio header, checksum + TSO: 64 KB super-packets). */
     offload: boolean;
+    /** Worker I/O: io_uring (one io_uring_enter per batch), poll (poll + read + write), or auto (io_uring where the kernel allows it). */
+    io: 'auto' | 'io_uring' | 'poll';
     /** Answer ICMP echo requests sent to a VIP. */
     answerPing: boolean;
     /** Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it). */
@@ -201,6 +203,12 @@ function str(v: unknown, path: string, def?: string): string {
   }
   if (typeof v !== 'string' || v.length === 0) fail(path, 'must be a non-empty string');
   return v;
+}
+
+function ioMode(v: unknown): 'auto' | 'io_uring' | 'poll' {
+  if (v === undefined) return 'auto';
+  if (v === 'auto' || v === 'io_uring' || v === 'poll') return v;
+  fail('dataplane.io', `must be auto, io_uring or poll, got ${JSON.stringify(v)}`);
 }
 
 function bool(v: unknown, path: string, def: boolean): boolean {
@@ -357,6 +365,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     'rulePriority',
     'batch',
     'offload',
+    'io',
     'answerPing',
     'expireQuiescentTemplate',
     'fullnat',
@@ -387,6 +396,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     rulePriority: int(dp.rulePriority, 'dataplane.rulePriority', DEFAULTS.rulePriority, 2, 32765),
     batch: int(dp.batch, 'dataplane.batch', DEFAULTS.batch, 1, 1024),
     offload: bool(dp.offload, 'dataplane.offload', true),
+    io: ioMode(dp.io),
     answerPing: bool(dp.answerPing, 'dataplane.answerPing', true),
     expireQuiescentTemplate: bool(dp.expireQuiescentTemplate, 'dataplane.expireQuiescentTemplate', false),
     fullnat: fullnatPool(dp.fullnat),

@@ -125,6 +125,7 @@ export class Daemon {
         maxRealServers: dp.maxRealServers,
         fullnatAddrs: dp.fullnat.addresses,
         offload: dp.offload,
+        io: dp.io,
       },
       { table: tableSab, realServers: rsSab, sched: schedSab, counters, rings, capture: this.capture.sab },
       snapshot,
@@ -414,7 +415,7 @@ export class Daemon {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
         }
       }
-      const fixed = ['device', 'workers', 'tableSize', 'maxRealServers', 'maxServices', 'mtu', 'routeTable', 'rulePriority', 'batch', 'offload'] as const;
+      const fixed = ['device', 'workers', 'tableSize', 'maxRealServers', 'maxServices', 'mtu', 'routeTable', 'rulePriority', 'batch', 'offload', 'io'] as const;
       for (const k of fixed) {
         if (cfg.dataplane[k] !== this.cfg.dataplane[k]) {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', `cannot change on reload (restart uvsd): was ${this.cfg.dataplane[k]}, now ${cfg.dataplane[k]}`, `dataplane.${k}`);

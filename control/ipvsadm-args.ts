@@ -19,7 +19,7 @@
  * - a second command (`-A … -D`) says `multiple commands specified` (popt-built ipvsadm says
  *   `invalid option`);
  * - `-r` without a port takes the service's port wherever -t/-u comes on the line;
- * - `--timeout`, `--drain`, `--health` and `--defense` may come first (they imply -L);
+ * - `--timeout`, `--drain`, `--health`, `--defense` and `--workers` may come first (they imply -L);
  * - in -R input, blank lines and lines starting with # are skipped.
  */
 import { isIPv6 } from 'node:net';
@@ -99,6 +99,7 @@ const OPT_NAMES = [
   'drain',
   'health',
   'defense',
+  'workers',
 ] as const;
 type OptName = (typeof OPT_NAMES)[number];
 const OPT = Object.fromEntries(OPT_NAMES.map((n, i) => [n, i])) as Record<OptName, number>;
@@ -131,6 +132,7 @@ const COMMANDS_V_OPTIONS: Record<number, string> = {
     drain: '1',
     health: '1',
     defense: '1',
+    workers: '1',
   }),
   [CMD.ADDDEST]: row(SERVER_OPTS),
   [CMD.DELDEST]: row({ 'service-address': '+', 'real-server': '+' }),
@@ -224,6 +226,7 @@ const OPTIONS: OptDef[] = [
   d('drain', null, 0),
   d('health', null, 0),
   d('defense', null, 0),
+  d('workers', null, 0),
   d('reload', null, 0),
   d('kill-worker', null, 1),
 ];
@@ -322,7 +325,7 @@ export interface ListFormat {
 export type Command =
   | { kind: 'help'; text: string }
   | { kind: 'version'; text: string }
-  | { kind: 'list'; what: 'services' | 'connections' | 'timeout' | 'daemon' | 'drain' | 'health' | 'defense'; service?: ServiceRef; format: ListFormat }
+  | { kind: 'list'; what: 'services' | 'connections' | 'timeout' | 'daemon' | 'drain' | 'health' | 'defense' | 'workers'; service?: ServiceRef; format: ListFormat }
   /** -S; without -n names are printed (as the listings). */
   | { kind: 'save'; numeric: boolean }
   | { kind: 'restore' }
@@ -584,8 +587,8 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
         if (cmd === CMD.KILLWORKER) ce.worker = tok.arg ?? '';
         continue;
       }
-      // uvs: `uvsadm --timeout`, `--drain`, `--health`, `--defense` list without -L.
-      if (tok.tag !== 'timeout' && tok.tag !== 'drain' && tok.tag !== 'health' && tok.tag !== 'defense') tryHelp(program);
+      // uvs: `uvsadm --timeout`, `--drain`, `--health`, `--defense`, `--workers` list without -L.
+      if (tok.tag !== 'timeout' && tok.tag !== 'drain' && tok.tag !== 'health' && tok.tag !== 'defense' && tok.tag !== 'workers') tryHelp(program);
       ce.cmd = CMD.LIST;
     }
     if (tok.t === 'err') throw new Fail(`${tok.text}: ${tok.why}\n`, 255);
@@ -781,6 +784,9 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
       case 'defense':
         setOption('defense');
         break;
+      case 'workers':
+        setOption('workers');
+        break;
       default:
         // A second command (ipvsadm's set_command).
         fail('multiple commands specified');
@@ -818,7 +824,7 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   }
   if (ce.cmd === CMD.LIST) {
     const has = (...n: OptName[]) => n.some((x) => ce.options.has(OPT[x]));
-    if ((has('connection', 'timeout', 'daemon', 'drain', 'health', 'defense') && has('stats', 'rate', 'thresholds')) || (has('timeout', 'daemon', 'drain', 'health', 'defense') && has('persistent-conn'))) {
+    if ((has('connection', 'timeout', 'daemon', 'drain', 'health', 'defense', 'workers') && has('stats', 'rate', 'thresholds')) || (has('timeout', 'daemon', 'drain', 'health', 'defense', 'workers') && has('persistent-conn'))) {
       fail('options conflicts in the list command');
     }
   }
@@ -887,7 +893,7 @@ function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel' | 'fullnat'): Command
   switch (ce.cmd) {
     case CMD.LIST: {
       const has = (n: OptName) => ce.options.has(OPT[n]);
-      const what = has('connection') ? 'connections' : has('timeout') ? 'timeout' : has('daemon') ? 'daemon' : has('drain') ? 'drain' : has('health') ? 'health' : has('defense') ? 'defense' : 'services';
+      const what = has('connection') ? 'connections' : has('timeout') ? 'timeout' : has('daemon') ? 'daemon' : has('drain') ? 'drain' : has('health') ? 'health' : has('defense') ? 'defense' : has('workers') ? 'workers' : 'services';
       return { kind: 'list', what, format: ce.list, ...(what === 'services' && hasService ? { service: ref } : {}) };
     }
     case CMD.SAVE:
@@ -1127,6 +1133,7 @@ uvs additions:
                                       address, port, peer, peerPort; either direction), for S
                                       seconds (10) or M packets (1000): a pcap file for tcpdump
                                       -r (default) or a JSON line per packet with the decision
+  -L --workers                        dataplane workers: state, restarts, I/O path, packets
 
 Differences from ipvsadm: the default forwarding method is masquerading (-m): uvs cannot route
 directly. Host names given here are read from /etc/hosts only; without -n, listings look names

@@ -391,6 +391,25 @@ export interface FmtHealth {
   checks: number;
 }
 
+export interface FmtWorker {
+  id: number;
+  ready: boolean;
+  restarts: number;
+  /** io_uring or poll (docs/io_uring.md); null while the worker starts. */
+  io: string | null;
+  rxPackets: number;
+  txPackets: number;
+}
+
+/** uvs's own listing (`uvsadm -L --workers`): the dataplane workers and the I/O path of each. */
+export function formatWorkers(workers: FmtWorker[]): string {
+  const out = [`${left('Worker', 7)} ${left('State', 6)} ${left('Restarts', 9)} ${left('I/O', 9)} ${left('RxPkts', 12)} TxPkts`];
+  for (const w of workers) {
+    out.push(`${left(w.id, 7)} ${left(w.ready ? 'up' : 'DOWN', 6)} ${left(w.restarts, 9)} ${left(w.io ?? '-', 9)} ${left(w.rxPackets, 12)} ${w.txPackets}`);
+  }
+  return out.join('\n') + '\n';
+}
+
 /** uvs's own listing (`uvsadm -L --health`): health-check verdicts per real server. */
 export function formatHealth(checks: FmtHealth[]): string {
   const out = [`${left('Prot LocalAddress:Port', 27)} ${left('-> RemoteAddress:Port', 28)} ${left('Health', 7)} ${left('Checks', 8)} Last error`];

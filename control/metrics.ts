@@ -180,6 +180,13 @@ export function buildRegistry(d: Daemon): Registry {
   gaugeFrom('uvs_worker_up', '1 when the dataplane worker is running.', ['worker'], (g) => {
     for (const w of d.dataplane.workerInfo()) g.set({ worker: String(w.id) }, w.ready ? 1 : 0);
   });
+  gaugeFrom('uvs_worker_io_path', 'The I/O path of a running dataplane worker: 1 for the path it runs on (io_uring, or poll = poll + read + write; dataplane.io).', ['worker', 'path'], (g) => {
+    for (const w of d.dataplane.workerInfo()) {
+      if (w.io === null) continue;
+      g.set({ worker: String(w.id), path: 'io_uring' }, w.io === 'io_uring' ? 1 : 0);
+      g.set({ worker: String(w.id), path: 'poll' }, w.io === 'poll' ? 1 : 0);
+    }
+  });
   counterFrom('uvs_worker_restarts_total', 'Dataplane worker restarts.', ['worker'], (c) => {
     for (const w of d.dataplane.workerInfo()) c.inc({ worker: String(w.id) }, w.restarts);
   });

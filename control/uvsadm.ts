@@ -17,11 +17,13 @@ import {
   formatList,
   formatSave,
   formatTimeouts,
+  formatWorkers,
   type FmtConnection,
   type FmtDrain,
   type FmtDefense,
   type FmtHealth,
   type FmtService,
+  type FmtWorker,
   type Names,
   splitAddrPort,
 } from './ipvsadm-format';
@@ -147,6 +149,12 @@ async function list(socket: string, what: string, format: ListFormat, service: S
       const b = await get<{ checks: FmtHealth[] }>(socket, '/v1/health');
       if (!b) return 1;
       out(formatHealth(b.checks));
+      return 0;
+    }
+    case 'workers': {
+      const b = await get<{ workers: FmtWorker[] }>(socket, '/v1/stats');
+      if (!b) return 1;
+      out(formatWorkers(b.workers));
       return 0;
     }
     case 'connections': {

@@ -347,7 +347,8 @@ export class FailoverLab {
 
   config(node: LbNode, services: unknown[], extra: Record<string, unknown> = {}): Record<string, unknown> {
     return {
-      dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], workers: 2, tableSize: 65536 },
+      // UVS_LAB_IO=poll|io_uring: the worker I/O path (dataplane.io), as in lab.ts.
+      dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], workers: 2, tableSize: 65536, ...(process.env.UVS_LAB_IO ? { io: process.env.UVS_LAB_IO } : {}) },
       api: { socket: this.socket(node) },
       stateFile: join(this.dir, `${node}.state.json`),
       redis: { url: `redis://${REDIS_ADDR}:6379`, nodeId: node, countsInterval: 0.5, parkTimeout: 1 },

@@ -209,7 +209,8 @@ export class Lab {
   config(services: unknown[], extra: Record<string, unknown> = {}): Record<string, unknown> {
     const { dataplane, ...rest } = extra as { dataplane?: Record<string, unknown> };
     return {
-      dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR], workers: 2, tableSize: 65536, ...(dataplane ?? {}) },
+      // UVS_LAB_IO=poll|io_uring runs every lab test on one worker I/O path (dataplane.io).
+      dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR], workers: 2, tableSize: 65536, ...(process.env.UVS_LAB_IO ? { io: process.env.UVS_LAB_IO } : {}), ...(dataplane ?? {}) },
       api: { socket: this.socket },
       stateFile: join(this.dir, 'state.json'),
       log: { level: 'info' },

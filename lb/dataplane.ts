@@ -34,7 +34,7 @@ import { DataplaneError } from './errors';
 import { VNET_HLEN } from './packet';
 import { MAX_OUT } from './processor';
 import type { Snapshot } from './snapshot';
-import { tunAddon } from './tun';
+import { tunAddon, type IoMode, type IoPath } from './tun';
 import { CTL_SNAPSHOT_VERSION, CTL_WORDS, type WorkerInit } from './worker';
 
 export interface DataplaneOptions {
@@ -53,6 +53,8 @@ export interface DataplaneOptions {
    * GSO super-packets of up to 64 KB with checksums left to the device.
    */
   offload: boolean;
+  /** Worker I/O path (`dataplane.io`): auto = io_uring where the kernel allows it, else poll. */
+  io: IoMode;
 }
 
 /** Bytes of a worker's packet slot: a 64 KB super-packet and its virtio header with offloads. */
@@ -90,6 +92,8 @@ interface WorkerSlot {
   worker: Worker | null;
   restarts: number;
   ready: boolean;
+  /** The I/O path the running worker reported (null until it is ready). */
+  io: IoPath | null;
 }
 
 export function ip(args: string[], allowFail = false): string {
@@ -178,6 +182,8 @@ export class Dataplane {
   private readonly regions: SharedRegions;
   private snapshot: Snapshot;
   private readonly slots: WorkerSlot[] = [];
+  /** The path workers are started on (decided once at start from `io` and the kernel). */
+  private ioPath: IoPath = 'poll';
   private rules = new Map<string, ReplyRule>();
   private stopping = false;
   /** Called when a worker died and was restarted (id, reason). */
@@ -200,6 +206,7 @@ export class Dataplane {
       this.log.warn({ rulePriority: o.rulePriority, routeTable: o.routeTable }, 'removing rules and routes a previous uvsd left behind');
     }
     cleanupRouting(o);
+    this.ioPath = this.chooseIo();
     for (let i = 0; i < o.workers; i++) {
       let fd: number;
       try {
@@ -208,7 +215,7 @@ export class Dataplane {
         this.closeQueues();
         throw new DataplaneError('UVS_ERR_TUN', `cannot open queue ${i} of ${o.device}: ${(e as Error).message}`);
       }
-      this.slots.push({ id: i, fd, ctl: new Int32Array(new SharedArrayBuffer(CTL_WORDS * 4)), port: null, worker: null, restarts: 0, ready: false });
+      this.slots.push({ id: i, fd, ctl: new Int32Array(new SharedArrayBuffer(CTL_WORDS * 4)), port: null, worker: null, restarts: 0, ready: false, io: null });
     }
     try {
       ip(['link', 'set', 'dev', o.device, 'mtu', String(o.mtu), 'up']);
@@ -251,6 +258,27 @@ export class Dataplane {
     this.log.info({ device: o.device, queues: o.workers, vipCidrs: o.vipCidrs }, 'dataplane up');
   }
 
+  /**
+   * io_uring where it is asked for or allowed (auto) and this process may use it: seccomp
+   * profiles (Docker's default), kernel.io_uring_disabled and kernels before 6.7 (multishot read)
+   * refuse it, and auto then falls back to poll. A forced io_uring that cannot run is an error.
+   */
+  private chooseIo(): IoPath {
+    const mode = this.opts.io;
+    if (mode === 'poll') {
+      this.log.info({ io: 'poll', mode }, 'worker I/O: poll + read + write (dataplane.io: poll)');
+      return 'poll';
+    }
+    const why = tunAddon().uringProbe();
+    if (why === '') {
+      this.log.info({ io: 'io_uring', mode }, 'worker I/O: io_uring');
+      return 'io_uring';
+    }
+    if (mode === 'io_uring') throw new DataplaneError('UVS_ERR_DATAPLANE_SETUP', `dataplane.io is io_uring but this kernel or process does not allow it: ${why}`);
+    this.log.warn({ io: 'poll', mode, reason: why }, 'worker I/O: io_uring unavailable, using poll + read + write');
+    return 'poll';
+  }
+
   private spawn(s: WorkerSlot): Promise<void> {
     const { port1, port2 } = new MessageChannel();
     s.port?.close();
@@ -272,15 +300,19 @@ export class Dataplane {
       maxRealServers: this.opts.maxRealServers,
       snapshotPort: port2,
       ctl: s.ctl.buffer as SharedArrayBuffer,
+      io: this.ioPath,
     };
     const w = new Worker(join(__dirname, 'worker.js'), { workerData: init, transferList: [port2] });
     s.worker = w;
     s.ready = false;
+    s.io = null;
     return new Promise((resolve) => {
       let settled = false;
-      w.on('message', (m: { type: string; errno?: number }) => {
+      w.on('message', (m: { type: string; errno?: number; io?: IoPath; ioReason?: string }) => {
         if (m.type === 'ready') {
           s.ready = true;
+          s.io = m.io ?? 'poll';
+          if (s.io !== this.ioPath) this.log.warn({ worker: s.id, io: s.io, reason: m.ioReason }, 'worker could not set up io_uring; it runs on poll');
           if (!settled) {
             settled = true;
             resolve();
@@ -296,6 +328,7 @@ export class Dataplane {
         if (s.worker !== w) return;
         s.worker = null;
         s.ready = false;
+        s.io = null;
         if (!settled) {
           settled = true;
           resolve();
@@ -356,8 +389,8 @@ export class Dataplane {
     return tunAddon().writeBatch(s.fd, data, this.injectOffs, this.injectLens, 1) === 1;
   }
 
-  workerInfo(): { id: number; ready: boolean; restarts: number; threadId: number | null }[] {
-    return this.slots.map((s) => ({ id: s.id, ready: s.ready, restarts: s.restarts, threadId: s.worker?.threadId ?? null }));
+  workerInfo(): { id: number; ready: boolean; restarts: number; threadId: number | null; io: IoPath | null }[] {
+    return this.slots.map((s) => ({ id: s.id, ready: s.ready, restarts: s.restarts, threadId: s.worker?.threadId ?? null, io: s.io }));
   }
 
   /** Terminates a worker as if it crashed (tests, `uvsadm --kill-worker`); it is restarted. */

@@ -21,7 +21,38 @@ export interface TunAddon {
   /** Non-blocking raw socket receiving IP protocol `protocol`: IPv4 whole packets, IPv6 payloads. */
   /** With `peer`: connected, so only packets from that address are received. */
   openRaw(protocol: number, family?: 4 | 6, peer?: string): number;
+
+  // The io_uring path (lb/native/uring.c): one ring per worker, a multishot read kept armed on the
+  // queue, writes and the wait for the next packets in one io_uring_enter.
+  /** '' when this process may use the io_uring path here, else why not (seccomp, sysctl, kernel). */
+  uringProbe(): string;
+  /**
+   * A ring on queue fd whose receive buffers are buf's first nbufs slots of `slot` bytes; out
+   * slot i (at nbufs*slot + i*outSlot) belongs to receive slot i. lens/slots (≥ nbufs each) get
+   * each wait's packets; io (≥ 3) accumulates write results: packets, bytes, errors. Throws
+   * UVS_ERR_TUN with the reason when the ring cannot be set up.
+   */
+  uringOpen(fd: number, buf: Uint8Array, lens: Int32Array, slots: Int32Array, io: Float64Array, slot: number, nbufs: number, outSlot: number): UringHandle;
+  /**
+   * Gives back the slots of the last wait, submits queued writes and, with `wait`, waits up to
+   * timeoutMs for packets (else only takes those there). Packet k is in slot slots[k], lens[k]
+   * bytes. Returns packets, 0 on timeout, −errno on a device error.
+   */
+  uringWait(h: UringHandle, timeoutMs: number, wait: boolean): number;
+  /** Queues writes of buf[offs[i], offs[i]+lens[i]) (sent by the next uringWait or uringSubmit). */
+  uringWrite(h: UringHandle, offs: Int32Array, lens: Int32Array, count: number): number;
+  /** Submits queued writes without waiting. */
+  uringSubmit(h: UringHandle): number;
+  /** Cancels the read, waits for writes in flight, frees the ring (also done when the thread ends). */
+  uringClose(h: UringHandle): number;
 }
+
+/** An io_uring ring of one worker (opaque). */
+export type UringHandle = { readonly __uring: unique symbol };
+
+/** The worker I/O paths: `dataplane.io`. auto = io_uring where uringProbe() allows it, else poll. */
+export type IoMode = 'auto' | 'io_uring' | 'poll';
+export type IoPath = 'io_uring' | 'poll';
 
 let addon: TunAddon | undefined;
 

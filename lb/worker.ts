@@ -1,6 +1,7 @@
 /**
  * A dataplane worker thread: owns one queue of the TUN device, reads packets in batches, runs
- * each through the PacketProcessor and writes the results back in one batch. Receives new
+ * each through the PacketProcessor and writes the results back in one batch — through io_uring
+ * (one io_uring_enter per batch) or poll + read + write (docs/io_uring.md). Receives new
  * service snapshots from the control thread between batches. Never imports fastify, pino,
  * prom-client or ioredis; reports through shared counters only.
  */
@@ -11,7 +12,7 @@ import { CaptureTap } from './capture';
 import { VNET_HLEN } from './packet';
 import { DROP, FORWARD, MAX_OUT, PacketProcessor } from './processor';
 import type { Snapshot } from './snapshot';
-import { tunAddon } from './tun';
+import { tunAddon, type IoPath, type UringHandle } from './tun';
 
 export interface WorkerInit {
   id: number;
@@ -34,6 +35,8 @@ export interface WorkerInit {
   /** Snapshots arrive here; ctl[CTL_SNAPSHOT_VERSION] says a new one is waiting. */
   snapshotPort: MessagePort;
   ctl: SharedArrayBuffer;
+  /** The I/O path the owner chose (dataplane.io after probing); io_uring falls back to poll if the ring cannot be set up. */
+  io: IoPath;
 }
 
 /** Control words shared with the owner (Int32). */
@@ -59,8 +62,17 @@ function main(init: WorkerInit): void {
   // large, holds what is generated for packet i — one packet, or a super-packet's segments.
   const outSlot = 2 * slot;
   const outBase = batch * slot;
-  const buf = new Uint8Array(batch * slot + batch * outSlot);
-  const lens = new Int32Array(batch);
+  // The io_uring ring keeps pointers into buf, lens, slots and io for the worker's life: each gets
+  // an ArrayBuffer of its own, whose backing store V8 never moves (a typed array of ≤ 64 bytes
+  // made with a length may live on the V8 heap, which the GC compacts).
+  const buf = new Uint8Array(new ArrayBuffer(batch * slot + batch * outSlot));
+  const lens = new Int32Array(new ArrayBuffer(batch * 4));
+  // Packet i of a batch is in receive slot slots[i]: i itself on the poll path; on the io_uring
+  // path whichever buffer the kernel took from the ring.
+  const slots = new Int32Array(new ArrayBuffer(batch * 4));
+  for (let i = 0; i < batch; i++) slots[i] = i;
+  // io_uring write results (packets, bytes, errors), taken after each wait.
+  const io = new Float64Array(new ArrayBuffer(3 * 8));
   // Write list: up to a batch of packets, plus one input's worth of segments before a flush.
   const wcap = batch + MAX_OUT;
   const offs = new Int32Array(wcap);
@@ -99,10 +111,27 @@ function main(init: WorkerInit): void {
     counters[L.C_LONG_CHAINS] = table.longChains;
   };
 
+  // The io_uring path when asked for and the ring can be set up; else the poll/read path.
+  let ring: UringHandle | null = null;
+  let ioReason = '';
+  if (init.io === 'io_uring') {
+    try {
+      ring = tun.uringOpen(fd, buf, lens, slots, io, slot, batch, outSlot);
+    } catch (e) {
+      ioReason = (e as Error).message;
+    }
+  }
+
   let w = 0;
   /** Writes the queued packets to the device in one call and counts them. */
   const flush = (): void => {
     if (w === 0) return;
+    if (ring) {
+      // Queued on the ring; sent by the next wait, counted when their completions come (takeIo).
+      tun.uringWrite(ring, offs, wlens, w);
+      w = 0;
+      return;
+    }
     const written = tun.writeBatch(fd, buf, offs, wlens, w);
     const ok = written < 0 ? 0 : written;
     // writeBatch zeroes the length of every packet it could not write (a hard error stops it
@@ -129,10 +158,11 @@ function main(init: WorkerInit): void {
     const wallMs = capturing ? Date.now() : 0;
     let rxBytes = 0;
     for (let i = 0; i < n; i++) {
-      const off = i * slot;
+      const s = slots[i]!;
+      const off = s * slot;
       const len = lens[i]!;
       rxBytes += len - V;
-      const o = outBase + i * outSlot;
+      const o = outBase + s * outSlot;
       proc.outOff = o + V;
       proc.outEnd = o + outSlot;
       let v: number;
@@ -170,20 +200,41 @@ function main(init: WorkerInit): void {
     flush();
   };
 
+  /** Adds the io_uring write results reaped by the last wait to the counters. */
+  const takeIo = (): void => {
+    if (io[0]! + io[2]! === 0) return;
+    counters[L.C_TX_PACKETS] = counters[L.C_TX_PACKETS]! + io[0]!;
+    counters[L.C_TX_BYTES] = counters[L.C_TX_BYTES]! + io[1]! - io[0]! * V;
+    counters[L.C_TX_ERRORS] = counters[L.C_TX_ERRORS]! + io[2]!;
+    io[0] = 0;
+    io[1] = 0;
+    io[2] = 0;
+  };
+
   // The worker stays in one event-loop turn for up to YIELD_MS, going straight from one device
   // read to the next (a read finds waiting packets at once, or waits in poll): an event-loop turn
   // per wake-up costs a setImmediate, libuv's own epoll_wait and an extra read. Nothing in here
   // needs the event loop — snapshots are taken synchronously when the shared version word moves,
   // and terminate() interrupts JS — so it yields only to stay responsive to messages.
+  // io_uring: one io_uring_enter per turn of this loop submits the last batch's writes, returns
+  // its slots and waits for (or, after a full batch, only takes) the next packets.
   let lastEmpty = true;
   const loop = (): void => {
     if (!running) {
+      if (ring) tun.uringClose(ring);
+      ring = null;
       parentPort!.postMessage({ type: 'stopped' });
       return;
     }
     const until = Date.now() + YIELD_MS;
     for (;;) {
-      const n = tun.readBatch(fd, buf, lens, batch, slot, IDLE_POLL_MS, lastEmpty);
+      let n: number;
+      if (ring) {
+        n = tun.uringWait(ring, IDLE_POLL_MS, lastEmpty);
+        takeIo();
+      } else {
+        n = tun.readBatch(fd, buf, lens, batch, slot, IDLE_POLL_MS, lastEmpty);
+      }
       if (n < 0) {
         parentPort!.postMessage({ type: 'readError', errno: -n });
         setTimeout(loop, 100);
@@ -195,9 +246,11 @@ function main(init: WorkerInit): void {
       lastEmpty = n < batch;
       if (Date.now() >= until) break;
     }
+    // Writes of the last batch must not wait for the event-loop turn.
+    if (ring) tun.uringSubmit(ring);
     setImmediate(loop);
   };
-  parentPort!.postMessage({ type: 'ready' });
+  parentPort!.postMessage({ type: 'ready', io: ring ? 'io_uring' : 'poll', ioReason });
   loop();
 }
 

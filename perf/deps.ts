@@ -28,6 +28,7 @@ export const TOOLS: Record<string, Tool> = {
   curl: { check: 'curl', pkg: 'curl', why: 'lab readiness checks' },
   redis: { check: 'redis-server', pkg: 'redis-server', why: 'the two-node lab of the failure figures (--failures)' },
   keepalived: { check: 'keepalived', pkg: 'keepalived', why: 'VRRP between the two LB nodes of the failure figures (--failures)' },
+  perf: { check: 'perf', pkg: 'linux-perf', why: 'syscalls per packet and per connection of the LB processes (perf stat)' },
   cc: { check: 'cc', pkg: 'gcc', why: 'building the C TUN forwarder peer (perf/peers/ctun.c)' },
 };
 

@@ -10,14 +10,15 @@
  *   tcp_rr    the same over one TCP connection
  *   tcp_cps   wrk, HTTP GET with `Connection: close` (one request per connection): requests/s
  *   tcp_bulk  iperf3, one TCP stream to rs1: Gb/s received
- * and CPU per unit of work (packet / connection / GB), see cpuMetrics.
+ * and CPU per unit of work (packet / connection / GB), see cpuMetrics; and, for targets with
+ * LB processes, syscalls, wake-ups and context switches per unit of work (ioMetrics).
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Lab } from '../lab/lab';
 import { run, type RunResult } from './exec';
 import { parseIperf3, parseSockperfPp, parseSockperfTp, parseTrafgen, parseWrk } from './parse';
-import { activeWindow, type Probe, type Snapshot, type Window } from './probe';
+import { activeWindow, SyscallCount, type Probe, type Snapshot, type SyscallCounts, type Window } from './probe';
 import type { Endpoint, Endpoints, MeasurementName } from './targets';
 
 export type Metrics = Record<string, number>;
@@ -29,6 +30,8 @@ export interface MeasureEnv {
   duration: number;
   /** wrk connections. */
   conns: number;
+  /** Count the LB processes' syscalls with perf stat (false: perf or tracefs missing). */
+  syscalls: boolean;
 }
 
 /** Hard limit for a generator run: its duration plus slack for start-up, warm-up and exit. */
@@ -58,13 +61,37 @@ export function cpuMetrics(w: Window, units: number, scale: number, suffix: stri
 }
 
 /**
+ * What an LB does around each unit of work, the kernel's view: syscalls (whole run, perf stat),
+ * wake-ups (voluntary context switches: a thread that slept and was woken) and all context
+ * switches (active window) of the LB processes' threads, per packet or connection. Absent for
+ * targets without a process (direct, nftables).
+ */
+export function ioMetrics(whole: Window, active: Window, sys: SyscallCounts | null, units: (w: Window) => number, per: 'Pkt' | 'Conn', hasProcs: boolean): Metrics {
+  const out: Metrics = {};
+  if (!hasProcs) return out;
+  const uw = units(whole);
+  const ua = units(active);
+  if (sys && uw > 0) {
+    out[`syscallsPer${per}`] = sys.total / uw;
+    for (const [name, n] of Object.entries(sys.byName)) if (n > 0) out[`sys_${name}Per${per}`] = n / uw;
+  }
+  if (ua > 0) {
+    out[`wakeupsPer${per}`] = active.lbWakeups / ua;
+    out[`switchesPer${per}`] = active.lbSwitches / ua;
+  }
+  return out;
+}
+
+/**
  * Runs a generator while sampling every counter every 200 ms. `whole` spans the entire run;
  * `active` only the intervals where `work` (the unit the run is measured in) grew — CPU per unit
  * is taken over `active`, so that sockperf's 2 s pause after its warm-up and the tools' start-up
  * and exit do not dilute it with other programs' background CPU.
  */
-async function sampled<T>(probe: Probe, fn: () => Promise<T>, work: (w: Window) => number): Promise<{ r: T; whole: Window; active: Window }> {
+async function sampled<T>(env: MeasureEnv, fn: () => Promise<T>, work: (w: Window) => number): Promise<{ r: T; whole: Window; active: Window; sys: SyscallCounts | null; hasProcs: boolean }> {
+  const probe = env.probe;
   const pids = await probe.lbPids();
+  const counter = env.syscalls ? SyscallCount.start(pids, limitMs(env) + 5000) : null;
   const snaps: Snapshot[] = [probe.snap(pids)];
   const p = fn();
   let finished = false;
@@ -77,16 +104,17 @@ async function sampled<T>(probe: Probe, fn: () => Promise<T>, work: (w: Window) 
     snaps.push(probe.snap(pids));
   }
   const r = await p;
+  const sys = counter ? await counter.stop() : null;
   const whole = probe.diff(snaps[0]!, snaps[snaps.length - 1]!);
   const series = snaps.map((s) => work(probe.diff(snaps[0]!, s)));
   const win = activeWindow(series);
   const active = win ? probe.diff(snaps[win[0]]!, snaps[win[1]]!) : whole;
-  return { r, whole, active };
+  return { r, whole, active, sys, hasProcs: pids.length > 0 };
 }
 
 export async function udpPps(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
-  const { r, whole, active } = await sampled(
-    env.probe,
+  const { r, whole, active, sys, hasProcs } = await sampled(
+    env,
     () => run('sockperf', ['throughput', '-i', ep.host, '-p', String(ep.port), '-m', '64', '-t', String(env.duration), '--mps=max'], { ns: env.lab.clientNs, timeoutMs: limitMs(env) }),
     (w) => w.rsUdp,
   );
@@ -98,6 +126,7 @@ export async function udpPps(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
     sentPps: tp.sentRate,
     lossPct: Math.max(0, 100 * (1 - whole.rsUdp / tp.sentMessages)),
     ...cpuMetrics(active, active.rsUdp, 1e9, 'NsPerPkt'),
+    ...ioMetrics(whole, active, sys, (w) => w.rsUdp, 'Pkt', hasProcs),
   };
 }
 
@@ -105,7 +134,7 @@ export async function rr(env: MeasureEnv, ep: Endpoint, tcp: boolean): Promise<M
   const args = ['ping-pong', '-i', ep.host, '-p', String(ep.port), '-m', '64', '-t', String(env.duration), '--full-rtt'];
   if (tcp) args.push('--tcp');
   const pkts = (w: Window) => w.clientRxPackets + w.clientTxPackets;
-  const { r, active } = await sampled(env.probe, () => run('sockperf', args, { ns: env.lab.clientNs, timeoutMs: limitMs(env) }), pkts);
+  const { r, whole, active, sys, hasProcs } = await sampled(env, () => run('sockperf', args, { ns: env.lab.clientNs, timeoutMs: limitMs(env) }), pkts);
   if (r.code !== 0) throw failed('sockperf ping-pong', r);
   const pp = parseSockperfPp(r.stdout + r.stderr);
   if (pp.received === 0) throw new Error(`sockperf ping-pong to ${ep.host}:${ep.port}: no answers`);
@@ -116,12 +145,13 @@ export async function rr(env: MeasureEnv, ep: Endpoint, tcp: boolean): Promise<M
     avgUs: pp.avg,
     tps: pp.received / pp.seconds,
     ...cpuMetrics(active, pkts(active), 1e9, 'NsPerPkt'),
+    ...ioMetrics(whole, active, sys, pkts, 'Pkt', hasProcs),
   };
 }
 
 export async function tcpCps(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
-  const { r, active } = await sampled(
-    env.probe,
+  const { r, whole, active, sys, hasProcs } = await sampled(
+    env,
     () =>
       run('wrk', ['-t', '2', '-c', String(env.conns), '-d', `${env.duration}s`, '--timeout', '2s', '-H', 'Connection: close', `http://${ep.host}:${ep.port}/`], {
         ns: env.lab.clientNs,
@@ -131,12 +161,19 @@ export async function tcpCps(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
   );
   if (r.code !== 0) throw failed('wrk', r);
   const p = parseWrk(r.stdout);
-  return { cps: p.rps, errors: p.socketErrors + p.non2xx, ...cpuMetrics(active, active.clientActiveOpens, 1e6, 'UsPerConn') };
+  return {
+    cps: p.rps,
+    errors: p.socketErrors + p.non2xx,
+    ...cpuMetrics(active, active.clientActiveOpens, 1e6, 'UsPerConn'),
+    ...ioMetrics(whole, active, sys, (w) => w.clientActiveOpens, 'Conn', hasProcs),
+    // Per packet too (the client's veth, both directions), comparable with the RR figures.
+    ...ioMetrics(whole, active, sys, (w) => w.clientRxPackets + w.clientTxPackets, 'Pkt', hasProcs),
+  };
 }
 
 export async function tcpBulk(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
   const { r, active } = await sampled(
-    env.probe,
+    env,
     () => run('iperf3', ['-c', ep.host, '-p', String(ep.port), '-t', String(env.duration), '-J'], { ns: env.lab.clientNs, timeoutMs: limitMs(env) }),
     (w) => w.clientTxBytes,
   );

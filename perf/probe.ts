@@ -6,10 +6,16 @@
  *   threads, haproxy, nginx master and workers);
  * - a namespace's own /proc/net/{dev,snmp}, read through /proc/<anchor>/net/… where the anchor is
  *   a `sleep` process we keep in that namespace (a process's /proc/<pid>/net shows its netns);
- * - /proc/<pid>/status VmRSS / VmHWM.
+ * - /proc/<pid>/status VmRSS / VmHWM;
+ * - /proc/<pid>/task/<tid>/status voluntary_ctxt_switches / nonvoluntary_ctxt_switches, summed
+ *   over every thread of the LB processes (a voluntary switch is a thread going to sleep — in
+ *   poll, io_uring_enter, epoll_wait, a futex — so each one is one wake-up later);
+ * - syscalls of the LB processes, counted by `perf stat` on the syscall tracepoints for the whole
+ *   generator run (SyscallCount; the one counter that needs a process of its own).
  */
-import { readFileSync, statSync } from 'node:fs';
-import { run, sleep, spawnTracked } from './exec';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
+import { run, signalGroup, sleep, spawnTracked, type RunResult } from './exec';
 
 export interface CpuTimes {
   busy: number;
@@ -46,6 +52,28 @@ export function processMemKb(pid: number): { rss: number; hwm: number } | null {
   } catch {
     return null;
   }
+}
+
+/** Context switches summed over every thread of a process; null when it is gone. */
+export function processSwitches(pid: number): { voluntary: number; involuntary: number } | null {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return null;
+  }
+  let voluntary = 0;
+  let involuntary = 0;
+  for (const t of tids) {
+    try {
+      const s = readFileSync(`/proc/${pid}/task/${t}/status`, 'utf8');
+      voluntary += Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(s)?.[1] ?? 0);
+      involuntary += Number(/^nonvoluntary_ctxt_switches:\s+(\d+)/m.exec(s)?.[1] ?? 0);
+    } catch {
+      /* the thread ended */
+    }
+  }
+  return { voluntary, involuntary };
 }
 
 export function processComm(pid: number): string {
@@ -138,6 +166,8 @@ export interface Snapshot {
   cpu: CpuTimes;
   /** pid → utime+stime ticks, processes in the LB namespace. */
   lb: Map<number, number>;
+  /** pid → context switches summed over its threads. */
+  lbSwitches: Map<number, { voluntary: number; involuntary: number }>;
   /** UDP datagrams that reached the real servers' UDP layer (InDatagrams + InErrors + NoPorts), summed. */
   rsUdp: number;
   client: DevCounters;
@@ -158,6 +188,10 @@ export interface Window {
   clientRxBytes: number;
   clientTxBytes: number;
   clientActiveOpens: number;
+  /** Voluntary context switches of the LB processes' threads: each is a sleep, so a wake-up. */
+  lbWakeups: number;
+  /** Voluntary + involuntary context switches of the LB processes' threads. */
+  lbSwitches: number;
 }
 
 export class Probe {
@@ -179,16 +213,19 @@ export class Probe {
   snap(pids: number[]): Snapshot {
     const t = performance.now();
     const lb = new Map<number, number>();
+    const lbSwitches = new Map<number, { voluntary: number; involuntary: number }>();
     for (const p of pids) {
       const v = processTicks(p);
       if (v !== null) lb.set(p, v);
+      const c = processSwitches(p);
+      if (c !== null) lbSwitches.set(p, c);
     }
     let rsUdp = 0;
     for (const a of this.rs) {
       const u = a.snmp().Udp ?? {};
       rsUdp += (u.InDatagrams ?? 0) + (u.InErrors ?? 0) + (u.NoPorts ?? 0);
     }
-    return { t, cpu: readCpu(), lb, rsUdp, client: this.client.dev(this.clientIf), clientActiveOpens: this.client.snmp().Tcp?.ActiveOpens ?? 0 };
+    return { t, cpu: readCpu(), lb, lbSwitches, rsUdp, client: this.client.dev(this.clientIf), clientActiveOpens: this.client.snmp().Tcp?.ActiveOpens ?? 0 };
   }
 
   diff(a: Snapshot, b: Snapshot): Window {
@@ -196,6 +233,14 @@ export class Probe {
     for (const [pid, v] of b.lb) {
       const before = a.lb.get(pid);
       lbTicks += v - (before ?? 0); // a process that appeared in between counts from zero
+    }
+    let lbWakeups = 0;
+    let lbSwitches = 0;
+    for (const [pid, v] of b.lbSwitches) {
+      const before = a.lbSwitches.get(pid) ?? { voluntary: 0, involuntary: 0 };
+      // A thread that ended in between takes its count with it: never below zero.
+      lbWakeups += Math.max(0, v.voluntary - before.voluntary);
+      lbSwitches += Math.max(0, v.voluntary + v.involuntary - before.voluntary - before.involuntary);
     }
     return {
       seconds: (b.t - a.t) / 1000,
@@ -208,6 +253,8 @@ export class Probe {
       clientRxBytes: b.client.rxBytes - a.client.rxBytes,
       clientTxBytes: b.client.txBytes - a.client.txBytes,
       clientActiveOpens: b.clientActiveOpens - a.clientActiveOpens,
+      lbWakeups,
+      lbSwitches,
     };
   }
 }
@@ -226,4 +273,72 @@ export function activeWindow(values: number[], frac = 0.1): [number, number] | n
   let last = d.length - 1;
   while (last > first && !(d[last]! > thr)) last--;
   return [first, last + 1];
+}
+
+/**
+ * Syscalls the LB processes make, by `perf stat` on the syscall tracepoints (linux-perf; needs
+ * tracefs, as root): all of them (raw_syscalls:sys_enter) and the few an I/O loop is made of.
+ * Counted over the whole generator run, not the active window (a tracepoint count cannot be
+ * sampled without a process per read); an idle uvs worker adds about 20 wake-ups a second, a
+ * small part of a run of thousands of packets a second. Counting costs a little per syscall
+ * (the tracepoint fires), so it is on only where it is asked for.
+ */
+export const SYSCALL_NAMES = ['io_uring_enter', 'read', 'write', 'readv', 'writev', 'poll', 'ppoll', 'epoll_wait', 'epoll_pwait', 'recvfrom', 'sendto', 'recvmsg', 'sendmsg', 'recvmmsg', 'sendmmsg', 'accept4', 'connect', 'futex'] as const;
+
+export interface SyscallCounts {
+  /** Every syscall of the processes' threads. */
+  total: number;
+  /** By name, for the names in SYSCALL_NAMES the kernel has a tracepoint for. */
+  byName: Record<string, number>;
+}
+
+/** Whether perf can count syscall tracepoints here: '' if so, else why not. */
+export function syscallCountingUnavailable(): string {
+  if (!existsSync('/sys/kernel/tracing/events/raw_syscalls/sys_enter') && !existsSync('/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter')) {
+    return 'no syscall tracepoints (tracefs not mounted)';
+  }
+  return '';
+}
+
+function tracepointExists(name: string): boolean {
+  return existsSync(`/sys/kernel/tracing/events/syscalls/sys_enter_${name}`) || existsSync(`/sys/kernel/debug/tracing/events/syscalls/sys_enter_${name}`);
+}
+
+/** Parses `perf stat -x,` output: "count,unit,event,…" lines; "<not counted>" is 0. */
+export function parsePerfStat(text: string): SyscallCounts | null {
+  let total: number | null = null;
+  const byName: Record<string, number> = {};
+  for (const line of text.split('\n')) {
+    const f = line.split(',');
+    if (f.length < 3) continue;
+    const n = Number(f[0]);
+    const v = Number.isFinite(n) ? n : 0;
+    if (f[2] === 'raw_syscalls:sys_enter') total = v;
+    const m = /^syscalls:sys_enter_(\w+)$/.exec(f[2] ?? '');
+    if (m) byName[m[1]!] = v;
+  }
+  return total === null ? null : { total, byName };
+}
+
+export class SyscallCount {
+  private child: ChildProcess | null = null;
+  private constructor(private readonly done: Promise<RunResult>) {}
+
+  /** Starts counting for these processes (all their threads); null when there are none. */
+  static start(pids: number[], limitMs: number): SyscallCount | null {
+    if (pids.length === 0) return null;
+    const events = ['raw_syscalls:sys_enter', ...SYSCALL_NAMES.filter(tracepointExists).map((n) => `syscalls:sys_enter_${n}`)];
+    let child: ChildProcess | null = null;
+    const done = run('perf', ['stat', '-x', ',', '--no-big-num', '-e', events.join(','), '-p', pids.join(',')], { timeoutMs: limitMs, onSpawn: (c) => (child = c) });
+    const sc = new SyscallCount(done);
+    sc.child = child;
+    return sc;
+  }
+
+  /** Stops perf (SIGINT makes it print its counts) and returns them; null if it failed. */
+  async stop(): Promise<SyscallCounts | null> {
+    if (this.child) signalGroup(this.child, 'SIGINT');
+    const r = await this.done;
+    return parsePerfStat(r.stderr);
+  }
 }

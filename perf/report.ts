@@ -37,6 +37,13 @@ const cpu = (suffix: string, unit: string, per: string): MetricDef[] => [
   { key: `busy${suffix}`, label: `machine CPU per ${per} (everything)`, unit, better: 'lower', headline: false },
 ];
 
+/** What an LB does around each unit of work (measure.ts ioMetrics): LB processes only. */
+const io = (per: 'Pkt' | 'Conn', what: string): MetricDef[] => [
+  { key: `syscallsPer${per}`, label: `LB syscalls per ${what}`, unit: '', better: 'lower', headline: false },
+  { key: `wakeupsPer${per}`, label: `LB wake-ups per ${what} (voluntary context switches)`, unit: '', better: 'lower', headline: false },
+  { key: `switchesPer${per}`, label: `LB context switches per ${what}`, unit: '', better: 'lower', headline: false },
+];
+
 const rrMetrics: MetricDef[] = [
   { key: 'p50Us', label: 'round trip p50', unit: 'µs', better: 'lower', headline: true },
   { key: 'p99Us', label: 'round trip p99', unit: 'µs', better: 'lower', headline: true },
@@ -44,6 +51,7 @@ const rrMetrics: MetricDef[] = [
   { key: 'avgUs', label: 'round trip mean', unit: 'µs', better: 'lower', headline: false },
   { key: 'tps', label: 'transactions/s (one in flight)', unit: '/s', better: 'higher', headline: false },
   ...cpu('NsPerPkt', 'ns', 'packet'),
+  ...io('Pkt', 'packet'),
 ];
 
 export const MEASUREMENTS: Record<MeasurementName, { title: string; tool: string; metrics: MetricDef[] }> = {
@@ -55,6 +63,7 @@ export const MEASUREMENTS: Record<MeasurementName, { title: string; tool: string
       { key: 'sentPps', label: 'packets/s sent by sockperf', unit: 'pkt/s', better: null, headline: false },
       { key: 'lossPct', label: 'lost between client and real servers', unit: '%', better: 'lower', headline: false },
       ...cpu('NsPerPkt', 'ns', 'packet'),
+      ...io('Pkt', 'packet'),
     ],
   },
   udp_rr: { title: 'UDP request/response, 64 B', tool: 'sockperf ping-pong --full-rtt -m 64', metrics: rrMetrics },
@@ -66,6 +75,8 @@ export const MEASUREMENTS: Record<MeasurementName, { title: string; tool: string
       { key: 'cps', label: 'connections/s (= requests/s)', unit: '/s', better: 'higher', headline: true },
       { key: 'errors', label: 'socket errors + non-2xx', unit: '', better: 'lower', headline: false },
       ...cpu('UsPerConn', 'µs', 'connection'),
+      ...io('Conn', 'connection'),
+      ...io('Pkt', 'packet'),
     ],
   },
   tcp_bulk: {
@@ -103,7 +114,7 @@ export interface ReportData {
   mode: 'default' | 'quick' | 'custom';
   command: string;
   wallSeconds: number;
-  options: { rounds: number; duration: number; targets: TargetName[]; measurements: MeasurementName[]; workers: number; conns: number; scaling: string[]; flows: number[]; tables: number[] };
+  options: { rounds: number; duration: number; targets: TargetName[]; measurements: MeasurementName[]; workers: number; conns: number; scaling: string[]; flows: number[]; tables: number[]; uvsIo?: string };
   machine: Record<string, string | number>;
   tools: Record<string, string>;
   method: string[];
@@ -177,6 +188,41 @@ function ratio(r: number | undefined): string {
 
 const arrow = (d: Pick<MetricDef, 'better'>) => (d.better === 'higher' ? ' ↑' : d.better === 'lower' ? ' ↓' : '');
 const unit = (d: MetricDef) => (d.unit ? ` (${d.unit})` : '');
+
+/**
+ * Syscalls, wake-ups and context switches per unit of work of each target with LB processes, with
+ * the syscalls that make up most of it (issue 16: what an LB does around each packet).
+ */
+function syscallSection(r: ReportData): string[] {
+  const rows: string[] = [];
+  for (const m of r.options.measurements) {
+    const per = m === 'tcp_cps' ? 'Conn' : m === 'tcp_bulk' ? null : 'Pkt';
+    if (!per) continue;
+    for (const t of r.options.targets) {
+      const x = r.results[m]?.[t];
+      if (!x || (!x[`syscallsPer${per}`] && !x[`wakeupsPer${per}`])) continue;
+      const parts = Object.entries(x)
+        .filter(([k]) => k.startsWith('sys_') && k.endsWith(`Per${per}`))
+        .map(([k, s]) => [k.slice(4, -`Per${per}`.length), s.median] as const)
+        .sort((a, b) => b[1] - a[1])
+        .slice(0, 5)
+        .map(([n, v]) => `${n} ${fmt(v)}`);
+      rows.push(`| ${MEASUREMENTS[m].title} | per ${per === 'Pkt' ? 'packet' : 'connection'} | ${t} | ${cell(x[`syscallsPer${per}`])} | ${parts.join(', ') || '—'} | ${cell(x[`wakeupsPer${per}`])} | ${cell(x[`switchesPer${per}`])} |`);
+    }
+  }
+  if (!rows.length) return [];
+  return [
+    '## Syscalls, wake-ups and context switches',
+    '',
+    "Of the LB processes' threads (direct and nftables have none): syscalls from `perf stat` on the syscall tracepoints over the whole generator run, wake-ups (voluntary context switches: a thread that went to sleep and was woken) and all context switches from `/proc/<pid>/task/*/status` over the active window. Per packet on the client's veth (request/response), per packet reaching the real servers (UDP flood), per connection the client opened (connections/s). Counts, not times: they do not depend on how loaded the machine is." +
+      (r.options.uvsIo ? ` uvsd ran with \`dataplane.io: ${r.options.uvsIo}\`.` : ''),
+    '',
+    '| Measurement | unit | target | syscalls ↓ | largest parts | wake-ups ↓ | context switches ↓ |',
+    '|---|---|---|---:|---|---:|---:|',
+    ...rows,
+    '',
+  ];
+}
 
 export function renderMarkdown(r: ReportData): string {
   const L: string[] = [];
@@ -258,6 +304,8 @@ export function renderMarkdown(r: ReportData): string {
       );
     }
   }
+  L.push(...syscallSection(r));
+
   const others = T.filter((t) => t !== 'direct');
   if (T.includes('direct') && others.length) {
     L.push('### Each target ÷ direct', '', '`direct` is the client talking to the real server itself, routed by the LB node\'s kernel with nothing else in the path: the physical limit of the lab\'s path. LB CPU figures have no ratio to `direct` (its LB CPU is zero by definition).', '');

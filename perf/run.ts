@@ -26,7 +26,7 @@ import { ensureTools, toolVersion } from './deps';
 import { failoverPrefix, runFailures, type FailureFigures } from './failures';
 import { killLive, run, sleep, spawnTracked, waitLive } from './exec';
 import { measure, udpFlows, udpPps, warmUp, type MeasureEnv, type Metrics } from './measure';
-import { Anchor, Probe, processMemKb } from './probe';
+import { Anchor, Probe, processMemKb, syscallCountingUnavailable } from './probe';
 import { computeRatios, renderMarkdown, renderSvg, summarize, type MemoryRow, type ReportData, type ScalingRun, type Summary } from './report';
 import { ALL_MEASUREMENTS, ALL_TARGETS, HTTP_PORT, lbRssMb, makeTarget, setForwarding, SP_PORT, UvsTarget, type MeasurementName, type Target, type TargetName } from './targets';
 
@@ -49,6 +49,10 @@ interface Options {
   prefix: string;
   install: boolean;
   failures: boolean;
+  /** uvsd's dataplane.io for the uvs target and the scaling series (undefined: uvsd's default). */
+  uvsIo: 'auto' | 'io_uring' | 'poll' | undefined;
+  /** Count the LB processes' syscalls with perf stat. */
+  syscalls: boolean;
   mode: 'default' | 'quick' | 'custom';
 }
 
@@ -81,6 +85,10 @@ Options:
                           and the takeover blackout seen by UDP and TCP probes; needs redis-server
   --no-failures           without them (the default)
   --failures-only         only the failure figures: no comparison targets, no scaling series
+  --uvs-io MODE           uvsd's worker I/O path: auto, io_uring or poll (dataplane.io; default auto)
+  --no-syscalls           do not count the LB processes' syscalls (perf stat on the syscall
+                          tracepoints costs a little per syscall); wake-ups and context switches
+                          come from /proc and are always counted
   --no-install            do not apt-get missing tools; what needs them is reported as not measured
   -h, --help              this text`;
 
@@ -113,6 +121,8 @@ export function parseOptions(argv: string[]): Options | 'help' {
     prefix: 'uvperf',
     install: true,
     failures: false,
+    uvsIo: undefined,
+    syscalls: true,
     mode: 'default',
   };
   let custom = false;
@@ -184,6 +194,13 @@ export function parseOptions(argv: string[]): Options | 'help' {
         break;
       case '--no-install':
         o.install = false;
+        break;
+      case '--uvs-io':
+        o.uvsIo = list(val(), ['auto', 'io_uring', 'poll'] as const, 'I/O path')[0];
+        custom = true;
+        break;
+      case '--no-syscalls':
+        o.syscalls = false;
         break;
       case '--failures':
         o.failures = true;
@@ -336,6 +353,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
   if (o.targets.includes('haproxy')) need.add('haproxy');
   if (o.targets.includes('nginx')) (need.add('nginx'), need.add('nginxStream'));
   if (o.failures) (need.add('redis'), need.add('keepalived'));
+  if (o.syscalls) need.add('perf');
   const missing = new Set(ensureTools([...need], o.install, log));
   const toolFor: Record<MeasurementName, string> = { udp_pps: 'sockperf', udp_rr: 'sockperf', tcp_rr: 'sockperf', tcp_cps: 'wrk', tcp_bulk: 'iperf3' };
   const targetTool: Partial<Record<TargetName, string[]>> = { ctun: ['cc'], nftables: ['nft'], haproxy: ['haproxy'], nginx: ['nginx', 'nginxStream'] };
@@ -404,7 +422,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
   try {
     // What can run.
     const targets: Target[] = [];
-    const env = { lab, workers: o.workers, log };
+    const env = { lab, workers: o.workers, log, uvsIo: o.uvsIo };
     for (const name of o.targets) {
       const miss = (targetTool[name] ?? []).filter((t) => missing.has(t));
       if (miss.length) {
@@ -481,7 +499,9 @@ export async function perfCommand(argv: string[]): Promise<number> {
         }
       }
     }
-    const menv: MeasureEnv = { lab, probe, duration: o.duration, conns: o.conns };
+    const noSyscalls = !o.syscalls ? '--no-syscalls' : missing.has('perf') ? 'perf is not installed' : syscallCountingUnavailable();
+    if (noSyscalls) log(`syscalls per packet/connection not measured: ${noSyscalls}`);
+    const menv: MeasureEnv = { lab, probe, duration: o.duration, conns: o.conns, syscalls: !noSyscalls };
     await setForwarding(lab); // the first warm-up goes straight to the real servers
     await warmUp(menv, lab.rsAddrs.map((host) => ({ host, port: HTTP_PORT })));
 
@@ -635,7 +655,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
     mode: o.mode,
     command: o.mode === 'default' ? 'npm run perf' : `npm run perf -- ${argv.join(' ')}`,
     wallSeconds: (Date.now() - t0) / 1000,
-    options: { rounds: o.rounds, duration: o.duration, targets: o.targets, measurements: o.measurements, workers: o.workers, conns: o.conns, scaling: o.scaling, flows: o.flows, tables: o.tables },
+    options: { rounds: o.rounds, duration: o.duration, targets: o.targets, measurements: o.measurements, workers: o.workers, conns: o.conns, scaling: o.scaling, flows: o.flows, tables: o.tables, ...(o.uvsIo ? { uvsIo: o.uvsIo } : {}) },
     machine,
     tools,
     method: METHOD,

@@ -72,6 +72,8 @@ export interface TargetEnv {
   /** Worker threads/processes for every LB (uvs workers, haproxy nbthread, nginx worker_processes). */
   workers: number;
   log: (s: string) => void;
+  /** uvsd's worker I/O path (dataplane.io); absent: its default (auto). */
+  uvsIo?: 'auto' | 'io_uring' | 'poll';
 }
 
 const ROOT = join(__dirname, '..', '..');
@@ -159,7 +161,7 @@ export class UvsTarget implements Target {
       { name: 'iperf3', protocol: 'tcp', address: VIP.uvs, port: IPERF_PORT, scheduler: 'rr', realServers: [{ address: lab.rsAddrs[0]!, port: IPERF_PORT }] },
       { name: 'discard', protocol: 'udp', address: VIP.uvs, port: DISCARD_PORT, scheduler: 'rr', realServers: rr(DISCARD_PORT) },
     ];
-    const cfg = lab.config(services, { log: { level: 'warn' }, dataplane: { workers: this.workers, tableSize: this.tableSize } });
+    const cfg = lab.config(services, { log: { level: 'warn' }, dataplane: { workers: this.workers, tableSize: this.tableSize, ...(this.env.uvsIo ? { io: this.env.uvsIo } : {}) } });
     const file = lab.writeConfig(cfg, 'uvs-perf.yaml');
     await lab.startUvsd(file);
     // Ready when every worker has its queue.

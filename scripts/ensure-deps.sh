@@ -37,7 +37,7 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   echo "uvs: installing npm dependencies"
   npm ci --no-audit --no-fund --loglevel=error
 fi
-if [ ! -f build/Release/uvs_tun.node ] || [ lb/native/tun.c -nt build/Release/uvs_tun.node ]; then
+if [ ! -f build/Release/uvs_tun.node ] || [ -n "$(find lb/native binding.gyp -newer build/Release/uvs_tun.node -print -quit)" ]; then
   npx node-gyp rebuild --silent
 fi
 npx tsc -p tsconfig.json

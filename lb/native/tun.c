@@ -248,6 +248,8 @@ static napi_value open_raw(napi_env env, napi_callback_info info) {
   return ret_i32(env, fd);
 }
 
+void uvs_uring_init(napi_env env, napi_value exports); /* uring.c */
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "openQueue", NULL, open_queue, NULL, NULL, NULL, napi_default, NULL },
@@ -257,6 +259,7 @@ static napi_value init(napi_env env, napi_value exports) {
     { "openRaw", NULL, open_raw, NULL, NULL, NULL, napi_default, NULL },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  uvs_uring_init(env, exports);
   return exports;
 }
 

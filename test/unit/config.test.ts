@@ -138,3 +138,10 @@ test('SCTP services are accepted; timeouts.sctp defaults to the kernel\'s per-st
   // One protocol's service does not collide with another's on the same address and port.
   assert.equal(validateConfig({ ...base, services: [svc({ port: 3868 }), svc({ protocol: 'sctp', port: 3868 })] }).services.length, 2);
 });
+
+test('dataplane.io picks the worker I/O path: auto by default, io_uring or poll; anything else is named', () => {
+  assert.equal(validateConfig({ ...base, services: [svc()] }).dataplane.io, 'auto');
+  for (const io of ['auto', 'io_uring', 'poll'] as const) assert.equal(validateConfig({ dataplane: { ...base.dataplane, io }, services: [svc()] }).dataplane.io, io);
+  rejects({ dataplane: { ...base.dataplane, io: 'epoll' }, services: [svc()] }, 'dataplane.io', /must be auto, io_uring or poll, got "epoll"/);
+  rejects({ dataplane: { ...base.dataplane, io: true }, services: [svc()] }, 'dataplane.io', /must be auto, io_uring or poll/);
+});

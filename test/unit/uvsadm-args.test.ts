@@ -138,6 +138,14 @@ test('uvs additions keep working: --drain, --health, --timeout alone, --reload, 
   bad('-L --health -c', "The option 'health' conflicts with the 'connection' option in the 'list' command");
 });
 
+test('--workers lists the dataplane workers, alone or after -L, and conflicts like the other listings', () => {
+  const f = { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false };
+  assert.deepEqual(ok('--workers'), { kind: 'list', what: 'workers', format: f });
+  assert.deepEqual(ok('-L --workers'), { kind: 'list', what: 'workers', format: f });
+  bad('-L --workers --rate', 'options conflicts in the list command');
+  bad('-L --workers --health', "The option 'workers' conflicts with the 'health' option in the 'list' command");
+});
+
 test('-h prints the usage (exit 0) and says what uvs does differently', () => {
   const h = ok('-h');
   assert.equal(h.kind, 'help');
