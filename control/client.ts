@@ -1,4 +1,9 @@
-/** A tiny HTTP client for the admin API over its unix socket (uvsadm, tests, the demo). */
+/**
+ * A tiny HTTP client for the admin API over its unix socket (uvsadm, tests, the demo). One
+ * connection per request (`agent: false`): Node 20's global agent keeps sockets alive, and a
+ * caller that blocks its event loop longer than fastify's keep-alive timeout would then write to a
+ * socket the server already closed (EPIPE).
+ */
 import { request } from 'node:http';
 
 export const DEFAULT_SOCKET = process.env.UVS_SOCKET ?? '/run/uvs/uvsd.sock';
@@ -7,7 +12,7 @@ export const DEFAULT_SOCKET = process.env.UVS_SOCKET ?? '/run/uvs/uvsd.sock';
 export function apiCallRaw(socket: string, method: string, path: string, body: unknown, timeoutMs: number): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }> {
   return new Promise((resolve, reject) => {
     const data = JSON.stringify(body);
-    const req = request({ socketPath: socket, method, path, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } }, (res) => {
+    const req = request({ socketPath: socket, agent: false, method, path, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
@@ -22,7 +27,7 @@ export function apiCall<T = unknown>(socket: string, method: string, path: strin
   return new Promise((resolve, reject) => {
     const data = body === undefined ? undefined : JSON.stringify(body);
     const req = request(
-      { socketPath: socket, method, path, headers: data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {} },
+      { socketPath: socket, agent: false, method, path, headers: data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {} },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
