@@ -122,6 +122,7 @@ export function statsView(d: Daemon) {
     redis: d.sync ? { ...d.sync.stats, nodes: d.sync.remoteNodes } : null,
     draining: d.model.drains().length,
     reloads: d.reloads,
+    announce: d.announcer.status(),
   };
 }
 
@@ -312,6 +313,13 @@ export function buildApi(d: Daemon, log: Logger, token?: string): FastifyInstanc
     if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
     return { ok: true, version: r.version };
   });
+  // Node maintenance (control/announce.ts): withdraw this node's announcement, keep forwarding.
+  app.get('/v1/maintenance', async () => d.announcer.status());
+  app.put(
+    '/v1/maintenance',
+    { schema: { body: { type: 'object', additionalProperties: false, required: ['enabled'], properties: { enabled: { type: 'boolean' } } } } },
+    async (req) => d.setMaintenance((req.body as { enabled: boolean }).enabled),
+  );
   app.post('/v1/workers/:id/kill', async (req, reply) => {
     const id = Number((req.params as { id: string }).id);
     if (!Number.isInteger(id) || !(await d.dataplane.killWorker(id))) {

@@ -14,6 +14,7 @@ export const ERRORS = {
   UVS_ERR_API_INTERNAL: { status: 500, message: 'internal error' },
   UVS_ERR_DATAPLANE_SETUP: { status: 500, message: 'dataplane setup failed' },
   UVS_ERR_TUN: { status: 500, message: 'TUN device operation failed' },
+  UVS_ERR_MAINTENANCE_UNAVAILABLE: { status: 409, message: 'this node announces nothing, so maintenance cannot withdraw it' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;
