@@ -40,6 +40,8 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
     state: string;
     expiresIn: number;
     inactive: boolean;
+    /** Another node's flow learnt from Redis, not adopted here (yet): no packet of it seen here. */
+    shadow: boolean;
   }[] = [];
   let total = 0;
   t.forEach((_e, o) => {
@@ -66,6 +68,7 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
               : 'UDP',
       expiresIn: Math.max(0, ((a[o + L.E_EXPIRES]! - now) | 0) / 1000),
       inactive: (a[o + L.E_FLAGS]! & L.F_INACTIVE) !== 0,
+      shadow: (a[o + L.E_FLAGS]! & L.F_SHADOW) !== 0,
     });
   });
   return { total, offset, connections: rows };
