@@ -23,6 +23,7 @@ import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:
 import { existsSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { apiCall } from '../control/client';
 import { hasCommand, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sh, sleep } from './lab';
 
 const ROOT = join(__dirname, '..', '..');
@@ -432,6 +433,28 @@ export class EcmpLab {
       .split('\n')
       .filter((l) => /^\S/.test(l) && l.includes(vip))
       .map((l) => Number(re.exec(l)?.[1] ?? 0));
+  }
+
+  /**
+   * Which node carries each of these client flows (source ports) now, from the nodes themselves:
+   * the one with an entry of its own (not a shadow) that saw a packet in the last 1.5 s
+   * (ESTABLISHED: a 900 s timer, re-armed by each packet). Waits until every port has one, at
+   * most waitMs: a moved flow shows up once its next packet has been adopted. 0 = none.
+   */
+  async carriers(ks: number[], ports: number[], waitMs = 5000): Promise<number[]> {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const at = new Map<number, number>();
+      for (const k of ks) {
+        const r = await apiCall<{ connections: { client: string; state: string; expiresIn: number; shadow: boolean }[] }>(this.socket(k), 'GET', '/v1/connections?limit=100000');
+        for (const x of r.body.connections ?? []) {
+          if (!x.shadow && x.state === 'ESTABLISHED' && x.expiresIn >= 900 - 1.5) at.set(Number(x.client.slice(x.client.lastIndexOf(':') + 1)), k);
+        }
+      }
+      const out = ports.map((p) => at.get(p) ?? 0);
+      if (!out.includes(0) || Date.now() > deadline) return out;
+      await sleep(200);
+    }
   }
 
   /** Stops everything and deletes every namespace of the lab. Never throws. */

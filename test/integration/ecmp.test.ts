@@ -60,28 +60,6 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     await lab.waitNexthops(all, true);
   };
 
-  /**
-   * Which node carries each stream now, from the nodes themselves: the one with an entry of its
-   * own (not a shadow) that saw a packet in the last 1.5 s (ESTABLISHED: 900 s timer, re-armed by
-   * each packet). Waits until every port has one (at most 5 s): a moved flow shows up once its
-   * next packet has been adopted. 0 = none.
-   */
-  const carriers = async (ks: number[], ports: number[]): Promise<number[]> => {
-    const deadline = Date.now() + 5000;
-    for (;;) {
-      const at = new Map<number, number>();
-      for (const k of ks) {
-        const c = (await apiCall<{ connections: { client: string; state: string; expiresIn: number; shadow: boolean }[] }>(lab.socket(k), 'GET', '/v1/connections?limit=100000')).body;
-        for (const x of c.connections) {
-          if (!x.shadow && x.state === 'ESTABLISHED' && x.expiresIn >= 900 - 1.5) at.set(Number(x.client.slice(x.client.lastIndexOf(':') + 1)), k);
-        }
-      }
-      const out = ports.map((p) => at.get(p) ?? 0);
-      if (!out.includes(0) || Date.now() > deadline) return out;
-      await sleep(200);
-    }
-  };
-
   const adoptedBy = async (ks: number[]) => Object.fromEntries(await Promise.all(ks.map(async (k) => [k, (await stats(k)).adopted] as const))) as Record<number, number>;
 
   /** Flows per node (the router's hash), and the flows that moved between two such maps, by destination. */
@@ -166,7 +144,7 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const ready = await st.ready;
     assert.equal(ready.ready, o.count, 'every stream connected and got its banner');
     await sleep(2000); // every flow past its 3rd packet: in Redis, and a shadow on the other nodes
-    const before = await carriers([1, 2, 3], ready.ports);
+    const before = await lab.carriers([1, 2, 3], ready.ports);
     // IPv4: the router's hash, asked of its kernel, is what the nodes see. (IPv6's `ip route get`
     // hashes another way than forwarding does on this kernel: the nodes' view only.)
     if (!v6) assert.deepEqual(lab.nodeOfFlows(ready.ports, PORT), before, 'the router\'s kernel and the nodes agree on who carries each flow');
@@ -181,7 +159,7 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const converged = await lab.waitNexthops(survivors, v6);
     const tConv = Date.now();
     await sleep(1000); // the moved flows' next packets (TCP retransmissions) have come
-    const after = await carriers(survivors, ready.ports);
+    const after = await lab.carriers(survivors, ready.ports);
     if (!v6) assert.deepEqual(lab.nodeOfFlows(ready.ports, PORT), after, 'after the kill too');
     const moved = movedTo(before, after);
     const ss = await st.done;
