@@ -356,6 +356,11 @@ export class EcmpLab {
     return this.kill(`uvsd-lb${k}`, 'SIGTERM');
   }
 
+  /** Only uvsd dies (SIGKILL); the node, its links and BIRD live on. */
+  killUvsd(k: number): Promise<void> {
+    return this.kill(`uvsd-lb${k}`, 'SIGKILL');
+  }
+
   uvsdRunning(k: number): boolean {
     const p = this.procs.get(`uvsd-lb${k}`);
     return !!p && p.exitCode === null && p.signalCode === null;
@@ -437,21 +442,25 @@ export class EcmpLab {
 
   /**
    * Which node carries each of these client flows (source ports) now, from the nodes themselves:
-   * the one with an entry of its own (not a shadow) that saw a packet in the last 1.5 s
-   * (ESTABLISHED: a 900 s timer, re-armed by each packet). Waits until every port has one, at
+   * the one whose entry of its own (not a shadow) saw the flow's latest packet, within the last
+   * 1.5 s (ESTABLISHED: a 900 s timer, re-armed by each packet). Waits until every port has one, at
    * most waitMs: a moved flow shows up once its next packet has been adopted. 0 = none.
    */
   async carriers(ks: number[], ports: number[], waitMs = 5000): Promise<number[]> {
     const deadline = Date.now() + waitMs;
     for (;;) {
-      const at = new Map<number, number>();
+      // port → [node, expiresIn]: a flow that moved is still recent on the node it left for a
+      // moment; the node that saw its latest packet carries it.
+      const at = new Map<number, [number, number]>();
       for (const k of ks) {
         const r = await apiCall<{ connections: { client: string; state: string; expiresIn: number; shadow: boolean }[] }>(this.socket(k), 'GET', '/v1/connections?limit=100000');
         for (const x of r.body.connections ?? []) {
-          if (!x.shadow && x.state === 'ESTABLISHED' && x.expiresIn >= 900 - 1.5) at.set(Number(x.client.slice(x.client.lastIndexOf(':') + 1)), k);
+          if (x.shadow || x.state !== 'ESTABLISHED' || x.expiresIn < 900 - 1.5) continue;
+          const port = Number(x.client.slice(x.client.lastIndexOf(':') + 1));
+          if ((at.get(port)?.[1] ?? -1) < x.expiresIn) at.set(port, [k, x.expiresIn]);
         }
       }
-      const out = ports.map((p) => at.get(p) ?? 0);
+      const out = ports.map((p) => at.get(p)?.[0] ?? 0);
       if (!out.includes(0) || Date.now() > deadline) return out;
       await sleep(200);
     }

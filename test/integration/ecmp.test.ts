@@ -137,7 +137,7 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
    * The kill scenario, shared by (a), (c), (e) and the Cluster variant: `count` streams over the
    * VIP, node `victim` dies (links down, then SIGKILL of uvsd and BIRD); returns what was measured.
    */
-  const killScenario = async (o: { label: string; count: number; v6?: boolean; victim: number; freeze?: boolean; seconds?: number; beforeKill?: () => Promise<void> }) => {
+  const killScenario = async (o: { label: string; count: number; v6?: boolean; victim: number; how?: 'node' | 'freeze' | 'uvsd'; seconds?: number; beforeKill?: () => Promise<void> }) => {
     const v6 = o.v6 ?? false;
     const seconds = o.seconds ?? 12;
     const st = echoStreams(lab.ns.cl, v6 ? LAB_VIP6 : LAB_VIP, PORT, o.count, seconds);
@@ -153,9 +153,11 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const survivors = [1, 2, 3].filter((k) => k !== o.victim);
     const adopted0 = await adoptedBy(survivors);
     const t0 = Date.now();
-    if (o.freeze) lab.freezeNode(o.victim);
+    const how = o.how ?? 'node';
+    if (how === 'freeze') lab.freezeNode(o.victim);
+    else if (how === 'uvsd') await lab.killUvsd(o.victim);
     else await lab.killNode(o.victim);
-    killed.add(o.victim);
+    if (how !== 'uvsd') killed.add(o.victim);
     const converged = await lab.waitNexthops(survivors, v6);
     const tConv = Date.now();
     await sleep(1000); // the moved flows' next packets (TCP retransmissions) have come
@@ -168,9 +170,9 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const adopted = Object.fromEntries(survivors.map((k) => [k, adopted1[k]! - adopted0[k]!]));
     const b = blackout(ss, before.map((x, i) => x !== after[i]), t0);
     figure(
-      `${o.label}: ${o.count} streams, node ${o.victim} ${o.freeze ? 'frozen' : 'killed'} carrying ${perNode(before)[o.victim]}; kept ${ss.length - v.lost.length}, lost ${v.lost.length}; ` +
+      `${o.label}: ${o.count} streams, ${how === 'uvsd' ? `node ${o.victim}'s uvsd killed` : `node ${o.victim} ${how === 'freeze' ? 'frozen' : 'killed'}`}, carrying ${perNode(before)[o.victim]}; kept ${ss.length - v.lost.length}, lost ${v.lost.length}; ` +
         `flows per node before ${JSON.stringify(perNode(before))} after ${JSON.stringify(perNode(after))}; moved to ${JSON.stringify(moved)}; adopted ${JSON.stringify(adopted)}; ` +
-        `router converged ${converged} ms after the ${o.freeze ? 'freeze' : 'kill'}; blackout of moved flows median ${b.median} ms, max ${b.max} ms`,
+        `router converged ${converged} ms after the ${how === 'freeze' ? 'freeze' : 'kill'}; blackout of moved flows median ${b.median} ms, max ${b.max} ms`,
     );
     assert.deepEqual(v.lost.map((s) => ({ port: s.port, error: s.error, bad: s.bad })), [], 'no stream lost');
     assert.deepEqual(v.notSpanning.map((s) => s.port), [], 'every stream was running before the kill and after the router converged');
@@ -314,12 +316,18 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
       label: '(f) Redis Cluster, node hangs (SIGSTOP)',
       count: 60,
       victim: 1,
-      freeze: true,
+      how: 'freeze',
       beforeKill: async () => {
         const keys = lab.clusterPorts.map((p) => lab.redisKeys(p));
         assert.ok(keys.every((n) => n > 0), `flow keys on every master: ${keys.join(', ')}`);
       },
     });
+  });
+
+  test('uvsd alone dies (SIGKILL; node, links and BIRD live): its device goes, BIRD withdraws the node, none lost', async () => {
+    await startNodes([1, 2, 3]);
+    await killScenario({ label: 'uvsd alone killed', count: 40, victim: 3, how: 'uvsd' });
+    assert.equal(lab.birdc(3, ['show', 'route', 'table', 'master4', 'count']).match(/(\d+) of \d+ routes/)?.[1], '0', "node 3's BIRD has nothing left to announce");
   });
 
   test('(g) the router hashing with policy 1 as configured (in a lab: the socket\'s own hash, re-drawn at each timeout): none lost', async () => {

@@ -45,3 +45,21 @@ test('with a table large enough for every shadow, no moved flow waits for Redis;
   assert.equal(sized.shadowsHeld, sized.shadowsWanted);
   assert.equal(sized.tableSize & (sized.tableSize - 1), 0, 'a power of two, as dataplane.tableSize must be');
 });
+
+test('the shipped ECMP examples are valid: the uvsd configuration, and both BIRD configurations when BIRD is installed', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const { join } = await import('node:path');
+  const { loadConfigFile } = await import('../../control/config');
+  const dir = join(__dirname, '..', '..', '..', 'docs', 'examples');
+  const cfg = loadConfigFile(join(dir, 'uvs-ecmp.yaml'));
+  assert.equal(cfg.dataplane.announceTable, 4712);
+  assert.ok(cfg.services.every((s) => s.scheduler === 'mh' && s.forwarding === 'tunnel'));
+  let bird = '';
+  try {
+    bird = execFileSync('sh', ['-c', 'command -v bird'], { encoding: 'utf8' }).trim();
+  } catch {
+    /* not installed */
+  }
+  if (!bird) return;
+  for (const f of ['bird-lb-node.conf', 'bird-router.conf']) execFileSync(bird, ['-p', '-c', join(dir, f)]); // parse only; throws on an error
+});
