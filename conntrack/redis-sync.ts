@@ -299,43 +299,12 @@ export class RedisSync {
 
   /** Moves the workers' sync events into the write queue as records read from the table. */
   private collect(): void {
-    const a = this.table.i32;
     const now = this.table.now();
     for (const r of this.rings) {
       const head = r[L.RG_SYNC_HEAD]!;
       const tail = Atomics.load(r, L.RG_SYNC_TAIL);
       for (let i = head; i !== tail; i = (i + 1) | 0) {
-        const e = r[L.syncRingOffset() + (i & (L.SYNC_RING_SLOTS - 1))]!;
-        const o = this.table.base(e);
-        const flags = a[o + L.E_FLAGS]!;
-        if (!(flags & L.F_IN_USE) || flags & (L.F_SHADOW | L.F_TEMPLATE)) continue;
-        const names = this.resolver.names(a[o + L.E_SVC]!, a[o + L.E_RS]!);
-        if (!names) continue;
-        const proto = a[o + L.E_PROTO]!;
-        const state = a[o + L.E_STATE]!;
-        const left = (a[o + L.E_EXPIRES]! - now) | 0;
-        const expiresAt = Date.now() + left;
-        const rec = [
-          proto,
-          a[o + L.E_CADDR],
-          a[o + L.E_CPORTS],
-          a[o + L.E_VADDR],
-          a[o + L.E_DADDR],
-          a[o + L.E_DPORTS],
-          a[o + L.E_LADDR],
-          flags & L.FWD_MASK,
-          names.service,
-          names.realServer,
-          state,
-          flags & L.F_INACTIVE ? 1 : 0,
-          expiresAt,
-          proto & L.PROTO_V6 ? Array.from(this.table.entryHi(o)).join(',') : '',
-        ].join('|');
-        const signed = signRecord(this.key, rec); // control thread, per batch: never per packet
-        const hi = proto & L.PROTO_V6 ? this.table.entryHi(o) : undefined;
-        const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi);
-        this.queue.delete(key); // re-insert: newest last
-        this.queue.set(key, { rec: signed, out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!, hi), ttl: Math.max(1000, left + 1000), at: Date.now() });
+        this.enqueue(this.table.base(r[L.syncRingOffset() + (i & (L.SYNC_RING_SLOTS - 1))]!), now);
       }
       Atomics.store(r, L.RG_SYNC_HEAD, tail);
     }
@@ -345,6 +314,58 @@ export class RedisSync {
       this.stats.dropped++;
     }
     this.stats.queueDepth = this.queue.size;
+  }
+
+  /** Queues the record of the entry at word offset o (this node's flows only: no shadow or template). */
+  private enqueue(o: number, now: number): void {
+    const a = this.table.i32;
+    const flags = a[o + L.E_FLAGS]!;
+    if (!(flags & L.F_IN_USE) || flags & (L.F_SHADOW | L.F_TEMPLATE)) return;
+    const names = this.resolver.names(a[o + L.E_SVC]!, a[o + L.E_RS]!);
+    if (!names) return;
+    const proto = a[o + L.E_PROTO]!;
+    const state = a[o + L.E_STATE]!;
+    const left = (a[o + L.E_EXPIRES]! - now) | 0;
+    const expiresAt = Date.now() + left;
+    const rec = [
+      proto,
+      a[o + L.E_CADDR],
+      a[o + L.E_CPORTS],
+      a[o + L.E_VADDR],
+      a[o + L.E_DADDR],
+      a[o + L.E_DPORTS],
+      a[o + L.E_LADDR],
+      flags & L.FWD_MASK,
+      names.service,
+      names.realServer,
+      state,
+      flags & L.F_INACTIVE ? 1 : 0,
+      expiresAt,
+      proto & L.PROTO_V6 ? Array.from(this.table.entryHi(o)).join(',') : '',
+    ].join('|');
+    const signed = signRecord(this.key, rec); // control thread, per batch: never per packet
+    const hi = proto & L.PROTO_V6 ? this.table.entryHi(o) : undefined;
+    const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi);
+    this.queue.delete(key); // re-insert: newest last
+    this.queue.set(key, { rec: signed, out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!, hi), ttl: Math.max(1000, left + 1000), at: Date.now() });
+  }
+
+  /**
+   * Queues every local flow now (node maintenance: a flow that has not reached its 3rd packet is
+   * in Redis too before the router moves it away). Written by the next flushes, BATCH at a time;
+   * the queue's bound (redis.maxQueue) applies as always.
+   */
+  queueAll(): number {
+    const now = this.table.now();
+    const a = this.table.i32;
+    let n = 0;
+    this.table.forEach((_e, o) => {
+      if (((a[o + L.E_EXPIRES]! - now) | 0) <= 0) return; // expired, not swept yet: nobody's flow
+      this.enqueue(o, now);
+      n++;
+    });
+    this.collect(); // applies the bound and the queue-depth figure
+    return n;
   }
 
   private async flush(): Promise<void> {

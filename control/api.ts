@@ -42,6 +42,8 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
     state: string;
     expiresIn: number;
     inactive: boolean;
+    /** Another node's flow learnt from Redis, not adopted here (yet): no packet of it seen here. */
+    shadow: boolean;
   }[] = [];
   let total = 0;
   t.forEach((_e, o) => {
@@ -68,6 +70,7 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
               : 'UDP',
       expiresIn: Math.max(0, ((a[o + L.E_EXPIRES]! - now) | 0) / 1000),
       inactive: (a[o + L.E_FLAGS]! & L.F_INACTIVE) !== 0,
+      shadow: (a[o + L.E_FLAGS]! & L.F_SHADOW) !== 0,
     });
   });
   return { total, offset, connections: rows };
@@ -128,6 +131,7 @@ export function statsView(d: Daemon) {
     reloads: d.reloads,
     stateFileSkipped: d.stateSkipped,
     defense: defenseView(d),
+    announce: d.announcer.status(),
   };
 }
 
@@ -368,6 +372,13 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     reply.header('x-uvs-capture-overruns', String(r.overruns));
     return reply.send(r.body);
   });
+  // Node maintenance (control/announce.ts): withdraw this node's announcement, keep forwarding.
+  app.get('/v1/maintenance', async () => d.announcer.status());
+  app.put(
+    '/v1/maintenance',
+    { schema: { body: { type: 'object', additionalProperties: false, required: ['enabled'], properties: { enabled: { type: 'boolean' } } } } },
+    async (req) => d.setMaintenance((req.body as { enabled: boolean }).enabled),
+  );
   app.post('/v1/workers/:id/kill', async (req, reply) => {
     const id = Number((req.params as { id: string }).id);
     if (!Number.isInteger(id) || !(await d.dataplane.killWorker(id))) {

@@ -111,6 +111,8 @@ export interface UvsConfig {
     fullnat: { addresses: string[]; portMin: number; portMax: number };
     /** Limits on the packets uvs generates (docs/generated-packets.md): the kernel's icmp_ratelimit, icmp_msgs_per_sec, icmp_msgs_burst, icmp_ratemask. */
     generatedLimit: GeneratedLimitConfig;
+    /** Kernel table where uvsd keeps the VIP ranges while it wants traffic (a BGP speaker announces them); 0 = none. */
+    announceTable: number;
   };
   timeouts: {
     /** Seconds per TCP state name (ESTABLISHED, FIN_WAIT, …). */
@@ -372,6 +374,7 @@ export function validateConfig(doc: unknown): UvsConfig {
     'tunnelSource',
     'tunnelSource6',
     'generatedLimit',
+    'announceTable',
   ]);
   const device = str(dp.device, 'dataplane.device', DEFAULTS.device);
   if (!/^[a-zA-Z0-9_.-]{1,15}$/.test(device)) fail('dataplane.device', 'must be 1–15 characters of letters, digits, _ . -');
@@ -403,7 +406,10 @@ export function validateConfig(doc: unknown): UvsConfig {
     tunnelSource: dp.tunnelSource === undefined ? '' : ipv4(dp.tunnelSource, 'dataplane.tunnelSource'),
     tunnelSource6: dp.tunnelSource6 === undefined ? '' : ipv6(dp.tunnelSource6, 'dataplane.tunnelSource6'),
     generatedLimit: generatedLimit(dp.generatedLimit),
+    announceTable: int(dp.announceTable, 'dataplane.announceTable', 0, 0, 0x7fffffff),
   };
+  if ([253, 254, 255].includes(dataplane.announceTable)) fail('dataplane.announceTable', 'must not be 253–255 (the default, main and local tables)');
+  if (dataplane.announceTable !== 0 && dataplane.announceTable === dataplane.routeTable) fail('dataplane.announceTable', `must differ from dataplane.routeTable (${dataplane.routeTable}), which holds the masq reply routes`);
 
   const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sctp', 'sweepInterval']) }; // a copy: validation never changes the document
   if (kp) {

@@ -15,6 +15,7 @@ import { SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { Dataplane, deviceMtu, routeMtus, type RouteMtu } from '../lb/dataplane';
 import { startApi, type ApiServer } from './api';
+import { Announcer } from './announce';
 import { HealthChecker } from './health';
 import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
 import { readConfigDoc, validateConfig, type UvsConfig } from './config';
@@ -152,10 +153,22 @@ export class Daemon {
       );
       this.model.remoteConns = (service, realServer) => this.sync!.remoteCounts(service, realServer);
     }
+    this.announcer = new Announcer({ table: dp.announceTable, device: dp.device, vipCidrs: dp.vipCidrs }, log.child({ component: 'announce' }), () => this.stats.word(L.C_RX_PACKETS));
+  }
+
+  /**
+   * Maintenance on: every local flow is queued for Redis at once (so a flow that had not reached
+   * its 3rd packet is adoptable too), then the announcement is withdrawn. Off: announced again.
+   */
+  setMaintenance(on: boolean): ReturnType<Announcer['status']> {
+    if (on) this.sync?.queueAll();
+    return this.announcer.setMaintenance(on);
   }
 
   /** Shared flow state through Redis, when configured. */
   readonly sync: RedisSync | null = null;
+  /** The announcement routes a BGP speaker follows, and node maintenance (control/announce.ts). */
+  readonly announcer: Announcer;
 
   static async start(configFile: string, log: Logger): Promise<Daemon> {
     const doc = readConfigDoc(configFile);
@@ -180,6 +193,8 @@ export class Daemon {
       d.api = await startApi(d, cfg.api.socket, log.child({ component: 'api' }), cfg.api);
       if (cfg.metrics.address) d.endpoints.push(await startMetrics(d, cfg.metrics.address, cfg.metrics.token));
       if (cfg.healthz.address) d.endpoints.push(await startHealthz(d, cfg.healthz.address, cfg.healthz.token));
+      // Last: traffic is drawn here only once everything that carries it runs.
+      d.announcer.start(() => d.sync === null || d.sync.stats.connected);
     } catch (e) {
       await d.stop();
       throw e;
@@ -415,7 +430,7 @@ export class Daemon {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
         }
       }
-      const fixed = ['device', 'workers', 'tableSize', 'maxRealServers', 'maxServices', 'mtu', 'routeTable', 'rulePriority', 'batch', 'offload', 'io'] as const;
+      const fixed = ['device', 'workers', 'tableSize', 'maxRealServers', 'maxServices', 'mtu', 'routeTable', 'rulePriority', 'batch', 'offload', 'io', 'announceTable'] as const;
       for (const k of fixed) {
         if (cfg.dataplane[k] !== this.cfg.dataplane[k]) {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', `cannot change on reload (restart uvsd): was ${this.cfg.dataplane[k]}, now ${cfg.dataplane[k]}`, `dataplane.${k}`);
@@ -456,6 +471,8 @@ export class Daemon {
   }
 
   async stop(): Promise<void> {
+    // First: the withdrawal goes out while the dataplane still forwards what is in flight.
+    this.announcer.stop();
     this.health.stop();
     await this.sync?.stop();
     this.watcher?.close();

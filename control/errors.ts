@@ -18,6 +18,7 @@ export const ERRORS = {
   UVS_ERR_CAPTURE_BUSY: { status: 409, message: 'a capture is already running' },
   UVS_ERR_DATAPLANE_SETUP: { status: 500, message: 'dataplane setup failed' },
   UVS_ERR_TUN: { status: 500, message: 'TUN device operation failed' },
+  UVS_ERR_MAINTENANCE_UNAVAILABLE: { status: 409, message: 'this node announces nothing, so maintenance cannot withdraw it' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -56,9 +56,10 @@ const CMD = {
   // uvs's own commands
   RELOAD: 15,
   KILLWORKER: 16,
+  MAINTENANCE: 17,
 } as const;
 type Cmd = (typeof CMD)[keyof typeof CMD];
-const CMD_NAMES = ['add-service', 'edit-service', 'delete-service', 'flush', 'list', 'add-server', 'delete-server', 'edit-server', 'set', 'start-daemon', 'stop-daemon', 'restore', 'save', 'zero', 'reload', 'kill-worker'];
+const CMD_NAMES = ['add-service', 'edit-service', 'delete-service', 'flush', 'list', 'add-server', 'delete-server', 'edit-server', 'set', 'start-daemon', 'stop-daemon', 'restore', 'save', 'zero', 'reload', 'kill-worker', 'maintenance'];
 
 /** Option columns, in ipvsadm's order (the order its checks run in), then uvs's two listings. */
 const OPT_NAMES = [
@@ -145,6 +146,7 @@ const COMMANDS_V_OPTIONS: Record<number, string> = {
   [CMD.ZERO]: row({ 'service-address': ' ' }),
   [CMD.RELOAD]: row({}),
   [CMD.KILLWORKER]: row({}),
+  [CMD.MAINTENANCE]: row({}),
 };
 
 /** tunnel_types_v_options: rows ipip, gue, gre; columns tun-port, tun-nocsum, tun-csum, tun-remcsum. */
@@ -229,6 +231,7 @@ const OPTIONS: OptDef[] = [
   d('workers', null, 0),
   d('reload', null, 0),
   d('kill-worker', null, 1),
+  d('maintenance', null, 1),
 ];
 
 type Token = { t: 'opt'; tag: string; arg: string | null; text: string } | { t: 'arg'; v: string } | { t: 'err'; text: string; why: string };
@@ -308,6 +311,7 @@ const COMMAND_TAGS: Record<string, Cmd> = {
   'stop-daemon': CMD.STOPDAEMON,
   reload: CMD.RELOAD,
   'kill-worker': CMD.KILLWORKER,
+  maintenance: CMD.MAINTENANCE,
 };
 
 // ── results ──────────────────────────────────────────────────────────────────────────────────
@@ -333,7 +337,9 @@ export type Command =
   | { kind: 'edit'; command: string; ops: EditOp[] }
   | { kind: 'zero'; service?: ServiceRef }
   | { kind: 'reload' }
-  | { kind: 'killWorker'; worker: string };
+  | { kind: 'killWorker'; worker: string }
+  /** uvs: node maintenance (withdraw the announcement, keep forwarding), its status, or a wait until idle. */
+  | { kind: 'maintenance'; action: 'on' | 'off' | 'status' | 'wait' };
 
 export type ParseResult = { ok: true; command: Command } | { ok: false; stderr: string; exit: number };
 
@@ -510,6 +516,7 @@ interface Entry {
   timeouts: { tcp: number; tcpFin: number; udp: number };
   daemon: boolean;
   worker: string;
+  maintenance: 'on' | 'off' | 'status' | 'wait';
   list: ListFormat;
 }
 
@@ -555,6 +562,7 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
     timeouts: { tcp: 0, tcpFin: 0, udp: 0 },
     daemon: false,
     worker: '',
+    maintenance: 'status',
     list: { ...noFormat },
   };
   const tokens = tokenize(argv);
@@ -585,6 +593,10 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
         if (cmd === CMD.STARTDAEMON && tok.arg !== 'master' && tok.arg !== 'backup') fail('illegal start-daemon parameter specified');
         if (cmd === CMD.STOPDAEMON && tok.arg !== 'master' && tok.arg !== 'backup') fail('illegal start_daemon specified');
         if (cmd === CMD.KILLWORKER) ce.worker = tok.arg ?? '';
+        if (cmd === CMD.MAINTENANCE) {
+          if (!['on', 'off', 'status', 'wait'].includes(tok.arg ?? '')) fail(`illegal maintenance parameter \`${tok.arg ?? ''}' specified (on, off, status or wait)`);
+          ce.maintenance = tok.arg as Entry['maintenance'];
+        }
         continue;
       }
       // uvs: `uvsadm --timeout`, `--drain`, `--health`, `--defense`, `--workers` list without -L.
@@ -906,6 +918,8 @@ function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel' | 'fullnat'): Command
       return { kind: 'reload' };
     case CMD.KILLWORKER:
       return { kind: 'killWorker', worker: ce.worker };
+    case CMD.MAINTENANCE:
+      return { kind: 'maintenance', action: ce.maintenance };
     case CMD.FLUSH:
       return { kind: 'edit', command: 'flush', ops: [{ op: 'clear' }] };
     case CMD.TIMEOUT:
@@ -1124,6 +1138,10 @@ uvs additions:
   --socket PATH                       uvsd API socket (default $UVS_SOCKET or /run/uvs/uvsd.sock)
   --reload                            re-read uvsd's configuration file (like SIGHUP)
   --kill-worker N                     terminate dataplane worker N (it is restarted; for testing)
+  --maintenance on|off|status|wait    node maintenance: on withdraws this node's announcement
+                                      (dataplane.announceTable) while it keeps forwarding what
+                                      arrives; off announces again; status exits 1 in maintenance;
+                                      wait returns once no packet arrived for 2 s (at most 300 s)
   -L --drain                          real servers being drained: since when, connections left
   -L --health                         health-check verdicts per real server
   -L --defense                        overload defenses (drop_entry, drop_packet, secure_tcp,

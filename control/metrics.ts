@@ -235,6 +235,8 @@ export function buildRegistry(d: Daemon): Registry {
   });
   gaugeFrom('uvs_connection_table_shadow_entries', 'Entries learnt from other nodes through Redis, not yet adopted.', [], (g) => g.set(d.table.shadows()));
   counterFrom('uvs_adoptions_total', "Other nodes' flows taken over by this node (first packet seen here).", [], (c) => c.inc(d.stats.word(L.C_ADOPTED)));
+  gaugeFrom('uvs_announced', '1 while the announcement routes are in dataplane.announceTable (a BGP speaker draws traffic here).', [], (g) => g.set(d.announcer.status().announced ? 1 : 0));
+  gaugeFrom('uvs_maintenance', '1 while node maintenance is on (announcement withdrawn, still forwarding).', [], (g) => g.set(d.announcer.status().maintenance ? 1 : 0));
   counterFrom('uvs_parked_packets_total', 'Mid-flow packets parked for a Redis lookup, and those refused because the park ring was full.', ['result'], (c) => {
     c.inc({ result: 'parked' }, d.stats.word(L.C_PARKED));
     c.inc({ result: 'ring_full' }, d.stats.word(L.C_PARK_FULL));

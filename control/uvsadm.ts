@@ -320,6 +320,8 @@ async function main(argv: string[]): Promise<number> {
         out(`configuration reloaded (snapshot ${r.body.version})\n`);
         return 0;
       }
+      case 'maintenance':
+        return await maintenance(socket, c.action);
       case 'killWorker': {
         const r = await call<ApiError>(socket, 'POST', `/v1/workers/${encodeURIComponent(c.worker)}/kill`);
         if (r.status !== 202) {
@@ -334,6 +336,67 @@ async function main(argv: string[]): Promise<number> {
     // ipvsadm: "Can't initialize ipvs: …" and exit 2.
     err(`${PROGRAM}: cannot reach uvsd at ${socket}: ${e.message}\n`);
     return 2;
+  }
+}
+
+interface MaintenanceStatus extends ApiError {
+  table: number;
+  maintenance: boolean;
+  since: string | null;
+  announced: boolean;
+  idleSeconds: number;
+}
+
+/** `--maintenance wait`: idle means no packet for this long (the router has converged, s). */
+const MAINTENANCE_QUIET_S = 2;
+/** … and it gives up after this long (s): exit 1, the node still carries traffic. */
+const MAINTENANCE_WAIT_MAX_S = 300;
+
+function maintenanceLine(m: MaintenanceStatus): string {
+  const mode = m.maintenance ? `maintenance on since ${m.since}` : 'maintenance off';
+  const ann = m.table === 0 ? 'announces nothing (no dataplane.announceTable)' : m.announced ? `announced (table ${m.table})` : `not announced (table ${m.table})`;
+  return `${mode}; ${ann}; last packet ${m.idleSeconds.toFixed(1)} s ago\n`;
+}
+
+/**
+ * Node maintenance: on/off (PUT /v1/maintenance), status (exit 1 in maintenance, so a keepalived
+ * track_script or a deploy script can test it), wait (until the node has been idle for
+ * MAINTENANCE_QUIET_S: its flows have moved to the other nodes, so stopping it loses nothing).
+ */
+async function maintenance(socket: string, action: 'on' | 'off' | 'status' | 'wait'): Promise<number> {
+  if (action === 'on' || action === 'off') {
+    const r = await call<MaintenanceStatus>(socket, 'PUT', '/v1/maintenance', { enabled: action === 'on' });
+    if (r.status !== 200) {
+      err(`${PROGRAM}: maintenance ${action} refused: ${r.body.code}: ${r.body.message}\n`);
+      return 1;
+    }
+    out(maintenanceLine(r.body));
+    return 0;
+  }
+  const deadline = Date.now() + MAINTENANCE_WAIT_MAX_S * 1000;
+  for (;;) {
+    const r = await call<MaintenanceStatus>(socket, 'GET', '/v1/maintenance');
+    if (r.status !== 200) {
+      err(daemonError(r.body, r.status));
+      return 1;
+    }
+    if (action === 'status') {
+      out(maintenanceLine(r.body));
+      return r.body.maintenance ? 1 : 0;
+    }
+    if (!r.body.maintenance) {
+      err(`${PROGRAM}: not in maintenance (uvsadm --maintenance on first): ${maintenanceLine(r.body)}`);
+      return 1;
+    }
+    if (r.body.idleSeconds >= MAINTENANCE_QUIET_S) {
+      out(maintenanceLine(r.body));
+      return 0;
+    }
+    if (Date.now() > deadline) {
+      err(`${PROGRAM}: still receiving packets after ${MAINTENANCE_WAIT_MAX_S} s: ${maintenanceLine(r.body)}`);
+      return 1;
+    }
+    await new Promise((res) => setTimeout(res, 200));
   }
 }
 

@@ -67,3 +67,64 @@ export function runTool<T>(ns: string, args: string[], timeoutMs = 120_000): Too
   );
   return { child, result };
 }
+
+/** One stream of `tools streams` at its end. */
+export interface EchoStream {
+  port: number;
+  server: string;
+  sent: number;
+  echoed: number;
+  bad: number;
+  error: string | null;
+  maxGapMs: number;
+  gapAt: number;
+  /** Silences longer than 1.5 sending intervals: [began at (epoch ms), length ms]. */
+  gaps: [number, number][];
+  firstAt: number;
+  lastAt: number;
+}
+
+export interface EchoStreams {
+  /** All connected (or 10 s passed): client ports and the real server each got, in stream order. */
+  ready: Promise<{ ready: number; ports: number[]; servers: string[] }>;
+  /** Every stream's end. */
+  done: Promise<EchoStream[]>;
+  child: ChildProcess;
+}
+
+/**
+ * `tools streams`: COUNT long TCP echo streams from ns to host:port, every echoed byte checked
+ * (lab/tools.ts). SIGKILL after seconds + 60 s: bounded whatever happens.
+ */
+export function echoStreams(ns: string, host: string, port: number, count: number, seconds: number, intervalMs = 100, chunk = 500): EchoStreams {
+  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, TOOLS, 'streams', host, String(port), String(count), String(seconds), String(intervalMs), String(chunk)], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const t = setTimeout(() => child.kill('SIGKILL'), (seconds + 60) * 1000);
+  let text = '';
+  let readyResolve!: (v: { ready: number; ports: number[]; servers: string[] }) => void;
+  const ready = new Promise<{ ready: number; ports: number[]; servers: string[] }>((r) => (readyResolve = r));
+  child.stdout!.on('data', (d: Buffer) => {
+    text += d.toString();
+    const first = text.split('\n')[0]!;
+    if (text.includes('\n')) {
+      try {
+        const o = JSON.parse(first) as { ready?: number; ports: number[]; servers: string[] };
+        if (o.ready !== undefined) readyResolve({ ready: o.ready, ports: o.ports, servers: o.servers });
+      } catch {
+        /* not yet a whole line */
+      }
+    }
+  });
+  const done = new Promise<EchoStream[]>((resolve) =>
+    child.on('close', () => {
+      clearTimeout(t);
+      readyResolve({ ready: 0, ports: [], servers: [] }); // no-op when it was already resolved
+      const last = text.trim().split('\n').pop() ?? '';
+      try {
+        resolve((JSON.parse(last) as { streams?: EchoStream[] }).streams ?? []);
+      } catch {
+        resolve([]);
+      }
+    }),
+  );
+  return { ready, done, child };
+}

@@ -143,9 +143,11 @@ async function main(): Promise<number> {
 
 if (process.argv[2] === 'failover') {
   void import('./demo-failover').then(({ failoverDemo }) => failoverDemo().then((c) => process.exit(c)));
+} else if (process.argv[2] === 'ecmp') {
+  void import('./demo-ecmp').then(({ ecmpDemo }) => ecmpDemo().then((c) => process.exit(c)));
 } else if (process.argv[2] === undefined) {
   main().then((c) => process.exit(c));
 } else {
-  console.error(`usage: npm run demo [-- failover]`);
+  console.error(`usage: npm run demo [-- failover|ecmp]`);
   process.exit(2);
 }

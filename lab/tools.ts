@@ -18,6 +18,14 @@
  *   udp-probe HOST PORT SECONDS INTERVAL_MS    a datagram every interval from one source port to
  *                                              the lab's UDP echo; prints each probe as [sent at,
  *                                              answered at or null, server or null] (epoch ms)
+ *   streams HOST PORT COUNT SECONDS INTERVAL_MS CHUNK
+ *                                              COUNT TCP connections to the lab's echo service, each
+ *                                              sending CHUNK deterministic bytes (blob seed 1000+i)
+ *                                              every interval for SECONDS and checking every echoed
+ *                                              byte; prints {"ready",ports,servers} once all are
+ *                                              connected, then one line per stream: sent, echoed,
+ *                                              bad bytes, error, longest silence (maxGapMs, gapAt),
+ *                                              every silence > 1.5 intervals (gaps: [began at, ms])
  *   inject IFNAME COUNT SEED                   writes COUNT random and malformed packets into a
  *                                              device through an AF_PACKET socket (via python3)
  *   syn-flood IFNAME VIP PORT RATE SECONDS COUNT SEED
@@ -28,7 +36,8 @@
 import { execFileSync } from 'node:child_process';
 import { createSocket } from 'node:dgram';
 import { request } from 'node:http';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
+import { blobChunk } from './blob';
 
 function out(o: unknown): void {
   process.stdout.write(JSON.stringify(o) + '\n');
@@ -237,6 +246,109 @@ function udpProbe(host: string, port: number, seconds: number, intervalMs: numbe
   });
 }
 
+interface StreamState {
+  sock: Socket;
+  seed: number;
+  port: number;
+  server: string;
+  banner: string;
+  sent: number;
+  echoed: number;
+  bad: number;
+  error: string | null;
+  closed: boolean;
+  firstAt: number;
+  lastAt: number;
+  maxGapMs: number;
+  gapAt: number;
+  /** Silences of GAP_MS or more: [began at, ms] (the first MAX_GAPS). */
+  gaps: [number, number][];
+}
+
+/**
+ * Many long echo streams from one process (one timer for all: 100 streams cost one node process,
+ * not 100 curls). Every byte a stream sends must come back in order and equal to what was sent;
+ * the longest silence between two arrivals is that stream's blackout. Bounded: SECONDS of sending,
+ * then at most DRAIN_MS for the last echoes.
+ */
+function streams(host: string, port: number, count: number, seconds: number, intervalMs: number, chunk: number): Promise<number> {
+  const DRAIN_MS = 10000;
+  const GAP_MS = Math.round(intervalMs * 1.5); // a silence longer than the sending rhythm
+  const MAX_GAPS = 20;
+  return new Promise((resolve) => {
+    const ss: StreamState[] = [];
+    let readyPrinted = false;
+    const started = Date.now();
+    const printReady = () => {
+      if (readyPrinted) return;
+      readyPrinted = true;
+      out({ ready: ss.filter((s) => s.server !== '').length, ports: ss.map((s) => s.port), servers: ss.map((s) => s.server) });
+    };
+    const arrived = (s: StreamState) => {
+      const now = Date.now();
+      if (s.lastAt > 0 && now - s.lastAt > s.maxGapMs) {
+        s.maxGapMs = now - s.lastAt;
+        s.gapAt = s.lastAt;
+      }
+      if (s.lastAt > 0 && now - s.lastAt >= GAP_MS && s.gaps.length < MAX_GAPS) s.gaps.push([s.lastAt, now - s.lastAt]);
+      if (s.firstAt === 0) s.firstAt = now;
+      s.lastAt = now;
+    };
+    for (let i = 0; i < count; i++) {
+      const sock = connect({ host, port });
+      const s: StreamState = { sock, seed: 1000 + i, port: 0, server: '', banner: '', sent: 0, echoed: 0, bad: 0, error: null, closed: false, firstAt: 0, lastAt: 0, maxGapMs: 0, gapAt: 0, gaps: [] };
+      ss.push(s);
+      sock.setNoDelay(true);
+      sock.on('connect', () => (s.port = sock.localPort ?? 0));
+      sock.on('data', (d: Buffer) => {
+        arrived(s);
+        let off = 0;
+        if (s.server === '') {
+          const nl = d.indexOf(10);
+          if (nl < 0) {
+            s.banner += d.toString('utf8');
+            return;
+          }
+          s.server = s.banner + d.subarray(0, nl).toString('utf8');
+          off = nl + 1;
+          if (!readyPrinted && ss.length === count && ss.every((x) => x.server !== '')) printReady();
+        }
+        const rest = d.subarray(off);
+        if (rest.length === 0) return;
+        const want = blobChunk(s.seed, s.echoed, rest.length);
+        if (s.echoed + rest.length > s.sent || !want.equals(rest)) s.bad += rest.length;
+        s.echoed += rest.length;
+      });
+      sock.on('error', (e: NodeJS.ErrnoException) => (s.error ??= e.code ?? e.message));
+      sock.on('close', () => (s.closed = true));
+    }
+    setTimeout(printReady, 10000).unref(); // some never connected: say so, the run goes on
+    const tick = setInterval(() => {
+      const sending = Date.now() - started < seconds * 1000;
+      if (sending) {
+        for (const s of ss) {
+          if (s.closed || s.server === '') continue;
+          s.sock.write(blobChunk(s.seed, s.sent, chunk));
+          s.sent += chunk;
+        }
+        return;
+      }
+      const allBack = ss.every((s) => s.closed || s.echoed >= s.sent);
+      if (!allBack && Date.now() - started < seconds * 1000 + DRAIN_MS) return;
+      clearInterval(tick);
+      printReady();
+      const result = ss.map((s) => {
+        if (s.error === null && s.server === '') s.error = 'no banner';
+        if (s.error === null && s.echoed < s.sent) s.error = 'missing echoes';
+        s.sock.destroy();
+        return { port: s.port, server: s.server, sent: s.sent, echoed: s.echoed, bad: s.bad, error: s.error, maxGapMs: s.maxGapMs, gapAt: s.gapAt, gaps: s.gaps, firstAt: s.firstAt, lastAt: s.lastAt };
+      });
+      out({ streams: result });
+      resolve(result.every((r) => r.error === null && r.bad === 0) ? 0 : 1);
+    }, intervalMs);
+  });
+}
+
 const INJECT_PY = `
 import socket, sys, random, struct
 ifname, count, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -350,6 +462,8 @@ async function main(argv: string[]): Promise<number> {
       return udpSession(a[0]!, Number(a[1]), Number(a[2] ?? 10), Number(a[3] ?? 200));
     case 'udp-probe':
       return udpProbe(a[0]!, Number(a[1]), Number(a[2] ?? 10), Number(a[3] ?? 10));
+    case 'streams':
+      return streams(a[0]!, Number(a[1]), Number(a[2] ?? 10), Number(a[3] ?? 10), Number(a[4] ?? 100), Number(a[5] ?? 1000));
     case 'inject': {
       const [ifname, count, seed, vip, client] = a;
       process.stdout.write(execFileSync('python3', ['-c', INJECT_PY, ifname!, count!, seed!, vip ?? '10.200.0.10', client ?? '10.200.1.2'], { encoding: 'utf8' }));
@@ -366,7 +480,7 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     default:
-      console.error('usage: tools hold-echo|echo-probe|udp-ask|tcp-connect|load|udp-session|udp-probe|inject|spoof|syn-flood …');
+      console.error('usage: tools hold-echo|echo-probe|udp-ask|tcp-connect|load|udp-session|udp-probe|streams|inject|spoof|syn-flood …');
       return 2;
   }
 }

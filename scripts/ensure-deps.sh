@@ -20,11 +20,14 @@ if [ "${1:-}" != "--no-system" ] && [ "$(id -u)" = 0 ]; then
   have redis-server || need+=(redis-server)
   have keepalived || need+=(keepalived)
   have tcpdump || need+=(tcpdump)           # reads flow-sampling captures back (tests)
+  have bird || need+=(bird2) # BGP speaker of the ECMP lab (lab/ecmp-lab.ts)
   if [ ${#need[@]} -gt 0 ]; then
     echo "uvs: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
+    # The labs start their own BIRD in each namespace; the distribution's service is not needed.
+    if [[ " ${need[*]} " == *" bird2 "* ]]; then systemctl disable --now bird >/dev/null 2>&1 || true; fi
   fi
   # The labs start their own keepalived and redis-server inside network namespaces; the
   # distribution's services are not wanted (the package enables keepalived.service).
