@@ -5,8 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-deps.sh
-# Leftovers of an interrupted earlier run (test labs are named uvt<pid>, the SCTP one uvsc<pid>,
-# the ECMP one uve<pid>).
+# Leftovers of an interrupted earlier run (every test lab is named uv<letters><pid>-…).
 if [ "$(id -u)" = 0 ]; then
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^uv[a-z]*[0-9]+-" || true); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
