@@ -60,7 +60,7 @@ export async function failoverDemo(): Promise<number> {
     const from = lab.active;
     const N = 6;
     const to: LbNode = from === 'lb1' ? 'lb2' : 'lb1';
-    const before = new Set(await lab.tcpFlows(from, 'ESTABLISHED'));
+    const before = new Set(await lab.flows(from));
     // 16 MB at 2 MB/s: 8 s, far more than the socket buffers hold at the kill, so the surviving
     // node must carry every download to its end.
     const downloads = Array.from({ length: N }, (_, i) => blobDownload(lab.ns.cl, LAB_VIP, 80, 16 << 20, seedBase + i, '2M', 60));
@@ -68,12 +68,12 @@ export async function failoverDemo(): Promise<number> {
     const echo = runTool<{ error: string | null; times: number[] }>(lab.ns.cl, ['echo-probe', LAB_VIP, '7', '12', '20'], 60000).result;
     const base = (await stats(to)).adopted;
     const started = Date.now();
-    // Every download and the echo connection established through the master, and the other node
-    // holding each of them, before the kill. (Waiting for N + 2 records written let the kill fall
-    // within the echo connection's first write period — the echo tool starts last — so its record
-    // never left the master and the echo broke in 3 of 12 kills.)
-    await lab.waitCarried(from, to, { 80: N, 7: 1 }, before, 20000);
-    console.log(`  ${N} downloads (16 MB at 2 MB/s), a UDP probe every 10 ms and a TCP echo line every 20 ms run through ${from}; after ${Date.now() - started} ms ${to} holds each TCP flow (${(await stats(to)).shadows} shadow entries)`);
+    // Every download, the echo connection and the UDP probe running through the master, and the
+    // other node holding each of them, before the kill. (Waiting for N + 2 records written let
+    // the kill fall within the echo connection's first write period — its tool starts last — so
+    // its record never left the master and the echo broke in 3 of 12 kills.)
+    await lab.waitCarried(from, to, { 'tcp/80': N, 'tcp/7': 1, 'udp/53': 1 }, before, 20000);
+    console.log(`  ${N} downloads (16 MB at 2 MB/s), a UDP probe every 10 ms and a TCP echo line every 20 ms run through ${from}; after ${Date.now() - started} ms ${to} holds each of these flows (${(await stats(to)).shadows} shadow entries)`);
     console.log(`  ${from} (uvsadm -Ln):`);
     await list(from);
     const f = await lab.failover(kind);

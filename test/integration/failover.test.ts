@@ -267,10 +267,10 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
         return false;
       }
     }, 20000, 'no answer through the tunnel');
-    const before = new Set(await lab.tcpFlows('lb1', 'ESTABLISHED'));
+    const before = new Set(await lab.flows('lb1'));
     const ss = Array.from({ length: 3 }, (_, i) => track(blobDownload(lab.ns.cl, LAB_VIP, 8080, 24 << 20, 400 + i, '2M', 120)));
     // lb2 holds each stream's own flow, whatever else it holds.
-    await lab.waitCarried('lb1', 'lb2', { 8080: 3 }, before);
+    await lab.waitCarried('lb1', 'lb2', { 'tcp/8080': 3 }, before);
     // 24 MB at 2 MB/s outlasts the client's socket buffer (≤ 6 MB), so every flow still needs the
     // LB after the switch: lb2 must adopt all three.
     assert.ok(ss.every((s) => s.running()), 'all three still running at the kill');
