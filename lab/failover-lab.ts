@@ -30,6 +30,7 @@ import { chmodSync, constants, existsSync, mkdirSync, openSync, rmSync, writeFil
 import { Socket } from 'node:net';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { apiCall } from '../control/client';
 import { Lab, LAB_VIP6_CIDR, LAB_VIP_CIDR, sh, sleep } from './lab';
 
 const ROOT = join(__dirname, '..', '..');
@@ -487,6 +488,48 @@ export class FailoverLab {
     }
     await waitFor(() => this.heldAddresses(master).length === 4, timeoutMs, `${master} does not hold the VRRP addresses: ${this.heldAddresses(master).join(' ')}`);
     this.active = master;
+  }
+
+  /**
+   * The flows a node carries, as "<protocol>/<vport> <client>|<virtual>|<realServer>" (GET
+   * /v1/connections; another node's flows it holds as shadows included): TCP ones in ESTABLISHED
+   * state — or in any state with `anyState` — and UDP ones.
+   */
+  async flows(node: LbNode, anyState = false): Promise<string[]> {
+    const rows = (await apiCall<{ connections: { protocol: string; client: string; virtual: string; realServer: string; state: string }[] }>(this.socket(node), 'GET', '/v1/connections?limit=100000')).body.connections;
+    return rows
+      .filter((c) => c.protocol === 'UDP' || (c.protocol === 'TCP' && (anyState || c.state === 'ESTABLISHED')))
+      .map((c) => `${c.protocol.toLowerCase()}/${c.virtual.replace(/^.*:/, '')} ${c.client}|${c.virtual}|${c.realServer}`);
+  }
+
+  /**
+   * Waits until `from` carries at least `want[k]` flows of each kind k ("tcp/80", "udp/53": TCP
+   * ones ESTABLISHED), not counting those in `ignore` (e.g. the ones it had before), and `to`
+   * holds every one of them with the same real server: what `to` needs to carry them on when
+   * `from` dies. Returns their number.
+   *
+   * A node writes a new flow's record within one write period (redis-sync.ts: a 50 ms timer, then
+   * two Redis round trips, plus event-loop delays — over 85 ms seen on the loaded 2-core machine).
+   * A flow whose record never left the dead node cannot be adopted by anyone: on the other node its
+   * next packet is mid-flow and Redis has nothing. So a kill tests failover only once this holds.
+   * Counting records written or shadows held does not tell: other flows fill the count (the
+   * downloads' records in the demo, a readiness probe's shadow in the tunnel test), and both used
+   * to kill the master within a new flow's first write period.
+   */
+  async waitCarried(from: LbNode, to: LbNode, want: Record<string, number>, ignore: ReadonlySet<string> = new Set(), timeoutMs = 20000): Promise<number> {
+    const kind = (f: string) => f.slice(0, f.indexOf(' '));
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const have = (await this.flows(from)).filter((f) => !ignore.has(f) && want[kind(f)] !== undefined);
+      const short = Object.entries(want).filter(([k, n]) => have.filter((f) => kind(f) === k).length < n);
+      const held = new Set(await this.flows(to, true));
+      const missing = have.filter((f) => !held.has(f));
+      if (short.length === 0 && missing.length === 0) return have.length;
+      if (Date.now() > deadline) {
+        throw new Error(`${from} carries ${have.length} flows (wanted: ${JSON.stringify(want)})${missing.length ? `; ${to} does not hold ${missing.join(', ')}` : ''}`);
+      }
+      await sleep(20);
+    }
   }
 
   /**
