@@ -111,6 +111,8 @@ export interface FlowTarget {
   dport: number;
   /** FWD_* of the real server. */
   fwd: number;
+  /** PROXY protocol version of the real server (lb/proxy-protocol.ts PP_*); absent or 0 = none. */
+  pp?: number;
   /** Full-NAT pool of the service's family: one word per IPv4 address, four per IPv6 address. */
   pool: ArrayLike<number>;
   portMin: number;
