@@ -13,6 +13,7 @@ import { parseIPv4, parseIPv6 } from '../../lb/addr';
 import * as P from '../../lb/packet';
 import { DROP, FORWARD, REPLY } from '../../lb/processor';
 import { PP_V1, PP_V2, writeProxyHeader } from '../../lb/proxy-protocol';
+import { checkRecord, parseRecord, ppField, type FlowRecord } from '../../conntrack/redis-record';
 import { makeProcessor } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
@@ -140,7 +141,7 @@ function setup(o: { v6?: boolean; pp?: string; offload?: boolean } = {}) {
     return parse(o.offload ? r.pkt.slice(V) : r.pkt);
   };
   const headers = () => p.counters[L.C_PP_HEADERS];
-  return { ...p, fromClient, fromServer, headers, port: () => lport };
+  return { ...p, fromClient, fromServer, headers, port: () => lport, setPort: (x: number) => (lport = x) };
 }
 
 /** With offloads: the packet behind a plain virtio header (no checksum left to the device). */
@@ -485,4 +486,34 @@ test('flows of real servers without proxyProtocol, and UDP, are untouched', () =
   assert.equal(parse(a).seq, ISN + 1);
   assert.equal(p.counters[L.C_PP_HEADERS], 0);
   assert.notEqual(DROP, FORWARD);
+});
+
+test('a flow adopted by another node from its Redis record keeps its shift and its header state', () => {
+  const a = setup();
+  handshake(a);
+  a.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK, data: bytes(100) });
+  a.fromServer({ seq: SISN + 1, ack: ISN + 1 + 28 + 100, flags: TCPF_ACK });
+  // The record node A writes (conntrack/redis-sync.ts collect), read by node B.
+  let rec = '';
+  a.table.forEach((_e, o) => {
+    const x = a.table.i32;
+    const f = [x[o + L.E_PROTO], x[o + L.E_CADDR], x[o + L.E_CPORTS], x[o + L.E_VADDR], x[o + L.E_DADDR], x[o + L.E_DPORTS], x[o + L.E_LADDR], x[o + L.E_FLAGS]! & L.FWD_MASK, 'tcp 10.96.0.10:80', `${RS}:8080`, x[o + L.E_STATE], 0, Date.now() + 600_000, ''];
+    rec = f.join('|') + ppField(x[o + L.E_PP]!, x[o + L.E_PP_SEQ]!);
+  });
+  const r = parseRecord(rec, null) as FlowRecord;
+  assert.equal(typeof r, 'object', rec);
+  assert.equal(r.pp & (L.PP_SENT | L.PP_DATA | L.PP_ACKED), L.PP_SENT | L.PP_DATA | L.PP_ACKED);
+  const b = setup();
+  const t = b.model.flowTarget(r.service, r.realServer);
+  assert.equal(checkRecord(r, t, Date.now(), () => 900_000), null);
+  assert.ok(b.table.putShadow(r.proto, r.caddr, r.cports, r.vaddr, r.daddr, r.dports, r.laddr, r.fwd, t!.slot, t!.svcSlot, r.state, r.inactive, b.table.now() + 600_000, null, true, r.pp, r.ppSeq) >= 0);
+  const d = b.fromClient({ seq: ISN + 101, ack: SISN + 1, flags: TCPF_ACK, data: bytes(10) });
+  assert.equal(d.v, FORWARD);
+  assert.equal(b.counters[L.C_ADOPTED], 1);
+  assert.equal(parse(d.outs[0]!).seq, ISN + 101 + 28);
+  b.setPort(r.dports & 0xffff);
+  assert.equal(b.fromServer({ seq: SISN + 1, ack: ISN + 111 + 28, flags: TCPF_ACK }).ack, ISN + 111);
+  // Node B knows the header was acknowledged: a late retransmission of the first data is only shifted.
+  assert.equal(b.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK, data: bytes(100) }).v, FORWARD);
+  assert.equal(b.headers(), 0);
 });
