@@ -112,6 +112,8 @@ export interface RealServerView {
   healthy: boolean;
   upperThreshold: number;
   lowerThreshold: number;
+  /** PROXY protocol towards it ('v1', 'v2'), 'none' without. */
+  proxyProtocol: string;
 }
 
 export interface DrainPolicy {
@@ -636,6 +638,7 @@ export class ServiceModel {
       healthy: !this.unhealthy.has(slotKey),
       upperThreshold: r.upperThreshold,
       lowerThreshold: r.lowerThreshold,
+      proxyProtocol: r.proxyProtocol ?? 'none',
     };
   }
 
