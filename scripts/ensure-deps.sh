@@ -19,16 +19,20 @@ if [ "${1:-}" != "--no-system" ] && [ "$(id -u)" = 0 ]; then
   have pgrep || need+=(procps)
   have redis-server || need+=(redis-server)
   have keepalived || need+=(keepalived)
+  have nginx || [ -x /usr/sbin/nginx ] || need+=(nginx) # PROXY protocol lab: a real server that reads the header
   if [ ${#need[@]} -gt 0 ]; then
     echo "uvs: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
   fi
-  # The labs start their own keepalived and redis-server inside network namespaces; the
-  # distribution's services are not wanted (the package enables keepalived.service).
+  # The labs start their own keepalived, redis-server and nginx inside network namespaces; the
+  # distribution's services are not wanted (the packages enable keepalived.service, nginx.service).
   if [[ " ${need[*]} " == *" keepalived "* ]] && command -v systemctl >/dev/null 2>&1; then
     systemctl disable --now keepalived >/dev/null 2>&1 || true
+  fi
+  if [[ " ${need[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now nginx >/dev/null 2>&1 || true
   fi
 fi
 
