@@ -21,6 +21,8 @@
  *    entry, an INIT on an entry in CLOSED starts a new one, other chunks without an entry are
  *    dropped (counted); the CRC32c is checked on arrival and recomputed after the rewrite. *  - ICMP errors about a flow are translated both ways (icmpError, icmp6Error), and a DF packet
  *    too big for the route to its real server is answered from the VIP (forwardIn): path MTU.
+ *  - full-NAT TCP to a server with proxyProtocol: a PROXY protocol header segment goes first and
+ *    the flow's sequence numbers are shifted both ways (proxyIn, proxyOut; lb/proxy-protocol.ts).
  *
  * Every generated answer passes mayAnswer first: a RST is never answered, nothing is sent to a
  * source the kernel would route back into the device (a VIP, the full-NAT pool) or that is no
