@@ -580,7 +580,7 @@ export class PacketProcessor {
     if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
     if (fwd === L.FWD_FULLNAT && (proto & 0xff) === P.IPPROTO_TCP) {
       const o = this.table.base(e);
-      const pp = Atomics.load(this.table.i32, o + L.E_PP);
+      const pp = this.table.i32[o + L.E_PP]!; // a plain read: flags only gain bits, a stale one costs a duplicate header at most
       if (pp !== 0) return this.proxyIn(b, off, l4, totlen, o, pp);
     }
     return FORWARD;
@@ -1264,7 +1264,7 @@ export class PacketProcessor {
       if (v6) this.rewrite6(b, off, l4, proto, P.IP6_DST, caddr, 0, dport, cportsE >>> 16);
       else this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, caddr, cportsE >>> 16);
       if ((proto & 0xff) === P.IPPROTO_TCP) {
-        const pp = Atomics.load(a, o + L.E_PP);
+        const pp = a[o + L.E_PP]!;
         if (pp !== 0) this.proxyOut(b, l4, e, o, pp);
       }
     }
