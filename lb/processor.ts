@@ -591,7 +591,8 @@ export class PacketProcessor {
    * to the server (lb/proxy-protocol.ts explains the rules): shifted into the server's numbering,
    * or, at the header's place while the server has not acknowledged it, preceded by the header
    * segment built in `out` — which replaces a bare ACK and goes before anything else (REPLY, two
-   * packets). Entry word o + E_PP is pp; its flags only ever gain bits (Atomics.or).
+   * packets). Entry word o + E_PP is pp; its flags gain bits (Atomics.or), and lose them only when
+   * a client's new SYN starts the header over.
    */
   private proxyIn(b: Uint8Array, off: number, l4: number, totlen: number, o: number, pp: number): number {
     const a = this.table.i32;
