@@ -74,6 +74,10 @@ export const E_IN_PKTS = 15; // client→server packets, saturating (sync thresh
 export const E_CONTROL = 16; // connections: entry index + 1 of the persistence template controlling it, 0 = none
 export const E_NCONTROL = 17; // templates: connections it controls (kernel n_control; atomic)
 export const E_TIMEOUT = 18; // templates: their own timeout in ms (the service's -p; 60 s once re-armed)
+// Words 17 and 18 mean something else for a connection, which never controls anything: a
+// template carries no bytes, a connection has no persistence timeout of its own.
+export const E_PP = 17; // connections: PROXY protocol word (PP_* below), 0 = none; flag bits set with Atomics.or
+export const E_PP_SEQ = 18; // connections: client sequence number where the header sits (the SYN's + 1)
 // IPv6 flows: the address words above hold each address's last 32 bits; the first 96 bits of
 // each sit here, three words per address in the order client, virtual, real server, local.
 export const E_HI = 20;
@@ -85,6 +89,20 @@ export const HI_WORDS = 12; // a key's high words, in the order above (callers' 
 export const ENTRY_WORDS = 32;
 /** E_PROTO flag of an IPv6 flow: keys of the two families never compare equal. */
 export const PROTO_V6 = 0x100;
+
+/**
+ * E_PP of a full-NAT TCP connection to a real server with `proxyProtocol` (lb/proxy-protocol.ts):
+ * the header's length in bytes — the shift between the client's and the server's sequence
+ * numbers (at most 107: PROXY v1's longest line) — its version, and what is known of its delivery.
+ * The word is all a node needs to go on with the flow: Redis records carry it (redis-record.ts).
+ */
+export const PP_LEN_MASK = 0xff;
+export const PP_VER_SHIFT = 8; // 1 = v1 (text), 2 = v2 (binary)
+export const PP_VER_MASK = 0x300;
+export const PP_SENT = 0x1000; // a header segment went to the server
+export const PP_DATA = 0x2000; // the client's first byte (at E_PP_SEQ) went to the server once
+export const PP_ACKED = 0x4000; // the server acknowledged the whole header: shifts are plain from now on
+export const PP_FLAGS = PP_SENT | PP_DATA | PP_ACKED;
 
 // E_FLAGS bits, values as the kernel's IP_VS_CONN_F_* (include/uapi/linux/ip_vs.h).
 export const FWD_MASK = 0x7;
@@ -182,6 +200,7 @@ export const C_SYNC_RING_FULL = 8; // sync events lost because the ring was full
 export const C_PARKED = 9; // packets parked for a Redis lookup
 export const C_PARK_FULL = 10; // packets that found the park ring full (dropped)
 export const C_ADOPTED = 11; // another node's flows taken over by a packet
+export const C_PP_HEADERS = 12; // PROXY protocol header segments sent to real servers (a resend counts again)
 export const C_DROP_BASE = 16; // + DropReason
 /**
  * Packets the dataplane generates (lb/processor.ts mayAnswer) and what became of each:

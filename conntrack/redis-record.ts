@@ -10,8 +10,14 @@
  *   4 daddr   5 dports (dport << 16 | lport)   6 laddr   7 forwarding method (FWD_*)
  *   8 service key   9 real server "addr:port"   10 state   11 inactive (0/1)
  *   12 expiresAt (ms since the Unix epoch)   13 IPv6 high words (12, comma-separated; '' for IPv4)
- *   14 MAC (only when redis.recordKey is set): 128 bits of HMAC-SHA256 over fields 0–13, in hex
- * 13-field records come from uvs before IPv6 (IPv4 only).
+ *   then, only for a flow with a PROXY protocol header (lb/proxy-protocol.ts):
+ *   pp=<E_PP word>,<E_PP_SEQ>  the header's length, version and delivery flags, and its sequence
+ *                              number: the adopting node must go on shifting by exactly as much
+ *   last, only when redis.recordKey is set: the MAC, 128 bits of HMAC-SHA256 over everything
+ *   before it, in hex
+ * 13-field records come from uvs before IPv6 (IPv4 only). The pp field never looks like a MAC
+ * ('p' is no hex digit); a node from before it refuses such a record as malformed — rightly, as
+ * it would forward the flow without its shift.
  *
  * A record is installed only if it is what this node would have written for the same flow
  * (the kernel's backup does less: ip_vs_proc_conn keeps FWD_MASK|NOOUTPUT|INACTIVE|TEMPLATE of
@@ -32,6 +38,7 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import * as L from './layout';
+import { PP_MAX_LEN, PP_V1, PP_V2, ppLength, ppVersion, writeProxyHeader } from '../lb/proxy-protocol';
 import { TCP_ACTIVE, TCP_STATE_COUNT } from './state';
 import { SCTP_ACTIVE, SCTP_STATE_COUNT } from './sctp-state';
 
@@ -46,6 +53,7 @@ export const RECORD_REFUSALS = [
   'forwarding',
   'state',
   'expiry',
+  'proxy_protocol', // a PROXY protocol word this node would not have written for the flow
   'key_mismatch', // a lookup's answer describes another flow than the parked packet's
   'shadow_cap', // redis.maxShadowShare of the table already holds shadows
   'not_installed', // a local entry has the key, or the table is full
@@ -92,6 +100,9 @@ export interface FlowRecord {
   expiresAt: number;
   /** IPv6: the 12 high words (client, virtual, real server, local); null for IPv4. */
   hi: Int32Array | null;
+  /** PROXY protocol: the entry's E_PP word (0 = none) and E_PP_SEQ. */
+  pp: number;
+  ppSeq: number;
 }
 
 /** What this node has for a (service, real server) pair: the flow a record may describe. */
@@ -111,6 +122,8 @@ export interface FlowTarget {
   dport: number;
   /** FWD_* of the real server. */
   fwd: number;
+  /** PROXY protocol version of the real server (lb/proxy-protocol.ts PP_*); absent or 0 = none. */
+  pp?: number;
   /** Full-NAT pool of the service's family: one word per IPv4 address, four per IPv6 address. */
   pool: ArrayLike<number>;
   portMin: number;
@@ -151,9 +164,19 @@ function word(s: string): number {
 export function parseRecord(text: string, key: Buffer | null): FlowRecord | RecordRefusal {
   if (text.length > MAX_RECORD_CHARS) return 'malformed';
   const f = text.split('|');
-  if (f.length < 13 || f.length > 15) return 'malformed';
+  if (f.length < 13 || f.length > 16) return 'malformed';
+  const ppField = f.length > 14 && f[14]!.startsWith('pp=') ? f[14]! : null;
   if (key !== null) {
-    if (f.length !== 15 || !macOk(key, text.slice(0, text.lastIndexOf('|')), f[14]!)) return 'auth';
+    if (f.length !== (ppField !== null ? 16 : 15) || !macOk(key, text.slice(0, text.lastIndexOf('|')), f[f.length - 1]!)) return 'auth';
+  } else if (f.length === 16 && ppField === null) return 'malformed';
+  let pp = 0;
+  let ppSeq = 0;
+  if (ppField !== null) {
+    const m = /^pp=(-?\d{1,10}),(-?\d{1,10})$/.exec(ppField);
+    if (!m) return 'malformed';
+    pp = word(m[1]!);
+    ppSeq = word(m[2]!);
+    if (Number.isNaN(pp) || Number.isNaN(ppSeq)) return 'malformed';
   }
   // Without a key a MAC is not checked: this node trusts the store (the default, as before).
   const n: number[] = [];
@@ -191,6 +214,8 @@ export function parseRecord(text: string, key: Buffer | null): FlowRecord | Reco
     inactive: n[11] === 1,
     expiresAt: Number(f[12]),
     hi,
+    pp,
+    ppSeq,
   };
 }
 
@@ -234,6 +259,7 @@ export function checkRecord(r: FlowRecord, t: FlowTarget | null, nowMs: number, 
     if (r.laddr !== r.caddr || (v6 && (hi[9] !== hi[0] || hi[10] !== hi[1] || hi[11] !== hi[2]))) return 'address';
     if (lport !== r.cports >>> 16) return 'port';
   }
+  if (r.pp !== 0 && !proxyProtocolOk(r, t)) return 'proxy_protocol';
   const p = r.proto & 0xff;
   const states = p === 6 ? TCP_STATE_COUNT : p === 132 ? SCTP_STATE_COUNT : 1;
   if (r.state < 0 || r.state >= states) return 'state';
@@ -242,6 +268,32 @@ export function checkRecord(r: FlowRecord, t: FlowTarget | null, nowMs: number, 
   const left = r.expiresAt - nowMs;
   if (!(left > 0) || left > timeoutMs(timeoutSlot(r.proto, r.state)) + MAX_CLOCK_SKEW_MS) return 'expiry';
   return null;
+}
+
+/**
+ * A record's PROXY protocol word: a full-NAT TCP flow to a server that has proxyProtocol (either
+ * version: a flow keeps the one it was made with), no bits but the word's, and exactly the length
+ * of the header this node writes for the record's client and VIP — a node that shifted a flow by
+ * any other amount would corrupt every byte of it.
+ */
+function proxyProtocolOk(r: FlowRecord, t: FlowTarget): boolean {
+  if ((r.proto & 0xff) !== 6 || r.fwd !== L.FWD_FULLNAT || !t.pp) return false;
+  if ((r.pp & ~(L.PP_LEN_MASK | L.PP_VER_MASK | L.PP_FLAGS)) !== 0) return false;
+  const version = ppVersion(r.pp);
+  if (version !== PP_V1 && version !== PP_V2) return false;
+  const w = new Int32Array(8);
+  if (r.hi !== null) {
+    w.set(r.hi.subarray(0, 3), 0);
+    w.set(r.hi.subarray(3, 6), 4);
+  }
+  w[3] = r.caddr;
+  w[7] = r.vaddr;
+  return writeProxyHeader(new Uint8Array(PP_MAX_LEN), 0, version, r.hi !== null, w, r.cports >>> 16, r.cports & 0xffff) === ppLength(r.pp);
+}
+
+/** The record's pp field ('' for none; |-separated like the others). */
+export function ppField(pp: number, ppSeq: number): string {
+  return pp === 0 ? '' : `|pp=${pp},${ppSeq}`;
 }
 
 /**

@@ -47,6 +47,7 @@ import {
   NODE_REFUSALS,
   parseCounts,
   parseRecord,
+  ppField,
   RECORD_REFUSALS,
   recordMatches,
   selectNodes,
@@ -342,7 +343,7 @@ export class RedisSync {
       flags & L.F_INACTIVE ? 1 : 0,
       expiresAt,
       proto & L.PROTO_V6 ? Array.from(this.table.entryHi(o)).join(',') : '',
-    ].join('|');
+    ].join('|') + ppField(Atomics.load(a, o + L.E_PP), a[o + L.E_PP_SEQ]!);
     const signed = signRecord(this.key, rec); // control thread, per batch: never per packet
     const hi = proto & L.PROTO_V6 ? this.table.entryHi(o) : undefined;
     const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi);
@@ -476,7 +477,7 @@ export class RedisSync {
     if (why !== null) return this.refuse(why);
     const mayAdd = this.table.shadows() < this.shadowCap;
     const fwd = r.fwd | (r.fwd === L.FWD_MASQ || r.fwd === L.FWD_FULLNAT ? 0 : L.F_NOOUTPUT); // tunnel: one direction only
-    const e = this.table.putShadow(r.proto, r.caddr, r.cports, r.vaddr, r.daddr, r.dports, r.laddr, fwd, t!.slot, t!.svcSlot, r.state, r.inactive, (this.table.now() + (r.expiresAt - nowMs)) | 0, r.hi, mayAdd);
+    const e = this.table.putShadow(r.proto, r.caddr, r.cports, r.vaddr, r.daddr, r.dports, r.laddr, fwd, t!.slot, t!.svcSlot, r.state, r.inactive, (this.table.now() + (r.expiresAt - nowMs)) | 0, r.hi, mayAdd, r.pp, r.ppSeq);
     if (e < 0) return this.refuse(mayAdd ? 'not_installed' : 'shadow_cap');
     return true;
   }

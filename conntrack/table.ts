@@ -547,6 +547,8 @@ export class ConnTable {
     expires: number,
     hi: ArrayLike<number> | null = null,
     mayInsert = true,
+    pp = 0,
+    ppSeq = 0,
   ): number {
     const a = this.i32;
     const b1 = this.bucketIn(proto, caddr, cports, vaddr, hi);
@@ -559,6 +561,8 @@ export class ConnTable {
         a[o + L.E_STATE] = state;
         a[o + L.E_EXPIRES] = expires;
         a[o + L.E_FLAGS] = (a[o + L.E_FLAGS]! & ~L.F_INACTIVE) | (inactive ? L.F_INACTIVE : 0);
+        a[o + L.E_PP] = pp;
+        a[o + L.E_PP_SEQ] = ppSeq;
         this.unlockBucket(b1);
         return found;
       }
@@ -567,7 +571,7 @@ export class ConnTable {
     }
     this.unlockBucket(b1);
     if (!mayInsert) return -1;
-    const e = this.insert(proto, caddr, cports, vaddr, daddr, dports, laddr, fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0), rs, svc, 0, 0, state, expires, hi);
+    const e = this.insert(proto, caddr, cports, vaddr, daddr, dports, laddr, fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0), rs, svc, 0, 0, state, expires, hi, pp, ppSeq);
     return e >= 0 && this.lastInsertNew ? e : -1;
   }
 
@@ -584,6 +588,8 @@ export class ConnTable {
    * timer `templateMs`, never matched by packets (findIn/findOut skip it) but by findTemplate.
    * With F_SHADOW it is another node's flow (putShadow): not counted, and its synced state and
    * expiry are in place before it is linked, so no worker or sweeper ever sees it half made.
+   * `pp`/`ppSeq`: a connection's PROXY protocol words (layout.ts E_PP), likewise in place before
+   * it is linked — a packet forwarded without its shift would corrupt the server's stream.
    */
   insert(
     proto: number,
@@ -601,6 +607,8 @@ export class ConnTable {
     shadowState = 0,
     shadowExpires = 0,
     hi: ArrayLike<number> | null = null,
+    pp = 0,
+    ppSeq = 0,
   ): number {
     const a = this.i32;
     const isTemplate = (fwdFlags & L.F_TEMPLATE) !== 0;
@@ -633,8 +641,8 @@ export class ConnTable {
     a[o + L.E_SVC] = svc;
     a[o + L.E_IN_PKTS] = 0;
     a[o + L.E_CONTROL] = 0;
-    a[o + L.E_NCONTROL] = 0;
-    a[o + L.E_TIMEOUT] = templateMs;
+    a[o + L.E_NCONTROL] = isTemplate ? 0 : pp; // E_PP
+    a[o + L.E_TIMEOUT] = isTemplate ? templateMs : ppSeq; // E_PP_SEQ
     a[o + L.E_EXPIRES] = isShadow ? shadowExpires : (now + (isTemplate ? templateMs : a[L.H_TIMEOUTS + 0]!)) | 0;
     // A shadow is not ours to sync until a packet adopts it.
     a[o + L.E_SYNCED] = isShadow ? shadowExpires : now;

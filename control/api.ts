@@ -123,6 +123,7 @@ export function statsView(d: Daemon) {
     nodestExpired: d.stats.word(L.C_NODEST_EXPIRED),
     shadows: d.table.shadows(),
     adopted: d.stats.word(L.C_ADOPTED),
+    proxyProtocolHeaders: d.stats.word(L.C_PP_HEADERS),
     parked: d.stats.word(L.C_PARKED),
     parkFull: d.stats.word(L.C_PARK_FULL),
     syncRingFull: d.stats.word(L.C_SYNC_RING_FULL),

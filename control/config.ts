@@ -20,6 +20,8 @@ import { UvsError } from './errors';
 
 export type Protocol = 'tcp' | 'udp' | 'sctp';
 export type Forwarding = 'masq' | 'fullnat' | 'tunnel';
+/** PROXY protocol towards a real server (lb/proxy-protocol.ts): full-NAT TCP only. */
+export type ProxyProtocol = 'v1' | 'v2';
 
 export interface RealServerConfig {
   address: string;
@@ -30,6 +32,8 @@ export interface RealServerConfig {
   lowerThreshold: number;
   /** Seconds over which a returning server's weight ramps up; absent = the service's slowStart. */
   slowStart?: number;
+  /** PROXY protocol header in front of each connection's bytes; absent = none. */
+  proxyProtocol?: ProxyProtocol;
 }
 
 /** Shared flow state: conntrack/redis-sync.ts defines the options. */
@@ -72,6 +76,8 @@ export interface ServiceConfig {
    * from 0) ramps from weight 1 to its weight, as HAProxy's slowstart; absent or 0 = at once.
    */
   slowStart?: number;
+  /** Default of its real servers' proxyProtocol (as `forwarding` is); absent = none. */
+  proxyProtocol?: ProxyProtocol;
 }
 
 /** Seconds per source and kinds by name (conntrack/layout.ts GEN_KIND_NAMES); perSecond 0 = no global limit. */
@@ -525,6 +531,7 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     'mhTableSize',
     'healthCheck',
     'slowStart',
+    'proxyProtocol',
   ]);
   if (!isObj(v)) fail(path, 'must be a mapping');
   const protocol = str(s.protocol, `${path}.protocol`, 'tcp');
@@ -561,8 +568,21 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
     if (nm === null || maskBits(nm) === null) fail(`${path}.netmask`, `must be a contiguous IPv4 netmask like 255.255.255.0, got ${JSON.stringify(netmask)}`);
   }
   const fwd = forwarding(s.forwarding, `${path}.forwarding`, 'masq');
+  const pp = proxyProtocol(s.proxyProtocol, `${path}.proxyProtocol`, undefined);
   if (s.realServers !== undefined && !Array.isArray(s.realServers)) fail(`${path}.realServers`, 'must be a list');
-  const realServers = ((s.realServers as unknown[] | undefined) ?? []).map((r, j) => validateRealServer(r, `${path}.realServers[${j}]`, port, fwd));
+  const realServers = ((s.realServers as unknown[] | undefined) ?? []).map((r, j) => validateRealServer(r, `${path}.realServers[${j}]`, port, fwd, pp));
+  realServers.forEach((r, j) => {
+    if (r.proxyProtocol === undefined) return;
+    // The header goes into the TCP stream with every sequence number behind it shifted, which
+    // needs both directions through uvs and a server that does not see the client (full-NAT).
+    // masq: the server already sees the client's own address; tunnel: its replies bypass uvs.
+    const own = isObj((s.realServers as unknown[])[j]) && ((s.realServers as Record<string, unknown>[])[j]!.proxyProtocol !== undefined);
+    const where = own ? `${path}.realServers[${j}].proxyProtocol` : `${path}.proxyProtocol`;
+    if (protocol !== 'tcp') fail(where, `PROXY protocol is for TCP services (this one is ${protocol})`);
+    if (r.forwarding !== 'fullnat') {
+      fail(where, `needs forwarding fullnat, real server ${hostPort(r.address, r.port)} uses ${r.forwarding}: ${r.forwarding === 'masq' ? 'it already sees the client\'s address' : 'its replies do not pass uvs, so their acknowledgements cannot be shifted'}${own ? '' : ' (give it proxyProtocol: none)'}`);
+    }
+  });
   realServers.forEach((r, j) => {
     // IPVS allows another family only for tunnelled servers; uvs tunnels within one family.
     if (r.address.includes(':') !== v6) fail(`${path}.realServers[${j}].address`, `${r.address} is not of the service's address family (${v6 ? 'IPv6' : 'IPv4'})`);
@@ -575,6 +595,7 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
   });
   const name = s.name === undefined ? `${protocol}/${hostPort(address, port)}` : str(s.name, `${path}.name`);
   const out: ServiceConfig = { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers, persistence, netmask };
+  if (pp !== undefined) out.proxyProtocol = pp;
   if (s.healthCheck !== undefined) out.healthCheck = healthCheck(s.healthCheck, `${path}.healthCheck`);
   if (s.maxDrainTime !== undefined) out.maxDrainTime = duration(s.maxDrainTime, `${path}.maxDrainTime`, 0);
   if (s.slowStart !== undefined) out.slowStart = duration(s.slowStart, `${path}.slowStart`, 0, 3600);
@@ -702,8 +723,16 @@ function healthCheck(v: unknown, path: string): HealthCheckConfig {
   return out;
 }
 
-export function validateRealServer(v: unknown, path: string, servicePort: number, fwd: Forwarding): RealServerConfig {
-  const r = obj(v, path, ['address', 'port', 'weight', 'forwarding', 'upperThreshold', 'lowerThreshold', 'slowStart']);
+/** 'v1' | 'v2', 'none' (→ undefined), absent → def. */
+function proxyProtocol(v: unknown, path: string, def: ProxyProtocol | undefined): ProxyProtocol | undefined {
+  if (v === undefined) return def;
+  if (v === 'v1' || v === 'v2') return v;
+  if (v === 'none') return undefined;
+  fail(path, `must be "v1", "v2" or "none", got ${JSON.stringify(v)}`);
+}
+
+export function validateRealServer(v: unknown, path: string, servicePort: number, fwd: Forwarding, servicePp?: ProxyProtocol): RealServerConfig {
+  const r = obj(v, path, ['address', 'port', 'weight', 'forwarding', 'upperThreshold', 'lowerThreshold', 'slowStart', 'proxyProtocol']);
   if (!isObj(v)) fail(path, 'must be a mapping');
   const upperThreshold = int(r.upperThreshold, `${path}.upperThreshold`, 0, 0, 0x7fffffff);
   const lowerThreshold = int(r.lowerThreshold, `${path}.lowerThreshold`, 0, 0, 0x7fffffff);
@@ -711,6 +740,7 @@ export function validateRealServer(v: unknown, path: string, servicePort: number
   const rsFwd = forwarding(r.forwarding, `${path}.forwarding`, fwd);
   const port = int(r.port, `${path}.port`, servicePort, 1, 65535);
   if (rsFwd === 'tunnel' && port !== servicePort) fail(`${path}.port`, `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`);
+  const pp = proxyProtocol(r.proxyProtocol, `${path}.proxyProtocol`, servicePp);
   const out: RealServerConfig = {
     address: ipAddr(r.address, `${path}.address`),
     port,
@@ -718,6 +748,7 @@ export function validateRealServer(v: unknown, path: string, servicePort: number
     forwarding: rsFwd,
     upperThreshold,
     lowerThreshold,
+    ...(pp !== undefined ? { proxyProtocol: pp } : {}),
   };
   if (r.slowStart !== undefined) out.slowStart = duration(r.slowStart, `${path}.slowStart`, 0, 3600);
   return out;

@@ -101,6 +101,7 @@ const OPT_NAMES = [
   'health',
   'defense',
   'workers',
+  'proxy-protocol',
 ] as const;
 type OptName = (typeof OPT_NAMES)[number];
 const OPT = Object.fromEntries(OPT_NAMES.map((n, i) => [n, i])) as Record<OptName, number>;
@@ -109,7 +110,7 @@ const OPT = Object.fromEntries(OPT_NAMES.map((n, i) => [n, i])) as Record<OptNam
 function row(allowed: Partial<Record<OptName, '+' | '1' | ' '>>): string {
   return OPT_NAMES.map((n) => allowed[n] ?? 'x').join('');
 }
-const SERVER_OPTS = { 'service-address': '+', 'real-server': '+', 'forwarding-method': ' ', weight: ' ', 'u-threshold': ' ', 'l-threshold': ' ', 'tun-type': ' ', 'tun-port': ' ', 'tun-nocsum': ' ', 'tun-csum': ' ', 'tun-remcsum': ' ' } as const;
+const SERVER_OPTS = { 'service-address': '+', 'real-server': '+', 'forwarding-method': ' ', weight: ' ', 'u-threshold': ' ', 'l-threshold': ' ', 'tun-type': ' ', 'tun-port': ' ', 'tun-nocsum': ' ', 'tun-csum': ' ', 'tun-remcsum': ' ', 'proxy-protocol': ' ' } as const;
 const SERVICE_OPTS = { 'service-address': '+', scheduler: ' ', persistent: ' ', netmask: ' ', ops: ' ', pe: ' ', 'sched-flags': ' ' } as const;
 const COMMANDS_V_OPTIONS: Record<number, string> = {
   [CMD.ADD]: row(SERVICE_OPTS),
@@ -229,6 +230,7 @@ const OPTIONS: OptDef[] = [
   d('health', null, 0),
   d('defense', null, 0),
   d('workers', null, 0),
+  d('proxy-protocol', null, 1), // full-NAT TCP: PROXY protocol header to the real server
   d('reload', null, 0),
   d('kill-worker', null, 1),
   d('maintenance', null, 1),
@@ -512,7 +514,7 @@ interface Entry {
   cmd: Cmd;
   options: Set<number>;
   svc: { protocol: 'tcp' | 'udp' | 'sctp'; af: 4 | 6; address: string; port: number; fwmark: number; persistent: boolean; timeout: number; netmask: string | number; sched: string; pe: string; ops: boolean; schedFlags: string[] };
-  dest: { af: 4 | 6; address: string; port: number; portGiven: boolean; fwd: 'masq' | 'route' | 'tunnel' | 'fullnat' | null; weight: number; uThreshold: number; lThreshold: number; tunType: number };
+  dest: { af: 4 | 6; address: string; port: number; portGiven: boolean; fwd: 'masq' | 'route' | 'tunnel' | 'fullnat' | null; weight: number; uThreshold: number; lThreshold: number; tunType: number; pp: 'v1' | 'v2' | 'none' | null };
   timeouts: { tcp: number; tcpFin: number; udp: number };
   daemon: boolean;
   worker: string;
@@ -558,7 +560,7 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
     cmd: CMD.NONE,
     options: new Set(),
     svc: { protocol: 'tcp', af: 4, address: '', port: 0, fwmark: 0, persistent: false, timeout: 0, netmask: '255.255.255.255', sched: '', pe: '', ops: false, schedFlags: [] },
-    dest: { af: 4, address: '', port: 0, portGiven: false, fwd: null, weight: 1, uThreshold: 0, lThreshold: 0, tunType: 0 },
+    dest: { af: 4, address: '', port: 0, portGiven: false, fwd: null, weight: 1, uThreshold: 0, lThreshold: 0, tunType: 0, pp: null },
     timeouts: { tcp: 0, tcpFin: 0, udp: 0 },
     daemon: false,
     worker: '',
@@ -767,6 +769,11 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
         setOption('tun-info');
         ce.list.tunInfo = true;
         break;
+      case 'proxy-protocol':
+        setOption('proxy-protocol');
+        if (arg !== 'v1' && arg !== 'v2' && arg !== 'none') fail('illegal proxy protocol specified (v1, v2 or none)');
+        ce.dest.pp = arg;
+        break;
       case 'tun-type': {
         setOption('tun-type');
         const t = TUN_NAMES.indexOf(arg);
@@ -943,11 +950,14 @@ function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel' | 'fullnat'): Command
       if (ce.cmd === CMD.EDITDEST) {
         // -e replaces every setting of the server, defaults included (weight 1, thresholds 0).
         Object.assign(realServer, { forwarding: fwd, upperThreshold: dest.uThreshold, lowerThreshold: dest.lThreshold });
+        // uvs's own setting: kept unless given (it may come from the service's proxyProtocol).
+        if (dest.pp !== null) realServer.proxyProtocol = dest.pp;
         return { kind: 'edit', command: 'edit-server', ops: [{ op: 'editRealServer', ref, realServer }] };
       }
       if (fwd !== 'masq') realServer.forwarding = fwd;
       if (dest.uThreshold) realServer.upperThreshold = dest.uThreshold;
       if (dest.lThreshold) realServer.lowerThreshold = dest.lThreshold;
+      if (dest.pp !== null) realServer.proxyProtocol = dest.pp;
       return { kind: 'edit', command: 'add-server', ops: [{ op: 'addRealServer', ref, realServer }] };
     }
     case CMD.DELDEST:
@@ -1101,6 +1111,9 @@ Options:
   --ipip         -i                   ipip encapsulation (tunneling) (uvs: needs dataplane.tunnelSource)
   --masquerading -m                   masquerading (NAT) (the default in uvs; ipvsadm's is -g)
   --fullnat                           (uvs) full-NAT: the source becomes uvsd's pool address and port
+  --proxy-protocol v1|v2|none         (uvs) full-NAT TCP: send the real server a PROXY protocol
+                                      header with the client's address (-a, -e; -e without it
+                                      keeps the server's setting)
   --tun-type      type                one of ipip|gue|gre,
                                       the default tunnel type is ipip (uvs: ipip only)
   --tun-port      port                tunnel destination port (uvs: gue only, not supported)

@@ -34,6 +34,8 @@ export interface FmtRealServer {
   persistConns?: number;
   upperThreshold?: number;
   lowerThreshold?: number;
+  /** uvs: PROXY protocol version towards it ('v1', 'v2'); absent = none. */
+  proxyProtocol?: string;
   stats: FmtStats;
   /** Absent when the daemon does not estimate rates: printed as zeros. */
   rates?: FmtRates;
@@ -306,7 +308,8 @@ export function formatList(tableSize: number, services: FmtService[], opts: List
 /**
  * `-S` (FMT_RULE): the commands that rebuild the table; no title, always sorted. One deviation:
  * ipvsadm's "-a %s -r %s %s -w %d" drops the thresholds, so its save/restore loses them; uvs
- * appends " -x U" / " -y L" when they are set (still valid ipvsadm input) so -S | -R is lossless.
+ * appends " -x U" / " -y L" when they are set (still valid ipvsadm input) so -S | -R is lossless;
+ * likewise uvs's own " --proxy-protocol v1|v2" (which ipvsadm does not take).
  */
 export function formatSave(services: FmtService[], names?: Names): string {
   const out: string[] = [];
@@ -325,7 +328,8 @@ export function formatSave(services: FmtService[], names?: Names): string {
     for (const r of sortRealServers(s.realServers)) {
       const tun = r.forwarding === 'tunnel' ? ' --tun-type ipip' : '';
       const thresholds = `${r.upperThreshold ? ` -x ${r.upperThreshold}` : ''}${r.lowerThreshold ? ` -y ${r.lowerThreshold}` : ''}`;
-      out.push(`-a ${name} -r ${addrPort(r.address, r.port, s.protocol, names)} ${FWD_SWITCH[r.forwarding] ?? '-g'} -w ${r.weight}${tun}${thresholds}`);
+      const pp = r.proxyProtocol ? ` --proxy-protocol ${r.proxyProtocol}` : '';
+      out.push(`-a ${name} -r ${addrPort(r.address, r.port, s.protocol, names)} ${FWD_SWITCH[r.forwarding] ?? '-g'} -w ${r.weight}${tun}${thresholds}${pp}`);
     }
   }
   return out.map((l) => l + '\n').join('');

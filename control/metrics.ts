@@ -234,6 +234,7 @@ export function buildRegistry(d: Daemon): Registry {
     for (const p of d.defense.poolUse) g.set({ real_server: p.realServer }, p.capacity > 0 ? p.used / p.capacity : 0);
   });
   gaugeFrom('uvs_connection_table_shadow_entries', 'Entries learnt from other nodes through Redis, not yet adopted.', [], (g) => g.set(d.table.shadows()));
+  counterFrom('uvs_proxy_protocol_headers_total', 'PROXY protocol header segments sent to full-NAT real servers (one per connection; more when resent after loss).', [], (c) => c.inc(d.stats.word(L.C_PP_HEADERS)));
   counterFrom('uvs_adoptions_total', "Other nodes' flows taken over by this node (first packet seen here).", [], (c) => c.inc(d.stats.word(L.C_ADOPTED)));
   gaugeFrom('uvs_announced', '1 while the announcement routes are in dataplane.announceTable (a BGP speaker draws traffic here).', [], (g) => g.set(d.announcer.status().announced ? 1 : 0));
   gaugeFrom('uvs_maintenance', '1 while node maintenance is on (announcement withdrawn, still forwarding).', [], (g) => g.set(d.announcer.status().maintenance ? 1 : 0));

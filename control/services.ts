@@ -37,6 +37,7 @@
 import * as L from '../conntrack/layout';
 import type { FlowTarget } from '../conntrack/redis-record';
 import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../lb/addr';
+import { PP_V1, PP_V2 } from '../lb/proxy-protocol';
 import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } from '../lb/snapshot';
 import type { ReplyRule } from '../lb/dataplane';
 import { getScheduler } from '../schedulers/registry';
@@ -45,6 +46,7 @@ import type { Protocol, RealServerConfig, ServiceConfig, UvsConfig } from './con
 
 const PROTO: Record<string, number> = { tcp: 6, udp: 17, sctp: 132 };
 const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, tunnel: L.FWD_TUNNEL };
+const PP: Record<string, number> = { v1: PP_V1, v2: PP_V2 };
 
 /** A compiled real server's address as text (IPv6 from its words; `addr` is then a fold). */
 function destAddr(d: CompiledDest): string {
@@ -138,6 +140,8 @@ export interface RealServerView {
   slowStartUntil: number | null;
   upperThreshold: number;
   lowerThreshold: number;
+  /** PROXY protocol towards it ('v1', 'v2'), 'none' without. */
+  proxyProtocol: string;
 }
 
 export interface DrainPolicy {
@@ -335,7 +339,7 @@ export class ServiceModel {
       const old = live.rsCfg.get(k);
       if (!old) continue;
       if (old.weight === 0 && r.weight > 0) this.startRamp(live, k, r);
-      if (old.weight !== r.weight || old.upperThreshold !== r.upperThreshold || old.lowerThreshold !== r.lowerThreshold || old.forwarding !== r.forwarding) {
+      if (old.weight !== r.weight || old.upperThreshold !== r.upperThreshold || old.lowerThreshold !== r.lowerThreshold || old.forwarding !== r.forwarding || old.proxyProtocol !== r.proxyProtocol) {
         this.editDest(live, k, r);
       }
     }
@@ -592,7 +596,7 @@ export class ServiceModel {
     // __ip_vs_update_dest: last_weight = weight on add.
     const a6 = parseIPv6(r.address);
     const addr = a6 ? a6[0]! ^ a6[1]! ^ a6[2]! ^ a6[3]! : parseIPv4(r.address)!;
-    const d: CompiledDest = { rs: info.slot, addr, addr6: a6, port: r.port, weight, lastWeight: weight, fwd: FWD[r.forwarding]! };
+    const d: CompiledDest = { rs: info.slot, addr, addr6: a6, port: r.port, weight, lastWeight: weight, fwd: FWD[r.forwarding]!, pp: PP[r.proxyProtocol ?? ''] ?? 0 };
     live.compiled.dests = [d, ...before]; // list_add_rcu: at the head
     this.change(live, 'add', info.slot, -1, before);
   }
@@ -608,7 +612,7 @@ export class ServiceModel {
     const position = before.findIndex((d) => d.rs === info.slot);
     live.compiled.dests = before.map((d, i) =>
       // last_weight follows the weight unless the new weight is 0 (mh keeps its table on quiesce).
-      i === position ? { ...d, weight, lastWeight: weight !== 0 ? weight : (d.lastWeight ?? d.weight), fwd: FWD[r.forwarding]! } : d,
+      i === position ? { ...d, weight, lastWeight: weight !== 0 ? weight : (d.lastWeight ?? d.weight), fwd: FWD[r.forwarding]!, pp: PP[r.proxyProtocol ?? ''] ?? 0 } : d,
     );
     this.change(live, 'upd', info.slot, position, before);
   }
@@ -710,6 +714,8 @@ export class ServiceModel {
     const pool6 = this.fullnat.addresses.map((a) => parseIPv6(a)).filter((a) => a !== null);
     const fullnatAddrs6 = new Int32Array(pool6.length * 4);
     pool6.forEach((a, i) => fullnatAddrs6.set(a, i * 4));
+    const proxyProtocol = new Uint8Array(this.maxRealServers);
+    for (const l of services) for (const d of l.dests) proxyProtocol[d.rs] = d.pp;
     return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn, expireQuiescentTemplate: this.expireQuiescentTemplate,
       adopt: this.adopt,
       vips6,
@@ -719,6 +725,7 @@ export class ServiceModel {
       fullnatAddrs6,
       fullnatPortMin: this.fullnat.portMin,
       fullnatPortMax: this.fullnat.portMax,
+      proxyProtocol,
       ...this.genLimit,
     };
   }
@@ -756,6 +763,7 @@ export class ServiceModel {
       slowStartUntil: this.ramps.has(slotKey) ? this.ramps.get(slotKey)!.start + this.ramps.get(slotKey)!.ms : null,
       upperThreshold: r.upperThreshold,
       lowerThreshold: r.lowerThreshold,
+      proxyProtocol: r.proxyProtocol ?? 'none',
     };
   }
 
@@ -794,6 +802,7 @@ export class ServiceModel {
       daddr6: d.addr6,
       dport: d.port,
       fwd: d.fwd,
+      pp: d.pp,
       pool,
       portMin: this.fullnat.portMin,
       portMax: this.fullnat.portMax,

@@ -193,7 +193,7 @@ async function list(socket: string, what: string, format: ListFormat, service: S
  * through -R.
  */
 async function save(socket: string, numeric: boolean): Promise<number> {
-  type Cfg = { protocol: string; address: string; port: number; scheduler: string; schedFlags?: string[]; persistence?: number; netmask?: string; realServers: { address: string; port: number; weight: number; forwarding: string; upperThreshold?: number; lowerThreshold?: number }[] };
+  type Cfg = { protocol: string; address: string; port: number; scheduler: string; schedFlags?: string[]; persistence?: number; netmask?: string; realServers: { address: string; port: number; weight: number; forwarding: string; upperThreshold?: number; lowerThreshold?: number; proxyProtocol?: string }[] };
   const b = await get<{ effective: { services: Cfg[] } }>(socket, '/v1/config');
   if (!b) return 1;
   const zero = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };

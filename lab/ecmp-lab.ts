@@ -164,9 +164,11 @@ export class EcmpLab {
     for (let k = 1; k <= nodes; k++) this.addNode(k);
     writeFileSync(join(this.dir, 'bird-rt.conf'), this.routerBirdConfig());
     this.start('bird-rt', n.rt, 'bird', ['-f', '-c', join(this.dir, 'bird-rt.conf'), '-s', join(this.dir, 'bird-rt.ctl'), '-P', join(this.dir, 'bird-rt.pid')]);
+    // Every node that may join (1..MAX_NODES) tunnels from its address on the server switch.
+    const directors = Array.from({ length: MAX_NODES }, (_, k) => this.tunnelSource(k + 1)).flat().join(',');
     n.rs.forEach((ns, i) => {
       this.start(`rs${i + 1}`, ns, process.execPath, [join(ROOT, 'dist', 'lab', 'servers.js'), '--name', `rs${i + 1}`]);
-      this.start(`decap${i + 1}`, ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', `${LAB_VIP},${LAB_VIP6}`]);
+      this.start(`decap${i + 1}`, ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', `${LAB_VIP},${LAB_VIP6}`, '--directors', directors]);
     });
     this.startRedis();
   }

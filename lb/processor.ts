@@ -21,6 +21,8 @@
  *    entry, an INIT on an entry in CLOSED starts a new one, other chunks without an entry are
  *    dropped (counted); the CRC32c is checked on arrival and recomputed after the rewrite. *  - ICMP errors about a flow are translated both ways (icmpError, icmp6Error), and a DF packet
  *    too big for the route to its real server is answered from the VIP (forwardIn): path MTU.
+ *  - full-NAT TCP to a server with proxyProtocol: a PROXY protocol header segment goes first and
+ *    the flow's sequence numbers are shifted both ways (proxyIn, proxyOut; lb/proxy-protocol.ts).
  *
  * Every generated answer passes mayAnswer first: a RST is never answered, nothing is sent to a
  * source the kernel would route back into the device (a VIP, the full-NAT pool) or that is no
@@ -36,12 +38,13 @@ import { randomFillSync } from 'node:crypto';
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
-import { DIR_INPUT, DIR_OUTPUT, TCP_TIME_WAIT, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
+import { DIR_INPUT, DIR_OUTPUT, TCP_ESTABLISHED, TCP_TIME_WAIT, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
 import { SCTP_EV_INIT, SCTP_S_CLOSED } from '../conntrack/sctp-state';
 import { HalfSipHash } from '../schedulers/hash';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
 import * as P from './packet';
+import { PP_MAX_LEN, ppLength, ppVersion, shiftSeq, toClientSeq, unshiftAck, writeProxyHeader } from './proxy-protocol';
 import { SCTP_BAD_CRC, sctpInspect, sctpSeal } from './sctp';
 import { findService, inVipRange, inVipRange6, type CompiledService, type Snapshot } from './snapshot';
 
@@ -104,6 +107,9 @@ export class PacketProcessor {
   private readonly thi = new Int32Array(L.HI_WORDS);
   /** The current IPv6 packet's addresses: source words 0..3, destination 4..7. */
   private readonly pa = new Int32Array(8);
+  /** PROXY protocol: a header's two addresses, 4 words each (writeProxyHeader), and a scratch line to measure one. */
+  private readonly ppAddrs = new Int32Array(8);
+  private readonly ppScratch = new Uint8Array(PP_MAX_LEN);
   /** Client and virtual address folded to 32 bits, as the kernel's schedulers hash IPv6. */
   private cfold = 0;
   private vfold = 0;
@@ -391,7 +397,7 @@ export class PacketProcessor {
         if (v6) this.entryHiOut(o, hi);
         t.unlockBucket(bucket);
         this.countIn(rsSlot, svcSlot, totlen);
-        return this.forwardIn(b, off, l4, totlen, proto, saddr, sport, daddr, dport, raddr, dports, laddr, fwd, rsSlot);
+        return this.forwardIn(b, off, l4, totlen, proto, saddr, sport, daddr, dport, raddr, dports, laddr, fwd, rsSlot, e);
       }
     } else {
       t.unlockBucket(bucket);
@@ -495,7 +501,10 @@ export class PacketProcessor {
     }
     let ne: number;
     if (fwd2 === L.FWD_FULLNAT) {
-      ne = this.insertFullnat(proto, saddr, cports, daddr, daddr2, dport2, rs2, svc.slot);
+      // PROXY protocol: the flow's header length and version, fixed for its life (E_PP).
+      const ver = isTcp ? this.snapshot.proxyProtocol[rs2]! : 0;
+      const pp = ver === 0 ? 0 : (ver << L.PP_VER_SHIFT) | this.proxyHeader(this.ppScratch, 0, ver, saddr, sport, daddr, dport);
+      ne = this.insertFullnat(proto, saddr, cports, daddr, daddr2, dport2, rs2, svc.slot, pp, pp === 0 ? 0 : (P.u32(b, l4 + P.TCP_SEQ) + 1) | 0);
       if (ne === -2) {
         if (tmpl >= 0) t.unreserve(tmpl);
         return this.drop(Drop.FullnatExhausted);
@@ -529,7 +538,7 @@ export class PacketProcessor {
       this.counters[L.svcCounterBase(this.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
     }
     this.countIn(rsSlot, svc.slot, totlen);
-    return this.forwardIn(b, off, l4, totlen, proto, saddr, sport, daddr, dport, raddr, dports, laddr, fwd, rsSlot);
+    return this.forwardIn(b, off, l4, totlen, proto, saddr, sport, daddr, dport, raddr, dports, laddr, fwd, rsSlot, ne);
   }
 
   /**
@@ -554,6 +563,7 @@ export class PacketProcessor {
     laddr: number,
     fwd: number,
     rsSlot: number,
+    e: number,
   ): number {
     const mtu = this.table.rs[rsSlot * L.RS_WORDS + L.RS_MTU]!;
     const v6 = this.v6;
@@ -577,7 +587,129 @@ export class PacketProcessor {
       if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
     }
     if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
+    if (fwd === L.FWD_FULLNAT && (proto & 0xff) === P.IPPROTO_TCP) {
+      const o = this.table.base(e);
+      const pp = this.table.i32[o + L.E_PP]!; // a plain read: flags only gain bits, a stale one costs a duplicate header at most
+      if (pp !== 0) return this.proxyIn(b, off, l4, totlen, o, pp);
+    }
     return FORWARD;
+  }
+
+  /**
+   * A full-NAT TCP segment (already rewritten) of a flow with a PROXY protocol header, on its way
+   * to the server (lb/proxy-protocol.ts explains the rules): shifted into the server's numbering,
+   * or, at the header's place while the server has not acknowledged it, preceded by the header
+   * segment built in `out` — which replaces a bare ACK and goes before anything else (REPLY, two
+   * packets). Entry word o + E_PP is pp; its flags gain bits (Atomics.or), and lose them only when
+   * a client's new SYN starts the header over.
+   */
+  private proxyIn(b: Uint8Array, off: number, l4: number, totlen: number, o: number, pp: number): number {
+    const a = this.table.i32;
+    const len = ppLength(pp);
+    const s = a[o + L.E_PP_SEQ]!;
+    const flags = b[l4 + P.TCP_FLAGS]!;
+    const seq = P.u32(b, l4 + P.TCP_SEQ);
+    if (flags & TCPF_SYN) {
+      // The SYN keeps its own number. One with another ISN on an entry that is not ESTABLISHED
+      // (the client's port reused after a RST or close) starts the header over.
+      if (!(flags & TCPF_ACK) && ((seq + 1) | 0) !== s && a[o + L.E_STATE] !== TCP_ESTABLISHED) {
+        a[o + L.E_PP_SEQ] = (seq + 1) | 0;
+        Atomics.and(a, o + L.E_PP, ~L.PP_FLAGS);
+      }
+      return FORWARD;
+    }
+    if (seq !== s || pp & L.PP_ACKED) {
+      shiftSeq(b, l4, len, this.partial);
+      return FORWARD;
+    }
+    // At the header's place, the header not yet acknowledged.
+    if (flags & TCPF_RST) {
+      // A RST must carry the server's next expected number exactly (RFC 5961): after the header if it went.
+      if (pp & L.PP_SENT) shiftSeq(b, l4, len, this.partial);
+      return FORWARD;
+    }
+    const hl = (b[l4 + P.TCP_OFF]! >> 4) << 2;
+    const data = totlen - (l4 - off) - hl > 0 || (flags & TCPF_FIN) !== 0;
+    if (data && (pp & (L.PP_SENT | L.PP_DATA)) === L.PP_SENT) {
+      // The client's first bytes right behind the ACK that carried the header: it is on its way.
+      Atomics.or(a, o + L.E_PP, L.PP_DATA);
+      shiftSeq(b, l4, len, this.partial);
+      return FORWARD;
+    }
+    const hdr = this.outOff;
+    const hlen = l4 - off + hl + len;
+    const V = this.vnet;
+    const at = hdr + hlen + V; // the client's segment after it, its virtio header (offloads) before it
+    if ((data ? at + totlen : hdr + hlen) > this.outEnd) return this.drop(Drop.Truncated); // never with a worker's out slots (2 × a packet slot)
+    this.proxySegment(b, off, l4, hl, o, pp, hdr);
+    Atomics.or(a, o + L.E_PP, data ? L.PP_SENT | L.PP_DATA : L.PP_SENT);
+    this.counters[L.C_PP_HEADERS]!++;
+    this.outLen = hlen;
+    if (!data) return REPLY; // a bare ACK: the header segment says all it said
+    shiftSeq(b, l4, len, this.partial);
+    this.copyOut(b, off - V, at - V, totlen + V);
+    this.outOffs[0] = hdr - V;
+    this.outLens[0] = hlen + V;
+    this.outOffs[1] = at - V;
+    this.outLens[1] = totlen + V;
+    this.outCount = 2;
+    return REPLY;
+  }
+
+  /**
+   * Builds the header segment at out[at]: the client's segment's IP and TCP headers (as rewritten:
+   * addresses, ports, options such as timestamps) at the header's number, flags ACK|PSH, and the
+   * header as its payload; full checksums (no offload: its virtio header is plain). The caller
+   * checked that it fits.
+   */
+  private proxySegment(b: Uint8Array, off: number, l4: number, hl: number, o: number, pp: number, at: number): void {
+    const ih = l4 - off;
+    const len = ppLength(pp);
+    const total = ih + hl + len;
+    const x = this.out;
+    this.plainVnet(at);
+    this.copyOut(b, off, at, ih + hl);
+    const t = at + ih;
+    const a = this.table.i32;
+    const w = this.ppAddrs;
+    if (this.v6) {
+      for (let i = 0; i < 3; i++) {
+        w[i] = a[o + L.E_CADDR_HI + i]!;
+        w[4 + i] = a[o + L.E_VADDR_HI + i]!;
+      }
+    }
+    w[3] = a[o + L.E_CADDR]!;
+    w[7] = a[o + L.E_VADDR]!;
+    const cports = a[o + L.E_CPORTS]!;
+    writeProxyHeader(x, t + hl, ppVersion(pp), this.v6, w, cports >>> 16, cports & 0xffff);
+    P.put32(x, t + P.TCP_SEQ, a[o + L.E_PP_SEQ]!);
+    x[t + P.TCP_FLAGS] = TCPF_ACK | TCPF_PSH;
+    P.put16(x, t + P.TCP_CSUM, 0);
+    if (this.v6) {
+      P.put16(x, at + P.IP6_PLEN, total - P.IP6_HLEN);
+      P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, hl + len, P.pseudoSum6(x, at + P.IP6_SRC, at + P.IP6_DST, P.IPPROTO_TCP, hl + len)));
+    } else {
+      P.put16(x, at + P.IP_TOTLEN, total);
+      P.put16(x, at + P.IP_ID, this.ipId);
+      this.ipId = (this.ipId + 1) & 0xffff;
+      P.put16(x, at + P.IP_CSUM, 0);
+      P.put16(x, at + P.IP_CSUM, P.checksum(x, at, ih, 0));
+      P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, hl + len, P.pseudoSum(P.u32(x, at + P.IP_SRC), P.u32(x, at + P.IP_DST), P.IPPROTO_TCP, hl + len)));
+    }
+  }
+
+  /** The header for the flow being made (client saddr:sport → VIP daddr:dport, IPv6 high words in hi[0..5]) at dst[at]; its length. */
+  private proxyHeader(dst: Uint8Array, at: number, ver: number, saddr: number, sport: number, daddr: number, dport: number): number {
+    const w = this.ppAddrs;
+    if (this.v6) {
+      for (let i = 0; i < 3; i++) {
+        w[i] = this.hi[i]!;
+        w[4 + i] = this.hi[3 + i]!;
+      }
+    }
+    w[3] = saddr;
+    w[7] = daddr;
+    return writeProxyHeader(dst, at, ver, this.v6, w, sport, dport);
   }
 
   /**
@@ -637,6 +769,8 @@ export class PacketProcessor {
     const vaddr = a[o + L.E_VADDR]!;
     const rsSlot = a[o + L.E_RS]!;
     const svcSlot = a[o + L.E_SVC]!;
+    const pp = qproto === P.IPPROTO_TCP && fwd === L.FWD_FULLNAT ? a[o + L.E_PP]! : 0;
+    const ppSeq = a[o + L.E_PP_SEQ]!;
     t.unlockBucket(bucket);
     if (inbound) {
       this.countIn(rsSlot, svcSlot, totlen);
@@ -659,6 +793,7 @@ export class PacketProcessor {
         P.put32(b, q + P.IP_SRC, caddr);
         P.put16(b, ql4 + P.L4_SPORT, cports >>> 16);
       }
+      if (pp !== 0) this.proxyQuoted(b, ql4, end, pp, ppSeq);
     }
     P.put16(b, q + P.IP_CSUM, 0);
     P.put16(b, q + P.IP_CSUM, P.checksum(b, q, qihl, 0));
@@ -735,6 +870,8 @@ export class PacketProcessor {
     const cports = a[o + L.E_CPORTS]!;
     const rsSlot = a[o + L.E_RS]!;
     const svcSlot = a[o + L.E_SVC]!;
+    const pp = qproto === P.IPPROTO_TCP && fwd === L.FWD_FULLNAT ? a[o + L.E_PP]! : 0;
+    const ppSeq = a[o + L.E_PP_SEQ]!;
     // The entry's high words, three per address in the table's order: client 0, virtual 3, real
     // server 6, local 9 (thi is free here).
     const w = this.thi;
@@ -767,10 +904,21 @@ export class PacketProcessor {
         this.putAddr6(b, q + P.IP6_SRC, 0, lo0);
         P.put16(b, ql4 + P.L4_SPORT, cports >>> 16);
       }
+      if (pp !== 0) this.proxyQuoted(b, ql4, end, pp, ppSeq);
     }
     P.put16(b, ic + P.ICMP_CSUM, 0);
     P.put16(b, ic + P.ICMP_CSUM, P.checksum(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)));
     return FORWARD;
+  }
+
+  /**
+   * The sequence number of a quoted segment we sent to a server, back in the client's numbering:
+   * the client checks it against what it has in flight (tcp_v4_err ignores an error quoting a
+   * number outside snd_una..snd_nxt), so path-MTU discovery keeps working with a PROXY header.
+   */
+  private proxyQuoted(b: Uint8Array, ql4: number, end: number, pp: number, s: number): void {
+    if (ql4 + P.TCP_SEQ + 4 > end) return;
+    P.put32(b, ql4 + P.TCP_SEQ, toClientSeq(P.u32(b, ql4 + P.TCP_SEQ), s, ppLength(pp), (pp & L.PP_ACKED) !== 0));
   }
 
   /** Writes an IPv6 address at b[at]: thi[hiIdx, hiIdx+3) then the low word. */
@@ -985,7 +1133,7 @@ export class PacketProcessor {
    * next port. A (pool address, server) found full is remembered for FULLNAT_FULL_MS, so a flood
    * of new flows at a full pool costs one memo check each instead of a scan of up to 64 k ports.
    */
-  private insertFullnat(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, rs: number, svcSlot: number): number {
+  private insertFullnat(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, rs: number, svcSlot: number, pp: number, ppSeq: number): number {
     const s = this.snapshot;
     const v6 = this.v6;
     const pool = v6 ? s.fullnatAddrs6 : s.fullnatAddrs;
@@ -1011,7 +1159,7 @@ export class PacketProcessor {
       x ^= x << 13;
       x ^= x >>> 17;
       x ^= x << 5;
-      e = this.tryPort(proto, caddr, cports, vaddr, raddr, rport, min + ((x >>> 0) % range), laddr, rs, svcSlot);
+      e = this.tryPort(proto, caddr, cports, vaddr, raddr, rport, min + ((x >>> 0) % range), laddr, rs, svcSlot, pp, ppSeq);
     }
     if (e === -2) {
       x ^= x << 13;
@@ -1019,7 +1167,7 @@ export class PacketProcessor {
       x ^= x << 5;
       let lport = min + ((x >>> 0) % range);
       for (let k = 0; k < range && e === -2; k++) {
-        e = this.tryPort(proto, caddr, cports, vaddr, raddr, rport, lport, laddr, rs, svcSlot);
+        e = this.tryPort(proto, caddr, cports, vaddr, raddr, rport, lport, laddr, rs, svcSlot, pp, ppSeq);
         if (++lport > s.fullnatPortMax) lport = min;
       }
     }
@@ -1032,7 +1180,7 @@ export class PacketProcessor {
   }
 
   /** Inserts the flow with pool port lport if that port looks free for this server; −2 when taken. */
-  private tryPort(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, lport: number, laddr: number, rs: number, svcSlot: number): number {
+  private tryPort(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, lport: number, laddr: number, rs: number, svcSlot: number, pp: number, ppSeq: number): number {
     const t = this.table;
     const dports = (rport << 16) | lport;
     const b = t.bucketOut(proto, raddr, dports, laddr, this.hi);
@@ -1040,7 +1188,7 @@ export class PacketProcessor {
     const taken = t.findOut(b, proto, raddr, dports, laddr, this.hi) >= 0;
     t.unlockBucket(b);
     if (taken) return -2;
-    return t.insert(proto, caddr, cports, vaddr, raddr, dports, laddr, L.FWD_FULLNAT, rs, svcSlot, this.now, 0, 0, 0, this.hi);
+    return t.insert(proto, caddr, cports, vaddr, raddr, dports, laddr, L.FWD_FULLNAT, rs, svcSlot, this.now, 0, 0, 0, this.hi, pp, ppSeq);
   }
 
   /** Memo of (pool address, server) pairs found without a free port: keyed hash tag and until when. */
@@ -1125,6 +1273,10 @@ export class PacketProcessor {
       // Full-NAT reply: destination pool:lport becomes the client's address and port again.
       if (v6) this.rewrite6(b, off, l4, proto, P.IP6_DST, caddr, 0, dport, cportsE >>> 16);
       else this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, caddr, cportsE >>> 16);
+      if ((proto & 0xff) === P.IPPROTO_TCP) {
+        const pp = a[o + L.E_PP]!;
+        if (pp !== 0) this.proxyOut(b, l4, e, o, pp);
+      }
     }
     this.countOut(rsSlot, svcSlot, totlen);
     // Reply: source RIP:rport becomes VIP:vport.
@@ -1132,6 +1284,25 @@ export class PacketProcessor {
     else this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, vaddr, vport);
     if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
     return FORWARD;
+  }
+
+  /**
+   * Server→client segment of a flow with a PROXY protocol header: acknowledgement and SACK blocks
+   * back into the client's numbering (lb/proxy-protocol.ts). The first ACK that covers the whole
+   * header makes every later shift a plain subtraction, and is synced (a node adopting the flow
+   * must know it too).
+   */
+  private proxyOut(b: Uint8Array, l4: number, e: number, o: number, pp: number): void {
+    const a = this.table.i32;
+    const s = a[o + L.E_PP_SEQ]!;
+    const len = ppLength(pp);
+    let acked = (pp & L.PP_ACKED) !== 0;
+    if (!acked && b[l4 + P.TCP_FLAGS]! & TCPF_ACK && ((P.u32(b, l4 + P.TCP_ACK) - s) | 0) >= len) {
+      acked = true;
+      Atomics.or(a, o + L.E_PP, L.PP_ACKED);
+      this.pushSync(e);
+    }
+    unshiftAck(b, l4, s, len, acked, this.partial);
   }
 
   /** Server → client counters of a real server and its service (ip_vs_out_stats). */

@@ -14,6 +14,8 @@ export interface CompiledDest extends SchedDest {
    * kernel's schedulers hash (ip_vs_sh_hashkey, ip_vs_mh_hashkey). null for IPv4.
    */
   addr6: Int32Array | null;
+  /** PROXY protocol version for its full-NAT TCP flows (lb/proxy-protocol.ts PP_*), 0 = none. */
+  pp: number;
 }
 
 export interface CompiledService extends SchedService {
@@ -61,6 +63,11 @@ export interface Snapshot {
   fullnatAddrs6: Int32Array;
   fullnatPortMin: number;
   fullnatPortMax: number;
+  /**
+   * PROXY protocol version (lb/proxy-protocol.ts PP_*) per real-server slot, 0 = none: read when a
+   * full-NAT TCP flow is made; the flow keeps what it got (conntrack/layout.ts E_PP).
+   */
+  proxyProtocol: Uint8Array;
   /** Redis is configured: park mid-flow packets without an entry for adoption instead of refusing them. */
   adopt: boolean;
   /**

@@ -21,6 +21,7 @@ if [ "${1:-}" != "--no-system" ] && [ "$(id -u)" = 0 ]; then
   have keepalived || need+=(keepalived)
   have tcpdump || need+=(tcpdump)           # reads flow-sampling captures back (tests)
   have bird || need+=(bird2) # BGP speaker of the ECMP lab (lab/ecmp-lab.ts)
+  have nginx || [ -x /usr/sbin/nginx ] || need+=(nginx) # PROXY protocol lab: a real server that reads the header
   if [ ${#need[@]} -gt 0 ]; then
     echo "uvs: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -29,10 +30,13 @@ if [ "${1:-}" != "--no-system" ] && [ "$(id -u)" = 0 ]; then
     # The labs start their own BIRD in each namespace; the distribution's service is not needed.
     if [[ " ${need[*]} " == *" bird2 "* ]]; then systemctl disable --now bird >/dev/null 2>&1 || true; fi
   fi
-  # The labs start their own keepalived and redis-server inside network namespaces; the
-  # distribution's services are not wanted (the package enables keepalived.service).
+  # The labs start their own keepalived, redis-server and nginx inside network namespaces; the
+  # distribution's services are not wanted (the packages enable keepalived.service, nginx.service).
   if [[ " ${need[*]} " == *" keepalived "* ]] && command -v systemctl >/dev/null 2>&1; then
     systemctl disable --now keepalived >/dev/null 2>&1 || true
+  fi
+  if [[ " ${need[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now nginx >/dev/null 2>&1 || true
   fi
 fi
 

@@ -60,7 +60,7 @@ for (const path of ['io_uring', 'poll'] as const) {
       lab.up();
       await lab.waitServers();
       // This kernel has no ipip driver: each real server decapsulates with `uvs decap`.
-      for (const ns of lab.rsNs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP], { detached: true }).unref();
+      for (const ns of lab.rsNs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP, '--directors', '10.200.1.1'], { detached: true }).unref();
       const cfg = lab.config(services, { dataplane: { io: path, tunnelSource: '10.200.1.1' } });
       await lab.startUvsd(lab.writeConfig(cfg));
       const deadline = Date.now() + 15000;

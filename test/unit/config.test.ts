@@ -145,3 +145,18 @@ test('dataplane.io picks the worker I/O path: auto by default, io_uring or poll;
   rejects({ dataplane: { ...base.dataplane, io: 'epoll' }, services: [svc()] }, 'dataplane.io', /must be auto, io_uring or poll, got "epoll"/);
   rejects({ dataplane: { ...base.dataplane, io: true }, services: [svc()] }, 'dataplane.io', /must be auto, io_uring or poll/);
 });
+
+test('proxyProtocol: per service (the default of its servers) or per real server, full-NAT TCP only, refused elsewhere with the reason', () => {
+  const fb = { dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'] } } };
+  const cfg = validateConfig({ ...fb, services: [svc({ forwarding: 'fullnat', proxyProtocol: 'v2', realServers: [{ address: '10.0.0.1' }, { address: '10.0.0.2', proxyProtocol: 'v1' }, { address: '10.0.0.3', proxyProtocol: 'none' }] })] });
+  assert.deepEqual(cfg.services[0]!.realServers.map((r) => r.proxyProtocol), ['v2', 'v1', undefined]);
+  assert.equal(cfg.services[0]!.proxyProtocol, 'v2');
+  assert.equal(validateConfig({ ...fb, services: [svc({ forwarding: 'fullnat' })] }).services[0]!.realServers[0]!.proxyProtocol, undefined, 'absent: none');
+  rejects({ ...fb, services: [svc({ forwarding: 'fullnat', proxyProtocol: 'v3' })] }, 'services[0].proxyProtocol', /must be "v1", "v2" or "none", got "v3"/);
+  rejects({ ...fb, services: [svc({ proxyProtocol: 'v2' })] }, 'services[0].proxyProtocol', /needs forwarding fullnat, real server 10.0.0.1:8080 uses masq: it already sees the client's address \(give it proxyProtocol: none\)/);
+  rejects({ ...fb, services: [svc({ forwarding: 'fullnat', realServers: [{ address: '10.0.0.1', forwarding: 'masq', proxyProtocol: 'v1' }] })] }, 'services[0].realServers[0].proxyProtocol', /needs forwarding fullnat.*uses masq/);
+  rejects({ ...fb, dataplane: { ...fb.dataplane, tunnelSource: '10.1.1.1' }, services: [svc({ forwarding: 'tunnel', port: 80, realServers: [{ address: '10.0.0.1', proxyProtocol: 'v2' }] })] }, 'services[0].realServers[0].proxyProtocol', /uses tunnel: its replies do not pass uvs/);
+  rejects({ ...fb, services: [svc({ protocol: 'udp', forwarding: 'fullnat', proxyProtocol: 'v2' })] }, 'services[0].proxyProtocol', /for TCP services \(this one is udp\)/);
+  // A masq server of a full-NAT service with a default version can opt out.
+  assert.equal(validateConfig({ ...fb, services: [svc({ forwarding: 'fullnat', proxyProtocol: 'v2', realServers: [{ address: '10.0.0.1', forwarding: 'masq', proxyProtocol: 'none' }] })] }).services[0]!.realServers[0]!.proxyProtocol, undefined);
+});

@@ -7,6 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { applyEdits, type EditOp } from '../../control/edits';
 import { UvsError } from '../../control/errors';
+import { validateConfig } from '../../control/config';
 
 const ref = (port: number, address = '10.96.0.1') => ({ protocol: 'tcp', address, port });
 const doc = () => ({
@@ -61,4 +62,17 @@ test('an edit replacing the real-server list is indexed afresh', () => {
   ]);
   assert.deepEqual((d.services as { realServers: unknown[] }[])[0]!.realServers, [{ address: '10.0.0.7' }, { address: '10.0.0.1' }]);
   assert.deepEqual(code(doc(), [{ op: 'editService', service: { ...ref(80), realServers: [{ address: '10.0.0.7' }] } }, { op: 'addRealServer', ref: ref(80), realServer: { address: '10.0.0.7' } }]), ['UVS_ERR_API_CONFLICT', 'ops[1].realServer']);
+});
+
+test('proxyProtocol through the API operations: uvsadm -a/-e bodies set it, -e without it keeps it, validation names the field', () => {
+  const d: Record<string, unknown> = {
+    dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'] } },
+    services: [{ protocol: 'tcp', address: '10.96.0.1', port: 80, forwarding: 'fullnat', realServers: [] }],
+  };
+  applyEdits(d, [{ op: 'addRealServer', ref: ref(80), realServer: { address: '10.0.0.1', port: 8080, weight: 1, forwarding: 'fullnat', proxyProtocol: 'v2' } }]);
+  applyEdits(d, [{ op: 'editRealServer', ref: ref(80), realServer: { address: '10.0.0.1', port: 8080, weight: 3, forwarding: 'fullnat', upperThreshold: 0, lowerThreshold: 0 } }]);
+  const rs = validateConfig(d).services[0]!.realServers[0]!;
+  assert.deepEqual([rs.weight, rs.proxyProtocol], [3, 'v2']);
+  applyEdits(d, [{ op: 'editRealServer', ref: ref(80), realServer: { address: '10.0.0.1', port: 8080, weight: 3, forwarding: 'masq', upperThreshold: 0, lowerThreshold: 0 } }]);
+  assert.throws(() => validateConfig(d), (e: unknown) => e instanceof UvsError && e.path === 'services[0].realServers[0].proxyProtocol' && /needs forwarding fullnat/.test(e.message));
 });

@@ -13,6 +13,7 @@ import {
   MAX_COUNT,
   parseCounts,
   parseRecord,
+  ppField,
   recordMatches,
   selectNodes,
   signCounts,
@@ -23,6 +24,7 @@ import {
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_SYN_RECV, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../../conntrack/state';
 import { parseIPv4, parseIPv6 } from '../../lb/addr';
 import { validateConfig } from '../../control/config';
+import { PP_V1, PP_V2 } from '../../lb/proxy-protocol';
 import { UvsError } from '../../control/errors';
 
 const NOW = 1_700_000_000_000;
@@ -154,6 +156,60 @@ test('with a record key, only records with a valid MAC are believed; without one
   assert.equal(verdict(signed, masq, null), 'ok');
   assert.equal(signed.split('|').length, 15);
   assert.equal(mac(k, 'x').length, 32);
+});
+
+test('PROXY protocol: a full-NAT record carries its shift (pp=word,seq), signed or not; old records have none', () => {
+  const t = { ...fullnat, pp: PP_V2 };
+  const base = { fwd: L.FWD_FULLNAT, laddr: POOL, lport: 25000 };
+  // v2 over IPv4 is 28 bytes; flags: header sent and acknowledged.
+  const word = (PP_V2 << L.PP_VER_SHIFT) | 28 | L.PP_SENT | L.PP_ACKED;
+  const rec = text(base) + ppField(word, 0x10000001);
+  assert.equal(verdict(rec, t), 'ok');
+  const r = parseRecord(rec, null) as FlowRecord;
+  assert.deepEqual([r.pp, r.ppSeq], [word, 0x10000001]);
+  assert.deepEqual([(parseRecord(text(base), null) as FlowRecord).pp], [0], 'a record without the field: no shift');
+  assert.equal(verdict(text(base), t), 'ok', 'a flow made before proxyProtocol was switched on keeps going without');
+  const k = macKey('0123456789abcdef-shared')!;
+  const signed = signRecord(k, rec);
+  assert.equal(signed.split('|').length, 16);
+  assert.equal(verdict(signed, t, k), 'ok');
+  assert.equal(verdict(signed, t, null), 'ok', 'read without a key: the MAC is not checked, the pp field still is');
+  assert.equal(verdict(signed.replace(`pp=${word},`, `pp=${word + 1},`), t, k), 'auth', 'the shift is under the MAC');
+  assert.equal(verdict(text(base) + ppField((PP_V1 << L.PP_VER_SHIFT) | 41, 7), t), 'ok', 'v1: "PROXY TCP4 192.0.2.7 10.0.0.10 40000 80\\r\\n" is 41 bytes');
+});
+
+test('PROXY protocol: a shift this node would not have made is refused', () => {
+  const t = { ...fullnat, pp: PP_V2 };
+  const base = { fwd: L.FWD_FULLNAT, laddr: POOL, lport: 25000 };
+  const v2 = (PP_V2 << L.PP_VER_SHIFT) | 28;
+  const cases: [string, string, FlowTarget][] = [
+    [text(base) + ppField(v2 + 1, 1), 'proxy_protocol', t], // 29 bytes: every byte of the flow off by one
+    [text(base) + ppField((PP_V1 << L.PP_VER_SHIFT) | 28, 1), 'proxy_protocol', t], // v1 of this flow is 41
+    [text(base) + ppField((3 << L.PP_VER_SHIFT) | 28, 1), 'proxy_protocol', t],
+    [text(base) + ppField(v2 | 0x8000, 1), 'proxy_protocol', t], // a bit the word does not have
+    [text(base) + ppField(v2, 1), 'proxy_protocol', fullnat], // the server has no proxyProtocol
+    [text() + ppField(v2, 1), 'proxy_protocol', { ...masq, pp: PP_V2 }], // masq never shifts
+    [text({ ...base, proto: 17, state: 0, inactive: 1, expiresAt: NOW + 200_000 }) + ppField(v2, 1), 'proxy_protocol', { ...t, proto: 17 }],
+    [text(base) + '|pp=x,1', 'malformed', t],
+    [text(base) + '|pp=28', 'malformed', t],
+    [text(base) + '|pp=99999999999,1', 'malformed', t],
+    [text(base) + '|' + '0'.repeat(32) + '|' + '0'.repeat(32), 'malformed', t], // 16 fields without a pp field
+  ];
+  for (const [rec, want, target] of cases) assert.equal(verdict(rec, target), want, rec.slice(-60));
+});
+
+test('PROXY protocol over IPv6: the length is checked with the record\'s high words (v1 text depends on them)', () => {
+  const v = parseIPv6('fd00:96::10')!;
+  const d = parseIPv6('fd00:10::1')!;
+  const c = parseIPv6('2001:db8:1::100')!;
+  const p = parseIPv6('fd00:99::1')!;
+  const t6: FlowTarget = { ...fullnat, pp: PP_V1, proto: 6 | L.PROTO_V6, vaddr: v[3]!, vaddr6: v, daddr: d[3]!, daddr6: d, pool: [...p] };
+  const hi = [c[0], c[1], c[2], v[0], v[1], v[2], d[0], d[1], d[2], p[0], p[1], p[2]].join(',');
+  const base = { proto: 6 | L.PROTO_V6, caddr: c[3]!, vaddr: v[3]!, daddr: d[3]!, laddr: p[3]!, lport: 25000, fwd: L.FWD_FULLNAT, hi };
+  const line = 'PROXY TCP6 2001:db8:1::100 fd00:96::10 40000 80\r\n';
+  assert.equal(verdict(text(base) + ppField((PP_V1 << L.PP_VER_SHIFT) | line.length, 5), t6), 'ok');
+  assert.equal(verdict(text(base) + ppField((PP_V1 << L.PP_VER_SHIFT) | (line.length - 1), 5), t6), 'proxy_protocol');
+  assert.equal(verdict(text(base) + ppField((PP_V2 << L.PP_VER_SHIFT) | 52, 5), t6), 'ok', 'a flow keeps the version it was made with');
 });
 
 test('a lookup answer matches the parked packet by either direction, and nothing else', () => {

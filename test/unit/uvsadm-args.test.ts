@@ -290,3 +290,15 @@ test('string_to_number accepts what strtol accepts, whole and in range', () => {
   assert.equal(stringToNumber('', 0, 10), -1);
   assert.equal(stringToNumber('11', 0, 10), -1);
 });
+
+test('--proxy-protocol (uvs): on -a and -e, v1|v2|none; -e without it leaves the setting alone; anything else refused', () => {
+  const rs = { address: '10.200.11.2', port: 8080 };
+  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat --proxy-protocol v2'), [{ op: 'addRealServer', ref: vip, realServer: { ...rs, weight: 1, forwarding: 'fullnat', proxyProtocol: 'v2' } }]);
+  assert.deepEqual(ops('-e -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat --proxy-protocol=none'), [
+    { op: 'editRealServer', ref: vip, realServer: { ...rs, weight: 1, forwarding: 'fullnat', upperThreshold: 0, lowerThreshold: 0, proxyProtocol: 'none' } },
+  ]);
+  assert.deepEqual(ops('-e -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat -w 2'), [{ op: 'editRealServer', ref: vip, realServer: { ...rs, weight: 2, forwarding: 'fullnat', upperThreshold: 0, lowerThreshold: 0 } }]);
+  bad('-a -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat --proxy-protocol v3', 'illegal proxy protocol specified (v1, v2 or none)');
+  assert.ok(!parseArgs(argv('-A -t 10.200.0.10:80 --proxy-protocol v2'), env).ok, 'a real-server option, not a service one');
+  assert.match(usage('uvsadm'), /--proxy-protocol v1\|v2\|none/);
+});

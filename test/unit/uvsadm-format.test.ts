@@ -193,6 +193,11 @@ test('-S prints -A/-a rules, sorted, with -p, -M and -b, no title', () => {
     formatSave([svc('tcp', '10.200.0.10', 80, 'wlc', [rs('10.200.11.2', 8080, 1, 0, 0, { upperThreshold: 100, lowerThreshold: 50 }), rs('10.200.12.2', 8080, 1, 0, 0, { upperThreshold: 7 })])]),
     lines('-A -t 10.200.0.10:80 -s wlc', '-a -t 10.200.0.10:80 -r 10.200.11.2:8080 -m -w 1 -x 100 -y 50', '-a -t 10.200.0.10:80 -r 10.200.12.2:8080 -m -w 1 -x 7'),
   );
+  // uvs's own --proxy-protocol goes with its full-NAT servers, so that -S | -R keeps it.
+  assert.equal(
+    formatSave([svc('tcp', '10.200.0.10', 80, 'rr', [rs('10.200.11.2', 8080, 1, 0, 0, { forwarding: 'fullnat', proxyProtocol: 'v2' })])]),
+    lines('-A -t 10.200.0.10:80 -s rr', '-a -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat -w 1 --proxy-protocol v2'),
+  );
 });
 
 test('-Lnc with --persistent-conn gains the pe columns in the title only', () => {
