@@ -249,3 +249,48 @@ test('csumReplace16/32 and fix16/fix32 equal a from-scratch reference after rand
     }
   }
 });
+
+test('fold16 folds every carry: 0 → 0, 0xffff stays -0, 0x1fffe and 0x2fffd fold to 0xffff, 0x12345 to 0x2346', () => {
+  assert.deepEqual([0, 0xffff, 0x1fffe, 0x2fffd, 0x12345, 0x7fff8000].map(P.fold16), [0, 0xffff, 0xffff, 0xffff, 0x2346, 0xffff]);
+});
+
+/**
+ * A UDP/IPv4 datagram at offset `at` in a larger buffer, its checksum field holding the partial
+ * (pseudo-header) sum as a device with checksum offload receives it; `tail` is the payload's end.
+ */
+function partialUdp(at: number, payload: number[]) {
+  const len = 8 + payload.length;
+  const b = new Uint8Array(at + 20 + len + 5).fill(0xee);
+  const ip = Uint8Array.of(0x45, 0, 0, 20 + len, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2);
+  P.put16(ip, 2, 20 + len);
+  P.put16(ip, 10, refChecksum(ip));
+  b.set(ip, at);
+  const u = at + 20;
+  b.set([0x9c, 0x40, 0x00, 0x35, len >> 8, len & 255, 0, 0, ...payload], u);
+  const ph = pseudo4(ip.subarray(12, 16), ip.subarray(16, 20), 17, len);
+  P.put16(b, u + 6, 0xffff - refChecksum(ph)); // the folded pseudo-header sum itself
+  return { b, u, end: u + len, ph };
+}
+
+test('completeChecksum finishes a partial checksum where the L4 header starts past offset 0, as the reference computes it', () => {
+  for (const at of [0, 14, 31]) {
+    const { b, u, end, ph } = partialUdp(at, [1, 2, 3, 4, 5]);
+    P.completeChecksum(b, u, end, u + 6, true);
+    const want = refChecksum([...ph, ...withZeroAt(b.subarray(u, end), 6)]);
+    assert.equal(P.u16(b, u + 6), want, `L4 at ${u}`);
+    assert.equal(b[end], 0xee, 'nothing past the datagram was read into it or written');
+  }
+});
+
+test('completeChecksum sends a computed UDP checksum of 0 as 0xffff (RFC 768), and leaves a TCP 0 as 0', () => {
+  // Pick the last payload word so that the datagram's checksum comes out as 0.
+  const { b, u, end, ph } = partialUdp(14, [0, 0]);
+  const rest = refSum([...ph, ...withZeroAt(b.subarray(u, end), 6)]);
+  P.put16(b, end - 2, 0xffff - rest);
+  assert.equal(refChecksum([...ph, ...withZeroAt(b.subarray(u, end), 6)]), 0, 'the datagram sums to -0');
+  const tcpCopy = b.slice();
+  P.completeChecksum(b, u, end, u + 6, true);
+  assert.equal(P.u16(b, u + 6), 0xffff);
+  P.completeChecksum(tcpCopy, u, end, u + 6, false);
+  assert.equal(P.u16(tcpCopy, u + 6), 0);
+});
