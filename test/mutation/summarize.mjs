@@ -23,13 +23,13 @@ for (const f of readdirSync(dir).filter((x) => x.endsWith('.json')).sort()) {
     }
     const valid = n.Killed + n.Timeout + n.Survived + n.NoCoverage;
     const detected = n.Killed + n.Timeout;
-    rows.push({ file, valid, detected, ...n, score: valid ? (100 * detected) / valid : 100, covered: valid - n.NoCoverage ? (100 * detected) / (valid - n.NoCoverage) : 100 });
+    rows.push({ file, valid, detected, ...n, score: valid ? (100 * detected) / valid : 100, covered: valid - n.NoCoverage ? (100 * detected) / (valid - n.NoCoverage) : NaN });
   }
 }
 const total = rows.reduce((a, r) => ({ valid: a.valid + r.valid, detected: a.detected + r.detected, noCov: a.noCov + r.NoCoverage }), { valid: 0, detected: 0, noCov: 0 });
 console.log('| file | mutants | killed | timed out | survived | no coverage | score | score (covered) |');
 console.log('|---|---|---|---|---|---|---|---|');
-for (const r of rows) console.log(`| ${r.file} | ${r.valid} | ${r.Killed} | ${r.Timeout} | ${r.Survived} | ${r.NoCoverage} | ${r.score.toFixed(1)} % | ${r.covered.toFixed(1)} % |`);
+for (const r of rows) console.log(`| ${r.file} | ${r.valid} | ${r.Killed} | ${r.Timeout} | ${r.Survived} | ${r.NoCoverage} | ${r.score.toFixed(1)} % | ${Number.isNaN(r.covered) ? "—" : r.covered.toFixed(1) + " %"} |`);
 console.log(`| **all** | ${total.valid} | | | | ${total.noCov} | **${((100 * total.detected) / total.valid).toFixed(1)} %** | ${((100 * total.detected) / (total.valid - total.noCov)).toFixed(1)} % |`);
 if (process.argv.includes('--survivors')) {
   console.log('\n| file:line | status | mutator | replacement | code |\n|---|---|---|---|---|');
