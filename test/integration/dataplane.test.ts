@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { apiCall } from '../../control/client';
 import { blobSha256 } from '../../lab/blob';
-import { Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
+import { Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR } from '../../lab/lab';
+import { needTool, waitFor, waitForLine } from '../helpers/wait';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
@@ -30,7 +31,7 @@ interface SvcView {
   realServers: RsView[];
 }
 
-describe('one node forwards real traffic', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 600_000 }, () => {
+describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (network namespaces, TUN)'), timeout: 600_000 }, () => {
   const lab = new Lab({ prefix: `uvt${process.pid % 100000}` });
   const rs = lab.rsAddrs;
   const rs6 = lab.rsAddrs6;
@@ -92,6 +93,28 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     assert.equal(r.status, 200, `reload failed: ${JSON.stringify(r.body)}`);
   };
   const nameOf = (addr: string) => `rs${rs.indexOf(addr) + 1}`;
+  /** `uvs decap` in every real server, each seen ready (it prints one line once its devices are open). */
+  const startDecap = async (args: string[]) => {
+    await Promise.all(
+      lab.rsNs.map((ns) => {
+        const p = lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', ...args], { detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
+        p.unref();
+        (p.stdout as unknown as { unref?: () => void }).unref?.();
+        return waitForLine(p, /^uvs decap: /, `uvs decap in ${ns}`);
+      }),
+    );
+  };
+  const activeOn = async (port: number) => (await api<{ services: SvcView[] }>('GET', '/v1/services')).body.services.filter((x) => x.port === port).reduce((n, x) => n + x.realServers.reduce((a, r) => a + r.activeConns, 0), 0);
+  /** The real server of the ESTABLISHED connection to VIP port 7 (hold-echo), once uvs tracks it. */
+  const echoConnection = async () => {
+    let found: { virtual: string; realServer: string; state: string } | undefined;
+    await waitFor('the echo connection to be tracked as ESTABLISHED', async () => {
+      const conns = (await api<{ connections: { virtual: string; realServer: string; state: string }[] }>('GET', '/v1/connections')).body.connections;
+      found = conns.find((c) => c.virtual.endsWith(':7') && c.state === 'ESTABLISHED');
+      return found !== undefined;
+    });
+    return found!;
+  };
 
   before(async () => {
     lab.up();
@@ -131,8 +154,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
 
   test('IPIP tunnel: the real server gets the packet for the VIP unchanged and answers the client directly; 20 MB arrive intact', async () => {
     // This kernel has no ipip driver: each real server decapsulates with `uvs decap`.
-    for (const ns of lab.rsNs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP, '--directors', '10.200.1.1'], { detached: true }).unref();
-    await sleep(700);
+    await startDecap(['--vips', LAB_VIP, '--directors', '10.200.1.1']);
     const seen = new Set<string>();
     for (let i = 0; i < 3; i++) {
       const who = JSON.parse(client('curl', ['-s', '-m', '5', `http://${LAB_VIP}:8080/whoami`]));
@@ -167,8 +189,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
   });
 
   test('IPv6 tunnel (ip6ip6): the real server gets the packet for [VIP] unchanged and answers directly; 20 MB arrive intact', async () => {
-    for (const ns of lab.rsNs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--device', 'uvsdec6', '--vips', LAB_VIP6, '--directors', 'fd00:200:1::1'], { detached: true }).unref();
-    await sleep(700);
+    await startDecap(['--device', 'uvsdec6', '--vips', LAB_VIP6, '--directors', 'fd00:200:1::1']);
     const seen = new Set<string>();
     for (let i = 0; i < 3; i++) {
       const who = JSON.parse(client('curl', ['-s', '-m', '5', `http://[${LAB_VIP6}]:8080/whoami`]));
@@ -200,7 +221,9 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
         lab.spawn(ns, 'python3', ['-c', py], { detached: true, stdio: 'ignore' }).unref();
       }
     });
-    await sleep(500);
+    for (const ns of lab.rsNs) {
+      await waitFor(`the two UDP servers on port 5454 in ${ns}`, () => lab.exec(ns, 'ss', ['-Hlun', 'sport = :5454']).trim().split('\n').filter(Boolean).length === 2);
+    }
     for (const [vip, port] of [[LAB_VIP, '57'], [LAB_VIP6, '57'], [LAB_VIP, '5454'], [LAB_VIP6, '5454']] as const) {
       const answers = new Set<string>();
       for (let i = 0; i < 3; i++) {
@@ -220,8 +243,8 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     await lab.stopUvsd();
     await lab.startUvsd(lab.writeConfig(labConfig(only, [31000, 31001]), 'uvs-pool.yaml'));
     try {
-      const holds = [0, 1].map(() => spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '10', `http://${LAB_VIP}:83/hold?ms=4000`], { stdio: 'ignore' }));
-      await sleep(800);
+      const holds = [0, 1].map(() => spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '30', `http://${LAB_VIP}:83/hold?ms=8000`], { stdio: 'ignore' }));
+      await waitFor('both held connections to be active', async () => (await activeOn(83)) === 2);
       const third = tool(['tcp-connect', LAB_VIP, '83', '1500']);
       assert.equal(third.connected, false, 'no port left for a third connection');
       const drops = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
@@ -267,14 +290,13 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
   });
 
   test('50 concurrent connections are all carried and counted as active at once', async () => {
-    const urls = Array.from({ length: 50 }, () => `http://${LAB_VIP}/hold?ms=2500`);
-    const child = spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '20', '-Z', '--parallel-immediate', '--parallel-max', '50', ...urls], { stdio: ['ignore', 'pipe', 'pipe'] });
+    // Each is held 15 s: the 50 are open together long enough to be seen even on a slow machine.
+    const urls = Array.from({ length: 50 }, () => `http://${LAB_VIP}/hold?ms=15000`);
+    const child = spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '60', '-Z', '--parallel-immediate', '--parallel-max', '50', ...urls], { stdio: ['ignore', 'pipe', 'pipe'] });
     let outText = '';
     child.stdout.on('data', (d: Buffer) => (outText += d.toString()));
-    await sleep(1200);
-    const svcs = (await api<{ services: SvcView[] }>('GET', '/v1/services')).body.services;
-    const web = svcs.find((s) => s.port === 80)!;
-    const active = web.realServers.reduce((s, r) => s + r.activeConns, 0);
+    let active = 0;
+    await waitFor('50 connections counted active at once', async () => (active = await activeOn(80)) >= 50, 15000).catch(() => undefined);
     const code = await new Promise<number | null>((r) => child.on('exit', r));
     assert.equal(code, 0);
     assert.equal(outText.split('\n').filter((l) => l === 'done').length, 50, 'all 50 responses completed');
@@ -285,10 +307,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     const hold = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', '6', '100'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let text = '';
     hold.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    await sleep(1000);
-    const conns = (await api<{ connections: { virtual: string; realServer: string; state: string }[] }>('GET', '/v1/connections')).body.connections;
-    const echoConn = conns.find((c) => c.virtual.endsWith(':7') && c.state === 'ESTABLISHED');
-    assert.ok(echoConn, 'the echo connection is tracked');
+    const echoConn = await echoConnection();
     const quiesced = echoConn.realServer.split(':')[0]!;
     const i = rs.indexOf(quiesced);
     const w = [1, 1, 1];
@@ -329,7 +348,9 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     lab.ip(lab.rsNs[0]!, ['route', 'replace', 'default', 'via', '10.200.11.1', 'advmss', '1460']);
     lab.ip(lab.rsNs[0]!, ['-6', 'route', 'replace', 'default', 'via', 'fd00:200:11::1', 'advmss', '1440']);
     try {
-      await sleep(5500); // uvsd reads the route MTUs every 5 s
+      // uvsd re-reads the route MTUs on every configuration change (and every 5 s): a reload
+      // applies the narrow link now instead of waiting for the timer.
+      assert.equal((await api('POST', '/v1/reload')).status, 200);
       for (const vip of [LAB_VIP, LAB_VIP6]) {
         const before = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
         const bytes = 8 * 1024 * 1024;
@@ -357,8 +378,11 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     const before = (await api<{ drops: Record<string, number>; packets: { rxPackets: number } }>('GET', '/v1/stats')).body;
     const r = JSON.parse(lab.exec(lab.lbNs, process.execPath, [TOOLS, 'inject', 'uvs0', '1600', '42', LAB_VIP, lab.clientAddr]));
     assert.equal(r.sent, 1600);
-    await sleep(500);
-    const afterStats = (await api<{ drops: Record<string, number>; packets: { rxPackets: number } }>('GET', '/v1/stats')).body;
+    let afterStats = before;
+    await waitFor('the 1600 injected packets to be read', async () => {
+      afterStats = (await api<{ drops: Record<string, number>; packets: { rxPackets: number } }>('GET', '/v1/stats')).body;
+      return afterStats.packets.rxPackets - before.packets.rxPackets >= 1600;
+    });
     const d = (k: string) => afterStats.drops[k]! - before.drops[k]!;
     assert.ok(d('bad_checksum') >= 200, `bad_checksum +${d('bad_checksum')}`);
     assert.ok(d('truncated') >= 400, `truncated +${d('truncated')}`);
@@ -375,7 +399,7 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     const hold = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', '5', '50'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let text = '';
     hold.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    await sleep(1000);
+    await echoConnection();
     const beforeW = (await api<{ workers: { id: number; restarts: number }[] }>('GET', '/v1/stats')).body.workers;
     for (const w of beforeW) {
       const k = await api('POST', `/v1/workers/${w.id}/kill`);
@@ -400,9 +424,10 @@ describe('one node forwards real traffic', { skip: isRoot ? false : 'integration
     assert.equal(r.status, 400);
     assert.equal(r.body.code, 'UVS_ERR_CONFIG_INVALID');
     assert.equal(r.body.path, 'services[0].realServers[0].weight');
+    const failedBefore = (await api<{ reloads: { failed: number } }>('GET', '/v1/stats')).body.reloads.failed;
     writeFileSync(configFile, 'services: [ {');
     execFileSync('kill', ['-HUP', String(lab.uvsdProcess!.pid)]);
-    await sleep(300);
+    await waitFor('the broken file to be refused', async () => (await api<{ reloads: { failed: number } }>('GET', '/v1/stats')).body.reloads.failed > failedBefore);
     assert.equal(lab.uvsdProcess?.exitCode, null);
     assert.deepEqual(curlMany(3, `http://${LAB_VIP}/`), { rs1: 1, rs2: 1, rs3: 1 });
     writeFileSync(configFile, stringify(good));

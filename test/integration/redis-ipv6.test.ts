@@ -15,7 +15,9 @@ import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_SYN } from '../../conntrack/state'
 import { validateConfig } from '../../control/config';
 import { ServiceModel } from '../../control/services';
 import { FORWARD, PacketProcessor } from '../../lb/processor';
+import { connect } from 'node:net';
 import { field6, tcp6 } from '../helpers/packets';
+import { needTool, waitFor as waitUntil } from '../helpers/wait';
 
 const hasRedis = (() => {
   try {
@@ -60,10 +62,23 @@ function node(id: string) {
     proc.outOff = 0;
     return proc.process(pkt, 0, pkt.length);
   };
-  return { sync, table, run };
+  return { sync, table, run, keyPrefix: cfg.redis!.keyPrefix };
 }
 
-const waitFor = async (what: string, ok: () => boolean, ms = 5000) => {
+/** One Redis command over a plain connection (RESP), then QUIT: the raw reply text. */
+function redisCmd(...args: string[]): Promise<string> {
+  return new Promise((resolve) => {
+    const c = connect(PORT, '127.0.0.1');
+    let text = '';
+    c.on('data', (d: Buffer) => (text += d.toString()));
+    c.on('error', () => resolve(''));
+    c.on('close', () => resolve(text));
+    const enc = (a: string[]) => `*${a.length}\r\n${a.map((x) => `$${Buffer.byteLength(x)}\r\n${x}\r\n`).join('')}`;
+    c.write(enc(args) + enc(['QUIT']));
+  });
+}
+
+const waitFor = async (what: string, ok: () => boolean, ms = 20000) => {
   const end = Date.now() + ms;
   while (!ok()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
@@ -74,20 +89,22 @@ const waitFor = async (what: string, ok: () => boolean, ms = 5000) => {
 before(async () => {
   if (!hasRedis) return;
   redis = spawn('redis-server', ['--port', String(PORT), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  await new Promise((r) => setTimeout(r, 300));
+  await waitUntil('redis-server to answer PING', async () => (await redisCmd('PING')).startsWith('+PONG'));
 });
 after(() => {
   redis?.kill('SIGKILL');
 });
 
-test('an IPv6 flow written by one node is adopted by the other and keeps its real server', { skip: hasRedis ? false : 'redis-server missing' }, async () => {
+test('an IPv6 flow written by one node is adopted by the other and keeps its real server', { skip: needTool(hasRedis, 'redis-server') }, async () => {
   const a = node('a');
   const b = node('b');
   a.sync.start();
   b.sync.start();
   try {
     await waitFor('both nodes connected', () => a.sync.stats.connected && b.sync.stats.connected);
-    await new Promise((r) => setTimeout(r, 200)); // b's subscription
+    // Both nodes subscribed to the flow channel (b learns a's writes from it).
+    const channel = `${b.keyPrefix}flows`;
+    await waitUntil('both nodes subscribed', async () => /:(\d+)\r\n/.exec(await redisCmd('PUBSUB', 'NUMSUB', channel))?.[1] === '2');
     const syn = tcp6({ src: CLIENT, dst: VIP, sport: 45000, dport: 80, flags: TCPF_SYN });
     assert.equal(a.run(syn), FORWARD);
     const rip = field6(syn).dst;

@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { apiCall } from '../../control/client';
 import { Lab, LAB_VIP } from '../../lab/lab';
+import { needTool } from '../helpers/wait';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const isRoot = process.getuid?.() === 0;
@@ -167,7 +168,7 @@ interface Conn {
   expiresIn: number;
 }
 
-describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 300_000 }, () => {
+describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)', { skip: needTool(isRoot, 'root (network namespaces, TUN)'), timeout: 300_000 }, () => {
   const lab = new Lab({ prefix: `uvsc${process.pid % 100000}`, realServers: 2 });
   const rs = lab.rsAddrs;
   const services = (members = rs) => [

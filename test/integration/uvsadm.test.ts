@@ -10,12 +10,13 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
 import { servicesTable } from '../../control/names';
+import { needTool } from '../helpers/wait';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
 const isRoot = process.getuid?.() === 0;
 
-describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 600_000 }, () => {
+describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: needTool(isRoot, 'root (network namespaces, TUN)'), timeout: 600_000 }, () => {
   const lab = new Lab({ prefix: `uva${process.pid % 100000}` });
   const [rs1, rs2, rs3] = lab.rsAddrs as [string, string, string];
   const web = `${LAB_VIP}:80`;
@@ -216,18 +217,14 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: isRoot ? false :
     const outside = uvsadm('-A -t 10.9.9.9:80');
     assert.equal(outside.status, 255);
     assert.match(outside.stderr, /not inside dataplane\.vipCidrs/);
-    // Persistence: accepted (and listed, saved) once uvsd implements it, else refused with the reason.
+    // Persistence (-p, -M): accepted, listed and saved as ipvsadm prints them; -E without -p drops it.
     const p = uvsadm(`-A -t ${LAB_VIP}:86 -s rr -p 60 -M 255.255.255.0`);
-    if (p.status === 0) {
-      assert.match(ok(`-Ln -t ${LAB_VIP}:86`), new RegExp(`TCP  ${LAB_VIP}:86 rr persistent 60 mask 255\\.255\\.255\\.0`));
-      assert.match(ok('-Sn'), new RegExp(`-A -t ${LAB_VIP}:86 -s rr -p 60 -M 255\\.255\\.255\\.0`));
-      ok(`-E -t ${LAB_VIP}:86 -s rr`);
-      assert.equal(ok(`-Ln -t ${LAB_VIP}:86`).split('\n')[2], `TCP  ${LAB_VIP}:86 rr`, '-E without -p removes persistence');
-      ok(`-D -t ${LAB_VIP}:86`);
-    } else {
-      assert.equal(p.status, 255);
-      assert.match(p.stderr, /UVS_ERR_CONFIG_UNSUPPORTED: .*persistence/);
-    }
+    assert.deepEqual([p.status, p.stderr], [0, ''], '-p is accepted');
+    assert.match(ok(`-Ln -t ${LAB_VIP}:86`), new RegExp(`TCP  ${LAB_VIP}:86 rr persistent 60 mask 255\\.255\\.255\\.0`));
+    assert.match(ok('-Sn'), new RegExp(`-A -t ${LAB_VIP}:86 -s rr -p 60 -M 255\\.255\\.255\\.0`));
+    ok(`-E -t ${LAB_VIP}:86 -s rr`);
+    assert.equal(ok(`-Ln -t ${LAB_VIP}:86`).split('\n')[2], `TCP  ${LAB_VIP}:86 rr`, '-E without -p removes persistence');
+    ok(`-D -t ${LAB_VIP}:86`);
     // Usage and value errors never reach uvsd.
     assert.deepEqual(uvsadm('-n -L'), { status: 255, stdout: '', stderr: "Try `uvsadm -h' or 'uvsadm --help' for more information.\n" });
     assert.deepEqual(uvsadm(`-A -t ${LAB_VIP}`), { status: 2, stdout: '', stderr: 'Zero port specified for non-persistent service\n' });

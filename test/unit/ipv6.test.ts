@@ -140,11 +140,17 @@ test('IPv6 path MTU: larger than the route to the server → Packet Too Big from
 
 test('IPv6 persistence: one template per client prefix (-M as a prefix length)', () => {
   const { run } = setup('masq', 'tcp', { persistence: 60, netmask: 64 });
-  const servers = new Set<string>();
-  for (let i = 0; i < 6; i++) servers.add(field6(run(tcp6({ src: `2001:db8:1::${i + 1}`, dst: VIP, sport: 42000 + i, dport: 80, flags: TCPF_SYN })).pkt).dst);
-  assert.equal(servers.size, 1, 'the whole /64 sticks to one server');
-  const other = field6(run(tcp6({ src: '2001:db8:2::1', dst: VIP, sport: 43000, dport: 80, flags: TCPF_SYN })).pkt).dst;
-  assert.ok(RS.includes(other));
+  const server = (src: string, sport: number) => field6(run(tcp6({ src, dst: VIP, sport, dport: 80, flags: TCPF_SYN })).pkt).dst;
+  const first = server('2001:db8:1::1', 42000);
+  // The whole /64 sticks, down to its last interface-identifier bit.
+  const inPrefix = ['2001:db8:1::2', '2001:db8:1::6', '2001:db8:1:0:ffff:ffff:ffff:ffff', '2001:db8:1:0:8000::'];
+  assert.deepEqual(inPrefix.map((c, i) => server(c, 42001 + i)), inPrefix.map(() => first), 'the whole /64 sticks to one server');
+  // The neighbouring /64 (differs in bit 63 only) gets its own template: rr's next server.
+  const next = server('2001:db8:1:1::1', 43000);
+  assert.ok(RS.includes(next));
+  assert.notEqual(next, first, 'another /64 is scheduled afresh (rr moves on), not pinned to the first one');
+  assert.equal(server('2001:db8:1:1::2', 43001), next);
+  assert.equal(server('2001:db8:1::7', 43002), first, 'the first prefix is still pinned');
 });
 
 test('SCTP over IPv6: an INIT goes to a real server and the INIT ACK comes back from [VIP], CRC32c valid', () => {

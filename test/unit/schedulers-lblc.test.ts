@@ -104,9 +104,13 @@ test('lblcr drops the most loaded member on a hit more than 24 h after the set l
   assert.deepEqual(lblcrSet(m.state, m.base, vip), [server(m, B).rs]);
 });
 
-test('the lblcr collector drops an unused entry after 24 h like lblc', () => {
-  const m = service('lblcr', ABC);
-  assert.equal(pick(m, at(0)), C);
-  collect(m, 1440);
-  assert.deepEqual(lblcrSet(m.state, m.base, input().vaddr), []);
+test('the lblcr collector keeps an entry through the full check before 24 h and drops it at the one at 24 h, like lblc', () => {
+  // Last use at t=0; full checks at runs 30, 60, …: run 1410 (23.5 h) keeps it, run 1440 (24 h) drops it.
+  const keep = service('lblcr', ABC);
+  const drop = service('lblcr', ABC);
+  for (const m of [keep, drop]) assert.equal(pick(m, at(0)), C);
+  collect(keep, 1439);
+  collect(drop, 1440);
+  assert.deepEqual(lblcrSet(keep.state, keep.base, input().vaddr), [server(keep, C).rs]);
+  assert.deepEqual(lblcrSet(drop.state, drop.base, input().vaddr), []);
 });
