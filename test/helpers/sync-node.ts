@@ -109,6 +109,9 @@ export function syncNode(id: string, o: NodeOptions) {
   model.remoteConns = (service, realServer) => sync.remoteCounts(service, realServer);
   const apply = (servers: string[]) => proc.setSnapshot(model.apply(validateConfig(doc(servers))));
   const counter = (i: number) => counters[i]!;
-  return { sync, table, model, proc, run, replayed, apply, counter, stop: () => sync.stop() };
+  const r = new Int32Array(ring);
+  /** Every flow the worker queued has been written: its ring is drained and the write queue empty. */
+  const allWritten = () => Atomics.load(r, L.RG_SYNC_HEAD) === Atomics.load(r, L.RG_SYNC_TAIL) && sync.stats.queueDepth === 0;
+  return { sync, table, model, proc, run, replayed, apply, counter, allWritten, stop: () => sync.stop() };
 }
 export type SyncNode = ReturnType<typeof syncNode>;

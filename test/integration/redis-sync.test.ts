@@ -76,6 +76,30 @@ test('Redis down: the write queue keeps the newest maxQueue records, drops the o
   }
 });
 
+test('writes Redis refuses (out of memory) stay queued and are written once it accepts them again', { skip, timeout: 60_000 }, async () => {
+  const P = 'm:';
+  const a = syncNode('a', { redis: { url: url(), keyPrefix: P } });
+  a.sync.start();
+  try {
+    await waitFor('a connected', () => a.sync.stats.connected);
+    // noeviction and a 1-byte limit: every SET is refused with an OOM error, the connection stays up.
+    await w.config('SET', 'maxmemory-policy', 'noeviction');
+    await w.config('SET', 'maxmemory', '1');
+    for (let i = 0; i < 20; i++) open(a, '198.51.100.8', 21000 + i);
+    await waitFor('refused writes', () => a.sync.stats.errors >= 2);
+    assert.equal(a.sync.stats.connected, true, 'still connected: Redis answers, with errors');
+    assert.equal(a.sync.stats.written, 0);
+    assert.equal(a.sync.stats.queueDepth, 20, 'the refused records are kept');
+    await w.config('SET', 'maxmemory', '0');
+    await waitFor('written', () => a.allWritten());
+    assert.equal(a.sync.stats.written, 20);
+    assert.deepEqual(await storedPorts(P), Array.from({ length: 20 }, (_, i) => 21000 + i));
+  } finally {
+    await w.config('SET', 'maxmemory', '0');
+    await a.stop();
+  }
+});
+
 test('parked packets: a hit is installed and the packet replayed to the recorded server, a miss dropped (counted); a SYN never waits', { skip, timeout: 60_000 }, async () => {
   const P = 'p:';
   const a = syncNode('a', { redis: { url: url(), keyPrefix: P } });
