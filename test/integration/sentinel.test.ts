@@ -63,9 +63,9 @@ async function storedPorts(port: number, prefix: string): Promise<Set<number>> {
 }
 
 test('Sentinel failover during traffic: forwarding goes on, the nodes follow the new master, flows opened since the kill are written there and adopted', { skip, timeout: 120_000 }, async (t) => {
-  const master = await startRedis(MASTER);
+  const master = await startRedis(MASTER, ['--dir', dir]); // a replica's full sync writes an RDB there
   procs.push(master);
-  procs.push(await startRedis(REPLICA, ['--replicaof', '127.0.0.1', String(MASTER)]));
+  procs.push(await startRedis(REPLICA, ['--dir', dir, '--replicaof', '127.0.0.1', String(MASTER)]));
   await waitFor('the replica in sync', async () => /master_link_status:up/.test(await info(REPLICA, 'replication')));
   const conf = join(dir, 'sentinel.conf');
   writeFileSync(
