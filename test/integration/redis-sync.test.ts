@@ -17,7 +17,7 @@ import { field, tcp } from '../helpers/packets';
 import { hasCommand, RS, startRedis, syncNode, VIP, waitFor, type SyncNode } from '../helpers/sync-node';
 
 const skip = hasCommand('redis-server') ? false : 'redis-server missing';
-const PORT = 31000 + (process.pid % 5000);
+const PORT = 31000 + (process.pid % 4000) * 2; // and PORT + 1: below the Sentinel test's 36000+
 const LATE_PORT = PORT + 1;
 const servers: ChildProcess[] = [];
 let w: Redis;
