@@ -245,7 +245,9 @@ export class Lab {
   /** Stops uvsd with SIGTERM and waits for it to remove what it created. */
   async stopUvsd(timeoutMs = 10000): Promise<number | null> {
     const c = this.uvsd;
-    if (!c || c.exitCode !== null) return c?.exitCode ?? null;
+    // A child killed by a signal has exitCode null and signalCode set: it is gone too, and waiting
+    // for its 'exit' (already emitted) would never end — nor would the lab's removal after it.
+    if (!c || c.exitCode !== null || c.signalCode !== null) return c?.exitCode ?? null;
     const done = new Promise<number | null>((r) => c.once('exit', (code) => r(code)));
     c.kill('SIGTERM');
     const t = setTimeout(() => c.kill('SIGKILL'), timeoutMs);

@@ -22,6 +22,7 @@ if [ "${1:-}" != "--no-system" ] && [ "$(id -u)" = 0 ]; then
   have tcpdump || need+=(tcpdump)           # reads flow-sampling captures back (tests)
   have bird || need+=(bird2) # BGP speaker of the ECMP lab (lab/ecmp-lab.ts)
   have nginx || [ -x /usr/sbin/nginx ] || need+=(nginx) # PROXY protocol lab: a real server that reads the header
+  have redis-sentinel || need+=(redis-sentinel)
   if [ ${#need[@]} -gt 0 ]; then
     echo "uvs: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive

@@ -1,0 +1,117 @@
+/**
+ * In-process uvs nodes for tests against a real Redis: the real table, service model, packet
+ * processor and RedisSync, wired as control/daemon.ts wires them (counts from the model, other
+ * nodes' counts into the drain check, replayed packets back through the processor), with no
+ * device. And a real redis-server (or redis-sentinel) on loopback, started and awaited.
+ */
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import Redis from 'ioredis';
+import pino from 'pino';
+import * as L from '../../conntrack/layout';
+import { RedisSync } from '../../conntrack/redis-sync';
+import { ConnTable, createRealServerRegion } from '../../conntrack/table';
+import { TCP_DEFAULT_TIMEOUTS } from '../../conntrack/state';
+import { validateConfig } from '../../control/config';
+import { ServiceModel } from '../../control/services';
+import { PacketProcessor } from '../../lb/processor';
+import { field } from './packets';
+
+export function hasCommand(cmd: string): boolean {
+  try {
+    return execFileSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' }).trim() !== '';
+  } catch {
+    return false;
+  }
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export async function waitFor(what: string, ok: () => boolean | Promise<boolean>, ms = 15_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await ok())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+/** True once a Redis (server or sentinel) answers PING on 127.0.0.1:port. */
+export async function answers(port: number): Promise<boolean> {
+  const c = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  c.on('error', () => undefined);
+  try {
+    await c.connect();
+    return (await c.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    c.disconnect();
+  }
+}
+
+/** Starts `redis-server` on 127.0.0.1:port with no persistence (extra arguments appended) and waits for it. */
+export async function startRedis(port: number, extra: string[] = [], bin = 'redis-server'): Promise<ChildProcess> {
+  const p = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extra], { stdio: 'ignore' });
+  await waitFor(`${bin} on ${port}`, () => answers(port));
+  return p;
+}
+
+export const VIP = '10.96.0.10';
+export const RS = ['10.1.0.1', '10.1.0.2', '10.1.0.3'];
+
+export interface NodeOptions {
+  /** The `redis:` section (url or sentinels…, nodeId is the node's id). */
+  redis: Record<string, unknown>;
+  realServers?: string[];
+  protocol?: 'tcp' | 'udp';
+  tableSize?: number;
+}
+
+/** One node: `run` a packet through it; `apply` another list of real servers (a reload). */
+export function syncNode(id: string, o: NodeOptions) {
+  const tableSize = o.tableSize ?? 4096;
+  const doc = (servers: string[]) => ({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize, maxRealServers: 16, maxServices: 8 },
+    services: [{ protocol: o.protocol ?? 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: servers.map((a) => ({ address: a, port: 8080 })) }],
+    redis: { nodeId: id, ...o.redis },
+  });
+  const cfg = validateConfig(doc(o.realServers ?? RS));
+  const rsSab = createRealServerRegion(16);
+  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
+  const model = new ServiceModel(rsSab, schedSab, 16, 8);
+  const table = new ConnTable(ConnTable.create(tableSize, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
+  model.now = () => table.now();
+  const ring = new SharedArrayBuffer(L.ringBytes());
+  const counters = new Float64Array(L.counterWords(16, 8));
+  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, model.apply(cfg), new Uint8Array(4096));
+  proc.setRing(ring);
+  const run = (pkt: Uint8Array) => {
+    proc.now = table.now();
+    proc.outOff = 0;
+    return proc.process(pkt, 0, pkt.length);
+  };
+  /** Packets the sync replayed after a lookup hit, with what the processor then did with them. */
+  const replayed: { verdict: number; dst: string }[] = [];
+  const sync = new RedisSync(
+    cfg.redis!,
+    table,
+    [ring],
+    {
+      names: (_svc, rs) => model.namesOfSlot(rs),
+      target: (service, realServer) => model.flowTarget(service, realServer),
+      counts: () => {
+        const out: Record<string, [number, number]> = {};
+        for (const s of model.list()) for (const r of s.realServers) out[`${s.key}|${r.address}:${r.port}`] = [r.activeConns, r.inactConns];
+        return out;
+      },
+    },
+    (pkt) => replayed.push({ verdict: run(pkt), dst: field(pkt).dst }),
+    pino({ level: 'silent' }),
+  );
+  model.remoteConns = (service, realServer) => sync.remoteCounts(service, realServer);
+  const apply = (servers: string[]) => proc.setSnapshot(model.apply(validateConfig(doc(servers))));
+  const counter = (i: number) => counters[i]!;
+  const r = new Int32Array(ring);
+  /** Every flow the worker queued has been written: its ring is drained and the write queue empty. */
+  const allWritten = () => Atomics.load(r, L.RG_SYNC_HEAD) === Atomics.load(r, L.RG_SYNC_TAIL) && sync.stats.queueDepth === 0;
+  return { sync, table, model, proc, run, replayed, apply, counter, allWritten, stop: () => sync.stop() };
+}
+export type SyncNode = ReturnType<typeof syncNode>;

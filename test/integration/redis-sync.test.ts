@@ -1,0 +1,178 @@
+/**
+ * The Redis sync's promises (README "Several nodes and Redis") against a real redis-server on
+ * loopback, with in-process nodes (test/helpers/sync-node.ts): the write queue is bounded while
+ * Redis is down — the oldest records are dropped and counted, the rest written after the
+ * reconnect; a mid-flow packet that finds nothing is parked while Redis is asked, replayed on a
+ * hit and dropped on a miss, and the first packet of a new flow never waits; a drain waits for
+ * the connections every node reports, not only this node's.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ChildProcess } from 'node:child_process';
+import Redis from 'ioredis';
+import * as L from '../../conntrack/layout';
+import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
+import { DROP, FORWARD } from '../../lb/processor';
+import { field, tcp } from '../helpers/packets';
+import { hasCommand, RS, startRedis, syncNode, VIP, waitFor, type SyncNode } from '../helpers/sync-node';
+
+const skip = hasCommand('redis-server') ? false : 'redis-server missing';
+const PORT = 31000 + (process.pid % 4000) * 2; // and PORT + 1: below the Sentinel test's 36000+
+const LATE_PORT = PORT + 1;
+const servers: ChildProcess[] = [];
+let w: Redis;
+
+before(async () => {
+  if (skip) return;
+  servers.push(await startRedis(PORT));
+  w = new Redis(PORT, '127.0.0.1', { maxRetriesPerRequest: 1 });
+});
+after(() => {
+  w?.disconnect();
+  for (const p of servers) p.kill('SIGKILL');
+});
+
+const url = (port = PORT) => `redis://127.0.0.1:${port}`;
+/** A TCP connection's opening from a client: SYN, then two ACKs (its 3rd packet queues it for Redis). */
+function open(n: SyncNode, client: string, sport: number): string {
+  const syn = tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_SYN });
+  assert.equal(n.run(syn), FORWARD);
+  for (let i = 0; i < 2; i++) assert.equal(n.run(tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_ACK })), FORWARD);
+  return field(syn).dst;
+}
+/** Client source ports of the flow records stored under a prefix (client→server keys). */
+async function storedPorts(prefix: string, port = PORT): Promise<number[]> {
+  const c = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
+  try {
+    const keys = await c.keys(`${prefix}c:*`);
+    const recs = keys.length ? await c.mget(keys) : [];
+    return recs.map((r) => Number(r!.split('|')[2]) >>> 16).sort((x, y) => x - y);
+  } finally {
+    c.disconnect();
+  }
+}
+
+test('Redis down: the write queue keeps the newest maxQueue records, drops the oldest (counted), and writes the rest after the reconnect', { skip, timeout: 60_000 }, async () => {
+  const P = 'q:';
+  // Nothing listens on LATE_PORT yet: the node starts with Redis down.
+  const a = syncNode('a', { redis: { url: url(LATE_PORT), keyPrefix: P, maxQueue: 100 } });
+  a.sync.start();
+  try {
+    assert.equal(a.sync.stats.connected, false);
+    for (let i = 0; i < 150; i++) open(a, '198.51.100.7', 20000 + i); // oldest first
+    await waitFor('the queue to be collected', () => a.sync.stats.dropped + a.sync.stats.queueDepth === 150);
+    assert.equal(a.sync.stats.queueDepth, 100, 'bounded at maxQueue');
+    assert.equal(a.sync.stats.dropped, 50, 'the rest dropped and counted');
+    assert.equal(a.sync.stats.written, 0);
+    assert.equal(a.table.count(), 150, 'forwarding state is untouched');
+
+    servers.push(await startRedis(LATE_PORT));
+    await waitFor('the reconnect and the flush', () => a.sync.stats.connected && a.sync.stats.queueDepth === 0, 30_000);
+    assert.equal(a.sync.stats.written, 100);
+    const ports = await storedPorts(P, LATE_PORT);
+    assert.deepEqual(ports, Array.from({ length: 100 }, (_, i) => 20050 + i), 'the 100 newest flows were written, the 50 oldest dropped');
+  } finally {
+    await a.stop();
+  }
+});
+
+test('writes Redis refuses (out of memory) stay queued and are written once it accepts them again', { skip, timeout: 60_000 }, async () => {
+  const P = 'm:';
+  const a = syncNode('a', { redis: { url: url(), keyPrefix: P } });
+  a.sync.start();
+  try {
+    await waitFor('a connected', () => a.sync.stats.connected);
+    // noeviction and a 1-byte limit: every SET is refused with an OOM error, the connection stays up.
+    await w.config('SET', 'maxmemory-policy', 'noeviction');
+    await w.config('SET', 'maxmemory', '1');
+    for (let i = 0; i < 20; i++) open(a, '198.51.100.8', 21000 + i);
+    await waitFor('refused writes', () => a.sync.stats.errors >= 2);
+    assert.equal(a.sync.stats.connected, true, 'still connected: Redis answers, with errors');
+    assert.equal(a.sync.stats.written, 0);
+    assert.equal(a.sync.stats.queueDepth, 20, 'the refused records are kept');
+    await w.config('SET', 'maxmemory', '0');
+    await waitFor('written', () => a.allWritten());
+    assert.equal(a.sync.stats.written, 20);
+    assert.deepEqual(await storedPorts(P), Array.from({ length: 20 }, (_, i) => 21000 + i));
+  } finally {
+    await w.config('SET', 'maxmemory', '0');
+    await a.stop();
+  }
+});
+
+test('parked packets: a hit is installed and the packet replayed to the recorded server, a miss dropped (counted); a SYN never waits', { skip, timeout: 60_000 }, async () => {
+  const P = 'p:';
+  const a = syncNode('a', { redis: { url: url(), keyPrefix: P } });
+  a.sync.start();
+  let b: SyncNode | null = null;
+  try {
+    await waitFor('a connected', () => a.sync.stats.connected);
+    const rip = open(a, '192.0.2.10', 43000);
+    await waitFor('a to write its flow', async () => (await storedPorts(P)).includes(43000));
+    // b starts after the write: it missed the change stream and must ask Redis.
+    b = syncNode('b', { redis: { url: url(), keyPrefix: P } });
+    b.sync.start();
+    await waitFor('b connected', () => b!.sync.stats.connected);
+    assert.equal(b.table.count(), 0);
+
+    // The first packet of a new flow is scheduled at once, never parked.
+    assert.equal(b.run(tcp({ src: '192.0.2.99', dst: VIP, sport: 44000, dport: 80, flags: TCPF_SYN })), FORWARD);
+    assert.equal(b.counter(L.C_PARKED), 0);
+
+    // A mid-flow packet of a's flow: parked (not answered with a RST), looked up, replayed.
+    const mid = tcp({ src: '192.0.2.10', dst: VIP, sport: 43000, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(20) });
+    assert.equal(b.run(mid), DROP, 'parked: nothing goes out yet');
+    assert.equal(b.counter(L.C_PARKED), 1);
+    await waitFor('the replay', () => b!.replayed.length === 1);
+    assert.deepEqual(b.replayed[0], { verdict: FORWARD, dst: rip }, 'replayed to the server a chose');
+    assert.equal(b.sync.stats.lookups.hit, 1);
+    assert.equal(b.counter(L.C_ADOPTED), 1, 'the replayed packet adopted the installed entry');
+    // Later packets find the entry: no more parking.
+    assert.equal(b.run(tcp({ src: '192.0.2.10', dst: VIP, sport: 43000, dport: 80, flags: TCPF_ACK })), FORWARD);
+    assert.equal(b.counter(L.C_PARKED), 1);
+
+    // A flow Redis does not know: parked, missed, dropped — no replay, no entry.
+    const before = b.table.count();
+    assert.equal(b.run(tcp({ src: '192.0.2.11', dst: VIP, sport: 43001, dport: 80, flags: TCPF_ACK })), DROP);
+    await waitFor('the miss', () => b!.sync.stats.lookups.miss === 1);
+    assert.equal(b.replayed.length, 1, 'nothing replayed');
+    assert.equal(b.table.count(), before, 'no entry installed');
+    assert.equal(b.sync.stats.parkedWaiting, 0, 'nothing left waiting');
+  } finally {
+    await a.stop();
+    await b?.stop();
+  }
+});
+
+test('a drain waits for the connections other nodes report: the server is deleted only once the cluster-wide count is 0', { skip, timeout: 60_000 }, async () => {
+  const P = 'd:';
+  const a = syncNode('a', { redis: { url: url(), keyPrefix: P, countsInterval: 0.2 } });
+  const b = syncNode('b', { redis: { url: url(), keyPrefix: P, countsInterval: 0.2 } });
+  a.sync.start();
+  b.sync.start();
+  try {
+    await waitFor('connected', () => a.sync.stats.connected && b.sync.stats.connected);
+    // a carries one established connection to X; b carries none.
+    const x = open(a, '192.0.2.20', 45000);
+    const service = a.model.list()[0]!.key;
+    await waitFor('b to see a\'s count', () => b.sync.remoteCounts(service, `${x}:8080`)[0] === 1);
+    assert.equal(b.model.list()[0]!.realServers.find((r) => r.address === x)!.activeConns, 0, 'b has no connection of its own to X');
+
+    // X is removed from b's configuration: kept at weight 0 and drained, because a still uses it.
+    b.apply(RS.filter((r) => r !== x));
+    assert.deepEqual(b.model.drains().map((d) => d.realServer), [`${x}:8080`]);
+    assert.equal(b.model.list()[0]!.realServers.find((r) => r.address === x)!.weight, 0);
+    assert.equal(b.model.checkDrains(), false, 'still a connection on another node');
+    assert.equal(b.model.drains().length, 1);
+
+    // a's connection ends (its entry expires): once a reports 0, b's next check deletes X.
+    a.table.expire((a.table.now() + 3600_000) | 0);
+    await waitFor('b to see a\'s count drop', () => b.sync.remoteCounts(service, `${x}:8080`)[0] === 0);
+    assert.equal(b.model.checkDrains(), true);
+    assert.equal(b.model.drains().length, 0);
+    assert.equal(b.model.list()[0]!.realServers.some((r) => r.address === x), false, 'X deleted');
+  } finally {
+    await a.stop();
+    await b.stop();
+  }
+});

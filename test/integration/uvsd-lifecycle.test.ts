@@ -1,0 +1,245 @@
+/**
+ * uvsd's life as the README tells it, against a real uvsd in the namespace lab (a real
+ * redis-server on the LB namespace's own loopback, curl and node sockets as clients):
+ * every metric name the README lists is exported; `uvsadm --reload` applies a changed file and
+ * rejects a bad one (while a file change alone, with the watch off, changes nothing); `/livez`
+ * answers 503 while a killed worker is restarted, then 200; TCP health checks quiesce and restore
+ * a TCP and an SCTP service's servers; kube-proxy's `syncPeriod` reloads the file by itself and
+ * `excludeCIDRs` keeps runtime services in its ranges across those reloads; `uvsd --cleanup`
+ * removes what a SIGKILLed uvsd left, and a new uvsd cleans up by itself.
+ * The tests run in order and share the lab (one file: one lab, ~1 minute).
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { apiCall } from '../../control/client';
+import { hasCommand, Lab, LAB_VIP, sleep } from '../../lab/lab';
+
+const ROOT = join(__dirname, '..', '..', '..');
+const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
+const UVSD = join(ROOT, 'dist', 'control', 'uvsd.js');
+const isRoot = process.getuid?.() === 0;
+const skip = !isRoot ? 'integration tests need root (network namespaces, TUN)' : !hasCommand('redis-server') ? 'redis-server missing' : false;
+
+interface RsView {
+  address: string;
+  port: number;
+  weight: number;
+  healthy: boolean;
+}
+interface SvcView {
+  protocol: string;
+  address: string;
+  port: number;
+  realServers: RsView[];
+}
+
+/** The metric names the README's "Metrics and health" section lists (labels in braces dropped). */
+function readmeMetricNames(): string[] {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const start = readme.indexOf('### Metrics and health');
+  const end = readme.indexOf('\n### ', start + 1);
+  assert.ok(start > 0 && end > start, 'the README has a Metrics and health section');
+  const names = new Set<string>();
+  for (const m of readme.slice(start, end).matchAll(/`((?:uvs|node_ipvs)_[a-z0-9_]+)(?:\{[^`]*\})?`/g)) names.add(m[1]!);
+  return [...names];
+}
+
+describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
+  const lab = new Lab({ prefix: `uvl${process.pid % 100000}` });
+  const rs = lab.rsAddrs;
+  const hc = { type: 'tcp', interval: 0.3, timeout: 0.3, rise: 2, fall: 2 };
+  const baseServices = [
+    { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', healthCheck: hc, realServers: rs.map((a) => ({ address: a, port: 8080 })) },
+    { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
+    // No SCTP client exists here; the check is TCP, on the servers' TCP echo port.
+    { protocol: 'sctp', address: LAB_VIP, port: 3868, scheduler: 'rr', healthCheck: { ...hc, port: 9007 }, realServers: rs.map((a) => ({ address: a, port: 3868 })) },
+  ];
+  const redis = { url: 'redis://127.0.0.1:6379', nodeId: 'life' };
+  let configFile = '';
+  const write = (services: unknown[], extra: Record<string, unknown> = {}) => writeFileSync(configFile, stringify(lab.config(services, { redis, reload: { watch: false }, ...extra })));
+
+  const api = <T>(method: string, path: string, body?: unknown) => apiCall<T>(lab.socket, method, path, body);
+  const services = async () => (await api<{ services: SvcView[] }>('GET', '/v1/services')).body.services;
+  const hasService = async (address: string, port: number) => (await services()).some((s) => s.address === address && s.port === port);
+  const uvsadm = (...args: string[]) => spawnSync(process.execPath, [UVSADM, '--socket', lab.socket, ...args], { encoding: 'utf8', timeout: 30_000 });
+  const scrape = () => lab.exec(lab.lbNs, 'curl', ['-s', '-m', '5', 'http://127.0.0.1:10249/metrics']);
+  const sample = (text: string, re: string) => Number(new RegExp(`^${re} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const waitFor = async (what: string, fn: () => boolean | Promise<boolean>, timeoutMs = 20_000) => {
+    const deadline = Date.now() + timeoutMs;
+    while (!(await fn())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await sleep(100);
+    }
+  };
+  const curl = () => lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', `http://${LAB_VIP}/`]).split('\n')[0];
+  const rules = (pref: number) => lab.ip(lab.lbNs, ['rule', 'show', 'pref', String(pref)]).split('\n').filter(Boolean);
+
+  before(async () => {
+    lab.up();
+    await lab.waitServers();
+    // Redis on the LB namespace's own loopback: private to this lab, gone with it.
+    lab.spawn(lab.lbNs, 'redis-server', ['--port', '6379', '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no']).unref();
+    configFile = join(lab.dir, 'uvs.yaml');
+    write(baseServices);
+    await lab.startUvsd(configFile);
+    await waitFor('uvsd connected to Redis', () => /^uvs_redis_connected 1$/m.test(scrape()), 60_000);
+  });
+
+  after(async () => {
+    await lab.stopUvsd();
+    lab.down();
+  });
+
+  test('every metric the README lists is exported by a live uvsd (with Redis), and every uvs_ metric exported is listed', () => {
+    const listed = readmeMetricNames();
+    assert.ok(listed.length >= 60, `${listed.length} names found in the README`);
+    const text = scrape();
+    const exported = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]!));
+    assert.deepEqual(listed.filter((n) => !exported.has(n)), [], 'listed in the README but not exported');
+    const ours = [...exported].filter((n) => n.startsWith('uvs_') || n.startsWith('node_ipvs_'));
+    assert.deepEqual(ours.filter((n) => !listed.includes(n)), [], 'exported but not in the README');
+  });
+
+  test('uvsadm --reload applies a changed file (a file change alone does nothing with the watch off) and refuses a bad one', async () => {
+    const before = scrape();
+    const ok0 = sample(before, 'uvs_config_reloads_total\\{result="ok"\\}');
+    const failed0 = sample(before, 'uvs_config_reloads_total\\{result="failed"\\}');
+    const extra = { protocol: 'tcp', address: LAB_VIP, port: 81, scheduler: 'wrr', realServers: [{ address: rs[0], port: 8080 }] };
+    write([...baseServices, extra]);
+    await sleep(1500);
+    assert.equal(await hasService(LAB_VIP, 81), false, 'reload.watch: false — the file is not read by itself');
+    const r = uvsadm('--reload');
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /configuration reloaded/);
+    assert.equal(await hasService(LAB_VIP, 81), true);
+    assert.match(uvsadm('-Ln').stdout, /TCP {2}10\.200\.0\.10:81 wrr/);
+    assert.equal(lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', `http://${LAB_VIP}:81/`]).split('\n')[0], 'rs1', 'the new service carries traffic');
+
+    // A bad file: refused with the field and the reason; the running configuration stays.
+    const bad = structuredClone(baseServices) as { realServers: { weight?: number }[] }[];
+    bad[0]!.realServers[1]!.weight = -1;
+    write(bad);
+    const b = uvsadm('--reload');
+    assert.notEqual(b.status, 0);
+    assert.match(b.stderr, /services\[0\]\.realServers\[1\]\.weight/);
+    assert.match(b.stderr, /between 0 and 65535, got -1/);
+    assert.equal(await hasService(LAB_VIP, 81), true, 'the running configuration is kept');
+    const after = scrape();
+    assert.equal(sample(after, 'uvs_config_reloads_total\\{result="ok"\\}'), ok0 + 1);
+    assert.equal(sample(after, 'uvs_config_reloads_total\\{result="failed"\\}'), failed0 + 1);
+    // Back to the base file: :81's server had a connection, so it drains (weight 0) before it goes.
+    write(baseServices);
+    assert.equal(uvsadm('--reload').status, 0);
+    const gone = (await services()).find((s) => s.port === 81);
+    assert.ok(gone === undefined || gone.realServers.every((r) => r.weight === 0), 'removed, or draining');
+  });
+
+  test('/livez answers 503 while a killed worker is down and 200 once it is restarted; traffic goes on', async () => {
+    assert.equal(lab.exec(lab.lbNs, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', 'http://127.0.0.1:10256/livez']), '200');
+    // A poller in the LB namespace asks /livez back to back (one kept-alive connection) and
+    // records every change of answer; uvsadm kills worker 0 while it runs.
+    const poller = `
+      const http = require('http');
+      const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+      const seen = []; let last = 0; const end = Date.now() + Number(process.argv[1]);
+      const one = () => {
+        if (Date.now() > end) { console.log(JSON.stringify(seen)); process.exit(0); }
+        http.get({ host: '127.0.0.1', port: 10256, path: '/livez', agent }, (res) => {
+          let b = ''; res.on('data', (d) => (b += d));
+          res.on('end', () => { if (res.statusCode !== last) { last = res.statusCode; seen.push([res.statusCode, JSON.parse(b)]); } one(); });
+        }).on('error', (e) => { seen.push([e.code, null]); setTimeout(one, 5); });
+      };
+      one();`;
+    const p = spawn('ip', ['netns', 'exec', lab.lbNs, process.execPath, '-e', poller, '6000'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const done = new Promise<void>((r) => p.once('exit', () => r()));
+    await sleep(1500);
+    const k = uvsadm('--kill-worker', '0');
+    assert.equal(k.status, 0, k.stderr);
+    await done;
+    const seen = JSON.parse(out) as [number, { healthy: boolean; workers: { id: number; up: boolean; restarts: number }[] }][];
+    assert.deepEqual(
+      seen.map(([s]) => s),
+      [200, 503, 200],
+      `answers seen: ${JSON.stringify(seen.map(([s, b]) => [s, b?.workers]))}`,
+    );
+    const down = seen[1]![1];
+    assert.equal(down.healthy, false);
+    assert.deepEqual(down.workers.find((w) => w.id === 0)!.up, false);
+    const up = seen[2]![1];
+    assert.deepEqual(up.workers.map((w) => [w.id, w.up, w.restarts]), [[0, true, 1], [1, true, 0]]);
+    assert.equal(sample(scrape(), 'uvs_worker_restarts_total\\{worker="0"\\}'), 1);
+    for (let i = 0; i < 4; i++) assert.match(curl() ?? '', /^rs\d$/, 'traffic after the restart');
+  });
+
+  test('TCP health checks quiesce a dead server in a TCP service and an SCTP service, and restore it', async () => {
+    const view = async (port: number) => (await services()).find((s) => s.port === port)!.realServers.find((r) => r.address === rs[0])!;
+    await waitFor('first checks', async () => (await api<{ checks: { checks: number }[] }>('GET', '/v1/health')).body.checks.every((c) => c.checks > 0));
+    assert.deepEqual([(await view(80)).weight, (await view(3868)).weight], [1, 1]);
+    lab.stopServer(0); // rs1's HTTP (8080) and TCP echo (9007) refuse from now on
+    await waitFor('rs1 quiesced in both services', async () => !(await view(80)).healthy && !(await view(3868)).healthy);
+    assert.deepEqual([(await view(80)).weight, (await view(3868)).weight], [0, 0]);
+    assert.equal((await services()).find((s) => s.port === 53)!.realServers.find((r) => r.address === rs[0])!.weight, 1, 'a service without checks is untouched');
+    for (let i = 0; i < 6; i++) assert.notEqual(curl(), 'rs1');
+    lab.startServer(0);
+    await waitFor('rs1 restored', async () => (await view(80)).healthy && (await view(3868)).healthy);
+    assert.deepEqual([(await view(80)).weight, (await view(3868)).weight], [1, 1]);
+  });
+
+  test('kube-proxy syncPeriod: the file is re-applied every period by itself; excludeCIDRs keep runtime services in their ranges', async () => {
+    await lab.stopUvsd();
+    const kube = { ipvs: { syncPeriod: '1s', minSyncPeriod: '0s', excludeCIDRs: ['10.200.0.128/25'] } };
+    write(baseServices, kube);
+    await lab.startUvsd(configFile);
+    const reloads = () => sample(scrape(), 'uvs_config_reloads_total\\{result="ok"\\}');
+    // Runtime services, as kube-proxy's peers or an operator add them: one in the excluded range.
+    for (const vip of ['10.200.0.200', '10.200.0.20']) {
+      const r = uvsadm('-A', '-t', `${vip}:80`, '-s', 'rr');
+      assert.equal(r.status, 0, r.stderr);
+    }
+    assert.ok((await hasService('10.200.0.200', 80)) && (await hasService('10.200.0.20', 80)));
+    // The file changes with no signal, no watch, no API call.
+    const extra = { protocol: 'tcp', address: LAB_VIP, port: 82, scheduler: 'rr', realServers: [{ address: rs[1], port: 8080 }] };
+    write([...baseServices, extra], kube);
+    await waitFor('the syncPeriod reload', () => hasService(LAB_VIP, 82), 10_000);
+    const n = reloads();
+    await waitFor('another period', () => reloads() >= n + 1, 10_000);
+    assert.equal(await hasService('10.200.0.20', 80), false, 'outside excludeCIDRs: removed, as the file does not have it');
+    assert.equal(await hasService('10.200.0.200', 80), true, 'inside excludeCIDRs: kept across reloads');
+  });
+
+  test('uvsd --cleanup removes what a SIGKILLed uvsd left; a new uvsd cleans up by itself and starts', async () => {
+    await lab.stopUvsd();
+    write(baseServices);
+    const child = await lab.startUvsd(configFile);
+    const fresh = rules(4711).length;
+    assert.ok(fresh >= 6, `reply rules installed: ${fresh}`);
+    assert.equal(rules(4710).length, 1, 'the device rule');
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    assert.equal(rules(4711).length, fresh, 'a killed uvsd leaves its rules behind');
+
+    const c = spawnSync('ip', ['netns', 'exec', lab.lbNs, process.execPath, UVSD, '--cleanup', '--config', configFile], { encoding: 'utf8', timeout: 60_000 });
+    assert.equal(c.status, 0, c.stderr);
+    assert.match(c.stdout, /removed uvs0/);
+    assert.deepEqual([rules(4711), rules(4710)], [[], []]);
+    assert.equal(lab.ip(lab.lbNs, ['route', 'show', 'table', '4711']).trim(), '');
+    assert.equal(spawnSync('ip', ['-n', lab.lbNs, 'link', 'show', 'uvs0']).status, 1, 'no device');
+
+    // Killed again, and started again without --cleanup: it removes the leftovers itself.
+    const again = await lab.startUvsd(configFile);
+    again.kill('SIGKILL');
+    await new Promise((r) => again.once('exit', r));
+    assert.equal(rules(4711).length, fresh);
+    await lab.startUvsd(configFile);
+    assert.equal(rules(4711).length, fresh, 'the same rules, once each');
+    assert.equal(rules(4710).length, 1);
+    assert.match(readFileSync(join(lab.dir, 'uvsd.log'), 'utf8'), /removing rules and routes a previous uvsd left behind/);
+    await waitFor('traffic', () => /^rs\d$/.test(curl() ?? ''), 10_000);
+  });
+});
