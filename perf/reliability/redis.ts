@@ -39,6 +39,9 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const connected = (n: LbNode) => waitFor(async () => (await getStats(flab.socket(n)).catch(() => null))?.redis?.connected === true, 15000);
   await connected('lb1');
   await connected('lb2');
+  // keepalived (VRRPv3) holds the pair's addresses on lb1; the failover below kills lb1's uvsd and
+  // its track script moves them to lb2, as a deployment would.
+  await flab.startVrrp('lb1');
   const rss = new RssWatch(lb1.pid!);
   // The timeline (planned; downloads are sized to run ~10 s past the failover).
   const plannedFailoverS = 3 + outS + 4 + 2 + outS + 4 + 3;
@@ -103,7 +106,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const runningAtFailover = running.filter(Boolean).length;
   const tFail = Date.now();
   ctx.log(`redis: failover to lb2 with ${runningAtFailover} downloads running`);
-  await flab.failover();
+  await flab.failover('uvsd');
   const results = await Promise.all(downloads.map((x) => x.d.result));
   const echo = await stopEchoes(echoes);
   const ld = await load;
