@@ -26,7 +26,7 @@
  * would peer with the nodes' own front addresses on the same br-front, no topology change.
  */
 import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { chmodSync, constants, existsSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, constants, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -464,7 +464,19 @@ export class FailoverLab {
   }
 
   async waitState(node: LbNode, state: 'MASTER' | 'BACKUP' | 'FAULT', timeoutMs = 15000): Promise<void> {
-    await waitFor(() => this.state(node) === state, timeoutMs, `keepalived on ${node} did not reach ${state} (last: ${this.state(node)}); see ${join(this.dir, `${node}.keepalived.log`)}`);
+    try {
+      await waitFor(() => this.state(node) === state, timeoutMs, `keepalived on ${node} did not reach ${state} (last: ${this.state(node)})`);
+    } catch (e) {
+      // The lab directory is removed with the lab: say here what keepalived said and reported.
+      let log = '';
+      try {
+        log = readFileSync(join(this.dir, `${node}.keepalived.log`), 'utf8').split('\n').slice(-25).join('\n');
+      } catch {
+        /* no log */
+      }
+      const ev = (this.events[node] ?? []).slice(-12).map((x) => `${x.kind} ${x.name} ${x.state}`).join('; ');
+      throw new Error(`${(e as Error).message}; notify events: ${ev}; keepalived log (last lines):\n${log}`);
+    }
   }
 
   /** The VRRP addresses the node holds now (read from the kernel, not from keepalived). */

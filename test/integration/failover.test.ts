@@ -294,7 +294,7 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
     await lab.startUvsd('lb1', lab.config('lb1', web()));
     await waitStat('lb1', 'did not connect to Redis', (s) => s.redis?.connected === true, 10000);
     lab.startKeepalived('lb1');
-    await lab.waitState('lb1', 'BACKUP');
+    await lab.waitState('lb1', 'BACKUP', 30000); // init_fail: FAULT until the track script's rise
     assert.equal(lab.state('lb2'), 'MASTER', 'the returned node did not take the addresses back');
     const ss = streams(3, 16, '2M'); // through lb2, 8 s each, more than a socket buffer holds: they span the switch back
     await waitStat('lb1', 'did not pre-load the flows lb2 carries', (s) => s.shadows >= 3);
