@@ -437,6 +437,10 @@ export class FailoverLab {
       sock.unref(); // a lab left up must not keep its process alive
       this.fifos[node] = sock;
     }
+    // A SIGKILLed keepalived leaves its pid files behind; if the kernel has given one of those pids
+    // to another process since (the node's new uvsd, say), the next keepalived exits at once with
+    // "daemon is already running". A node runs one keepalived, and none runs here: remove them.
+    for (const f of [`${node}.keepalived.pid`, `${node}.vrrp.pid`]) rmSync(join(d, f), { force: true });
     const log = openSync(join(d, `${node}.keepalived.log`), 'a');
     const child = this.spawn(this.ns[node], 'keepalived', ['-n', '-l', '-D', '-P', '-f', conf, '-p', join(d, `${node}.keepalived.pid`), '-r', join(d, `${node}.vrrp.pid`)], { stdio: ['ignore', log, log] });
     this.keepalived[node] = child;
@@ -475,6 +479,8 @@ export class FailoverLab {
         /* no log */
       }
       const ev = (this.events[node] ?? []).slice(-12).map((x) => `${x.kind} ${x.name} ${x.state}`).join('; ');
+      const k = this.keepalived[node];
+      log += `\nkeepalived child: pid ${k?.pid} exit ${k?.exitCode} signal ${k?.signalCode}; processes in ${this.ns[node]}: ${sh('ip', ['netns', 'pids', this.ns[node]], true).split('\n').join(' ')}`;
       throw new Error(`${(e as Error).message}; notify events: ${ev}; keepalived log (last lines):\n${log}`);
     }
   }
