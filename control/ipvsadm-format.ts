@@ -7,6 +7,7 @@
  * getservbyport). Looking them up is asynchronous, so the caller resolves first (names.ts) and
  * passes the answers as `names`; absent, every address and port is numeric (-n).
  */
+import type { DefenseView } from '../conntrack/defense';
 import { hostPort, parseIPv6 } from '../lb/addr';
 
 export interface FmtStats {
@@ -424,22 +425,10 @@ export function formatHealth(checks: FmtHealth[]): string {
   return out.join('\n') + '\n';
 }
 
-export interface FmtDefense {
-  amemthresh: number;
-  freeEntries: number;
-  capacity: number;
-  nomem: boolean;
-  amDroprate: number;
-  dropRate: number;
-  secureTcpTimeout: number;
-  maxHalfOpenPerSource: number;
-  defenses: { name: string; configured: number; mode: number; active: boolean }[];
-  fullnatPools: { realServer: string; used: number; capacity: number }[];
-  droppedHalfOpen: number;
-  droppedIdle: number;
-  secureTcpShortened: number;
+/** GET /v1/defense: the defense's own view (conntrack/defense.ts) and what it refused. */
+export type FmtDefense = Omit<DefenseView, 'holdTime' | 'ticks' | 'nomemTicks'> & {
   refused: { dropPacket: number; halfOpenPerSource: number; tableFull: number; fullnatPortsExhausted: number };
-}
+};
 
 /** The kernel's sysctl names for the defenses (uvs's own limit has none: its config name). */
 const DEFENSE_SYSCTL: Record<string, string> = { dropEntry: 'drop_entry', dropPacket: 'drop_packet', secureTcp: 'secure_tcp', halfOpenPerSource: 'half_open_per_source' };
