@@ -1,7 +1,7 @@
 /**
  * IPVS's SCTP association states and timeouts (kernel net/netfilter/ipvs/ip_vs_proto_sctp.c:
  * sctp_events[], sctp_states[][][], sctp_timeouts[], sctp_state_name_table[]; the state enum in
- * include/net/ip_vs.h; ../shared/ipvs-semantics.md §3.5). Facts from there, our own tables.
+ * include/net/ip_vs.h; docs/ipvs-semantics.md §3.5). Facts from there, our own tables.
  *
  * The state is that of the association as the real server sees it. An event is taken from the
  * packet's first chunk (lb/sctp.ts): DATA, SACK, HEARTBEAT(-ACK), ECNE, CWR and every type the

@@ -1,6 +1,6 @@
 /**
  * IPVS connection states and timeouts (kernel net/netfilter/ipvs/ip_vs_proto_tcp.c, _udp.c;
- * ../shared/ipvs-semantics.md §3.3–3.4).
+ * docs/ipvs-semantics.md §3.3–3.4).
  *
  * TCP: the event is chosen from the flags with priority RST > SYN > FIN > ACK; a segment with
  * none of those moves to CLOSE (a kernel quirk kept on purpose). Direction INPUT is client→server,

@@ -1,6 +1,6 @@
 /**
  * ipvsadm's command line, parsed as ipvsadm 1.31 parses it (popt + parse_options /
- * process_options in ipvsadm.c, config_stream.c; ../shared/ipvs-semantics.md §6.1): the same
+ * process_options in ipvsadm.c, config_stream.c; docs/ipvs-semantics.md §6.1): the same
  * options, short and long, clustered the way popt allows (`-Ln`, `-At VIP:80`, `-p` with an
  * optional timeout), the same checks in the same order, the same messages and exit statuses,
  * with `uvsadm` as the program name. Pure: argv in, a command (API operations or a listing) or an

@@ -1,6 +1,6 @@
 /**
  * ipvsadm's output formats, byte for byte (ipvsadm 1.31 ipvsadm.c: print_title,
- * print_service_entry, print_largenum, list_conn, list_timeout; ../shared/ipvs-semantics.md
+ * print_service_entry, print_largenum, list_conn, list_timeout; docs/ipvs-semantics.md
  * §6.2). Pure functions of API data, so tests can compare them with known ipvsadm output.
  *
  * Names: without -n ipvsadm prints host and service names (addrport_to_anyname: gethostbyaddr,

@@ -10,7 +10,7 @@
  * real server (masq: policy routing sends it here) and must match a connection's server→client
  * key. No allocation, no strings, no exceptions: every field is read at a named offset.
  *
- * IPVS edge behaviour reproduced (../shared/ipvs-semantics.md §2, §3):
+ * IPVS edge behaviour reproduced (docs/ipvs-semantics.md §2, §3):
  *  - no eligible real server → ICMP port unreachable to the client, no entry (ip_vs_leave);
  *  - a VIP port without a service → TCP RST / ICMP port unreachable (the host never answers);
  *  - only a TCP segment with SYN and without RST creates a connection; other segments with no

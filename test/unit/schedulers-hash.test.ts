@@ -1,6 +1,6 @@
 /**
  * The hash functions of sh/dh/lblc (hash_32) and mh (hsiphash on a 64-bit kernel), against the
- * kernel's self-test vectors and values computed independently (../shared/ipvs-semantics.md §11).
+ * kernel's self-test vectors and values computed independently (docs/ipvs-semantics.md §11).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
