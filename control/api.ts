@@ -14,7 +14,7 @@ import { canonAddr, hostPort } from '../lb/addr';
 import { entryAddr } from '../conntrack/table';
 import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
-import { splitHostPort, tokenOk } from './metrics';
+import { splitHostPort, tokenOk } from './listen';
 import { validateRealServer, validateService } from './config';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
