@@ -1,14 +1,18 @@
 #!/usr/bin/env node
 /**
  * uvsadm — ipvsadm for a running uvsd, over its API socket. The command line is ipvsadm's
- * (ipvsadm-args.ts), the output ipvsadm's (ipvsadm-format.ts); editing commands become one
+ * (ipvsadm/parse.ts), the output ipvsadm's (ipvsadm/format.ts); editing commands become one
  * POST /v1/batch each (-R: the whole input as one batch, applied whole or not at all).
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { canonAddr } from '../lb/addr';
 import { apiCall, apiCallRaw, DEFAULT_SOCKET } from './client';
 import type { EditOp, ServiceRef } from './edits';
-import { classicError, daemonError, keepUvsSettings, parseArgs, parseRestore, PROGRAM, splitSocket, type ListFormat, type ParseEnv, type RestoreLine } from './ipvsadm-args';
+import { classicError, daemonError, keepUvsSettings } from './ipvsadm/answers';
+import type { ListFormat, ParseEnv } from './ipvsadm/command';
+import { parseArgs, splitSocket } from './ipvsadm/parse';
+import { parseRestore, type RestoreLine } from './ipvsadm/restore';
+import { PROGRAM } from './ipvsadm/tables';
 import {
   formatConnections,
   formatDrains,
@@ -26,8 +30,8 @@ import {
   type FmtWorker,
   type Names,
   splitAddrPort,
-} from './ipvsadm-format';
-import { resolveNames } from './names';
+} from './ipvsadm/format';
+import { resolveNames } from './ipvsadm/names';
 
 interface ApiError {
   code?: string;

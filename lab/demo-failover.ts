@@ -11,7 +11,7 @@
  */
 import { join } from 'node:path';
 import { apiCall } from '../control/client';
-import { formatList, type FmtService } from '../control/ipvsadm-format';
+import { formatList, type FmtService } from '../control/ipvsadm/format';
 import { blackout } from '../perf/failures';
 import { blobDownload, runTool } from './clients';
 import { FailoverLab, LAB_VRRP, NEXT_HOP, GATEWAY, waitFor, type KillKind, type LbNode } from './failover-lab';

@@ -7,7 +7,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { apiCall } from '../control/client';
-import { formatConnections, formatList, type FmtConnection, type FmtService } from '../control/ipvsadm-format';
+import { formatConnections, formatList, type FmtConnection, type FmtService } from '../control/ipvsadm/format';
 import { hasCommand, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from './lab';
 
 const ROOT = join(__dirname, '..', '..');

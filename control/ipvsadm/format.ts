@@ -7,8 +7,8 @@
  * getservbyport). Looking them up is asynchronous, so the caller resolves first (names.ts) and
  * passes the answers as `names`; absent, every address and port is numeric (-n).
  */
-import type { DefenseView } from '../conntrack/defense';
-import { hostPort, parseIPv6 } from '../lb/addr';
+import type { DefenseView } from '../../conntrack/defense';
+import { hostPort, parseIPv6 } from '../../lb/addr';
 
 export interface FmtStats {
   conns: number;
