@@ -127,18 +127,18 @@ export function buildRegistry(d: Daemon): Registry {
 
   counterFrom('uvs_packets_total', 'Packets read from (rx) and written to (tx) the TUN device.', ['direction'], (c) => {
     const g = d.stats.global();
-    c.inc({ direction: 'rx' }, g.rxPackets!);
-    c.inc({ direction: 'tx' }, g.txPackets!);
+    c.inc({ direction: 'rx' }, g.rxPackets);
+    c.inc({ direction: 'tx' }, g.txPackets);
   });
   counterFrom('uvs_bytes_total', 'Bytes read from (rx) and written to (tx) the TUN device.', ['direction'], (c) => {
     const g = d.stats.global();
-    c.inc({ direction: 'rx' }, g.rxBytes!);
-    c.inc({ direction: 'tx' }, g.txBytes!);
+    c.inc({ direction: 'rx' }, g.rxBytes);
+    c.inc({ direction: 'tx' }, g.txBytes);
   });
   counterFrom('uvs_drops_total', 'Packets dropped by the dataplane, by reason.', ['reason'], (c) => {
     for (const [reason, v] of Object.entries(d.stats.drops())) c.inc({ reason }, v);
   });
-  counterFrom('uvs_tx_errors_total', 'Packets the TUN device would not take (queue full).', [], (c) => c.inc(d.stats.global().txErrors!));
+  counterFrom('uvs_tx_errors_total', 'Packets the TUN device would not take (queue full).', [], (c) => c.inc(d.stats.global().txErrors));
   counterFrom('uvs_scheduling_failures_total', 'New flows refused because no real server was available.', [], (c) => c.inc(d.stats.drops().no_real_server!));
   counterFrom('uvs_connections_expired_total', 'Connection entries removed by their timers.', [], (c) => c.inc(d.expiredTotal));
   gaugeFrom('uvs_connection_table_entries', 'Live entries in the shared connection table.', [], (g) => g.set(d.table.count()));
