@@ -8,8 +8,9 @@
 import type { DefenseView } from '../conntrack/defense';
 import type { SyncStats } from '../conntrack/redis-sync';
 import type { IoPath } from '../lb/tun';
+import type { Protocol } from '../net/proto';
 import type { AnnounceStatus } from './announce';
-import type { Protocol, UvsConfig } from './config';
+import type { UvsConfig } from './config';
 import type { DisruptionPreview } from './disruption';
 import type { ErrorCode } from './errors';
 import type { HealthState } from './health';

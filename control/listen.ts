@@ -1,8 +1,9 @@
 /**
- * uvsd's TCP listeners, the parts they share: where one listens (`host:port`), its bearer token,
- * and a plain HTTP listener that refuses a request naming another host before its handler runs
- * (Host check: http-guard.ts). The admin API (api.ts, fastify) and the metrics and healthz
- * endpoints (metrics.ts) use them; this module depends on neither, nor on the daemon.
+ * uvsd's TCP listeners, the parts they share: the bearer-token check, and a plain HTTP listener
+ * that refuses a request naming another host before its handler runs (Host check:
+ * http-guard.ts; `host:port` read by net/addr.ts's splitHostPort). The admin API (api.ts,
+ * fastify) and the metrics and healthz endpoints (metrics.ts) use them; this module depends on
+ * neither, nor on the daemon.
  *
  * Which listener needs a token where (docs/control-plane.md, "Admin API and the other TCP
  * listeners"): the API's always; metrics and healthz beyond loopback only (config.ts refuses a
@@ -10,15 +11,8 @@
  */
 import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { splitHostPort } from '../net/addr';
 import { badHostMessage, hostGuard } from './http-guard';
-
-/** host:port → parts; IPv6 as [addr]:port. */
-export function splitHostPort(s: string): { host: string; port: number } | null {
-  const m = /^\[([^\]]+)\]:(\d+)$/.exec(s) ?? /^([^:]+):(\d+)$/.exec(s);
-  if (!m) return null;
-  const port = Number(m[2]);
-  return port >= 0 && port <= 65535 ? { host: m[1]!, port } : null;
-}
 
 /** Constant-time bearer-token check; true when no token is required. */
 export function tokenOk(req: IncomingMessage, token: string | undefined): boolean {

@@ -5,7 +5,7 @@
  * POST /v1/batch each (-R: the whole input as one batch, applied whole or not at all).
  */
 import { readFileSync, writeFileSync } from 'node:fs';
-import { canonAddr } from '../lb/addr';
+import { canonAddr, splitHostPort } from '../net/addr';
 import type {
   ApiError,
   AppliedResponse,
@@ -41,7 +41,6 @@ import {
   type FmtConnection,
   type FmtService,
   type Names,
-  splitAddrPort,
 } from './ipvsadm/format';
 import { resolveNames } from './ipvsadm/names';
 
@@ -180,7 +179,7 @@ async function list(socket: string, what: string, format: ListFormat, service: S
         offset += b.connections.length;
         if (b.connections.length === 0 || offset >= b.total) break;
       }
-      const addrs = rows.flatMap((c) => [c.client, c.virtual, c.realServer].map((x) => splitAddrPort(x)?.address ?? ''));
+      const addrs = rows.flatMap((c) => [c.client, c.virtual, c.realServer].map((x) => splitHostPort(x)?.host ?? ''));
       out(formatConnections(rows, { persistentConn: format.persistentConn, names: await namesFor(format.numeric, addrs) }));
       return 0;
     }

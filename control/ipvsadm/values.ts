@@ -3,7 +3,7 @@
  * parse_service, parse_netmask, parse_sched_flags. Each fails as ipvsadm's does (command.ts).
  */
 import { isIPv6 } from 'node:net';
-import { formatIPv6, parseIPv6 } from '../../lb/addr';
+import { formatIPv6, parseIPv6 } from '../../net/addr';
 import { fail, type ParseEnv } from './command';
 import { DEF_SCHED, DEFAULT_PERSISTENT_TIMEOUT } from './tables';
 
