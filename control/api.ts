@@ -385,7 +385,7 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   app.put(
     '/v1/maintenance',
     { schema: { body: { type: 'object', additionalProperties: false, required: ['enabled'], properties: { enabled: { type: 'boolean' } } } } },
-    async (req): Promise<MaintenanceResponse> => d.setMaintenance((req.body as { enabled: boolean }).enabled),
+    async (req) => d.setMaintenance((req.body as { enabled: boolean }).enabled),
   );
   app.post('/v1/workers/:id/kill', async (req, reply) => {
     const id = Number((req.params as { id: string }).id);
