@@ -24,6 +24,7 @@
  */
 import { isIPv6 } from 'node:net';
 import { formatIPv6, parseIPv6 } from '../lb/addr';
+import { DEFAULT_SCHEDULER, flagScheduler, SCHED_FLAG_NAMES } from '../schedulers/registry';
 import type { EditOp, ServiceRef } from './edits';
 
 export const PROGRAM = 'uvsadm';
@@ -33,7 +34,6 @@ export const VERSION = 'v0.1.0';
 const MAX_TIMEOUT = 86400 * 31;
 /** IPVS_SVC_PERSISTENT_TIMEOUT: `-p` without a value. */
 export const DEFAULT_PERSISTENT_TIMEOUT = 360;
-const DEF_SCHED = 'wlc';
 const INT_MAX = 0x7fffffff;
 
 // ── commands and options (ipvsadm.c's CMD_*, OPTC_* and commands_v_options) ──────────────────
@@ -495,15 +495,14 @@ function parseNetmask(buf: string, env: ParseEnv): string | null {
   return env.lookupHost?.(buf) ?? null;
 }
 
-const SCHED_FLAG_NAMES = ['flag-1', 'flag-2', 'flag-3', 'sh-fallback', 'sh-port', 'mh-fallback', 'mh-port'];
-
 /** parse_sched_flags(): sh-* need -s sh and mh-* need -s mh, in the same command (default wlc). */
 function parseSchedFlags(sched: string, arg: string): string[] {
-  const s = sched || DEF_SCHED;
+  const s = sched || DEFAULT_SCHEDULER;
   const out: string[] = [];
   for (const flag of arg.split(',').filter((f) => f !== '')) {
     if (!SCHED_FLAG_NAMES.includes(flag)) fail(`invalid scheduler flag \`${flag}'`);
-    if ((flag.startsWith('sh-') && s !== 'sh') || (flag.startsWith('mh-') && s !== 'mh')) fail(`incompatible scheduler flag \`${flag}'`);
+    const needs = flagScheduler(flag);
+    if (needs !== null && s !== needs) fail(`incompatible scheduler flag \`${flag}'`);
     if (!out.includes(flag)) out.push(flag);
   }
   return out;
@@ -827,7 +826,7 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   if (ce.cmd === CMD.ADD || ce.cmd === CMD.EDIT) {
     if (!svc.fwmark && !svc.port && !svc.persistent) fail('Zero port specified for non-persistent service');
     if (svc.ops && !svc.fwmark && svc.protocol !== 'udp') fail('One-Packet Scheduling is only for UDP virtual services');
-    if (!svc.sched) svc.sched = DEF_SCHED;
+    if (!svc.sched) svc.sched = DEFAULT_SCHEDULER;
   }
   // uvs's default method is masq (ipvsadm's is -g, which uvs cannot do).
   const fwd = ce.dest.fwd ?? 'masq';
@@ -1101,7 +1100,7 @@ virtual-service:
 Options:
   --ipv6         -6                   fwmark entry uses IPv6
   --scheduler    -s scheduler         one of rr|wrr|lc|wlc|lblc|lblcr|dh|sh|sed|nq|fo|ovf|mh|twos,
-                                      the default scheduler is ${DEF_SCHED}.
+                                      the default scheduler is ${DEFAULT_SCHEDULER}.
   --pe            engine              alternate persistence engine (uvs: not supported)
   --persistent   -p [timeout]         persistent service (default timeout ${DEFAULT_PERSISTENT_TIMEOUT})
   --netmask      -M netmask           persistent granularity mask
