@@ -15,7 +15,7 @@ import { entryAddr } from '../conntrack/table';
 import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
 import { splitHostPort, tokenOk } from './metrics';
-import { validateRealServer, validateService } from './config';
+import { DEFAULT_PROTOCOL, validateRealServer, validateService } from './config';
 import { BATCH, MAINTENANCE, NO_BODY, PREVIEW, REAL_SERVER_BODY, REAL_SERVER_EDIT_BODY, SERVICE_BODY, SERVICE_EDIT_BODY, SET_TIMEOUTS, ZERO } from './api-bodies';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
@@ -88,8 +88,8 @@ export function servicesView(d: Daemon) {
       port: s.cfg.port,
       scheduler: s.cfg.scheduler,
       schedFlags: s.cfg.schedFlags,
-      persistence: s.cfg.persistence ?? 0,
-      netmask: s.cfg.netmask ?? '255.255.255.255',
+      persistence: s.cfg.persistence,
+      netmask: s.cfg.netmask,
       stats: d.stats.service(s.slot),
       rates: d.stats.rates(d.stats.serviceBase(s.slot)),
       realServers: s.realServers.map((r) => ({ ...r, stats: d.stats.realServer(r.slot), rates: d.stats.rates(d.stats.realServerBase(r.slot)) })),
@@ -389,7 +389,7 @@ function editBody(json: JsonSchema) {
  */
 function checkBatchLimits(d: Daemon, ops: EditOp[]): void {
   const rsCount = (list: unknown) => (Array.isArray(list) ? list.length : 0);
-  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) => `${String(r?.protocol ?? 'tcp')} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
+  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) => `${String(r?.protocol ?? DEFAULT_PROTOCOL)} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
   const count = new Map<string, number>(); // service → real servers
   const svcs = (d.doc as { services?: unknown } | null)?.services;
   if (Array.isArray(svcs)) for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));

@@ -126,6 +126,8 @@ const notReservedTable = (v: number, path: string) => {
 
 export const PROTOCOLS = ['tcp', 'udp', 'sctp'] as const;
 export type Protocol = (typeof PROTOCOLS)[number];
+/** A service's protocol when it names none (also when a raw document is searched by key). */
+export const DEFAULT_PROTOCOL: Protocol = 'tcp';
 export const FORWARDINGS = ['masq', 'fullnat', 'tunnel'] as const;
 export type Forwarding = (typeof FORWARDINGS)[number];
 /** PROXY protocol towards a real server (lb/proxy-protocol.ts): full-NAT TCP only. */
@@ -486,7 +488,7 @@ const defaultScheduler = (s: Scope | null) => kubeProxyOf(s)?.scheduler ?? DEFAU
 
 export const SERVICE = obj(
   {
-    protocol: oneOf(PROTOCOLS, { default: 'tcp', msg: (v) => `must be tcp, udp or sctp, got ${JSON.stringify(v)}` }),
+    protocol: oneOf(PROTOCOLS, { default: DEFAULT_PROTOCOL, msg: (v) => `must be tcp, udp or sctp, got ${JSON.stringify(v)}` }),
     address: ipAddr(),
     port: int({ min: 1, max: 65535 }),
     name: str({ default: (s) => `${s!.out.protocol as string}/${hostPort(s!.out.address as string, s!.out.port as number)}`, doc: 'Default "protocol/address:port"' }),
@@ -615,6 +617,8 @@ function checkServices(services: ServiceConfig[], path: string, s: Scope | null)
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+/** api.socket's default, also where uvsadm looks without --socket or $UVS_SOCKET. */
+export const DEFAULT_API_SOCKET = '/run/uvs/uvsd.sock';
 
 /** The whole document. Sections are parsed in this order: a default or rule reads only what is above it. */
 const CONFIG = map(
@@ -630,7 +634,7 @@ const CONFIG = map(
     defense: DEFENSE,
     api: obj(
       {
-        socket: str({ default: '/run/uvs/uvsd.sock', doc: 'The root-only unix socket' }),
+        socket: str({ default: DEFAULT_API_SOCKET, doc: 'The root-only unix socket' }),
         listen: str({ empty: true, default: '', doc: "Optional TCP listener, host:port ('' = none); needs the token, on loopback too" }),
         token: token(),
       },

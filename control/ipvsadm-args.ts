@@ -25,6 +25,7 @@
 import { isIPv6 } from 'node:net';
 import { formatIPv6, parseIPv6 } from '../lb/addr';
 import { DEFAULT_SCHEDULER, flagScheduler, SCHED_FLAG_NAMES } from '../schedulers/registry';
+import { DEFAULT_PROTOCOL } from './config';
 import type { EditOp, ServiceRef } from './edits';
 
 export const PROGRAM = 'uvsadm';
@@ -1017,7 +1018,7 @@ export function keepUvsSettings(ops: EditOp[], doc: unknown): void {
   for (const o of ops) {
     if (o.op !== 'editService') continue;
     const cur = list.find(
-      (s: Record<string, unknown>) => (s?.protocol ?? 'tcp') === o.service.protocol && s?.address === o.service.address && Number(s?.port) === o.service.port,
+      (s: Record<string, unknown>) => (s?.protocol ?? DEFAULT_PROTOCOL) === o.service.protocol && s?.address === o.service.address && Number(s?.port) === o.service.port,
     ) as Record<string, unknown> | undefined;
     if (!cur) continue;
     for (const [k, v] of Object.entries(cur)) if (!IPVSADM_SERVICE_KEYS.has(k) && o.service[k] === undefined) o.service[k] = v;
