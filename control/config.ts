@@ -10,7 +10,8 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { availableParallelism, hostname } from 'node:os';
 import { parse as parseYaml } from 'yaml';
-import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6 } from '../lb/addr';
+import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6, splitHostPort } from '../net/addr';
+import { PROTOCOLS, type Protocol } from '../net/proto';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
 import type { DefenseSettings } from '../conntrack/defense';
 import { MH_PRIMES } from '../schedulers/mh';
@@ -124,8 +125,6 @@ const notReservedTable = (v: number, path: string) => {
   if ([253, 254, 255].includes(v)) fail(path, 'must not be 253–255 (the default, main and local tables)');
 };
 
-export const PROTOCOLS = ['tcp', 'udp', 'sctp'] as const;
-export type Protocol = (typeof PROTOCOLS)[number];
 /** A service's protocol when it names none (also when a raw document is searched by key). */
 export const DEFAULT_PROTOCOL: Protocol = 'tcp';
 export const FORWARDINGS = ['masq', 'fullnat', 'tunnel'] as const;
@@ -199,9 +198,7 @@ const KUBE_PROXY_IPVS = obj(
 );
 type KubeProxyIpvs = Out<typeof KUBE_PROXY_IPVS>;
 
-/** A listener address: "host:port", IPv6 as [addr]:port. */
-const HOST_PORT = /^(\[[0-9a-fA-F:]+\]|[^:]+):(\d+)$/;
-const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\])$/;
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1)$/;
 
 const token = () => opt(leaf({ type: 'string', minLength: 16 }, (v, path) => (typeof v === 'string' && v.length >= 16 ? v : fail(path, 'must be a string of at least 16 characters'))));
 
@@ -211,12 +208,12 @@ const token = () => opt(leaf({ type: 'string', minLength: 16 }, (v, path) => (ty
  */
 function checkListener(address: string, tok: string | undefined, addressPath: string, tokenPath: string, alwaysToken: boolean): void {
   if (!address) return;
-  const m = HOST_PORT.exec(address);
-  if (!m || Number(m[2]) > 65535) fail(addressPath, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
+  const hp = splitHostPort(address);
+  if (!hp || (hp.bracketed && !/^[0-9a-fA-F:]+$/.test(hp.host))) fail(addressPath, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
   if (alwaysToken && tok === undefined) {
     fail(tokenPath, `is required with a TCP listener (${address}): any local user or browser page reaches a loopback port; the root-only unix socket needs none`);
   }
-  if (!LOOPBACK.test(m[1]!) && tok === undefined) {
+  if (!LOOPBACK.test(hp.host) && tok === undefined) {
     fail(tokenPath, `is required when listening beyond loopback (${address}): anything reachable from the network needs a bearer token`);
   }
 }
