@@ -29,7 +29,11 @@ function withoutPathFields(s: JsonSchema, fields: string[], why: string): JsonSc
 }
 
 export const SERVICE_BODY = SERVICE.json;
-export const SERVICE_EDIT_BODY = withoutPathFields(SERVICE.json, ['protocol', 'address', 'port'], 'The settings to change (ipvsadm -E replaces scheduler, schedFlags, persistence and netmask); the path names the service');
+export const SERVICE_EDIT_BODY = withoutPathFields(
+  SERVICE.json,
+  ['protocol', 'address', 'port'],
+  'The settings to change (ipvsadm -E replaces scheduler, schedFlags, persistence and netmask); the path names the service',
+);
 export const REAL_SERVER_BODY = REAL_SERVER.json;
 export const REAL_SERVER_EDIT_BODY = withoutPathFields(REAL_SERVER.json, ['address', 'port'], 'The settings to change; the path names the real server');
 
@@ -113,7 +117,10 @@ export const PREVIEW = obj({
   add: opt(
     any({
       type: 'array',
-      items: { type: 'object', properties: { address: { type: 'string' }, port: { type: 'integer', minimum: 0, maximum: 65535 }, weight: { type: 'integer', minimum: 0, maximum: 65535 } } },
+      items: {
+        type: 'object',
+        properties: { address: { type: 'string' }, port: { type: 'integer', minimum: 0, maximum: 65535 }, weight: { type: 'integer', minimum: 0, maximum: 65535 } },
+      },
       description: 'Real servers to add',
     }),
   ),

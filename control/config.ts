@@ -20,7 +20,8 @@ import { SCTP_DEFAULT_TIMEOUTS, SCTP_STATE_KEYS } from '../conntrack/sctp-state'
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_FIN_WAIT, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { GEN_KIND_NAMES } from '../conntrack/layout';
 import { UvsError } from './errors';
-import { bool, fail, int, isObj, leaf, list, map, nullable, obj, oneOf, opt, run, str, takeStr, type JsonSchema, type LeafOpts, type Out, type Schema, type Scope } from './schema';
+import { bool, fail, int, isObj, leaf, list, map, nullable, obj, oneOf, opt, run, str, takeStr } from './schema';
+import type { JsonSchema, LeafOpts, Out, Schema, Scope } from './schema';
 
 // ── values with their own syntax ─────────────────────────────────────────────────────────────
 const UNIT: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
@@ -57,7 +58,9 @@ function seconds(v: unknown, path: string, max: number, why: string): number {
     else {
       // One or more number+unit parts, as Go's time.Duration prints them ("1m30s", "15m0s").
       const parts = [...t.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h|d)/g)];
-      if (parts.length === 0 || parts.map((x) => x[0]).join('') !== t) fail(path, `must be a duration like 900, "900s", "15m", "1m30s" or "2h", got ${JSON.stringify(v)}`);
+      if (parts.length === 0 || parts.map((x) => x[0]).join('') !== t) {
+        fail(path, `must be a duration like 900, "900s", "15m", "1m30s" or "2h", got ${JSON.stringify(v)}`);
+      }
       secs = parts.reduce((a, x) => a + Number(x[1]) * UNIT[x[2]!]!, 0);
     }
   } else fail(path, 'must be a duration (seconds, or a string with a unit)');
@@ -200,7 +203,8 @@ type KubeProxyIpvs = Out<typeof KUBE_PROXY_IPVS>;
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1)$/;
 
-const token = () => opt(leaf({ type: 'string', minLength: 16 }, (v, path) => (typeof v === 'string' && v.length >= 16 ? v : fail(path, 'must be a string of at least 16 characters'))));
+const token = () =>
+  opt(leaf({ type: 'string', minLength: 16 }, (v, path) => (typeof v === 'string' && v.length >= 16 ? v : fail(path, 'must be a string of at least 16 characters'))));
 
 /**
  * An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters),
@@ -251,8 +255,16 @@ const GENERATED_LIMIT = obj(
 export type GeneratedLimitConfig = Out<typeof GENERATED_LIMIT>;
 
 const DATAPLANE = obj({
-  device: str({ default: 'uvs0', doc: 'TUN device uvsd creates', check: (v, path) => /^[a-zA-Z0-9_.-]{1,15}$/.test(v) || fail(path, 'must be 1–15 characters of letters, digits, _ . -') }),
-  vipCidrs: list(cidr('must be an IPv4 or IPv6 CIDR like 10.0.0.0/24 or fd00:10::/64'), { nonEmpty: true, msg: 'must be a non-empty list of IPv4 or IPv6 CIDRs', doc: 'VIP ranges routed to the device' }),
+  device: str({
+    default: 'uvs0',
+    doc: 'TUN device uvsd creates',
+    check: (v, path) => /^[a-zA-Z0-9_.-]{1,15}$/.test(v) || fail(path, 'must be 1–15 characters of letters, digits, _ . -'),
+  }),
+  vipCidrs: list(cidr('must be an IPv4 or IPv6 CIDR like 10.0.0.0/24 or fd00:10::/64'), {
+    nonEmpty: true,
+    msg: 'must be a non-empty list of IPv4 or IPv6 CIDRs',
+    doc: 'VIP ranges routed to the device',
+  }),
   workers: int({ default: () => availableParallelism(), min: 1, max: 64, doc: 'Dataplane threads = TUN queues; default: the number of CPUs' }),
   // 144 B an entry: 128 of entry words, 12 of chain heads and bucket lock, 4 of per-source
   // counter (conntrack/layout.ts tableBytes) → 9 MiB at the default.
@@ -362,12 +374,23 @@ const tableSizeOf = (s: Scope | null) => dataplaneOf(s).tableSize;
  */
 const DEFENSE: Schema<DefenseSettings, false> = obj(
   {
-    amemthresh: int({ default: (s) => tableSizeOf(s) >>> 4, min: 0, max: tableSizeOf, doc: 'Free table entries below which the automatic defenses act; default tableSize / 16, at most tableSize' }),
+    amemthresh: int({
+      default: (s) => tableSizeOf(s) >>> 4,
+      min: 0,
+      max: tableSizeOf,
+      doc: 'Free table entries below which the automatic defenses act; default tableSize / 16, at most tableSize',
+    }),
     amDroprate: int({ default: 10, min: 1, max: 1_000_000, doc: "drop_packet's rate in mode 3 (1 of every this many new flows)" }),
     dropEntry: mode(1, 'Randomly drop half-open entries (kernel default 0)'),
     dropPacket: mode(0, 'Refuse a share of new flows'),
     secureTcp: mode(1, 'tcp_states_dos and short half-open timers (kernel default 0)'),
-    secureTcpTimeout: duration({ default: 10, max: 3600, min: 1, minWhy: ' (a handshake needs a round trip and a retransmitted SYN)', doc: 'The half-open TCP timeout while secure_tcp acts' }),
+    secureTcpTimeout: duration({
+      default: 10,
+      max: 3600,
+      min: 1,
+      minWhy: ' (a handshake needs a round trip and a retransmitted SYN)',
+      doc: 'The half-open TCP timeout while secure_tcp acts',
+    }),
     halfOpenPerSource: mode(1, 'Limit the half-open entries of one source (IPv4 address, IPv6 /64)'),
     maxHalfOpenPerSource: int({ default: (s) => Math.min(256, tableSizeOf(s)), min: 1, max: tableSizeOf, doc: 'Default 256, at most tableSize' }),
     holdTime: duration({ default: 60, max: 3600, doc: 'Automatic defenses stay on this long after the last shortage (0 = as the kernel)' }),
@@ -386,7 +409,12 @@ const hostPorts = () =>
 /** Shared flow state (conntrack/redis-sync.ts, redis-record.ts): where Redis is, and what a node believes of it. */
 const REDIS: Schema<RedisSyncOptions, false> = obj(
   {
-    url: opt(str({ doc: 'redis://host:port[/db] or rediss://…', check: (u, path) => /^rediss?:\/\//.test(u) || fail(path, `must be redis://host:port[/db] or rediss://…, got ${JSON.stringify(u)}`) })),
+    url: opt(
+      str({
+        doc: 'redis://host:port[/db] or rediss://…',
+        check: (u, path) => /^rediss?:\/\//.test(u) || fail(path, `must be redis://host:port[/db] or rediss://…, got ${JSON.stringify(u)}`),
+      }),
+    ),
     sentinels: hostPorts(),
     name: opt(str({ doc: 'The Sentinel master name (with sentinels)' })),
     cluster: hostPorts(),
@@ -397,7 +425,13 @@ const REDIS: Schema<RedisSyncOptions, false> = obj(
     countsInterval: duration({ default: 2, max: 3600, min: 0.1, doc: 'How often this node publishes its connection counts' }),
     maxQueue: int({ default: 100000, min: 100, max: 10_000_000, doc: 'Most flow records waiting to be written' }),
     // 16 characters: 128 bits if random hex or base64 is used, the MAC's own strength.
-    recordKey: opt(str({ minLength: 16, doc: 'Shared secret: records and counts carry an HMAC-SHA256', check: (k, path) => k.length >= 16 || fail(path, `must be at least 16 characters, got ${k.length}`) })),
+    recordKey: opt(
+      str({
+        minLength: 16,
+        doc: 'Shared secret: records and counts carry an HMAC-SHA256',
+        check: (k, path) => k.length >= 16 || fail(path, `must be at least 16 characters, got ${k.length}`),
+      }),
+    ),
     maxShadowShare: leaf(
       { type: 'number', minimum: 0, exclusiveMinimum: true, maximum: 1 },
       (v, path) => (typeof v === 'number' && v > 0 && v <= 1 ? v : fail(path, `must be a number above 0 and at most 1, got ${JSON.stringify(v)}`)),
@@ -440,7 +474,10 @@ const HEALTH_CHECK = obj(
       doc: "tcp: connect; http: GET path; ping: ICMP / ICMPv6 echo (keepalived's PING_CHECK; port unused)",
     }),
     port: opt(int({ min: 1, max: 65535, doc: "Port to check; absent = the real server's port" })),
-    path: leaf({ type: 'string', pattern: '^/' }, (v, path) => requestPath(takeStr(v, path), path), { default: '/', doc: 'HTTP path (spaces and non-ASCII are sent percent-encoded)' }),
+    path: leaf({ type: 'string', pattern: '^/' }, (v, path) => requestPath(takeStr(v, path), path), {
+      default: '/',
+      doc: 'HTTP path (spaces and non-ASCII are sent percent-encoded)',
+    }),
     expectStatus: int({ default: 200, min: 100, max: 599 }),
     interval: duration({ default: 2, max: 3600, min: 0.1 }),
     timeout: duration({
@@ -467,14 +504,19 @@ export const REAL_SERVER = obj(
     upperThreshold: int({ default: 0, min: 0, max: 0x7fffffff, doc: 'Stop sending new flows at this many connections (0 = no limit)' }),
     lowerThreshold: int({ default: 0, min: 0, max: 0x7fffffff, doc: 'Resume below this many' }),
     slowStart: opt(duration({ max: 3600, doc: "Seconds over which a returning server's weight ramps up; absent = the service's slowStart" })),
-    proxyProtocol: proxyProtocol({ default: (s) => serviceOf(s).proxyProtocol, doc: "PROXY protocol header in front of each connection's bytes; absent = the service's, none = none" }),
+    proxyProtocol: proxyProtocol({
+      default: (s) => serviceOf(s).proxyProtocol,
+      doc: "PROXY protocol header in front of each connection's bytes; absent = the service's, none = none",
+    }),
   },
   {
     mapping: true,
     check: (r, path, s) => {
       if (r.lowerThreshold > r.upperThreshold) fail(`${path}.lowerThreshold`, `must not exceed upperThreshold (${r.upperThreshold}), as in the kernel`);
       const servicePort = serviceOf(s).port!;
-      if (r.forwarding === 'tunnel' && r.port !== servicePort) fail(`${path}.port`, `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`);
+      if (r.forwarding === 'tunnel' && r.port !== servicePort) {
+        fail(`${path}.port`, `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`);
+      }
     },
   },
 );
@@ -522,11 +564,16 @@ export const SERVICE = obj(
       { default: 0 },
     ),
     netmask: leaf(
-      { oneOf: [{ type: 'string' }, { type: 'integer', minimum: 1, maximum: 128 }], description: 'Persistence netmask (ipvsadm -M): dotted for IPv4 (default 255.255.255.255), a prefix length 1–128 for IPv6 (default 128)' },
+      {
+        oneOf: [{ type: 'string' }, { type: 'integer', minimum: 1, maximum: 128 }],
+        description: 'Persistence netmask (ipvsadm -M): dotted for IPv4 (default 255.255.255.255), a prefix length 1–128 for IPv6 (default 128)',
+      },
       (v, path, s) => {
         if ((s!.out.address as string).includes(':')) {
           const bits = String(v);
-          if (!/^\d{1,3}$/.test(bits) || Number(bits) < 1 || Number(bits) > 128) fail(path, `must be a prefix length from 1 to 128 for an IPv6 service, got ${JSON.stringify(v)}`);
+          if (!/^\d{1,3}$/.test(bits) || Number(bits) < 1 || Number(bits) > 128) {
+            fail(path, `must be a prefix length from 1 to 128 for an IPv6 service, got ${JSON.stringify(v)}`);
+          }
           return bits;
         }
         const mask = takeStr(v, path);
@@ -544,7 +591,9 @@ export const SERVICE = obj(
     slowStart: opt(
       duration({
         max: 3600,
-        doc: "Seconds over which a real server that comes back (health check up, re-added, weight raised from 0) ramps from weight 1 to its weight, as HAProxy's slowstart; absent or 0 = at once",
+        doc:
+          'Seconds over which a real server that comes back (health check up, re-added, weight raised from 0) ramps from weight 1 ' +
+          "to its weight, as HAProxy's slowstart; absent or 0 = at once",
       }),
     ),
     mhTableSize: opt(
@@ -606,7 +655,8 @@ function checkServices(services: ServiceConfig[], path: string, s: Scope | null)
       fail(`${path}[${i}].forwarding`, `tunnel needs dataplane.${v6 ? 'tunnelSource6' : 'tunnelSource'} (the outer source address the real servers see)`);
     }
     if ((svc.forwarding === 'fullnat' || svc.realServers.some((r) => r.forwarding === 'fullnat')) && !dp.fullnat.addresses.some((a) => a.includes(':') === v6)) {
-      fail(`${path}[${i}].forwarding`, `fullnat needs ${v6 ? 'an IPv6' : 'an IPv4'} address in dataplane.fullnat.addresses (the source addresses real servers answer to)`);
+      const family = v6 ? 'an IPv6' : 'an IPv4';
+      fail(`${path}[${i}].forwarding`, `fullnat needs ${family} address in dataplane.fullnat.addresses (the source addresses real servers answer to)`);
     }
     if (!inAnyCidr(svc.address, dp.vipCidrs)) fail(`${path}[${i}].address`, `${svc.address} is not inside dataplane.vipCidrs (${dp.vipCidrs.join(', ')})`);
   });
@@ -626,7 +676,10 @@ const CONFIG = map(
     gracefulTermination: obj({
       checkInterval: duration({ default: 60, max: 86400, min: 0.1, doc: 'Between drain checks (kube-proxy: 60)' }),
       maxDrainTime: duration({ default: 0, doc: "0 = wait for the last connection however long (kube-proxy's behaviour)" }),
-      expireNodestConn: bool({ default: true, doc: "A packet of a deleted real server's connection expires the entry and is scheduled anew (kernel sysctl, kube-proxy sets 1)" }),
+      expireNodestConn: bool({
+        default: true,
+        doc: "A packet of a deleted real server's connection expires the entry and is scheduled anew (kernel sysctl, kube-proxy sets 1)",
+      }),
     }),
     defense: DEFENSE,
     api: obj(

@@ -92,7 +92,8 @@ export interface LeafOpts<T> {
 
 /**
  * A leaf: `take` turns a given value into T or fails; absent → the default, or "is required".
- * Defaults are not checked: they are valid by construction.
+ * `check` sees defaults too: a rule may involve another field (a health check's default timeout
+ * of 1 s must still fit an interval of 0.5 s).
  */
 export function leaf<T>(json: JsonSchema, take: (v: unknown, path: string, scope: Scope | null) => T, o: LeafOpts<T> = {}): Schema<T, false> {
   const def = o.default;
@@ -104,11 +105,10 @@ export function leaf<T>(json: JsonSchema, take: (v: unknown, path: string, scope
     optional: false,
     required: def === undefined,
     parse(v, path, scope) {
-      if (v === undefined) {
-        if (def === undefined) fail(path, 'is required');
-        return typeof def === 'function' ? (def as (s: Scope | null) => T)(scope) : def;
-      }
-      const x = take(v, path, scope);
+      let x: T;
+      if (v !== undefined) x = take(v, path, scope);
+      else if (def === undefined) fail(path, 'is required');
+      else x = typeof def === 'function' ? (def as (s: Scope | null) => T)(scope) : def;
       o.check?.(x, path, scope);
       return x;
     },
@@ -176,7 +176,12 @@ export function opt<T>(s: Schema<T>): Schema<T | undefined, true> {
 
 /** null (or absent) → null: a section that is off (`redis: null`). */
 export function nullable<T>(s: Schema<T>): Schema<T | null, false> {
-  return { json: { ...s.json, nullable: true }, optional: false, required: false, parse: (v, path, scope) => (v === undefined || v === null ? null : s.parse(v, path, scope)) };
+  return {
+    json: { ...s.json, nullable: true },
+    optional: false,
+    required: false,
+    parse: (v, path, scope) => (v === undefined || v === null ? null : s.parse(v, path, scope)),
+  };
 }
 
 /** A different output from the same input: `f` reshapes what `s` parsed (durations → a map). */
