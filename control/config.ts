@@ -132,6 +132,8 @@ const notReservedTable = (v: number, path: string) => {
 export const DEFAULT_PROTOCOL: Protocol = 'tcp';
 export const FORWARDINGS = ['masq', 'fullnat', 'tunnel'] as const;
 export type Forwarding = (typeof FORWARDINGS)[number];
+/** A service's forwarding when it names none: masq (ipvsadm's is direct routing, which a TUN device cannot do). */
+export const DEFAULT_FORWARDING: Forwarding = 'masq';
 /** PROXY protocol towards a real server (lb/proxy-protocol.ts): full-NAT TCP only. */
 export type ProxyProtocol = 'v1' | 'v2';
 
@@ -583,7 +585,7 @@ export const SERVICE = obj(
       },
       { default: (s) => ((s!.out.address as string).includes(':') ? '128' : '255.255.255.255') },
     ),
-    forwarding: forwarding({ default: 'masq', doc: 'Default of its real servers (route: needs layer 2, refused)' }),
+    forwarding: forwarding({ default: DEFAULT_FORWARDING, doc: 'Default of its real servers (route: needs layer 2, refused)' }),
     proxyProtocol: proxyProtocol({ doc: 'Default of its real servers (as forwarding is); absent = none' }),
     realServers: list(REAL_SERVER),
     healthCheck: opt(HEALTH_CHECK),

@@ -25,7 +25,7 @@
 import { isIPv6 } from 'node:net';
 import { formatIPv6, parseIPv6 } from '../net/addr';
 import { DEFAULT_SCHEDULER, flagScheduler, SCHED_FLAG_NAMES } from '../schedulers/registry';
-import { DEFAULT_PROTOCOL } from './config';
+import { DEFAULT_FORWARDING, DEFAULT_PROTOCOL } from './config';
 import type { EditOp, ServiceRef } from './edits';
 
 export const PROGRAM = 'uvsadm';
@@ -830,7 +830,7 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
     if (!svc.sched) svc.sched = DEFAULT_SCHEDULER;
   }
   // uvs's default method is masq (ipvsadm's is -g, which uvs cannot do).
-  const fwd = ce.dest.fwd ?? 'masq';
+  const fwd = ce.dest.fwd ?? DEFAULT_FORWARDING;
   if (ce.cmd === CMD.ADDDEST || ce.cmd === CMD.EDITDEST || ce.cmd === CMD.DELDEST) {
     if (!ce.dest.portGiven) ce.dest.port = svc.port;
   }
