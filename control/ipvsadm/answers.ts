@@ -2,6 +2,7 @@
  * After uvsd answers: what -E keeps of a service's uvs-only settings, and a refusal printed as
  * ipvsadm prints the kernel's (ipvs_strerror()) followed by the daemon's own words.
  */
+import { DEFAULT_PROTOCOL } from '../config';
 import type { EditOp } from '../edits';
 import { PROGRAM } from './tables';
 
@@ -19,7 +20,7 @@ export function keepUvsSettings(ops: EditOp[], doc: unknown): void {
   for (const o of ops) {
     if (o.op !== 'editService') continue;
     const cur = list.find(
-      (s: Record<string, unknown>) => (s?.protocol ?? 'tcp') === o.service.protocol && s?.address === o.service.address && Number(s?.port) === o.service.port,
+      (s: Record<string, unknown>) => (s?.protocol ?? DEFAULT_PROTOCOL) === o.service.protocol && s?.address === o.service.address && Number(s?.port) === o.service.port,
     ) as Record<string, unknown> | undefined;
     if (!cur) continue;
     for (const [k, v] of Object.entries(cur)) if (!IPVSADM_SERVICE_KEYS.has(k) && o.service[k] === undefined) o.service[k] = v;

@@ -1,5 +1,6 @@
 /** ipvsadm's version_exit() and usage_exit() texts, with uvs's differences said where they apply. */
-import { DEF_SCHED, DEFAULT_PERSISTENT_TIMEOUT, PROGRAM, VERSION } from './tables';
+import { DEFAULT_SCHEDULER } from '../../schedulers/registry';
+import { DEFAULT_PERSISTENT_TIMEOUT, PROGRAM, VERSION } from './tables';
 
 export function versionLine(): string {
   return `${PROGRAM} ${VERSION} (ipvsadm v1.31 command line, IPVS v1.2.1 semantics, uvsd over its API socket)\n`;
@@ -49,7 +50,7 @@ virtual-service:
 Options:
   --ipv6         -6                   fwmark entry uses IPv6
   --scheduler    -s scheduler         one of rr|wrr|lc|wlc|lblc|lblcr|dh|sh|sed|nq|fo|ovf|mh|twos,
-                                      the default scheduler is ${DEF_SCHED}.
+                                      the default scheduler is ${DEFAULT_SCHEDULER}.
   --pe            engine              alternate persistence engine (uvs: not supported)
   --persistent   -p [timeout]         persistent service (default timeout ${DEFAULT_PERSISTENT_TIMEOUT})
   --netmask      -M netmask           persistent granularity mask

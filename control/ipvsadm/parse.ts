@@ -30,11 +30,13 @@
  * - in -R input, blank lines and lines starting with # are skipped.
  */
 import { isIPv6 } from 'node:net';
+import { DEFAULT_SCHEDULER } from '../../schedulers/registry';
+import { DEFAULT_FORWARDING } from '../config';
 import type { ServiceRef } from '../edits';
 import { Fail, fail, tryHelp, unsupported, type Command, type ListFormat, type ParseEnv, type ParseResult } from './command';
 import { usage, versionLine } from './help';
 import { COMMAND_TAGS, POPT_NOARG, tokenize } from './popt';
-import { CMD, CMD_NAMES, COMMANDS_V_OPTIONS, DEF_SCHED, INT_MAX, MAX_TIMEOUT, OPT, OPT_NAMES, PROGRAM, TUN_NAMES, TUN_OPTS, TUNNEL_V_OPTIONS, type Cmd, type OptName } from './tables';
+import { CMD, CMD_NAMES, COMMANDS_V_OPTIONS, INT_MAX, MAX_TIMEOUT, OPT, OPT_NAMES, PROGRAM, TUN_NAMES, TUN_OPTS, TUNNEL_V_OPTIONS, type Cmd, type OptName } from './tables';
 import { inetAton, parseNetmask, parseSchedFlags, parseService, parseTimeout, SERVICE_ADDR, SERVICE_PORT, stringToNumber } from './values';
 
 interface Entry {
@@ -362,10 +364,10 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   if (ce.cmd === CMD.ADD || ce.cmd === CMD.EDIT) {
     if (!svc.fwmark && !svc.port && !svc.persistent) fail('Zero port specified for non-persistent service');
     if (svc.ops && !svc.fwmark && svc.protocol !== 'udp') fail('One-Packet Scheduling is only for UDP virtual services');
-    if (!svc.sched) svc.sched = DEF_SCHED;
+    if (!svc.sched) svc.sched = DEFAULT_SCHEDULER;
   }
   // uvs's default method is masq (ipvsadm's is -g, which uvs cannot do).
-  const fwd = ce.dest.fwd ?? 'masq';
+  const fwd = ce.dest.fwd ?? DEFAULT_FORWARDING;
   if (ce.cmd === CMD.ADDDEST || ce.cmd === CMD.EDITDEST || ce.cmd === CMD.DELDEST) {
     if (!ce.dest.portGiven) ce.dest.port = svc.port;
   }

@@ -13,8 +13,6 @@ export const VERSION = 'v0.1.0';
 export const MAX_TIMEOUT = 86400 * 31;
 /** IPVS_SVC_PERSISTENT_TIMEOUT: `-p` without a value. */
 export const DEFAULT_PERSISTENT_TIMEOUT = 360;
-/** ipvsadm's DEF_SCHED: -A without -s, and the scheduler -b's flags are checked against. */
-export const DEF_SCHED = 'wlc';
 export const INT_MAX = 0x7fffffff;
 
 export const CMD = {

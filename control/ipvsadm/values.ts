@@ -4,8 +4,9 @@
  */
 import { isIPv6 } from 'node:net';
 import { formatIPv6, parseIPv6 } from '../../net/addr';
+import { DEFAULT_SCHEDULER, flagScheduler, SCHED_FLAG_NAMES } from '../../schedulers/registry';
 import { fail, type ParseEnv } from './command';
-import { DEF_SCHED, DEFAULT_PERSISTENT_TIMEOUT } from './tables';
+import { DEFAULT_PERSISTENT_TIMEOUT } from './tables';
 
 /** string_to_number(): strtol base 10, all of the string, within [min, max]; else -1. */
 export function stringToNumber(s: string, min: number, max: number): number {
@@ -127,15 +128,14 @@ export function parseNetmask(buf: string, env: ParseEnv): string | null {
   return env.lookupHost?.(buf) ?? null;
 }
 
-const SCHED_FLAG_NAMES = ['flag-1', 'flag-2', 'flag-3', 'sh-fallback', 'sh-port', 'mh-fallback', 'mh-port'];
-
 /** parse_sched_flags(): sh-* need -s sh and mh-* need -s mh, in the same command (default wlc). */
 export function parseSchedFlags(sched: string, arg: string): string[] {
-  const s = sched || DEF_SCHED;
+  const s = sched || DEFAULT_SCHEDULER;
   const out: string[] = [];
   for (const flag of arg.split(',').filter((f) => f !== '')) {
     if (!SCHED_FLAG_NAMES.includes(flag)) fail(`invalid scheduler flag \`${flag}'`);
-    if ((flag.startsWith('sh-') && s !== 'sh') || (flag.startsWith('mh-') && s !== 'mh')) fail(`incompatible scheduler flag \`${flag}'`);
+    const needs = flagScheduler(flag);
+    if (needs !== null && s !== needs) fail(`incompatible scheduler flag \`${flag}'`);
     if (!out.includes(flag)) out.push(flag);
   }
   return out;
