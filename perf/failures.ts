@@ -21,7 +21,7 @@ import { apiCall } from '../control/client';
 import { blobDownload, runTool } from '../lab/clients';
 import { FailoverLab, type LbNode } from '../lab/failover-lab';
 import { LAB_VIP, type Lab } from '../lab/lab';
-import { summarize, type Summary } from './report';
+import { summarize, type Summary } from './summary';
 import { sleep } from './exec';
 
 export interface FailureFigure {

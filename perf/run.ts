@@ -27,7 +27,8 @@ import { failoverPrefix, runFailures, type FailureFigures } from './failures';
 import { killLive, run, sleep, spawnTracked, waitLive } from './exec';
 import { measure, udpFlows, udpPps, warmUp, type MeasureEnv, type Metrics } from './measure';
 import { Anchor, Probe, processMemKb, syscallCountingUnavailable } from './probe';
-import { computeRatios, renderMarkdown, renderSvg, summarize, type MemoryRow, type ReportData, type ScalingRun, type Summary } from './report';
+import { computeRatios, renderMarkdown, renderSvg, type MemoryRow, type ReportData, type ScalingRun } from './report';
+import { summarize, type Summary } from './summary';
 import { ALL_MEASUREMENTS, ALL_TARGETS, HTTP_PORT, lbRssMb, makeTarget, setForwarding, SP_PORT, UvsTarget, type MeasurementName, type Target, type TargetName } from './targets';
 
 const ROOT = join(__dirname, '..', '..');
