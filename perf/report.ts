@@ -550,7 +550,10 @@ export function renderSvg(r: ReportData): string {
   let row = 0;
   for (const p of panels) {
     const span = p.span ?? 1;
-    if (col + span > cols) (row++, (col = 0));
+    if (col + span > cols) {
+      row++;
+      col = 0;
+    }
     place.push({ col, row });
     col += span;
   }

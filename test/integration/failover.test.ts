@@ -225,7 +225,12 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
       let body = '';
       c.stdout.on('data', (d: Buffer) => (body += d.toString()));
       let running = true;
-      const done = new Promise<{ code: number | null; body: string }>((r) => c.on('close', (code) => ((running = false), r({ code, body }))));
+      const done = new Promise<{ code: number | null; body: string }>((r) =>
+        c.on('close', (code) => {
+          running = false;
+          r({ code, body });
+        }),
+      );
       return { done, running: () => running };
     });
     await waitStat('lb1', 'did not queue the three held flows', (s) => s.redis!.queueDepth >= 3 && !s.redis!.connected);
