@@ -231,7 +231,9 @@ for (const [f, m] of edges) {
       seenEdges.add(key);
       continue;
     }
-    problems.push(`${f}:${e.line}: ${folderOf(f)}/ may import only ${allowed.map((a) => `${a}/`).join(', ')}, not ${t}${e.typeOnly ? ' (type-only import)' : ''}`);
+    problems.push(
+      `${f}:${e.line}: ${folderOf(f)}/ may import only ${allowed.map((a) => `${a}/`).join(', ')}, not ${t}${e.typeOnly ? ' (type-only import)' : ''}`,
+    );
   }
 }
 
@@ -253,13 +255,20 @@ for (const comp of cycles(files, edges)) {
   );
 }
 
-for (const key of allow.edges) if (!seenEdges.has(key)) problems.push(`allowlisted import no longer found, remove it from scripts/import-allowlist.txt: edge ${key}`);
-for (const key of allow.cyc) if (!seenCycles.has(key)) problems.push(`allowlisted cycle no longer found as is, remove or update it in scripts/import-allowlist.txt: cycle ${key}`);
+for (const key of allow.edges)
+  if (!seenEdges.has(key)) problems.push(`allowlisted import no longer found, remove it from scripts/import-allowlist.txt: edge ${key}`);
+for (const key of allow.cyc)
+  if (!seenCycles.has(key))
+    problems.push(`allowlisted cycle no longer found as is, remove or update it in scripts/import-allowlist.txt: cycle ${key}`);
 
 const nAllowed = seenEdges.size + seenCycles.size;
 if (problems.length > 0) {
   for (const p of problems) console.error(p);
-  console.error(`check-imports: ${problems.length} problem(s) in ${files.length} product files${nAllowed ? ` (${nAllowed} more allowlisted)` : ''}`);
+  console.error(
+    `check-imports: ${problems.length} problem(s) in ${files.length} product files${nAllowed ? ` (${nAllowed} more allowlisted)` : ''}`,
+  );
   process.exit(1);
 }
-console.log(`check-imports: ${files.length} product files, no cycle, layers kept${nAllowed ? ` (${nAllowed} TEMPORARILY allowlisted in scripts/import-allowlist.txt)` : ''}`);
+console.log(
+  `check-imports: ${files.length} product files, no cycle, layers kept${nAllowed ? ` (${nAllowed} TEMPORARILY allowlisted in scripts/import-allowlist.txt)` : ''}`,
+);
