@@ -5,6 +5,9 @@
 //   2. Layers: `net/` imports nothing from the other product folders; `conntrack/` imports only
 //      `conntrack/` and `net/` (the connection table knows addresses and packet bytes, not the
 //      packet path, the control plane or the schedulers).
+//   3. The product build ships no test code: a product module imports nothing from `test/`, unless
+//      tsconfig.build.json's "exclude" names it (perf/packet-path.ts, the benchmark built on the
+//      tests' packet builders, compiles with the tests). Exclude entries are exact paths here.
 // Tests (`test/`) may import anything and are not walked. Imports of node built-ins and npm
 // packages are ignored. Static imports, `export … from`, `import type`, dynamic `import()` and
 // `require()` all count. Uses the TypeScript parser the build already has (no extra dependency).
@@ -29,6 +32,16 @@ const ALLOWED_FOLDERS = {
   conntrack: ['conntrack', 'net'],
 };
 const ALLOWLIST = join(ROOT, 'scripts', 'import-allowlist.txt');
+
+/** tsconfig.build.json's "exclude": product files compiled with the tests only. */
+function buildExcluded() {
+  const file = join(ROOT, 'tsconfig.build.json');
+  if (!existsSync(file)) return new Set();
+  const { config, error } = ts.readConfigFile(file, ts.sys.readFile);
+  if (error) throw new Error(`tsconfig.build.json: ${ts.flattenDiagnosticMessageText(error.messageText, ' ')}`);
+  return new Set(config.exclude ?? []);
+}
+const BUILD_EXCLUDED = buildExcluded();
 
 /** Every .ts file under the product folders, as repository-relative paths with '/' separators. */
 function productFiles() {
@@ -200,6 +213,7 @@ function readAllowlist() {
 const files = productFiles();
 const edges = new Map(); // file → Map(target → {typeOnly, line})
 const problems = [];
+const testImports = []; // [file, target, line]: product modules importing test code
 for (const f of files) {
   const m = new Map();
   for (const [spec, typeOnly, line] of importsOf(f)) {
@@ -209,7 +223,8 @@ for (const f of files) {
       problems.push(`${f}:${line}: import '${spec}' resolves to no .ts file`);
       continue;
     }
-    if (!PRODUCT.includes(folderOf(target))) continue; // e.g. perf → test/helpers: a test fixture, not a product layer
+    if (folderOf(target) === 'test' && !BUILD_EXCLUDED.has(f)) testImports.push([f, target, line]);
+    if (!PRODUCT.includes(folderOf(target))) continue;
     const had = m.get(target);
     m.set(target, { typeOnly: (had ? had.typeOnly : true) && typeOnly, line: had ? had.line : line });
   }
@@ -238,6 +253,15 @@ for (const [f, m] of edges) {
       `${f}:${e.line}: ${folderOf(f)}/ may import only ${allowed.map((a) => `${a}/`).join(', ')}, not ${t}${e.typeOnly ? ' (type-only import)' : ''}`,
     );
   }
+}
+
+for (const [f, t, line] of testImports) {
+  const key = `${f} -> ${t}`;
+  if (allow.edges.has(key)) {
+    seenEdges.add(key);
+    continue;
+  }
+  problems.push(`${f}:${line}: a product module imports test code (${t}), which tsconfig.build.json would then ship`);
 }
 
 for (const comp of cycles(files, edges)) {

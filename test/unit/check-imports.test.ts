@@ -76,3 +76,19 @@ test('allowlisted violations pass; an allowlist line that no longer matches fail
   assert.match(stale.out, /allowlisted import no longer found.*edge conntrack\/table\.ts -> lb\/processor\.ts/);
   assert.match(stale.out, /allowlisted cycle no longer found/);
 });
+
+test('a product module importing test code is refused unless tsconfig.build.json excludes it from the product build', () => {
+  const withBench = {
+    ...LAYERED,
+    'test/helpers/packets.ts': 'export const tcp = () => new Uint8Array(40);\n',
+    'perf/bench.ts': "import { tcp } from '../test/helpers/packets';\nexport const b = tcp();\n",
+  };
+  const r = check(withBench);
+  assert.equal(r.code, 1, r.out);
+  assert.match(r.out, /perf\/bench\.ts:1: a product module imports test code \(test\/helpers\/packets\.ts\)/);
+  const excluded = check({
+    ...withBench,
+    'tsconfig.build.json': '// the product\n{ "include": ["perf/**/*.ts"], "exclude": ["perf/bench.ts"] }\n',
+  });
+  assert.equal(excluded.code, 0, excluded.out);
+});
