@@ -128,7 +128,7 @@ export function statsView(d: Daemon): StatsResponse {
     drops: d.stats.drops(),
     generated: d.stats.generated(),
     chains: { max: d.stats.maxWord(L.C_CHAIN_MAX), long: d.stats.word(L.C_LONG_CHAINS) },
-    workers: d.dataplane.workerInfo().map((w, i) => ({ ...w, ...d.stats.perWorker()[i] })),
+    workers: d.dataplane.workerInfo().map((w, i) => ({ ...w, ...d.stats.perWorker()[i]! })), // one counter region per worker
     nodestExpired: d.stats.word(L.C_NODEST_EXPIRED),
     shadows: d.table.shadows(),
     adopted: d.stats.word(L.C_ADOPTED),
@@ -226,8 +226,8 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   app.get('/v1/defense', async () => defenseView(d));
   app.get('/v1/health', async (): Promise<HealthResponse> => ({ checks: d.health.states() }));
   app.get('/v1/timeouts', async (): Promise<TimeoutsResponse> => ({
-    tcp: d.cfg.timeouts.tcp.ESTABLISHED,
-    tcpFin: d.cfg.timeouts.tcp.FIN_WAIT,
+    tcp: d.cfg.timeouts.tcp.ESTABLISHED!, // every TCP state has a timeout (the schema's defaults)
+    tcpFin: d.cfg.timeouts.tcp.FIN_WAIT!,
     udp: d.cfg.timeouts.udp,
     sctp: d.cfg.timeouts.sctp, // uvs: seconds per SCTP state (ipvsadm --timeout prints the first three)
   }));

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import { startApi } from './api';
 import { loadConfigFile } from './config';
 import { Daemon, type Serve } from './daemon';
-import { UvsError } from './errors';
+import type { UvsError } from './errors';
 import { makeLogger } from './log';
 import { startHealthz, startMetrics } from './metrics';
 import { cleanupRouting } from '../lb/dataplane';
