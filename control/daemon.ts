@@ -361,7 +361,7 @@ export class Daemon {
    * reload (they were added at runtime, by the API or uvsadm), as kube-proxy never cleans them up.
    */
   private keepExcluded(doc: unknown): unknown {
-    let next;
+    let next: UvsConfig;
     try {
       next = validateConfig(doc);
     } catch {
@@ -455,7 +455,7 @@ export class Daemon {
     } catch (e) {
       return this.rejected(e);
     }
-    let snapshot;
+    let snapshot: ReturnType<ServiceModel['apply']>;
     try {
       snapshot = this.model.apply(cfg);
     } catch (e) {

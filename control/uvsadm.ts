@@ -230,7 +230,11 @@ async function save(socket: string, numeric: boolean): Promise<number> {
 async function capture(socket: string, args: string[]): Promise<number> {
   const body: Record<string, unknown> = {};
   let file: string | null = null;
-  const num = (v: string | undefined, opt: string): number | null => (v !== undefined && /^\d+$/.test(v) ? Number(v) : (err(`${PROGRAM}: ${opt} needs a number, got ${JSON.stringify(v ?? '')}\n`), null));
+  const num = (v: string | undefined, opt: string): number | null => {
+    if (v !== undefined && /^\d+$/.test(v)) return Number(v);
+    err(`${PROGRAM}: ${opt} needs a number, got ${JSON.stringify(v ?? '')}\n`);
+    return null;
+  };
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
     const v = args[i + 1];
