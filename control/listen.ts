@@ -41,7 +41,9 @@ export function listenHttp(address: string, handler: (req: IncomingMessage, res:
   const hostOk = hostGuard(hp.host);
   const server = createServer((req, res) => {
     if (!hostOk(req.headers.host)) {
-      res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'UVS_ERR_API_HOST', message: badHostMessage(req.headers.host ?? '') }));
+      res
+        .writeHead(403, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ code: 'UVS_ERR_API_HOST', message: badHostMessage(req.headers.host ?? '') }));
       return;
     }
     handler(req, res);

@@ -7,7 +7,17 @@ import type { EditOp } from '../edits';
 import { PROGRAM } from './tables';
 
 /** Service settings ipvsadm controls; -E replaces them and keeps every other (uvs's own) setting. */
-const IPVSADM_SERVICE_KEYS = new Set(['protocol', 'address', 'port', 'scheduler', 'schedFlags', 'persistence', 'netmask', 'realServers', 'mhTableSize']);
+const IPVSADM_SERVICE_KEYS = new Set([
+  'protocol',
+  'address',
+  'port',
+  'scheduler',
+  'schedFlags',
+  'persistence',
+  'netmask',
+  'realServers',
+  'mhTableSize',
+]);
 
 /**
  * The API's editService replaces a service's whole entry; uvsadm -E must only replace what ipvsadm
@@ -20,7 +30,8 @@ export function keepUvsSettings(ops: EditOp[], doc: unknown): void {
   for (const o of ops) {
     if (o.op !== 'editService') continue;
     const cur = list.find(
-      (s: Record<string, unknown>) => (s?.protocol ?? DEFAULT_PROTOCOL) === o.service.protocol && s?.address === o.service.address && Number(s?.port) === o.service.port,
+      (s: Record<string, unknown>) =>
+        (s?.protocol ?? DEFAULT_PROTOCOL) === o.service.protocol && s?.address === o.service.address && Number(s?.port) === o.service.port,
     ) as Record<string, unknown> | undefined;
     if (!cur) continue;
     for (const [k, v] of Object.entries(cur)) if (!IPVSADM_SERVICE_KEYS.has(k) && o.service[k] === undefined) o.service[k] = v;
@@ -35,12 +46,15 @@ export function keepUvsSettings(ops: EditOp[], doc: unknown): void {
 export function classicError(op: EditOp['op'] | 'zero', err: { code?: string; message?: string; path?: string }): string | undefined {
   const msg = err.message ?? '';
   const noService = /no service /.test(msg);
-  if (err.code === 'UVS_ERR_API_CONFLICT') return op === 'addService' ? 'Service already exists' : op === 'addRealServer' ? 'Destination already exists' : undefined;
+  if (err.code === 'UVS_ERR_API_CONFLICT')
+    return op === 'addService' ? 'Service already exists' : op === 'addRealServer' ? 'Destination already exists' : undefined;
   if (err.code === 'UVS_ERR_API_NOT_FOUND') {
     if (op === 'editService' || op === 'deleteService' || op === 'zero') return 'No such service';
-    if (op === 'addRealServer' || op === 'editRealServer' || op === 'deleteRealServer') return noService ? 'Service not defined' : 'No such destination';
+    if (op === 'addRealServer' || op === 'editRealServer' || op === 'deleteRealServer')
+      return noService ? 'Service not defined' : 'No such destination';
   }
-  if (err.code === 'UVS_ERR_CONFIG_INVALID' && /\.scheduler$/.test(err.path ?? '') && /unknown scheduler/.test(msg)) return 'Scheduler or persistence engine not found';
+  if (err.code === 'UVS_ERR_CONFIG_INVALID' && /\.scheduler$/.test(err.path ?? '') && /unknown scheduler/.test(msg))
+    return 'Scheduler or persistence engine not found';
   return undefined;
 }
 

@@ -21,7 +21,12 @@ export interface ListFormat {
 export type Command =
   | { kind: 'help'; text: string }
   | { kind: 'version'; text: string }
-  | { kind: 'list'; what: 'services' | 'connections' | 'timeout' | 'daemon' | 'drain' | 'health' | 'defense' | 'workers'; service?: ServiceRef; format: ListFormat }
+  | {
+      kind: 'list';
+      what: 'services' | 'connections' | 'timeout' | 'daemon' | 'drain' | 'health' | 'defense' | 'workers';
+      service?: ServiceRef;
+      format: ListFormat;
+    }
   /** -S; without -n names are printed (as the listings). */
   | { kind: 'save'; numeric: boolean }
   | { kind: 'restore' }

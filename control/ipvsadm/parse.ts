@@ -36,14 +36,52 @@ import type { ServiceRef } from '../edits';
 import { Fail, fail, tryHelp, unsupported, type Command, type ListFormat, type ParseEnv, type ParseResult } from './command';
 import { usage, versionLine } from './help';
 import { COMMAND_TAGS, POPT_NOARG, tokenize } from './popt';
-import { CMD, CMD_NAMES, COMMANDS_V_OPTIONS, INT_MAX, MAX_TIMEOUT, OPT, OPT_NAMES, PROGRAM, TUN_NAMES, TUN_OPTS, TUNNEL_V_OPTIONS, type Cmd, type OptName } from './tables';
+import {
+  CMD,
+  CMD_NAMES,
+  COMMANDS_V_OPTIONS,
+  INT_MAX,
+  MAX_TIMEOUT,
+  OPT,
+  OPT_NAMES,
+  PROGRAM,
+  TUN_NAMES,
+  TUN_OPTS,
+  TUNNEL_V_OPTIONS,
+  type Cmd,
+  type OptName,
+} from './tables';
 import { inetAton, parseNetmask, parseSchedFlags, parseService, parseTimeout, SERVICE_ADDR, SERVICE_PORT, stringToNumber } from './values';
 
 interface Entry {
   cmd: Cmd;
   options: Set<number>;
-  svc: { protocol: 'tcp' | 'udp' | 'sctp'; af: 4 | 6; address: string; port: number; fwmark: number; persistent: boolean; timeout: number; netmask: string | number; sched: string; pe: string; ops: boolean; schedFlags: string[] };
-  dest: { af: 4 | 6; address: string; port: number; portGiven: boolean; fwd: 'masq' | 'route' | 'tunnel' | 'fullnat' | null; weight: number; uThreshold: number; lThreshold: number; tunType: number; pp: 'v1' | 'v2' | 'none' | null };
+  svc: {
+    protocol: 'tcp' | 'udp' | 'sctp';
+    af: 4 | 6;
+    address: string;
+    port: number;
+    fwmark: number;
+    persistent: boolean;
+    timeout: number;
+    netmask: string | number;
+    sched: string;
+    pe: string;
+    ops: boolean;
+    schedFlags: string[];
+  };
+  dest: {
+    af: 4 | 6;
+    address: string;
+    port: number;
+    portGiven: boolean;
+    fwd: 'masq' | 'route' | 'tunnel' | 'fullnat' | null;
+    weight: number;
+    uThreshold: number;
+    lThreshold: number;
+    tunType: number;
+    pp: 'v1' | 'v2' | 'none' | null;
+  };
   timeouts: { tcp: number; tcpFin: number; udp: number };
   daemon: boolean;
   worker: string;
@@ -90,13 +128,35 @@ export function parseArgs(argv: string[], env: ParseEnv = {}): ParseResult {
  * generic_opt_check() and the per-command checks.
  */
 function parse(argv: string[], env: ParseEnv, program: string): Command {
-  const noFormat: ListFormat = { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false };
+  const noFormat: ListFormat = {
+    numeric: false,
+    stats: false,
+    rate: false,
+    thresholds: false,
+    persistentConn: false,
+    tunInfo: false,
+    exact: false,
+    nosort: false,
+  };
   // No argument at all: list the table, without -n (names).
   if (argv.length === 0) return { kind: 'list', what: 'services', format: noFormat };
   const ce: Entry = {
     cmd: CMD.NONE,
     options: new Set(),
-    svc: { protocol: 'tcp', af: 4, address: '', port: 0, fwmark: 0, persistent: false, timeout: 0, netmask: '255.255.255.255', sched: '', pe: '', ops: false, schedFlags: [] },
+    svc: {
+      protocol: 'tcp',
+      af: 4,
+      address: '',
+      port: 0,
+      fwmark: 0,
+      persistent: false,
+      timeout: 0,
+      netmask: '255.255.255.255',
+      sched: '',
+      pe: '',
+      ops: false,
+      schedFlags: [],
+    },
     dest: { af: 4, address: '', port: 0, portGiven: false, fwd: null, weight: 1, uThreshold: 0, lThreshold: 0, tunType: 0, pp: null },
     timeouts: { tcp: 0, tcpFin: 0, udp: 0 },
     daemon: false,
@@ -133,13 +193,15 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
         if (cmd === CMD.STOPDAEMON && tok.arg !== 'master' && tok.arg !== 'backup') fail('illegal start_daemon specified');
         if (cmd === CMD.KILLWORKER) ce.worker = tok.arg ?? '';
         if (cmd === CMD.MAINTENANCE) {
-          if (!['on', 'off', 'status', 'wait'].includes(tok.arg ?? '')) fail(`illegal maintenance parameter \`${tok.arg ?? ''}' specified (on, off, status or wait)`);
+          if (!['on', 'off', 'status', 'wait'].includes(tok.arg ?? ''))
+            fail(`illegal maintenance parameter \`${tok.arg ?? ''}' specified (on, off, status or wait)`);
           ce.maintenance = tok.arg as Entry['maintenance'];
         }
         continue;
       }
       // uvs: `uvsadm --timeout`, `--drain`, `--health`, `--defense`, `--workers` list without -L.
-      if (tok.tag !== 'timeout' && tok.tag !== 'drain' && tok.tag !== 'health' && tok.tag !== 'defense' && tok.tag !== 'workers') tryHelp(program);
+      if (tok.tag !== 'timeout' && tok.tag !== 'drain' && tok.tag !== 'health' && tok.tag !== 'defense' && tok.tag !== 'workers')
+        tryHelp(program);
       ce.cmd = CMD.LIST;
     }
     if (tok.t === 'err') throw new Fail(`${tok.text}: ${tok.why}\n`, 255);
@@ -353,7 +415,11 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   if (ce.cmd === CMD.TIMEOUT) {
     if (leftovers.length < 3) fail('--set option requires 3 timeout values');
     const [tcp, fin, udp] = leftovers.splice(0, 3) as [string, string, string];
-    ce.timeouts = { tcp: parseTimeout(tcp, 0, MAX_TIMEOUT), tcpFin: parseTimeout(fin, 0, MAX_TIMEOUT), udp: parseTimeout(udp, 0, MAX_TIMEOUT) };
+    ce.timeouts = {
+      tcp: parseTimeout(tcp, 0, MAX_TIMEOUT),
+      tcpFin: parseTimeout(fin, 0, MAX_TIMEOUT),
+      udp: parseTimeout(udp, 0, MAX_TIMEOUT),
+    };
   }
   if (leftovers.length) fail(`unexpected argument ${leftovers[0]}`);
   if (schedFlagsArg) ce.svc.schedFlags = parseSchedFlags(ce.svc.sched, schedFlagsArg);
@@ -380,14 +446,18 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   }
   if (ce.cmd === CMD.LIST) {
     const has = (...n: OptName[]) => n.some((x) => ce.options.has(OPT[x]));
-    if ((has('connection', 'timeout', 'daemon', 'drain', 'health', 'defense', 'workers') && has('stats', 'rate', 'thresholds')) || (has('timeout', 'daemon', 'drain', 'health', 'defense', 'workers') && has('persistent-conn'))) {
+    if (
+      (has('connection', 'timeout', 'daemon', 'drain', 'health', 'defense', 'workers') && has('stats', 'rate', 'thresholds')) ||
+      (has('timeout', 'daemon', 'drain', 'health', 'defense', 'workers') && has('persistent-conn'))
+    ) {
       fail('options conflicts in the list command');
     }
   }
   if (ce.cmd === CMD.RESTORE && env.readingStdin) tryHelp(program);
 
   // What uvs cannot do (the daemon refuses -g, a tunnel without tunnelSource and IPv6 itself, with its reasons).
-  if (svc.fwmark) unsupported('fwmark services (-f) are not supported: packets reach uvs through a TUN device, which does not carry netfilter marks');
+  if (svc.fwmark)
+    unsupported('fwmark services (-f) are not supported: packets reach uvs through a TUN device, which does not carry netfilter marks');
   if (svc.pe) unsupported('persistence engines (--pe) are not supported');
   if (svc.ops) unsupported('one-packet scheduling (-o/--ops) is not supported yet');
   // -L --daemon lists the sync daemons that run: none, so nothing (ipvsadm's list_daemon prints a
@@ -397,7 +467,9 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   }
   // Accepted-then-ignored would make a GUE/GRE server an IPIP one behind the operator's back.
   if ((ce.cmd === CMD.ADDDEST || ce.cmd === CMD.EDITDEST) && ce.dest.tunType !== 0) {
-    unsupported(`${TUN_NAMES[ce.dest.tunType]} tunnels (--tun-type ${TUN_NAMES[ce.dest.tunType]}) are not supported: uvs encapsulates in IPIP (IPv6: ip6ip6) only, --tun-type ipip`);
+    unsupported(
+      `${TUN_NAMES[ce.dest.tunType]} tunnels (--tun-type ${TUN_NAMES[ce.dest.tunType]}) are not supported: uvs encapsulates in IPIP (IPv6: ip6ip6) only, --tun-type ipip`,
+    );
   }
   return build(ce, fwd);
 }
@@ -449,7 +521,21 @@ function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel' | 'fullnat'): Command
   switch (ce.cmd) {
     case CMD.LIST: {
       const has = (n: OptName) => ce.options.has(OPT[n]);
-      const what = has('connection') ? 'connections' : has('timeout') ? 'timeout' : has('daemon') ? 'daemon' : has('drain') ? 'drain' : has('health') ? 'health' : has('defense') ? 'defense' : has('workers') ? 'workers' : 'services';
+      const what = has('connection')
+        ? 'connections'
+        : has('timeout')
+          ? 'timeout'
+          : has('daemon')
+            ? 'daemon'
+            : has('drain')
+              ? 'drain'
+              : has('health')
+                ? 'health'
+                : has('defense')
+                  ? 'defense'
+                  : has('workers')
+                    ? 'workers'
+                    : 'services';
       return { kind: 'list', what, format: ce.list, ...(what === 'services' && hasService ? { service: ref } : {}) };
     }
     case CMD.SAVE:
@@ -478,7 +564,9 @@ function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel' | 'fullnat'): Command
       if (svc.persistent) service.persistence = svc.timeout;
       // The kernel keeps -M with or without -p (only persistence uses it); -E without -M resets it.
       if (svc.netmask !== (svc.af === 6 ? 128 : '255.255.255.255')) service.netmask = svc.netmask;
-      return ce.cmd === CMD.ADD ? { kind: 'edit', command: 'add-service', ops: [{ op: 'addService', service }] } : { kind: 'edit', command: 'edit-service', ops: [{ op: 'editService', service }] };
+      return ce.cmd === CMD.ADD
+        ? { kind: 'edit', command: 'add-service', ops: [{ op: 'addService', service }] }
+        : { kind: 'edit', command: 'edit-service', ops: [{ op: 'editService', service }] };
     }
     case CMD.ADDDEST:
     case CMD.EDITDEST: {
@@ -498,7 +586,11 @@ function build(ce: Entry, fwd: 'masq' | 'route' | 'tunnel' | 'fullnat'): Command
       return { kind: 'edit', command: 'add-server', ops: [{ op: 'addRealServer', ref, realServer }] };
     }
     case CMD.DELDEST:
-      return { kind: 'edit', command: 'delete-server', ops: [{ op: 'deleteRealServer', ref, address: ce.dest.address, port: ce.dest.port }] };
+      return {
+        kind: 'edit',
+        command: 'delete-server',
+        ops: [{ op: 'deleteRealServer', ref, address: ce.dest.address, port: ce.dest.port }],
+      };
     default:
       throw new Error(`unhandled command ${ce.cmd}`); // start/stop-daemon were refused above
   }

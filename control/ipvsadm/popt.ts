@@ -11,7 +11,12 @@ export interface OptDef {
   arg: 0 | 1 | 2;
   tag: string;
 }
-const d = (long: string | null, short: string | null, arg: 0 | 1 | 2, tag?: string): OptDef => ({ long, short, arg, tag: tag ?? short ?? long! });
+const d = (long: string | null, short: string | null, arg: 0 | 1 | 2, tag?: string): OptDef => ({
+  long,
+  short,
+  arg,
+  tag: tag ?? short ?? long!,
+});
 /** ipvsadm's options_table, in its order (a long name listed twice, like "list", finds the first). */
 export const OPTIONS: OptDef[] = [
   d('add-service', 'A', 0),
@@ -84,7 +89,10 @@ export const OPTIONS: OptDef[] = [
   d('maintenance', null, 1),
 ];
 
-export type Token = { t: 'opt'; tag: string; arg: string | null; text: string } | { t: 'arg'; v: string } | { t: 'err'; text: string; why: string };
+export type Token =
+  | { t: 'opt'; tag: string; arg: string | null; text: string }
+  | { t: 'arg'; v: string }
+  | { t: 'err'; text: string; why: string };
 
 const POPT_BADOPT = 'unknown option';
 export const POPT_NOARG = 'missing argument';

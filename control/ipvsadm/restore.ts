@@ -29,7 +29,12 @@ export function parseRestore(input: string, env: ParseEnv = {}): RestoreResult {
     const r = parseArgs(words, { ...env, readingStdin: true });
     if (!r.ok) return { ok: false, stderr: r.stderr, exit: r.exit, line: n + 1 };
     if (r.command.kind !== 'edit') {
-      return { ok: false, stderr: `${PROGRAM}: -R: line ${n + 1}: only -A -E -D -C -a -e -d and --set can be restored (in one atomic batch): ${raw.trim()}\n`, exit: 2, line: n + 1 };
+      return {
+        ok: false,
+        stderr: `${PROGRAM}: -R: line ${n + 1}: only -A -E -D -C -a -e -d and --set can be restored (in one atomic batch): ${raw.trim()}\n`,
+        exit: 2,
+        line: n + 1,
+      };
     }
     for (const op of r.command.ops) {
       ops.push(op);

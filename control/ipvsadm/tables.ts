@@ -37,7 +37,25 @@ export const CMD = {
   MAINTENANCE: 17,
 } as const;
 export type Cmd = (typeof CMD)[keyof typeof CMD];
-export const CMD_NAMES = ['add-service', 'edit-service', 'delete-service', 'flush', 'list', 'add-server', 'delete-server', 'edit-server', 'set', 'start-daemon', 'stop-daemon', 'restore', 'save', 'zero', 'reload', 'kill-worker', 'maintenance'];
+export const CMD_NAMES = [
+  'add-service',
+  'edit-service',
+  'delete-service',
+  'flush',
+  'list',
+  'add-server',
+  'delete-server',
+  'edit-server',
+  'set',
+  'start-daemon',
+  'stop-daemon',
+  'restore',
+  'save',
+  'zero',
+  'reload',
+  'kill-worker',
+  'maintenance',
+];
 
 /** Option columns, in ipvsadm's order (the order its checks run in), then uvs's two listings. */
 export const OPT_NAMES = [
@@ -88,8 +106,29 @@ export const OPT = Object.fromEntries(OPT_NAMES.map((n, i) => [n, i])) as Record
 function row(allowed: Partial<Record<OptName, '+' | '1' | ' '>>): string {
   return OPT_NAMES.map((n) => allowed[n] ?? 'x').join('');
 }
-const SERVER_OPTS = { 'service-address': '+', 'real-server': '+', 'forwarding-method': ' ', weight: ' ', 'u-threshold': ' ', 'l-threshold': ' ', 'tun-type': ' ', 'tun-port': ' ', 'tun-nocsum': ' ', 'tun-csum': ' ', 'tun-remcsum': ' ', 'proxy-protocol': ' ' } as const;
-const SERVICE_OPTS = { 'service-address': '+', scheduler: ' ', persistent: ' ', netmask: ' ', ops: ' ', pe: ' ', 'sched-flags': ' ' } as const;
+const SERVER_OPTS = {
+  'service-address': '+',
+  'real-server': '+',
+  'forwarding-method': ' ',
+  weight: ' ',
+  'u-threshold': ' ',
+  'l-threshold': ' ',
+  'tun-type': ' ',
+  'tun-port': ' ',
+  'tun-nocsum': ' ',
+  'tun-csum': ' ',
+  'tun-remcsum': ' ',
+  'proxy-protocol': ' ',
+} as const;
+const SERVICE_OPTS = {
+  'service-address': '+',
+  scheduler: ' ',
+  persistent: ' ',
+  netmask: ' ',
+  ops: ' ',
+  pe: ' ',
+  'sched-flags': ' ',
+} as const;
 export const COMMANDS_V_OPTIONS: Record<number, string> = {
   [CMD.ADD]: row(SERVICE_OPTS),
   [CMD.EDIT]: row(SERVICE_OPTS),
@@ -118,7 +157,14 @@ export const COMMANDS_V_OPTIONS: Record<number, string> = {
   [CMD.DELDEST]: row({ 'service-address': '+', 'real-server': '+' }),
   [CMD.EDITDEST]: row(SERVER_OPTS),
   [CMD.TIMEOUT]: row({}),
-  [CMD.STARTDAEMON]: row({ 'mcast-interface': ' ', syncid: ' ', 'mcast-group': ' ', 'mcast-port': ' ', 'mcast-ttl': ' ', 'sync-maxlen': ' ' }),
+  [CMD.STARTDAEMON]: row({
+    'mcast-interface': ' ',
+    syncid: ' ',
+    'mcast-group': ' ',
+    'mcast-port': ' ',
+    'mcast-ttl': ' ',
+    'sync-maxlen': ' ',
+  }),
   [CMD.STOPDAEMON]: row({ syncid: ' ' }),
   [CMD.RESTORE]: row({}),
   [CMD.SAVE]: row({ numeric: ' ' }),

@@ -111,7 +111,15 @@ test('the circle finder finds circles and nothing else', () => {
     ['f', ['f']],
   ]);
   assert.deepEqual(circles(g).sort(), ['a → b → c → a', 'f → f']);
-  assert.deepEqual(circles(new Map([['x', ['y']], ['y', []]])), []);
+  assert.deepEqual(
+    circles(
+      new Map([
+        ['x', ['y']],
+        ['y', []],
+      ]),
+    ),
+    [],
+  );
 });
 
 test('control/ imports no module that imports it back (type-only imports included)', () => {

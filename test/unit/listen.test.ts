@@ -46,7 +46,8 @@ test('the HTTP listener refuses a Host naming something else (403 UVS_ERR_API_HO
     assert.equal(evil.status, 403);
     assert.equal((JSON.parse(evil.body) as { code: string }).code, 'UVS_ERR_API_HOST');
     assert.equal(handled, 0, 'the handler never saw it');
-    for (const host of [`127.0.0.1:${port}`, `localhost:${port}`]) assert.deepEqual(await get(port, host), { status: 200, body: 'handled' }, host);
+    for (const host of [`127.0.0.1:${port}`, `localhost:${port}`])
+      assert.deepEqual(await get(port, host), { status: 200, body: 'handled' }, host);
     assert.equal(handled, 2);
   } finally {
     await ep.close();
