@@ -4,22 +4,27 @@
  * setup of perf/packet-path.ts's "TCP new flow" cases, so the figures compare with them.
  * A benchmark, never part of `npm test`.
  *
- *   node dist/perf/new-conn.js [--rounds N] [--ms M] [--cold] [--against DIR] [--json FILE]
- *     --rounds N     child processes per comparison, one after another (default 4); min over all
+ *   node dist/perf/new-conn.js [--rounds N] [--ms M] [--table-bits B] [--cold] [--only V,…]
+ *                              [--against DIR] [--json FILE]
+ *     --rounds N     child processes per comparison, one after another (default 8)
  *     --ms M         each child times for at least M ms (default 400)
+ *     --table-bits B a table of 2^B entries (default 18, as packet-path.ts; 14 keeps it in cache)
  *     --cold         empty the table between passes by scanning it (as packet-path.ts does), which
  *                    leaves the pass's cache lines cold; default: remove the 2000 flows by key
+ *     --only V,…     run only these comparisons: path, steps, against, or a stub's name
  *     --against DIR  also compare the whole SYN path with another build's dist/ directory (a copy
  *                    of the tree with a change, compiled elsewhere): the A/B of an experiment
  *
  * Method. A comparison loads the dataplane modules twice or more in one process (each copy its
  * own classes, so V8 optimises each alone, as in a process of its own), gives each copy its own
  * table and processor, and takes turns: copy A empties its table and handles the 2000 SYNs, then
- * copy B, and so on for at least --ms. The 2000 flows go in slices of 250, each timed on its own,
- * and a figure is the fastest slice in ns per flow (the median slice beside it): a slice takes
- * 0.1–0.3 ms, so on a loaded machine many run unpreempted, and taking turns every few ms puts both
- * sides of a difference under the same load. (The same variant in separate processes differed by
- * up to ±150 ns on this machine; sides within one process by a few ns.) Figures:
+ * copy B, and so on for at least --ms, so both sides of a difference run under the same load.
+ * The 2000 flows go in slices of 250 (0.1–0.3 ms), each timed on its own; a process's figure is
+ * its fastest slice — on a loaded machine many short slices run unpreempted. The printed figure
+ * is the median over --rounds processes (the fastest process in brackets): with a table of 2^18
+ * entries (36 MB) the path is bound by cache misses, and where each table lands in memory makes
+ * one process faster or slower than another by up to ±20 % throughout, the same code against
+ * itself included; the median over processes evens that out, 2^14 mostly avoids it. Figures:
  *  - the path cut short at known points by the packet itself (nothing stubbed): a TCP header that
  *    fails its length check (parse only), an RST to the service port without an entry (+ inbound
  *    hash, lookup miss, service lookup), a SYN refused by drop_packet at rate 1 (+ the checks);
@@ -28,8 +33,7 @@
  *    the difference is that step's cost in place, inlining and cache misses included;
  *  - each step alone, in a loop over the 2000 flows' keys (its cost out of context).
  * Each timed pass handles the same 2000 SYNs (distinct clients, one VIP:80 service of three masq
- * servers) into an emptied table of 2^18 entries; emptying and restoring the packet bytes are
- * not timed.
+ * servers) into an emptied table; emptying and restoring the packet bytes are not timed.
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -49,10 +53,11 @@ const opt = (name: string): string | null => {
   const i = argv.indexOf(`--${name}`);
   return i >= 0 ? (argv[i + 1] ?? null) : null;
 };
-const ROUNDS = Number(opt('rounds') ?? 4);
+const ROUNDS = Number(opt('rounds') ?? 8);
 const MS = Number(opt('ms') ?? 400);
 const COLD = argv.includes('--cold');
 const AGAINST = opt('against');
+const TABLE = 1 << Number(opt('table-bits') ?? 18);
 const FLOWS = 2000;
 /** Flows per timed slice. */
 const SLICE = 250;
@@ -95,13 +100,13 @@ function load(root = DIST): Mods {
 function setup(m: Mods, scheduler: string) {
   const { L, T } = m;
   const cfg = m.C.validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: 1 << 18, maxRealServers: 16, maxServices: 8 },
+    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: TABLE, maxRealServers: 16, maxServices: 8 },
     services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler, realServers: RS.map((a) => ({ address: a, port: 8080 })) }],
   });
   const rsSab = T.createRealServerRegion(16);
   const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
   const model = new m.Svc.ServiceModel(rsSab, schedSab, 16, 8);
-  const table = new T.ConnTable(T.ConnTable.create(1 << 18, { tcp: m.S.TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
+  const table = new T.ConnTable(T.ConnTable.create(TABLE, { tcp: m.S.TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
   const proc = new m.Pr.PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, model.apply(cfg), new Uint8Array(4096));
   proc.now = table.now();
   return { m, proc, table, pkts: packets(m, m.S.TCPF_SYN) };
@@ -421,7 +426,8 @@ function runSteps(): void {
 }
 
 // ── driver ────────────────────────────────────────────────────────────────────────────────────
-const VARIANTS = ['path', ...Object.keys(STUBS), 'steps', ...(AGAINST !== null ? ['against'] : [])];
+const ONLY = opt('only');
+const VARIANTS = ['path', ...Object.keys(STUBS), 'steps', ...(AGAINST !== null ? ['against'] : [])].filter((v) => ONLY === null || ONLY.split(',').includes(v));
 
 function child(variant: string): void {
   if (variant === 'path') runPath();
@@ -433,43 +439,57 @@ function child(variant: string): void {
 }
 
 function main(): void {
-  const best: Record<string, number> = {};
+  const all: Record<string, number[]> = {};
   const started = Date.now();
-  const extra = [...(COLD ? ['--cold'] : []), ...(AGAINST !== null ? ['--against', AGAINST] : [])];
+  const extra = [...(COLD ? ['--cold'] : []), ...(AGAINST !== null ? ['--against', AGAINST] : []), '--table-bits', String(Math.log2(TABLE))];
   for (let r = 0; r < ROUNDS; r++) {
     for (const v of VARIANTS) {
       const out = execFileSync(process.execPath, [__filename, '--variant', v, '--ms', String(MS), ...extra], { encoding: 'utf8', maxBuffer: 1 << 20 });
-      for (const [k, ns] of Object.entries(JSON.parse(out) as Record<string, number>)) best[k] = Math.min(best[k] ?? Infinity, ns);
+      for (const [k, ns] of Object.entries(JSON.parse(out) as Record<string, number>)) (all[k] ??= []).push(ns);
     }
     process.stderr.write(`round ${r + 1}/${ROUNDS} done\n`);
   }
+  // A figure: the median over the processes of each one's fastest slice (a table's place in
+  // memory changes its cache conflicts, so one process can be lucky or not throughout); in
+  // brackets the fastest process. A difference: the median of the per-process differences.
+  const median = (xs: number[]) => {
+    const y = [...xs].sort((p, q) => p - q);
+    return y.length % 2 === 1 ? y[y.length >> 1]! : (y[y.length / 2 - 1]! + y[y.length / 2]!) / 2;
+  };
+  const best: Record<string, number> = {};
+  for (const [k, xs] of Object.entries(all)) best[k] = median(xs);
+  const has = (k: string) => all[k] !== undefined;
   const ns = (k: string) => best[k]!;
+  const diff = (a: string, b: string) => median(all[a]!.map((x, i) => all[b]![i]! - x));
   const f = (x: number) => x.toFixed(0).padStart(6);
-  const med = (k: string) => `(${best[`${k} (median)`]!.toFixed(0)})`.padStart(8);
-  const line = (k: string, extra = '') => console.log(`  ${k.padEnd(58)} ${f(ns(k))} ns ${med(k)}${extra}`);
-  console.log(`new-connection path, ${FLOWS} SYNs a pass, ${COLD ? 'cold (table scanned between passes)' : 'warm'}, Node ${process.version}`);
-  console.log(`fastest ${SLICE}-flow slice of ${ROUNDS} processes × ≥ ${MS} ms, ns per flow (median slice in brackets); ${((Date.now() - started) / 1000).toFixed(0)} s`);
-  console.log('\nthe path cut short by the packet (real code; + what the step adds):');
-  const cuts = ['cut: parse only (TCP header check fails)', 'cut: + hash, lookup miss, service (RST, no entry)', 'cut: + defense checks (SYN, drop_packet rate 1)', 'SYN rr: whole path'];
-  cuts.forEach((k, i) => line(k, i === 0 ? '' : `   +${(ns(k) - ns(cuts[i - 1]!)).toFixed(0)}`));
-  for (const s of ['wlc', 'mh']) line(`SYN ${s}: whole path`);
-  const full = ns('SYN rr: whole path');
-  line('SYN rr, per-source limit on (not reached)', `   +${(ns('SYN rr, per-source limit on (not reached)') - full).toFixed(0)}`);
-  line('SYN rr, sync on (ring event per SYN)', `   +${(ns('SYN rr, sync on (ring event per SYN)') - full).toFixed(0)}`);
-  console.log('\nthe rr SYN path against itself with one step stubbed, in one process (step = the difference):');
-  for (const [name, s] of Object.entries(STUBS)) {
-    const a = ns(`${name}: SYN rr`);
-    const b = ns(`${name}: SYN rr, stubbed`);
-    console.log(`  ${name.padEnd(16)} ${f(a)} → ${f(b)} ns   step ${(a - b).toFixed(0).padStart(4)} ns  ${s.what}`);
+  const line = (k: string, extra = '') => console.log(`  ${k.padEnd(58)} ${f(ns(k))} ns ${`(${Math.min(...all[k]!).toFixed(0)})`.padStart(8)}${extra}`);
+  console.log(`new-connection path, ${FLOWS} SYNs a pass, table 2^${Math.log2(TABLE)}, ${COLD ? 'cold (table scanned between passes)' : 'warm'}, Node ${process.version}`);
+  console.log(`ns per flow: median over ${ROUNDS} processes of each one's fastest ${SLICE}-flow slice in ≥ ${MS} ms (fastest process in brackets); ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  if (has('SYN rr: whole path')) {
+    console.log('\nthe path cut short by the packet (real code; + what the step adds, same process):');
+    const cuts = ['cut: parse only (TCP header check fails)', 'cut: + hash, lookup miss, service (RST, no entry)', 'cut: + defense checks (SYN, drop_packet rate 1)', 'SYN rr: whole path'];
+    cuts.forEach((k, i) => line(k, i === 0 ? '' : `   +${diff(cuts[i - 1]!, k).toFixed(0)}`));
+    for (const s of ['wlc', 'mh']) line(`SYN ${s}: whole path`);
+    line('SYN rr, per-source limit on (not reached)', `   +${diff('SYN rr: whole path', 'SYN rr, per-source limit on (not reached)').toFixed(0)}`);
+    line('SYN rr, sync on (ring event per SYN)', `   +${diff('SYN rr: whole path', 'SYN rr, sync on (ring event per SYN)').toFixed(0)}`);
   }
-  console.log('\neach step alone, per flow:');
-  for (const k of Object.keys(best).filter((x) => x.startsWith('step: ') && !x.endsWith('(median)'))) line(k);
-  if (AGAINST !== null) {
-    console.log(`\nthis build against ${AGAINST}, alternating in one process:`);
+  const stubs = Object.entries(STUBS).filter(([n]) => has(`${n}: SYN rr`));
+  if (stubs.length > 0) console.log('\nthe rr SYN path against itself with one step stubbed, in one process (step = the difference):');
+  for (const [name, s] of stubs) {
+    const a = `${name}: SYN rr`;
+    const b = `${name}: SYN rr, stubbed`;
+    console.log(`  ${name.padEnd(16)} ${f(ns(a))} → ${f(ns(b))} ns   step ${(-diff(a, b)).toFixed(0).padStart(4)} ns  ${s.what}`);
+  }
+  const steps = Object.keys(best).filter((x) => x.startsWith('step: ') && !x.endsWith('(median)'));
+  if (steps.length > 0) console.log('\neach step alone, per flow:');
+  for (const k of steps) line(k);
+  if (AGAINST !== null && has('SYN rr: this build')) {
+    console.log(`\nthis build against ${AGAINST}, taking turns in one process:`);
     for (const s of ['rr', 'wlc', 'mh']) {
-      const a = ns(`SYN ${s}: this build`);
-      const b = ns(`SYN ${s}: ${AGAINST}`);
-      console.log(`  SYN ${s.padEnd(4)} ${f(a)} → ${f(b)} ns  ${(b - a >= 0 ? '+' : '') + (b - a).toFixed(0)} ns (${((b / a - 1) * 100).toFixed(1)} %)`);
+      const a = `SYN ${s}: this build`;
+      const b = `SYN ${s}: ${AGAINST}`;
+      const d = diff(a, b);
+      console.log(`  SYN ${s.padEnd(4)} ${f(ns(a))} → ${f(ns(b))} ns  ${(d >= 0 ? '+' : '') + d.toFixed(0)} ns (${((d / ns(a)) * 100).toFixed(1)} %)`);
     }
   }
   const json = opt('json');
