@@ -246,6 +246,14 @@ const STUBS: Record<string, { what: string; apply: (m: Mods) => void }> = {
   'no-walk-stats': { what: 'walk statistics in findIn ×2 (chainPeak, longChains)', apply: (m) => ((m.T.ConnTable.prototype as any).walked = justLastWalk) },
   'no-bind': { what: 'binding to the real server in insert (InActConn atomic, threshold)', apply: (m) => ((m.T.ConnTable.prototype as any).bindRealServer = function () {}) },
   'no-sched': { what: 'scheduling (service lock + rr pick)', apply: (m) => ((m.Pr.PacketProcessor.prototype as any).schedule = () => 0) },
+  'sched-counter': {
+    what: 'scheduling → a plain counter over the 3 servers (no lock, no Atomics, same spread)',
+    apply: (m) =>
+      ((m.Pr.PacketProcessor.prototype as any).schedule = function (this: any) {
+        this.benchNext = ((this.benchNext | 0) + 1) % 3;
+        return this.benchNext;
+      }),
+  },
   'no-touch': { what: 'first touch (NONE → SYN_RECV, timer; the bucket re-lock stays)', apply: (m) => ((m.T.ConnTable.prototype as any).touch = () => false) },
   'no-countIn': { what: 'per-packet in counters (countIn)', apply: (m) => ((m.Pr.PacketProcessor.prototype as any).countIn = function () {}) },
   'no-forward': { what: 'forwardIn: MTU check, rewrite of address, port and checksums', apply: (m) => ((m.Pr.PacketProcessor.prototype as any).forwardIn = () => 1) },
