@@ -8,7 +8,8 @@
  *             pps = datagrams that reached the real servers' UDP layer / sockperf's send time
  *   udp_rr    sockperf ping-pong over UDP (one message in flight): round-trip p50/p99/p99.9 µs
  *   tcp_rr    the same over one TCP connection
- *   tcp_cps   wrk, HTTP GET with `Connection: close` (one request per connection): requests/s
+ *   tcp_cps   wrk, HTTP GET with `Connection: close` (one request per connection): requests/s,
+ *             and the client's SYN retransmits and the servers' PAWS rejects per 1000 connections
  *   tcp_bulk  iperf3, one TCP stream to rs1: Gb/s received
  * and CPU per unit of work (packet / connection / GB), see cpuMetrics; and, for targets with
  * LB processes, syscalls, wake-ups and context switches per unit of work (ioMetrics).
@@ -161,9 +162,14 @@ export async function tcpCps(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
   );
   if (r.code !== 0) throw failed('wrk', r);
   const p = parseWrk(r.stdout);
+  const opens = Math.max(1, whole.clientActiveOpens);
   return {
     cps: p.rps,
     errors: p.socketErrors + p.non2xx,
+    // A connection whose SYN went unanswered waits 1 s (the initial RTO): a handful of these
+    // per thousand is a method artefact, not the path's limit (see perf/README.md).
+    synRetransPerK: (1000 * whole.clientSynRetrans) / opens,
+    pawsRejectsPerK: (1000 * whole.rsPawsTw) / opens,
     ...cpuMetrics(active, active.clientActiveOpens, 1e6, 'UsPerConn'),
     ...ioMetrics(whole, active, sys, (w) => w.clientActiveOpens, 'Conn', hasProcs),
     // Per packet too (the client's veth, both directions), comparable with the RR figures.

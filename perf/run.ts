@@ -246,7 +246,7 @@ function headline(m: MeasurementName, x: Metrics): string {
     case 'tcp_rr':
       return `p50 ${f(x.p50Us)} µs, p99 ${f(x.p99Us)} µs, p99.9 ${f(x.p999Us)} µs`;
     case 'tcp_cps':
-      return `${f(x.cps)} connections/s${x.errors ? `, ${x.errors} errors` : ''}`;
+      return `${f(x.cps)} connections/s${x.errors ? `, ${x.errors} errors` : ''}${x.synRetransPerK ? `, ${f(x.synRetransPerK)} SYN retransmits per 1000 (${f(x.pawsRejectsPerK ?? 0)} rejected by PAWS at the servers)` : ''}`;
     case 'tcp_bulk':
       return `${f(x.gbps, 2)} Gb/s`;
   }
