@@ -29,7 +29,7 @@ export interface MeasureEnv {
   probe: Probe;
   /** Seconds per generator run (integer: sockperf, wrk and iperf3 take whole seconds). */
   duration: number;
-  /** wrk connections. */
+  /** wrk connections (a multiple of WRK_THREADS). */
   conns: number;
   /** Count the LB processes' syscalls with perf stat (false: perf or tracefs missing). */
   syscalls: boolean;
@@ -150,14 +150,45 @@ export async function rr(env: MeasureEnv, ep: Endpoint, tcp: boolean): Promise<M
   };
 }
 
+/**
+ * wrk's threads, for every target: one per real server, so that `direct` can give each thread a
+ * real server of its own (Endpoint.spread) and so reach the three, as every LB does.
+ */
+export const WRK_THREADS = 3;
+
+/**
+ * A wrk script that only sets each thread's address: thread i connects to spread[i mod n], on
+ * the endpoint's port. It defines no request/response function, so wrk's per-request path stays
+ * the same as without a script. Written into the lab directory.
+ */
+export function spreadScript(hosts: string[], port: number): string {
+  return `-- written by uvs perf (perf/measure.ts): wrk thread i connects to host i mod ${hosts.length}, port ${port}
+local hosts = { ${hosts.map((h) => JSON.stringify(h)).join(', ')} }
+local n = 0
+function setup(thread)
+  thread.addr = wrk.lookup(hosts[n % #hosts + 1], "${port}")[1]
+  n = n + 1
+end
+`;
+}
+
+/** wrk's arguments for short connections (`Connection: close`) to an endpoint. */
+export function wrkArgs(dir: string, ep: Endpoint, conns: number, duration: string, timeout: string): string[] {
+  const args = ['-t', String(WRK_THREADS), '-c', String(conns), '-d', duration, '--timeout', timeout, '-H', 'Connection: close'];
+  if (ep.spread) {
+    if (WRK_THREADS % ep.spread.length !== 0) throw new Error(`wrk's ${WRK_THREADS} threads cannot be divided evenly over ${ep.spread.length} hosts`);
+    const file = join(dir, `wrk-spread-${ep.port}.lua`);
+    writeFileSync(file, spreadScript(ep.spread, ep.port));
+    args.push('-s', file);
+  }
+  args.push(`http://${ep.host}:${ep.port}/`);
+  return args;
+}
+
 export async function tcpCps(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
   const { r, whole, active, sys, hasProcs } = await sampled(
     env,
-    () =>
-      run('wrk', ['-t', '2', '-c', String(env.conns), '-d', `${env.duration}s`, '--timeout', '2s', '-H', 'Connection: close', `http://${ep.host}:${ep.port}/`], {
-        ns: env.lab.clientNs,
-        timeoutMs: limitMs(env),
-      }),
+    () => run('wrk', wrkArgs(env.lab.dir, ep, env.conns, `${env.duration}s`, '2s'), { ns: env.lab.clientNs, timeoutMs: limitMs(env) }),
     (w) => w.clientActiveOpens,
   );
   if (r.code !== 0) throw failed('wrk', r);
@@ -255,9 +286,5 @@ export async function udpFlows(env: MeasureEnv, ep: Endpoint, flows: number, lbM
  * and to every real server once when the lab is up (their Node.js servers have a JIT too).
  */
 export async function warmUp(env: MeasureEnv, eps: Endpoint[]): Promise<void> {
-  await Promise.all(
-    eps.map((ep) =>
-      run('wrk', ['-t', '1', '-c', '8', '-d', '1s', '--timeout', '1s', '-H', 'Connection: close', `http://${ep.host}:${ep.port}/`], { ns: env.lab.clientNs, timeoutMs: 10000 }),
-    ),
-  );
+  await Promise.all(eps.map((ep) => run('wrk', wrkArgs(env.lab.dir, ep, 3 * WRK_THREADS, '1s', '1s'), { ns: env.lab.clientNs, timeoutMs: 10000 })));
 }

@@ -101,6 +101,19 @@ export function parseSnmp(text: string): Record<string, Record<string, number>> 
   return out;
 }
 
+/** /proc/net/stat/nf_conntrack: a header of names, then one line of hex counters per CPU; summed. */
+export function parseConntrackStat(text: string): Record<string, number> {
+  const lines = text.trim().split('\n');
+  const names = (lines[0] ?? '').trim().split(/\s+/);
+  const out: Record<string, number> = {};
+  for (const l of lines.slice(1)) {
+    const v = l.trim().split(/\s+/);
+    if (v.length !== names.length) continue;
+    names.forEach((n, i) => (out[n] = (out[n] ?? 0) + parseInt(v[i]!, 16)));
+  }
+  return out;
+}
+
 export interface DevCounters {
   rxPackets: number;
   rxBytes: number;
@@ -182,9 +195,9 @@ export interface Snapshot {
   /** The client's SYN retransmits (TcpExt TCPSynRetrans): a connection that waited 1 s or more. */
   clientSynRetrans: number;
   /**
-   * SYNs the real servers rejected because they met a TIME_WAIT socket of the same 4-tuple with a
-   * newer TCP timestamp (TcpExt PAWSTimewait), summed: the server answers with an ACK, the client
-   * resets and retransmits its SYN a second later.
+   * Packets the real servers rejected because they met a TIME_WAIT socket of the same 4-tuple
+   * with a newer TCP timestamp (TcpExt PAWSTimewait), summed. For a SYN the server answers with
+   * an ACK, the client resets and retransmits its SYN a second later.
    */
   rsPawsTw: number;
 }
