@@ -176,7 +176,8 @@ end
 export function wrkArgs(dir: string, ep: Endpoint, conns: number, duration: string, timeout: string): string[] {
   const args = ['-t', String(WRK_THREADS), '-c', String(conns), '-d', duration, '--timeout', timeout, '-H', 'Connection: close'];
   if (ep.spread) {
-    if (WRK_THREADS % ep.spread.length !== 0) throw new Error(`wrk's ${WRK_THREADS} threads cannot be divided evenly over ${ep.spread.length} hosts`);
+    if (WRK_THREADS % ep.spread.length !== 0)
+      throw new Error(`wrk's ${WRK_THREADS} threads cannot be divided evenly over ${ep.spread.length} hosts`);
     const file = join(dir, `wrk-spread-${ep.port}.lua`);
     writeFileSync(file, spreadScript(ep.spread, ep.port));
     args.push('-s', file);
@@ -286,5 +287,7 @@ export async function udpFlows(env: MeasureEnv, ep: Endpoint, flows: number, lbM
  * and to every real server once when the lab is up (their Node.js servers have a JIT too).
  */
 export async function warmUp(env: MeasureEnv, eps: Endpoint[]): Promise<void> {
-  await Promise.all(eps.map((ep) => run('wrk', wrkArgs(env.lab.dir, ep, 3 * WRK_THREADS, '1s', '1s'), { ns: env.lab.clientNs, timeoutMs: 10000 })));
+  await Promise.all(
+    eps.map((ep) => run('wrk', wrkArgs(env.lab.dir, ep, 3 * WRK_THREADS, '1s', '1s'), { ns: env.lab.clientNs, timeoutMs: 10000 })),
+  );
 }

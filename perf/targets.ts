@@ -388,7 +388,9 @@ export class NftTarget implements Target {
   async check(): Promise<string | null> {
     const ct = await this.conntrack();
     const d = (k: string) => (ct.stat[k] ?? 0) - (this.ctBefore[k] ?? 0);
-    this.env.log(`nftables: conntrack holds ${ct.count} of ${ct.max} entries; drop ${d('drop')}, early_drop ${d('early_drop')}, insert_failed ${d('insert_failed')} during its runs`);
+    this.env.log(
+      `nftables: conntrack holds ${ct.count} of ${ct.max} entries; drop ${d('drop')}, early_drop ${d('early_drop')}, insert_failed ${d('insert_failed')} during its runs`,
+    );
     if (d('drop') + d('early_drop') + d('insert_failed') > 0 || ct.count > 0.9 * ct.max) {
       return `conntrack table (${ct.max} entries) too small for the runs: ${ct.count} entries, drop ${d('drop')}, early_drop ${d('early_drop')}, insert_failed ${d('insert_failed')}`;
     }

@@ -16,7 +16,19 @@ test('wrkArgs: the same threads for every target; a spread endpoint gets a scrip
   const dir = mkdtempSync(join(tmpdir(), 'uvs-perf-method-'));
   try {
     const plain = wrkArgs(dir, { host: '10.200.0.20', port: 80 }, 33, '3s', '2s');
-    assert.deepEqual(plain, ['-t', String(WRK_THREADS), '-c', '33', '-d', '3s', '--timeout', '2s', '-H', 'Connection: close', 'http://10.200.0.20:80/']);
+    assert.deepEqual(plain, [
+      '-t',
+      String(WRK_THREADS),
+      '-c',
+      '33',
+      '-d',
+      '3s',
+      '--timeout',
+      '2s',
+      '-H',
+      'Connection: close',
+      'http://10.200.0.20:80/',
+    ]);
 
     const hosts = ['10.200.11.2', '10.200.12.2', '10.200.13.2'];
     const spread = wrkArgs(dir, { host: hosts[0]!, port: 8080, spread: hosts }, 33, '3s', '2s');
