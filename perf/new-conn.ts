@@ -45,7 +45,7 @@ import type * as ConfigMod from '../control/config';
 import type * as ServicesMod from '../control/services';
 import type * as ProcessorMod from '../lb/processor';
 import type * as SnapshotMod from '../lb/snapshot';
-import type * as HashMod from '../schedulers/hash';
+import type * as HashMod from '../net/siphash';
 import type * as PacketsMod from '../test/helpers/packets';
 
 const argv = process.argv;
@@ -91,7 +91,7 @@ function load(root = DIST): Mods {
     Svc: r('control/services') as typeof ServicesMod,
     Pr: r('lb/processor') as typeof ProcessorMod,
     Snap: r('lb/snapshot') as typeof SnapshotMod,
-    H: r('schedulers/hash') as typeof HashMod,
+    H: r('net/siphash') as typeof HashMod,
     Pk: r('test/helpers/packets') as typeof PacketsMod,
   };
 }
@@ -107,7 +107,14 @@ function setup(m: Mods, scheduler: string) {
   const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
   const model = new m.Svc.ServiceModel(rsSab, schedSab, 16, 8);
   const table = new T.ConnTable(T.ConnTable.create(TABLE, { tcp: m.S.TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const proc = new m.Pr.PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, model.apply(cfg), new Uint8Array(4096));
+  const proc = new m.Pr.PacketProcessor(
+    table,
+    new Float64Array(L.counterWords(16, 8)),
+    new Int32Array(schedSab),
+    16,
+    model.apply(cfg),
+    new Uint8Array(4096),
+  );
   proc.now = table.now();
   return { m, proc, table, pkts: packets(m, m.S.TCPF_SYN) };
 }
@@ -218,9 +225,24 @@ function synSide(name: string, w: World, prepare?: () => void): Side {
 }
 
 // ── stubs ─────────────────────────────────────────────────────────────────────────────────────
-/* eslint-disable @typescript-eslint/no-explicit-any */
+/** The private fields and methods the stubs and steps reach (perf code only, never the product). */
+interface TableInternals {
+  k0: number;
+  mask: number;
+  lastWalk: number;
+}
+interface ProcessorInternals {
+  schedule(svc: unknown, si: number, caddr: number, cport: number, vaddr: number, vport: number): number;
+  countIn(rsSlot: number, svcSlot: number, bytes: number): void;
+  benchNext?: number;
+}
+/** An object's properties, to patch a prototype's method. */
+const props = (o: object) => o as Record<string, unknown>;
+const tableProto = (m: Mods) => props(m.T.ConnTable.prototype);
+const procProto = (m: Mods) => props(m.Pr.PacketProcessor.prototype);
+
 /** The pre-issue-12 bucket hash (salted murmur3-style mix, commit 6086905^), for comparison. */
-function murmurBucket(this: any, proto: number, a1: number, ports: number, a2: number): number {
+function murmurBucket(this: TableInternals, proto: number, a1: number, ports: number, a2: number): number {
   let h = this.k0 ^ proto;
   h = Math.imul(h ^ a1, 0xcc9e2d51);
   h = (h << 15) | (h >>> 17);
@@ -234,35 +256,56 @@ function murmurBucket(this: any, proto: number, a1: number, ports: number, a2: n
   h ^= h >>> 16;
   return h & this.mask;
 }
-function justLastWalk(this: any, n: number): void {
+function justLastWalk(this: TableInternals, n: number): void {
   this.lastWalk = n;
 }
 
 /** Prototype patches, each removing one step from the whole rr SYN path of one module copy. */
 const STUBS: Record<string, { what: string; apply: (m: Mods) => void }> = {
-  'hash-murmur': { what: 'keyed bucket hash (3 a SYN) → the pre-issue-12 murmur mix', apply: (m) => ((m.T.ConnTable.prototype as any).bucket = murmurBucket) },
-  'no-source-count': { what: 'per-source half-open count in insert (hsiphash4 + atomic add)', apply: (m) => ((m.T.ConnTable.prototype as any).sourceAdd = function () {}) },
-  'no-chain-cap': { what: 'out-chain length walk in insert (the chain cap)', apply: (m) => ((m.T.ConnTable.prototype as any).chainLength = () => 0) },
-  'no-walk-stats': { what: 'walk statistics in findIn ×2 (chainPeak, longChains)', apply: (m) => ((m.T.ConnTable.prototype as any).walked = justLastWalk) },
-  'no-bind': { what: 'binding to the real server in insert (InActConn atomic, threshold)', apply: (m) => ((m.T.ConnTable.prototype as any).bindRealServer = function () {}) },
-  'no-sched': { what: 'scheduling (service lock + rr pick)', apply: (m) => ((m.Pr.PacketProcessor.prototype as any).schedule = () => 0) },
+  'hash-murmur': {
+    what: 'keyed bucket hash (3 a SYN) → the pre-issue-12 murmur mix',
+    apply: (m) => (tableProto(m).bucket = murmurBucket),
+  },
+  'no-source-count': {
+    what: 'per-source half-open count in insert (hsiphash4 + atomic add)',
+    apply: (m) => (tableProto(m).sourceAdd = () => {}),
+  },
+  'no-chain-cap': {
+    what: 'out-chain length walk in insert (the chain cap)',
+    apply: (m) => (tableProto(m).chainLength = () => 0),
+  },
+  'no-walk-stats': {
+    what: 'walk statistics in findIn ×2 (chainPeak, longChains)',
+    apply: (m) => (tableProto(m).walked = justLastWalk),
+  },
+  'no-bind': {
+    what: 'binding to the real server in insert (InActConn atomic, threshold)',
+    apply: (m) => (tableProto(m).bindRealServer = () => {}),
+  },
+  'no-sched': { what: 'scheduling (service lock + rr pick)', apply: (m) => (procProto(m).schedule = () => 0) },
   'sched-counter': {
     what: 'scheduling → a plain counter over the 3 servers (no lock, no Atomics, same spread)',
     apply: (m) =>
-      ((m.Pr.PacketProcessor.prototype as any).schedule = function (this: any) {
-        this.benchNext = ((this.benchNext | 0) + 1) % 3;
+      (procProto(m).schedule = function (this: ProcessorInternals) {
+        this.benchNext = (((this.benchNext ?? 0) | 0) + 1) % 3;
         return this.benchNext;
       }),
   },
-  'no-touch': { what: 'first touch (NONE → SYN_RECV, timer; the bucket re-lock stays)', apply: (m) => ((m.T.ConnTable.prototype as any).touch = () => false) },
-  'no-countIn': { what: 'per-packet in counters (countIn)', apply: (m) => ((m.Pr.PacketProcessor.prototype as any).countIn = function () {}) },
-  'no-forward': { what: 'forwardIn: MTU check, rewrite of address, port and checksums', apply: (m) => ((m.Pr.PacketProcessor.prototype as any).forwardIn = () => 1) },
+  'no-touch': {
+    what: 'first touch (NONE → SYN_RECV, timer; the bucket re-lock stays)',
+    apply: (m) => (tableProto(m).touch = () => false),
+  },
+  'no-countIn': { what: 'per-packet in counters (countIn)', apply: (m) => (procProto(m).countIn = () => {}) },
+  'no-forward': {
+    what: 'forwardIn: MTU check, rewrite of address, port and checksums',
+    apply: (m) => (procProto(m).forwardIn = () => 1),
+  },
   'issue12-off': {
     what: 'issue 12 on this path: murmur hash, no source count, no chain cap, no walk stats',
     apply: (m) => {
-      const p = m.T.ConnTable.prototype as any;
+      const p = tableProto(m);
       p.bucket = murmurBucket;
-      p.sourceAdd = function () {};
+      p.sourceAdd = () => {};
       p.chainLength = () => 0;
       p.walked = justLastWalk;
     },
@@ -309,7 +352,8 @@ function runStub(name: string): void {
 
 /** This build against another build's dist/ (--against), rr, wlc and mh. */
 function runAgainst(dir: string): void {
-  for (const s of ['rr', 'wlc', 'mh']) race([synSide(`SYN ${s}: this build`, setup(load(), s)), synSide(`SYN ${s}: ${dir}`, setup(load(path.resolve(dir)), s))]);
+  for (const s of ['rr', 'wlc', 'mh'])
+    race([synSide(`SYN ${s}: this build`, setup(load(), s)), synSide(`SYN ${s}: ${dir}`, setup(load(path.resolve(dir)), s))]);
 }
 
 let sink = 0;
@@ -323,7 +367,7 @@ function runSteps(): void {
   const vip = VIP_WORD;
   const rs0 = (10 << 24) | 1;
   const sk = m.H.sipInit([1, 2, 3, 4]);
-  const t = table as any;
+  const t = table as unknown as TableInternals;
   const snap = proc.snapshot;
   race([
     {
@@ -361,11 +405,24 @@ function runSteps(): void {
   ]);
   // A lookup miss in a table holding 2000 other flows (as mid-pass).
   const other = setup(load(), 'rr').table;
-  for (let i = 0; i < FLOWS; i++) other.insert(6, keys[2 * i]! ^ 0x10000, keys[2 * i + 1]!, vip, rs0, (8080 << 16) | (2000 + i), keys[2 * i]! ^ 0x10000, L.FWD_MASQ, 0, 0, proc.now);
+  for (let i = 0; i < FLOWS; i++)
+    other.insert(
+      6,
+      keys[2 * i]! ^ 0x10000,
+      keys[2 * i + 1]!,
+      vip,
+      rs0,
+      (8080 << 16) | (2000 + i),
+      keys[2 * i]! ^ 0x10000,
+      L.FWD_MASQ,
+      0,
+      0,
+      proc.now,
+    );
   const sched = (s: string): Side => {
     const x = setup(load(), s);
     const svc = x.proc.snapshot.services[0]!;
-    const ps = x.proc as any;
+    const ps = x.proc as unknown as ProcessorInternals;
     return {
       name: `step: schedule ${s} (lock + pick)`,
       pass: (lo, hi) => {
@@ -376,7 +433,7 @@ function runSteps(): void {
     };
   };
   const c = proc.counters;
-  const pa = proc as any;
+  const pa = proc as unknown as ProcessorInternals;
   race([
     {
       name: 'step: hash + lock + findIn miss + unlock',
@@ -413,7 +470,20 @@ function runSteps(): void {
       prepare: () => empty(table),
       pass: (lo, hi) => {
         let s = 0;
-        for (let i = lo; i < hi; i++) s ^= table.insert(6, keys[2 * i]!, keys[2 * i + 1]!, vip, rs0, (8080 << 16) | (2000 + i), keys[2 * i]!, L.FWD_MASQ, 0, 0, proc.now);
+        for (let i = lo; i < hi; i++)
+          s ^= table.insert(
+            6,
+            keys[2 * i]!,
+            keys[2 * i + 1]!,
+            vip,
+            rs0,
+            (8080 << 16) | (2000 + i),
+            keys[2 * i]!,
+            L.FWD_MASQ,
+            0,
+            0,
+            proc.now,
+          );
         sink ^= s;
       },
     },
@@ -422,7 +492,19 @@ function runSteps(): void {
       prepare: () => empty(t2),
       pass: (lo, hi) => {
         for (let i = lo; i < hi; i++) {
-          const e = t2.insert(6, keys[2 * i]!, keys[2 * i + 1]!, vip, rs0, (8080 << 16) | (2000 + i), keys[2 * i]!, L.FWD_MASQ, 0, 0, proc.now);
+          const e = t2.insert(
+            6,
+            keys[2 * i]!,
+            keys[2 * i + 1]!,
+            vip,
+            rs0,
+            (8080 << 16) | (2000 + i),
+            keys[2 * i]!,
+            L.FWD_MASQ,
+            0,
+            0,
+            proc.now,
+          );
           const b = t2.bucketIn(6, keys[2 * i]!, keys[2 * i + 1]!, vip, null);
           t2.lockBucket(b);
           t2.touch(e, 0, m.S.TCPF_SYN, proc.now);
@@ -435,7 +517,9 @@ function runSteps(): void {
 
 // ── driver ────────────────────────────────────────────────────────────────────────────────────
 const ONLY = opt('only');
-const VARIANTS = ['path', ...Object.keys(STUBS), 'steps', ...(AGAINST !== null ? ['against'] : [])].filter((v) => ONLY === null || ONLY.split(',').includes(v));
+const VARIANTS = ['path', ...Object.keys(STUBS), 'steps', ...(AGAINST !== null ? ['against'] : [])].filter(
+  (v) => ONLY === null || ONLY.split(',').includes(v),
+);
 
 function child(variant: string): void {
   if (variant === 'path') runPath();
@@ -449,10 +533,18 @@ function child(variant: string): void {
 function main(): void {
   const all: Record<string, number[]> = {};
   const started = Date.now();
-  const extra = [...(COLD ? ['--cold'] : []), ...(AGAINST !== null ? ['--against', AGAINST] : []), '--table-bits', String(Math.log2(TABLE))];
+  const extra = [
+    ...(COLD ? ['--cold'] : []),
+    ...(AGAINST !== null ? ['--against', AGAINST] : []),
+    '--table-bits',
+    String(Math.log2(TABLE)),
+  ];
   for (let r = 0; r < ROUNDS; r++) {
     for (const v of VARIANTS) {
-      const out = execFileSync(process.execPath, [__filename, '--variant', v, '--ms', String(MS), ...extra], { encoding: 'utf8', maxBuffer: 1 << 20 });
+      const out = execFileSync(process.execPath, [__filename, '--variant', v, '--ms', String(MS), ...extra], {
+        encoding: 'utf8',
+        maxBuffer: 1 << 20,
+      });
       for (const [k, ns] of Object.entries(JSON.parse(out) as Record<string, number>)) (all[k] ??= []).push(ns);
     }
     process.stderr.write(`round ${r + 1}/${ROUNDS} done\n`);
@@ -470,15 +562,28 @@ function main(): void {
   const ns = (k: string) => best[k]!;
   const diff = (a: string, b: string) => median(all[a]!.map((x, i) => all[b]![i]! - x));
   const f = (x: number) => x.toFixed(0).padStart(6);
-  const line = (k: string, extra = '') => console.log(`  ${k.padEnd(58)} ${f(ns(k))} ns ${`(${Math.min(...all[k]!).toFixed(0)})`.padStart(8)}${extra}`);
-  console.log(`new-connection path, ${FLOWS} SYNs a pass, table 2^${Math.log2(TABLE)}, ${COLD ? 'cold (table scanned between passes)' : 'warm'}, Node ${process.version}`);
-  console.log(`ns per flow: median over ${ROUNDS} processes of each one's fastest ${SLICE}-flow slice in ≥ ${MS} ms (fastest process in brackets); ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  const line = (k: string, extra = '') =>
+    console.log(`  ${k.padEnd(58)} ${f(ns(k))} ns ${`(${Math.min(...all[k]!).toFixed(0)})`.padStart(8)}${extra}`);
+  console.log(
+    `new-connection path, ${FLOWS} SYNs a pass, table 2^${Math.log2(TABLE)}, ${COLD ? 'cold (table scanned between passes)' : 'warm'}, Node ${process.version}`,
+  );
+  console.log(
+    `ns per flow: median over ${ROUNDS} processes of each one's fastest ${SLICE}-flow slice in ≥ ${MS} ms (fastest process in brackets); ${((Date.now() - started) / 1000).toFixed(0)} s`,
+  );
   if (has('SYN rr: whole path')) {
     console.log('\nthe path cut short by the packet (real code; + what the step adds, same process):');
-    const cuts = ['cut: parse only (TCP header check fails)', 'cut: + hash, lookup miss, service (RST, no entry)', 'cut: + defense checks (SYN, drop_packet rate 1)', 'SYN rr: whole path'];
+    const cuts = [
+      'cut: parse only (TCP header check fails)',
+      'cut: + hash, lookup miss, service (RST, no entry)',
+      'cut: + defense checks (SYN, drop_packet rate 1)',
+      'SYN rr: whole path',
+    ];
     cuts.forEach((k, i) => line(k, i === 0 ? '' : `   +${diff(cuts[i - 1]!, k).toFixed(0)}`));
     for (const s of ['wlc', 'mh']) line(`SYN ${s}: whole path`);
-    line('SYN rr, per-source limit on (not reached)', `   +${diff('SYN rr: whole path', 'SYN rr, per-source limit on (not reached)').toFixed(0)}`);
+    line(
+      'SYN rr, per-source limit on (not reached)',
+      `   +${diff('SYN rr: whole path', 'SYN rr, per-source limit on (not reached)').toFixed(0)}`,
+    );
     line('SYN rr, sync on (ring event per SYN)', `   +${diff('SYN rr: whole path', 'SYN rr, sync on (ring event per SYN)').toFixed(0)}`);
   }
   const stubs = Object.entries(STUBS).filter(([n]) => has(`${n}: SYN rr`));
@@ -497,7 +602,9 @@ function main(): void {
       const a = `SYN ${s}: this build`;
       const b = `SYN ${s}: ${AGAINST}`;
       const d = diff(a, b);
-      console.log(`  SYN ${s.padEnd(4)} ${f(ns(a))} → ${f(ns(b))} ns  ${(d >= 0 ? '+' : '') + d.toFixed(0)} ns (${((d / ns(a)) * 100).toFixed(1)} %)`);
+      console.log(
+        `  SYN ${s.padEnd(4)} ${f(ns(a))} → ${f(ns(b))} ns  ${(d >= 0 ? '+' : '') + d.toFixed(0)} ns (${((d / ns(a)) * 100).toFixed(1)} %)`,
+      );
     }
   }
   const json = opt('json');
