@@ -37,9 +37,10 @@
 import { randomFillSync } from 'node:crypto';
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
-import { ConnTable } from '../conntrack/table';
-import { DIR_INPUT, DIR_OUTPUT, TCP_ESTABLISHED, TCP_TIME_WAIT, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
-import { SCTP_EV_INIT, SCTP_S_CLOSED } from '../conntrack/sctp-state';
+import { FlowKey, FlowView, NewFlow } from '../conntrack/flow';
+import { ConnTable, FLOW_DEST_GONE, FLOW_HIT, FLOW_REUSE, LOOKUP_EXPIRE_NODEST, LOOKUP_NEW } from '../conntrack/table';
+import { TCP_ESTABLISHED, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
+import { SCTP_EV_INIT } from '../conntrack/sctp-state';
 import { HalfSipHash } from '../schedulers/hash';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
@@ -98,13 +99,19 @@ export class PacketProcessor {
   /** The current packet is IPv6: addresses are low words plus `hi` (see ConnTable). */
   private v6 = false;
   /**
-   * IPv6 key high words in the table's order — client, virtual, real server, local (3 each). For
-   * a client's packet 0..5 hold its key, for a server's 6..11; the rest is filled from the entry
-   * or the chosen real server as the packet goes on. Unused (but passed) for IPv4.
+   * The current packet's connection-table key (conntrack/flow.ts). IPv6: its high words in the
+   * table's order — client, virtual, real server, local (3 each); a client's packet fills 0..5,
+   * a server's 6..11.
    */
-  private readonly hi = new Int32Array(L.HI_WORDS);
-  /** The same for a persistence template's key. */
-  private readonly thi = new Int32Array(L.HI_WORDS);
+  private readonly key = new FlowKey();
+  private readonly hi = this.key.hi;
+  /** A persistence template's key (ip_vs_sched_persist). */
+  private readonly tkey = new FlowKey();
+  /** The current packet's flow as the table's lookup or insert left it, and its template. */
+  private readonly flow = new FlowView();
+  private readonly tmpl = new FlowView();
+  /** A new connection or template on its way into the table. */
+  private readonly rec = new NewFlow();
   /** The current IPv6 packet's addresses: source words 0..3, destination 4..7. */
   private readonly pa = new Int32Array(8);
   /** PROXY protocol: a header's two addresses, 4 words each (writeProxyHeader), and a scratch line to measure one. */
@@ -135,6 +142,9 @@ export class PacketProcessor {
   lastDrop = -1;
   lastSvc = -1;
   lastRs = -1;
+  /** The state (and E_PROTO) of the entry the last packet touched; −1 (0) = none. Likewise. */
+  lastState = -1;
+  lastProto = 0;
 
   constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, out: Uint8Array, offload = false) {
     this.vnet = offload ? P.VNET_HLEN : 0;
@@ -329,12 +339,6 @@ export class PacketProcessor {
       : this.outbound(b, off, l4, totlen, proto, pa[3]!, sport, pa[7]!, dport, tcpFlags);
   }
 
-  /** Copies an entry's (or template's) real-server and local high words into hi[6..11]. */
-  private entryHiOut(o: number, into: Int32Array): void {
-    const a = this.table.i32;
-    for (let i = 0; i < 6; i++) into[6 + i] = a[o + L.E_DADDR_HI + i]!;
-  }
-
   private inbound(
     b: Uint8Array,
     off: number,
@@ -352,55 +356,34 @@ export class PacketProcessor {
     const v6 = this.v6;
     const isTcp = (proto & 0xff) === P.IPPROTO_TCP;
     const cports = (sport << 16) | dport;
-    const bucket = t.bucketIn(proto, saddr, cports, daddr, hi);
+    const k = this.key;
+    k.proto = proto;
+    k.src = saddr;
+    k.ports = cports;
+    k.dst = daddr;
     // May start a connection (is_new_conn): a TCP SYN, an SCTP INIT.
     const isSctp = (proto & 0xff) === P.IPPROTO_SCTP;
     const isNew = isSctp ? tcpFlags === SCTP_EV_INIT : (tcpFlags & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
-    t.lockBucket(bucket);
-    let e = t.findIn(bucket, proto, saddr, cports, daddr, hi);
-    if (e >= 0) {
-      const o = t.base(e);
-      const a = t.i32;
-      const rsSlot = a[o + L.E_RS]!;
-      if ((Atomics.load(t.rs, rsSlot * L.RS_WORDS + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0) {
-        t.unlockBucket(bucket);
-        if (!this.snapshot.expireNodestConn) {
-          // expire_nodest_conn=0: drop without refreshing the timer; the entry dies at its timeout.
-          return this.drop(Drop.RealServerGone);
-        }
-        // expire_nodest_conn=1 (≥ 5.9): expire the entry now and handle the packet as new.
-        t.remove(e, false, this.now, proto, saddr, cports);
-        this.counters[L.C_NODEST_EXPIRED]!++;
-        e = -1;
-      } else if (
-        isNew &&
-        ((a[o + L.E_STATE] === (isTcp ? TCP_TIME_WAIT : SCTP_S_CLOSED) && a[o + L.E_CONTROL] === 0) ||
-          (this.snapshot.expireNodestConn && Atomics.load(t.rs, rsSlot * L.RS_WORDS + L.RS_WEIGHT) === 0))
-      ) {
-        // A new SYN (SCTP: INIT) on this entry's ports (ip_vs_in, conn_reuse_mode=1): in TIME_WAIT
-        // (SCTP: CLOSED) and not controlled by a persistence template, or its server quiesced with
-        // expire_nodest_conn=1 (≥ 5.16), it is a new connection.
-        t.unlockBucket(bucket);
-        t.remove(e, false, this.now, proto, saddr, cports);
-        e = -1;
-      } else {
-        if (a[o + L.E_FLAGS]! & L.F_SHADOW && t.adopt(e, this.now)) {
-          this.counters[L.C_ADOPTED]!++;
-          this.pushSync(e);
-        }
-        if (t.touch(e, DIR_INPUT, tcpFlags, this.now)) this.pushSync(e);
-        const raddr = a[o + L.E_DADDR]!;
-        const dports = a[o + L.E_DPORTS]!;
-        const laddr = a[o + L.E_LADDR]!;
-        const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
-        const svcSlot = a[o + L.E_SVC]!;
-        if (v6) this.entryHiOut(o, hi);
-        t.unlockBucket(bucket);
-        this.countIn(rsSlot, svcSlot, totlen);
-        return this.forwardIn(b, off, l4, totlen, proto, saddr, sport, daddr, dport, raddr, dports, laddr, fwd, rsSlot, e);
+    const f = this.flow;
+    const found = t.lookupIn(k, f, tcpFlags, (isNew ? LOOKUP_NEW : 0) | (this.snapshot.expireNodestConn ? LOOKUP_EXPIRE_NODEST : 0), this.now);
+    if (found === FLOW_HIT) {
+      this.touched(f);
+      this.countIn(f.rs, f.svc, totlen);
+      return this.forwardIn(b, off, l4, totlen, f);
+    }
+    if (found === FLOW_DEST_GONE) {
+      if (!this.snapshot.expireNodestConn) {
+        // expire_nodest_conn=0: drop without refreshing the timer; the entry dies at its timeout.
+        return this.drop(Drop.RealServerGone);
       }
-    } else {
-      t.unlockBucket(bucket);
+      // expire_nodest_conn=1 (≥ 5.9): expire the entry now and handle the packet as new.
+      t.remove(f.entry, false, this.now, proto, saddr, cports);
+      this.counters[L.C_NODEST_EXPIRED]!++;
+    } else if (found === FLOW_REUSE) {
+      // A new SYN (SCTP: INIT) on this entry's ports (ip_vs_in, conn_reuse_mode=1): in TIME_WAIT
+      // (SCTP: CLOSED) and not controlled by a persistence template, or its server quiesced with
+      // expire_nodest_conn=1 (≥ 5.16), it is a new connection.
+      t.remove(f.entry, false, this.now, proto, saddr, cports);
     }
 
     // No connection: a new flow, if the service exists and the packet may start one.
@@ -425,7 +408,7 @@ export class PacketProcessor {
     // Overload defenses (conntrack/defense.ts sets the words once a second): drop_packet refuses
     // 1 of every `rate` new flows (ip_vs_todrop, per worker), and a source holding its limit of
     // half-open entries gets no more.
-    const rate = t.i32[L.H_DROP_RATE]!;
+    const rate = t.dropRate();
     if (rate !== 0) {
       if (this.dropCounter > rate) this.dropCounter = rate;
       if (--this.dropCounter <= 0) {
@@ -433,14 +416,17 @@ export class PacketProcessor {
         return this.drop(Drop.DefenseDropPacket);
       }
     }
-    const srcLimit = t.i32[L.H_SRC_LIMIT]!;
+    const srcLimit = t.sourceLimit();
     if (srcLimit !== 0 && (isTcp || isSctp) && t.halfOpenAt(t.sourceSlot(v6, saddr, hi[0]!, hi[1]!)) >= srcLimit) return this.drop(Drop.HalfOpenPerSource);
     const svc = this.snapshot.services[si]!;
+    // The new connection (ip_vs_conn_new): its client→server key is the packet's.
+    const r = this.rec;
     let tmpl = -1;
-    let daddr2: number, dport2: number, rs2: number, fwd2: number;
+    let dport2: number, fwd2: number;
     if (svc.persistMs > 0) {
       // ip_vs_sched_persist: one template per (masked client, service) pins the real server.
-      const thi = this.thi;
+      const tk = this.tkey;
+      const thi = tk.hi;
       let masked: number;
       if (v6) {
         // The template's client is the client's prefix (-M is a prefix length for IPv6).
@@ -454,91 +440,111 @@ export class PacketProcessor {
       } else {
         masked = saddr & svc.netmask;
       }
-      const tb = t.bucketIn(proto, masked, dport, daddr, thi);
-      t.lockBucket(tb);
-      tmpl = t.findTemplate(tb, proto, masked, dport, daddr, thi);
-      if (tmpl >= 0) {
-        const to = t.base(tmpl);
-        const rsw = t.i32[to + L.E_RS]! * L.RS_WORDS;
-        // ip_vs_check_template: a deleted server, or (expire_quiescent_template) a quiesced one, ends it.
-        if ((Atomics.load(t.rs, rsw + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0 || (this.snapshot.expireQuiescentTemplate && Atomics.load(t.rs, rsw + L.RS_WEIGHT) === 0)) {
-          t.invalidate(tmpl);
-          tmpl = -1;
-        } else {
-          t.reserve(tmpl);
-        }
-      }
-      t.unlockBucket(tb);
+      tk.proto = proto;
+      tk.src = masked;
+      tk.ports = dport;
+      tk.dst = daddr;
+      const tv = this.tmpl;
+      tmpl = t.templateFor(tk, tv, this.snapshot.expireQuiescentTemplate);
       if (tmpl < 0) {
         const di = this.schedule(svc, si, v6 ? this.cfold : saddr, sport, v6 ? this.vfold : daddr, dport);
         if (di < 0) return this.mayAnswer(L.GEN_UNREACH, Drop.NoRealServer, saddr) ? this.unreachable(b, off, totlen, daddr, saddr) : DROP;
         const d = svc.dests[di]!;
         const a6 = d.addr6;
         if (a6 !== null) for (let i = 0; i < 3; i++) thi[6 + i] = a6[i]!;
-        tmpl = t.insert(proto, masked, dport, daddr, a6 !== null ? a6[3]! : d.addr, d.port << 16, masked, L.F_TEMPLATE | d.fwd, d.rs, svc.slot, this.now, svc.persistMs, 0, 0, thi);
-        if (tmpl < 0) return this.drop(tmpl === -3 ? Drop.ChainFull : Drop.TableFull);
+        r.proto = proto;
+        r.caddr = masked;
+        r.cports = dport;
+        r.vaddr = daddr;
+        r.daddr = a6 !== null ? a6[3]! : d.addr;
+        r.dports = d.port << 16;
+        r.laddr = masked;
+        r.flags = L.F_TEMPLATE | d.fwd;
+        r.rs = d.rs;
+        r.svc = svc.slot;
+        r.now = this.now;
+        r.templateMs = svc.persistMs;
+        r.pp = 0;
+        r.ppSeq = 0;
+        if (v6) r.hi.set(thi);
         // A new template's timer is the persistence timeout away; one found in a race is valid.
-        t.lockBucket(tb);
-        t.reserve(tmpl);
-        t.unlockBucket(tb);
+        tmpl = t.insertTemplate(r, tv);
+        if (tmpl < 0) return this.drop(tmpl === -3 ? Drop.ChainFull : Drop.TableFull);
       }
-      const to = t.base(tmpl);
-      daddr2 = t.i32[to + L.E_DADDR]!;
-      dport2 = t.i32[to + L.E_DPORTS]! >>> 16;
-      rs2 = t.i32[to + L.E_RS]!;
-      fwd2 = t.i32[to + L.E_FLAGS]! & L.FWD_MASK;
-      if (v6) for (let i = 0; i < 3; i++) hi[6 + i] = t.i32[to + L.E_DADDR_HI + i]!;
+      r.daddr = tv.daddr;
+      dport2 = tv.dports >>> 16;
+      r.rs = tv.rs;
+      fwd2 = tv.fwd;
+      if (v6) for (let i = 0; i < 3; i++) r.hi[6 + i] = tv.hi[6 + i]!;
     } else {
       const di = this.schedule(svc, si, v6 ? this.cfold : saddr, sport, v6 ? this.vfold : daddr, dport);
       if (di < 0) return this.mayAnswer(L.GEN_UNREACH, Drop.NoRealServer, saddr) ? this.unreachable(b, off, totlen, daddr, saddr) : DROP;
       const d = svc.dests[di]!;
       const a6 = d.addr6;
-      daddr2 = a6 !== null ? a6[3]! : d.addr;
-      if (a6 !== null) for (let i = 0; i < 3; i++) hi[6 + i] = a6[i]!;
+      r.daddr = a6 !== null ? a6[3]! : d.addr;
+      if (a6 !== null) for (let i = 0; i < 3; i++) r.hi[6 + i] = a6[i]!;
       dport2 = d.port;
-      rs2 = d.rs;
+      r.rs = d.rs;
       fwd2 = d.fwd;
     }
+    r.proto = proto;
+    r.caddr = saddr;
+    r.cports = cports;
+    r.vaddr = daddr;
+    r.svc = svc.slot;
+    r.now = this.now;
+    r.templateMs = 0;
+    if (v6) for (let i = 0; i < 6; i++) r.hi[i] = hi[i]!;
     let ne: number;
     if (fwd2 === L.FWD_FULLNAT) {
       // PROXY protocol: the flow's header length and version, fixed for its life (E_PP).
-      const ver = isTcp ? this.snapshot.proxyProtocol[rs2]! : 0;
+      const ver = isTcp ? this.snapshot.proxyProtocol[r.rs]! : 0;
       const pp = ver === 0 ? 0 : (ver << L.PP_VER_SHIFT) | this.proxyHeader(this.ppScratch, 0, ver, saddr, sport, daddr, dport);
-      ne = this.insertFullnat(proto, saddr, cports, daddr, daddr2, dport2, rs2, svc.slot, pp, pp === 0 ? 0 : (P.u32(b, l4 + P.TCP_SEQ) + 1) | 0);
+      r.pp = pp;
+      r.ppSeq = pp === 0 ? 0 : (P.u32(b, l4 + P.TCP_SEQ) + 1) | 0;
+      ne = this.insertFullnat(r, dport2);
       if (ne === -2) {
         if (tmpl >= 0) t.unreserve(tmpl);
         return this.drop(Drop.FullnatExhausted);
       }
     } else {
       // Masq: the server answers the client's address (IPv6: its high words are the local ones).
-      if (v6) for (let i = 0; i < 3; i++) hi[9 + i] = hi[i]!;
+      r.dports = (dport2 << 16) | sport;
+      r.laddr = saddr;
+      if (v6) for (let i = 0; i < 3; i++) r.hi[9 + i] = hi[i]!;
       // Tunnel: the server answers the client directly, so this node sees one direction only.
-      ne = t.insert(proto, saddr, cports, daddr, daddr2, (dport2 << 16) | sport, saddr, fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2, rs2, svc.slot, this.now, 0, 0, 0, hi);
+      r.flags = fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2;
+      r.pp = 0;
+      r.ppSeq = 0;
+      ne = t.insert(r);
     }
-    const created = t.lastInsertNew;
+    const created = r.created;
     if (tmpl >= 0) {
       if (ne >= 0 && created) t.control(ne, tmpl, this.now);
       else t.unreserve(tmpl);
     }
     if (ne < 0) return this.drop(ne === -3 ? Drop.ChainFull : Drop.TableFull);
-    t.lockBucket(bucket);
-    // The entry's timer is 2 s away and we hold its in-bucket lock: it is still ours to touch.
-    if (t.touch(ne, DIR_INPUT, tcpFlags, this.now)) this.pushSync(ne);
-    const o = t.base(ne);
-    const raddr = t.i32[o + L.E_DADDR]!;
-    const dports = t.i32[o + L.E_DPORTS]!;
-    const laddr = t.i32[o + L.E_LADDR]!;
-    const fwd = t.i32[o + L.E_FLAGS]! & L.FWD_MASK;
-    const rsSlot = t.i32[o + L.E_RS]!;
-    if (v6) this.entryHiOut(o, hi); // another worker may have created it with another server
-    t.unlockBucket(bucket);
+    // f may show another server than chosen: another worker created the flow first.
+    t.touchIn(ne, f, tcpFlags, this.now);
+    this.touched(f);
     if (created) {
       this.counters[L.C_CONNS_NEW]!++;
-      this.counters[L.rsCounterBase(rsSlot) + L.RSC_CONNS]!++;
+      this.counters[L.rsCounterBase(f.rs) + L.RSC_CONNS]!++;
       this.counters[L.svcCounterBase(this.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
     }
-    this.countIn(rsSlot, svc.slot, totlen);
-    return this.forwardIn(b, off, l4, totlen, proto, saddr, sport, daddr, dport, raddr, dports, laddr, fwd, rsSlot, ne);
+    this.countIn(f.rs, svc.slot, totlen);
+    return this.forwardIn(b, off, l4, totlen, f);
+  }
+
+  /** After a lookup touched a flow: what it asks of Redis, and what flow sampling reports. */
+  private touched(f: FlowView): void {
+    if (f.adopted) {
+      this.counters[L.C_ADOPTED]!++;
+      this.pushSync(f.entry);
+    }
+    if (f.sync) this.pushSync(f.entry);
+    this.lastState = f.state;
+    this.lastProto = f.proto;
   }
 
   /**
@@ -548,50 +554,35 @@ export class PacketProcessor {
    * the client sent it, so the client's path-MTU discovery works through uvs (the kernel would
    * answer after our rewrite, quoting the real server, and the client would ignore it).
    */
-  private forwardIn(
-    b: Uint8Array,
-    off: number,
-    l4: number,
-    totlen: number,
-    proto: number,
-    saddr: number,
-    sport: number,
-    daddr: number,
-    dport: number,
-    raddr: number,
-    dports: number,
-    laddr: number,
-    fwd: number,
-    rsSlot: number,
-    e: number,
-  ): number {
-    const mtu = this.table.rs[rsSlot * L.RS_WORDS + L.RS_MTU]!;
+  private forwardIn(b: Uint8Array, off: number, l4: number, totlen: number, f: FlowView): number {
+    const mtu = this.table.routeMtu(f.rs);
     const v6 = this.v6;
+    const fwd = f.fwd;
+    const proto = f.proto;
     // IPv6 is never fragmented on the way: every packet is checked (Packet Too Big).
     if (mtu > 0 && (v6 || (P.u16(b, off + P.IP_FRAG) & P.IP_DF) !== 0)) {
       const outer = fwd === L.FWD_TUNNEL ? (v6 ? P.IP6_HLEN : P.IP_MIN_HLEN) : 0;
       const size = (this.gsoSize !== 0 ? l4 - off + ((b[l4 + P.TCP_OFF]! >> 4) << 2) + this.gsoSize : totlen) + outer;
       if (size > mtu) {
-        if (!this.mayAnswer(L.GEN_TOO_BIG, Drop.TooBig, saddr)) return DROP;
+        if (!this.mayAnswer(L.GEN_TOO_BIG, Drop.TooBig, f.caddr)) return DROP;
         // Never below the IPv6 minimum MTU, which every path must carry (RFC 8200 §5).
         if (v6) return this.icmp6Generate(b, off, totlen, P.ICMP6_PACKET_TOO_BIG, 0, mtu - outer < P.IPV6_MIN_MTU ? P.IPV6_MIN_MTU : mtu - outer);
-        return this.icmpUnreach(b, off, totlen, daddr, saddr, P.ICMP_FRAG_NEEDED, mtu - outer);
+        return this.icmpUnreach(b, off, totlen, f.vaddr, f.caddr, P.ICMP_FRAG_NEEDED, mtu - outer);
       }
     }
-    if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, raddr, mtu > 0);
+    if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, f.hi, f.daddr, mtu > 0);
+    const sport = f.cports >>> 16;
+    const dport = f.cports & 0xffff;
     if (v6) {
-      this.rewrite6(b, off, l4, proto, P.IP6_DST, raddr, 6, dport, dports >>> 16);
-      if (fwd === L.FWD_FULLNAT) this.rewrite6(b, off, l4, proto, P.IP6_SRC, laddr, 9, sport, dports & 0xffff);
+      this.rewrite6(b, off, l4, proto, P.IP6_DST, f.hi, f.daddr, 6, dport, f.dports >>> 16);
+      if (fwd === L.FWD_FULLNAT) this.rewrite6(b, off, l4, proto, P.IP6_SRC, f.hi, f.laddr, 9, sport, f.dports & 0xffff);
     } else {
-      this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, raddr, dports >>> 16);
-      if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, laddr, dports & 0xffff);
+      this.rewrite(b, off, l4, proto, P.IP_DST, f.vaddr, dport, f.daddr, f.dports >>> 16);
+      if (fwd === L.FWD_FULLNAT) this.rewrite(b, off, l4, proto, P.IP_SRC, f.caddr, sport, f.laddr, f.dports & 0xffff);
     }
     if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
-    if (fwd === L.FWD_FULLNAT && (proto & 0xff) === P.IPPROTO_TCP) {
-      const o = this.table.base(e);
-      const pp = this.table.i32[o + L.E_PP]!; // a plain read: flags only gain bits, a stale one costs a duplicate header at most
-      if (pp !== 0) return this.proxyIn(b, off, l4, totlen, o, pp);
-    }
+    // f.pp was read under the lookup's lock: flags only gain bits, a stale one costs a duplicate header at most.
+    if (fwd === L.FWD_FULLNAT && (proto & 0xff) === P.IPPROTO_TCP && f.pp !== 0) return this.proxyIn(b, off, l4, totlen, f);
     return FORWARD;
   }
 
@@ -603,19 +594,16 @@ export class PacketProcessor {
    * packets). Entry word o + E_PP is pp; its flags gain bits (Atomics.or), and lose them only when
    * a client's new SYN starts the header over.
    */
-  private proxyIn(b: Uint8Array, off: number, l4: number, totlen: number, o: number, pp: number): number {
-    const a = this.table.i32;
+  private proxyIn(b: Uint8Array, off: number, l4: number, totlen: number, f: FlowView): number {
+    const pp = f.pp;
     const len = ppLength(pp);
-    const s = a[o + L.E_PP_SEQ]!;
+    const s = f.ppSeq;
     const flags = b[l4 + P.TCP_FLAGS]!;
     const seq = P.u32(b, l4 + P.TCP_SEQ);
     if (flags & TCPF_SYN) {
       // The SYN keeps its own number. One with another ISN on an entry that is not ESTABLISHED
       // (the client's port reused after a RST or close) starts the header over.
-      if (!(flags & TCPF_ACK) && ((seq + 1) | 0) !== s && a[o + L.E_STATE] !== TCP_ESTABLISHED) {
-        a[o + L.E_PP_SEQ] = (seq + 1) | 0;
-        Atomics.and(a, o + L.E_PP, ~L.PP_FLAGS);
-      }
+      if (!(flags & TCPF_ACK) && ((seq + 1) | 0) !== s && f.state !== TCP_ESTABLISHED) this.table.ppRestart(f.entry, (seq + 1) | 0);
       return FORWARD;
     }
     if (seq !== s || pp & L.PP_ACKED) {
@@ -632,7 +620,7 @@ export class PacketProcessor {
     const data = totlen - (l4 - off) - hl > 0 || (flags & TCPF_FIN) !== 0;
     if (data && (pp & (L.PP_SENT | L.PP_DATA)) === L.PP_SENT) {
       // The client's first bytes right behind the ACK that carried the header: it is on its way.
-      Atomics.or(a, o + L.E_PP, L.PP_DATA);
+      this.table.ppMark(f.entry, L.PP_DATA);
       shiftSeq(b, l4, len, this.partial);
       return FORWARD;
     }
@@ -641,8 +629,8 @@ export class PacketProcessor {
     const V = this.vnet;
     const at = hdr + hlen + V; // the client's segment after it, its virtio header (offloads) before it
     if ((data ? at + totlen : hdr + hlen) > this.outEnd) return this.drop(Drop.Truncated); // never with a worker's out slots (2 × a packet slot)
-    this.proxySegment(b, off, l4, hl, o, pp, hdr);
-    Atomics.or(a, o + L.E_PP, data ? L.PP_SENT | L.PP_DATA : L.PP_SENT);
+    this.proxySegment(b, off, l4, hl, f, hdr);
+    this.table.ppMark(f.entry, data ? L.PP_SENT | L.PP_DATA : L.PP_SENT);
     this.counters[L.C_PP_HEADERS]!++;
     this.outLen = hlen;
     if (!data) return REPLY; // a bare ACK: the header segment says all it said
@@ -662,27 +650,25 @@ export class PacketProcessor {
    * header as its payload; full checksums (no offload: its virtio header is plain). The caller
    * checked that it fits.
    */
-  private proxySegment(b: Uint8Array, off: number, l4: number, hl: number, o: number, pp: number, at: number): void {
+  private proxySegment(b: Uint8Array, off: number, l4: number, hl: number, f: FlowView, at: number): void {
     const ih = l4 - off;
-    const len = ppLength(pp);
+    const len = ppLength(f.pp);
     const total = ih + hl + len;
     const x = this.out;
     this.plainVnet(at);
     this.copyOut(b, off, at, ih + hl);
     const t = at + ih;
-    const a = this.table.i32;
     const w = this.ppAddrs;
     if (this.v6) {
       for (let i = 0; i < 3; i++) {
-        w[i] = a[o + L.E_CADDR_HI + i]!;
-        w[4 + i] = a[o + L.E_VADDR_HI + i]!;
+        w[i] = f.hi[i]!;
+        w[4 + i] = f.hi[3 + i]!;
       }
     }
-    w[3] = a[o + L.E_CADDR]!;
-    w[7] = a[o + L.E_VADDR]!;
-    const cports = a[o + L.E_CPORTS]!;
-    writeProxyHeader(x, t + hl, ppVersion(pp), this.v6, w, cports >>> 16, cports & 0xffff);
-    P.put32(x, t + P.TCP_SEQ, a[o + L.E_PP_SEQ]!);
+    w[3] = f.caddr;
+    w[7] = f.vaddr;
+    writeProxyHeader(x, t + hl, ppVersion(f.pp), this.v6, w, f.cports >>> 16, f.cports & 0xffff);
+    P.put32(x, t + P.TCP_SEQ, f.ppSeq);
     x[t + P.TCP_FLAGS] = TCPF_ACK | TCPF_PSH;
     P.put16(x, t + P.TCP_CSUM, 0);
     if (this.v6) {
@@ -749,51 +735,36 @@ export class PacketProcessor {
     const qd = P.u32(b, q + P.IP_DST);
     const qsp = P.u16(b, ql4 + P.L4_SPORT);
     const qdp = P.u16(b, ql4 + P.L4_DPORT);
-    const t = this.table;
-    const a = t.i32;
-    const ports = (qdp << 16) | qsp;
-    const bucket = t.bucket(qproto, qd, ports, qs);
-    t.lockBucket(bucket);
-    const e = inbound ? t.findIn(bucket, qproto, qd, ports, qs) : t.findOut(bucket, qproto, qd, ports, qs);
-    if (e < 0) {
-      t.unlockBucket(bucket);
-      return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(daddr);
-    }
-    const o = t.base(e);
-    const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
-    const raddr = a[o + L.E_DADDR]!;
-    const dports = a[o + L.E_DPORTS]!;
-    const laddr = a[o + L.E_LADDR]!;
-    const caddr = a[o + L.E_CADDR]!;
-    const cports = a[o + L.E_CPORTS]!;
-    const vaddr = a[o + L.E_VADDR]!;
-    const rsSlot = a[o + L.E_RS]!;
-    const svcSlot = a[o + L.E_SVC]!;
-    const pp = qproto === P.IPPROTO_TCP && fwd === L.FWD_FULLNAT ? a[o + L.E_PP]! : 0;
-    const ppSeq = a[o + L.E_PP_SEQ]!;
-    t.unlockBucket(bucket);
+    const k = this.key;
+    k.proto = qproto;
+    k.src = qd;
+    k.ports = (qdp << 16) | qsp;
+    k.dst = qs;
+    const f = this.flow;
+    if (!this.table.readFlow(k, !inbound, f)) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(daddr);
+    const fwd = f.fwd;
     if (inbound) {
-      this.countIn(rsSlot, svcSlot, totlen);
-      if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, raddr, false);
-      P.put32(b, off + P.IP_DST, raddr);
-      P.put32(b, q + P.IP_SRC, raddr);
-      P.put16(b, ql4 + P.L4_SPORT, dports >>> 16);
+      this.countIn(f.rs, f.svc, totlen);
+      if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, f.hi, f.daddr, false);
+      P.put32(b, off + P.IP_DST, f.daddr);
+      P.put32(b, q + P.IP_SRC, f.daddr);
+      P.put16(b, ql4 + P.L4_SPORT, f.dports >>> 16);
       if (fwd === L.FWD_FULLNAT) {
-        P.put32(b, off + P.IP_SRC, laddr);
-        P.put32(b, q + P.IP_DST, laddr);
-        P.put16(b, ql4 + P.L4_DPORT, dports & 0xffff);
+        P.put32(b, off + P.IP_SRC, f.laddr);
+        P.put32(b, q + P.IP_DST, f.laddr);
+        P.put16(b, ql4 + P.L4_DPORT, f.dports & 0xffff);
       }
     } else {
-      this.countOut(rsSlot, svcSlot, totlen);
-      P.put32(b, off + P.IP_SRC, vaddr);
-      P.put32(b, q + P.IP_DST, vaddr);
-      P.put16(b, ql4 + P.L4_DPORT, cports & 0xffff);
+      this.countOut(f.rs, f.svc, totlen);
+      P.put32(b, off + P.IP_SRC, f.vaddr);
+      P.put32(b, q + P.IP_DST, f.vaddr);
+      P.put16(b, ql4 + P.L4_DPORT, f.cports & 0xffff);
       if (fwd === L.FWD_FULLNAT) {
-        P.put32(b, off + P.IP_DST, caddr);
-        P.put32(b, q + P.IP_SRC, caddr);
-        P.put16(b, ql4 + P.L4_SPORT, cports >>> 16);
+        P.put32(b, off + P.IP_DST, f.caddr);
+        P.put32(b, q + P.IP_SRC, f.caddr);
+        P.put16(b, ql4 + P.L4_SPORT, f.cports >>> 16);
       }
-      if (pp !== 0) this.proxyQuoted(b, ql4, end, pp, ppSeq);
+      if (qproto === P.IPPROTO_TCP && fwd === L.FWD_FULLNAT && f.pp !== 0) this.proxyQuoted(b, ql4, end, f.pp, f.ppSeq);
     }
     P.put16(b, q + P.IP_CSUM, 0);
     P.put16(b, q + P.IP_CSUM, P.checksum(b, q, qihl, 0));
@@ -842,69 +813,47 @@ export class PacketProcessor {
     const ql4 = q + P.IP6_HLEN;
     const qsp = P.u16(b, ql4 + P.L4_SPORT);
     const qdp = P.u16(b, ql4 + P.L4_DPORT);
-    const t = this.table;
-    const a = t.i32;
-    const hi = this.hi;
-    const proto = qproto | L.PROTO_V6;
-    const ports = (qdp << 16) | qsp;
+    const k = this.key;
+    const hi = k.hi;
     // The quoted packet reversed is the key: to a VIP (client side) the flow's client→server key,
     // from the servers' side its server→client key.
-    const k = inbound ? 0 : 6;
+    const h = inbound ? 0 : 6;
     for (let i = 0; i < 3; i++) {
-      hi[k + i] = P.u32(b, q + P.IP6_DST + 4 * i);
-      hi[k + 3 + i] = P.u32(b, q + P.IP6_SRC + 4 * i);
+      hi[h + i] = P.u32(b, q + P.IP6_DST + 4 * i);
+      hi[h + 3 + i] = P.u32(b, q + P.IP6_SRC + 4 * i);
     }
-    const qd = P.u32(b, q + P.IP6_DST + 12);
-    const qs = P.u32(b, q + P.IP6_SRC + 12);
-    const bucket = inbound ? t.bucketIn(proto, qd, ports, qs, hi) : t.bucketOut(proto, qd, ports, qs, hi);
-    t.lockBucket(bucket);
-    const e = inbound ? t.findIn(bucket, proto, qd, ports, qs, hi) : t.findOut(bucket, proto, qd, ports, qs, hi);
-    if (e < 0) {
-      t.unlockBucket(bucket);
-      return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(0);
-    }
-    const o = t.base(e);
-    const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
-    const raddr = a[o + L.E_DADDR]!;
-    const dports = a[o + L.E_DPORTS]!;
-    const cports = a[o + L.E_CPORTS]!;
-    const rsSlot = a[o + L.E_RS]!;
-    const svcSlot = a[o + L.E_SVC]!;
-    const pp = qproto === P.IPPROTO_TCP && fwd === L.FWD_FULLNAT ? a[o + L.E_PP]! : 0;
-    const ppSeq = a[o + L.E_PP_SEQ]!;
+    k.proto = qproto | L.PROTO_V6;
+    k.src = P.u32(b, q + P.IP6_DST + 12);
+    k.ports = (qdp << 16) | qsp;
+    k.dst = P.u32(b, q + P.IP6_SRC + 12);
+    const f = this.flow;
+    if (!this.table.readFlow(k, !inbound, f)) return inbound ? this.drop(Drop.IcmpIgnored) : this.icmpNotOurs(0);
+    const fwd = f.fwd;
     // The entry's high words, three per address in the table's order: client 0, virtual 3, real
-    // server 6, local 9 (thi is free here).
-    const w = this.thi;
-    for (let i = 0; i < L.HI_WORDS; i++) w[i] = a[o + L.E_HI + i]!;
-    const lo0 = a[o + L.E_CADDR]!;
-    const lo1 = a[o + L.E_VADDR]!;
-    const lo3 = a[o + L.E_LADDR]!;
-    t.unlockBucket(bucket);
+    // server 6, local 9.
+    const w = f.hi;
     if (inbound) {
-      this.countIn(rsSlot, svcSlot, totlen);
-      if (fwd === L.FWD_TUNNEL) {
-        for (let i = 0; i < 3; i++) hi[6 + i] = w[6 + i]!;
-        return this.encapsulate(b, off, totlen, raddr, false);
-      }
-      this.putAddr6(b, off + P.IP6_DST, 6, raddr);
-      this.putAddr6(b, q + P.IP6_SRC, 6, raddr);
-      P.put16(b, ql4 + P.L4_SPORT, dports >>> 16);
+      this.countIn(f.rs, f.svc, totlen);
+      if (fwd === L.FWD_TUNNEL) return this.encapsulate(b, off, totlen, w, f.daddr, false);
+      putAddr6(b, off + P.IP6_DST, w, 6, f.daddr);
+      putAddr6(b, q + P.IP6_SRC, w, 6, f.daddr);
+      P.put16(b, ql4 + P.L4_SPORT, f.dports >>> 16);
       if (fwd === L.FWD_FULLNAT) {
-        this.putAddr6(b, off + P.IP6_SRC, 9, lo3);
-        this.putAddr6(b, q + P.IP6_DST, 9, lo3);
-        P.put16(b, ql4 + P.L4_DPORT, dports & 0xffff);
+        putAddr6(b, off + P.IP6_SRC, w, 9, f.laddr);
+        putAddr6(b, q + P.IP6_DST, w, 9, f.laddr);
+        P.put16(b, ql4 + P.L4_DPORT, f.dports & 0xffff);
       }
     } else {
-      this.countOut(rsSlot, svcSlot, totlen);
-      this.putAddr6(b, off + P.IP6_SRC, 3, lo1);
-      this.putAddr6(b, q + P.IP6_DST, 3, lo1);
-      P.put16(b, ql4 + P.L4_DPORT, cports & 0xffff);
+      this.countOut(f.rs, f.svc, totlen);
+      putAddr6(b, off + P.IP6_SRC, w, 3, f.vaddr);
+      putAddr6(b, q + P.IP6_DST, w, 3, f.vaddr);
+      P.put16(b, ql4 + P.L4_DPORT, f.cports & 0xffff);
       if (fwd === L.FWD_FULLNAT) {
-        this.putAddr6(b, off + P.IP6_DST, 0, lo0);
-        this.putAddr6(b, q + P.IP6_SRC, 0, lo0);
-        P.put16(b, ql4 + P.L4_SPORT, cports >>> 16);
+        putAddr6(b, off + P.IP6_DST, w, 0, f.caddr);
+        putAddr6(b, q + P.IP6_SRC, w, 0, f.caddr);
+        P.put16(b, ql4 + P.L4_SPORT, f.cports >>> 16);
       }
-      if (pp !== 0) this.proxyQuoted(b, ql4, end, pp, ppSeq);
+      if (qproto === P.IPPROTO_TCP && fwd === L.FWD_FULLNAT && f.pp !== 0) this.proxyQuoted(b, ql4, end, f.pp, f.ppSeq);
     }
     P.put16(b, ic + P.ICMP_CSUM, 0);
     P.put16(b, ic + P.ICMP_CSUM, P.checksum(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)));
@@ -919,13 +868,6 @@ export class PacketProcessor {
   private proxyQuoted(b: Uint8Array, ql4: number, end: number, pp: number, s: number): void {
     if (ql4 + P.TCP_SEQ + 4 > end) return;
     P.put32(b, ql4 + P.TCP_SEQ, toClientSeq(P.u32(b, ql4 + P.TCP_SEQ), s, ppLength(pp), (pp & L.PP_ACKED) !== 0));
-  }
-
-  /** Writes an IPv6 address at b[at]: thi[hiIdx, hiIdx+3) then the low word. */
-  private putAddr6(b: Uint8Array, at: number, hiIdx: number, lo: number): void {
-    const w = this.thi;
-    for (let i = 0; i < 3; i++) P.put32(b, at + 4 * i, w[hiIdx + i]!);
-    P.put32(b, at + 12, lo);
   }
 
   /** ICMPv6 to a VIP: an echo request is answered in place (when configured); the rest is not ours. */
@@ -995,17 +937,17 @@ export class PacketProcessor {
    * described to the device once encapsulated (virtio has no IPIP GSO type), so it is cut into
    * its segments here, each with a partial checksum the device completes.
    */
-  private encapsulate(b: Uint8Array, off: number, totlen: number, raddr: number, copyDf: boolean): number {
+  private encapsulate(b: Uint8Array, off: number, totlen: number, hi: Int32Array, raddr: number, copyDf: boolean): number {
     const v6 = this.v6;
     const t6 = this.snapshot.tunnelSrc6;
     if (v6 ? (t6[0] | t6[1]! | t6[2]! | t6[3]!) === 0 : this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
     const df = copyDf && !v6 ? P.u16(b, off + P.IP_FRAG) & P.IP_DF : 0;
-    if (this.gsoSize !== 0) return this.encapsulateSegments(b, off, totlen, raddr, df);
+    if (this.gsoSize !== 0) return this.encapsulateSegments(b, off, totlen, hi, raddr, df);
     const o = this.outOff;
     const ohl = v6 ? P.IP6_HLEN : P.IP_MIN_HLEN;
     const len = totlen + ohl;
     if ((v6 ? totlen : len) > 65535 || o + len > this.outEnd) return this.drop(Drop.Truncated);
-    if (v6) this.outerHeader6(o, totlen, raddr);
+    if (v6) this.outerHeader6(o, totlen, hi, raddr);
     else this.outerHeader(o, len, b[off + 1]!, raddr, df);
     if (this.vnet !== 0) {
       this.plainVnet(o);
@@ -1023,7 +965,7 @@ export class PacketProcessor {
   }
 
   /** The outer ip6ip6 header at out[o]: tunnelSource6 → the real server (hi[6..8] + lo). */
-  private outerHeader6(o: number, plen: number, lo: number): void {
+  private outerHeader6(o: number, plen: number, hi: Int32Array, lo: number): void {
     const x = this.out;
     P.put32(x, o, 0x60000000);
     P.put16(x, o + P.IP6_PLEN, plen);
@@ -1031,7 +973,7 @@ export class PacketProcessor {
     x[o + P.IP6_HOPS] = 64;
     const src = this.snapshot.tunnelSrc6;
     for (let i = 0; i < 4; i++) P.put32(x, o + P.IP6_SRC + 4 * i, src[i]!);
-    for (let i = 0; i < 3; i++) P.put32(x, o + P.IP6_DST + 4 * i, this.hi[6 + i]!);
+    for (let i = 0; i < 3; i++) P.put32(x, o + P.IP6_DST + 4 * i, hi[6 + i]!);
     P.put32(x, o + P.IP6_DST + 12, lo);
   }
 
@@ -1057,7 +999,7 @@ export class PacketProcessor {
    * done here — per segment the inner IP length, ID and checksum, the TCP sequence number, FIN
    * and PSH on the last segment only, CWR on the first only — each in its own outer header.
    */
-  private encapsulateSegments(b: Uint8Array, off: number, totlen: number, raddr: number, df: number): number {
+  private encapsulateSegments(b: Uint8Array, off: number, totlen: number, hi: Int32Array, raddr: number, df: number): number {
     const g = this.gsoSize;
     const v6 = this.v6;
     // The inner network header (IPv6: up to the TCP header, csum_start) and the outer one.
@@ -1081,7 +1023,7 @@ export class PacketProcessor {
     for (let k = 0; k < n; k++) {
       const plen = k === n - 1 ? payload - k * g : g;
       const ilen = hl + (plen > 0 ? plen : 0);
-      if (v6) this.outerHeader6(o, ilen, raddr);
+      if (v6) this.outerHeader6(o, ilen, hi, raddr);
       else this.outerHeader(o, ilen + P.IP_MIN_HLEN, tos, raddr, df);
       const h = o - V;
       for (let i = h; i < o; i++) x[i] = 0;
@@ -1133,23 +1075,23 @@ export class PacketProcessor {
    * next port. A (pool address, server) found full is remembered for FULLNAT_FULL_MS, so a flood
    * of new flows at a full pool costs one memo check each instead of a scan of up to 64 k ports.
    */
-  private insertFullnat(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, rs: number, svcSlot: number, pp: number, ppSeq: number): number {
+  private insertFullnat(r: NewFlow, rport: number): number {
     const s = this.snapshot;
     const v6 = this.v6;
     const pool = v6 ? s.fullnatAddrs6 : s.fullnatAddrs;
     if (pool.length === 0) return -2;
     const min = s.fullnatPortMin;
     const range = s.fullnatPortMax - min + 1;
-    const hi = this.hi;
-    let laddr: number;
+    const pick = (r.caddr ^ r.cports) >>> 0;
     if (v6) {
-      const p = (((caddr ^ cports) >>> 0) % (pool.length >> 2)) << 2;
-      for (let i = 0; i < 3; i++) hi[9 + i] = pool[p + i]!;
-      laddr = pool[p + 3]!;
+      const p = (pick % (pool.length >> 2)) << 2;
+      for (let i = 0; i < 3; i++) r.hi[9 + i] = pool[p + i]!;
+      r.laddr = pool[p + 3]!;
     } else {
-      laddr = pool[((caddr ^ cports) >>> 0) % pool.length]!;
+      r.laddr = pool[pick % pool.length]!;
     }
-    const memo = this.fullMemoSlot(proto, laddr, raddr, rport);
+    r.flags = L.FWD_FULLNAT;
+    const memo = this.fullMemoSlot(r, rport);
     const tag = this.fullMemoTag;
     if (this.fullTags[memo] === tag && ((this.fullUntil[memo]! - this.now) | 0) > 0) return -2;
     let x = this.rnd;
@@ -1159,7 +1101,7 @@ export class PacketProcessor {
       x ^= x << 13;
       x ^= x >>> 17;
       x ^= x << 5;
-      e = this.tryPort(proto, caddr, cports, vaddr, raddr, rport, min + ((x >>> 0) % range), laddr, rs, svcSlot, pp, ppSeq);
+      e = this.tryPort(r, rport, min + ((x >>> 0) % range));
     }
     if (e === -2) {
       x ^= x << 13;
@@ -1167,7 +1109,7 @@ export class PacketProcessor {
       x ^= x << 5;
       let lport = min + ((x >>> 0) % range);
       for (let k = 0; k < range && e === -2; k++) {
-        e = this.tryPort(proto, caddr, cports, vaddr, raddr, rport, lport, laddr, rs, svcSlot, pp, ppSeq);
+        e = this.tryPort(r, rport, lport);
         if (++lport > s.fullnatPortMax) lport = min;
       }
     }
@@ -1180,15 +1122,10 @@ export class PacketProcessor {
   }
 
   /** Inserts the flow with pool port lport if that port looks free for this server; −2 when taken. */
-  private tryPort(proto: number, caddr: number, cports: number, vaddr: number, raddr: number, rport: number, lport: number, laddr: number, rs: number, svcSlot: number, pp: number, ppSeq: number): number {
-    const t = this.table;
-    const dports = (rport << 16) | lport;
-    const b = t.bucketOut(proto, raddr, dports, laddr, this.hi);
-    t.lockBucket(b);
-    const taken = t.findOut(b, proto, raddr, dports, laddr, this.hi) >= 0;
-    t.unlockBucket(b);
-    if (taken) return -2;
-    return t.insert(proto, caddr, cports, vaddr, raddr, dports, laddr, L.FWD_FULLNAT, rs, svcSlot, this.now, 0, 0, 0, this.hi, pp, ppSeq);
+  private tryPort(r: NewFlow, rport: number, lport: number): number {
+    r.dports = (rport << 16) | lport;
+    if (this.table.outKeyInUse(r)) return -2;
+    return this.table.insert(r);
   }
 
   /** Memo of (pool address, server) pairs found without a free port: keyed hash tag and until when. */
@@ -1196,15 +1133,15 @@ export class PacketProcessor {
   private readonly fullUntil = new Int32Array(FULLNAT_MEMO_SLOTS);
   private fullMemoTag = 0;
 
-  /** The memo slot of (proto, pool address, server address and port); sets fullMemoTag (never 0). */
-  private fullMemoSlot(proto: number, laddr: number, raddr: number, rport: number): number {
+  /** The memo slot of (proto, pool address, server address and port) of r; sets fullMemoTag (never 0). */
+  private fullMemoSlot(r: NewFlow, rport: number): number {
     const h = this.peerHash;
     h.begin(this.peerKey[0]!, this.peerKey[1]!);
-    h.word(laddr);
-    h.word(raddr);
+    h.word(r.laddr);
+    h.word(r.daddr);
     h.word(rport);
-    if (this.v6) for (let i = 6; i < 12; i++) h.word(this.hi[i]!);
-    const v = h.end((this.v6 ? 37 << 24 : 13 << 24) | (proto & 0xff));
+    if (this.v6) for (let i = 6; i < 12; i++) h.word(r.hi[i]!);
+    const v = h.end((this.v6 ? 37 << 24 : 13 << 24) | (r.proto & 0xff));
     this.fullMemoTag = (Math.imul(v, 0x9e3779b1) | 1) | 0;
     return (v >>> 0) & (FULLNAT_MEMO_SLOTS - 1);
   }
@@ -1240,48 +1177,29 @@ export class PacketProcessor {
     dport: number,
     tcpFlags: number,
   ): number {
-    const t = this.table;
-    const hi = this.hi;
-    const dports = (sport << 16) | dport;
-    const bucket = t.bucketOut(proto, saddr, dports, daddr, hi);
-    t.lockBucket(bucket);
-    const e = t.findOut(bucket, proto, saddr, dports, daddr, hi);
-    if (e < 0) {
-      t.unlockBucket(bucket);
+    const k = this.key;
+    k.proto = proto;
+    k.src = saddr;
+    k.ports = (sport << 16) | dport;
+    k.dst = daddr;
+    const f = this.flow;
+    if (!this.table.lookupOut(k, f, tcpFlags, this.now)) {
       if (this.ring !== null && this.snapshot.adopt) return this.park(b, off, totlen);
       return this.drop(Drop.NoConnection);
     }
-    const a = t.i32;
-    const o = t.base(e);
-    if (a[o + L.E_FLAGS]! & L.F_SHADOW && t.adopt(e, this.now)) {
-      this.counters[L.C_ADOPTED]!++;
-      this.pushSync(e);
-    }
-    if (t.touch(e, DIR_OUTPUT, tcpFlags, this.now)) this.pushSync(e);
-    const vaddr = a[o + L.E_VADDR]!;
-    const cportsE = a[o + L.E_CPORTS]!;
-    const vport = cportsE & 0xffff;
-    const caddr = a[o + L.E_CADDR]!;
-    const fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
-    const rsSlot = a[o + L.E_RS]!;
-    const svcSlot = a[o + L.E_SVC]!;
+    this.touched(f);
     const v6 = this.v6;
-    // IPv6: the client's and the VIP's high words go to hi[0..5] (the out-key used 6..11).
-    if (v6) for (let i = 0; i < 6; i++) hi[i] = a[o + L.E_CADDR_HI + i]!;
-    t.unlockBucket(bucket);
-    if (fwd === L.FWD_FULLNAT) {
+    if (f.fwd === L.FWD_FULLNAT) {
       // Full-NAT reply: destination pool:lport becomes the client's address and port again.
-      if (v6) this.rewrite6(b, off, l4, proto, P.IP6_DST, caddr, 0, dport, cportsE >>> 16);
-      else this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, caddr, cportsE >>> 16);
-      if ((proto & 0xff) === P.IPPROTO_TCP) {
-        const pp = a[o + L.E_PP]!;
-        if (pp !== 0) this.proxyOut(b, l4, e, o, pp);
-      }
+      if (v6) this.rewrite6(b, off, l4, proto, P.IP6_DST, f.hi, f.caddr, 0, dport, f.cports >>> 16);
+      else this.rewrite(b, off, l4, proto, P.IP_DST, daddr, dport, f.caddr, f.cports >>> 16);
+      if ((proto & 0xff) === P.IPPROTO_TCP && f.pp !== 0) this.proxyOut(b, l4, f);
     }
-    this.countOut(rsSlot, svcSlot, totlen);
+    this.countOut(f.rs, f.svc, totlen);
     // Reply: source RIP:rport becomes VIP:vport.
-    if (v6) this.rewrite6(b, off, l4, proto, P.IP6_SRC, vaddr, 3, sport, vport);
-    else this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, vaddr, vport);
+    const vport = f.cports & 0xffff;
+    if (v6) this.rewrite6(b, off, l4, proto, P.IP6_SRC, f.hi, f.vaddr, 3, sport, vport);
+    else this.rewrite(b, off, l4, proto, P.IP_SRC, saddr, sport, f.vaddr, vport);
     if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + totlen);
     return FORWARD;
   }
@@ -1292,15 +1210,15 @@ export class PacketProcessor {
    * header makes every later shift a plain subtraction, and is synced (a node adopting the flow
    * must know it too).
    */
-  private proxyOut(b: Uint8Array, l4: number, e: number, o: number, pp: number): void {
-    const a = this.table.i32;
-    const s = a[o + L.E_PP_SEQ]!;
+  private proxyOut(b: Uint8Array, l4: number, f: FlowView): void {
+    const pp = f.pp;
+    const s = f.ppSeq;
     const len = ppLength(pp);
     let acked = (pp & L.PP_ACKED) !== 0;
     if (!acked && b[l4 + P.TCP_FLAGS]! & TCPF_ACK && ((P.u32(b, l4 + P.TCP_ACK) - s) | 0) >= len) {
       acked = true;
-      Atomics.or(a, o + L.E_PP, L.PP_ACKED);
-      this.pushSync(e);
+      this.table.ppMark(f.entry, L.PP_ACKED);
+      this.pushSync(f.entry);
     }
     unshiftAck(b, l4, s, len, acked, this.partial);
   }
@@ -1354,10 +1272,10 @@ export class PacketProcessor {
    * hi[hiIdx, hiIdx+3) + lo, the port becomes port2; the TCP/UDP checksum follows word by word
    * (IPv6 has no header checksum; a partial checksum only follows the address).
    */
-  private rewrite6(b: Uint8Array, off: number, l4: number, proto: number, ipField: number, lo: number, hiIdx: number, port: number, port2: number): void {
+  private rewrite6(b: Uint8Array, off: number, l4: number, proto: number, ipField: number, hi: Int32Array, lo: number, hiIdx: number, port: number, port2: number): void {
     if ((proto & 0xff) === P.IPPROTO_SCTP) {
       // CRC32c covers no addresses; the ports are in it and sctpSeal recomputes it afterwards.
-      for (let i = 0; i < 4; i++) P.put32(b, off + ipField + 4 * i, i < 3 ? this.hi[hiIdx + i]! : lo);
+      for (let i = 0; i < 4; i++) P.put32(b, off + ipField + 4 * i, i < 3 ? hi[hiIdx + i]! : lo);
       P.put16(b, l4 + (ipField === P.IP6_SRC ? P.L4_SPORT : P.L4_DPORT), port2);
       return;
     }
@@ -1367,7 +1285,6 @@ export class PacketProcessor {
     // An IPv6 UDP checksum of 0 is invalid, but it is not ours to invent one: left as the kernel leaves it.
     const keepZero = !isTcp && !this.partial && c === 0;
     if (this.partial) c = ~c & 0xffff; // work on the sum; complemented back below
-    const hi = this.hi;
     for (let i = 0; i < 4; i++) {
       const at = off + ipField + 4 * i;
       const from = P.u32(b, at);
@@ -1680,4 +1597,10 @@ export class PacketProcessor {
     P.fix16(b, ic + P.ICMP_CSUM, P.ICMP_ECHO << 8, P.ICMP_ECHOREPLY << 8);
     return FORWARD;
   }
+}
+
+/** Writes an IPv6 address at b[at]: w[hiIdx, hiIdx+3) then the low word. */
+function putAddr6(b: Uint8Array, at: number, w: Int32Array, hiIdx: number, lo: number): void {
+  for (let i = 0; i < 3; i++) P.put32(b, at + 4 * i, w[hiIdx + i]!);
+  P.put32(b, at + 12, lo);
 }

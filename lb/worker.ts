@@ -167,11 +167,10 @@ function main(init: WorkerInit): void {
       proc.outEnd = o + outSlot;
       let v: number;
       if (capturing && tap.begin(buf, off + V, len - V, wallMs)) {
-        proc.lastDrop = proc.lastSvc = proc.lastRs = table.lastTouched = -1;
+        proc.lastDrop = proc.lastSvc = proc.lastRs = proc.lastState = -1;
+        proc.lastProto = 0;
         v = proc.process(buf, off + V, len - V);
-        const e = table.lastTouched;
-        const eo = e >= 0 ? table.base(e) : 0;
-        tap.end(v, proc.lastDrop, proc.lastSvc, proc.lastRs, e >= 0 ? table.i32[eo + L.E_STATE]! : -1, e >= 0 ? table.i32[eo + L.E_PROTO]! : 0);
+        tap.end(v, proc.lastDrop, proc.lastSvc, proc.lastRs, proc.lastState, proc.lastProto);
       } else {
         v = proc.process(buf, off + V, len - V);
       }

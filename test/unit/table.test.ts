@@ -5,6 +5,7 @@ import { Worker } from 'node:worker_threads';
 import * as L from '../../conntrack/layout';
 import { ConnTable, createRealServerRegion } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_SYN, TCP_STATE_NAMES } from '../../conntrack/state';
+import { newFlow } from '../../conntrack/flow';
 
 const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
 
@@ -19,7 +20,7 @@ const CP = (40000 << 16) | 80, DP = (8080 << 16) | 40000;
 
 test('both directions of a flow find the same entry', () => {
   const { t } = fresh();
-  const e = t.insert(6, C, CP, V, D, DP, C, 0, 1, 0, t.now());
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now: t.now() }));
   assert.ok(e >= 0);
   const b1 = t.bucket(6, C, CP, V);
   t.lockBucket(b1);
@@ -36,7 +37,7 @@ test('both directions of a flow find the same entry', () => {
 test('a new entry counts as InActConn until its first SYN makes it active, and FIN moves it back', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e = t.insert(6, C, CP, V, D, DP, C, 0, 1, 0, now);
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
   const o = 1 * L.RS_WORDS;
   assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 1]);
   t.touch(e, DIR_INPUT, TCPF_SYN, now);
@@ -53,7 +54,7 @@ test('a new entry counts as InActConn until its first SYN makes it active, and F
 test('the sweeper removes an entry only once its timer is due and unbinds it', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e = t.insert(17, C, CP, V, D, DP, C, 0, 2, 0, now);
+  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, now }));
   t.touch(e, DIR_INPUT, 0, now);
   assert.equal(t.expire(now + 299_999), 0);
   assert.equal(t.expire(now + 300_000), 1);
@@ -64,8 +65,8 @@ test('the sweeper removes an entry only once its timer is due and unbinds it', (
 test('a full table refuses new entries and keeps the existing ones', () => {
   const { t } = fresh(16);
   const now = t.now();
-  for (let i = 0; i < 16; i++) assert.ok(t.insert(6, C + i, CP, V, D, DP, C + i, 0, 0, 0, now) >= 0);
-  assert.equal(t.insert(6, C + 100, CP, V, D, DP, C + 100, 0, 0, 0, now), -1);
+  for (let i = 0; i < 16; i++) assert.ok(t.insert(newFlow({ proto: 6, caddr: C + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 0, now })) >= 0);
+  assert.equal(t.insert(newFlow({ proto: 6, caddr: C + 100, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 100, rs: 0, now })), -1);
   assert.equal(t.count(), 16);
   const b = t.bucket(6, C + 5, CP, V);
   t.lockBucket(b);
@@ -76,8 +77,8 @@ test('a full table refuses new entries and keeps the existing ones', () => {
 test('inserting a key that exists returns the existing entry and binds nothing', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e1 = t.insert(6, C, CP, V, D, DP, C, 0, 1, 0, now);
-  const e2 = t.insert(6, C, CP, V, D + 1, DP, C, 0, 2, 0, now);
+  const e1 = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const e2 = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D + 1, dports: DP, laddr: C, rs: 2, now }));
   assert.equal(e2, e1);
   assert.equal(t.count(), 1);
   assert.equal(rs[2 * L.RS_WORDS + L.RS_INACTIVE], 0);
@@ -89,9 +90,9 @@ test('OVERLOAD is set at the upper threshold and cleared below the lower one', (
   rs[o + L.RS_UTHRESH] = 2;
   rs[o + L.RS_LTHRESH] = 1;
   const now = t.now();
-  const a = t.insert(6, C, CP, V, D, DP, C, 0, 3, 0, now);
+  const a = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 3, now }));
   assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0);
-  const b = t.insert(6, C + 1, CP, V, D, DP, C + 1, 0, 3, 0, now);
+  const b = t.insert(newFlow({ proto: 6, caddr: C + 1, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 1, rs: 3, now }));
   assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
   t.remove(a, false, now);
   assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD, 'total 1 is not below lower threshold 1');
@@ -194,10 +195,10 @@ test('SCTP timeouts have their own header slots: TCP and UDP slots stay where th
   assert.deepEqual([...a.subarray(L.H_TIMEOUTS + L.TIMEOUT_SCTP, L.H_TIMEOUTS + L.TIMEOUT_SCTP + 14)], sctp.map((s) => s * 1000));
   // An SCTP entry's timer comes from its state's slot; a UDP one's from the UDP slot.
   const now = t.now();
-  const e = t.insert(132, C, CP, V, D, DP, C, 0, 1, 0, now);
+  const e = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
   t.touch(e, DIR_INPUT, 1 /* SCTP_EV_INIT */, now);
   assert.equal(a[t.base(e) + L.E_EXPIRES], (now + 1_001_000) | 0, 'INIT1 (state 1)');
-  const u = t.insert(17, C, CP, V, D, DP, C, 0, 1, 0, now);
+  const u = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
   t.touch(u, DIR_INPUT, 0, now);
   assert.equal(a[t.base(u) + L.E_EXPIRES], (now + 300_000) | 0);
 });

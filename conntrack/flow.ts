@@ -1,0 +1,94 @@
+/**
+ * What the packet path hands the connection table and gets back from it (table.ts, "flow-level
+ * API"): a key to look up, a view the lookup fills, a record to insert. Each is allocated once by
+ * its owner (a worker's processor) and reused for every packet; the table copies entry words into
+ * a view under the bucket lock, so nothing outside conntrack/ reads an entry's layout or holds a
+ * lock.
+ *
+ * Addresses follow the table's convention: the address fields are each address's last 32 bits,
+ * and an IPv6 flow's other 96 bits sit in `hi` in the entry's order — client 0..2, virtual 3..5,
+ * real server 6..8, local 9..11 (layout.ts E_HI, HI_WORDS). IPv4 flows ignore `hi`.
+ */
+import * as L from './layout';
+
+/**
+ * A packet's key: protocol (| L.PROTO_V6), source address, ports (source port << 16 |
+ * destination port), destination address. A client's packet is a client→server key
+ * (caddr, cports, vaddr; IPv6 high words in hi[0..5]); a real server's packet a server→client key
+ * (daddr, dports, laddr; hi[6..11]).
+ */
+export class FlowKey {
+  proto = 0;
+  src = 0;
+  ports = 0;
+  dst = 0;
+  readonly hi = new Int32Array(L.HI_WORDS);
+}
+
+/**
+ * A connection entry as a lookup saw it, copied under its bucket lock: its two keys, forwarding
+ * method, real server and service, protocol state after the packet, and PROXY protocol words.
+ * `adopted` and `sync` say what the lookup did: it took over a shadow entry (another node's flow),
+ * and the entry should now be written to Redis (table.ts touch()).
+ */
+export class FlowView {
+  /** Entry index (an opaque handle for the table's other calls), −1 = none. */
+  entry = -1;
+  proto = 0;
+  /** L.FWD_* of the entry. */
+  fwd = 0;
+  state = 0;
+  caddr = 0;
+  /** cport << 16 | vport. */
+  cports = 0;
+  vaddr = 0;
+  daddr = 0;
+  /** rport << 16 | lport. */
+  dports = 0;
+  laddr = 0;
+  rs = 0;
+  svc = 0;
+  /** PROXY protocol word (layout.ts PP_*), 0 = none, and the client sequence number it sits at. */
+  pp = 0;
+  ppSeq = 0;
+  /** IPv6: the entry's high words (all four addresses); untouched for IPv4. */
+  readonly hi = new Int32Array(L.HI_WORDS);
+  adopted = false;
+  sync = false;
+}
+
+/**
+ * A new entry (table.ts insert): the fields of ip_vs_conn_new. `flags` is the forwarding method
+ * (L.FWD_*) with L.F_TEMPLATE (a persistence template, timer `templateMs`), L.F_SHADOW (another
+ * node's flow: `state` and `expires` as synced) or L.F_NOOUTPUT. `created` is the answer: false
+ * when the insert found an entry with the same client→server key (another worker won the race).
+ */
+export class NewFlow {
+  proto = 0;
+  caddr = 0;
+  cports = 0;
+  vaddr = 0;
+  daddr = 0;
+  dports = 0;
+  laddr = 0;
+  flags = 0;
+  rs = 0;
+  svc = 0;
+  now = 0;
+  templateMs = 0;
+  state = 0;
+  expires = 0;
+  pp = 0;
+  ppSeq = 0;
+  readonly hi = new Int32Array(L.HI_WORDS);
+  created = false;
+}
+
+/** A NewFlow from named fields (control thread and tests; the packet path reuses one record). */
+export function newFlow(f: Partial<Omit<NewFlow, 'hi' | 'created'>> & { hi?: ArrayLike<number> | null }): NewFlow {
+  const r = new NewFlow();
+  const { hi, ...rest } = f;
+  Object.assign(r, rest);
+  if (hi) for (let i = 0; i < L.HI_WORDS; i++) r.hi[i] = hi[i] ?? 0;
+  return r;
+}
