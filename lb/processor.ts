@@ -1,10 +1,7 @@
 /**
  * The per-packet path: parse in place, find or create the connection, rewrite, decide.
  *
- *   process(buf, off, len) → FORWARD (buf rewritten in place; write it back to the device),
- *                            REPLY   (a generated packet — ICMP unreachable, TCP RST, echo reply —
- *                                     is in `out` at `outOff`, `outLen` bytes),
- *                            DROP    (counted by reason in the worker's counters).
+ *   process(buf, off, len, out) → DROP | FORWARD | REPLY, the contract of ./verdict.ts.
  *
  * Inbound = destination inside a VIP range. Anything else reaching the device is a reply from a
  * real server (masq: policy routing sends it here) and must match a connection's server→client
@@ -48,13 +45,12 @@ import * as P from './packet';
 import { PP_MAX_LEN, ppLength, ppVersion, shiftSeq, toClientSeq, unshiftAck, writeProxyHeader } from './proxy-protocol';
 import { SCTP_BAD_CRC, sctpInspect, sctpSeal } from './sctp';
 import { findService, inVipRange, inVipRange6, type CompiledService, type Snapshot } from './snapshot';
+import { DROP, FORWARD, MAX_OUT, OutRegion, REPLY } from './verdict';
 
-export const DROP = 0;
-export const FORWARD = 1;
-export const REPLY = 2;
+/** Before the first packet: a region nothing fits in. */
+const NO_REGION = new OutRegion(new Uint8Array(0));
 
-/** Most packets one input can turn into (a GSO super-packet segmented for the tunnel). */
-export const MAX_OUT = 128;
+export { DROP, FORWARD, REPLY, MAX_OUT } from './verdict';
 
 /**
  * Per-source token buckets for generated packets: a fixed array indexed by a keyed hash of the
@@ -76,20 +72,8 @@ export class PacketProcessor {
   snapshot: Snapshot;
   /** Scheduler objects per service index of the current snapshot. */
   private schedulers: Scheduler[] = [];
-  /** Buffer for generated packets. */
-  out: Uint8Array;
-  /** Where the generated packet's IP header goes (its virtio header, if any, just before). */
-  outOff = 0;
-  outLen = 0;
-  /** End (exclusive) of the region at outOff that this packet's outputs may fill. */
-  outEnd = 0;
-  /**
-   * More than one generated packet (a segmented GSO packet): outCount packets at outOffs[i],
-   * outLens[i] bytes, virtio header included. 0 = the single packet at outOff/outLen.
-   */
-  outCount = 0;
-  readonly outOffs = new Int32Array(MAX_OUT);
-  readonly outLens = new Int32Array(MAX_OUT);
+  /** The current packet's caller's region (./verdict.ts): where answers go, what it got. */
+  private out: OutRegion = NO_REGION;
   /** Bytes of virtio_net_hdr before every packet: P.VNET_HLEN with device offloads, else 0. */
   readonly vnet: number;
   /** The current packet's L4 checksum is partial (virtio NEEDS_CSUM): P.fixPartial32 applies. */
@@ -120,8 +104,8 @@ export class PacketProcessor {
   /** Client and virtual address folded to 32 bits, as the kernel's schedulers hash IPv6. */
   private cfold = 0;
   private vfold = 0;
-  /** Table-relative ms; set once per batch by the caller. */
-  now = 0;
+  /** Table-relative ms (ConnTable.now) the packets are handled at: setTime(), once per batch. */
+  private now = 0;
   private readonly input: SchedInput = { caddr: 0, cport: 0, vaddr: 0, vport: 0, now: 0 };
   /** Worker → control rings (conntrack/layout.ts RG_*), or null (tests, no Redis). */
   private ring: Int32Array | null = null;
@@ -134,27 +118,14 @@ export class PacketProcessor {
   /** The worker's global bucket (icmp_global): credit and the time it was last refilled; −1 = never used. */
   private genCredit = -1;
   private genStamp = 0;
-  /**
-   * What the last packet got, for flow sampling (lb/capture.ts): its drop (or answer) reason and
-   * the service and real server it was counted on. Plain stores on the way; only read, and reset
-   * to −1 before a packet, while a capture is on.
-   */
-  lastDrop = -1;
-  lastSvc = -1;
-  lastRs = -1;
-  /** The state (and E_PROTO) of the entry the last packet touched; −1 (0) = none. Likewise. */
-  lastState = -1;
-  lastProto = 0;
 
-  constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, out: Uint8Array, offload = false) {
+  constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, offload = false) {
     this.vnet = offload ? P.VNET_HLEN : 0;
-    this.outEnd = out.length;
     this.table = table;
     this.counters = counters;
     this.sched = sched;
     this.maxRealServers = maxRealServers;
     this.snapshot = snapshot;
-    this.out = out;
     randomFillSync(this.peerKey);
     randomFillSync(this.rndSeed);
     this.rnd = this.rndSeed[0]! | 1; // xorshift state: never 0
@@ -208,8 +179,13 @@ export class PacketProcessor {
     this.schedulers = s.services.map((svc) => getScheduler(svc.scheduler)!);
   }
 
+  /** Sets the time (ConnTable.now()) the next packets are handled at: once per batch. */
+  setTime(now: number): void {
+    this.now = now;
+  }
+
   private drop(reason: Drop): number {
-    this.lastDrop = reason;
+    this.out.reason = reason;
     this.counters[L.C_DROP_BASE + reason]!++;
     return DROP;
   }
@@ -219,8 +195,11 @@ export class PacketProcessor {
    * for a FORWARD it is written back unchanged (the device then segments a GSO packet and
    * completes a partial checksum on the way out).
    */
-  process(b: Uint8Array, off: number, len: number): number {
-    this.outCount = 0;
+  process(b: Uint8Array, off: number, len: number, out: OutRegion): number {
+    this.out = out;
+    out.count = 0;
+    out.reason = out.svc = out.rs = out.state = -1;
+    out.proto = 0;
     this.partial = false;
     this.gsoSize = 0;
     this.v6 = false;
@@ -543,8 +522,8 @@ export class PacketProcessor {
       this.pushSync(f.entry);
     }
     if (f.sync) this.pushSync(f.entry);
-    this.lastState = f.state;
-    this.lastProto = f.proto;
+    this.out.state = f.state;
+    this.out.proto = f.proto;
   }
 
   /**
@@ -624,23 +603,23 @@ export class PacketProcessor {
       shiftSeq(b, l4, len, this.partial);
       return FORWARD;
     }
-    const hdr = this.outOff;
+    const hdr = this.out.off;
     const hlen = l4 - off + hl + len;
     const V = this.vnet;
     const at = hdr + hlen + V; // the client's segment after it, its virtio header (offloads) before it
-    if ((data ? at + totlen : hdr + hlen) > this.outEnd) return this.drop(Drop.Truncated); // never with a worker's out slots (2 × a packet slot)
+    if ((data ? at + totlen : hdr + hlen) > this.out.end) return this.drop(Drop.Truncated); // never with a worker's out slots (2 × a packet slot)
     this.proxySegment(b, off, l4, hl, f, hdr);
     this.table.ppMark(f.entry, data ? L.PP_SENT | L.PP_DATA : L.PP_SENT);
     this.counters[L.C_PP_HEADERS]!++;
-    this.outLen = hlen;
-    if (!data) return REPLY; // a bare ACK: the header segment says all it said
+    if (!data) return this.reply(hlen); // a bare ACK: the header segment says all it said
     shiftSeq(b, l4, len, this.partial);
     this.copyOut(b, off - V, at - V, totlen + V);
-    this.outOffs[0] = hdr - V;
-    this.outLens[0] = hlen + V;
-    this.outOffs[1] = at - V;
-    this.outLens[1] = totlen + V;
-    this.outCount = 2;
+    const out = this.out;
+    out.offs[0] = hdr - V;
+    out.lens[0] = hlen + V;
+    out.offs[1] = at - V;
+    out.lens[1] = totlen + V;
+    out.count = 2;
     return REPLY;
   }
 
@@ -654,7 +633,7 @@ export class PacketProcessor {
     const ih = l4 - off;
     const len = ppLength(f.pp);
     const total = ih + hl + len;
-    const x = this.out;
+    const x = this.out.buf;
     this.plainVnet(at);
     this.copyOut(b, off, at, ih + hl);
     const t = at + ih;
@@ -890,7 +869,7 @@ export class PacketProcessor {
 
   /** IPv6 header at out[o]: traffic class/flow 0, hop limit 64. */
   private ip6Header(o: number, plen: number, next: number): void {
-    const x = this.out;
+    const x = this.out.buf;
     this.plainVnet(o);
     P.put32(x, o, 0x60000000);
     P.put16(x, o + P.IP6_PLEN, plen);
@@ -904,9 +883,9 @@ export class PacketProcessor {
    * the error within the IPv6 minimum MTU (RFC 4443 §2.4).
    */
   private icmp6Generate(b: Uint8Array, off: number, totlen: number, type: number, code: number, info: number): number {
-    const o = this.outOff;
-    const x = this.out;
-    const quoted = Math.min(totlen, P.IPV6_MIN_MTU - P.IP6_HLEN - P.ICMP_HLEN, this.outEnd - o - P.IP6_HLEN - P.ICMP_HLEN);
+    const o = this.out.off;
+    const x = this.out.buf;
+    const quoted = Math.min(totlen, P.IPV6_MIN_MTU - P.IP6_HLEN - P.ICMP_HLEN, this.out.end - o - P.IP6_HLEN - P.ICMP_HLEN);
     const plen = P.ICMP_HLEN + quoted;
     this.ip6Header(o, plen, P.IPPROTO_ICMPV6);
     for (let i = 0; i < 16; i++) {
@@ -920,8 +899,7 @@ export class PacketProcessor {
     P.put32(x, ic + 4, info);
     this.copyOut(b, off, ic + P.ICMP_HLEN, quoted);
     P.put16(x, ic + P.ICMP_CSUM, P.checksum(x, ic, plen, P.pseudoSum6(x, o + P.IP6_SRC, o + P.IP6_DST, P.IPPROTO_ICMPV6, plen)));
-    this.outLen = P.IP6_HLEN + plen;
-    return REPLY;
+    return this.reply(P.IP6_HLEN + plen);
   }
 
   /** "Nothing here" to the client: ICMP(v6) port unreachable from the VIP. */
@@ -943,30 +921,29 @@ export class PacketProcessor {
     if (v6 ? (t6[0] | t6[1]! | t6[2]! | t6[3]!) === 0 : this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
     const df = copyDf && !v6 ? P.u16(b, off + P.IP_FRAG) & P.IP_DF : 0;
     if (this.gsoSize !== 0) return this.encapsulateSegments(b, off, totlen, hi, raddr, df);
-    const o = this.outOff;
+    const o = this.out.off;
     const ohl = v6 ? P.IP6_HLEN : P.IP_MIN_HLEN;
     const len = totlen + ohl;
-    if ((v6 ? totlen : len) > 65535 || o + len > this.outEnd) return this.drop(Drop.Truncated);
+    if ((v6 ? totlen : len) > 65535 || o + len > this.out.end) return this.drop(Drop.Truncated);
     if (v6) this.outerHeader6(o, totlen, hi, raddr);
     else this.outerHeader(o, len, b[off + 1]!, raddr, df);
     if (this.vnet !== 0) {
       this.plainVnet(o);
       if (this.partial) {
         const h = off - P.VNET_HLEN;
-        const x = this.out;
+        const x = this.out.buf;
         x[o - P.VNET_HLEN + P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
         P.putLe16(x, o - P.VNET_HLEN + P.VNET_CSUM_START, P.le16(b, h + P.VNET_CSUM_START) + ohl);
         P.putLe16(x, o - P.VNET_HLEN + P.VNET_CSUM_OFFSET, P.le16(b, h + P.VNET_CSUM_OFFSET));
       }
     }
     this.copyOut(b, off, o + ohl, totlen);
-    this.outLen = len;
-    return REPLY;
+    return this.reply(len);
   }
 
   /** The outer ip6ip6 header at out[o]: tunnelSource6 → the real server (hi[6..8] + lo). */
   private outerHeader6(o: number, plen: number, hi: Int32Array, lo: number): void {
-    const x = this.out;
+    const x = this.out.buf;
     P.put32(x, o, 0x60000000);
     P.put16(x, o + P.IP6_PLEN, plen);
     x[o + P.IP6_NEXT] = P.IPPROTO_IPV6;
@@ -979,7 +956,7 @@ export class PacketProcessor {
 
   /** The outer IPIP header at out[o]: tunnelSource → raddr, DF as given (the inner's, or clear). */
   private outerHeader(o: number, len: number, tos: number, raddr: number, df: number): void {
-    const x = this.out;
+    const x = this.out.buf;
     x[o] = 0x45;
     x[o + 1] = tos; // TOS of the inner packet
     P.put16(x, o + P.IP_TOTLEN, len);
@@ -1011,9 +988,10 @@ export class PacketProcessor {
     const n = payload <= 0 ? 1 : Math.ceil(payload / g);
     const V = this.vnet;
     const per = V + ohl + hl + g;
-    let o = this.outOff;
-    if (n > MAX_OUT || o - V + n * per > this.outEnd) return this.drop(Drop.Truncated);
-    const x = this.out;
+    let o = this.out.off;
+    const out = this.out;
+    if (n > MAX_OUT || o - V + n * per > out.end) return this.drop(Drop.Truncated);
+    const x = out.buf;
     const seq0 = P.u32(b, l4 + P.TCP_SEQ);
     const id0 = v6 ? 0 : P.u16(b, off + P.IP_ID);
     const flags = b[l4 + P.TCP_FLAGS]!;
@@ -1050,12 +1028,11 @@ export class PacketProcessor {
       // Partial: the pseudo-header sum for this segment's length.
       const ps = v6 ? P.pseudoSum6(x, io + P.IP6_SRC, io + P.IP6_DST, P.IPPROTO_TCP, ilen - ihl) : P.pseudoSum(isrc, idst, P.IPPROTO_TCP, ilen - ihl);
       P.put16(x, t + P.TCP_CSUM, P.fold16(ps));
-      this.outOffs[k] = h;
-      this.outLens[k] = V + ohl + ilen;
+      out.offs[k] = h;
+      out.lens[k] = V + ohl + ilen;
       o += per;
     }
-    this.outCount = n;
-    this.outLen = this.outLens[0]! - V;
+    out.count = n;
     return REPLY;
   }
 
@@ -1225,8 +1202,8 @@ export class PacketProcessor {
 
   /** Server → client counters of a real server and its service (ip_vs_out_stats). */
   private countOut(rsSlot: number, svcSlot: number, bytes: number): void {
-    this.lastRs = rsSlot;
-    this.lastSvc = svcSlot;
+    this.out.rs = rsSlot;
+    this.out.svc = svcSlot;
     const c = this.counters;
     const rb = L.rsCounterBase(rsSlot);
     const sb = L.svcCounterBase(this.maxRealServers, svcSlot);
@@ -1237,8 +1214,8 @@ export class PacketProcessor {
   }
 
   private countIn(rsSlot: number, svcSlot: number, bytes: number): void {
-    this.lastRs = rsSlot;
-    this.lastSvc = svcSlot;
+    this.out.rs = rsSlot;
+    this.out.svc = svcSlot;
     const c = this.counters;
     const rb = L.rsCounterBase(rsSlot);
     const sb = L.svcCounterBase(this.maxRealServers, svcSlot);
@@ -1345,13 +1322,22 @@ export class PacketProcessor {
   /** Writes the virtio header of a generated packet at `o` (its IP header): no offload. */
   private plainVnet(o: number): void {
     if (this.vnet === 0) return;
-    const x = this.out;
+    const x = this.out.buf;
     for (let i = o - P.VNET_HLEN; i < o; i++) x[i] = 0;
+  }
+
+  /** One packet of len bytes was built at out.off: the answer (its virtio header before it). */
+  private reply(len: number): number {
+    const out = this.out;
+    out.offs[0] = out.off - this.vnet;
+    out.lens[0] = len + this.vnet;
+    out.count = 1;
+    return REPLY;
   }
 
   /** Copies b[from, from+len) to out[to] (memmove when they are one buffer, as in workers). */
   private copyOut(b: Uint8Array, from: number, to: number, len: number): void {
-    const x = this.out;
+    const x = this.out.buf;
     if (b === x) x.copyWithin(to, from, from + len);
     else for (let i = 0; i < len; i++) x[to + i] = b[from + i]!;
   }
@@ -1383,18 +1369,18 @@ export class PacketProcessor {
     if (this.v6 ? this.unanswerable6() : this.unanswerable4(saddr)) {
       c[at + L.GEN_BAD_DESTINATION]!++;
       c[L.C_DROP_BASE + Drop.UnanswerableSource]!++;
-      this.lastDrop = Drop.UnanswerableSource;
+      this.out.reason = Drop.UnanswerableSource;
       return false;
     }
     if ((this.snapshot.genKinds & (1 << kind)) !== 0 && !this.withinLimits(saddr)) {
       c[at + L.GEN_RATE_LIMITED]!++;
       c[L.C_DROP_BASE + Drop.RateLimited]!++;
-      this.lastDrop = Drop.RateLimited;
+      this.out.reason = Drop.RateLimited;
       return false;
     }
     c[at + L.GEN_SENT]!++;
     if (reason >= 0) c[L.C_DROP_BASE + reason]!++;
-    this.lastDrop = reason;
+    this.out.reason = reason;
     return true;
   }
 
@@ -1502,7 +1488,7 @@ export class PacketProcessor {
   }
 
   private ipHeader(o: number, totlen: number, proto: number, src: number, dst: number): void {
-    const x = this.out;
+    const x = this.out.buf;
     this.plainVnet(o);
     x[o] = 0x45;
     x[o + 1] = 0;
@@ -1526,8 +1512,8 @@ export class PacketProcessor {
   private icmpUnreach(b: Uint8Array, off: number, totlen: number, from: number, to: number, code = P.ICMP_PORT_UNREACH, mtu = 0): number {
     const ihl = (b[off]! & 15) << 2;
     const quoted = Math.min(totlen, ihl + 8);
-    const o = this.outOff;
-    const x = this.out;
+    const o = this.out.off;
+    const x = this.out.buf;
     const len = P.IP_MIN_HLEN + P.ICMP_HLEN + quoted;
     this.ipHeader(o, len, P.IPPROTO_ICMP, from, to);
     const ic = o + P.IP_MIN_HLEN;
@@ -1537,14 +1523,13 @@ export class PacketProcessor {
     P.put32(x, ic + 4, mtu & 0xffff);
     for (let i = 0; i < quoted; i++) x[ic + P.ICMP_HLEN + i] = b[off + i]!;
     P.put16(x, ic + P.ICMP_CSUM, P.checksum(x, ic, P.ICMP_HLEN + quoted, 0));
-    this.outLen = len;
-    return REPLY;
+    return this.reply(len);
   }
 
   /** TCP RST answering the segment at b[off] (RFC 9293 §3.10.7.1, "reset generation"). */
   private tcpReset(b: Uint8Array, off: number, l4: number, totlen: number, flags: number): number {
-    const o = this.outOff;
-    const x = this.out;
+    const o = this.out.off;
+    const x = this.out.buf;
     const v6 = this.v6;
     const src = v6 ? 0 : P.u32(b, off + P.IP_DST);
     const dst = v6 ? 0 : P.u32(b, off + P.IP_SRC);
@@ -1577,8 +1562,7 @@ export class PacketProcessor {
     P.put16(x, t + 18, 0);
     const ps = v6 ? P.pseudoSum6(x, o + P.IP6_SRC, o + P.IP6_DST, P.IPPROTO_TCP, 20) : P.pseudoSum(src, dst, P.IPPROTO_TCP, 20);
     P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, 20, ps));
-    this.outLen = (v6 ? P.IP6_HLEN : P.IP_MIN_HLEN) + 20;
-    return REPLY;
+    return this.reply((v6 ? P.IP6_HLEN : P.IP_MIN_HLEN) + 20);
   }
 
   /** ICMP to a VIP: echo requests are answered (when configured), errors are not ours yet. */

@@ -340,7 +340,7 @@ test('drop_packet refuses 1 of every am_droprate new flows (counted) and never a
 });
 
 test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_entry frees the pool ports for real clients', () => {
-  const { run, drops, table, cfg, rs, proc } = makeProcessor(svcDoc({ forwarding: 'fullnat', dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } }, defense: { holdTime: 0 } }));
+  const { run, drops, table, cfg, rs, setNow, now } = makeProcessor(svcDoc({ forwarding: 'fullnat', dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } }, defense: { holdTime: 0 } }));
   // What uvsd feeds the defense: the server's entries against its 1 × 8 address:port pairs.
   const rsSlot = 0;
   const pools = () => [{ realServer: 'tcp 10.1.0.1:8080', used: rs[rsSlot * L.RS_WORDS + L.RS_ACTIVE]! + rs[rsSlot * L.RS_WORDS + L.RS_INACTIVE]!, capacity: 8 }];
@@ -355,7 +355,7 @@ test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_en
   assert.equal(d.counts.droppedHalfOpen, 8);
   // The client retransmits its SYN after its RTO (1 s on Linux); the processor remembers a full
   // pool for FULLNAT_FULL_MS, far less than that.
-  proc.now += Math.max(1000, FULLNAT_FULL_MS + 1);
+  setNow(now() + Math.max(1000, FULLNAT_FULL_MS + 1));
   assert.equal(run(tcp({ src: '192.0.2.50', dst: VIP, sport: 40000, flags: TCPF_SYN })).v, FORWARD, "the client's retransmitted SYN gets a port");
   d.tick(table.now(), () => 0.5);
   assert.equal(d.modes.dropEntry, 1, 'room again: back to automatic-idle');
