@@ -24,7 +24,7 @@ import { DH_TAB_SIZE } from '../schedulers/dh';
 import { MH_PRIMES, mhSlots } from '../schedulers/mh';
 import { getScheduler, schedulerNames } from '../schedulers/registry';
 import { SH_TAB_SIZE } from '../schedulers/sh';
-import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from './inet';
+import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from '../net/addr';
 import { SchedModel } from './sched-model';
 import { schedFlagBits } from '../schedulers/types';
 

@@ -16,7 +16,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { TCPF_ACK, TCPF_SYN } from '../conntrack/state';
-import { VNET_HLEN } from '../lb/packet';
+import { VNET_HLEN } from '../net/packet';
 import { tcp, tcp6, udp } from '../test/helpers/packets';
 import { makeProcessor } from '../test/helpers/processor';
 

@@ -14,7 +14,7 @@ import * as L from '../../conntrack/layout';
 import { RedisSync } from '../../conntrack/redis-sync';
 import { signRecord, macKey } from '../../conntrack/redis-record';
 import { TCP_ESTABLISHED, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { parseIPv4 } from '../../lb/addr';
+import { parseIPv4 } from '../../net/addr';
 import { FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';

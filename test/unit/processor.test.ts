@@ -8,7 +8,7 @@ import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { checksumsValid, field, icmpEcho, tcp, udp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, MAX_OUT, REPLY } from '../../lb/processor';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { checksumsValid, checksumsValid6, complete, field, field6, icmp6, partial, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 
@@ -246,7 +246,7 @@ test('random flows, both families, masq and full-NAT, full and partial checksums
 
 test('putShadow: an IPv6 record for the same client key but another real server is not taken as a refresh', async () => {
   const { ConnTable, createRealServerRegion } = await import('../../conntrack/table');
-  const { parseIPv6 } = await import('../../lb/addr');
+  const { parseIPv6 } = await import('../../net/addr');
   const t = new ConnTable(ConnTable.create(64, { tcp: [0, 900, 120, 60, 120, 60, 10, 60, 60, 120, 10], udp: 300 }), createRealServerRegion(8), L.OWNER_CONTROL);
   const c = parseIPv6('2001:db8::5')!, v = parseIPv6('fd00:96::10')!;
   const r1 = parseIPv6('fd00:10::1')!, r2 = parseIPv6('fd00:20::1')!; // same last 32 bits
