@@ -288,6 +288,11 @@ export const enum Drop {
   DefenseDropPacket,
   /** The client source already holds its limit of half-open entries (H_SRC_LIMIT). */
   HalfOpenPerSource,
+  /** A tunnel flow of a family without a tunnel source (dataplane.tunnelSource / tunnelSource6). */
+  NoTunnelSource,
+  /** What the packet turns into does not fit where the worker writes it: over 65535 bytes once
+   *  encapsulated, more than MAX_OUT segments, or past its output region (lb/verdict.ts). */
+  OutputFull,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -312,6 +317,8 @@ export const DROP_NAMES = [
   'rate_limited',
   'defense_drop_packet',
   'half_open_per_source',
+  'no_tunnel_source',
+  'output_full',
 ] as const;
 
 /*

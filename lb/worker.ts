@@ -10,7 +10,7 @@ import * as L from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
 import { CaptureTap } from './capture';
 import { VNET_HLEN } from '../net/packet';
-import { PacketProcessor } from './processor';
+import { PacketProcessor } from './core';
 import type { Snapshot } from './snapshot';
 import { tunAddon, type IoPath, type UringHandle } from './tun';
 import { DROP, FORWARD, MAX_OUT, OutRegion } from './verdict';

@@ -11,7 +11,7 @@ import { TCP_DEFAULT_TIMEOUTS } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
 import { ServiceModel } from '../../control/services';
 import { VNET_HLEN } from '../../net/packet';
-import { PacketProcessor } from '../../lb/processor';
+import { PacketProcessor } from '../../lb/core';
 import { OutRegion, REPLY } from '../../lb/verdict';
 
 export interface ProcessorOptions {

@@ -10,7 +10,7 @@ import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
 import { UvsError } from '../../control/errors';
-import { DROP, FORWARD, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { field, field6, icmp6, icmpEcho, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';

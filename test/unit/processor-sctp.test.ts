@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import * as S from '../../conntrack/sctp-state';
-import { DROP, FORWARD, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid, field, initValue, sctp, type SctpChunk } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';

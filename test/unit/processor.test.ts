@@ -393,3 +393,16 @@ test('tunnel forwarding wraps the unchanged packet in IPIP to the real server an
   assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' }, services: [{ address: VIP, port: 80, forwarding: 'tunnel', realServers: [{ address: RS[0], port: 8080 }] }] }), /cannot map ports/);
   assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services: [{ address: VIP, port: 80, forwarding: 'tunnel' }] }), /tunnelSource/);
 });
+
+test('a tunnel flow whose family has no tunnel source is dropped as no_tunnel_source, not as truncated', () => {
+  // The configuration check makes this unreachable from a file; a snapshot without the address
+  // (as a reload racing a flow could leave) must still say what happened.
+  const { run, proc, model, cfg, drops } = makeProcessor({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' },
+    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) }],
+  });
+  proc.setSnapshot({ ...model.apply(cfg), tunnelSrc: 0 });
+  assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 51001, flags: TCPF_SYN })).v, DROP);
+  assert.equal(drops('no_tunnel_source'), 1);
+  assert.equal(drops('truncated'), 0);
+});

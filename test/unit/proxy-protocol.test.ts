@@ -11,7 +11,7 @@ import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
 import * as P from '../../net/packet';
-import { DROP, FORWARD, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { PP_V1, PP_V2, writeProxyHeader } from '../../net/proxy-protocol';
 import { checkRecord, parseRecord, ppField, type FlowRecord } from '../../conntrack/redis-record';
 import { makeProcessor } from '../helpers/processor';

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
-import { DROP, FORWARD, MAX_OUT, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, MAX_OUT, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid, checksumsValid6, complete, field, field6, icmp6, partial, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
@@ -295,7 +295,7 @@ test('tunnel: a super-packet of MAX_OUT segments is segmented; one of more is dr
   assert.equal(r.outs.length, MAX_OUT);
   const over = run(frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_ACK, payload: payload(60000) }), 400));
   assert.equal(over.v, DROP, '150 segments: more than a worker can write for one packet');
-  assert.equal(drops('truncated'), 1);
+  assert.equal(drops('output_full'), 1, 'output_full, not truncated: the packet was whole');
 });
 
 /** An ICMP error from src to dst quoting `about` (header + 8 bytes). */

@@ -10,7 +10,7 @@ import * as L from '../../conntrack/layout';
 import { CHAIN_ALARM, CHAIN_LIMIT, ConnTable, createRealServerRegion } from '../../conntrack/table';
 import { TCP_DEFAULT_TIMEOUTS, TCPF_SYN } from '../../conntrack/state';
 import { HalfSipHash } from '../../net/siphash';
-import { DROP, FORWARD } from '../../lb/processor';
+import { DROP, FORWARD } from '../../lb/verdict';
 import { parseIPv4 } from '../../net/addr';
 import { tcp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
