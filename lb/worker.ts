@@ -1,6 +1,6 @@
 /**
  * A dataplane worker thread: owns one queue of the TUN device, reads packets in batches, runs
- * each through the PacketProcessor and writes the results back in one batch — through io_uring
+ * each through the PacketProcessor (./core.ts; the contract is ./verdict.ts) and writes the results back in one batch — through io_uring
  * (one io_uring_enter per batch) or poll + read + write (docs/io_uring.md). Receives new
  * service snapshots from the control thread between batches. Never imports fastify, pino,
  * prom-client or ioredis; reports through shared counters only.
