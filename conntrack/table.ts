@@ -304,7 +304,9 @@ export class ConnTable {
     return released;
   }
 
-  // ── lookups (caller holds the bucket lock) ───────────────────────────────────────────────
+  // ── entry-level calls (caller holds the bucket lock) ─────────────────────────────────────
+  // For this file, the control thread's conntrack/ code and the table's own tests; the packet
+  // path uses the flow-level calls further down, which take the locks themselves.
   /** Entry whose client→server key matches, or -1. */
   findIn(b: number, proto: number, caddr: number, cports: number, vaddr: number, hi: ArrayLike<number> | null = null): number {
     const a = this.i32;

@@ -3,9 +3,9 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import * as L from '../../conntrack/layout';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
+import { ConnTable, createRealServerRegion, FLOW_DEST_GONE, FLOW_HIT, FLOW_MISS, FLOW_REUSE, LOOKUP_EXPIRE_NODEST, LOOKUP_NEW } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_SYN, TCP_STATE_NAMES } from '../../conntrack/state';
-import { newFlow } from '../../conntrack/flow';
+import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
 
 const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
 
@@ -77,11 +77,50 @@ test('a full table refuses new entries and keeps the existing ones', () => {
 test('inserting a key that exists returns the existing entry and binds nothing', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e1 = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
-  const e2 = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D + 1, dports: DP, laddr: C, rs: 2, now }));
+  const r1 = newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now });
+  const e1 = t.insert(r1);
+  assert.equal(r1.created, true);
+  const r2 = newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D + 1, dports: DP, laddr: C, rs: 2, now });
+  const e2 = t.insert(r2);
   assert.equal(e2, e1);
+  assert.equal(r2.created, false, 'the record says the entry was found, not made');
   assert.equal(t.count(), 1);
   assert.equal(rs[2 * L.RS_WORDS + L.RS_INACTIVE], 0);
+});
+
+test('the flow-level lookups: both directions fill the view under the lock, touch it, and tell a gone server or a reusable entry apart', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  rs[1 * L.RS_WORDS + L.RS_FLAGS] = L.RSF_AVAILABLE;
+  rs[1 * L.RS_WORDS + L.RS_WEIGHT] = 1;
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, svc: 3, now }));
+  const k = new FlowKey();
+  const v = new FlowView();
+  k.proto = 6;
+  k.src = C;
+  k.ports = CP;
+  k.dst = V;
+  assert.equal(t.lookupIn(k, v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.deepEqual([v.entry, v.daddr, v.dports, v.laddr, v.rs, v.svc, TCP_STATE_NAMES[v.state]], [e, D, DP, C, 1, 3, 'SYN_RECV']);
+  const out = new FlowKey();
+  out.proto = 6;
+  out.src = D;
+  out.ports = DP;
+  out.dst = C;
+  assert.equal(t.lookupOut(out, v, TCPF_SYN | TCPF_ACK, now), true);
+  assert.equal(TCP_STATE_NAMES[v.state], 'SYN_RECV');
+  out.ports = DP + 1;
+  assert.equal(t.lookupOut(out, v, TCPF_ACK, now), false, 'another port is another key');
+  // A new SYN on a quiesced server's entry may replace it only with expire_nodest_conn.
+  rs[1 * L.RS_WORDS + L.RS_WEIGHT] = 0;
+  assert.equal(t.lookupIn(k, v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.equal(t.lookupIn(k, v, TCPF_SYN, LOOKUP_NEW | LOOKUP_EXPIRE_NODEST, now), FLOW_REUSE);
+  assert.equal(t.lookupIn(k, v, TCPF_ACK, LOOKUP_EXPIRE_NODEST, now), FLOW_HIT, 'not a SYN: the flow goes on');
+  rs[1 * L.RS_WORDS + L.RS_FLAGS] = 0;
+  assert.equal(t.lookupIn(k, v, TCPF_ACK, 0, now), FLOW_DEST_GONE);
+  assert.equal(v.entry, e);
+  k.ports = CP + 1;
+  assert.equal(t.lookupIn(k, v, TCPF_SYN, LOOKUP_NEW, now), FLOW_MISS);
 });
 
 test('OVERLOAD is set at the upper threshold and cleared below the lower one', () => {
