@@ -25,7 +25,7 @@
  * crypto random at creation, kept in the header (H_SALT, H_HASH_K1) so every thread hashes alike —
  * and nobody outside can tell which keys share a chain. Chains stay short (buckets = capacity:
  * the longest of 2^16 chains at full load is ~8, of 2^26 ~11); a walk longer than CHAIN_ALARM is
- * counted (longChains, chainPeak: the worker publishes both), and an insert into a chain of
+ * counted (longWalks, longestWalk: the worker publishes both), and an insert into a chain of
  * CHAIN_LIMIT entries is refused (−3), so no lookup ever walks further even if the key leaked.
  *
  * Nothing here allocates per call; failures are return values (-1), never exceptions.
@@ -77,10 +77,10 @@ export class ConnTable {
   private readonly k0: number;
   private readonly k1: number;
   private readonly hasher = new HalfSipHash();
-  /** Longest chain this thread walked (lookups, inserts) since the owner last reset it. */
-  chainPeak = 0;
+  /** Longest chain this thread walked (lookups, inserts) since the last chainWindow(). */
+  private chainPeak = 0;
   /** Walks by this thread longer than CHAIN_ALARM (monotonic). */
-  longChains = 0;
+  private longChains = 0;
   /** Entries the last find*() stepped over (the whole chain when it found nothing). */
   private lastWalk = 0;
   readonly epoch: number;
@@ -210,6 +210,23 @@ export class ConnTable {
   bucketOut(proto: number, daddr: number, dports: number, laddr: number, hi: ArrayLike<number> | null): number {
     if ((proto & L.PROTO_V6) === 0 || hi === null) return this.bucket(proto, daddr, dports, laddr);
     return this.bucket6(proto, hi, 6, daddr, dports, 9, laddr);
+  }
+
+  /** The longest chain this thread walked since the last chainWindow(). */
+  longestWalk(): number {
+    return this.chainPeak;
+  }
+
+  /** Starts a new window for longestWalk(); returns the longest walk of the one that ends. */
+  chainWindow(): number {
+    const peak = this.chainPeak;
+    this.chainPeak = 0;
+    return peak;
+  }
+
+  /** Walks by this thread longer than CHAIN_ALARM (monotonic). */
+  longWalks(): number {
+    return this.longChains;
   }
 
   /** Records a walk of n entries (chainPeak, longChains). */

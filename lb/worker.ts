@@ -101,16 +101,16 @@ function main(init: WorkerInit): void {
 
   // Connection-table chain figures (conntrack/table.ts): the longest walk of this and the previous
   // window, and the walks past CHAIN_ALARM — a few stores per read, never per packet.
-  let chainWindow = table.now();
+  let windowStart = table.now();
   let chainPrev = 0;
   const publishChains = (now: number): void => {
-    if (((now - chainWindow) | 0) >= CHAIN_WINDOW_MS) {
-      chainPrev = table.chainPeak;
-      table.chainPeak = 0;
-      chainWindow = now;
+    if (((now - windowStart) | 0) >= CHAIN_WINDOW_MS) {
+      chainPrev = table.chainWindow();
+      windowStart = now;
     }
-    counters[L.C_CHAIN_MAX] = chainPrev > table.chainPeak ? chainPrev : table.chainPeak;
-    counters[L.C_LONG_CHAINS] = table.longChains;
+    const peak = table.longestWalk();
+    counters[L.C_CHAIN_MAX] = chainPrev > peak ? chainPrev : peak;
+    counters[L.C_LONG_CHAINS] = table.longWalks();
   };
 
   // The io_uring path when asked for and the ring can be set up; else the poll/read path.
