@@ -748,42 +748,28 @@ export class ConnTable {
 
   /**
    * Control thread: installs or refreshes another node's flow as a shadow entry (not counted, not
-   * synced back) that a packet can adopt without waiting for Redis. A live local entry with the
-   * same key wins and is left alone. Returns the entry or -1 (table full / key is local, or
-   * `mayInsert` false — the shadow cap — and no shadow of the key to refresh).
+   * synced back) that a packet can adopt without waiting for Redis. r is the flow as synced: its
+   * forwarding method in r.flags (| F_NOOUTPUT; | F_INACTIVE when its state counts as inactive),
+   * r.state and r.expires as the record has them; r.flags gains F_SHADOW. A live local entry
+   * with the same key wins and is left alone. Returns the entry or -1 (table full / key is local,
+   * or `mayInsert` false — the shadow cap — and no shadow of the key to refresh).
    */
-  putShadow(
-    proto: number,
-    caddr: number,
-    cports: number,
-    vaddr: number,
-    daddr: number,
-    dports: number,
-    laddr: number,
-    fwdFlags: number,
-    rs: number,
-    svc: number,
-    state: number,
-    inactive: boolean,
-    expires: number,
-    hi: ArrayLike<number> | null = null,
-    mayInsert = true,
-    pp = 0,
-    ppSeq = 0,
-  ): number {
+  putShadow(r: NewFlow, mayInsert = true): number {
     const a = this.i32;
+    const { proto, caddr, cports, vaddr, hi } = r;
+    r.flags |= L.F_SHADOW;
     const b1 = this.bucketIn(proto, caddr, cports, vaddr, hi);
     this.lockBucket(b1);
     const found = this.findIn(b1, proto, caddr, cports, vaddr, hi);
     if (found >= 0) {
       const o = this.base(found);
-      const sameServer = a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports && ((proto & L.PROTO_V6) === 0 || (a[o + L.E_DADDR_HI] === hi![6] && a[o + L.E_DADDR_HI + 1] === hi![7] && a[o + L.E_DADDR_HI + 2] === hi![8]));
+      const sameServer = a[o + L.E_DADDR] === r.daddr && a[o + L.E_DPORTS] === r.dports && ((proto & L.PROTO_V6) === 0 || (a[o + L.E_DADDR_HI] === hi[6] && a[o + L.E_DADDR_HI + 1] === hi[7] && a[o + L.E_DADDR_HI + 2] === hi[8]));
       if (a[o + L.E_FLAGS]! & L.F_SHADOW && sameServer) {
-        a[o + L.E_STATE] = state;
-        a[o + L.E_EXPIRES] = expires;
-        a[o + L.E_FLAGS] = (a[o + L.E_FLAGS]! & ~L.F_INACTIVE) | (inactive ? L.F_INACTIVE : 0);
-        a[o + L.E_PP] = pp;
-        a[o + L.E_PP_SEQ] = ppSeq;
+        a[o + L.E_STATE] = r.state;
+        a[o + L.E_EXPIRES] = r.expires;
+        a[o + L.E_FLAGS] = (a[o + L.E_FLAGS]! & ~L.F_INACTIVE) | (r.flags & L.F_INACTIVE);
+        a[o + L.E_PP] = r.pp;
+        a[o + L.E_PP_SEQ] = r.ppSeq;
         this.unlockBucket(b1);
         return found;
       }
@@ -792,30 +778,9 @@ export class ConnTable {
     }
     this.unlockBucket(b1);
     if (!mayInsert) return -1;
-    const r = this.shadowRecord;
-    r.proto = proto;
-    r.caddr = caddr;
-    r.cports = cports;
-    r.vaddr = vaddr;
-    r.daddr = daddr;
-    r.dports = dports;
-    r.laddr = laddr;
-    r.flags = fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0);
-    r.rs = rs;
-    r.svc = svc;
-    r.now = 0;
-    r.templateMs = 0;
-    r.state = state;
-    r.expires = expires;
-    r.pp = pp;
-    r.ppSeq = ppSeq;
-    if ((proto & L.PROTO_V6) !== 0) for (let i = 0; i < L.HI_WORDS; i++) r.hi[i] = hi![i]!;
     const e = this.insert(r);
     return e >= 0 && r.created ? e : -1;
   }
-
-  /** putShadow's insert record (control thread). */
-  private readonly shadowRecord = new NewFlow();
 
   // ── insert / remove ──────────────────────────────────────────────────────────────────────
   /**

@@ -8,6 +8,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
+import { newFlow } from '../../conntrack/flow';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
 import * as P from '../../net/packet';
@@ -506,7 +507,8 @@ test('a flow adopted by another node from its Redis record keeps its shift and i
   const b = setup();
   const t = b.model.flowTarget(r.service, r.realServer);
   assert.equal(checkRecord(r, t, Date.now(), () => 900_000), null);
-  assert.ok(b.table.putShadow(r.proto, r.caddr, r.cports, r.vaddr, r.daddr, r.dports, r.laddr, r.fwd, t!.slot, t!.svcSlot, r.state, r.inactive, b.table.now() + 600_000, null, true, r.pp, r.ppSeq) >= 0);
+  const shadow = { proto: r.proto, caddr: r.caddr, cports: r.cports, vaddr: r.vaddr, daddr: r.daddr, dports: r.dports, laddr: r.laddr, rs: t!.slot, svc: t!.svcSlot };
+  assert.ok(b.table.putShadow(newFlow({ ...shadow, flags: r.fwd | (r.inactive ? L.F_INACTIVE : 0), state: r.state, expires: b.table.now() + 600_000, pp: r.pp, ppSeq: r.ppSeq })) >= 0);
   const d = b.fromClient({ seq: ISN + 101, ack: SISN + 1, flags: TCPF_ACK, data: bytes(10) });
   assert.equal(d.v, FORWARD);
   assert.equal(b.counters[L.C_ADOPTED], 1);

@@ -204,7 +204,7 @@ test('releaseLocksOf frees exactly the locks a dead owner held', () => {
 test('a shadow entry carries its synced state and expiry from the start, is not counted, and is counted once adopted', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e = t.putShadow(6, C, CP, V, D, DP, C, 0, 2, 0, 1 /* ESTABLISHED */, false, (now + 500_000) | 0);
+  const e = t.putShadow(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, state: 1 /* ESTABLISHED */, expires: (now + 500_000) | 0 }));
   assert.ok(e >= 0);
   const o = t.base(e);
   assert.equal(t.i32[o + L.E_STATE], 1);
@@ -212,13 +212,13 @@ test('a shadow entry carries its synced state and expiry from the start, is not 
   assert.equal(t.shadows(), 1);
   assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]], [0, 0], 'another node\'s flow is not counted here');
   assert.equal(t.expire(now + 499_999), 0, 'the sweeper keeps it until its synced expiry');
-  assert.equal(t.putShadow(6, C, CP, V, D, DP, C, 0, 2, 0, 5, true, (now + 600_000) | 0), e, 'a newer record refreshes it');
+  assert.equal(t.putShadow(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, flags: L.F_INACTIVE, rs: 2, state: 5, expires: (now + 600_000) | 0 })), e, 'a newer record refreshes it');
   assert.equal(t.i32[o + L.E_STATE], 5);
   assert.equal(t.adopt(e, now), true);
   assert.equal(t.adopt(e, now), false, 'adopted once');
   assert.equal(t.shadows(), 0);
   assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]], [0, 1], 'counted as the record said (inactive)');
-  assert.equal(t.putShadow(6, C, CP, V, D, DP, C, 0, 2, 0, 1, false, (now + 1000) | 0), -1, 'a local entry wins over a record');
+  assert.equal(t.putShadow(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, state: 1, expires: (now + 1000) | 0 })), -1, 'a local entry wins over a record');
 });
 
 test('SCTP timeouts have their own header slots: TCP and UDP slots stay where they were, all inside the header', () => {
