@@ -24,7 +24,7 @@ export function encapsulate(c: PacketContext, b: Uint8Array, hi: Int32Array, rad
   const off = c.off;
   const totlen = c.totlen;
   const t6 = c.snapshot.tunnelSrc6;
-  if (v6 ? (t6[0] | t6[1]! | t6[2]! | t6[3]!) === 0 : c.snapshot.tunnelSrc === 0) return drop(c, Drop.NoTunnelSource);
+  if (v6 ? (t6[0]! | t6[1]! | t6[2]! | t6[3]!) === 0 : c.snapshot.tunnelSrc === 0) return drop(c, Drop.NoTunnelSource);
   const df = copyDf && !v6 ? P.u16(b, off + P.IP_FRAG) & P.IP_DF : 0;
   if (c.gsoSize !== 0) return encapsulateSegments(c, b, hi, raddr, df);
   const o = c.out.off;

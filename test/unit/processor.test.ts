@@ -14,7 +14,7 @@ import { makeProcessor } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
 const CLIENT = '192.168.1.100';
-const RS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
+const RS: [string, string, string] = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
 
 function setup(services: unknown[], capacity = 1024) {
   return makeProcessor({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services }, { capacity, outBytes: 4096 });
