@@ -41,7 +41,7 @@ import type { Logger } from 'pino';
 import { u16, u32 } from '../net/packet';
 import { NewFlow } from './flow';
 import * as L from './layout';
-import { ConnTable } from './table';
+import type { ConnTable } from './table';
 import {
   checkRecord,
   COUNTS_REFUSALS,

@@ -31,12 +31,20 @@
  * Nothing here allocates per call; failures are return values (-1), never exceptions.
  */
 import { randomFillSync } from 'node:crypto';
-import { type FlowKey, type FlowView, NewFlow } from './flow';
+import type { FlowKey, FlowView, NewFlow } from './flow';
 import * as L from './layout';
 import { formatIPv4, formatIPv6 } from '../net/addr';
 import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
 import { HalfSipHash, hsiphash4, sipInit } from '../net/siphash';
-import { SCTP_ACTIVE, SCTP_DEFAULT_TIMEOUTS, SCTP_HALF_OPEN, SCTP_S_CLOSED, SCTP_S_ESTABLISHED, sctpNextState, SCTP_STATE_COUNT } from './sctp-state';
+import {
+  SCTP_ACTIVE,
+  SCTP_DEFAULT_TIMEOUTS,
+  SCTP_HALF_OPEN,
+  SCTP_S_CLOSED,
+  SCTP_S_ESTABLISHED,
+  sctpNextState,
+  SCTP_STATE_COUNT,
+} from './sctp-state';
 import { DIR_INPUT, DIR_OUTPUT, TCP_ACTIVE, TCP_ESTABLISHED, TCP_HALF_OPEN, TCP_TIME_WAIT, tcpNextState, TCP_STATE_COUNT } from './state';
 
 /** HalfSipHash's last word: message length in bytes << 24 | the protocol byte that ends it. */
@@ -110,7 +118,7 @@ export class ConnTable {
     a[L.H_SALT] = key[0]!;
     a[L.H_HASH_K1] = key[1]!;
     const epoch = Date.now();
-    a[L.H_EPOCH_LO] = epoch % 0x100000000 | 0;
+    a[L.H_EPOCH_LO] = (epoch % 0x100000000) | 0;
     a[L.H_EPOCH_HI] = Math.floor(epoch / 0x100000000);
     const entries = L.entriesOffset(capacity);
     for (let e = 0; e < capacity; e++) {
@@ -547,7 +555,8 @@ export class ConnTable {
     const ro = a[o + L.E_RS]! * L.RS_WORDS;
     Atomics.add(r, ro + (flags & L.F_INACTIVE ? L.RS_INACTIVE : L.RS_ACTIVE), 1);
     const upper = r[ro + L.RS_UTHRESH]!;
-    if (upper !== 0 && Atomics.load(r, ro + L.RS_ACTIVE) + Atomics.load(r, ro + L.RS_INACTIVE) >= upper) Atomics.or(r, ro + L.RS_FLAGS, L.RSF_OVERLOAD);
+    if (upper !== 0 && Atomics.load(r, ro + L.RS_ACTIVE) + Atomics.load(r, ro + L.RS_INACTIVE) >= upper)
+      Atomics.or(r, ro + L.RS_FLAGS, L.RSF_OVERLOAD);
     return true;
   }
 
@@ -655,7 +664,10 @@ export class ConnTable {
     if (t >= 0) {
       const o = this.base(t);
       const rsw = this.i32[o + L.E_RS]! * L.RS_WORDS;
-      if ((Atomics.load(this.rs, rsw + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0 || (expireQuiescent && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0)) {
+      if (
+        (Atomics.load(this.rs, rsw + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0 ||
+        (expireQuiescent && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0)
+      ) {
         this.invalidate(t);
         t = -1;
       } else {
@@ -763,7 +775,11 @@ export class ConnTable {
     const found = this.findIn(b1, proto, caddr, cports, vaddr, hi);
     if (found >= 0) {
       const o = this.base(found);
-      const sameServer = a[o + L.E_DADDR] === r.daddr && a[o + L.E_DPORTS] === r.dports && ((proto & L.PROTO_V6) === 0 || (a[o + L.E_DADDR_HI] === hi[6] && a[o + L.E_DADDR_HI + 1] === hi[7] && a[o + L.E_DADDR_HI + 2] === hi[8]));
+      const sameServer =
+        a[o + L.E_DADDR] === r.daddr &&
+        a[o + L.E_DPORTS] === r.dports &&
+        ((proto & L.PROTO_V6) === 0 ||
+          (a[o + L.E_DADDR_HI] === hi[6] && a[o + L.E_DADDR_HI + 1] === hi[7] && a[o + L.E_DADDR_HI + 2] === hi[8]));
       if (a[o + L.E_FLAGS]! & L.F_SHADOW && sameServer) {
         a[o + L.E_STATE] = r.state;
         a[o + L.E_EXPIRES] = r.expires;
@@ -937,7 +953,14 @@ export class ConnTable {
       this.unlockPair(b1, b2);
       return false;
     }
-    if (expectProto >= 0 && (a[o + L.E_PROTO] !== expectProto || a[o + L.E_CADDR] !== expectCaddr || a[o + L.E_CPORTS] !== expectCports || flags & L.F_TEMPLATE || (expectState >= 0 && a[o + L.E_STATE] !== expectState))) {
+    if (
+      expectProto >= 0 &&
+      (a[o + L.E_PROTO] !== expectProto ||
+        a[o + L.E_CADDR] !== expectCaddr ||
+        a[o + L.E_CPORTS] !== expectCports ||
+        flags & L.F_TEMPLATE ||
+        (expectState >= 0 && a[o + L.E_STATE] !== expectState))
+    ) {
       this.unlockPair(b1, b2);
       return false;
     }

@@ -299,7 +299,8 @@ export class PacketProcessor {
       }
     }
     const srcLimit = t.sourceLimit();
-    if (srcLimit !== 0 && (isTcp || isSctp) && t.halfOpenAt(t.sourceSlot(c.v6, c.saddr, c.key.hi[0]!, c.key.hi[1]!)) >= srcLimit) return drop(c, Drop.HalfOpenPerSource);
+    if (srcLimit !== 0 && (isTcp || isSctp) && t.halfOpenAt(t.sourceSlot(c.v6, c.saddr, c.key.hi[0]!, c.key.hi[1]!)) >= srcLimit)
+      return drop(c, Drop.HalfOpenPerSource);
     return this.newFlow(b, c.snapshot.services[si]!, si);
   }
 

@@ -54,7 +54,8 @@ export function icmpError(c: PacketContext, b: Uint8Array, inbound: boolean): nu
   const qihl = (b[q]! & 15) << 2;
   if (qihl < P.IP_MIN_HLEN || q + qihl + 4 > end) return drop(c, Drop.Truncated);
   const qproto = b[q + P.IP_PROTO]!;
-  if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP && qproto !== P.IPPROTO_SCTP) return inbound ? drop(c, Drop.IcmpIgnored) : icmpNotOurs(c);
+  if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP && qproto !== P.IPPROTO_SCTP)
+    return inbound ? drop(c, Drop.IcmpIgnored) : icmpNotOurs(c);
   // The kernel drops an error whose checksum fails ("failed checksum" in ip_vs_in_icmp and
   // handle_response_icmp); recomputing it below must not make a damaged one look intact.
   if (P.sum16(b, ic, totlen - ihl, 0) !== 0xffff) return drop(c, Drop.BadChecksum);
@@ -116,10 +117,12 @@ export function icmp6Error(c: PacketContext, b: Uint8Array, inbound: boolean): n
   const end = off + c.totlen;
   if (q + P.IP6_HLEN + 4 > end || b[q]! >> 4 !== 6) return drop(c, Drop.Truncated);
   const qproto = b[q + P.IP6_NEXT]!;
-  if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP && qproto !== P.IPPROTO_SCTP) return inbound ? drop(c, Drop.IcmpIgnored) : icmpNotOurs(c);
+  if (qproto !== P.IPPROTO_TCP && qproto !== P.IPPROTO_UDP && qproto !== P.IPPROTO_SCTP)
+    return inbound ? drop(c, Drop.IcmpIgnored) : icmpNotOurs(c);
   // As for IPv4: a damaged error is dropped, never given a fresh checksum.
   const l4len = end - ic;
-  if (P.sum16(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)) !== 0xffff) return drop(c, Drop.BadChecksum);
+  if (P.sum16(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)) !== 0xffff)
+    return drop(c, Drop.BadChecksum);
   const ql4 = q + P.IP6_HLEN;
   const k = c.key;
   const hi = k.hi;
@@ -228,7 +231,8 @@ export function icmp6ToVip(c: PacketContext, b: Uint8Array): number {
   const ic = c.l4;
   if (b[ic + P.ICMP_TYPE] !== P.ICMP6_ECHO_REQUEST || !c.snapshot.answerPing) return drop(c, Drop.IcmpIgnored);
   const l4len = off + c.totlen - ic;
-  if (P.sum16(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)) !== 0xffff) return drop(c, Drop.BadChecksum);
+  if (P.sum16(b, ic, l4len, P.pseudoSum6(b, off + P.IP6_SRC, off + P.IP6_DST, P.IPPROTO_ICMPV6, l4len)) !== 0xffff)
+    return drop(c, Drop.BadChecksum);
   if (!mayAnswer(c, L.GEN_ECHO, -1)) return DROP;
   // Swap the addresses (the pseudo-header sum does not change) and turn 128 into 129.
   for (let i = 0; i < 16; i++) {
@@ -335,7 +339,8 @@ function withinLimits(c: PacketContext): boolean {
     const pb = c.peerBuckets;
     const cap = iv * s.genPeerBurst;
     let tokens = pb[i]!;
-    if (tokens < 0) tokens = cap; // a source never answered: a full burst (inet_getpeer: rate_last 60 s ago)
+    if (tokens < 0)
+      tokens = cap; // a source never answered: a full burst (inet_getpeer: rate_last 60 s ago)
     else {
       let el = (now - pb[i + 1]!) | 0;
       if (el < 0 || el > cap) el = cap;

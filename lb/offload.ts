@@ -26,7 +26,15 @@ export function offloadMeta(c: PacketContext, b: Uint8Array, ihl: number, proto:
   const expected = proto === P.IPPROTO_TCP ? P.TCP_CSUM : proto === P.IPPROTO_UDP ? P.UDP_CSUM : -1;
   if (gsoType !== P.VNET_GSO_NONE) {
     const size = P.le16(b, h + P.VNET_GSO_SIZE);
-    if (gsoType !== (c.v6 ? P.VNET_GSO_TCPV6 : P.VNET_GSO_TCPV4) || proto !== P.IPPROTO_TCP || !needs || start !== ihl || field !== expected || size === 0) return false;
+    if (
+      gsoType !== (c.v6 ? P.VNET_GSO_TCPV6 : P.VNET_GSO_TCPV4) ||
+      proto !== P.IPPROTO_TCP ||
+      !needs ||
+      start !== ihl ||
+      field !== expected ||
+      size === 0
+    )
+      return false;
     c.gsoSize = size;
     c.partial = true;
     return true;

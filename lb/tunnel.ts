@@ -104,7 +104,9 @@ function encapsulateSegments(c: PacketContext, b: Uint8Array, hi: Int32Array, ra
     if (k !== 0) f &= ~TCPF_CWR;
     x[t + P.TCP_FLAGS] = f;
     // Partial: the pseudo-header sum for this segment's length.
-    const ps = v6 ? P.pseudoSum6(x, io + P.IP6_SRC, io + P.IP6_DST, P.IPPROTO_TCP, ilen - ihl) : P.pseudoSum(isrc, idst, P.IPPROTO_TCP, ilen - ihl);
+    const ps = v6
+      ? P.pseudoSum6(x, io + P.IP6_SRC, io + P.IP6_DST, P.IPPROTO_TCP, ilen - ihl)
+      : P.pseudoSum(isrc, idst, P.IPPROTO_TCP, ilen - ihl);
     P.put16(x, t + P.TCP_CSUM, P.fold16(ps));
     out.offs[k] = h;
     out.lens[k] = V + ohl + ilen;

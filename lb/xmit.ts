@@ -167,7 +167,11 @@ function proxySegment(c: PacketContext, b: Uint8Array, hl: number, f: FlowView, 
     P.put16(x, at + P.IP_ID, nextIpId(c));
     P.put16(x, at + P.IP_CSUM, 0);
     P.put16(x, at + P.IP_CSUM, P.checksum(x, at, ih, 0));
-    P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, hl + len, P.pseudoSum(P.u32(x, at + P.IP_SRC), P.u32(x, at + P.IP_DST), P.IPPROTO_TCP, hl + len)));
+    P.put16(
+      x,
+      t + P.TCP_CSUM,
+      P.checksum(x, t, hl + len, P.pseudoSum(P.u32(x, at + P.IP_SRC), P.u32(x, at + P.IP_DST), P.IPPROTO_TCP, hl + len)),
+    );
   }
 }
 
@@ -266,7 +270,16 @@ function fixUdp(b: Uint8Array, l4: number, fromAddr: number, toAddr: number, fro
  * hi[hiIdx, hiIdx+3) + lo, the port becomes port2; the TCP/UDP checksum follows word by word
  * (IPv6 has no header checksum; a partial checksum only follows the address).
  */
-function rewrite6(c: PacketContext, b: Uint8Array, ipField: number, hi: Int32Array, lo: number, hiIdx: number, port: number, port2: number): void {
+function rewrite6(
+  c: PacketContext,
+  b: Uint8Array,
+  ipField: number,
+  hi: Int32Array,
+  lo: number,
+  hiIdx: number,
+  port: number,
+  port2: number,
+): void {
   const off = c.off;
   const l4 = c.l4;
   const p8 = c.proto & 0xff;
@@ -334,7 +347,7 @@ export function insertFullnat(c: PacketContext, r: NewFlow, rport: number): numb
   h.word(rport);
   if (v6) for (let i = 6; i < 12; i++) h.word(r.hi[i]!);
   const v = h.end((v6 ? 37 << 24 : 13 << 24) | (r.proto & 0xff));
-  const tag = (Math.imul(v, 0x9e3779b1) | 1) | 0;
+  const tag = Math.imul(v, 0x9e3779b1) | 1 | 0;
   const memo = (v >>> 0) & (FULLNAT_MEMO_SLOTS - 1);
   if (c.fullTags[memo] === tag && ((c.fullUntil[memo]! - c.now) | 0) > 0) return -2;
   const probes = range < FULLNAT_PROBES * 4 ? 0 : FULLNAT_PROBES;

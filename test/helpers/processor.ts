@@ -84,6 +84,22 @@ export function makeProcessor(doc: Record<string, unknown>, o: ProcessorOptions 
     proc.setSnapshot(model.apply(c));
     return c;
   };
-  return { cfg, model, table, counters, out, region, proc, run, drops, setMtu, setNow, now: () => clock, apply, ring, rs: new Int32Array(rsSab) };
+  return {
+    cfg,
+    model,
+    table,
+    counters,
+    out,
+    region,
+    proc,
+    run,
+    drops,
+    setMtu,
+    setNow,
+    now: () => clock,
+    apply,
+    ring,
+    rs: new Int32Array(rsSab),
+  };
 }
 export type Processor = ReturnType<typeof makeProcessor>;
