@@ -75,9 +75,7 @@ export class PacketContext {
   totlen = 0;
   /** IP protocol, | L.PROTO_V6 for IPv6 (the table's E_PROTO). */
   proto = 0;
-  /** Addresses (IPv6: the last word) and ports as on the wire. */
-  saddr = 0;
-  daddr = 0;
+  /** Ports as on the wire; the addresses (IPv6: the last word) are saddr and daddr below. */
   sport = 0;
   dport = 0;
   /** What the state machine reads (ConnTable.touch): TCP the flags, SCTP the chunk event, UDP 0. */
@@ -91,6 +89,21 @@ export class PacketContext {
   readonly key = new FlowKey();
   /** Its connection as the table's lookup or insert left it. */
   readonly flow = new FlowView();
+
+  /** saddr, daddr: int32 words behind accessors, as conntrack/flow.ts explains (WORDS): an address as a plain field is a boxed double. */
+  private readonly addrs = new Int32Array(2);
+  get saddr(): number {
+    return this.addrs[0]!;
+  }
+  set saddr(v: number) {
+    this.addrs[0] = v;
+  }
+  get daddr(): number {
+    return this.addrs[1]!;
+  }
+  set daddr(v: number) {
+    this.addrs[1] = v;
+  }
 
   constructor(table: ConnTable, counters: Float64Array, maxRealServers: number, snapshot: Snapshot, vnet: number) {
     this.table = table;
