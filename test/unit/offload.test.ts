@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
-import { DROP, FORWARD, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid, complete, field, icmpEcho, partial, tcp, udp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
@@ -65,12 +65,13 @@ test('a GSO super-packet is forwarded whole by masq, its virtio header untouched
 });
 
 test('tunnel: a partial checksum is described after the outer header; a super-packet is cut into valid segments', () => {
-  const { run, proc, out } = setup('tunnel');
+  const { run } = setup('tunnel');
   const syn = partial(tcp({ src: CLIENT, dst: VIP, sport: 40002, flags: TCPF_SYN, payload: payload(10) }));
   const inner = complete(syn);
-  assert.equal(run(syn).v, REPLY);
-  assert.equal(proc.outCount, 0);
-  const framed = out.slice(proc.outOff - V, proc.outOff + proc.outLen);
+  const r = run(syn);
+  assert.equal(r.v, REPLY);
+  assert.equal(r.outs.length, 1);
+  const framed = r.outs[0]!;
   assert.equal(P.le16(framed, P.VNET_CSUM_START), 40, 'csum_start moved past the outer header');
   const outer = complete(framed);
   assert.equal(field(outer).proto, 4);
@@ -79,11 +80,12 @@ test('tunnel: a partial checksum is described after the outer header; a super-pa
   const data = payload(5000);
   const seq = 0xfffff000; // wraps during the segments
   const plain = tcp({ src: CLIENT, dst: VIP, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, id: 0x7000, payload: data });
-  assert.equal(run(partial(plain, 1448)).v, REPLY);
-  assert.equal(proc.outCount, 4, '5000 bytes in segments of 1448');
+  const segs = run(partial(plain, 1448));
+  assert.equal(segs.v, REPLY);
+  assert.equal(segs.outs.length, 4, '5000 bytes in segments of 1448');
   const got: number[] = [];
-  for (let k = 0; k < proc.outCount; k++) {
-    const seg = complete(out.slice(proc.outOffs[k]!, proc.outOffs[k]! + proc.outLens[k]!));
+  for (let k = 0; k < segs.outs.length; k++) {
+    const seg = complete(segs.outs[k]!);
     const o = field(seg);
     assert.equal(o.proto, 4);
     assert.equal(P.u16(seg, P.IP_TOTLEN), seg.length);

@@ -7,8 +7,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
+import { newFlow } from '../../conntrack/flow';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
-import { DROP, FORWARD, MAX_OUT, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, MAX_OUT, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid, checksumsValid6, complete, field, field6, icmp6, partial, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
@@ -62,11 +63,13 @@ test('IPv6 full-NAT: partial UDP and TCP both ways', () => {
 });
 
 test('IPv6 tunnel: partial and GSO segments', () => {
-  const { run, proc, out } = setup6('tunnel');
+  const { run } = setup6('tunnel');
   const syn = partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_SYN, payload: payload(10) }));
   const inner = complete(syn);
-  assert.equal(run(syn).v, REPLY);
-  const framed = out.slice(proc.outOff - V, proc.outOff + proc.outLen);
+  const r = run(syn);
+  assert.equal(r.v, REPLY);
+  assert.equal(r.outs.length, 1);
+  const framed = r.outs[0]!;
   assert.equal(P.le16(framed, P.VNET_CSUM_START), 80);
   const outer = complete(framed);
   assert.equal(outer[P.IP6_NEXT], 41);
@@ -74,11 +77,12 @@ test('IPv6 tunnel: partial and GSO segments', () => {
   assert.deepEqual([...outer.subarray(40)], [...inner]);
   const data = payload(5000);
   const seq = 0xfffff000;
-  assert.equal(run(partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, payload: data }), 1400)).v, REPLY);
-  assert.equal(proc.outCount, 4);
+  const segs = run(partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, payload: data }), 1400));
+  assert.equal(segs.v, REPLY);
+  assert.equal(segs.outs.length, 4);
   const got: number[] = [];
-  for (let k = 0; k < proc.outCount; k++) {
-    const seg = complete(out.slice(proc.outOffs[k]!, proc.outOffs[k]! + proc.outLens[k]!));
+  for (let k = 0; k < segs.outs.length; k++) {
+    const seg = complete(segs.outs[k]!);
     assert.equal(40 + P.u16(seg, P.IP6_PLEN), seg.length);
     const i = seg.subarray(40);
     assert.equal(40 + P.u16(i, P.IP6_PLEN), i.length);
@@ -251,9 +255,9 @@ test('putShadow: an IPv6 record for the same client key but another real server 
   const proto = 6 | L.PROTO_V6;
   const cports = (40000 << 16) | 80, dports = (8080 << 16) | 40000;
   const now = t.now();
-  const e1 = t.putShadow(proto, c[3]!, cports, v[3]!, r1[3]!, dports, c[3]!, 0, 1, 0, 3, false, now + 10_000, hi(r1));
+  const e1 = t.putShadow(newFlow({ proto, caddr: c[3]!, cports, vaddr: v[3]!, daddr: r1[3]!, dports, laddr: c[3]!, rs: 1, state: 3, expires: now + 10_000, hi: hi(r1) }));
   assert.ok(e1 >= 0);
-  const e2 = t.putShadow(proto, c[3]!, cports, v[3]!, r2[3]!, dports, c[3]!, 0, 2, 0, 3, false, now + 900_000, hi(r2));
+  const e2 = t.putShadow(newFlow({ proto, caddr: c[3]!, cports, vaddr: v[3]!, daddr: r2[3]!, dports, laddr: c[3]!, rs: 2, state: 3, expires: now + 900_000, hi: hi(r2) }));
   // IPv4 semantics: a different server for the key → -1, the old shadow keeps its own timer.
   assert.equal(e2, -1, 'a record naming fd00:20::1 refreshed the shadow that points at fd00:10::1');
 });
@@ -271,7 +275,7 @@ function setup4(forwarding: 'masq' | 'tunnel' | 'fullnat', protocol = 'tcp', off
 test('tunnel: a super-packet of MAX_OUT segments is segmented; one of more is dropped and counted (uvsd sets gso_max_segs so the kernel never sends one)', () => {
   // Measured on this kernel: without gso_max_segs a TUN with TSO hands over GSO packets of 742
   // segments at MSS 88 and 163 at MSS 400.
-  const { run, proc, drops } = setup4('tunnel', 'tcp', true);
+  const { run, drops } = setup4('tunnel', 'tcp', true);
   const frame = (pkt: Uint8Array, g: number) => {
     const b = new Uint8Array(V + pkt.length);
     b.set(pkt, V);
@@ -289,10 +293,10 @@ test('tunnel: a super-packet of MAX_OUT segments is segmented; one of more is dr
   assert.equal(run(frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_SYN }), 0)).v, REPLY);
   const r = run(frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_ACK, payload: payload(MAX_OUT * 400) }), 400));
   assert.equal(r.v, REPLY);
-  assert.equal(proc.outCount, MAX_OUT);
+  assert.equal(r.outs.length, MAX_OUT);
   const over = run(frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_ACK, payload: payload(60000) }), 400));
   assert.equal(over.v, DROP, '150 segments: more than a worker can write for one packet');
-  assert.equal(drops('truncated'), 1);
+  assert.equal(drops('output_full'), 1, 'output_full, not truncated: the packet was whole');
 });
 
 /** An ICMP error from src to dst quoting `about` (header + 8 bytes). */
