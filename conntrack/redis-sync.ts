@@ -6,6 +6,8 @@
  * on each state change and once half its timeout has passed (IPVS sync daemon rules plus a
  * refresh). Every 50 ms the queue is written — two keys per flow, one per direction, each with a
  * TTL that follows the entry's timer — and published on a channel so the other nodes pre-load it.
+ * A write round carries at most WRITE_BATCH records; rounds follow each other at once while
+ * records wait, so a catch-up after an outage holds one round's commands in memory, not the queue's.
  *
  *   <prefix>c:{proto.caddr.cports.vaddr}   client→server key    value: the flow record
  *   <prefix>o:{proto.daddr.dports.laddr}   server→client key    value: the flow record
@@ -21,7 +23,18 @@
  * the packet back into the device, where it is adopted. Misses, timeouts and errors drop it.
  *
  * Redis down or slow: forwarding goes on from the local table; the write queue is bounded (the
- * oldest records are dropped, counted) and flushed after the automatic reconnect.
+ * oldest records are dropped, counted) and flushed after the automatic reconnect. What Redis may
+ * have lost meanwhile — records dropped from the queue, writes that failed or timed out, every key
+ * of a Redis restarted without persistence, writes a Sentinel/Cluster failover did not replicate —
+ * is not left to the sync rules (a quiet established flow is written again only once half its
+ * timeout has passed: 7.5 minutes): after a failed write, a dropped record or a lost connection,
+ * once Redis answers again the local table is walked and every live local flow queued again
+ * (RESYNC_SLOTS slots and at most WRITE_BATCH records per write round, never pushing the queue
+ * past maxQueue). So every live flow is in Redis again within about
+ * (table size / RESYNC_SLOTS + live flows / WRITE_BATCH) write rounds of Redis answering.
+ * (IPVS's sync daemon has no such walk: it resends a connection only on its packets —
+ * sync_threshold/sync_period, or sync_refresh_period — and a backup that missed messages learns
+ * the flow at its next resend; docs/redis.md.)
  *
  * Redis hung (answers nothing, e.g. SIGSTOP): every command fails after redis.commandTimeout, and
  * since Redis answers a connection's commands in order, the first timeout drops the connection —
@@ -126,12 +139,27 @@ export interface SyncStats {
   nodesRefused: Record<NodeRefusal, number>;
   /** Seconds between a record being queued and its write being acknowledged (last batch). */
   lagSeconds: number;
+  /** Walks of the local table that queued every live flow again after Redis lost or missed writes. */
+  resyncs: number;
+  /** Records those walks queued. */
+  resynced: number;
+  /** A walk is under way. */
+  resyncing: boolean;
   lastError: string | null;
 }
 
 const FLUSH_MS = 50;
 const PARK_POLL_MS = 5;
-const BATCH = 5000;
+/**
+ * Flow records per write round (two SETs each, then one PUBLISH): the commands in flight at once,
+ * and so what a catch-up after an outage holds in memory. (Rounds of 5000, and ioredis resending a
+ * timed-out round after the reconnect, took the reliability run's lb1 from 110 to 300 MB.)
+ */
+const WRITE_BATCH = 1000;
+/** Most records one published message may carry (this version publishes WRITE_BATCH; older 5000). */
+const MAX_MESSAGE_RECORDS = 5000;
+/** Table slots a resync walk examines per write round. */
+const RESYNC_SLOTS = 262_144;
 /** Packets of one flow that may wait on its lookup: a failover's first burst, not a flood's. */
 const PARK_PER_FLOW = 8;
 /** Nodes' counts fetched per MGET (Cluster: per round of pipelined GETs). */
@@ -209,8 +237,17 @@ export class RedisSync {
     countsRefused: zeros(COUNTS_REFUSALS),
     nodesRefused: zeros(NODE_REFUSALS),
     lagSeconds: 0,
+    resyncs: 0,
+    resynced: 0,
+    resyncing: false,
     lastError: null,
   };
+  /** Redis may lack records of live flows (a failed write, a dropped record, a lost connection). */
+  private resyncWanted = false;
+  /** The last write round failed: a walk waits for Redis to take writes again. */
+  private writeFailed = false;
+  /** Next entry index of the resync walk; -1 when none runs. */
+  private resyncAt = -1;
 
   constructor(o: RedisSyncOptions, table: ConnTable, rings: SharedArrayBuffer[], resolver: SyncResolver, inject: (pkt: Uint8Array) => void, log: Logger) {
     this.o = o;
@@ -232,6 +269,9 @@ export class RedisSync {
     const timeout = timed ? { commandTimeout: ms, disconnectTimeout: ms } : {};
     const common = {
       enableOfflineQueue: false, // fail fast when down: our own queue is the bounded one
+      // Failed writes stay in our queue and lookups have given up: resending what was unanswered
+      // at the disconnect would only hold it (a hang's whole round) and write it twice.
+      autoResendUnfulfilledCommands: false,
       maxRetriesPerRequest: 1,
       enableAutoPipelining: true, // batches commands per node, also for Cluster
       retryStrategy: (times: number) => Math.min(100 * times, 2000),
@@ -243,7 +283,7 @@ export class RedisSync {
         enableOfflineQueue: false,
         enableAutoPipelining: true,
         clusterRetryStrategy: (times: number) => Math.min(100 * times, 2000),
-        redisOptions: { maxRetriesPerRequest: 1, ...timeout, ...(this.o.password ? { password: this.o.password } : {}) },
+        redisOptions: { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false, ...timeout, ...(this.o.password ? { password: this.o.password } : {}) },
       });
     }
     if (this.o.sentinels) return new Redis({ sentinels: this.o.sentinels, name: this.o.name!, ...common });
@@ -262,13 +302,20 @@ export class RedisSync {
     }
     this.client.on('ready', () => {
       this.resetting = false;
+      this.writeFailed = false;
       this.stats.connected = true;
       this.log.info('Redis connected');
     });
     this.client.on('close', () => {
-      if (this.stats.connected) this.log.warn('Redis connection lost; will reconnect');
+      if (this.stats.connected) {
+        this.log.warn('Redis connection lost; will reconnect');
+        // Another server may answer next (a restart without persistence, a Sentinel failover).
+        this.resyncWanted = true;
+      }
       this.stats.connected = false;
     });
+    // Cluster: a node joining the slot map is a failover's new master, which may lack recent writes.
+    if (this.client instanceof Cluster) this.client.on('+node', () => (this.resyncWanted = true));
     this.sub.on('ready', () => {
       (this.sub.subscribe(`${this.o.keyPrefix}flows`) as Promise<unknown>).catch((e: Error) => this.log.warn({ err: e.message }, 'Redis subscribe failed'));
     });
@@ -313,17 +360,18 @@ export class RedisSync {
     while (this.queue.size > this.o.maxQueue) {
       this.queue.delete(this.queue.keys().next().value!);
       this.stats.dropped++;
+      this.resyncWanted = true; // that flow's record is written again by the walk
     }
     this.stats.queueDepth = this.queue.size;
   }
 
-  /** Queues the record of the entry at word offset o (this node's flows only: no shadow or template). */
-  private enqueue(o: number, now: number): void {
+  /** Queues the record of the entry at word offset o (this node's flows only: no shadow or template); false if none. */
+  private enqueue(o: number, now: number): boolean {
     const a = this.table.i32;
     const flags = a[o + L.E_FLAGS]!;
-    if (!(flags & L.F_IN_USE) || flags & (L.F_SHADOW | L.F_TEMPLATE)) return;
+    if (!(flags & L.F_IN_USE) || flags & (L.F_SHADOW | L.F_TEMPLATE)) return false;
     const names = this.resolver.names(a[o + L.E_SVC]!, a[o + L.E_RS]!);
-    if (!names) return;
+    if (!names) return false;
     const proto = a[o + L.E_PROTO]!;
     const state = a[o + L.E_STATE]!;
     const left = (a[o + L.E_EXPIRES]! - now) | 0;
@@ -349,11 +397,47 @@ export class RedisSync {
     const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi);
     this.queue.delete(key); // re-insert: newest last
     this.queue.set(key, { rec: signed, out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!, hi), ttl: Math.max(1000, left + 1000), at: Date.now() });
+    return true;
+  }
+
+  /**
+   * One step of the resync walk (control thread, once per write round): starts a walk when Redis
+   * may lack records and takes writes again, then queues the live local flows of the next
+   * RESYNC_SLOTS table slots — at most WRITE_BATCH, and never more than the queue has room for, so
+   * the walk never pushes out a fresher record. Entries are read as queueAll reads them.
+   */
+  private resyncStep(): void {
+    if (!this.stats.connected || this.writeFailed) return;
+    if (this.resyncWanted) {
+      this.resyncWanted = false;
+      if (this.resyncAt < 0) this.stats.resyncs++;
+      this.resyncAt = 0; // from the start again: what an earlier walk queued may be lost too
+      this.log.info({ entries: this.table.count() }, 'Redis takes writes again: queueing every live local flow again');
+    }
+    if (this.resyncAt < 0) return;
+    let budget = Math.min(WRITE_BATCH, this.o.maxQueue - this.queue.size);
+    if (budget <= 0) return;
+    const a = this.table.i32;
+    const now = this.table.now();
+    const cap = this.table.capacity;
+    const end = Math.min(cap, this.resyncAt + RESYNC_SLOTS);
+    let e = this.resyncAt;
+    for (; e < end && budget > 0; e++) {
+      const o = this.table.base(e);
+      if (!(a[o + L.E_FLAGS]! & L.F_IN_USE) || ((a[o + L.E_EXPIRES]! - now) | 0) <= 0) continue;
+      if (this.enqueue(o, now)) {
+        budget--;
+        this.stats.resynced++;
+      }
+    }
+    this.resyncAt = e >= cap ? -1 : e;
+    this.stats.resyncing = this.resyncAt >= 0;
+    this.stats.queueDepth = this.queue.size;
   }
 
   /**
    * Queues every local flow now (node maintenance: a flow that has not reached its 3rd packet is
-   * in Redis too before the router moves it away). Written by the next flushes, BATCH at a time;
+   * in Redis too before the router moves it away). Written by the next flushes, WRITE_BATCH at a time;
    * the queue's bound (redis.maxQueue) applies as always.
    */
   queueAll(): number {
@@ -362,22 +446,25 @@ export class RedisSync {
     let n = 0;
     this.table.forEach((_e, o) => {
       if (((a[o + L.E_EXPIRES]! - now) | 0) <= 0) return; // expired, not swept yet: nobody's flow
-      this.enqueue(o, now);
-      n++;
+      if (this.enqueue(o, now)) n++;
     });
     this.collect(); // applies the bound and the queue-depth figure
     return n;
   }
 
+  /** One write round: at most WRITE_BATCH records; the next follows at once while records wait. */
   private async flush(): Promise<void> {
     this.collect();
-    if (this.flushing || this.queue.size === 0 || !this.stats.connected) return;
+    if (this.flushing || !this.stats.connected) return;
+    this.resyncStep();
+    if (this.queue.size === 0) return;
     this.flushing = true;
+    let again = false;
     try {
       const batch: [string, { rec: string; out: string; ttl: number; at: number }][] = [];
       for (const kv of this.queue) {
         batch.push(kv);
-        if (batch.length >= BATCH) break;
+        if (batch.length >= WRITE_BATCH) break;
       }
       const writes = batch.flatMap(([k, v]) => [this.client.set(k, v.rec, 'PX', v.ttl), this.client.set(v.out, v.rec, 'PX', v.ttl)]);
       const results = await Promise.allSettled(writes);
@@ -388,28 +475,37 @@ export class RedisSync {
         this.stats.lagSeconds = (Date.now() - Math.min(...batch.map(([, v]) => v.at))) / 1000;
         await this.client.publish(`${this.o.keyPrefix}flows`, `${this.o.nodeId}\n${batch.map(([, v]) => v.rec).join('\n')}`);
         this.stats.published += batch.length;
+        this.writeFailed = false;
+        again = this.queue.size > 0 || this.resyncAt >= 0;
       } else {
         // Kept queued: written after the reconnect.
-        for (const r of results) if (r.status === 'rejected') this.failed(r.reason);
+        for (const r of results) if (r.status === 'rejected') this.failed(r.reason, true);
       }
     } catch (e) {
-      this.failed(e);
+      this.failed(e, true);
     } finally {
       this.stats.queueDepth = this.queue.size;
       this.flushing = false;
     }
+    if (again && this.timers.length > 0) setImmediate(() => void this.flush());
   }
 
   /**
    * A command failed. A timeout means Redis is not answering this connection: it answers in
    * order, so every command sent after this one waits too, and ioredis holds each until its reply.
    * Dropping the connection fails them all now; until Redis answers again (the reconnect's ready
-   * check times out the same way), new commands fail at once, so nothing piles up.
+   * check times out the same way), new commands fail at once, so nothing piles up. A failed
+   * write (`write`), or a connection dropped with writes in flight, calls for a resync walk.
    */
-  private failed(e: unknown): void {
+  private failed(e: unknown, write = false): void {
     const msg = e instanceof Error ? e.message : String(e);
     this.stats.errors++;
     this.stats.lastError = msg;
+    if (write) {
+      // Redis lacks these records (kept queued) and maybe others: walk the table once it takes writes.
+      this.resyncWanted = true;
+      this.writeFailed = true;
+    }
     if (msg !== TIMED_OUT) return;
     this.stats.commandTimeouts++;
     // Once per connection: the other commands that time out with it find it already dropped.
@@ -417,6 +513,7 @@ export class RedisSync {
       this.resetting = true;
       this.stats.connected = false;
       this.log.warn({ timeoutSeconds: this.o.commandTimeout }, 'Redis command timed out; reconnecting (forwarding continues from local state)');
+      this.resyncWanted = true; // writes in flight on the dropped connection may never have been applied
       this.client.disconnect(true);
     }
   }
@@ -440,13 +537,13 @@ export class RedisSync {
       return;
     }
     if (msg.slice(0, nl) === this.o.nodeId) return;
-    // A node publishes at most BATCH records at once: lines beyond are not a node's (refused).
-    const recs = msg.slice(nl + 1).split('\n', BATCH + 1);
-    if (recs.length > BATCH) {
+    // A node publishes at most MAX_MESSAGE_RECORDS records at once: lines beyond are not a node's (refused).
+    const recs = msg.slice(nl + 1).split('\n', MAX_MESSAGE_RECORDS + 1);
+    if (recs.length > MAX_MESSAGE_RECORDS) {
       recs.pop();
       let extra = 0;
       for (let i = msg.indexOf('\n', nl + 1); i >= 0; i = msg.indexOf('\n', i + 1)) extra++;
-      this.stats.refused.malformed += extra + 1 - BATCH;
+      this.stats.refused.malformed += extra + 1 - MAX_MESSAGE_RECORDS;
     }
     for (const rec of recs) if (this.installRecord(rec, null)) this.stats.received++;
   }
