@@ -68,6 +68,7 @@ import {
   signRecord,
   MAX_CLOCK_SKEW_MS,
   type CountsRefusal,
+  type FlowRecord,
   type FlowTarget,
   type NodeRefusal,
   type RecordRefusal,
@@ -145,6 +146,8 @@ export interface SyncStats {
   resynced: number;
   /** A walk is under way. */
   resyncing: boolean;
+  /** Shadows replaced by a record of a newer flow on the same client address and port. */
+  superseded: number;
   lastError: string | null;
 }
 
@@ -240,6 +243,7 @@ export class RedisSync {
     resyncs: 0,
     resynced: 0,
     resyncing: false,
+    superseded: 0,
     lastError: null,
   };
   /** Redis may lack records of live flows (a failed write, a dropped record, a lost connection). */
@@ -574,8 +578,32 @@ export class RedisSync {
     if (why !== null) return this.refuse(why);
     const mayAdd = this.table.shadows() < this.shadowCap;
     const fwd = r.fwd | (r.fwd === L.FWD_MASQ || r.fwd === L.FWD_FULLNAT ? 0 : L.F_NOOUTPUT); // tunnel: one direction only
-    const e = this.table.putShadow(r.proto, r.caddr, r.cports, r.vaddr, r.daddr, r.dports, r.laddr, fwd, t!.slot, t!.svcSlot, r.state, r.inactive, (this.table.now() + (r.expiresAt - nowMs)) | 0, r.hi, mayAdd, r.pp, r.ppSeq);
+    const put = (mayInsert: boolean) =>
+      this.table.putShadow(r.proto, r.caddr, r.cports, r.vaddr, r.daddr, r.dports, r.laddr, fwd, t!.slot, t!.svcSlot, r.state, r.inactive, (this.table.now() + (r.expiresAt - nowMs)) | 0, r.hi, mayInsert, r.pp, r.ppSeq);
+    let e = put(mayAdd);
+    // One shadow replaced by another: the count stays, so the shadow cap does not stand in the way.
+    if (e < 0 && this.dropSuperseded(r)) e = put(true);
     if (e < 0) return this.refuse(mayAdd ? 'not_installed' : 'shadow_cap');
+    return true;
+  }
+
+  /**
+   * A shadow under the record's client→server key that names another server is an earlier flow
+   * of the same client address and port — clients reuse ports, and a closed flow's shadow lives
+   * out its TIME_WAIT (2 min) — which the record, its owner's current state, supersedes: removed,
+   * so that the record can take its place (else the new flow's packets would go to the old flow's
+   * server, or be parked and refused here until the old shadow expired). A local entry is never
+   * touched. True if one was removed (counted in `superseded`).
+   */
+  private dropSuperseded(r: FlowRecord): boolean {
+    const t = this.table;
+    const b = t.bucketIn(r.proto, r.caddr, r.cports, r.vaddr, r.hi);
+    t.lockBucket(b);
+    const e = t.findIn(b, r.proto, r.caddr, r.cports, r.vaddr, r.hi);
+    const shadow = e >= 0 && (t.i32[t.base(e) + L.E_FLAGS]! & L.F_SHADOW) !== 0;
+    t.unlockBucket(b);
+    if (!shadow || !t.remove(e, false, t.now(), r.proto, r.caddr, r.cports)) return false;
+    this.stats.superseded++;
     return true;
   }
 

@@ -182,3 +182,39 @@ test('a drain waits for the connections other nodes report: the server is delete
     await b.stop();
   }
 });
+
+test('a client reuses its port for a new flow to another server: the other node replaces the old flow\'s shadow and carries the new one there', { skip, timeout: 60_000 }, async () => {
+  const P = 'u:';
+  const a = syncNode('a', { redis: { url: url(), keyPrefix: P } });
+  const b = syncNode('b', { redis: { url: url(), keyPrefix: P } });
+  a.sync.start();
+  b.sync.start();
+  try {
+    await waitFor('connected', () => a.sync.stats.connected && b.sync.stats.connected);
+    // Flow 1 from 192.0.2.50:40000; b holds it as a shadow.
+    const rip1 = open(a, '192.0.2.50', 40000);
+    await waitFor('b to hold flow 1', () => b.table.shadows() === 1);
+    // Flow 1 ends on a (its entry goes); b's shadow of it lives on until its own expiry, as a
+    // closed flow's shadow lives its TIME_WAIT. The client opens flow 2 from the same port.
+    a.table.expire((a.table.now() + 3600_000) | 0);
+    const rip2 = open(a, '192.0.2.50', 40000);
+    assert.notEqual(rip2, rip1, 'round robin: flow 2 goes to another server');
+    await waitFor('a to write flow 2', () => a.allWritten() && a.sync.stats.written === 2);
+    await waitFor('b to take flow 2\'s record', () => b.sync.stats.received + b.sync.stats.refused.not_installed === 2);
+    assert.equal(b.sync.stats.refused.not_installed, 0, 'flow 2\'s record replaced flow 1\'s shadow');
+    assert.equal(b.sync.stats.superseded, 1);
+    assert.equal(b.table.shadows(), 1);
+
+    // a fails. The server's next packet reaches b (the return path moved first): flow 2's entry.
+    const fromServer = tcp({ src: rip2, dst: '192.0.2.50', sport: 8080, dport: 40000, flags: TCPF_ACK });
+    assert.equal(b.run(fromServer), FORWARD, 'no lookup needed: b holds flow 2');
+    assert.deepEqual([field(fromServer).src, field(fromServer).dst], [VIP, '192.0.2.50']);
+    // And the client's packets go to flow 2's server, not flow 1's.
+    const fromClient = tcp({ src: '192.0.2.50', dst: VIP, sport: 40000, dport: 80, flags: TCPF_ACK });
+    assert.equal(b.run(fromClient), FORWARD);
+    assert.equal(field(fromClient).dst, rip2);
+  } finally {
+    await a.stop();
+    await b.stop();
+  }
+});
