@@ -23,12 +23,13 @@
  * the packet back into the device, where it is adopted. Misses, timeouts and errors drop it.
  *
  * Redis down or slow: forwarding goes on from the local table; the write queue is bounded (the
- * oldest records are dropped, counted) and flushed after the automatic reconnect. What Redis may
- * have lost meanwhile — records dropped from the queue, writes that failed or timed out, every key
- * of a Redis restarted without persistence, writes a Sentinel/Cluster failover did not replicate —
- * is not left to the sync rules (a quiet established flow is written again only once half its
- * timeout has passed: 7.5 minutes): after a failed write, a dropped record or a lost connection,
- * once Redis answers again the local table is walked and every live local flow queued again
+ * oldest records are dropped, counted) and flushed after the automatic reconnect; writes that
+ * fail or time out stay queued. What Redis may still lack afterwards — records dropped from the
+ * queue, every key of a Redis restarted without persistence, writes a Sentinel or Cluster
+ * failover did not replicate — is not left to the sync rules (a quiet established flow is written
+ * again only once half its timeout has passed: 7.5 minutes): after a dropped record, or on
+ * reconnecting to another server (another run_id; Cluster: a node joining), once Redis answers
+ * and takes writes again the local table is walked and every live local flow queued again
  * (RESYNC_SLOTS slots and at most WRITE_BATCH records every FLUSH_MS — 20,000 records/s —, never
  * pushing the queue past maxQueue). So every live flow is in Redis again within about
  * FLUSH_MS × (table size / RESYNC_SLOTS + live flows / WRITE_BATCH) of Redis answering: 3.3 s for
@@ -247,8 +248,10 @@ export class RedisSync {
     superseded: 0,
     lastError: null,
   };
-  /** Redis may lack records of live flows (a failed write, a dropped record, a lost connection). */
+  /** Redis may lack records of live flows (records dropped from the queue, another server). */
   private resyncWanted = false;
+  /** run_id of the Redis server last connected to; null before the first answer. */
+  private runId: string | null = null;
   /** The last write round failed: a walk waits for Redis to take writes again. */
   private writeFailed = false;
   /** Next entry index of the resync walk; -1 when none runs. */
@@ -310,13 +313,10 @@ export class RedisSync {
       this.writeFailed = false;
       this.stats.connected = true;
       this.log.info('Redis connected');
+      if (!(this.client instanceof Cluster)) void this.checkServer();
     });
     this.client.on('close', () => {
-      if (this.stats.connected) {
-        this.log.warn('Redis connection lost; will reconnect');
-        // Another server may answer next (a restart without persistence, a Sentinel failover).
-        this.resyncWanted = true;
-      }
+      if (this.stats.connected) this.log.warn('Redis connection lost; will reconnect');
       this.stats.connected = false;
     });
     // Cluster: a node joining the slot map is a failover's new master, which may lack recent writes.
@@ -499,21 +499,38 @@ export class RedisSync {
   }
 
   /**
+   * After each (re)connect: a Redis server with another run_id than the last one — restarted, or
+   * a Sentinel failover's new master — may lack any record written before, so the table is walked
+   * (a walk costs the whole table's records: after a mere hang or a lost connection to the same
+   * server nothing is, since failed writes stay queued). Unknown (INFO refused, e.g. by an ACL):
+   * assumed so.
+   */
+  private async checkServer(): Promise<void> {
+    let id: string | null = null;
+    try {
+      id = /^run_id:(\w+)/m.exec(await this.client.info('server'))?.[1] ?? null;
+    } catch {
+      // unknown: walk
+    }
+    if (id === null || (this.runId !== null && id !== this.runId)) {
+      if (this.runId !== null) this.log.warn({ was: this.runId, now: id }, 'another Redis server answers (restarted or failed over): every live local flow is written again');
+      this.resyncWanted = true;
+    }
+    if (id !== null) this.runId = id;
+  }
+
+  /**
    * A command failed. A timeout means Redis is not answering this connection: it answers in
    * order, so every command sent after this one waits too, and ioredis holds each until its reply.
    * Dropping the connection fails them all now; until Redis answers again (the reconnect's ready
-   * check times out the same way), new commands fail at once, so nothing piles up. A failed
-   * write (`write`), or a connection dropped with writes in flight, calls for a resync walk.
+   * check times out the same way), new commands fail at once, so nothing piles up. A failed write
+   * (`write`: its records stay queued) holds back a resync walk until writes succeed again.
    */
   private failed(e: unknown, write = false): void {
     const msg = e instanceof Error ? e.message : String(e);
     this.stats.errors++;
     this.stats.lastError = msg;
-    if (write) {
-      // Redis lacks these records (kept queued) and maybe others: walk the table once it takes writes.
-      this.resyncWanted = true;
-      this.writeFailed = true;
-    }
+    if (write) this.writeFailed = true;
     if (msg !== TIMED_OUT) return;
     this.stats.commandTimeouts++;
     // Once per connection: the other commands that time out with it find it already dropped.
@@ -521,7 +538,6 @@ export class RedisSync {
       this.resetting = true;
       this.stats.connected = false;
       this.log.warn({ timeoutSeconds: this.o.commandTimeout }, 'Redis command timed out; reconnecting (forwarding continues from local state)');
-      this.resyncWanted = true; // writes in flight on the dropped connection may never have been applied
       this.client.disconnect(true);
     }
   }
