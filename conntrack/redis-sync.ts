@@ -691,7 +691,11 @@ export class RedisSync {
     this.held++;
     this.inFlight++;
     p.timer = setTimeout(() => this.settle(p, 'timeout'), this.o.parkTimeout * 1000);
-    Promise.all([this.client.get(this.inKey(proto, s, ports, d, p.hi)), this.client.get(this.outKey(proto, s, ports, d, p.hi))])
+    const inKey = this.inKey(proto, s, ports, d, p.hi);
+    const outKey = this.outKey(proto, s, ports, d, p.hi);
+    // One command for both keys (half the commands, promises and timers a flood of lookups makes),
+    // except on Cluster, where the two keys live in different slots.
+    (this.o.cluster ? Promise.all([this.client.get(inKey), this.client.get(outKey)]) : this.client.mget(inKey, outKey))
       .then(
         (recs) => {
           let result: 'hit' | 'miss' | 'refused' = 'miss';
