@@ -188,6 +188,8 @@ interface Lookup {
 }
 
 const TIMED_OUT = 'Command timed out'; // ioredis's message for commandTimeout
+/** An IPv4 lookup's high words: none (its keys and record checks never read them). */
+const NO_HI = new Int32Array(0);
 
 function u16(b: Uint8Array, o: number): number {
   return (b[o]! << 8) | b[o + 1]!;
@@ -686,7 +688,7 @@ export class RedisSync {
       this.stats.lookups.error++;
       return;
     }
-    const p: Lookup = { key, pkts: [b.slice(off, off + len)], proto, s, ports, d, hi: Int32Array.from(hi), timer: undefined, done: false };
+    const p: Lookup = { key, pkts: [b.slice(off, off + len)], proto, s, ports, d, hi: v6 ? Int32Array.from(hi) : NO_HI, timer: undefined, done: false };
     this.pending.set(key, p);
     this.held++;
     this.inFlight++;
@@ -698,6 +700,7 @@ export class RedisSync {
     (this.o.cluster ? Promise.all([this.client.get(inKey), this.client.get(outKey)]) : this.client.mget(inKey, outKey))
       .then(
         (recs) => {
+          this.inFlight--;
           let result: 'hit' | 'miss' | 'refused' = 'miss';
           for (const rec of recs) {
             if (rec === null) continue;
@@ -711,14 +714,11 @@ export class RedisSync {
           this.settle(p, result);
         },
         (e: unknown) => {
+          this.inFlight--;
           this.failed(e);
           this.settle(p, e instanceof Error && e.message === TIMED_OUT ? 'timeout' : 'error');
         },
-      )
-      .finally(() => {
-        this.inFlight--;
-        this.stats.lookupsInFlight = this.inFlight;
-      });
+      );
   }
 
   /** A lookup's end (first of: answer, error, parkTimeout): its packets replayed on a hit, else dropped. */
