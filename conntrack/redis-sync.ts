@@ -53,8 +53,9 @@
  */
 import Redis, { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
+import { u16, u32 } from '../net/packet';
 import * as L from './layout';
-import { ConnTable } from './table';
+import type { ConnTable } from './table';
 import {
   checkRecord,
   COUNTS_REFUSALS,
@@ -190,13 +191,6 @@ interface Lookup {
 const TIMED_OUT = 'Command timed out'; // ioredis's message for commandTimeout
 /** An IPv4 lookup's high words: none (its keys and record checks never read them). */
 const NO_HI = new Int32Array(0);
-
-function u16(b: Uint8Array, o: number): number {
-  return (b[o]! << 8) | b[o + 1]!;
-}
-function u32(b: Uint8Array, o: number): number {
-  return (b[o]! << 24) | (b[o + 1]! << 16) | (b[o + 2]! << 8) | b[o + 3]!;
-}
 
 export class RedisSync {
   private readonly o: RedisSyncOptions;

@@ -22,9 +22,9 @@
  */
 import { DH_TAB_SIZE } from '../schedulers/dh';
 import { MH_PRIMES, mhSlots } from '../schedulers/mh';
-import { getScheduler, schedulerNames } from '../schedulers/registry';
+import { getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { SH_TAB_SIZE } from '../schedulers/sh';
-import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from './inet';
+import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from '../net/addr';
 import { SchedModel } from './sched-model';
 import { schedFlagBits } from '../schedulers/types';
 
@@ -87,7 +87,6 @@ export class PreviewError extends Error {
   }
 }
 
-
 export function flagBits(flags: string[] | undefined): number {
   return schedFlagBits(flags);
 }
@@ -114,8 +113,6 @@ function keyOf(s: string, path: string): string {
   if (!e) throw new PreviewError(path, `must be "address:port" ("[v6]:port"), got ${JSON.stringify(s)}`);
   return formatEndpoint(e.addr, e.port);
 }
-
-const SCHED_FLAGS = ['flag-1', 'flag-2', 'flag-3', 'sh-fallback', 'sh-port', 'mh-fallback', 'mh-port'];
 
 /** A list field of the change (absent = empty); anything else is the caller's error, not a crash. */
 function list(v: unknown, path: string): unknown[] {
@@ -194,7 +191,7 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
   if (!getScheduler(schedAfter)) throw new PreviewError('change.scheduler', `unknown scheduler ${JSON.stringify(schedAfter)} (available: ${schedulerNames().join(', ')})`);
   if (change.flags !== undefined) {
     list(change.flags, 'change.flags').forEach((f, i) => {
-      if (typeof f !== 'string' || !SCHED_FLAGS.includes(f)) throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAGS.join(', ')}, got ${JSON.stringify(f)}`);
+      if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f)) throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
     });
   }
   const mhBefore = service.mhTableSize;

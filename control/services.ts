@@ -36,15 +36,15 @@
  */
 import * as L from '../conntrack/layout';
 import type { FlowTarget } from '../conntrack/redis-record';
-import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../lb/addr';
-import { PP_V1, PP_V2 } from '../lb/proxy-protocol';
+import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../net/addr';
+import { PP_V1, PP_V2 } from '../net/proxy-protocol';
+import { PROTO_NUMBER, type Protocol } from '../net/proto';
 import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } from '../lb/snapshot';
 import type { ReplyRule } from '../lb/dataplane';
 import { getScheduler } from '../schedulers/registry';
 import { schedFlagBits, type DestListChange, type SchedDest } from '../schedulers/types';
-import type { Protocol, RealServerConfig, ServiceConfig, UvsConfig } from './config';
+import type { RealServerConfig, ServiceConfig, UvsConfig } from './config';
 
-const PROTO: Record<string, number> = { tcp: 6, udp: 17, sctp: 132 };
 const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, tunnel: L.FWD_TUNNEL };
 const PP: Record<string, number> = { v1: PP_V1, v2: PP_V2 };
 
@@ -288,7 +288,7 @@ export class ServiceModel {
     const v6 = parseIPv6(s.address);
     const compiled: CompiledService = {
       slot,
-      proto: PROTO[s.protocol]! | (v6 ? L.PROTO_V6 : 0),
+      proto: PROTO_NUMBER[s.protocol] | (v6 ? L.PROTO_V6 : 0),
       vaddr: v6 ? v6[3]! : parseIPv4(s.address)!,
       addr6: v6,
       vport: s.port,
@@ -476,7 +476,7 @@ export class ServiceModel {
   setHealthy(service: string, realServer: string, healthy: boolean): boolean {
     const slotKey = `${service}|${realServer}`;
     const live = this.services.get(service);
-    if (!live || !live.rsCfg.has(realServer)) return false;
+    if (!live?.rsCfg.has(realServer)) return false;
     if (healthy === !this.unhealthy.has(slotKey)) return false;
     if (healthy) {
       this.unhealthy.delete(slotKey);
@@ -779,7 +779,7 @@ export class ServiceModel {
    */
   flowTarget(service: string, realServer: string): FlowTarget | null {
     const i = this.rsSlots.get(`${service}|${realServer}`);
-    const live = i && i.listed ? this.services.get(i.svcKey) : undefined;
+    const live = i?.listed ? this.services.get(i.svcKey) : undefined;
     const d = live?.compiled.dests.find((x) => x.rs === i!.slot);
     if (!live || !d) return null;
     const s = live.compiled;
@@ -836,8 +836,8 @@ export class ServiceModel {
 
   /** A service's persistence masks: dotted for IPv4, a prefix length for IPv6 (as ipvsadm -M). */
   private static netmasks(s: ServiceConfig): { netmask: number; netmask6: Int32Array | null } {
-    if (s.address.includes(':')) return { netmask: -1, netmask6: prefixMask6(Number(s.netmask ?? '128')) };
-    return { netmask: parseIPv4(s.netmask ?? '255.255.255.255')!, netmask6: null };
+    if (s.address.includes(':')) return { netmask: -1, netmask6: prefixMask6(Number(s.netmask)) };
+    return { netmask: parseIPv4(s.netmask)!, netmask6: null };
   }
 
   /** Masq real servers whose replies must be routed into the device (trashed ones too: their flows still need replies). */

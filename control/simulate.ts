@@ -52,10 +52,10 @@ import { readFileSync } from 'node:fs';
 import * as L from '../conntrack/layout';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { MH_PRIMES } from '../schedulers/mh';
-import { getScheduler, schedulerNames } from '../schedulers/registry';
+import { DEFAULT_SCHEDULER, flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { seedTwos } from '../schedulers/twos';
 import { flagBits, PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
-import { fold, formatEndpoint, formatInet, maskPrefix, maskV4, parseEndpoint, parseInet, type Inet } from './inet';
+import { fold, formatEndpoint, formatInet, maskPrefix, maskV4, parseEndpoint, parseInet, type Inet } from '../net/addr';
 import { SchedModel, type ModelServer } from './sched-model';
 
 export class ScenarioError extends Error {
@@ -92,15 +92,13 @@ function str(v: unknown, path: string): string {
   return v;
 }
 
-const FLAG_NAMES = ['flag-1', 'flag-2', 'flag-3', 'sh-fallback', 'sh-port', 'mh-fallback', 'mh-port'];
-
 function flagList(v: unknown, path: string, scheduler: string): string[] {
   if (v === undefined) return [];
   if (!Array.isArray(v)) fail(path, 'must be a list');
   return v.map((f, i) => {
-    if (typeof f !== 'string' || !FLAG_NAMES.includes(f)) fail(`${path}[${i}]`, `must be one of ${FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
-    if (f.startsWith('sh-') && scheduler !== 'sh') fail(`${path}[${i}]`, `${f} needs scheduler sh (the scheduler is ${scheduler})`);
-    if (f.startsWith('mh-') && scheduler !== 'mh') fail(`${path}[${i}]`, `${f} needs scheduler mh (the scheduler is ${scheduler})`);
+    if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f)) fail(`${path}[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
+    const needs = flagScheduler(f);
+    if (needs !== null && scheduler !== needs) fail(`${path}[${i}]`, `${f} needs scheduler ${needs} (the scheduler is ${scheduler})`);
     return f;
   });
 }
@@ -461,7 +459,7 @@ export function runScenario(doc: unknown): string[] {
     'realServers',
     'events',
   ]);
-  const scheduler = root.scheduler === undefined ? 'wlc' : schedulerName(root.scheduler, 'scheduler');
+  const scheduler = root.scheduler === undefined ? DEFAULT_SCHEDULER : schedulerName(root.scheduler, 'scheduler');
   const flags = flagList(root.flags, 'flags', scheduler);
   const protocol = root.protocol === undefined ? 'tcp' : root.protocol;
   if (protocol !== 'tcp' && protocol !== 'udp') fail('protocol', `must be "tcp" or "udp", got ${JSON.stringify(protocol)}`);

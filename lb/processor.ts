@@ -36,15 +36,16 @@
  */
 import { randomFillSync } from 'node:crypto';
 import * as L from '../conntrack/layout';
-import { Drop } from '../conntrack/layout';
+import { Drop, ppLength, ppVersion } from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_ESTABLISHED, TCP_TIME_WAIT, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
 import { SCTP_EV_INIT, SCTP_S_CLOSED } from '../conntrack/sctp-state';
-import { HalfSipHash } from '../schedulers/hash';
+import { HalfSipHash } from '../net/siphash';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
-import * as P from './packet';
-import { PP_MAX_LEN, ppLength, ppVersion, shiftSeq, toClientSeq, unshiftAck, writeProxyHeader } from './proxy-protocol';
+import * as P from '../net/packet';
+import { PP_MAX_LEN, writeProxyHeader } from '../net/proxy-protocol';
+import { shiftSeq, toClientSeq, unshiftAck } from './proxy-protocol';
 import { SCTP_BAD_CRC, sctpInspect, sctpSeal } from './sctp';
 import { findService, inVipRange, inVipRange6, type CompiledService, type Snapshot } from './snapshot';
 
@@ -998,7 +999,7 @@ export class PacketProcessor {
   private encapsulate(b: Uint8Array, off: number, totlen: number, raddr: number, copyDf: boolean): number {
     const v6 = this.v6;
     const t6 = this.snapshot.tunnelSrc6;
-    if (v6 ? (t6[0] | t6[1]! | t6[2]! | t6[3]!) === 0 : this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
+    if (v6 ? (t6[0]! | t6[1]! | t6[2]! | t6[3]!) === 0 : this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
     const df = copyDf && !v6 ? P.u16(b, off + P.IP_FRAG) & P.IP_DF : 0;
     if (this.gsoSize !== 0) return this.encapsulateSegments(b, off, totlen, raddr, df);
     const o = this.outOff;

@@ -3,23 +3,8 @@
  * SVG chart (drawn here, no dependency).
  */
 import type { FailureFigures } from './failures';
+import type { Summary } from './summary';
 import type { MeasurementName, TargetName } from './targets';
-
-export interface Summary {
-  median: number;
-  min: number;
-  max: number;
-  n: number;
-  values: number[];
-}
-
-export function summarize(values: number[]): Summary | null {
-  const v = values.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-  if (v.length === 0) return null;
-  const mid = v.length >> 1;
-  const median = v.length % 2 ? v[mid]! : (v[mid - 1]! + v[mid]!) / 2;
-  return { median, min: v[0]!, max: v[v.length - 1]!, n: v.length, values };
-}
 
 export interface MetricDef {
   key: string;
@@ -74,6 +59,20 @@ export const MEASUREMENTS: Record<MeasurementName, { title: string; tool: string
     metrics: [
       { key: 'cps', label: 'connections/s (= requests/s)', unit: '/s', better: 'higher', headline: true },
       { key: 'errors', label: 'socket errors + non-2xx', unit: '', better: 'lower', headline: false },
+      {
+        key: 'synRetransPerK',
+        label: "client's SYN retransmits per 1000 connections (each waits ≥ 1 s)",
+        unit: '',
+        better: 'lower',
+        headline: false,
+      },
+      {
+        key: 'pawsRejectsPerK',
+        label: 'packets the real servers rejected in TIME_WAIT for an old timestamp (PAWS) per 1000 connections',
+        unit: '',
+        better: 'lower',
+        headline: false,
+      },
       ...cpu('UsPerConn', 'µs', 'connection'),
       ...io('Conn', 'connection'),
       ...io('Pkt', 'packet'),
@@ -565,7 +564,10 @@ export function renderSvg(r: ReportData): string {
   let row = 0;
   for (const p of panels) {
     const span = p.span ?? 1;
-    if (col + span > cols) (row++, (col = 0));
+    if (col + span > cols) {
+      row++;
+      col = 0;
+    }
     place.push({ col, row });
     col += span;
   }

@@ -17,7 +17,7 @@ import { sh } from './sh';
 import { twos } from './twos';
 import { wlc } from './wlc';
 import { wrr } from './wrr';
-import type { Scheduler } from './types';
+import { SCHED_FLAG_BITS, type Scheduler } from './types';
 
 const registry = new Map<string, Scheduler>();
 
@@ -32,6 +32,17 @@ export function getScheduler(name: string): Scheduler | undefined {
 
 export function schedulerNames(): string[] {
   return [...registry.keys()];
+}
+
+/** ipvsadm's default scheduler (ipvsadm.c DEF_SCHED): a service that names none gets it. */
+export const DEFAULT_SCHEDULER = 'wlc';
+
+/** The scheduler flags (ipvsadm -b), in ipvsadm's order; SCHED_FLAG_BITS gives their bits. */
+export const SCHED_FLAG_NAMES: readonly string[] = Object.keys(SCHED_FLAG_BITS);
+
+/** The scheduler a flag belongs to (sh-fallback, sh-port: sh; mh-*: mh); null for flag-1..3. */
+export function flagScheduler(flag: string): 'sh' | 'mh' | null {
+  return flag.startsWith('sh-') ? 'sh' : flag.startsWith('mh-') ? 'mh' : null;
 }
 
 registerScheduler(rr);

@@ -65,7 +65,10 @@ async function carries(b: SyncNode, client: string, sport: number, rip: string):
   assert.deepEqual(b.replayed[n], { verdict: FORWARD, dst: rip }, `${client}:${sport} adopted by a lookup, to the server a chose`);
 }
 
-test('Redis hung (SIGSTOP) while flows start and the write queue drops records: after SIGCONT every live flow is in Redis, and another node carries each', { skip, timeout: 90_000 }, async (t) => {
+test('Redis hung (SIGSTOP) while flows start and the write queue drops records: after SIGCONT every live flow is in Redis, and another node carries each', {
+  skip,
+  timeout: 90_000,
+}, async (t) => {
   const P = 'h:';
   const redis = await startRedis(PORT);
   servers.push(redis);
@@ -96,9 +99,13 @@ test('Redis hung (SIGSTOP) while flows start and the write queue drops records: 
     stopped = false;
     const tCont = Date.now();
     await waitFor('every live flow in Redis', async () => (await storedPorts(P)).length === 151, 15_000).catch(async (e: Error) => {
-      throw new Error(`${e.message}: ${(await storedPorts(P)).length} of 151 stored; ${JSON.stringify({ dropped: a.sync.stats.dropped, resyncs: a.sync.stats.resyncs, resynced: a.sync.stats.resynced })}`);
+      throw new Error(
+        `${e.message}: ${(await storedPorts(P)).length} of 151 stored; ${JSON.stringify({ dropped: a.sync.stats.dropped, resyncs: a.sync.stats.resyncs, resynced: a.sync.stats.resynced })}`,
+      );
     });
-    t.diagnostic(`every flow in Redis ${Date.now() - tCont} ms after SIGCONT; dropped ${a.sync.stats.dropped}, walks ${a.sync.stats.resyncs}, records they queued ${a.sync.stats.resynced}`);
+    t.diagnostic(
+      `every flow in Redis ${Date.now() - tCont} ms after SIGCONT; dropped ${a.sync.stats.dropped}, walks ${a.sync.stats.resyncs}, records they queued ${a.sync.stats.resynced}`,
+    );
     assert.deepEqual(await storedPorts(P), [46000, ...range(47000, 150)]);
     assert.ok(a.sync.stats.resyncs >= 1);
     await waitFor('a caught up', () => a.allWritten() && !a.sync.stats.resyncing);
@@ -114,7 +121,10 @@ test('Redis hung (SIGSTOP) while flows start and the write queue drops records: 
   }
 });
 
-test('Redis restarted without its data: quiet flows are written again once it answers, and the walk never overflows the queue', { skip, timeout: 90_000 }, async (t) => {
+test('Redis restarted without its data: quiet flows are written again once it answers, and the walk never overflows the queue', {
+  skip,
+  timeout: 90_000,
+}, async (t) => {
   const P = 'r:';
   const port = PORT + 1;
   let redis = await startRedis(port);
@@ -136,10 +146,16 @@ test('Redis restarted without its data: quiet flows are written again once it an
     redis = await startRedis(port); // empty: no persistence
     servers.push(redis);
     const tBack = Date.now();
-    await waitFor('every quiet flow in Redis again', async () => (await storedPorts(P, port)).length === 300, 15_000).catch(async (e: Error) => {
-      throw new Error(`${e.message}: ${(await storedPorts(P, port)).length} of 300 stored; ${JSON.stringify({ resyncs: a.sync.stats.resyncs, resynced: a.sync.stats.resynced })}`);
-    });
-    t.diagnostic(`every flow in Redis ${Date.now() - tBack} ms after the restart; walks ${a.sync.stats.resyncs}, records queued ${a.sync.stats.resynced}`);
+    await waitFor('every quiet flow in Redis again', async () => (await storedPorts(P, port)).length === 300, 15_000).catch(
+      async (e: Error) => {
+        throw new Error(
+          `${e.message}: ${(await storedPorts(P, port)).length} of 300 stored; ${JSON.stringify({ resyncs: a.sync.stats.resyncs, resynced: a.sync.stats.resynced })}`,
+        );
+      },
+    );
+    t.diagnostic(
+      `every flow in Redis ${Date.now() - tBack} ms after the restart; walks ${a.sync.stats.resyncs}, records queued ${a.sync.stats.resynced}`,
+    );
     assert.deepEqual(await storedPorts(P, port), range(50000, 300));
     assert.equal(a.sync.stats.resyncs, 1);
     assert.equal(a.sync.stats.resynced, 300);
@@ -149,7 +165,10 @@ test('Redis restarted without its data: quiet flows are written again once it an
   }
 });
 
-test('a catch-up of 20,000 queued records holds one write round of commands at a time, not the queue', { skip, timeout: 120_000 }, async (t) => {
+test('a catch-up of 20,000 queued records holds one write round of commands at a time, not the queue', {
+  skip,
+  timeout: 120_000,
+}, async (t) => {
   const P = 'c:';
   const port = LATE_PORT; // down until the flows are queued
   const a = syncNode('a', { redis: { url: url(port), keyPrefix: P }, tableSize: 32768 });

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, MAX_OUT, REPLY } from '../../lb/processor';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { checksumsValid, checksumsValid6, complete, field, field6, icmp6, partial, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 
@@ -243,7 +243,7 @@ test('random flows, both families, masq and full-NAT, full and partial checksums
 
 test('putShadow: an IPv6 record for the same client key but another real server is not taken as a refresh', async () => {
   const { ConnTable, createRealServerRegion } = await import('../../conntrack/table');
-  const { parseIPv6 } = await import('../../lb/addr');
+  const { parseIPv6 } = await import('../../net/addr');
   const t = new ConnTable(ConnTable.create(64, { tcp: [0, 900, 120, 60, 120, 60, 10, 60, 60, 120, 10], udp: 300 }), createRealServerRegion(8), L.OWNER_CONTROL);
   const c = parseIPv6('2001:db8::5')!, v = parseIPv6('fd00:96::10')!;
   const r1 = parseIPv6('fd00:10::1')!, r2 = parseIPv6('fd00:20::1')!; // same last 32 bits
@@ -318,7 +318,7 @@ test('ICMP errors with a bad ICMP checksum are dropped, not re-checksummed into 
   const q = run(udp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 5353, dport: 80, payload: payload(10) }));
   const f = field(q.pkt);
   const err = icmpErr(P.u32(q.pkt, 16), P.u32(q.pkt, 12), 3, 3, q.pkt);
-  err[40] ^= 0x55; // damage a quoted byte: the ICMP checksum no longer verifies
+  err[40]! ^= 0x55; // damage a quoted byte: the ICMP checksum no longer verifies
   assert.notEqual(P.sum16(err, 20, err.length - 20, 0), 0xffff);
   const r = run(err);
   void f;
@@ -330,7 +330,7 @@ test('ICMPv6 errors with a bad checksum are dropped too', () => {
   const q = run(udp6({ src: CLIENT6, dst: VIP6, sport: 5353, dport: 80, payload: payload(10) }));
   const sent = field6(q.pkt);
   const err = icmp6({ src: sent.dst, dst: sent.src, type: P.ICMP6_DST_UNREACH, code: 4, payload: q.pkt.slice() });
-  err[err.length - 1] ^= 0x55;
+  err[err.length - 1]! ^= 0x55;
   assert.equal(run(err).v, DROP);
 });
 

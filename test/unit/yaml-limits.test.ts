@@ -34,7 +34,11 @@ test('each style of nesting: MAX_YAML_DEPTH levels pass (and parse as before), o
     assert.deepEqual(parseYamlBounded(ok), parse(ok), `${name}: at the limit, parsed as yaml parses it`);
     const deep = make(MAX_YAML_DEPTH + 1);
     assert.equal(depthOf(parse(deep)), MAX_YAML_DEPTH + 1, `${name}: the fixture nests one more`);
-    assert.throws(() => parseYamlBounded(deep), (e: Error) => e instanceof YamlDepthError && e.message.includes(`more than ${MAX_YAML_DEPTH} levels`), name);
+    assert.throws(
+      () => parseYamlBounded(deep),
+      (e: Error) => e instanceof YamlDepthError && e.message.includes(`more than ${MAX_YAML_DEPTH} levels`),
+      name,
+    );
   }
 });
 
@@ -44,8 +48,14 @@ test('thousands of levels deep are refused at once, whatever the style: the scan
     const text = Buffer.from(make(name.includes('column') || name.includes('indented') ? 2000 : 10_000)).toString(); // one flat string, as read from a file
     const t0 = process.hrtime.bigint();
     // The scan stops within a line or two of the limit's level, before the rest of the text.
-    assert.throws(() => checkYamlDepth(text), (e: Error) => e instanceof YamlDepthError && Number(/^line (\d+):/.exec(e.message)![1]) <= MAX_YAML_DEPTH + 2, name);
-    t.diagnostic(`${name}: refused in ${(Number(process.hrtime.bigint() - t0) / 1e6).toFixed(2)} ms (yaml's parse recurses until its stack overflows: ~100 ms)`);
+    assert.throws(
+      () => checkYamlDepth(text),
+      (e: Error) => e instanceof YamlDepthError && Number(/^line (\d+):/.exec(e.message)![1]) <= MAX_YAML_DEPTH + 2,
+      name,
+    );
+    t.diagnostic(
+      `${name}: refused in ${(Number(process.hrtime.bigint() - t0) / 1e6).toFixed(2)} ms (yaml's parse recurses until its stack overflows: ~100 ms)`,
+    );
   }
 });
 
@@ -76,7 +86,13 @@ test('the example configuration and a large generated one pass; the quick bound 
   assert.deepEqual(parseYamlBounded(example), parse(example));
   const big = stringify({
     dataplane: { vipCidrs: ['10.96.0.0/16'] },
-    services: Array.from({ length: 2000 }, (_, i) => ({ protocol: 'tcp', address: `10.96.${i >> 8}.${i & 255}`, port: 80, scheduler: 'rr', realServers: [1, 2, 3].map((r) => ({ address: `10.1.${r}.${i & 255}`, port: 8080, weight: 1 })) })),
+    services: Array.from({ length: 2000 }, (_, i) => ({
+      protocol: 'tcp',
+      address: `10.96.${i >> 8}.${i & 255}`,
+      port: 80,
+      scheduler: 'rr',
+      realServers: [1, 2, 3].map((r) => ({ address: `10.1.${r}.${i & 255}`, port: 8080, weight: 1 })),
+    })),
   });
   assert.ok(depthBound(big) <= MAX_YAML_DEPTH, `bound ${depthBound(big)}`);
   assert.deepEqual(parseYamlBounded(big), parse(big));
@@ -88,6 +104,9 @@ test('a configuration file nested too deep is a configuration read error naming 
   writeFileSync(f, styles.flow!(10_000));
   assert.throws(
     () => loadConfigFile(f),
-    (e: Error) => e instanceof UvsError && e.code === 'UVS_ERR_CONFIG_READ' && /not valid YAML: line 1: collections nested more than 64 levels deep \(the limit\)/.test(e.message),
+    (e: Error) =>
+      e instanceof UvsError &&
+      e.code === 'UVS_ERR_CONFIG_READ' &&
+      /not valid YAML: line 1: collections nested more than 64 levels deep \(the limit\)/.test(e.message),
   );
 });
