@@ -30,8 +30,9 @@
  * again only once half its timeout has passed: 7.5 minutes): after a dropped record, or on
  * reconnecting to another server (another run_id; Cluster: a node joining), once Redis answers
  * and takes writes again the local table is walked and every live local flow queued again
- * (RESYNC_SLOTS slots and at most WRITE_BATCH records every FLUSH_MS — 20,000 records/s —, never
- * pushing the queue past maxQueue). So every live flow is in Redis again within about
+ * (after a reconnect, only those not queued since the connection was lost: the others' records
+ * are in the queue already), RESYNC_SLOTS slots and at most WRITE_BATCH records every FLUSH_MS
+ * (20,000 records/s), never pushing the queue past maxQueue. So every live flow is in Redis again within about
  * FLUSH_MS × (table size / RESYNC_SLOTS + live flows / WRITE_BATCH) of Redis answering: 3.3 s for
  * 65,536 live flows, 50 s for a million.
  * (IPVS's sync daemon has no such walk: it resends a connection only on its packets —
@@ -246,6 +247,12 @@ export class RedisSync {
   };
   /** Redis may lack records of live flows (records dropped from the queue, another server). */
   private resyncWanted = false;
+  /** The due walk may skip flows queued since this table time (E_SYNCED): their records are queued. Null: none. */
+  private resyncSkipSince: number | null = null;
+  /** The running walk's threshold (as resyncSkipSince). */
+  private walkSince: number | null = null;
+  /** Table time the connection to a server that had answered was lost; null while none is. */
+  private lostAt: number | null = null;
   /** run_id of the Redis server last connected to; null before the first answer. */
   private runId: string | null = null;
   /** The last write round failed: a walk waits for Redis to take writes again. */
@@ -312,11 +319,14 @@ export class RedisSync {
       if (!(this.client instanceof Cluster)) void this.checkServer();
     });
     this.client.on('close', () => {
-      if (this.stats.connected) this.log.warn('Redis connection lost; will reconnect');
+      if (this.stats.connected) {
+        this.log.warn('Redis connection lost; will reconnect');
+        this.lostAt ??= this.table.now();
+      }
       this.stats.connected = false;
     });
     // Cluster: a node joining the slot map is a failover's new master, which may lack recent writes.
-    if (this.client instanceof Cluster) this.client.on('+node', () => (this.resyncWanted = true));
+    if (this.client instanceof Cluster) this.client.on('+node', () => this.wantResync(null));
     this.sub.on('ready', () => {
       (this.sub.subscribe(`${this.o.keyPrefix}flows`) as Promise<unknown>).catch((e: Error) => this.log.warn({ err: e.message }, 'Redis subscribe failed'));
     });
@@ -361,7 +371,7 @@ export class RedisSync {
     while (this.queue.size > this.o.maxQueue) {
       this.queue.delete(this.queue.keys().next().value!);
       this.stats.dropped++;
-      this.resyncWanted = true; // that flow's record is written again by the walk
+      this.wantResync(null); // that flow's record is written again by the walk
     }
     this.stats.queueDepth = this.queue.size;
   }
@@ -413,6 +423,7 @@ export class RedisSync {
       this.resyncWanted = false;
       if (this.resyncAt < 0) this.stats.resyncs++;
       this.resyncAt = 0; // from the start again: what an earlier walk queued may be lost too
+      this.walkSince = this.resyncSkipSince;
       this.log.info({ entries: this.table.count() }, 'Redis takes writes again: queueing every live local flow again');
     }
     if (this.resyncAt < 0) return;
@@ -426,6 +437,8 @@ export class RedisSync {
     for (; e < end && budget > 0; e++) {
       const o = this.table.base(e);
       if (!(a[o + L.E_FLAGS]! & L.F_IN_USE) || ((a[o + L.E_EXPIRES]! - now) | 0) <= 0) continue;
+      // Queued since the connection was lost: its record is in the queue, or written since.
+      if (this.walkSince !== null && ((a[o + L.E_SYNCED]! - this.walkSince) | 0) >= 0) continue;
       if (this.enqueue(o, now)) {
         budget--;
         this.stats.resynced++;
@@ -434,6 +447,17 @@ export class RedisSync {
     this.resyncAt = e >= cap ? -1 : e;
     this.stats.resyncing = this.resyncAt >= 0;
     this.stats.queueDepth = this.queue.size;
+  }
+
+  /**
+   * A walk is due. `skipSince`: flows queued since that table time may be skipped (null: none).
+   * With two reasons pending, the walk skips only what both allow.
+   */
+  private wantResync(skipSince: number | null): void {
+    if (!this.resyncWanted) this.resyncSkipSince = skipSince;
+    else if (skipSince === null || this.resyncSkipSince === null) this.resyncSkipSince = null;
+    else if (((skipSince - this.resyncSkipSince) | 0) < 0) this.resyncSkipSince = skipSince;
+    this.resyncWanted = true;
   }
 
   /**
@@ -510,9 +534,11 @@ export class RedisSync {
     }
     if (id === null || (this.runId !== null && id !== this.runId)) {
       if (this.runId !== null) this.log.warn({ was: this.runId, now: id }, 'another Redis server answers (restarted or failed over): every live local flow is written again');
-      this.resyncWanted = true;
+      // Flows queued since the connection was lost have their records in the queue: skipped.
+      this.wantResync(this.lostAt);
     }
     if (id !== null) this.runId = id;
+    this.lostAt = null;
   }
 
   /**
@@ -534,6 +560,7 @@ export class RedisSync {
       this.resetting = true;
       this.stats.connected = false;
       this.log.warn({ timeoutSeconds: this.o.commandTimeout }, 'Redis command timed out; reconnecting (forwarding continues from local state)');
+      this.lostAt ??= this.table.now();
       this.client.disconnect(true);
     }
   }
