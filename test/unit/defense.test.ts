@@ -24,8 +24,8 @@ import {
 } from '../../conntrack/state';
 import { ConnTable, createRealServerRegion } from '../../conntrack/table';
 import { validateConfig } from '../../control/config';
-import { parseArgs } from '../../control/ipvsadm-args';
-import { formatDefense } from '../../control/ipvsadm-format';
+import { parseArgs } from '../../control/ipvsadm/parse';
+import { formatDefense } from '../../control/ipvsadm/format';
 import { UvsError } from '../../control/errors';
 import { parseIPv6 } from '../../net/addr';
 import { DROP, FORWARD } from '../../lb/verdict';
