@@ -284,6 +284,12 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     '/v1/batch',
     {
       bodyLimit: 64 << 20, // a large uvsadm -R (≈ 130 bytes an operation)
+      // The limits first, before the body schema checks every operation: a batch that must be
+      // refused for its size costs one pass over the operations, not their validation.
+      preValidation: async (req) => {
+        const ops = (req.body as { ops?: unknown } | null)?.ops;
+        if (Array.isArray(ops)) checkBatchLimits(d, ops as EditOp[]);
+      },
       ...body(BATCH, '', 'UVS_ERR_API_BAD_REQUEST'),
     },
     async (req, reply) => runEdits((req.body as { ops: EditOp[] }).ops, reply),
@@ -394,6 +400,7 @@ function checkBatchLimits(d: Daemon, ops: EditOp[]): void {
   const svcs = (d.doc as { services?: unknown } | null)?.services;
   if (Array.isArray(svcs)) for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));
   for (const o of ops) {
+    if (o === null || typeof o !== 'object') continue; // not an operation: the body schema refuses it
     const k = o.op === 'addService' || o.op === 'editService' ? key(o.service) : 'ref' in o ? key(o.ref) : '';
     if (o.op === 'clear') count.clear();
     else if (o.op === 'addService') count.set(k, rsCount(o.service?.realServers));
