@@ -137,7 +137,7 @@ const NO = SCTP_S_NONE,
 void NO;
 
 // Rows = event, columns = current state NO I1 IN CS CR CW CO CE ES SS SR SA RJ CL.
-// prettier-ignore
+// biome-ignore format: the kernel's state table, one row per event and a column per state
 const TABLE: number[][][] = [
   [ // INPUT
     /*d  */ [ES, I1, IN, CS, CR, CW, CO, CE, ES, SS, SR, SA, RJ, CL],

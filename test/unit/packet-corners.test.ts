@@ -122,7 +122,11 @@ function withExt(pkt: Uint8Array, kind: number, len8: number, fill: (h: Uint8Arr
   return b;
 }
 /** Hop-by-hop: one PadN option filling the header (RFC 8200 §4.3). */
-const hopByHop = (pkt: Uint8Array) => withExt(pkt, P.IPPROTO_HOPOPTS, 0, (h) => ((h[2] = 1), (h[3] = 4)));
+const hopByHop = (pkt: Uint8Array) =>
+  withExt(pkt, P.IPPROTO_HOPOPTS, 0, (h) => {
+    h[2] = 1; // PadN
+    h[3] = 4; // its length
+  });
 /** A segment routing header (type 4) with segments left 0 and one segment, the VIP: a packet at its last hop. */
 const routing = (pkt: Uint8Array) =>
   withExt(pkt, P.IPPROTO_ROUTING, 2, (h) => {
