@@ -15,8 +15,7 @@
  * Invariant: weight 0 and OVERLOAD are never chosen.
  */
 import { randomBytes } from 'node:crypto';
-import { RS_ACTIVE, RS_INACTIVE, RS_WORDS } from '../conntrack/layout';
-import { overloaded } from './lc';
+import { overhead, overloaded } from './common';
 import type { Scheduler } from './types';
 
 const RNG = 0; // state word: mulberry32 counter
@@ -33,11 +32,6 @@ export function twosNext(state: Int32Array, base: number): number {
   let t = Math.imul(a ^ (a >>> 15), a | 1);
   t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
   return (t ^ (t >>> 14)) >>> 0;
-}
-
-function overhead(rs: Int32Array, slot: number): number {
-  const o = slot * RS_WORDS;
-  return ((Atomics.load(rs, o + RS_ACTIVE) << 8) + Atomics.load(rs, o + RS_INACTIVE)) | 0;
 }
 
 export const twos: Scheduler = {
