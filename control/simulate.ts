@@ -52,8 +52,8 @@ import { readFileSync } from 'node:fs';
 import * as L from '../conntrack/layout';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { MH_PRIMES } from '../schedulers/mh';
-import { getScheduler, schedulerNames } from '../schedulers/registry';
-import { seedTwos } from '../schedulers/twos';
+import { flagScheduler, getScheduler, schedulerNames } from '../schedulers/registry';
+import { SCHED_FLAG_BITS } from '../schedulers/types';
 import { flagBits, PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { fold, formatEndpoint, formatInet, maskPrefix, maskV4, parseEndpoint, parseInet, type Inet } from './inet';
 import { SchedModel, type ModelServer } from './sched-model';
@@ -92,15 +92,15 @@ function str(v: unknown, path: string): string {
   return v;
 }
 
-const FLAG_NAMES = ['flag-1', 'flag-2', 'flag-3', 'sh-fallback', 'sh-port', 'mh-fallback', 'mh-port'];
+const FLAG_NAMES = Object.keys(SCHED_FLAG_BITS);
 
 function flagList(v: unknown, path: string, scheduler: string): string[] {
   if (v === undefined) return [];
   if (!Array.isArray(v)) fail(path, 'must be a list');
   return v.map((f, i) => {
     if (typeof f !== 'string' || !FLAG_NAMES.includes(f)) fail(`${path}[${i}]`, `must be one of ${FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
-    if (f.startsWith('sh-') && scheduler !== 'sh') fail(`${path}[${i}]`, `${f} needs scheduler sh (the scheduler is ${scheduler})`);
-    if (f.startsWith('mh-') && scheduler !== 'mh') fail(`${path}[${i}]`, `${f} needs scheduler mh (the scheduler is ${scheduler})`);
+    const needs = flagScheduler(f);
+    if (needs !== undefined && needs !== scheduler) fail(`${path}[${i}]`, `${f} needs scheduler ${needs} (the scheduler is ${scheduler})`);
     return f;
   });
 }
@@ -230,7 +230,7 @@ class Simulation {
     seed: number,
   ) {
     this.model = new SchedModel(scheduler, flagBits(flags), mhTableSize);
-    if (scheduler === 'twos') seedTwos(this.model.state, this.model.base, seed);
+    this.model.scheduler.seed?.(this.model.state, this.model.base, seed);
     const every = this.model.scheduler.tickInterval;
     if (every !== undefined) this.timers.push(every, K_COLLECTOR, null, 0);
   }

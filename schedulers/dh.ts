@@ -36,6 +36,9 @@ export const dh: Scheduler = {
   prepare(svc) {
     return dhBuild(svc);
   },
+  lookupTable(data) {
+    return data.subarray(0, DH_TAB_SIZE);
+  },
   schedule(svc, _state, _base, rs, input) {
     const i = svc.data![dhBucket(input.vaddr)]!;
     if (i < 0) return -1;

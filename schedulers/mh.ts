@@ -145,9 +145,11 @@ export function mhSlots(data: Int32Array): Int32Array {
 
 export const mh: Scheduler = {
   name: 'mh',
+  flags: ['mh-fallback', 'mh-port'],
   prepare(svc) {
     return mhBuild(svc);
   },
+  lookupTable: mhSlots,
   schedule(svc, _state, _base, rs, input) {
     const data = svc.data!;
     const M = data[D_M]!;

@@ -49,8 +49,12 @@ export function shBuild(svc: SchedService): Int32Array {
 
 export const sh: Scheduler = {
   name: 'sh',
+  flags: ['sh-fallback', 'sh-port'],
   prepare(svc) {
     return shBuild(svc);
+  },
+  lookupTable(data) {
+    return data.subarray(0, SH_TAB_SIZE);
   },
   schedule(svc, _state, _base, rs, input) {
     const table = svc.data!;

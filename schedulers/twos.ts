@@ -11,7 +11,7 @@
  * word (one stream per service, advanced under the scheduler lock), so runs are reproducible:
  * each draw a = a + 0x6D2B79F5 (mod 2^32), t = imul(a ^ a>>>15, a | 1),
  * t ^= t + imul(t ^ t>>>7, t | 61), value = (t ^ t>>>14) >>> 0. init() seeds it from the system's
- * random source; uvs simulate seeds it from the scenario (seedTwos).
+ * random source; uvs simulate seeds it from the scenario (seed(), i.e. seedTwos).
  * Invariant: weight 0 and OVERLOAD are never chosen.
  */
 import { randomBytes } from 'node:crypto';
@@ -39,6 +39,7 @@ export const twos: Scheduler = {
   init(_svc, state, base) {
     state[base + RNG] = randomBytes(4).readInt32LE(0);
   },
+  seed: seedTwos,
   schedule(svc, state, base, rs) {
     const dests = svc.dests;
     let total = 0;
