@@ -22,8 +22,8 @@
  * rebuild and keeps an older table).
  */
 import { MH_PRIMES } from '../schedulers/mh';
-import { getScheduler, schedulerNames } from '../schedulers/registry';
-import { SCHED_FLAG_BITS, schedFlagBits } from '../schedulers/types';
+import { getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
+import { schedFlagBits } from '../schedulers/types';
 import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from './inet';
 import { SchedModel } from './sched-model';
 
@@ -111,8 +111,6 @@ function keyOf(s: string, path: string): string {
   return formatEndpoint(e.addr, e.port);
 }
 
-const SCHED_FLAGS = Object.keys(SCHED_FLAG_BITS);
-
 /** A list field of the change (absent = empty); anything else is the caller's error, not a crash. */
 function list(v: unknown, path: string): unknown[] {
   if (v === undefined) return [];
@@ -187,7 +185,7 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
   if (!getScheduler(schedAfter)) throw new PreviewError('change.scheduler', `unknown scheduler ${JSON.stringify(schedAfter)} (available: ${schedulerNames().join(', ')})`);
   if (change.flags !== undefined) {
     list(change.flags, 'change.flags').forEach((f, i) => {
-      if (typeof f !== 'string' || !SCHED_FLAGS.includes(f)) throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAGS.join(', ')}, got ${JSON.stringify(f)}`);
+      if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f)) throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
     });
   }
   const mhBefore = service.mhTableSize;

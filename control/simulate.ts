@@ -52,8 +52,7 @@ import { readFileSync } from 'node:fs';
 import * as L from '../conntrack/layout';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { MH_PRIMES } from '../schedulers/mh';
-import { flagScheduler, getScheduler, schedulerNames } from '../schedulers/registry';
-import { SCHED_FLAG_BITS } from '../schedulers/types';
+import { flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { flagBits, PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { fold, formatEndpoint, formatInet, maskPrefix, maskV4, parseEndpoint, parseInet, type Inet } from './inet';
 import { SchedModel, type ModelServer } from './sched-model';
@@ -92,15 +91,13 @@ function str(v: unknown, path: string): string {
   return v;
 }
 
-const FLAG_NAMES = Object.keys(SCHED_FLAG_BITS);
-
 function flagList(v: unknown, path: string, scheduler: string): string[] {
   if (v === undefined) return [];
   if (!Array.isArray(v)) fail(path, 'must be a list');
   return v.map((f, i) => {
-    if (typeof f !== 'string' || !FLAG_NAMES.includes(f)) fail(`${path}[${i}]`, `must be one of ${FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
+    if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f)) fail(`${path}[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
     const needs = flagScheduler(f);
-    if (needs !== undefined && needs !== scheduler) fail(`${path}[${i}]`, `${f} needs scheduler ${needs} (the scheduler is ${scheduler})`);
+    if (needs !== null && scheduler !== needs) fail(`${path}[${i}]`, `${f} needs scheduler ${needs} (the scheduler is ${scheduler})`);
     return f;
   });
 }

@@ -44,13 +44,16 @@ export function schedulerNames(): string[] {
   return [...registry.keys()];
 }
 
+/** The scheduler flags (ipvsadm -b), in ipvsadm's order; SCHED_FLAG_BITS gives their bits. */
+export const SCHED_FLAG_NAMES: readonly string[] = Object.keys(SCHED_FLAG_BITS);
+
 /**
- * The scheduler a flag name needs (sh-fallback → sh), or undefined when every scheduler accepts
- * it (flag-1..3) or it is no flag name: ipvsadm.c parse_sched_flags' "incompatible scheduler
- * flag" is a flag whose scheduler is another one.
+ * The scheduler a flag name needs (sh-fallback → sh: the one whose Scheduler.flags has it), or
+ * null when every scheduler accepts it (flag-1..3) or it is no flag name: ipvsadm.c
+ * parse_sched_flags' "incompatible scheduler flag" is a flag whose scheduler is another one.
  */
-export function flagScheduler(flag: string): string | undefined {
-  return flagOwner.get(flag);
+export function flagScheduler(flag: string): string | null {
+  return flagOwner.get(flag) ?? null;
 }
 
 /**
@@ -58,7 +61,7 @@ export function flagScheduler(flag: string): string | undefined {
  * (Scheduler.flags), else the generic flag-1..3.
  */
 export function schedFlagNames(scheduler: string): readonly string[] {
-  return registry.get(scheduler)?.flags ?? Object.keys(SCHED_FLAG_BITS).filter((f) => !flagOwner.has(f));
+  return registry.get(scheduler)?.flags ?? SCHED_FLAG_NAMES.filter((f) => !flagOwner.has(f));
 }
 
 registerScheduler(rr);

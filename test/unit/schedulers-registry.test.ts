@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { dhBucket } from '../../schedulers/dh';
 import { mhHash1 } from '../../schedulers/mh';
-import { flagScheduler, getScheduler, registerScheduler, schedFlagNames, schedulerNames } from '../../schedulers/registry';
+import { flagScheduler, getScheduler, registerScheduler, SCHED_FLAG_NAMES, schedFlagNames, schedulerNames } from '../../schedulers/registry';
 import { shBucket } from '../../schedulers/sh';
 import { SCHED_FLAG_BITS } from '../../schedulers/types';
 import { input, service } from '../helpers/sched';
@@ -17,19 +17,19 @@ const ABC = [{ address: '10.0.0.1' }, { address: '10.0.0.2' }, { address: '10.0.
 
 test('sh-* flags need sh, mh-* need mh, flag-1..3 suit every scheduler, and nothing else is a flag', () => {
   assert.deepEqual(
-    Object.keys(SCHED_FLAG_BITS).map((f) => [f, flagScheduler(f)]),
+    SCHED_FLAG_NAMES.map((f) => [f, flagScheduler(f)]),
     [
-      ['flag-1', undefined],
-      ['flag-2', undefined],
-      ['flag-3', undefined],
+      ['flag-1', null],
+      ['flag-2', null],
+      ['flag-3', null],
       ['sh-fallback', 'sh'],
       ['sh-port', 'sh'],
       ['mh-fallback', 'mh'],
       ['mh-port', 'mh'],
     ],
   );
-  assert.equal(flagScheduler('sh'), undefined);
-  assert.equal(flagScheduler('flag-4'), undefined);
+  assert.equal(flagScheduler('sh'), null);
+  assert.equal(flagScheduler('flag-4'), null);
 });
 
 test('the flag names printed for a scheduler: its own in bit order, else flag-1..3 (print_sched_flags)', () => {
