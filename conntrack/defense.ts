@@ -41,6 +41,7 @@
  * written here (layout.ts H_SECURE_TCP … H_SRC_LIMIT). Work per tick is bounded: capacity/32
  * slots for drop_entry, at most SECURE_SCAN_MAX slots for secure_tcp's shortening.
  */
+import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
 import * as L from './layout';
 import { SCTP_S_ESTABLISHED, SCTP_S_INIT, SCTP_S_INIT1 } from './sctp-state';
 import { TCP_ESTABLISHED, TCP_SYN_RECV, TCP_SYN_SENT, TCP_SYNACK } from './state';
@@ -105,9 +106,6 @@ export function autoDropRate(threshold: number, available: number): number {
 const TODROP_IDLE_MS = 60_000;
 /** secure_tcp's shortening visits at most this many slots a tick (a full pass of the default table). */
 const SECURE_SCAN_MAX = 65536;
-
-const IPPROTO_TCP = 6;
-const IPPROTO_SCTP = 132;
 
 export class Defense {
   private readonly t: ConnTable;

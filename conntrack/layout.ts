@@ -104,6 +104,16 @@ export const PP_DATA = 0x2000; // the client's first byte (at E_PP_SEQ) went to 
 export const PP_ACKED = 0x4000; // the server acknowledged the whole header: shifts are plain from now on
 export const PP_FLAGS = PP_SENT | PP_DATA | PP_ACKED;
 
+/** The header length an E_PP word records. */
+export function ppLength(pp: number): number {
+  return pp & PP_LEN_MASK;
+}
+
+/** The version an E_PP word records (PP_V1, PP_V2). */
+export function ppVersion(pp: number): number {
+  return (pp & PP_VER_MASK) >>> PP_VER_SHIFT;
+}
+
 // E_FLAGS bits, values as the kernel's IP_VS_CONN_F_* (include/uapi/linux/ip_vs.h).
 export const FWD_MASK = 0x7;
 export const FWD_MASQ = 0;

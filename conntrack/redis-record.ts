@@ -38,7 +38,9 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import * as L from './layout';
-import { PP_MAX_LEN, PP_V1, PP_V2, ppLength, ppVersion, writeProxyHeader } from '../lb/proxy-protocol';
+import { ppLength, ppVersion } from './layout';
+import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
+import { PP_MAX_LEN, PP_V1, PP_V2, writeProxyHeader } from '../net/proxy-protocol';
 import { TCP_ACTIVE, TCP_STATE_COUNT } from './state';
 import { SCTP_ACTIVE, SCTP_STATE_COUNT } from './sctp-state';
 
@@ -122,7 +124,7 @@ export interface FlowTarget {
   dport: number;
   /** FWD_* of the real server. */
   fwd: number;
-  /** PROXY protocol version of the real server (lb/proxy-protocol.ts PP_*); absent or 0 = none. */
+  /** PROXY protocol version of the real server (net/proxy-protocol.ts PP_*); absent or 0 = none. */
   pp?: number;
   /** Full-NAT pool of the service's family: one word per IPv4 address, four per IPv6 address. */
   pool: ArrayLike<number>;
@@ -222,7 +224,7 @@ export function parseRecord(text: string, key: Buffer | null): FlowRecord | Reco
 /** Timeout slot (layout.ts H_TIMEOUTS) of a protocol's state. */
 export function timeoutSlot(proto: number, state: number): number {
   const p = proto & 0xff;
-  return p === 6 ? state : p === 132 ? L.TIMEOUT_SCTP + state : L.TIMEOUT_UDP;
+  return p === IPPROTO_TCP ? state : p === IPPROTO_SCTP ? L.TIMEOUT_SCTP + state : L.TIMEOUT_UDP;
 }
 
 /** Whether words [i, i+3) of hi are the first three of a (IPv6) address. */
@@ -261,9 +263,9 @@ export function checkRecord(r: FlowRecord, t: FlowTarget | null, nowMs: number, 
   }
   if (r.pp !== 0 && !proxyProtocolOk(r, t)) return 'proxy_protocol';
   const p = r.proto & 0xff;
-  const states = p === 6 ? TCP_STATE_COUNT : p === 132 ? SCTP_STATE_COUNT : 1;
+  const states = p === IPPROTO_TCP ? TCP_STATE_COUNT : p === IPPROTO_SCTP ? SCTP_STATE_COUNT : 1;
   if (r.state < 0 || r.state >= states) return 'state';
-  const active = p === 6 ? TCP_ACTIVE[r.state] === 1 : p === 132 ? SCTP_ACTIVE[r.state] === 1 : false;
+  const active = p === IPPROTO_TCP ? TCP_ACTIVE[r.state] === 1 : p === IPPROTO_SCTP ? SCTP_ACTIVE[r.state] === 1 : false;
   if (r.inactive === active) return 'state';
   const left = r.expiresAt - nowMs;
   if (!(left > 0) || left > timeoutMs(timeoutSlot(r.proto, r.state)) + MAX_CLOCK_SKEW_MS) return 'expiry';

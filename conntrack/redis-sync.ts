@@ -38,6 +38,7 @@
  */
 import Redis, { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
+import { u16, u32 } from '../net/packet';
 import * as L from './layout';
 import { ConnTable } from './table';
 import {
@@ -155,13 +156,6 @@ interface Lookup {
 }
 
 const TIMED_OUT = 'Command timed out'; // ioredis's message for commandTimeout
-
-function u16(b: Uint8Array, o: number): number {
-  return (b[o]! << 8) | b[o + 1]!;
-}
-function u32(b: Uint8Array, o: number): number {
-  return (b[o]! << 24) | (b[o + 1]! << 16) | (b[o + 2]! << 8) | b[o + 3]!;
-}
 
 export class RedisSync {
   private readonly o: RedisSyncOptions;

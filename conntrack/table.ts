@@ -30,13 +30,11 @@
  */
 import { randomFillSync } from 'node:crypto';
 import * as L from './layout';
-import { formatIPv4, formatIPv6 } from '../lb/addr';
-import { HalfSipHash, hsiphash4, sipInit } from '../schedulers/hash';
+import { formatIPv4, formatIPv6 } from '../net/addr';
+import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
+import { HalfSipHash, hsiphash4, sipInit } from '../net/siphash';
 import { SCTP_ACTIVE, SCTP_DEFAULT_TIMEOUTS, SCTP_HALF_OPEN, SCTP_S_ESTABLISHED, sctpNextState, SCTP_STATE_COUNT } from './sctp-state';
 import { TCP_ACTIVE, TCP_ESTABLISHED, TCP_HALF_OPEN, tcpNextState, TCP_STATE_COUNT } from './state';
-
-const IPPROTO_TCP = 6;
-const IPPROTO_SCTP = 132;
 
 /** HalfSipHash's last word: message length in bytes << 24 | the protocol byte that ends it. */
 const KEY4_TAIL = 13 << 24; // addr1, ports, addr2: 12 bytes + protocol

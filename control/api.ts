@@ -10,11 +10,13 @@ import type { Logger } from 'pino';
 import * as L from '../conntrack/layout';
 import { SCTP_STATE_NAMES } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
-import { canonAddr, hostPort } from '../lb/addr';
+import { canonAddr, hostPort, splitHostPort } from '../net/addr';
+import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
+import { protoLabel } from '../net/proto';
 import { entryAddr } from '../conntrack/table';
 import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
-import { splitHostPort, tokenOk } from './metrics';
+import { tokenOk } from './metrics';
 import { validateRealServer, validateService } from './config';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
@@ -27,8 +29,6 @@ import { RATE_PERIOD_MS } from './stats';
 export interface ApiServer {
   close(): Promise<void>;
 }
-
-const PROTO_NAME: Record<number, string> = { 6: 'TCP', 17: 'UDP', 132: 'SCTP' };
 
 export function connectionsView(d: Daemon, limit: number, offset: number) {
   const t = d.table;
@@ -53,7 +53,7 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
     const cports = a[o + L.E_CPORTS]!;
     const dports = a[o + L.E_DPORTS]!;
     rows.push({
-      protocol: PROTO_NAME[proto] ?? String(proto),
+      protocol: protoLabel(proto),
       client: hostPort(entryAddr(a, o, L.E_CADDR), cports >>> 16),
       virtual: hostPort(entryAddr(a, o, L.E_VADDR), cports & 0xffff),
       realServer: hostPort(entryAddr(a, o, L.E_DADDR), dports >>> 16),
@@ -63,9 +63,9 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
           ? a[o + L.E_STATE]! & L.CTPL_ASSURED
             ? 'ASSURED'
             : 'NONE'
-          : proto === 6
+          : proto === IPPROTO_TCP
             ? TCP_STATE_NAMES[a[o + L.E_STATE]!]!
-            : proto === 132
+            : proto === IPPROTO_SCTP
               ? SCTP_STATE_NAMES[a[o + L.E_STATE]!]!
               : 'UDP',
       expiresIn: Math.max(0, ((a[o + L.E_EXPIRES]! - now) | 0) / 1000),

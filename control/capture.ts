@@ -9,7 +9,9 @@
 import * as L from '../conntrack/layout';
 import { SCTP_STATE_NAMES } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
-import { formatIPv4, formatIPv6, parseIPv4, parseIPv6 } from '../lb/addr';
+import { formatIPv4, formatIPv6, parseIPv4, parseIPv6 } from '../net/addr';
+import { IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP } from '../net/packet';
+import { PROTO_NUMBER } from '../net/proto';
 import { DROP, FORWARD } from '../lb/processor';
 import { UvsError } from './errors';
 
@@ -59,7 +61,7 @@ export interface CaptureRecord {
   proto: number;
 }
 
-const PROTOS: Record<string, number> = { tcp: 6, udp: 17, sctp: 132, icmp: 1, icmpv6: 58 };
+const PROTOS: Record<string, number> = { ...PROTO_NUMBER, icmp: IPPROTO_ICMP, icmpv6: IPPROTO_ICMPV6 };
 
 function bad(detail: string, path: string): never {
   throw new UvsError('UVS_ERR_API_BAD_REQUEST', detail, path);
@@ -207,19 +209,19 @@ export function describeRecord(r: CaptureRecord, names: CaptureNames): Record<st
   }
   const pname = Object.entries(PROTOS).find(([, n]) => n === proto)?.[0];
   out.protocol = pname ?? proto;
-  if ((proto === 6 || proto === 17 || proto === 132) && l4 + 4 <= b.length) {
+  if ((proto === IPPROTO_TCP || proto === IPPROTO_UDP || proto === IPPROTO_SCTP) && l4 + 4 <= b.length) {
     out.sport = b.readUInt16BE(l4);
     out.dport = b.readUInt16BE(l4 + 2);
   }
-  if (proto === 6 && l4 + 14 <= b.length) out.tcpFlags = TCP_FLAG_NAMES.filter((_, i) => b[l4 + 13]! & (1 << i)).join(',');
-  if ((proto === 1 || proto === 58) && l4 + 2 <= b.length) out.icmpType = b[l4];
+  if (proto === IPPROTO_TCP && l4 + 14 <= b.length) out.tcpFlags = TCP_FLAG_NAMES.filter((_, i) => b[l4 + 13]! & (1 << i)).join(',');
+  if ((proto === IPPROTO_ICMP || proto === IPPROTO_ICMPV6) && l4 + 2 <= b.length) out.icmpType = b[l4];
   out.verdict = VERDICTS[r.verdict] ?? r.verdict;
   if (r.drop >= 0) out[r.verdict === DROP ? 'dropReason' : 'reason'] = L.DROP_NAMES[r.drop] ?? r.drop;
   if (r.svc >= 0) out.service = names.service(r.svc);
   if (r.rs >= 0) out.realServer = names.realServer(r.rs);
   if (r.state >= 0) {
     const p = r.proto & 0xff;
-    out.state = p === 6 ? TCP_STATE_NAMES[r.state] : p === 132 ? SCTP_STATE_NAMES[r.state] : p === 17 ? 'UDP' : r.state;
+    out.state = p === IPPROTO_TCP ? TCP_STATE_NAMES[r.state] : p === IPPROTO_SCTP ? SCTP_STATE_NAMES[r.state] : p === IPPROTO_UDP ? 'UDP' : r.state;
   }
   return out;
 }

@@ -8,7 +8,8 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { availableParallelism, hostname } from 'node:os';
 import { parse as parseYaml } from 'yaml';
-import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6 } from '../lb/addr';
+import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6, splitHostPort } from '../net/addr';
+import { isProtocol, type Protocol } from '../net/proto';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
 import type { DefenseSettings } from '../conntrack/defense';
 import { MH_PRIMES } from '../schedulers/mh';
@@ -18,7 +19,6 @@ import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../c
 import { GEN_KIND_NAMES } from '../conntrack/layout';
 import { UvsError } from './errors';
 
-export type Protocol = 'tcp' | 'udp' | 'sctp';
 export type Forwarding = 'masq' | 'fullnat' | 'tunnel';
 /** PROXY protocol towards a real server (lb/proxy-protocol.ts): full-NAT TCP only. */
 export type ProxyProtocol = 'v1' | 'v2';
@@ -332,7 +332,7 @@ function generatedLimit(v: unknown): GeneratedLimitConfig {
   };
 }
 
-const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\])$/;
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1)$/;
 
 /**
  * An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters),
@@ -342,12 +342,12 @@ function listener(v: unknown, path: string, defAddress: string, alwaysToken = fa
   const o = obj(v, path, ['address', 'token']);
   const address = o.address === '' ? '' : str(o.address, `${path}.address`, defAddress);
   if (address) {
-    const m = /^(\[[0-9a-fA-F:]+\]|[^:]+):(\d+)$/.exec(address);
-    if (!m || Number(m[2]) > 65535) fail(`${path}.address`, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
+    const hp = splitHostPort(address);
+    if (!hp || (hp.bracketed && !/^[0-9a-fA-F:]+$/.test(hp.host))) fail(`${path}.address`, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
     if (alwaysToken && o.token === undefined) {
       fail(`${path}.token`, `is required with a TCP listener (${address}): any local user or browser page reaches a loopback port; the root-only unix socket needs none`);
     }
-    if (!LOOPBACK.test(m[1]!) && o.token === undefined) {
+    if (!LOOPBACK.test(hp.host) && o.token === undefined) {
       fail(`${path}.token`, `is required when listening beyond loopback (${address}): anything reachable from the network needs a bearer token`);
     }
   }
@@ -535,7 +535,7 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
   ]);
   if (!isObj(v)) fail(path, 'must be a mapping');
   const protocol = str(s.protocol, `${path}.protocol`, 'tcp');
-  if (protocol !== 'tcp' && protocol !== 'udp' && protocol !== 'sctp') fail(`${path}.protocol`, `must be tcp, udp or sctp, got ${JSON.stringify(protocol)}`);
+  if (!isProtocol(protocol)) fail(`${path}.protocol`, `must be tcp, udp or sctp, got ${JSON.stringify(protocol)}`);
   const address = ipAddr(s.address, `${path}.address`);
   const v6 = address.includes(':');
   const port = int(s.port, `${path}.port`, undefined, 1, 65535);

@@ -22,7 +22,7 @@ import { readConfigDoc, validateConfig, type UvsConfig } from './config';
 import { Capturer } from './capture';
 import { UvsError } from './errors';
 import { serviceKey, ServiceModel, type PersistedDrain } from './services';
-import { inAnyCidr } from '../lb/addr';
+import { inAnyCidr } from '../net/addr';
 import { StatsReader } from './stats';
 import { validateStateDrains } from './state-file';
 

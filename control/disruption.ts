@@ -21,10 +21,10 @@
  * Not modelled: an mh service with more real servers than table slots (the kernel refuses the
  * rebuild and keeps an older table).
  */
+import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from '../net/addr';
 import { MH_PRIMES } from '../schedulers/mh';
 import { getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { schedFlagBits } from '../schedulers/types';
-import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from './inet';
 import { SchedModel } from './sched-model';
 
 export interface PreviewRealServer {

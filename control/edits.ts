@@ -4,7 +4,7 @@
  * is validated by the same schema as the file. Errors name the operation's field and use the
  * catalogue (not found 404, already exists 409).
  */
-import { canonAddr } from '../lb/addr';
+import { canonAddr } from '../net/addr';
 import { UvsError } from './errors';
 
 export interface ServiceRef {

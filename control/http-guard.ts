@@ -17,7 +17,7 @@
  */
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
-import { canonAddr } from '../lb/addr';
+import { canonAddr } from '../net/addr';
 
 const WILDCARD = new Set(['0.0.0.0', '::', '']);
 

@@ -23,7 +23,7 @@
  * - in -R input, blank lines and lines starting with # are skipped.
  */
 import { isIPv6 } from 'node:net';
-import { formatIPv6, parseIPv6 } from '../lb/addr';
+import { formatIPv6, parseIPv6 } from '../net/addr';
 import type { EditOp, ServiceRef } from './edits';
 
 export const PROGRAM = 'uvsadm';

@@ -8,7 +8,8 @@
  * passes the answers as `names`; absent, every address and port is numeric (-n).
  */
 import type { DefenseView } from '../conntrack/defense';
-import { hostPort, parseIPv6 } from '../lb/addr';
+import { hostPort, parseIPv4, parseIPv6, splitHostPort } from '../net/addr';
+import { isProtocol, PROTO_LABEL, PROTO_NUMBER, PROTO_SWITCH } from '../net/proto';
 
 export interface FmtStats {
   conns: number;
@@ -108,19 +109,16 @@ const right = (s: string | number, w: number) => String(s).padStart(w);
 const FWD_NAME: Record<string, string> = { masq: 'Masq', tunnel: 'Tunnel', route: 'Route', local: 'Local', fullnat: 'FullNat' }; // FullNat: uvs's own (7 wide, as the column)
 /** fwd_switch(): Local is saved as -g. */
 const FWD_SWITCH: Record<string, string> = { masq: '-m', tunnel: '-i', route: '-g', local: '-g', fullnat: '--fullnat' };
-const SAVE_PROTO: Record<string, string> = { tcp: '-t', udp: '-u', sctp: '--sctp-service' };
-const PROTO_NAME: Record<string, string> = { tcp: 'TCP', udp: 'UDP', sctp: 'SCTP' };
 const ZERO_RATES: FmtRates = { cps: 0, inPps: 0, outPps: 0, inBps: 0, outBps: 0 };
 
 function addrU32(a: string): number {
-  const p = a.split('.').map(Number);
-  return ((p[0]! << 24) | (p[1]! << 16) | (p[2]! << 8) | p[3]!) >>> 0;
+  return (parseIPv4(a) ?? 0) >>> 0;
 }
 /** libipvs comparator quirk: (int)(a − b) in 32 bits. */
 function cmpU32(a: number, b: number): number {
   return (a - b) | 0;
 }
-const PROTO_ORDER: Record<string, number> = { tcp: 6, udp: 17, sctp: 132 };
+const protoOrder = (p: string): number => (isProtocol(p) ? PROTO_NUMBER[p] : 0);
 
 /**
  * Address order of libipvs's comparators (ipvs_cmp_services, ipvs_cmp_dests): IPv4 before IPv6
@@ -176,7 +174,7 @@ export function sortServices<T extends FmtService>(svcs: T[]): T[] {
     svcs,
     (x, y) =>
       Number(x.address.includes(':')) - Number(y.address.includes(':')) ||
-      (PROTO_ORDER[x.protocol] ?? 0) - (PROTO_ORDER[y.protocol] ?? 0) ||
+      protoOrder(x.protocol) - protoOrder(y.protocol) ||
       cmpAddr(x.address, y.address) ||
       x.port - y.port,
   );
@@ -206,7 +204,7 @@ function hasFlags(flags: string[]): boolean {
 
 /** svc_name: "%-4s %s", cut at 33 characters for IPv4; IPv6 as [addr]:port, whole. */
 function svcName(s: FmtService, names?: Names): string {
-  const name = `${left(PROTO_NAME[s.protocol] ?? '?', 4)} ${addrPort(s.address, s.port, s.protocol, names)}`;
+  const name = `${left(isProtocol(s.protocol) ? PROTO_LABEL[s.protocol] : '?', 4)} ${addrPort(s.address, s.port, s.protocol, names)}`;
   return s.address.includes(':') ? name : name.slice(0, 33);
 }
 /** dname, cut at 28 characters for IPv4 (print_service_entry), whole for IPv6 and in -S. */
@@ -315,7 +313,7 @@ export function formatList(tableSize: number, services: FmtService[], opts: List
 export function formatSave(services: FmtService[], names?: Names): string {
   const out: string[] = [];
   for (const s of sortServices(services)) {
-    const name = `${SAVE_PROTO[s.protocol] ?? '--xxx-service'} ${addrPort(s.address, s.port, s.protocol, names)}`;
+    const name = `${isProtocol(s.protocol) ? PROTO_SWITCH[s.protocol] : '--xxx-service'} ${addrPort(s.address, s.port, s.protocol, names)}`;
     let line = `-A ${name} -s ${s.scheduler}`;
     if (s.persistence) {
       line += ` -p ${s.persistence}`;
@@ -336,14 +334,9 @@ export function formatSave(services: FmtService[], names?: Names): string {
   return out.map((l) => l + '\n').join('');
 }
 
-/** "addr:port" or "[addr]:port" (the API's form) → address and port; null if neither. */
-export function splitAddrPort(s: string): { address: string; port: number } | null {
-  const m = /^\[([^\]]+)\]:(\d+)$/.exec(s) ?? /^([^:]+):(\d+)$/.exec(s);
-  return m ? { address: m[1]!, port: Number(m[2]) } : null;
-}
 function connName(s: string, protocol: string, names?: Names): string {
-  const ap = names ? splitAddrPort(s) : null;
-  return ap ? addrPort(ap.address, ap.port, protocol.toLowerCase(), names) : s;
+  const hp = names ? splitHostPort(s) : null;
+  return hp ? addrPort(hp.host, hp.port, protocol.toLowerCase(), names) : s;
 }
 
 /** `-Lnc`; with --persistent-conn the title gains the pe columns (rows only when an entry has pe data, which uvs never has). */

@@ -16,6 +16,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Counter, Gauge, Registry } from 'prom-client';
 import * as L from '../conntrack/layout';
+import { splitHostPort } from '../net/addr';
 import type { Daemon } from './daemon';
 import { badHostMessage, hostGuard } from './http-guard';
 
@@ -23,14 +24,6 @@ const BACKEND_LABELS = ['local_address', 'local_port', 'remote_address', 'remote
 
 export function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\./.test(host);
-}
-
-/** host:port → parts; IPv6 as [addr]:port. */
-export function splitHostPort(s: string): { host: string; port: number } | null {
-  const m = /^\[([^\]]+)\]:(\d+)$/.exec(s) ?? /^([^:]+):(\d+)$/.exec(s);
-  if (!m) return null;
-  const port = Number(m[2]);
-  return port >= 0 && port <= 65535 ? { host: m[1]!, port } : null;
 }
 
 /** Constant-time bearer-token check; true when no token is required. */

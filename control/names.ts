@@ -15,7 +15,7 @@
  */
 import { promises as dnsPromises } from 'node:dns';
 import { readFileSync } from 'node:fs';
-import { canonAddr, parseIPv4, parseIPv6 } from '../lb/addr';
+import { canonAddr, parseIPv4, parseIPv6 } from '../net/addr';
 import type { Names } from './ipvsadm-format';
 
 /** The whole listing's DNS budget: a script that lists every few seconds must not stall. */

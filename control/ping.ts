@@ -13,7 +13,7 @@
  */
 import { createRequire } from 'node:module';
 import { randomInt } from 'node:crypto';
-import { parseIPv4 } from '../lb/addr';
+import { parseIPv4 } from '../net/addr';
 
 interface RawSocket {
   on(ev: 'message', fn: (buf: Buffer, source: string) => void): void;

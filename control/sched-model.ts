@@ -18,7 +18,7 @@
 import * as L from '../conntrack/layout';
 import { getScheduler } from '../schedulers/registry';
 import type { DestListChange, SchedDest, SchedInput, SchedService, Scheduler } from '../schedulers/types';
-import { fold, formatEndpoint, type Inet } from './inet';
+import { fold, formatEndpoint, type Inet } from '../net/addr';
 
 export interface ModelServer {
   /** "a.b.c.d:port" / "[v6]:port". */

@@ -37,15 +37,15 @@
  */
 import * as L from '../conntrack/layout';
 import type { FlowTarget } from '../conntrack/redis-record';
-import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../lb/addr';
-import { PP_V1, PP_V2 } from '../lb/proxy-protocol';
+import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../net/addr';
+import { PP_V1, PP_V2 } from '../net/proxy-protocol';
+import { PROTO_NUMBER, type Protocol } from '../net/proto';
 import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } from '../lb/snapshot';
 import type { ReplyRule } from '../lb/dataplane';
 import { getScheduler } from '../schedulers/registry';
 import { schedFlagBits, type DestListChange, type SchedDest } from '../schedulers/types';
-import type { Protocol, RealServerConfig, ServiceConfig, UvsConfig } from './config';
+import type { RealServerConfig, ServiceConfig, UvsConfig } from './config';
 
-const PROTO: Record<string, number> = { tcp: 6, udp: 17, sctp: 132 };
 const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, tunnel: L.FWD_TUNNEL };
 const PP: Record<string, number> = { v1: PP_V1, v2: PP_V2 };
 
@@ -289,7 +289,7 @@ export class ServiceModel {
     const v6 = parseIPv6(s.address);
     const compiled: CompiledService = {
       slot,
-      proto: PROTO[s.protocol]! | (v6 ? L.PROTO_V6 : 0),
+      proto: PROTO_NUMBER[s.protocol] | (v6 ? L.PROTO_V6 : 0),
       vaddr: v6 ? v6[3]! : parseIPv4(s.address)!,
       addr6: v6,
       vport: s.port,

@@ -54,7 +54,7 @@ import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_TIME_WAIT, UDP_DEFAULT_TIMEO
 import { MH_PRIMES } from '../schedulers/mh';
 import { flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { flagBits, PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
-import { fold, formatEndpoint, formatInet, maskPrefix, maskV4, parseEndpoint, parseInet, type Inet } from './inet';
+import { fold, formatEndpoint, formatInet, maskPrefix, maskV4, parseEndpoint, parseInet, type Inet } from '../net/addr';
 import { SchedModel, type ModelServer } from './sched-model';
 
 export class ScenarioError extends Error {

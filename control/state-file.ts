@@ -8,7 +8,8 @@
  * VIP ranges, the forwarding prerequisites) and must agree with its own keys; a bad entry is
  * skipped with its index and reason, the others are restored.
  */
-import { inAnyCidr } from '../lb/addr';
+import { inAnyCidr } from '../net/addr';
+import { isProtocol } from '../net/proto';
 import { validateRealServer, validateService, type UvsConfig } from './config';
 import { serviceKey, type PersistedDrain } from './services';
 
@@ -18,8 +19,6 @@ export interface SkippedEntry {
   reason: string;
 }
 
-const PROTOCOLS = ['tcp', 'udp', 'sctp'];
-
 function reasonOf(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
@@ -28,7 +27,7 @@ function entry(v: unknown, path: string, cfg: UvsConfig): PersistedDrain {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error('must be a mapping');
   const e = v as Record<string, unknown>;
   if (typeof e.service !== 'string' || typeof e.realServer !== 'string') throw new Error('service and realServer must be strings');
-  if (typeof e.protocol !== 'string' || !PROTOCOLS.includes(e.protocol)) throw new Error(`protocol must be tcp, udp or sctp, got ${JSON.stringify(e.protocol)}`);
+  if (typeof e.protocol !== 'string' || !isProtocol(e.protocol)) throw new Error(`protocol must be tcp, udp or sctp, got ${JSON.stringify(e.protocol)}`);
   if (typeof e.since !== 'number' || !Number.isFinite(e.since)) throw new Error('since must be a time in ms');
   if (e.deadline !== null && (typeof e.deadline !== 'number' || !Number.isFinite(e.deadline))) throw new Error('deadline must be a time in ms or null');
   const svc = validateService(e.serviceConfig, `${path}.serviceConfig`);

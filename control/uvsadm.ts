@@ -5,7 +5,7 @@
  * POST /v1/batch each (-R: the whole input as one batch, applied whole or not at all).
  */
 import { readFileSync, writeFileSync } from 'node:fs';
-import { canonAddr } from '../lb/addr';
+import { canonAddr, splitHostPort } from '../net/addr';
 import { apiCall, apiCallRaw, DEFAULT_SOCKET } from './client';
 import type { EditOp, ServiceRef } from './edits';
 import { classicError, daemonError, keepUvsSettings, parseArgs, parseRestore, PROGRAM, splitSocket, type ListFormat, type ParseEnv, type RestoreLine } from './ipvsadm-args';
@@ -25,7 +25,6 @@ import {
   type FmtService,
   type FmtWorker,
   type Names,
-  splitAddrPort,
 } from './ipvsadm-format';
 import { resolveNames } from './names';
 
@@ -167,7 +166,7 @@ async function list(socket: string, what: string, format: ListFormat, service: S
         offset += b.connections.length;
         if (b.connections.length === 0 || offset >= b.total) break;
       }
-      const addrs = rows.flatMap((c) => [c.client, c.virtual, c.realServer].map((x) => splitAddrPort(x)?.address ?? ''));
+      const addrs = rows.flatMap((c) => [c.client, c.virtual, c.realServer].map((x) => splitHostPort(x)?.host ?? ''));
       out(formatConnections(rows, { persistentConn: format.persistentConn, names: await namesFor(format.numeric, addrs) }));
       return 0;
     }

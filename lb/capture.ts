@@ -7,7 +7,7 @@
  * (counted), never a wait.
  */
 import * as L from '../conntrack/layout';
-import * as P from './packet';
+import * as P from '../net/packet';
 
 export class CaptureTap {
   private readonly hdr: Int32Array;

@@ -31,7 +31,7 @@ import { join } from 'node:path';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { DataplaneError } from './errors';
-import { VNET_HLEN } from './packet';
+import { VNET_HLEN } from '../net/packet';
 import { MAX_OUT } from './processor';
 import type { Snapshot } from './snapshot';
 import { tunAddon, type IoMode, type IoPath } from './tun';

@@ -17,8 +17,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { parseIPv4, parseIPv6 } from './addr';
-import * as P from './packet';
+import { parseIPv4, parseIPv6 } from '../net/addr';
+import * as P from '../net/packet';
 import { tunAddon } from './tun';
 
 const IPPROTO_IPIP = 4;

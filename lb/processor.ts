@@ -36,15 +36,16 @@
  */
 import { randomFillSync } from 'node:crypto';
 import * as L from '../conntrack/layout';
-import { Drop } from '../conntrack/layout';
+import { Drop, ppLength, ppVersion } from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_ESTABLISHED, TCP_TIME_WAIT, TCPF_ACK, TCPF_CWR, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
 import { SCTP_EV_INIT, SCTP_S_CLOSED } from '../conntrack/sctp-state';
-import { HalfSipHash } from '../schedulers/hash';
+import { HalfSipHash } from '../net/siphash';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
-import * as P from './packet';
-import { PP_MAX_LEN, ppLength, ppVersion, shiftSeq, toClientSeq, unshiftAck, writeProxyHeader } from './proxy-protocol';
+import * as P from '../net/packet';
+import { PP_MAX_LEN, writeProxyHeader } from '../net/proxy-protocol';
+import { shiftSeq, toClientSeq, unshiftAck } from './proxy-protocol';
 import { SCTP_BAD_CRC, sctpInspect, sctpSeal } from './sctp';
 import { findService, inVipRange, inVipRange6, type CompiledService, type Snapshot } from './snapshot';
 

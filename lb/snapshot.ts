@@ -14,7 +14,7 @@ export interface CompiledDest extends SchedDest {
    * kernel's schedulers hash (ip_vs_sh_hashkey, ip_vs_mh_hashkey). null for IPv4.
    */
   addr6: Int32Array | null;
-  /** PROXY protocol version for its full-NAT TCP flows (lb/proxy-protocol.ts PP_*), 0 = none. */
+  /** PROXY protocol version for its full-NAT TCP flows (net/proxy-protocol.ts PP_*), 0 = none. */
   pp: number;
 }
 
@@ -64,7 +64,7 @@ export interface Snapshot {
   fullnatPortMin: number;
   fullnatPortMax: number;
   /**
-   * PROXY protocol version (lb/proxy-protocol.ts PP_*) per real-server slot, 0 = none: read when a
+   * PROXY protocol version (net/proxy-protocol.ts PP_*) per real-server slot, 0 = none: read when a
    * full-NAT TCP flow is made; the flow keeps what it got (conntrack/layout.ts E_PP).
    */
   proxyProtocol: Uint8Array;

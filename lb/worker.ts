@@ -9,7 +9,7 @@ import { parentPort, receiveMessageOnPort, workerData, type MessagePort } from '
 import * as L from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
 import { CaptureTap } from './capture';
-import { VNET_HLEN } from './packet';
+import { VNET_HLEN } from '../net/packet';
 import { DROP, FORWARD, MAX_OUT, PacketProcessor } from './processor';
 import type { Snapshot } from './snapshot';
 import { tunAddon, type IoPath, type UringHandle } from './tun';

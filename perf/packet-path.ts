@@ -21,7 +21,7 @@ import { validateConfig } from '../control/config';
 import { ServiceModel } from '../control/services';
 import { PacketProcessor } from '../lb/processor';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { VNET_HLEN } from '../lb/packet';
+import { VNET_HLEN } from '../net/packet';
 import { tcp, tcp6, udp } from '../test/helpers/packets';
 
 const arg = (name: string, def: number) => {

@@ -12,7 +12,7 @@
  */
 import { cpus } from 'node:os';
 import * as L from '../conntrack/layout';
-import { fold, parseInet } from '../control/inet';
+import { fold, parseInet } from '../net/addr';
 import { SchedModel } from '../control/sched-model';
 import { mhBuild } from '../schedulers/mh';
 import { schedulerNames } from '../schedulers/registry';

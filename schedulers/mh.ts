@@ -19,8 +19,8 @@
  *
  * data: [M, n, table[M] (list position or -1), slots[n] (real-server slot of each position)].
  */
+import { hsiphash4, sipInit } from '../net/siphash';
 import { gcd, unavailable } from './common';
-import { hsiphash4, sipInit } from './hash';
 import type { SchedService, Scheduler } from './types';
 
 /** The kernel's table sizes (ip_vs_mh.c primes[]); CONFIG_IP_VS_MH_TAB_INDEX picks one. */

@@ -1,6 +1,6 @@
 /** Test packet fixtures: build IPv4 TCP/UDP/ICMP/SCTP and IPv6 packets with correct checksums, and check them. */
-import { formatIPv6, parseIPv4, parseIPv6 } from '../../lb/addr';
-import * as P from '../../lb/packet';
+import { formatIPv6, parseIPv4, parseIPv6 } from '../../net/addr';
+import * as P from '../../net/packet';
 
 export interface PacketSpec {
   src: string;

@@ -9,7 +9,7 @@ import { ConnTable, createRealServerRegion } from '../../conntrack/table';
 import { TCP_DEFAULT_TIMEOUTS } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
 import { ServiceModel } from '../../control/services';
-import { VNET_HLEN } from '../../lb/packet';
+import { VNET_HLEN } from '../../net/packet';
 import { PacketProcessor, REPLY } from '../../lb/processor';
 
 export interface ProcessorOptions {

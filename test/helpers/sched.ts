@@ -3,7 +3,7 @@
  * the reverse), counters set per real server, and decisions named by "address:port".
  */
 import * as L from '../../conntrack/layout';
-import { fold, parseInet } from '../../control/inet';
+import { fold, parseInet } from '../../net/addr';
 import { SchedModel, type ModelServer } from '../../control/sched-model';
 import type { SchedInput } from '../../schedulers/types';
 

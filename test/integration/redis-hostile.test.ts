@@ -17,7 +17,7 @@ import { ConnTable, createRealServerRegion } from '../../conntrack/table';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
 import { ServiceModel } from '../../control/services';
-import { parseIPv4 } from '../../lb/addr';
+import { parseIPv4 } from '../../net/addr';
 import { FORWARD, PacketProcessor } from '../../lb/processor';
 import { field, tcp } from '../helpers/packets';
 

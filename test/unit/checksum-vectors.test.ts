@@ -1,5 +1,5 @@
 /**
- * lb/packet.ts's checksums against answers that do not come from lb/packet.ts: the RFC 1071 §3
+ * net/packet.ts's checksums against answers that do not come from net/packet.ts: the RFC 1071 §3
  * and RFC 1624 §4 worked examples, packets whose checksums the Linux kernel computed
  * (test/fixtures/kernel-packets.json, captured from a TUN device without offloads by
  * test/fixtures/capture-kernel-packets.sh), and a naive reference written here with a different
@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 
 // ── The reference ─────────────────────────────────────────────────────────────────────────────
 

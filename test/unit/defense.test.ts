@@ -27,7 +27,7 @@ import { validateConfig } from '../../control/config';
 import { parseArgs } from '../../control/ipvsadm-args';
 import { formatDefense } from '../../control/ipvsadm-format';
 import { UvsError } from '../../control/errors';
-import { parseIPv6 } from '../../lb/addr';
+import { parseIPv6 } from '../../net/addr';
 import { DROP, FORWARD, FULLNAT_FULL_MS } from '../../lb/processor';
 import { tcp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';

@@ -11,7 +11,7 @@ import { TCPF_ACK, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
 import { UvsError } from '../../control/errors';
 import { DROP, FORWARD, REPLY } from '../../lb/processor';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { field, field6, icmp6, icmpEcho, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 

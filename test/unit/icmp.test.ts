@@ -8,9 +8,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { parseIPv4 } from '../../lb/addr';
+import { parseIPv4 } from '../../net/addr';
 import { DROP, FORWARD, REPLY } from '../../lb/processor';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { checksumsValid, field, tcp, udp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, MAX_OUT, REPLY } from '../../lb/processor';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { checksumsValid, complete, field, icmpEcho, partial, tcp, udp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 

@@ -4,14 +4,14 @@
  * headers stepped over, IPv6 fragments dropped, the path-MTU corners (the IPv6 1280 floor, the
  * 40-byte ip6ip6 overhead, a GSO super-packet checked per segment), a computed UDP checksum of 0
  * sent as 0xffff, and `answerPing: false`. Checksums of what comes out are checked with the
- * reference sum below, written from RFC 1071 independently of lb/packet.ts.
+ * reference sum below, written from RFC 1071 independently of net/packet.ts.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { parseIPv4, parseIPv6 } from '../../lb/addr';
+import { parseIPv4, parseIPv6 } from '../../net/addr';
 import { DROP, FORWARD, REPLY } from '../../lb/processor';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { field, field6, icmp6, icmpEcho, partial, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { checksumsValid, tcp, udp } from '../helpers/packets';
 
 function rng(seed: number): () => number {

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import * as S from '../../conntrack/sctp-state';
 import { DROP, FORWARD, REPLY } from '../../lb/processor';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { checksumsValid, field, initValue, sctp, type SctpChunk } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 

@@ -10,7 +10,7 @@ import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '..
 import { validateConfig } from '../../control/config';
 import { ServiceModel } from '../../control/services';
 import { DROP, FORWARD, PacketProcessor, REPLY } from '../../lb/processor';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { checksumsValid, field, icmpEcho, tcp, udp } from '../helpers/packets';
 
 const VIP = '10.96.0.10';

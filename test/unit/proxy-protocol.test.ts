@@ -1,18 +1,18 @@
 /**
- * PROXY protocol towards full-NAT real servers (lb/proxy-protocol.ts): the header's bytes as
- * HAProxy's proxy-protocol.txt defines them, and crafted TCP flows through the processor — the
+ * PROXY protocol towards full-NAT real servers (net/ and lb/proxy-protocol.ts): the header's bytes
+ * as HAProxy's proxy-protocol.txt defines them, and crafted TCP flows through the processor — the
  * header segment, the sequence shift client→server, acknowledgements and SACK blocks shifted back,
  * retransmissions, FIN/RST, offloads — with every checksum checked by an RFC 1071 sum written here
- * from the bytes (not lb/packet.ts's).
+ * from the bytes (not net/packet.ts's).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
-import { parseIPv4, parseIPv6 } from '../../lb/addr';
-import * as P from '../../lb/packet';
+import { parseIPv4, parseIPv6 } from '../../net/addr';
+import * as P from '../../net/packet';
 import { DROP, FORWARD, REPLY } from '../../lb/processor';
-import { PP_V1, PP_V2, writeProxyHeader } from '../../lb/proxy-protocol';
+import { PP_V1, PP_V2, writeProxyHeader } from '../../net/proxy-protocol';
 import { checkRecord, parseRecord, ppField, type FlowRecord } from '../../conntrack/redis-record';
 import { makeProcessor } from '../helpers/processor';
 

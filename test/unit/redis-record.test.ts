@@ -22,9 +22,9 @@ import {
   type FlowTarget,
 } from '../../conntrack/redis-record';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_SYN_RECV, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../../conntrack/state';
-import { parseIPv4, parseIPv6 } from '../../lb/addr';
+import { parseIPv4, parseIPv6 } from '../../net/addr';
 import { validateConfig } from '../../control/config';
-import { PP_V1, PP_V2 } from '../../lb/proxy-protocol';
+import { PP_V1, PP_V2 } from '../../net/proxy-protocol';
 import { UvsError } from '../../control/errors';
 
 const NOW = 1_700_000_000_000;

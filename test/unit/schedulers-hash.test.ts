@@ -4,9 +4,10 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { hash32, hsiphash4, sipInit } from '../../schedulers/hash';
+import { hsiphash4, sipInit } from '../../net/siphash';
+import { hash32 } from '../../schedulers/hash';
 import { mhHash1, mhHash2 } from '../../schedulers/mh';
-import { fold, parseInet } from '../../control/inet';
+import { fold, parseInet } from '../../net/addr';
 
 const ip = (s: string) => fold(parseInet(s)!);
 

@@ -1,7 +1,7 @@
 /** lblc and lblcr: the destination cache, lblc's overload rule, set replication and the collector. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseInet } from '../../control/inet';
+import { parseInet } from '../../net/addr';
 import { lblcrSet } from '../../schedulers/lblcr';
 import { input, load, pick, server, service } from '../helpers/sched';
 import type { SchedModel } from '../../control/sched-model';

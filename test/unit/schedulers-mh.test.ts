@@ -4,7 +4,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseInet } from '../../control/inet';
+import { parseInet } from '../../net/addr';
 import { MH_PRIMES, mhSlots } from '../../schedulers/mh';
 import { input, load, pick, server, service } from '../helpers/sched';
 import type { SchedModel } from '../../control/sched-model';

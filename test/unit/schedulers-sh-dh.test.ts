@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { dhBucket } from '../../schedulers/dh';
 import { shBucket } from '../../schedulers/sh';
-import { fold, parseInet } from '../../control/inet';
+import { fold, parseInet } from '../../net/addr';
 import { input, pick, server, service, VIP } from '../helpers/sched';
 import type { SchedModel } from '../../control/sched-model';
 

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as S from '../../conntrack/sctp-state';
 import { DIR_INPUT, DIR_INPUT_ONLY, DIR_OUTPUT } from '../../conntrack/state';
-import * as P from '../../lb/packet';
+import * as P from '../../net/packet';
 import { crc32c, SCTP_BAD_CRC, SCTP_MALFORMED, sctpCrc, sctpInspect, sctpSeal } from '../../lb/sctp';
 import { crc32cBitwise, initValue, sctp } from '../helpers/packets';
 

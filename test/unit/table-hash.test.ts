@@ -9,9 +9,9 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { CHAIN_ALARM, CHAIN_LIMIT, ConnTable, createRealServerRegion } from '../../conntrack/table';
 import { TCP_DEFAULT_TIMEOUTS, TCPF_SYN } from '../../conntrack/state';
-import { HalfSipHash } from '../../schedulers/hash';
+import { HalfSipHash } from '../../net/siphash';
 import { DROP, FORWARD } from '../../lb/processor';
-import { parseIPv4 } from '../../lb/addr';
+import { parseIPv4 } from '../../net/addr';
 import { tcp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 

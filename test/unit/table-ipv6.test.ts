@@ -35,7 +35,7 @@ test('IPv6 entries are removed by the sweeper (keys hash the same at insert and 
 
 test('putShadow: an IPv6 record for the same client key but another real server is not taken as a refresh', async () => {
   const { ConnTable, createRealServerRegion } = await import('../../conntrack/table');
-  const { parseIPv6 } = await import('../../lb/addr');
+  const { parseIPv6 } = await import('../../net/addr');
   const t = new ConnTable(ConnTable.create(64, { tcp: [0, 900, 120, 60, 120, 60, 10, 60, 60, 120, 10], udp: 300 }), createRealServerRegion(8), L.OWNER_CONTROL);
   const c = parseIPv6('2001:db8::5')!, v = parseIPv6('fd00:96::10')!;
   const r1 = parseIPv6('fd00:10::1')!, r2 = parseIPv6('fd00:20::1')!; // same last 32 bits

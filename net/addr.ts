@@ -1,4 +1,15 @@
-/** IPv4 addresses as signed 32-bit integers (the first octet in the top byte). */
+/**
+ * Addresses: the one parser and printer of address text, for every folder.
+ *
+ *  - IPv4 as a signed 32-bit integer (the first octet in the top byte), IPv6 as four signed
+ *    32-bit words, most significant first — the dataplane's and the connection table's form.
+ *  - CIDRs of either family, netmasks, "addr:port" / "[v6]:port" endpoints and listeners.
+ *  - Inet: an address tagged with its family, as unsigned words, for the tools that take both
+ *    (uvs simulate, the disruption preview, the scheduler tests): the kernel's 32-bit fold (what
+ *    sh/dh/mh/lblc hash) and prefix masks.
+ */
+
+// ── IPv4 ────────────────────────────────────────────────────────────────────────────────────
 
 const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
 
@@ -123,10 +134,6 @@ export function familyOf(s: string): Family | null {
   return null;
 }
 
-/** `addr:port`, IPv6 in brackets (ipvsadm's and URLs' form). */
-export function hostPort(addr: string, port: number): string {
-  return addr.includes(':') ? `[${addr}]:${port}` : `${addr}:${port}`;
-}
 
 export interface Cidr6 {
   net: Int32Array;
@@ -186,4 +193,75 @@ export function canonAddr(s: unknown): unknown {
   if (typeof s !== 'string' || !s.includes(':')) return s;
   const w = parseIPv6(s);
   return w ? formatIPv6(w) : s;
+}
+
+// ── host:port ───────────────────────────────────────────────────────────────────────────────
+
+/** `addr:port`, IPv6 in brackets (ipvsadm's and URLs' form). */
+export function hostPort(addr: string, port: number): string {
+  return addr.includes(':') ? `[${addr}]:${port}` : `${addr}:${port}`;
+}
+
+/**
+ * "host:port" → its parts, IPv6 as "[addr]:port" (brackets removed from `host`; `bracketed` says
+ * which form it was). The host is not checked beyond that: a name, IPv4 or IPv6 text. Port 0–65535;
+ * null when malformed.
+ */
+export function splitHostPort(s: string): { host: string; port: number; bracketed: boolean } | null {
+  const b = /^\[([^\]]+)\]:(\d+)$/.exec(s);
+  const m = b ?? /^([^:]+):(\d+)$/.exec(s);
+  if (!m) return null;
+  const port = Number(m[2]);
+  return port >= 0 && port <= 65535 ? { host: m[1]!, port, bracketed: b !== null } : null;
+}
+
+// ── Inet: either family, tagged ─────────────────────────────────────────────────────────────
+
+export interface Inet {
+  family: Family;
+  /** Big-endian 32-bit words: one for IPv4, four for IPv6 (uint32 values). */
+  words: number[];
+}
+
+/** Parses dotted-quad IPv4 or textual IPv6; null when it is neither. */
+export function parseInet(s: string): Inet | null {
+  const v4 = parseIPv4(s);
+  if (v4 !== null) return { family: 4, words: [v4 >>> 0] };
+  if (!s.includes(':')) return null;
+  const w = parseIPv6(s);
+  return w === null ? null : { family: 6, words: Array.from(w, (x) => x >>> 0) };
+}
+
+/** The kernel's addr_fold: the address itself (IPv4) or the XOR of the four words, as int32. */
+export function fold(a: Inet): number {
+  return a.words.reduce((x, w) => x ^ w, 0) | 0;
+}
+
+/** Text form: dotted quad, or RFC 5952 (lowercase, longest zero run as "::", ::ffff:a.b.c.d). */
+export function formatInet(a: Inet): string {
+  return a.family === 4 ? formatIPv4(a.words[0]!) : formatIPv6(a.words);
+}
+
+export function formatEndpoint(a: Inet, port: number): string {
+  return hostPort(formatInet(a), port);
+}
+
+/** "a.b.c.d:port" or "[v6]:port" (the family must match the form; at most 5 port digits); null when malformed. */
+export function parseEndpoint(s: string): { addr: Inet; port: number } | null {
+  const hp = splitHostPort(s);
+  if (hp === null || !/:\d{1,5}$/.test(s)) return null;
+  const addr = parseInet(hp.host);
+  if (addr === null || (addr.family === 6) !== hp.bracketed) return null;
+  return { addr, port: hp.port };
+}
+
+/** The address with only its first `bits` bits kept. */
+export function maskPrefix(a: Inet, bits: number): Inet {
+  const m = prefixMask6(bits);
+  return { family: a.family, words: a.words.map((w, i) => (w & m[i]!) >>> 0) };
+}
+
+/** IPv4 address AND a dotted netmask word (any mask, as the kernel takes it). */
+export function maskV4(a: Inet, mask: number): Inet {
+  return { family: 4, words: [(a.words[0]! & mask) >>> 0] };
 }

@@ -1,13 +1,15 @@
 /**
- * IPv4/TCP/UDP/ICMP field offsets and in-place accessors on a Uint8Array, plus RFC 1071 checksums
- * and RFC 1624 incremental updates. Addresses are signed 32-bit integers (see addr.ts). Nothing
+ * IPv4/IPv6/TCP/UDP/ICMP field offsets, IP protocol numbers and in-place accessors on a
+ * Uint8Array, plus RFC 1071 checksums, RFC 1624 incremental updates and the virtio_net_hdr of
+ * a TUN queue: the packet path (lb/), the connection table and Redis sync (conntrack/) and the
+ * tools read packets with these. Addresses are signed 32-bit integers (see addr.ts). Nothing
  * here allocates.
  */
 
 export const IPPROTO_ICMP = 1;
 export const IPPROTO_TCP = 6;
 export const IPPROTO_UDP = 17;
-export const IPPROTO_SCTP = 132; // header, chunks and CRC32c: sctp.ts
+export const IPPROTO_SCTP = 132; // header, chunks and CRC32c: lb/sctp.ts
 
 // IPv4 header offsets.
 export const IP_VHL = 0;
