@@ -110,7 +110,7 @@ export interface Scheduler {
   /**
    * For a scheduler that draws random numbers (twos): sets its stream from `seed` (any integer,
    * taken mod 2^32) so runs are reproducible, as uvs simulate needs. Control thread, after
-   * init(), under the service's scheduler lock.
+   * init(), before any schedule().
    */
   seed?(state: Int32Array, base: number, seed: number): void;
 }
