@@ -17,14 +17,16 @@ import { entryAddr } from '../conntrack/table';
 import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
 import { tokenOk } from './metrics';
-import { validateRealServer, validateService } from './config';
+import { DEFAULT_PROTOCOL, validateRealServer, validateService } from './config';
+import { BATCH, MAINTENANCE, NO_BODY, PREVIEW, REAL_SERVER_BODY, REAL_SERVER_EDIT_BODY, SERVICE_BODY, SERVICE_EDIT_BODY, SET_TIMEOUTS, ZERO } from './api-bodies';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { validateCaptureRequest } from './capture';
-import { ERRORS, UvsError } from './errors';
+import { ERRORS, UvsError, type ErrorCode } from './errors';
 import { badHostMessage, hostGuard, redactSecrets } from './http-guard';
 import { serviceKey } from './services';
 import { RATE_PERIOD_MS } from './stats';
+import { run, type JsonSchema, type Schema } from './schema';
 
 export interface ApiServer {
   close(): Promise<void>;
@@ -86,8 +88,8 @@ export function servicesView(d: Daemon) {
       port: s.cfg.port,
       scheduler: s.cfg.scheduler,
       schedFlags: s.cfg.schedFlags,
-      persistence: s.cfg.persistence ?? 0,
-      netmask: s.cfg.netmask ?? '255.255.255.255',
+      persistence: s.cfg.persistence,
+      netmask: s.cfg.netmask,
       stats: d.stats.service(s.slot),
       rates: d.stats.rates(d.stats.serviceBase(s.slot)),
       realServers: s.realServers.map((r) => ({ ...r, stats: d.stats.realServer(r.slot), rates: d.stats.rates(d.stats.realServerBase(r.slot)) })),
@@ -223,12 +225,11 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     sctp: d.cfg.timeouts.sctp, // uvs: seconds per SCTP state (ipvsadm --timeout prints the first three)
   }));
   // Disruption preview: what share of table slots and tracked flows a change would move.
-  app.post('/v1/services/:protocol/:address/:port/preview', async (req) => {
+  app.post('/v1/services/:protocol/:address/:port/preview', body(PREVIEW, 'change', 'UVS_ERR_API_BAD_REQUEST'), async (req) => {
     const p = req.params as { protocol: string; address: string; port: string };
     const svc = d.model.list().find((s) => s.key === serviceKey({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) }));
     if (!svc) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${p.protocol} ${p.address}:${p.port}`);
-    const change = (req.body ?? {}) as Record<string, unknown>;
-    if (typeof change !== 'object' || Array.isArray(change)) throw new UvsError('UVS_ERR_API_BAD_REQUEST', 'the body must be a mapping {delete, setWeight, add, scheduler, flags, mhTableSize}');
+    const change = req.body as Record<string, unknown>;
     // A service never holds more than maxRealServers: a longer list is refused before any work.
     for (const k of ['delete', 'setWeight', 'add'] as const) {
       const v = change[k];
@@ -269,9 +270,9 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     // Limits before any work: a batch that must fail on them costs O(ops), not a validation of
     // everything it would have built (100 000 additions over maxServices used to be refused last).
     checkBatchLimits(d, ops);
-    // Each operation's body is checked by the configuration schema first, so errors name it.
+    // Each operation's body is checked by the configuration schema first, so errors name it (the
+    // operations' own shape is the route's body schema: BATCH, or the route's own operation).
     ops.forEach((o, i) => {
-      checkOpShape(o, `ops[${i}]`);
       if (o.op === 'addService' || o.op === 'editService') validateService(o.service, `ops[${i}].service`);
       if (o.op === 'addRealServer' || o.op === 'editRealServer') validateRealServer(o.realServer, `ops[${i}].realServer`, o.ref.port, 'masq');
     });
@@ -279,61 +280,28 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
     return reply.send({ ok: true, version: r.version });
   };
-  const refSchema = {
-    type: 'object',
-    additionalProperties: false,
-    required: ['protocol', 'address', 'port'],
-    properties: { protocol: { type: 'string' }, address: { type: 'string' }, port: { type: 'integer' } },
-  };
   app.post(
     '/v1/batch',
     {
       bodyLimit: 64 << 20, // a large uvsadm -R (≈ 130 bytes an operation)
-      schema: {
-        body: {
-          type: 'object',
-          additionalProperties: false,
-          required: ['ops'],
-          properties: {
-            ops: {
-              type: 'array',
-              maxItems: 100000,
-              items: {
-                type: 'object',
-                required: ['op'],
-                properties: {
-                  op: { enum: ['addService', 'editService', 'deleteService', 'clear', 'addRealServer', 'editRealServer', 'deleteRealServer', 'setTimeouts'] },
-                  service: { type: 'object' },
-                  realServer: { type: 'object' },
-                  ref: refSchema,
-                  address: { type: 'string' },
-                  port: { type: 'integer' },
-                  tcp: { type: 'number', minimum: 0 },
-                  tcpFin: { type: 'number', minimum: 0 },
-                  udp: { type: 'number', minimum: 0 },
-                },
-              },
-            },
-          },
-        },
-      },
+      ...body(BATCH, '', 'UVS_ERR_API_BAD_REQUEST'),
     },
     async (req, reply) => runEdits((req.body as { ops: EditOp[] }).ops, reply),
   );
   const refFrom = (p: { protocol: string; address: string; port: string }): ServiceRef => ({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) });
-  app.post('/v1/services', async (req, reply) => runEdits([{ op: 'addService', service: req.body as Record<string, unknown> }], reply));
+  app.post('/v1/services', editBody(SERVICE_BODY), async (req, reply) => runEdits([{ op: 'addService', service: req.body as Record<string, unknown> }], reply));
   app.delete('/v1/services', async (_req, reply) => runEdits([{ op: 'clear' }], reply));
-  app.put('/v1/services/:protocol/:address/:port', async (req, reply) => {
+  app.put('/v1/services/:protocol/:address/:port', editBody(SERVICE_EDIT_BODY), async (req, reply) => {
     const ref = refFrom(req.params as { protocol: string; address: string; port: string });
     return runEdits([{ op: 'editService', service: { ...(req.body as Record<string, unknown>), protocol: ref.protocol, address: ref.address, port: ref.port } }], reply);
   });
   app.delete('/v1/services/:protocol/:address/:port', async (req, reply) =>
     runEdits([{ op: 'deleteService', ref: refFrom(req.params as { protocol: string; address: string; port: string }) }], reply),
   );
-  app.post('/v1/services/:protocol/:address/:port/realservers', async (req, reply) =>
+  app.post('/v1/services/:protocol/:address/:port/realservers', editBody(REAL_SERVER_BODY), async (req, reply) =>
     runEdits([{ op: 'addRealServer', ref: refFrom(req.params as { protocol: string; address: string; port: string }), realServer: req.body as Record<string, unknown> }], reply),
   );
-  app.put('/v1/services/:protocol/:address/:port/realservers/:raddr/:rport', async (req, reply) => {
+  app.put('/v1/services/:protocol/:address/:port/realservers/:raddr/:rport', editBody(REAL_SERVER_EDIT_BODY), async (req, reply) => {
     const p = req.params as { protocol: string; address: string; port: string; raddr: string; rport: string };
     return runEdits([{ op: 'editRealServer', ref: refFrom(p), realServer: { ...(req.body as Record<string, unknown>), address: p.raddr, port: Number(p.rport) } }], reply);
   });
@@ -341,13 +309,13 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     const p = req.params as { protocol: string; address: string; port: string; raddr: string; rport: string };
     return runEdits([{ op: 'deleteRealServer', ref: refFrom(p), address: p.raddr, port: Number(p.rport) }], reply);
   });
-  app.put('/v1/timeouts', async (req, reply) => {
-    const b = (req.body ?? {}) as { tcp?: number; tcpFin?: number; udp?: number };
-    return runEdits([{ op: 'setTimeouts', tcp: b.tcp ?? 0, tcpFin: b.tcpFin ?? 0, udp: b.udp ?? 0 }], reply);
+  app.put('/v1/timeouts', body(SET_TIMEOUTS, 'timeouts', 'UVS_ERR_CONFIG_INVALID'), async (req, reply) => {
+    const b = req.body as { tcp: number; tcpFin: number; udp: number };
+    return runEdits([{ op: 'setTimeouts', tcp: b.tcp, tcpFin: b.tcpFin, udp: b.udp }], reply);
   });
-  app.post('/v1/zero', async (req) => {
+  app.post('/v1/zero', body(ZERO, '', 'UVS_ERR_API_BAD_REQUEST'), async (req) => {
     // ipvsadm -Z: packet, byte and connection counters start again from zero (all services, or one).
-    const b = (req.body ?? {}) as { service?: ServiceRef };
+    const b = req.body as { service?: ServiceRef };
     // Any spelling of an IPv6 address finds the service, as every other lookup (refFrom) does.
     const ref = b.service ? { ...b.service, address: canonAddr(b.service.address) as string } : undefined;
     const list = d.model.list().filter((s) => !ref || s.key === serviceKey(ref));
@@ -359,7 +327,7 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     return { ok: true, zeroed: list.length };
   });
 
-  app.post('/v1/reload', async (_req, reply) => {
+  app.post('/v1/reload', body(NO_BODY, '', 'UVS_ERR_API_BAD_REQUEST'), async (_req, reply) => {
     const r = d.reload();
     if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
     return { ok: true, version: r.version };
@@ -375,12 +343,8 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   });
   // Node maintenance (control/announce.ts): withdraw this node's announcement, keep forwarding.
   app.get('/v1/maintenance', async () => d.announcer.status());
-  app.put(
-    '/v1/maintenance',
-    { schema: { body: { type: 'object', additionalProperties: false, required: ['enabled'], properties: { enabled: { type: 'boolean' } } } } },
-    async (req) => d.setMaintenance((req.body as { enabled: boolean }).enabled),
-  );
-  app.post('/v1/workers/:id/kill', async (req, reply) => {
+  app.put('/v1/maintenance', body(MAINTENANCE, '', 'UVS_ERR_API_BAD_REQUEST'), async (req) => d.setMaintenance((req.body as { enabled: boolean }).enabled));
+  app.post('/v1/workers/:id/kill', body(NO_BODY, '', 'UVS_ERR_API_BAD_REQUEST'), async (req, reply) => {
     const id = Number((req.params as { id: string }).id);
     if (!Number.isInteger(id) || !(await d.dataplane.killWorker(id))) {
       throw new UvsError('UVS_ERR_API_NOT_FOUND', `no running worker ${(req.params as { id: string }).id}`);
@@ -390,26 +354,31 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   return app;
 }
 
-/** The fields each operation needs (the batch schema only knows the union of them). */
-const OP_FIELDS: Record<string, [string, string][]> = {
-  addService: [['service', 'object']],
-  editService: [['service', 'object']],
-  deleteService: [['ref', 'object']],
-  addRealServer: [['ref', 'object'], ['realServer', 'object']],
-  editRealServer: [['ref', 'object'], ['realServer', 'object']],
-  deleteRealServer: [['ref', 'object'], ['address', 'string'], ['port', 'number']],
-};
+/**
+ * A route's request body: fastify gets its JSON Schema (the route's OpenAPI body) and, in place of
+ * ajv's, a validator from the schema kit that answers with uvs's messages (`at` prefixes the
+ * field paths, `code` is the error's). The handler gets the parsed body, defaults filled.
+ */
+function body(s: Schema<unknown>, at: string, code: ErrorCode) {
+  return {
+    schema: { body: s.json },
+    validatorCompiler: () => (data: unknown) => {
+      try {
+        return { value: run(s, data, at, code) };
+      } catch (e) {
+        return { error: e as Error };
+      }
+    },
+  };
+}
 
-function checkOpShape(o: EditOp, path: string): void {
-  const rec = o as unknown as Record<string, unknown>;
-  for (const [k, type] of OP_FIELDS[o.op] ?? []) {
-    const v = rec[k];
-    if (typeof v !== type || v === null || Array.isArray(v)) throw new UvsError('UVS_ERR_API_BAD_REQUEST', `is required for ${o.op} (${type === 'object' ? 'a mapping' : `a ${type}`})`, `${path}.${k}`);
-  }
-  if (rec.ref !== undefined) {
-    const r = rec.ref as Record<string, unknown>;
-    if (typeof r.protocol !== 'string' || typeof r.address !== 'string' || typeof r.port !== 'number') throw new UvsError('UVS_ERR_API_BAD_REQUEST', 'must be {protocol, address, port}', `${path}.ref`);
-  }
+/**
+ * A service or real-server body: the configuration's schema, shown as the route's body and
+ * checked by runEdits (validateService, validateRealServer) once the path parameters have joined
+ * it, with the operation's path (ops[0].service.port), as a batch's operation is.
+ */
+function editBody(json: JsonSchema) {
+  return { schema: { body: json }, validatorCompiler: () => () => true };
 }
 
 /**
@@ -420,7 +389,7 @@ function checkOpShape(o: EditOp, path: string): void {
  */
 function checkBatchLimits(d: Daemon, ops: EditOp[]): void {
   const rsCount = (list: unknown) => (Array.isArray(list) ? list.length : 0);
-  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) => `${String(r?.protocol ?? 'tcp')} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
+  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) => `${String(r?.protocol ?? DEFAULT_PROTOCOL)} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
   const count = new Map<string, number>(); // service → real servers
   const svcs = (d.doc as { services?: unknown } | null)?.services;
   if (Array.isArray(svcs)) for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));

@@ -5,8 +5,9 @@
  * socket the server already closed (EPIPE).
  */
 import { request } from 'node:http';
+import { DEFAULT_API_SOCKET } from './config';
 
-export const DEFAULT_SOCKET = process.env.UVS_SOCKET ?? '/run/uvs/uvsd.sock';
+export const DEFAULT_SOCKET = process.env.UVS_SOCKET ?? DEFAULT_API_SOCKET;
 
 /** A request whose answer body is kept as bytes (a pcap file); `timeoutMs` for long requests. */
 export function apiCallRaw(socket: string, method: string, path: string, body: unknown, timeoutMs: number): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }> {

@@ -1,230 +1,29 @@
 /**
- * The configuration: one YAML file, one validator (also used for API bodies), one defaults object.
- * Unknown fields are errors; every error names the field path and the reason. Durations are
- * seconds, or strings with a unit ("900s", "15m", "2h", "1d"). uvs.example.yaml documents every
- * field.
+ * The configuration: one YAML file, one schema. The schema below is the only place a field is
+ * written: its type (the TypeScript types are `Out<>` of it), its bounds, its default, the rules
+ * it obeys and its JSON Schema (control/schema.ts says how). It validates the file and the API's
+ * service and real-server bodies alike (control/api-bodies.ts), refuses unknown fields, and every
+ * error names the field path and the reason. Durations are seconds, or strings with a unit
+ * ("900s", "15m", "2h", "1d"). uvs.example.yaml documents every field.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { availableParallelism, hostname } from 'node:os';
 import { parse as parseYaml } from 'yaml';
 import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6, splitHostPort } from '../net/addr';
-import { isProtocol, type Protocol } from '../net/proto';
+import { PROTOCOLS, type Protocol } from '../net/proto';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
 import type { DefenseSettings } from '../conntrack/defense';
 import { MH_PRIMES } from '../schedulers/mh';
-import { getScheduler, schedulerNames } from '../schedulers/registry';
+import { DEFAULT_SCHEDULER, flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { SCTP_DEFAULT_TIMEOUTS, SCTP_STATE_KEYS } from '../conntrack/sctp-state';
-import { TCP_DEFAULT_TIMEOUTS, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
+import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_FIN_WAIT, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { GEN_KIND_NAMES } from '../conntrack/layout';
 import { UvsError } from './errors';
+import { bool, fail, int, isObj, leaf, list, map, nullable, obj, oneOf, opt, run, str, takeStr } from './schema';
+import type { JsonSchema, LeafOpts, Out, Schema, Scope } from './schema';
 
-export type Forwarding = 'masq' | 'fullnat' | 'tunnel';
-/** PROXY protocol towards a real server (lb/proxy-protocol.ts): full-NAT TCP only. */
-export type ProxyProtocol = 'v1' | 'v2';
-
-export interface RealServerConfig {
-  address: string;
-  port: number;
-  weight: number;
-  forwarding: Forwarding;
-  upperThreshold: number;
-  lowerThreshold: number;
-  /** Seconds over which a returning server's weight ramps up; absent = the service's slowStart. */
-  slowStart?: number;
-  /** PROXY protocol header in front of each connection's bytes; absent = none. */
-  proxyProtocol?: ProxyProtocol;
-}
-
-/** Shared flow state: conntrack/redis-sync.ts defines the options. */
-export type RedisConfig = RedisSyncOptions;
-
-export interface HealthCheckConfig {
-  /** tcp: connect; http: GET path; ping: ICMP / ICMPv6 echo (keepalived's PING_CHECK; port unused). */
-  type: 'tcp' | 'http' | 'ping';
-  /** Port to check; absent = the real server's port. */
-  port?: number;
-  path: string;
-  expectStatus: number;
-  /** Seconds. */
-  interval: number;
-  timeout: number;
-  rise: number;
-  fall: number;
-}
-
-export interface ServiceConfig {
-  name: string;
-  protocol: Protocol;
-  address: string;
-  port: number;
-  scheduler: string;
-  schedFlags: string[];
-  forwarding: Forwarding;
-  realServers: RealServerConfig[];
-  /** Persistence timeout in seconds (ipvsadm -p), 0 = none. */
-  persistence: number;
-  /** Persistence netmask, dotted (ipvsadm -M). */
-  netmask: string;
-  /** Seconds a removed real server may drain before it is deleted with connections left; absent = gracefulTermination.maxDrainTime. */
-  maxDrainTime?: number;
-  /** mh lookup-table size (one of the kernel's primes); absent = 4093. */
-  mhTableSize?: number;
-  healthCheck?: HealthCheckConfig;
-  /**
-   * Seconds over which a real server that comes back (health check up, re-added, weight raised
-   * from 0) ramps from weight 1 to its weight, as HAProxy's slowstart; absent or 0 = at once.
-   */
-  slowStart?: number;
-  /** Default of its real servers' proxyProtocol (as `forwarding` is); absent = none. */
-  proxyProtocol?: ProxyProtocol;
-}
-
-/** Seconds per source and kinds by name (conntrack/layout.ts GEN_KIND_NAMES); perSecond 0 = no global limit. */
-export interface GeneratedLimitConfig {
-  perSourceInterval: number;
-  perSourceBurst: number;
-  perSecond: number;
-  burst: number;
-  kinds: string[];
-}
-
-export interface UvsConfig {
-  dataplane: {
-    device: string;
-    vipCidrs: string[];
-    workers: number;
-    tableSize: number;
-    maxRealServers: number;
-    maxServices: number;
-    mtu: number;
-    routeTable: number;
-    rulePriority: number;
-    batch: number;
-    /** Kernel offloads on the device (virtio header, checksum + TSO: 64 KB super-packets). */
-    offload: boolean;
-    /** Worker I/O: io_uring (one io_uring_enter per batch), poll (poll + read + write), or auto (io_uring where the kernel allows it). */
-    io: 'auto' | 'io_uring' | 'poll';
-    /** Answer ICMP echo requests sent to a VIP. */
-    answerPing: boolean;
-    /** Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it). */
-    expireQuiescentTemplate: boolean;
-    /** Outer source address of IPIP-tunnelled packets (an address of this node the real servers reach). */
-    tunnelSource: string;
-    /** The same for ip6ip6-tunnelled IPv6 services. */
-    tunnelSource6: string;
-    /** Full-NAT source addresses (routed to the device) and the port range allocated on them. */
-    fullnat: { addresses: string[]; portMin: number; portMax: number };
-    /** Limits on the packets uvs generates (docs/generated-packets.md): the kernel's icmp_ratelimit, icmp_msgs_per_sec, icmp_msgs_burst, icmp_ratemask. */
-    generatedLimit: GeneratedLimitConfig;
-    /** Kernel table where uvsd keeps the VIP ranges while it wants traffic (a BGP speaker announces them); 0 = none. */
-    announceTable: number;
-  };
-  timeouts: {
-    /** Seconds per TCP state name (ESTABLISHED, FIN_WAIT, …). */
-    tcp: Record<string, number>;
-    udp: number;
-    /** Seconds per SCTP state (conntrack/sctp-state.ts SCTP_STATE_KEYS: ESTABLISHED, COOKIE_SENT, …). */
-    sctp: Record<string, number>;
-    /** Sweeper period, seconds. */
-    sweepInterval: number;
-  };
-  gracefulTermination: {
-    /** Seconds between drain checks (kube-proxy: 60). */
-    checkInterval: number;
-    /** Seconds; 0 = wait for the last connection however long (kube-proxy's behaviour). */
-    maxDrainTime: number;
-    /** A packet of a deleted real server's connection expires the entry and is scheduled anew (kernel sysctl, kube-proxy sets 1). */
-    expireNodestConn: boolean;
-  };
-  /** Admin API: the root-only unix socket, and an optional TCP listener ('' = none). */
-  api: { socket: string; listen: string; token?: string };
-  /** Prometheus metrics; address '' = off. */
-  metrics: { address: string; token?: string };
-  /** /healthz and /livez; address '' = off. */
-  healthz: { address: string; token?: string };
-  /** Reloading: on file change (watch), every syncPeriod seconds (0 = never), at most once per minInterval seconds. */
-  reload: { watch: boolean; syncPeriod: number; minInterval: number };
-  /** kube-proxy's ipvs: settings that have no other home: VIP ranges whose services a file reload never removes, strictARP (no effect: a TUN device answers no ARP). */
-  kubeProxy: { excludeCIDRs: string[]; strictARP: boolean } | null;
-  /** Shared flow state (multi-node); null = this node works alone. */
-  redis: RedisConfig | null;
-  /** Overload defenses (conntrack/defense.ts, docs/defense.md): the kernel's /proc/sys/net/ipv4/vs ones. */
-  defense: DefenseSettings;
-  /** Where uvsd keeps what must survive a restart (the drain list); '' = nowhere. */
-  stateFile: string;
-  log: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'; pretty: boolean };
-  services: ServiceConfig[];
-}
-
-export const DEFAULTS = {
-  device: 'uvs0',
-  tableSize: 65536, // entries; 64 B each + 12 B of chains and locks → ~5 MiB
-  maxRealServers: 4096,
-  maxServices: 1024,
-  mtu: 1500,
-  routeTable: 4711, // policy-routing table for masq replies; any unused id
-  rulePriority: 4711,
-  batch: 64, // packets per read; amortises poll() and the JS↔C crossing
-  socket: '/run/uvs/uvsd.sock',
-  stateFile: '/var/lib/uvs/state.json',
-  sweepInterval: 1,
-  weight: 1,
-} as const;
-
-const SCHED_FLAG_NAMES = ['flag-1', 'flag-2', 'flag-3', 'sh-fallback', 'sh-port', 'mh-fallback', 'mh-port'];
-
-// ── small validation kit ─────────────────────────────────────────────────────────────────────
-type Obj = Record<string, unknown>;
-
-function fail(path: string, reason: string): never {
-  throw new UvsError('UVS_ERR_CONFIG_INVALID', reason, path);
-}
-
-function isObj(v: unknown): v is Obj {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function obj(v: unknown, path: string, allowed: string[]): Obj {
-  if (v === undefined || v === null) return {};
-  if (!isObj(v)) fail(path, 'must be a mapping');
-  for (const k of Object.keys(v)) {
-    if (!allowed.includes(k)) fail(path ? `${path}.${k}` : k, `unknown field (allowed: ${allowed.join(', ')})`);
-  }
-  return v;
-}
-
-function int(v: unknown, path: string, def: number | undefined, min: number, max: number): number {
-  if (v === undefined) {
-    if (def === undefined) fail(path, 'is required');
-    return def;
-  }
-  if (typeof v !== 'number' || !Number.isInteger(v)) fail(path, `must be an integer, got ${JSON.stringify(v)}`);
-  if (v < min || v > max) fail(path, `must be between ${min} and ${max}, got ${v}`);
-  return v;
-}
-
-function str(v: unknown, path: string, def?: string): string {
-  if (v === undefined) {
-    if (def === undefined) fail(path, 'is required');
-    return def;
-  }
-  if (typeof v !== 'string' || v.length === 0) fail(path, 'must be a non-empty string');
-  return v;
-}
-
-function ioMode(v: unknown): 'auto' | 'io_uring' | 'poll' {
-  if (v === undefined) return 'auto';
-  if (v === 'auto' || v === 'io_uring' || v === 'poll') return v;
-  fail('dataplane.io', `must be auto, io_uring or poll, got ${JSON.stringify(v)}`);
-}
-
-function bool(v: unknown, path: string, def: boolean): boolean {
-  if (v === undefined) return def;
-  if (typeof v !== 'boolean') fail(path, 'must be true or false');
-  return v;
-}
-
+// ── values with their own syntax ─────────────────────────────────────────────────────────────
 const UNIT: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
 
 /**
@@ -238,15 +37,18 @@ const UNIT: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400
  * this bound instead (docs/control-plane.md).
  */
 export const MAX_TIMEOUT = Math.floor(0x7fffffff / 1000);
+const MAX_TIMEOUT_WHY = " (24.8 days: the kernel's INT_MAX / HZ at HZ=1000; entry times are 32-bit milliseconds)";
 
-/** A connection or persistence timeout: a duration of at most MAX_TIMEOUT seconds. */
-function timeout(v: unknown, path: string, def: number): number {
-  return duration(v, path, def, MAX_TIMEOUT, " (24.8 days: the kernel's INT_MAX / HZ at HZ=1000; entry times are 32-bit milliseconds)");
-}
+/** What a duration may be written as: seconds, or number+unit parts as Go's time.Duration prints them. */
+const DURATION_JSON = (max: number): JsonSchema => ({
+  oneOf: [
+    { type: 'number', minimum: 0, maximum: max },
+    { type: 'string', pattern: '^(\\d+(\\.\\d+)?|(\\d+(\\.\\d+)?(ms|s|m|h|d))+)$' },
+  ],
+});
 
-/** Seconds from a number or a string with a unit. */
-export function duration(v: unknown, path: string, def: number, max = 2678400, why = ''): number {
-  if (v === undefined) return def;
+/** Seconds from a number or a string with a unit ("900", "15m", "1m30s", "500ms"). */
+function seconds(v: unknown, path: string, max: number, why: string): number {
   let secs: number;
   if (typeof v === 'number') secs = v;
   else if (typeof v === 'string') {
@@ -256,7 +58,9 @@ export function duration(v: unknown, path: string, def: number, max = 2678400, w
     else {
       // One or more number+unit parts, as Go's time.Duration prints them ("1m30s", "15m0s").
       const parts = [...t.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h|d)/g)];
-      if (parts.length === 0 || parts.map((x) => x[0]).join('') !== t) fail(path, `must be a duration like 900, "900s", "15m", "1m30s" or "2h", got ${JSON.stringify(v)}`);
+      if (parts.length === 0 || parts.map((x) => x[0]).join('') !== t) {
+        fail(path, `must be a duration like 900, "900s", "15m", "1m30s" or "2h", got ${JSON.stringify(v)}`);
+      }
       secs = parts.reduce((a, x) => a + Number(x[1]) * UNIT[x[2]!]!, 0);
     }
   } else fail(path, 'must be a duration (seconds, or a string with a unit)');
@@ -264,49 +68,167 @@ export function duration(v: unknown, path: string, def: number, max = 2678400, w
   return secs;
 }
 
-function ipv4(v: unknown, path: string): string {
-  const s = str(v, path);
+interface DurationOpts extends LeafOpts<number> {
+  /** Seconds; 31 days unless given. */
+  max?: number;
+  /** The smallest non-zero… the smallest value, with the reason appended to the message. */
+  min?: number;
+  minWhy?: string;
+}
+
+function duration(o: DurationOpts): Schema<number, false> {
+  const max = o.max ?? 2678400;
+  return leaf(
+    DURATION_JSON(max),
+    (v, path) => {
+      const s = seconds(v, path, max, '');
+      if (o.min !== undefined && s < o.min) fail(path, `must be at least ${o.min} s${o.minWhy ?? ''}`);
+      return s;
+    },
+    { ...o, doc: `${o.doc ? `${o.doc}. ` : ''}Seconds, or a string with a unit ("900s", "15m", "1m30s")` },
+  );
+}
+
+/** A connection or persistence timeout: a duration of at most MAX_TIMEOUT seconds. */
+export function timeout(o: LeafOpts<number>): Schema<number, false> {
+  return leaf(DURATION_JSON(MAX_TIMEOUT), (v, path) => seconds(v, path, MAX_TIMEOUT, MAX_TIMEOUT_WHY), {
+    ...o,
+    doc: `${o.doc ? `${o.doc}. ` : ''}Seconds or a string with a unit, at most ${MAX_TIMEOUT} (24.8 days)`,
+  });
+}
+
+function ipv4Of(s: string, path: string): string {
   if (parseIPv4(s) === null) fail(path, `must be an IPv4 address, got ${JSON.stringify(s)}`);
   return s;
 }
 
-function ipv6(v: unknown, path: string): string {
-  const s = str(v, path);
+function ipv6Of(s: string, path: string): string {
   const w = parseIPv6(s);
   if (w === null) fail(path, `must be an IPv6 address, got ${JSON.stringify(s)}`);
   return formatIPv6(w); // one spelling per address (RFC 5952), so keys and listings agree
 }
 
 /** An address of either family; IPv6 in its RFC 5952 form. */
-function ipAddr(v: unknown, path: string): string {
-  const s = str(v, path);
+function ipAddrOf(s: string, path: string): string {
   if (parseIPv4(s) !== null) return s;
-  if (parseIPv6(s) !== null) return ipv6(s, path);
+  if (parseIPv6(s) !== null) return ipv6Of(s, path);
   fail(path, `must be an IPv4 or IPv6 address, got ${JSON.stringify(s)}`);
 }
 
-function forwarding(v: unknown, path: string, def: Forwarding): Forwarding {
-  if (v === undefined) return def;
-  if (v === 'masq' || v === 'fullnat' || v === 'tunnel') return v;
-  if (v === 'route' || v === 'droute' || v === 'direct') {
-    throw new UvsError(
-      'UVS_ERR_CONFIG_UNSUPPORTED',
-      'direct routing needs layer-2 frames, which a TUN device does not carry; use "masq"',
-      path,
-    );
-  }
-  fail(path, `must be "masq", "fullnat" or "tunnel", got ${JSON.stringify(v)}`);
+const ipAddr = (o: LeafOpts<string> = {}) => leaf({ type: 'string', description: 'IPv4 or IPv6 address' }, (v, path) => ipAddrOf(takeStr(v, path), path), o);
+
+const cidr = (msg: string) =>
+  leaf({ type: 'string', description: 'IPv4 or IPv6 CIDR' }, (v, path) => {
+    if (typeof v !== 'string' || !isCidr(v)) fail(path, `${msg}, got ${JSON.stringify(v)}`);
+    return v;
+  });
+
+/** Routing tables 253–255 are the kernel's default, main and local. */
+const notReservedTable = (v: number, path: string) => {
+  if ([253, 254, 255].includes(v)) fail(path, 'must not be 253–255 (the default, main and local tables)');
+};
+
+/** A service's protocol when it names none (also when a raw document is searched by key). */
+export const DEFAULT_PROTOCOL: Protocol = 'tcp';
+export const FORWARDINGS = ['masq', 'fullnat', 'tunnel'] as const;
+export type Forwarding = (typeof FORWARDINGS)[number];
+/** A service's forwarding when it names none: masq (ipvsadm's is direct routing, which a TUN device cannot do). */
+export const DEFAULT_FORWARDING: Forwarding = 'masq';
+/** PROXY protocol towards a real server (lb/proxy-protocol.ts): full-NAT TCP only. */
+export type ProxyProtocol = 'v1' | 'v2';
+
+function forwarding(o: LeafOpts<Forwarding>): Schema<Forwarding, false> {
+  return leaf(
+    { type: 'string', enum: [...FORWARDINGS] },
+    (v, path) => {
+      if ((FORWARDINGS as readonly unknown[]).includes(v)) return v as Forwarding;
+      if (v === 'route' || v === 'droute' || v === 'direct') {
+        throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'direct routing needs layer-2 frames, which a TUN device does not carry; use "masq"', path);
+      }
+      fail(path, `must be "masq", "fullnat" or "tunnel", got ${JSON.stringify(v)}`);
+    },
+    o,
+  );
 }
 
-function fullnatPool(v: unknown): { addresses: string[]; portMin: number; portMax: number } {
-  const f = obj(v, 'dataplane.fullnat', ['addresses', 'portMin', 'portMax']);
-  if (f.addresses !== undefined && !Array.isArray(f.addresses)) fail('dataplane.fullnat.addresses', 'must be a list of IPv4 and/or IPv6 addresses');
-  const addresses = ((f.addresses as unknown[] | undefined) ?? []).map((a, i) => ipAddr(a, `dataplane.fullnat.addresses[${i}]`));
-  const portMin = int(f.portMin, 'dataplane.fullnat.portMin', 1024, 1, 65535);
-  const portMax = int(f.portMax, 'dataplane.fullnat.portMax', 65535, 1, 65535);
-  if (portMax < portMin) fail('dataplane.fullnat.portMax', `must not be below portMin (${portMin})`);
-  return { addresses, portMin, portMax };
+/** 'v1' | 'v2'; 'none' → absent (a real server's way to opt out of its service's default). */
+function proxyProtocol(o: LeafOpts<ProxyProtocol | undefined>): Schema<ProxyProtocol | undefined, true> {
+  const s = leaf<ProxyProtocol | undefined>(
+    { type: 'string', enum: ['v1', 'v2', 'none'] },
+    (v, path) => {
+      if (v === 'v1' || v === 'v2') return v;
+      if (v === 'none') return undefined;
+      fail(path, `must be "v1", "v2" or "none", got ${JSON.stringify(v)}`);
+    },
+    { ...o, default: o.default ?? (() => undefined) },
+  );
+  return { ...s, optional: true };
 }
+
+// ── scopes: the fields a default or a rule reads elsewhere in the document ───────────────────
+function rootOf(s: Scope | null): Scope | null {
+  while (s?.up) s = s.up;
+  return s;
+}
+/** The kube-proxy `ipvs:` section, when the document has one (parsed first). */
+const kubeProxyOf = (s: Scope | null) => rootOf(s)?.out.ipvs as KubeProxyIpvs | undefined;
+const dataplaneOf = (s: Scope | null) => rootOf(s)?.out.dataplane as Out<typeof DATAPLANE>;
+/** The service a real server belongs to (its scope's parent; lists add no level). */
+const serviceOf = (s: Scope | null) => (s?.up?.out ?? {}) as { port?: number; forwarding?: Forwarding; proxyProtocol?: ProxyProtocol };
+
+// ── the schema ───────────────────────────────────────────────────────────────────────────────
+/** kube-proxy's KubeProxyIPVSConfiguration (the `ipvs:` section of a KubeProxyConfiguration). */
+const KUBE_PROXY_IPVS = obj(
+  {
+    scheduler: leaf(
+      { type: 'string' },
+      (v, path) => {
+        if (v === '') return 'rr';
+        const name = takeStr(v, path);
+        if (!getScheduler(name)) fail(path, `unknown scheduler ${JSON.stringify(name)} (available: ${schedulerNames().join(', ')})`);
+        return name;
+      },
+      { default: 'rr', doc: 'The default scheduler of the services ("" = rr, as kube-proxy)' },
+    ),
+    syncPeriod: duration({ default: 30, doc: '→ reload.syncPeriod' }),
+    minSyncPeriod: duration({ default: 0, doc: '→ reload.minInterval' }),
+    excludeCIDRs: list(cidr('must be an IPv4 or IPv6 CIDR'), { msg: 'must be a list of CIDRs', doc: 'Services with VIPs here survive a file reload that omits them' }),
+    strictARP: bool({ default: false, doc: 'No effect: a TUN device answers no ARP' }),
+    // kube-proxy: a timeout of 0 keeps the current value; a non-zero one is `ipvsadm --set`.
+    tcpTimeout: timeout({ default: 0, doc: '→ timeouts.tcp; 0 keeps it' }),
+    tcpFinTimeout: timeout({ default: 0, doc: '→ timeouts.tcpFin; 0 keeps it' }),
+    udpTimeout: timeout({ default: 0, doc: '→ timeouts.udp; 0 keeps it' }),
+  },
+  { doc: "kube-proxy's ipvs: section (KubeProxyIPVSConfiguration), accepted as is" },
+);
+type KubeProxyIpvs = Out<typeof KUBE_PROXY_IPVS>;
+
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1)$/;
+
+const token = () =>
+  opt(leaf({ type: 'string', minLength: 16 }, (v, path) => (typeof v === 'string' && v.length >= 16 ? v : fail(path, 'must be a string of at least 16 characters'))));
+
+/**
+ * An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters),
+ * and with `alwaysToken` (the admin API, which can change everything) on loopback too.
+ */
+function checkListener(address: string, tok: string | undefined, addressPath: string, tokenPath: string, alwaysToken: boolean): void {
+  if (!address) return;
+  const hp = splitHostPort(address);
+  if (!hp || (hp.bracketed && !/^[0-9a-fA-F:]+$/.test(hp.host))) fail(addressPath, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
+  if (alwaysToken && tok === undefined) {
+    fail(tokenPath, `is required with a TCP listener (${address}): any local user or browser page reaches a loopback port; the root-only unix socket needs none`);
+  }
+  if (!LOOPBACK.test(hp.host) && tok === undefined) {
+    fail(tokenPath, `is required when listening beyond loopback (${address}): anything reachable from the network needs a bearer token`);
+  }
+}
+
+const listener = (defAddress: string, doc: string) =>
+  obj(
+    { address: str({ empty: true, default: defAddress, doc: "host:port ('' = off)" }), token: token() },
+    { doc, check: (l, path) => checkListener(l.address, l.token, `${path}.address`, `${path}.token`, false) },
+  );
 
 /**
  * dataplane.generatedLimit, with the kernel's defaults: one answer per source per
@@ -315,298 +237,136 @@ function fullnatPool(v: unknown): { addresses: string[]; portMin: number; portMa
  * unreachable but not echo replies or fragmentation needed (PMTU discovery is never limited) —
  * plus RSTs, which the kernel does not limit but uvs sends to whatever source a packet names.
  */
-function generatedLimit(v: unknown): GeneratedLimitConfig {
-  const p = 'dataplane.generatedLimit';
-  const g = obj(v, p, ['perSourceInterval', 'perSourceBurst', 'perSecond', 'burst', 'kinds']);
-  if (g.kinds !== undefined && !Array.isArray(g.kinds)) fail(`${p}.kinds`, `must be a list of ${GEN_KIND_NAMES.join(', ')}`);
-  const kinds = ((g.kinds as unknown[] | undefined) ?? ['reset', 'unreachable']).map((k, i) => {
-    if (typeof k !== 'string' || !(GEN_KIND_NAMES as readonly string[]).includes(k)) fail(`${p}.kinds[${i}]`, `must be one of ${GEN_KIND_NAMES.join(', ')}, got ${JSON.stringify(k)}`);
-    return k;
-  });
-  return {
-    perSourceInterval: duration(g.perSourceInterval, `${p}.perSourceInterval`, 1, 60),
-    perSourceBurst: int(g.perSourceBurst, `${p}.perSourceBurst`, 6, 1, 1000),
-    perSecond: int(g.perSecond, `${p}.perSecond`, 1000, 0, 10_000_000),
-    burst: int(g.burst, `${p}.burst`, 50, 1, 10_000_000),
-    kinds: [...new Set(kinds)],
-  };
+const GENERATED_LIMIT = obj(
+  {
+    perSourceInterval: duration({ default: 1, max: 60, doc: 'One answer per source per this (net.ipv4.icmp_ratelimit); 0 = no per-source limit' }),
+    perSourceBurst: int({ default: 6, min: 1, max: 1000, doc: "Per-source burst (the kernel's XRLIM_BURST_FACTOR)" }),
+    perSecond: int({ default: 1000, min: 0, max: 10_000_000, doc: "The node's answers per second (icmp_msgs_per_sec); 0 = no global limit" }),
+    burst: int({ default: 50, min: 1, max: 10_000_000, doc: 'Global burst (icmp_msgs_burst)' }),
+    kinds: map(
+      list(oneOf(GEN_KIND_NAMES, { strict: true, msg: (k) => `must be one of ${GEN_KIND_NAMES.join(', ')}, got ${JSON.stringify(k)}` }), {
+        msg: `must be a list of ${GEN_KIND_NAMES.join(', ')}`,
+        default: ['reset', 'unreachable'],
+        doc: 'The kinds limited (icmp_ratemask)',
+      }),
+      (kinds) => [...new Set(kinds)],
+    ),
+  },
+  { doc: 'Limits on the packets uvs generates (docs/generated-packets.md)' },
+);
+export type GeneratedLimitConfig = Out<typeof GENERATED_LIMIT>;
+
+const DATAPLANE = obj({
+  device: str({
+    default: 'uvs0',
+    doc: 'TUN device uvsd creates',
+    check: (v, path) => /^[a-zA-Z0-9_.-]{1,15}$/.test(v) || fail(path, 'must be 1–15 characters of letters, digits, _ . -'),
+  }),
+  vipCidrs: list(cidr('must be an IPv4 or IPv6 CIDR like 10.0.0.0/24 or fd00:10::/64'), {
+    nonEmpty: true,
+    msg: 'must be a non-empty list of IPv4 or IPv6 CIDRs',
+    doc: 'VIP ranges routed to the device',
+  }),
+  workers: int({ default: () => availableParallelism(), min: 1, max: 64, doc: 'Dataplane threads = TUN queues; default: the number of CPUs' }),
+  // 144 B an entry: 128 of entry words, 12 of chain heads and bucket lock, 4 of per-source
+  // counter (conntrack/layout.ts tableBytes) → 9 MiB at the default.
+  tableSize: int({
+    default: 65536,
+    min: 16,
+    max: 1 << 26,
+    doc: 'Connection table capacity, a power of two',
+    check: (v, path) => (v & (v - 1)) === 0 || fail(path, `must be a power of two, got ${v}`),
+  }),
+  maxRealServers: int({ default: 4096, min: 1, max: 1 << 20 }),
+  maxServices: int({ default: 1024, min: 1, max: 1 << 16 }),
+  mtu: int({ default: 1500, min: 576, max: 9000 }),
+  routeTable: int({ default: 4711, min: 1, max: 0x7fffffff, doc: 'Policy-routing table for masq replies; any unused id', check: notReservedTable }),
+  rulePriority: int({ default: 4711, min: 2, max: 32765 }),
+  batch: int({ default: 64, min: 1, max: 1024, doc: 'Packets per read; amortises poll() and the JS↔C crossing' }),
+  offload: bool({ default: true, doc: 'Kernel offloads on the device (virtio header, checksum + TSO: 64 KB super-packets)' }),
+  io: oneOf(['auto', 'io_uring', 'poll'], {
+    default: 'auto',
+    strict: true,
+    msg: (v) => `must be auto, io_uring or poll, got ${JSON.stringify(v)}`,
+    doc: 'Worker I/O: io_uring (one io_uring_enter per batch), poll (poll + read + write), or auto (io_uring where the kernel allows it)',
+  }),
+  answerPing: bool({ default: true, doc: 'Answer ICMP echo requests sent to a VIP' }),
+  expireQuiescentTemplate: bool({ default: false, doc: "Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it)" }),
+  fullnat: obj(
+    {
+      addresses: list(ipAddr(), { msg: 'must be a list of IPv4 and/or IPv6 addresses' }),
+      portMin: int({ default: 1024, min: 1, max: 65535 }),
+      portMax: int({ default: 65535, min: 1, max: 65535 }),
+    },
+    {
+      doc: 'Full-NAT source addresses (routed to the device) and the port range allocated on them',
+      check: (f, path) => f.portMax >= f.portMin || fail(`${path}.portMax`, `must not be below portMin (${f.portMin})`),
+    },
+  ),
+  tunnelSource: leaf({ type: 'string' }, (v, path) => ipv4Of(takeStr(v, path), path), {
+    default: '',
+    doc: 'Outer source address of IPIP-tunnelled packets (an address of this node the real servers reach)',
+  }),
+  tunnelSource6: leaf({ type: 'string' }, (v, path) => ipv6Of(takeStr(v, path), path), { default: '', doc: 'The same for ip6ip6-tunnelled IPv6 services' }),
+  generatedLimit: GENERATED_LIMIT,
+  announceTable: int({
+    default: 0,
+    min: 0,
+    max: 0x7fffffff,
+    doc: 'Kernel table where uvsd keeps the VIP ranges while it wants traffic (a BGP speaker announces them); 0 = none',
+    check: (v, path, s) => {
+      notReservedTable(v, path);
+      const routeTable = s!.out.routeTable as number;
+      if (v !== 0 && v === routeTable) fail(path, `must differ from dataplane.routeTable (${routeTable}), which holds the masq reply routes`);
+    },
+  }),
+});
+
+/** Seconds per state name, each absent one left to the defaults (`defaults`, or none). */
+function stateTimeouts(names: readonly string[], defaults: readonly number[] | null, doc: string) {
+  const fields: Record<string, Schema<number | undefined>> = {};
+  names.forEach((n, i) => (fields[n] = defaults ? timeout({ default: defaults[i]! }) : opt(timeout({}))));
+  return obj(fields, { doc });
 }
 
-const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1)$/;
+/** ipvs: tcpTimeout… and timeouts.tcp… name one setting each. */
+const KUBE_PROXY_TIMEOUTS = [
+  ['tcpTimeout', 'tcp'],
+  ['tcpFinTimeout', 'tcpFin'],
+  ['udpTimeout', 'udp'],
+] as const;
+const kubeProxyTimeout = (s: Scope | null, k: (typeof KUBE_PROXY_TIMEOUTS)[number][0]) => kubeProxyOf(s)?.[k] || undefined;
 
-/**
- * An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters),
- * and with `alwaysToken` (the admin API, which can change everything) on loopback too.
- */
-function listener(v: unknown, path: string, defAddress: string, alwaysToken = false): { address: string; token?: string } {
-  const o = obj(v, path, ['address', 'token']);
-  const address = o.address === '' ? '' : str(o.address, `${path}.address`, defAddress);
-  if (address) {
-    const hp = splitHostPort(address);
-    if (!hp || (hp.bracketed && !/^[0-9a-fA-F:]+$/.test(hp.host))) fail(`${path}.address`, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
-    if (alwaysToken && o.token === undefined) {
-      fail(`${path}.token`, `is required with a TCP listener (${address}): any local user or browser page reaches a loopback port; the root-only unix socket needs none`);
-    }
-    if (!LOOPBACK.test(hp.host) && o.token === undefined) {
-      fail(`${path}.token`, `is required when listening beyond loopback (${address}): anything reachable from the network needs a bearer token`);
-    }
-  }
-  if (o.token !== undefined && (typeof o.token !== 'string' || o.token.length < 16)) fail(`${path}.token`, 'must be a string of at least 16 characters');
-  return o.token === undefined ? { address } : { address, token: o.token as string };
-}
+const TIMEOUTS = map(
+  obj(
+    {
+      tcp: timeout({ default: (s) => kubeProxyTimeout(s, 'tcpTimeout') ?? TCP_DEFAULT_TIMEOUTS[TCP_ESTABLISHED]!, doc: 'ESTABLISHED (ipvsadm --set tcp)' }),
+      tcpFin: timeout({ default: (s) => kubeProxyTimeout(s, 'tcpFinTimeout') ?? TCP_DEFAULT_TIMEOUTS[TCP_FIN_WAIT]!, doc: 'FIN_WAIT (ipvsadm --set tcpfin)' }),
+      udp: timeout({ default: (s) => kubeProxyTimeout(s, 'udpTimeout') ?? UDP_DEFAULT_TIMEOUT, doc: 'ipvsadm --set udp' }),
+      tcpStates: stateTimeouts(TCP_STATE_NAMES, null, "Any other TCP state by name; absent = the kernel's"),
+      // SCTP: the kernel's per-state timeouts (its ipvsadm --set has no SCTP field); any may be changed.
+      sctp: stateTimeouts(SCTP_STATE_KEYS, SCTP_DEFAULT_TIMEOUTS, "Seconds per SCTP state (conntrack/sctp-state.ts); absent = the kernel's"),
+      sweepInterval: duration({ default: 1, max: 60, min: 0.05, doc: 'Sweeper period' }),
+    },
+    {
+      check: (_t, _path, s, raw) => {
+        for (const [k, u] of KUBE_PROXY_TIMEOUTS) {
+          if (kubeProxyTimeout(s, k) !== undefined && raw[u] !== undefined) fail(`ipvs.${k}`, `conflicts with timeouts.${u}: set one of them`);
+        }
+      },
+    },
+  ),
+  (t) => {
+    const tcp: Record<string, number> = {};
+    TCP_STATE_NAMES.forEach((n, i) => (tcp[n] = TCP_DEFAULT_TIMEOUTS[i]!));
+    Object.assign(tcp, { ESTABLISHED: t.tcp, FIN_WAIT: t.tcpFin }, t.tcpStates);
+    return { tcp, udp: t.udp, sctp: t.sctp as Record<string, number>, sweepInterval: t.sweepInterval };
+  },
+);
 
-// ── the validator ────────────────────────────────────────────────────────────────────────────
-/** Validates a parsed YAML document and fills defaults. Throws UvsError naming the field. */
-export function validateConfig(doc: unknown): UvsConfig {
-  const root = obj(doc, '', ['dataplane', 'timeouts', 'gracefulTermination', 'defense', 'api', 'metrics', 'healthz', 'reload', 'ipvs', 'redis', 'stateFile', 'log', 'services']);
-  // kube-proxy's KubeProxyIPVSConfiguration (the `ipvs:` section of a KubeProxyConfiguration).
-  const kp = root.ipvs === undefined ? null : obj(root.ipvs, 'ipvs', ['scheduler', 'syncPeriod', 'minSyncPeriod', 'excludeCIDRs', 'strictARP', 'tcpTimeout', 'tcpFinTimeout', 'udpTimeout']);
-  const dp = obj(root.dataplane, 'dataplane', [
-    'device',
-    'vipCidrs',
-    'workers',
-    'tableSize',
-    'maxRealServers',
-    'maxServices',
-    'mtu',
-    'routeTable',
-    'rulePriority',
-    'batch',
-    'offload',
-    'io',
-    'answerPing',
-    'expireQuiescentTemplate',
-    'fullnat',
-    'tunnelSource',
-    'tunnelSource6',
-    'generatedLimit',
-    'announceTable',
-  ]);
-  const device = str(dp.device, 'dataplane.device', DEFAULTS.device);
-  if (!/^[a-zA-Z0-9_.-]{1,15}$/.test(device)) fail('dataplane.device', 'must be 1–15 characters of letters, digits, _ . -');
-  if (!Array.isArray(dp.vipCidrs) || dp.vipCidrs.length === 0) fail('dataplane.vipCidrs', 'must be a non-empty list of IPv4 or IPv6 CIDRs');
-  const vipCidrs = dp.vipCidrs.map((c, i) => {
-    const p = `dataplane.vipCidrs[${i}]`;
-    if (typeof c !== 'string' || !isCidr(c)) fail(p, `must be an IPv4 or IPv6 CIDR like 10.0.0.0/24 or fd00:10::/64, got ${JSON.stringify(c)}`);
-    return c;
-  });
-  const tableSize = int(dp.tableSize, 'dataplane.tableSize', DEFAULTS.tableSize, 16, 1 << 26);
-  if ((tableSize & (tableSize - 1)) !== 0) fail('dataplane.tableSize', `must be a power of two, got ${tableSize}`);
-  if ([253, 254, 255].includes(dp.routeTable as number)) fail('dataplane.routeTable', 'must not be 253–255 (the default, main and local tables)');
-  const dataplane = {
-    device,
-    vipCidrs,
-    workers: int(dp.workers, 'dataplane.workers', availableParallelism(), 1, 64),
-    tableSize,
-    maxRealServers: int(dp.maxRealServers, 'dataplane.maxRealServers', DEFAULTS.maxRealServers, 1, 1 << 20),
-    maxServices: int(dp.maxServices, 'dataplane.maxServices', DEFAULTS.maxServices, 1, 1 << 16),
-    mtu: int(dp.mtu, 'dataplane.mtu', DEFAULTS.mtu, 576, 9000),
-    routeTable: int(dp.routeTable, 'dataplane.routeTable', DEFAULTS.routeTable, 1, 0x7fffffff),
-    rulePriority: int(dp.rulePriority, 'dataplane.rulePriority', DEFAULTS.rulePriority, 2, 32765),
-    batch: int(dp.batch, 'dataplane.batch', DEFAULTS.batch, 1, 1024),
-    offload: bool(dp.offload, 'dataplane.offload', true),
-    io: ioMode(dp.io),
-    answerPing: bool(dp.answerPing, 'dataplane.answerPing', true),
-    expireQuiescentTemplate: bool(dp.expireQuiescentTemplate, 'dataplane.expireQuiescentTemplate', false),
-    fullnat: fullnatPool(dp.fullnat),
-    tunnelSource: dp.tunnelSource === undefined ? '' : ipv4(dp.tunnelSource, 'dataplane.tunnelSource'),
-    tunnelSource6: dp.tunnelSource6 === undefined ? '' : ipv6(dp.tunnelSource6, 'dataplane.tunnelSource6'),
-    generatedLimit: generatedLimit(dp.generatedLimit),
-    announceTable: int(dp.announceTable, 'dataplane.announceTable', 0, 0, 0x7fffffff),
-  };
-  if ([253, 254, 255].includes(dataplane.announceTable)) fail('dataplane.announceTable', 'must not be 253–255 (the default, main and local tables)');
-  if (dataplane.announceTable !== 0 && dataplane.announceTable === dataplane.routeTable) fail('dataplane.announceTable', `must differ from dataplane.routeTable (${dataplane.routeTable}), which holds the masq reply routes`);
-
-  const to = { ...obj(root.timeouts, 'timeouts', ['tcp', 'tcpFin', 'udp', 'tcpStates', 'sctp', 'sweepInterval']) }; // a copy: validation never changes the document
-  if (kp) {
-    // kube-proxy: a timeout of 0 keeps the current value; a non-zero one is `ipvsadm --set`.
-    const pairs = [['tcpTimeout', 'tcp'], ['tcpFinTimeout', 'tcpFin'], ['udpTimeout', 'udp']] as const;
-    for (const [k, u] of pairs) {
-      const secs = timeout(kp[k], `ipvs.${k}`, 0);
-      if (secs > 0 && to[u] !== undefined) fail(`ipvs.${k}`, `conflicts with timeouts.${u}: set one of them`);
-      if (secs > 0) to[u] = secs;
-    }
-  }
-  const tcp: Record<string, number> = {};
-  TCP_STATE_NAMES.forEach((n, i) => (tcp[n] = TCP_DEFAULT_TIMEOUTS[i]!));
-  tcp.ESTABLISHED = timeout(to.tcp, 'timeouts.tcp', tcp.ESTABLISHED!);
-  tcp.FIN_WAIT = timeout(to.tcpFin, 'timeouts.tcpFin', tcp.FIN_WAIT!);
-  const states = obj(to.tcpStates, 'timeouts.tcpStates', [...TCP_STATE_NAMES]);
-  for (const [k, v] of Object.entries(states)) tcp[k] = timeout(v, `timeouts.tcpStates.${k}`, tcp[k]!);
-  // SCTP: the kernel's per-state timeouts (its ipvsadm --set has no SCTP field); any may be changed.
-  const sctp: Record<string, number> = {};
-  SCTP_STATE_KEYS.forEach((n, i) => (sctp[n] = SCTP_DEFAULT_TIMEOUTS[i]!));
-  for (const [k, v] of Object.entries(obj(to.sctp, 'timeouts.sctp', [...SCTP_STATE_KEYS]))) sctp[k] = timeout(v, `timeouts.sctp.${k}`, sctp[k]!);
-  const timeouts = {
-    tcp,
-    udp: timeout(to.udp, 'timeouts.udp', UDP_DEFAULT_TIMEOUT),
-    sctp,
-    sweepInterval: duration(to.sweepInterval, 'timeouts.sweepInterval', DEFAULTS.sweepInterval, 60),
-  };
-  if (timeouts.sweepInterval < 0.05) fail('timeouts.sweepInterval', 'must be at least 0.05 s');
-
-  const gt = obj(root.gracefulTermination, 'gracefulTermination', ['checkInterval', 'maxDrainTime', 'expireNodestConn']);
-  const gracefulTermination = {
-    checkInterval: duration(gt.checkInterval, 'gracefulTermination.checkInterval', 60, 86400),
-    maxDrainTime: duration(gt.maxDrainTime, 'gracefulTermination.maxDrainTime', 0),
-    expireNodestConn: bool(gt.expireNodestConn, 'gracefulTermination.expireNodestConn', true),
-  };
-  if (gracefulTermination.checkInterval < 0.1) fail('gracefulTermination.checkInterval', 'must be at least 0.1 s');
-  const api = obj(root.api, 'api', ['socket', 'listen', 'token']);
-  const apiTcp = listener({ address: api.listen ?? '', ...(api.token !== undefined ? { token: api.token } : {}) }, 'api', '', true);
-  const metrics = listener(root.metrics, 'metrics', '127.0.0.1:10249');
-  const healthz = listener(root.healthz, 'healthz', '127.0.0.1:10256');
-  const log = obj(root.log, 'log', ['level', 'pretty']);
-  const level = str(log.level, 'log.level', 'info');
-  const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-  if (!(levels as readonly string[]).includes(level)) fail('log.level', `must be one of ${levels.join(', ')}`);
-
-  const rl = obj(root.reload, 'reload', ['watch', 'syncPeriod', 'minInterval']);
-  const reload = {
-    watch: bool(rl.watch, 'reload.watch', true),
-    syncPeriod: duration(rl.syncPeriod, 'reload.syncPeriod', kp ? duration(kp.syncPeriod, 'ipvs.syncPeriod', 30) : 0),
-    minInterval: duration(rl.minInterval, 'reload.minInterval', kp ? duration(kp.minSyncPeriod, 'ipvs.minSyncPeriod', 0) : 0),
-  };
-  let kubeProxy: UvsConfig['kubeProxy'] = null;
-  let defaultScheduler = 'wlc'; // ipvsadm's default
-  if (kp) {
-    defaultScheduler = kp.scheduler === undefined || kp.scheduler === '' ? 'rr' : str(kp.scheduler, 'ipvs.scheduler'); // kube-proxy's default
-    if (!getScheduler(defaultScheduler)) fail('ipvs.scheduler', `unknown scheduler ${JSON.stringify(defaultScheduler)} (available: ${schedulerNames().join(', ')})`);
-    if (kp.excludeCIDRs !== undefined && !Array.isArray(kp.excludeCIDRs)) fail('ipvs.excludeCIDRs', 'must be a list of CIDRs');
-    const excludeCIDRs = ((kp.excludeCIDRs as unknown[] | undefined) ?? []).map((c, i) => {
-      if (typeof c !== 'string' || !isCidr(c)) fail(`ipvs.excludeCIDRs[${i}]`, `must be an IPv4 or IPv6 CIDR, got ${JSON.stringify(c)}`);
-      return c;
-    });
-    kubeProxy = { excludeCIDRs, strictARP: bool(kp.strictARP, 'ipvs.strictARP', false) };
-  }
-
-  if (root.services !== undefined && !Array.isArray(root.services)) fail('services', 'must be a list');
-  const services = ((root.services as unknown[] | undefined) ?? []).map((s, i) => validateService(s, `services[${i}]`, defaultScheduler));
-  const seen = new Map<string, string>();
-  services.forEach((s, i) => {
-    const key = `${s.protocol} ${s.address}:${s.port}`;
-    if (seen.has(key)) fail(`services[${i}]`, `duplicates ${seen.get(key)} (${key})`);
-    seen.set(key, `services[${i}]`);
-    const v6 = s.address.includes(':');
-    if ((s.forwarding === 'tunnel' || s.realServers.some((r) => r.forwarding === 'tunnel')) && !(v6 ? dataplane.tunnelSource6 : dataplane.tunnelSource)) {
-      fail(`services[${i}].forwarding`, `tunnel needs dataplane.${v6 ? 'tunnelSource6' : 'tunnelSource'} (the outer source address the real servers see)`);
-    }
-    if ((s.forwarding === 'fullnat' || s.realServers.some((r) => r.forwarding === 'fullnat')) && !dataplane.fullnat.addresses.some((a) => a.includes(':') === v6)) {
-      fail(`services[${i}].forwarding`, `fullnat needs ${v6 ? 'an IPv6' : 'an IPv4'} address in dataplane.fullnat.addresses (the source addresses real servers answer to)`);
-    }
-    if (!inAnyCidr(s.address, vipCidrs)) fail(`services[${i}].address`, `${s.address} is not inside dataplane.vipCidrs (${vipCidrs.join(', ')})`);
-  });
-  if (services.length > dataplane.maxServices) fail('services', `more than dataplane.maxServices (${dataplane.maxServices})`);
-
-  return {
-    dataplane,
-    timeouts,
-    gracefulTermination,
-    api: { socket: str(api.socket, 'api.socket', DEFAULTS.socket), listen: apiTcp.address, ...(apiTcp.token !== undefined ? { token: apiTcp.token } : {}) },
-    metrics,
-    healthz,
-    reload,
-    kubeProxy,
-    defense: defenseConfig(root.defense, tableSize),
-    redis: root.redis === undefined || root.redis === null ? null : redisConfig(root.redis),
-    stateFile: root.stateFile === '' ? '' : str(root.stateFile, 'stateFile', DEFAULTS.stateFile),
-    log: { level: level as UvsConfig['log']['level'], pretty: bool(log.pretty, 'log.pretty', false) },
-    services,
-  };
-}
-
-export function validateService(v: unknown, path: string, defaultScheduler = 'wlc'): ServiceConfig {
-  const s = obj(v, path, [
-    'name',
-    'protocol',
-    'address',
-    'port',
-    'scheduler',
-    'schedFlags',
-    'persistence',
-    'netmask',
-    'forwarding',
-    'realServers',
-    'maxDrainTime',
-    'mhTableSize',
-    'healthCheck',
-    'slowStart',
-    'proxyProtocol',
-  ]);
-  if (!isObj(v)) fail(path, 'must be a mapping');
-  const protocol = str(s.protocol, `${path}.protocol`, 'tcp');
-  if (!isProtocol(protocol)) fail(`${path}.protocol`, `must be tcp, udp or sctp, got ${JSON.stringify(protocol)}`);
-  const address = ipAddr(s.address, `${path}.address`);
-  const v6 = address.includes(':');
-  const port = int(s.port, `${path}.port`, undefined, 1, 65535);
-  const scheduler = str(s.scheduler, `${path}.scheduler`, defaultScheduler);
-  if (!getScheduler(scheduler)) fail(`${path}.scheduler`, `unknown scheduler ${JSON.stringify(scheduler)} (available: ${schedulerNames().join(', ')})`);
-  const flags = s.schedFlags === undefined ? [] : s.schedFlags;
-  if (!Array.isArray(flags)) fail(`${path}.schedFlags`, 'must be a list');
-  const schedFlags = flags.map((f, i) => {
-    if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f)) fail(`${path}.schedFlags[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}`);
-    if (f.startsWith('sh-') && scheduler !== 'sh') fail(`${path}.schedFlags[${i}]`, `${f} needs scheduler sh`);
-    if (f.startsWith('mh-') && scheduler !== 'mh') fail(`${path}.schedFlags[${i}]`, `${f} needs scheduler mh`);
-    return f;
-  });
-  // ipvsadm -p [timeout]: a bare flag (true) means 360 s (IPVS_SVC_PERSISTENT_TIMEOUT); ipvsadm takes
-  // 1..2678400, uvs 1..MAX_TIMEOUT (templates live in the same 32-bit millisecond table).
-  let persistence = 0;
-  if (s.persistence === true) persistence = 360;
-  else if (s.persistence !== undefined && s.persistence !== false && s.persistence !== 0) {
-    persistence = timeout(s.persistence, `${path}.persistence`, 0);
-    if (persistence < 1) fail(`${path}.persistence`, 'must be at least 1 second (or false/0 for none)');
-  }
-  let netmask: string;
-  if (v6) {
-    // ipvsadm -M for an IPv6 service is a prefix length.
-    netmask = s.netmask === undefined ? '128' : String(s.netmask);
-    if (!/^\d{1,3}$/.test(netmask) || Number(netmask) < 1 || Number(netmask) > 128) fail(`${path}.netmask`, `must be a prefix length from 1 to 128 for an IPv6 service, got ${JSON.stringify(s.netmask)}`);
-  } else {
-    netmask = s.netmask === undefined ? '255.255.255.255' : str(s.netmask, `${path}.netmask`);
-    const nm = parseIPv4(netmask);
-    if (nm === null || maskBits(nm) === null) fail(`${path}.netmask`, `must be a contiguous IPv4 netmask like 255.255.255.0, got ${JSON.stringify(netmask)}`);
-  }
-  const fwd = forwarding(s.forwarding, `${path}.forwarding`, 'masq');
-  const pp = proxyProtocol(s.proxyProtocol, `${path}.proxyProtocol`, undefined);
-  if (s.realServers !== undefined && !Array.isArray(s.realServers)) fail(`${path}.realServers`, 'must be a list');
-  const realServers = ((s.realServers as unknown[] | undefined) ?? []).map((r, j) => validateRealServer(r, `${path}.realServers[${j}]`, port, fwd, pp));
-  realServers.forEach((r, j) => {
-    if (r.proxyProtocol === undefined) return;
-    // The header goes into the TCP stream with every sequence number behind it shifted, which
-    // needs both directions through uvs and a server that does not see the client (full-NAT).
-    // masq: the server already sees the client's own address; tunnel: its replies bypass uvs.
-    const own = isObj((s.realServers as unknown[])[j]) && ((s.realServers as Record<string, unknown>[])[j]!.proxyProtocol !== undefined);
-    const where = own ? `${path}.realServers[${j}].proxyProtocol` : `${path}.proxyProtocol`;
-    if (protocol !== 'tcp') fail(where, `PROXY protocol is for TCP services (this one is ${protocol})`);
-    if (r.forwarding !== 'fullnat') {
-      fail(where, `needs forwarding fullnat, real server ${hostPort(r.address, r.port)} uses ${r.forwarding}: ${r.forwarding === 'masq' ? 'it already sees the client\'s address' : 'its replies do not pass uvs, so their acknowledgements cannot be shifted'}${own ? '' : ' (give it proxyProtocol: none)'}`);
-    }
-  });
-  realServers.forEach((r, j) => {
-    // IPVS allows another family only for tunnelled servers; uvs tunnels within one family.
-    if (r.address.includes(':') !== v6) fail(`${path}.realServers[${j}].address`, `${r.address} is not of the service's address family (${v6 ? 'IPv6' : 'IPv4'})`);
-  });
-  const seen = new Set<string>();
-  realServers.forEach((r, j) => {
-    const k = `${r.address}:${r.port}`;
-    if (seen.has(k)) fail(`${path}.realServers[${j}]`, `${k} is listed twice`);
-    seen.add(k);
-  });
-  const name = s.name === undefined ? `${protocol}/${hostPort(address, port)}` : str(s.name, `${path}.name`);
-  const out: ServiceConfig = { name, protocol, address, port, scheduler, schedFlags, forwarding: fwd, realServers, persistence, netmask };
-  if (pp !== undefined) out.proxyProtocol = pp;
-  if (s.healthCheck !== undefined) out.healthCheck = healthCheck(s.healthCheck, `${path}.healthCheck`);
-  if (s.maxDrainTime !== undefined) out.maxDrainTime = duration(s.maxDrainTime, `${path}.maxDrainTime`, 0);
-  if (s.slowStart !== undefined) out.slowStart = duration(s.slowStart, `${path}.slowStart`, 0, 3600);
-  if (s.mhTableSize !== undefined) {
-    const primes = MH_PRIMES;
-    if (scheduler !== 'mh') fail(`${path}.mhTableSize`, 'applies only to scheduler mh');
-    out.mhTableSize = int(s.mhTableSize, `${path}.mhTableSize`, undefined, 1, 131071);
-    if (!primes.includes(out.mhTableSize)) fail(`${path}.mhTableSize`, `must be one of the kernel's sizes ${primes.join(', ')}`);
-  }
-  return out;
-}
+/** Mode of an overload defense: 0 off, 1–2 automatic, 3 always (the kernel's sysctls). */
+const mode = (def: number, doc: string) => int({ default: def, min: 0, max: 3, doc });
+const tableSizeOf = (s: Scope | null) => dataplaneOf(s).tableSize;
 
 /**
  * `defense:` — the kernel's sysctls (modes 0 off, 1–2 automatic, 3 always) with the trigger in
@@ -614,79 +374,84 @@ export function validateService(v: unknown, path: string, defaultScheduler = 'wl
  * where the kernel ships them off: a fixed-size table fills under a SYN flood long before a node
  * runs out of memory, and the automatic modes act only then.
  */
-function defenseConfig(v: unknown, tableSize: number): DefenseSettings {
-  const p = 'defense';
-  const d = obj(v, p, ['amemthresh', 'amDroprate', 'dropEntry', 'dropPacket', 'secureTcp', 'secureTcpTimeout', 'halfOpenPerSource', 'maxHalfOpenPerSource', 'holdTime']);
-  const mode = (k: string, def: number) => int(d[k], `${p}.${k}`, def, 0, 3);
-  const out: DefenseSettings = {
-    amemthresh: int(d.amemthresh, `${p}.amemthresh`, tableSize >>> 4, 0, tableSize),
-    amDroprate: int(d.amDroprate, `${p}.amDroprate`, 10, 1, 1_000_000),
-    dropEntry: mode('dropEntry', 1),
-    dropPacket: mode('dropPacket', 0),
-    secureTcp: mode('secureTcp', 1),
-    secureTcpTimeout: duration(d.secureTcpTimeout, `${p}.secureTcpTimeout`, 10, 3600),
-    halfOpenPerSource: mode('halfOpenPerSource', 1),
-    maxHalfOpenPerSource: int(d.maxHalfOpenPerSource, `${p}.maxHalfOpenPerSource`, Math.min(256, tableSize), 1, tableSize),
-    holdTime: duration(d.holdTime, `${p}.holdTime`, 60, 3600),
-  };
-  if (out.secureTcpTimeout < 1) fail(`${p}.secureTcpTimeout`, 'must be at least 1 s (a handshake needs a round trip and a retransmitted SYN)');
-  return out;
-}
+const DEFENSE: Schema<DefenseSettings, false> = obj(
+  {
+    amemthresh: int({
+      default: (s) => tableSizeOf(s) >>> 4,
+      min: 0,
+      max: tableSizeOf,
+      doc: 'Free table entries below which the automatic defenses act; default tableSize / 16, at most tableSize',
+    }),
+    amDroprate: int({ default: 10, min: 1, max: 1_000_000, doc: "drop_packet's rate in mode 3 (1 of every this many new flows)" }),
+    dropEntry: mode(1, 'Randomly drop half-open entries (kernel default 0)'),
+    dropPacket: mode(0, 'Refuse a share of new flows'),
+    secureTcp: mode(1, 'tcp_states_dos and short half-open timers (kernel default 0)'),
+    secureTcpTimeout: duration({
+      default: 10,
+      max: 3600,
+      min: 1,
+      minWhy: ' (a handshake needs a round trip and a retransmitted SYN)',
+      doc: 'The half-open TCP timeout while secure_tcp acts',
+    }),
+    halfOpenPerSource: mode(1, 'Limit the half-open entries of one source (IPv4 address, IPv6 /64)'),
+    maxHalfOpenPerSource: int({ default: (s) => Math.min(256, tableSizeOf(s)), min: 1, max: tableSizeOf, doc: 'Default 256, at most tableSize' }),
+    holdTime: duration({ default: 60, max: 3600, doc: 'Automatic defenses stay on this long after the last shortage (0 = as the kernel)' }),
+  },
+  { doc: "Overload defenses (conntrack/defense.ts, docs/defense.md): the kernel's /proc/sys/net/ipv4/vs ones" },
+);
 
-function hostPorts(v: unknown, path: string): { host: string; port: number }[] {
-  if (!Array.isArray(v) || v.length === 0) fail(path, 'must be a non-empty list of {host, port}');
-  return v.map((x, i) => {
-    const o = obj(x, `${path}[${i}]`, ['host', 'port']);
-    return { host: str(o.host, `${path}[${i}].host`), port: int(o.port, `${path}[${i}].port`, 6379, 1, 65535) };
-  });
-}
+const hostPorts = () =>
+  opt(
+    list(obj({ host: str(), port: int({ default: 6379, min: 1, max: 65535 }) }), {
+      nonEmpty: true,
+      msg: 'must be a non-empty list of {host, port}',
+    }),
+  );
 
-/** What a node believes of Redis and how much of it (conntrack/redis-record.ts, redis-sync.ts). */
-const REDIS_LIMITS = ['recordKey', 'maxShadowShare', 'maxNodes', 'maxLookups', 'commandTimeout'];
-function redisLimits(r: Obj): Pick<RedisConfig, 'recordKey' | 'maxShadowShare' | 'maxNodes' | 'maxLookups' | 'commandTimeout'> {
-  const share = r.maxShadowShare ?? 0.5;
-  if (typeof share !== 'number' || !(share > 0 && share <= 1)) fail('redis.maxShadowShare', `must be a number above 0 and at most 1, got ${JSON.stringify(share)}`);
-  const commandTimeout = duration(r.commandTimeout, 'redis.commandTimeout', 1, 60);
-  if (commandTimeout < 0.01) fail('redis.commandTimeout', 'must be at least 0.01 s');
-  const out = {
-    maxShadowShare: share,
-    maxNodes: int(r.maxNodes, 'redis.maxNodes', 64, 1, 10_000),
-    maxLookups: int(r.maxLookups, 'redis.maxLookups', 1024, 1, 1_000_000),
-    commandTimeout,
-  };
-  if (r.recordKey === undefined) return out;
-  // 16 characters: 128 bits if random hex or base64 is used, the MAC's own strength.
-  const recordKey = str(r.recordKey, 'redis.recordKey');
-  if (recordKey.length < 16) fail('redis.recordKey', `must be at least 16 characters, got ${recordKey.length}`);
-  return { ...out, recordKey };
-}
-
-function redisConfig(v: unknown): RedisConfig {
-  const r = obj(v, 'redis', ['url', 'sentinels', 'name', 'cluster', 'password', 'keyPrefix', 'nodeId', 'parkTimeout', 'countsInterval', 'maxQueue', ...REDIS_LIMITS]);
-  const modes = ['url', 'sentinels', 'cluster'].filter((k) => r[k] !== undefined);
-  if (modes.length !== 1) fail('redis', `needs exactly one of url, sentinels (with name) or cluster; got ${modes.length ? modes.join(', ') : 'none'}`);
-  const out: RedisConfig = {
-    keyPrefix: str(r.keyPrefix, 'redis.keyPrefix', 'uvs:'),
-    nodeId: str(r.nodeId, 'redis.nodeId', hostname()),
-    parkTimeout: duration(r.parkTimeout, 'redis.parkTimeout', 1, 60),
-    countsInterval: duration(r.countsInterval, 'redis.countsInterval', 2, 3600),
-    maxQueue: int(r.maxQueue, 'redis.maxQueue', 100000, 100, 10_000_000),
-    ...redisLimits(r),
-  };
-  if (r.url !== undefined) {
-    const url = str(r.url, 'redis.url');
-    if (!/^rediss?:\/\//.test(url)) fail('redis.url', `must be redis://host:port[/db] or rediss://…, got ${JSON.stringify(url)}`);
-    out.url = url;
-  }
-  if (r.sentinels !== undefined) {
-    out.sentinels = hostPorts(r.sentinels, 'redis.sentinels');
-    out.name = str(r.name, 'redis.name');
-  }
-  if (r.cluster !== undefined) out.cluster = hostPorts(r.cluster, 'redis.cluster');
-  if (r.password !== undefined) out.password = str(r.password, 'redis.password');
-  if (out.countsInterval < 0.1) fail('redis.countsInterval', 'must be at least 0.1 s');
-  return out;
-}
+/** Shared flow state (conntrack/redis-sync.ts, redis-record.ts): where Redis is, and what a node believes of it. */
+const REDIS: Schema<RedisSyncOptions, false> = obj(
+  {
+    url: opt(
+      str({
+        doc: 'redis://host:port[/db] or rediss://…',
+        check: (u, path) => /^rediss?:\/\//.test(u) || fail(path, `must be redis://host:port[/db] or rediss://…, got ${JSON.stringify(u)}`),
+      }),
+    ),
+    sentinels: hostPorts(),
+    name: opt(str({ doc: 'The Sentinel master name (with sentinels)' })),
+    cluster: hostPorts(),
+    password: opt(str()),
+    keyPrefix: str({ default: 'uvs:' }),
+    nodeId: str({ default: () => hostname(), doc: 'This node in cluster-wide counts; default: the host name' }),
+    parkTimeout: duration({ default: 1, max: 60, doc: 'How long a parked packet may wait for Redis' }),
+    countsInterval: duration({ default: 2, max: 3600, min: 0.1, doc: 'How often this node publishes its connection counts' }),
+    maxQueue: int({ default: 100000, min: 100, max: 10_000_000, doc: 'Most flow records waiting to be written' }),
+    // 16 characters: 128 bits if random hex or base64 is used, the MAC's own strength.
+    recordKey: opt(
+      str({
+        minLength: 16,
+        doc: 'Shared secret: records and counts carry an HMAC-SHA256',
+        check: (k, path) => k.length >= 16 || fail(path, `must be at least 16 characters, got ${k.length}`),
+      }),
+    ),
+    maxShadowShare: leaf(
+      { type: 'number', minimum: 0, exclusiveMinimum: true, maximum: 1 },
+      (v, path) => (typeof v === 'number' && v > 0 && v <= 1 ? v : fail(path, `must be a number above 0 and at most 1, got ${JSON.stringify(v)}`)),
+      { default: 0.5, doc: 'Share of the table shadow entries may hold' },
+    ),
+    maxNodes: int({ default: 64, min: 1, max: 10_000, doc: "Most other nodes whose counts are read per exchange" }),
+    maxLookups: int({ default: 1024, min: 1, max: 1_000_000, doc: 'Most adoption lookups in flight' }),
+    commandTimeout: duration({ default: 1, max: 60, min: 0.01, doc: 'Seconds a Redis command may take' }),
+  },
+  {
+    doc: 'Shared flow state (multi-node); null = this node works alone',
+    check: (r, path, _s, raw) => {
+      const modes = ['url', 'sentinels', 'cluster'].filter((k) => raw[k] !== undefined);
+      if (modes.length !== 1) fail(path, `needs exactly one of url, sentinels (with name) or cluster; got ${modes.length ? modes.join(', ') : 'none'}`);
+      if (r.sentinels && r.name === undefined) fail(`${path}.name`, 'is required');
+    },
+  },
+);
 
 /**
  * A health-check path as it can go on an HTTP request line: a space or a character beyond ASCII
@@ -694,6 +459,7 @@ function redisConfig(v: unknown): RedisConfig {
  * already there is kept; control characters are refused (they could split the request).
  */
 function requestPath(p: string, path: string): string {
+  if (!p.startsWith('/')) fail(path, 'must start with /');
   if (/[\x00-\x1f\x7f]/.test(p)) fail(path, `must not contain control characters, got ${JSON.stringify(p)}`);
   try {
     return p.replace(/[^\x21-\x7e]/gu, (c) => encodeURIComponent(c));
@@ -702,56 +468,275 @@ function requestPath(p: string, path: string): string {
   }
 }
 
-function healthCheck(v: unknown, path: string): HealthCheckConfig {
-  const h = obj(v, path, ['type', 'port', 'path', 'expectStatus', 'interval', 'timeout', 'rise', 'fall']);
-  const type = str(h.type, `${path}.type`, 'tcp');
-  if (type !== 'tcp' && type !== 'http' && type !== 'ping') fail(`${path}.type`, `must be tcp, http or ping, got ${JSON.stringify(type)}`);
-  const out: HealthCheckConfig = {
-    type,
-    path: str(h.path, `${path}.path`, '/'),
-    expectStatus: int(h.expectStatus, `${path}.expectStatus`, 200, 100, 599),
-    interval: duration(h.interval, `${path}.interval`, 2, 3600),
-    timeout: duration(h.timeout, `${path}.timeout`, 1, 3600),
-    rise: int(h.rise, `${path}.rise`, 2, 1, 100),
-    fall: int(h.fall, `${path}.fall`, 3, 1, 100),
-  };
-  if (!out.path.startsWith('/')) fail(`${path}.path`, 'must start with /');
-  out.path = requestPath(out.path, `${path}.path`);
-  if (out.interval < 0.1) fail(`${path}.interval`, 'must be at least 0.1 s');
-  if (out.timeout <= 0 || out.timeout > out.interval) fail(`${path}.timeout`, `must be more than 0 and at most the interval (${out.interval} s)`);
-  if (h.port !== undefined) out.port = int(h.port, `${path}.port`, undefined, 1, 65535);
-  return out;
+const HEALTH_CHECK = obj(
+  {
+    type: oneOf(['tcp', 'http', 'ping'], {
+      default: 'tcp',
+      msg: (v) => `must be tcp, http or ping, got ${JSON.stringify(v)}`,
+      doc: "tcp: connect; http: GET path; ping: ICMP / ICMPv6 echo (keepalived's PING_CHECK; port unused)",
+    }),
+    port: opt(int({ min: 1, max: 65535, doc: "Port to check; absent = the real server's port" })),
+    path: leaf({ type: 'string', pattern: '^/' }, (v, path) => requestPath(takeStr(v, path), path), {
+      default: '/',
+      doc: 'HTTP path (spaces and non-ASCII are sent percent-encoded)',
+    }),
+    expectStatus: int({ default: 200, min: 100, max: 599 }),
+    interval: duration({ default: 2, max: 3600, min: 0.1 }),
+    timeout: duration({
+      default: 1,
+      max: 3600,
+      check: (t, path, s) => {
+        const interval = s!.out.interval as number;
+        if (t <= 0 || t > interval) fail(path, `must be more than 0 and at most the interval (${interval} s)`);
+      },
+    }),
+    rise: int({ default: 2, min: 1, max: 100, doc: 'Consecutive successes to restore' }),
+    fall: int({ default: 3, min: 1, max: 100, doc: 'Consecutive failures to quiesce' }),
+  },
+  { doc: 'keepalived-style check; failing servers get weight 0, recovering ones their weight back' },
+);
+export type HealthCheckConfig = Out<typeof HEALTH_CHECK>;
+
+export const REAL_SERVER = obj(
+  {
+    address: ipAddr(),
+    port: int({ default: (s) => serviceOf(s).port!, min: 1, max: 65535, doc: "Default: the service's port" }),
+    weight: int({ default: 1, min: 0, max: 65535, doc: '0 = quiesced: keeps its flows, gets no new ones (ipvsadm default 1)' }),
+    forwarding: forwarding({ default: (s) => serviceOf(s).forwarding!, doc: "Default: the service's" }),
+    upperThreshold: int({ default: 0, min: 0, max: 0x7fffffff, doc: 'Stop sending new flows at this many connections (0 = no limit)' }),
+    lowerThreshold: int({ default: 0, min: 0, max: 0x7fffffff, doc: 'Resume below this many' }),
+    slowStart: opt(duration({ max: 3600, doc: "Seconds over which a returning server's weight ramps up; absent = the service's slowStart" })),
+    proxyProtocol: proxyProtocol({
+      default: (s) => serviceOf(s).proxyProtocol,
+      doc: "PROXY protocol header in front of each connection's bytes; absent = the service's, none = none",
+    }),
+  },
+  {
+    mapping: true,
+    check: (r, path, s) => {
+      if (r.lowerThreshold > r.upperThreshold) fail(`${path}.lowerThreshold`, `must not exceed upperThreshold (${r.upperThreshold}), as in the kernel`);
+      const servicePort = serviceOf(s).port!;
+      if (r.forwarding === 'tunnel' && r.port !== servicePort) {
+        fail(`${path}.port`, `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`);
+      }
+    },
+  },
+);
+export type RealServerConfig = Out<typeof REAL_SERVER>;
+
+/** The default scheduler: kube-proxy's (rr) in a document with an `ipvs:` section, ipvsadm's otherwise. */
+const defaultScheduler = (s: Scope | null) => kubeProxyOf(s)?.scheduler ?? DEFAULT_SCHEDULER;
+
+export const SERVICE = obj(
+  {
+    protocol: oneOf(PROTOCOLS, { default: DEFAULT_PROTOCOL, msg: (v) => `must be tcp, udp or sctp, got ${JSON.stringify(v)}` }),
+    address: ipAddr(),
+    port: int({ min: 1, max: 65535 }),
+    name: str({ default: (s) => `${s!.out.protocol as string}/${hostPort(s!.out.address as string, s!.out.port as number)}`, doc: 'Default "protocol/address:port"' }),
+    scheduler: leaf(
+      { type: 'string', enum: schedulerNames() },
+      (v, path) => {
+        const name = takeStr(v, path);
+        if (!getScheduler(name)) fail(path, `unknown scheduler ${JSON.stringify(name)} (available: ${schedulerNames().join(', ')})`);
+        return name;
+      },
+      { default: defaultScheduler, doc: `Default ${DEFAULT_SCHEDULER} (as ipvsadm); rr in a document with an ipvs: section (as kube-proxy)` },
+    ),
+    schedFlags: list(
+      oneOf(SCHED_FLAG_NAMES, {
+        strict: true,
+        msg: () => `must be one of ${SCHED_FLAG_NAMES.join(', ')}`,
+        check: (f, path, s) => {
+          const needs = flagScheduler(f);
+          if (needs !== null && s!.out.scheduler !== needs) fail(path, `${f} needs scheduler ${needs}`);
+        },
+      }),
+    ),
+    // ipvsadm -p [timeout]: a bare flag (true) means 360 s (IPVS_SVC_PERSISTENT_TIMEOUT); ipvsadm
+    // takes 1..2678400, uvs 1..MAX_TIMEOUT (templates live in the same 32-bit millisecond table).
+    persistence: leaf(
+      { oneOf: [{ type: 'boolean' }, DURATION_JSON(MAX_TIMEOUT)], description: 'Persistence timeout (ipvsadm -p): seconds, true = 360, false/0 = none' },
+      (v, path) => {
+        if (v === true) return 360;
+        if (v === false || v === 0) return 0;
+        const secs = seconds(v, path, MAX_TIMEOUT, MAX_TIMEOUT_WHY);
+        if (secs < 1) fail(path, 'must be at least 1 second (or false/0 for none)');
+        return secs;
+      },
+      { default: 0 },
+    ),
+    netmask: leaf(
+      {
+        oneOf: [{ type: 'string' }, { type: 'integer', minimum: 1, maximum: 128 }],
+        description: 'Persistence netmask (ipvsadm -M): dotted for IPv4 (default 255.255.255.255), a prefix length 1–128 for IPv6 (default 128)',
+      },
+      (v, path, s) => {
+        if ((s!.out.address as string).includes(':')) {
+          const bits = String(v);
+          if (!/^\d{1,3}$/.test(bits) || Number(bits) < 1 || Number(bits) > 128) {
+            fail(path, `must be a prefix length from 1 to 128 for an IPv6 service, got ${JSON.stringify(v)}`);
+          }
+          return bits;
+        }
+        const mask = takeStr(v, path);
+        const nm = parseIPv4(mask);
+        if (nm === null || maskBits(nm) === null) fail(path, `must be a contiguous IPv4 netmask like 255.255.255.0, got ${JSON.stringify(mask)}`);
+        return mask;
+      },
+      { default: (s) => ((s!.out.address as string).includes(':') ? '128' : '255.255.255.255') },
+    ),
+    forwarding: forwarding({ default: DEFAULT_FORWARDING, doc: 'Default of its real servers (route: needs layer 2, refused)' }),
+    proxyProtocol: proxyProtocol({ doc: 'Default of its real servers (as forwarding is); absent = none' }),
+    realServers: list(REAL_SERVER),
+    healthCheck: opt(HEALTH_CHECK),
+    maxDrainTime: opt(duration({ doc: 'Seconds a removed real server may drain before it is deleted with connections left; absent = gracefulTermination.maxDrainTime' })),
+    slowStart: opt(
+      duration({
+        max: 3600,
+        doc:
+          'Seconds over which a real server that comes back (health check up, re-added, weight raised from 0) ramps from weight 1 ' +
+          "to its weight, as HAProxy's slowstart; absent or 0 = at once",
+      }),
+    ),
+    mhTableSize: opt(
+      int({
+        min: 1,
+        max: 131071,
+        doc: `mh lookup-table size, one of the kernel's primes; absent = 4093`,
+        check: (m, path, s) => {
+          if (s!.out.scheduler !== 'mh') fail(path, 'applies only to scheduler mh');
+          if (!MH_PRIMES.includes(m)) fail(path, `must be one of the kernel's sizes ${MH_PRIMES.join(', ')}`);
+        },
+      }),
+    ),
+  },
+  {
+    mapping: true,
+    check: (svc, path, _s, raw) => {
+      const v6 = svc.address.includes(':');
+      const given = raw.realServers as unknown[];
+      svc.realServers.forEach((r, j) => {
+        if (r.proxyProtocol === undefined) return;
+        // The header goes into the TCP stream with every sequence number behind it shifted, which
+        // needs both directions through uvs and a server that does not see the client (full-NAT).
+        // masq: the server already sees the client's own address; tunnel: its replies bypass uvs.
+        const g = given[j];
+        const own = isObj(g) && g.proxyProtocol !== undefined;
+        const where = own ? `${path}.realServers[${j}].proxyProtocol` : `${path}.proxyProtocol`;
+        if (svc.protocol !== 'tcp') fail(where, `PROXY protocol is for TCP services (this one is ${svc.protocol})`);
+        if (r.forwarding !== 'fullnat') {
+          const why = r.forwarding === 'masq' ? "it already sees the client's address" : 'its replies do not pass uvs, so their acknowledgements cannot be shifted';
+          fail(where, `needs forwarding fullnat, real server ${hostPort(r.address, r.port)} uses ${r.forwarding}: ${why}${own ? '' : ' (give it proxyProtocol: none)'}`);
+        }
+      });
+      // IPVS allows another family only for tunnelled servers; uvs tunnels within one family.
+      svc.realServers.forEach((r, j) => {
+        if (r.address.includes(':') !== v6) fail(`${path}.realServers[${j}].address`, `${r.address} is not of the service's address family (${v6 ? 'IPv6' : 'IPv4'})`);
+      });
+      const seen = new Set<string>();
+      svc.realServers.forEach((r, j) => {
+        const k = `${r.address}:${r.port}`;
+        if (seen.has(k)) fail(`${path}.realServers[${j}]`, `${k} is listed twice`);
+        seen.add(k);
+      });
+    },
+  },
+);
+export type ServiceConfig = Out<typeof SERVICE>;
+
+/** Services against each other and against the dataplane: keys, VIP ranges, forwarding prerequisites. */
+function checkServices(services: ServiceConfig[], path: string, s: Scope | null): void {
+  const dp = dataplaneOf(s);
+  const seen = new Map<string, string>();
+  services.forEach((svc, i) => {
+    const key = `${svc.protocol} ${svc.address}:${svc.port}`;
+    if (seen.has(key)) fail(`${path}[${i}]`, `duplicates ${seen.get(key)} (${key})`);
+    seen.set(key, `${path}[${i}]`);
+    const v6 = svc.address.includes(':');
+    if ((svc.forwarding === 'tunnel' || svc.realServers.some((r) => r.forwarding === 'tunnel')) && !(v6 ? dp.tunnelSource6 : dp.tunnelSource)) {
+      fail(`${path}[${i}].forwarding`, `tunnel needs dataplane.${v6 ? 'tunnelSource6' : 'tunnelSource'} (the outer source address the real servers see)`);
+    }
+    if ((svc.forwarding === 'fullnat' || svc.realServers.some((r) => r.forwarding === 'fullnat')) && !dp.fullnat.addresses.some((a) => a.includes(':') === v6)) {
+      const family = v6 ? 'an IPv6' : 'an IPv4';
+      fail(`${path}[${i}].forwarding`, `fullnat needs ${family} address in dataplane.fullnat.addresses (the source addresses real servers answer to)`);
+    }
+    if (!inAnyCidr(svc.address, dp.vipCidrs)) fail(`${path}[${i}].address`, `${svc.address} is not inside dataplane.vipCidrs (${dp.vipCidrs.join(', ')})`);
+  });
+  if (services.length > dp.maxServices) fail(path, `more than dataplane.maxServices (${dp.maxServices})`);
 }
 
-/** 'v1' | 'v2', 'none' (→ undefined), absent → def. */
-function proxyProtocol(v: unknown, path: string, def: ProxyProtocol | undefined): ProxyProtocol | undefined {
-  if (v === undefined) return def;
-  if (v === 'v1' || v === 'v2') return v;
-  if (v === 'none') return undefined;
-  fail(path, `must be "v1", "v2" or "none", got ${JSON.stringify(v)}`);
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+/** api.socket's default, also where uvsadm looks without --socket or $UVS_SOCKET. */
+export const DEFAULT_API_SOCKET = '/run/uvs/uvsd.sock';
+
+/** The whole document. Sections are parsed in this order: a default or rule reads only what is above it. */
+const CONFIG = map(
+  obj({
+    ipvs: opt(KUBE_PROXY_IPVS),
+    dataplane: DATAPLANE,
+    timeouts: TIMEOUTS,
+    gracefulTermination: obj({
+      checkInterval: duration({ default: 60, max: 86400, min: 0.1, doc: 'Between drain checks (kube-proxy: 60)' }),
+      maxDrainTime: duration({ default: 0, doc: "0 = wait for the last connection however long (kube-proxy's behaviour)" }),
+      expireNodestConn: bool({
+        default: true,
+        doc: "A packet of a deleted real server's connection expires the entry and is scheduled anew (kernel sysctl, kube-proxy sets 1)",
+      }),
+    }),
+    defense: DEFENSE,
+    api: obj(
+      {
+        socket: str({ default: DEFAULT_API_SOCKET, doc: 'The root-only unix socket' }),
+        listen: str({ empty: true, default: '', doc: "Optional TCP listener, host:port ('' = none); needs the token, on loopback too" }),
+        token: token(),
+      },
+      { doc: 'Admin API', check: (a, path) => checkListener(a.listen, a.token, `${path}.listen`, `${path}.token`, true) },
+    ),
+    metrics: listener('127.0.0.1:10249', 'Prometheus /metrics'),
+    healthz: listener('127.0.0.1:10256', '/healthz and /livez'),
+    reload: obj(
+      {
+        watch: bool({ default: true, doc: 'Reload when the file changes' }),
+        syncPeriod: duration({ default: (s) => kubeProxyOf(s)?.syncPeriod ?? 0, doc: 'Also re-read the file this often (0 = never)' }),
+        minInterval: duration({ default: (s) => kubeProxyOf(s)?.minSyncPeriod ?? 0, doc: 'At most one reload per this long' }),
+      },
+      { doc: 'Reloading' },
+    ),
+    redis: nullable(REDIS),
+    stateFile: str({ empty: true, default: '/var/lib/uvs/state.json', doc: "Where uvsd keeps what must survive a restart (the drain list); '' = nowhere" }),
+    log: obj({
+      level: oneOf(LOG_LEVELS, { default: 'info', msg: () => `must be one of ${LOG_LEVELS.join(', ')}` }),
+      pretty: bool({ default: false }),
+    }),
+    services: list(SERVICE, { check: checkServices }),
+  }),
+  // kube-proxy's section leaves what has no other home: excludeCIDRs and strictARP.
+  ({ ipvs, ...cfg }) => ({ ...cfg, kubeProxy: ipvs ? { excludeCIDRs: ipvs.excludeCIDRs, strictARP: ipvs.strictARP } : null }),
+);
+export type UvsConfig = Out<typeof CONFIG>;
+/** Shared flow state: conntrack/redis-sync.ts defines the options. */
+export type RedisConfig = RedisSyncOptions;
+
+// ── entry points ─────────────────────────────────────────────────────────────────────────────
+/** Validates a parsed YAML document and fills defaults. Throws UvsError naming the field. */
+export function validateConfig(doc: unknown): UvsConfig {
+  return run(CONFIG, doc);
 }
 
+/** One service, as the API gives it (`path`: where it sits in the request, for the messages). */
+export function validateService(v: unknown, path: string): ServiceConfig {
+  return run(SERVICE, v, path);
+}
+
+/** One real server of a service with this port, forwarding and PROXY protocol default. */
 export function validateRealServer(v: unknown, path: string, servicePort: number, fwd: Forwarding, servicePp?: ProxyProtocol): RealServerConfig {
-  const r = obj(v, path, ['address', 'port', 'weight', 'forwarding', 'upperThreshold', 'lowerThreshold', 'slowStart', 'proxyProtocol']);
-  if (!isObj(v)) fail(path, 'must be a mapping');
-  const upperThreshold = int(r.upperThreshold, `${path}.upperThreshold`, 0, 0, 0x7fffffff);
-  const lowerThreshold = int(r.lowerThreshold, `${path}.lowerThreshold`, 0, 0, 0x7fffffff);
-  if (lowerThreshold > upperThreshold) fail(`${path}.lowerThreshold`, `must not exceed upperThreshold (${upperThreshold}), as in the kernel`);
-  const rsFwd = forwarding(r.forwarding, `${path}.forwarding`, fwd);
-  const port = int(r.port, `${path}.port`, servicePort, 1, 65535);
-  if (rsFwd === 'tunnel' && port !== servicePort) fail(`${path}.port`, `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`);
-  const pp = proxyProtocol(r.proxyProtocol, `${path}.proxyProtocol`, servicePp);
-  const out: RealServerConfig = {
-    address: ipAddr(r.address, `${path}.address`),
-    port,
-    weight: int(r.weight, `${path}.weight`, DEFAULTS.weight, 0, 65535),
-    forwarding: rsFwd,
-    upperThreshold,
-    lowerThreshold,
-    ...(pp !== undefined ? { proxyProtocol: pp } : {}),
-  };
-  if (r.slowStart !== undefined) out.slowStart = duration(r.slowStart, `${path}.slowStart`, 0, 3600);
-  return out;
+  const service = { port: servicePort, forwarding: fwd, ...(servicePp ? { proxyProtocol: servicePp } : {}) };
+  return run(REAL_SERVER, v, path, 'UVS_ERR_CONFIG_INVALID', { out: service, up: null });
+}
+
+/** An error outside the schema (the file's kubeProxyConfigFile reference). */
+function invalid(path: string, reason: string): never {
+  throw new UvsError('UVS_ERR_CONFIG_INVALID', reason, path);
 }
 
 /** Reads and validates a YAML file. */
@@ -783,8 +768,8 @@ export function readConfigDoc(file: string): unknown {
 function withKubeProxyFile(doc: unknown, file: string): unknown {
   if (!isObj(doc) || doc.kubeProxyConfigFile === undefined) return doc;
   const ref = doc.kubeProxyConfigFile;
-  if (typeof ref !== 'string' || ref === '') fail('kubeProxyConfigFile', 'must be a file path');
-  if (doc.ipvs !== undefined) fail('kubeProxyConfigFile', 'conflicts with the inline ipvs: section: use one of them');
+  if (typeof ref !== 'string' || ref === '') invalid('kubeProxyConfigFile', 'must be a file path');
+  if (doc.ipvs !== undefined) invalid('kubeProxyConfigFile', 'conflicts with the inline ipvs: section: use one of them');
   const path = ref.startsWith('/') ? ref : join(dirname(file), ref);
   let kp: unknown;
   try {
@@ -792,7 +777,7 @@ function withKubeProxyFile(doc: unknown, file: string): unknown {
   } catch (e) {
     throw new UvsError('UVS_ERR_CONFIG_READ', `${path}: ${(e as Error).message}`, 'kubeProxyConfigFile');
   }
-  if (!isObj(kp) || kp.kind !== 'KubeProxyConfiguration') fail('kubeProxyConfigFile', `${path} is not a KubeProxyConfiguration (kind: ${isObj(kp) ? JSON.stringify(kp.kind) : 'none'})`);
+  if (!isObj(kp) || kp.kind !== 'KubeProxyConfiguration') invalid('kubeProxyConfigFile', `${path} is not a KubeProxyConfiguration (kind: ${isObj(kp) ? JSON.stringify(kp.kind) : 'none'})`);
   const { kubeProxyConfigFile: _ref, ...rest } = doc;
   return kp.ipvs === undefined ? rest : { ...rest, ipvs: kp.ipvs };
 }

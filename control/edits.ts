@@ -5,6 +5,7 @@
  * catalogue (not found 404, already exists 409).
  */
 import { canonAddr } from '../net/addr';
+import { DEFAULT_PROTOCOL } from './config';
 import { UvsError } from './errors';
 
 export interface ServiceRef {
@@ -36,7 +37,7 @@ function services(doc: Doc): Svc[] {
 }
 
 function refOf(s: Record<string, unknown>): ServiceRef {
-  return { protocol: String(s.protocol ?? 'tcp'), address: String(s.address), port: Number(s.port) };
+  return { protocol: String(s.protocol ?? DEFAULT_PROTOCOL), address: String(s.address), port: Number(s.port) };
 }
 
 export function refName(r: ServiceRef): string {

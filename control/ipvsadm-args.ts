@@ -24,6 +24,8 @@
  */
 import { isIPv6 } from 'node:net';
 import { formatIPv6, parseIPv6 } from '../net/addr';
+import { DEFAULT_SCHEDULER, flagScheduler, SCHED_FLAG_NAMES } from '../schedulers/registry';
+import { DEFAULT_FORWARDING, DEFAULT_PROTOCOL } from './config';
 import type { EditOp, ServiceRef } from './edits';
 
 export const PROGRAM = 'uvsadm';
@@ -33,7 +35,6 @@ export const VERSION = 'v0.1.0';
 const MAX_TIMEOUT = 86400 * 31;
 /** IPVS_SVC_PERSISTENT_TIMEOUT: `-p` without a value. */
 export const DEFAULT_PERSISTENT_TIMEOUT = 360;
-const DEF_SCHED = 'wlc';
 const INT_MAX = 0x7fffffff;
 
 // ── commands and options (ipvsadm.c's CMD_*, OPTC_* and commands_v_options) ──────────────────
@@ -495,15 +496,14 @@ function parseNetmask(buf: string, env: ParseEnv): string | null {
   return env.lookupHost?.(buf) ?? null;
 }
 
-const SCHED_FLAG_NAMES = ['flag-1', 'flag-2', 'flag-3', 'sh-fallback', 'sh-port', 'mh-fallback', 'mh-port'];
-
 /** parse_sched_flags(): sh-* need -s sh and mh-* need -s mh, in the same command (default wlc). */
 function parseSchedFlags(sched: string, arg: string): string[] {
-  const s = sched || DEF_SCHED;
+  const s = sched || DEFAULT_SCHEDULER;
   const out: string[] = [];
   for (const flag of arg.split(',').filter((f) => f !== '')) {
     if (!SCHED_FLAG_NAMES.includes(flag)) fail(`invalid scheduler flag \`${flag}'`);
-    if ((flag.startsWith('sh-') && s !== 'sh') || (flag.startsWith('mh-') && s !== 'mh')) fail(`incompatible scheduler flag \`${flag}'`);
+    const needs = flagScheduler(flag);
+    if (needs !== null && s !== needs) fail(`incompatible scheduler flag \`${flag}'`);
     if (!out.includes(flag)) out.push(flag);
   }
   return out;
@@ -827,10 +827,10 @@ function parse(argv: string[], env: ParseEnv, program: string): Command {
   if (ce.cmd === CMD.ADD || ce.cmd === CMD.EDIT) {
     if (!svc.fwmark && !svc.port && !svc.persistent) fail('Zero port specified for non-persistent service');
     if (svc.ops && !svc.fwmark && svc.protocol !== 'udp') fail('One-Packet Scheduling is only for UDP virtual services');
-    if (!svc.sched) svc.sched = DEF_SCHED;
+    if (!svc.sched) svc.sched = DEFAULT_SCHEDULER;
   }
   // uvs's default method is masq (ipvsadm's is -g, which uvs cannot do).
-  const fwd = ce.dest.fwd ?? 'masq';
+  const fwd = ce.dest.fwd ?? DEFAULT_FORWARDING;
   if (ce.cmd === CMD.ADDDEST || ce.cmd === CMD.EDITDEST || ce.cmd === CMD.DELDEST) {
     if (!ce.dest.portGiven) ce.dest.port = svc.port;
   }
@@ -1018,7 +1018,7 @@ export function keepUvsSettings(ops: EditOp[], doc: unknown): void {
   for (const o of ops) {
     if (o.op !== 'editService') continue;
     const cur = list.find(
-      (s: Record<string, unknown>) => (s?.protocol ?? 'tcp') === o.service.protocol && s?.address === o.service.address && Number(s?.port) === o.service.port,
+      (s: Record<string, unknown>) => (s?.protocol ?? DEFAULT_PROTOCOL) === o.service.protocol && s?.address === o.service.address && Number(s?.port) === o.service.port,
     ) as Record<string, unknown> | undefined;
     if (!cur) continue;
     for (const [k, v] of Object.entries(cur)) if (!IPVSADM_SERVICE_KEYS.has(k) && o.service[k] === undefined) o.service[k] = v;
@@ -1101,7 +1101,7 @@ virtual-service:
 Options:
   --ipv6         -6                   fwmark entry uses IPv6
   --scheduler    -s scheduler         one of rr|wrr|lc|wlc|lblc|lblcr|dh|sh|sed|nq|fo|ovf|mh|twos,
-                                      the default scheduler is ${DEF_SCHED}.
+                                      the default scheduler is ${DEFAULT_SCHEDULER}.
   --pe            engine              alternate persistence engine (uvs: not supported)
   --persistent   -p [timeout]         persistent service (default timeout ${DEFAULT_PERSISTENT_TIMEOUT})
   --netmask      -M netmask           persistent granularity mask

@@ -10,6 +10,7 @@
 import type { DefenseView } from '../conntrack/defense';
 import { hostPort, parseIPv4, parseIPv6, splitHostPort } from '../net/addr';
 import { isProtocol, PROTO_LABEL, PROTO_NUMBER, PROTO_SWITCH } from '../net/proto';
+import { SCHED_FLAG_BITS, schedFlagBits } from '../schedulers/types';
 
 export interface FmtStats {
   conns: number;
@@ -184,12 +185,10 @@ export function sortRealServers<T extends { address: string; port: number }>(rs:
   return glibcSort(rs, (x, y) => cmpAddr(x.address, y.address) || x.port - y.port);
 }
 
-/** IP_VS_SVC_F_SCHED1..3: the kernel keeps bits, so flag-1, sh-fallback and mh-fallback are one flag. */
-const FLAG_BIT: Record<string, number> = { 'flag-1': 1, 'sh-fallback': 1, 'mh-fallback': 1, 'flag-2': 2, 'sh-port': 2, 'mh-port': 2, 'flag-3': 4 };
-
 /** print_sched_flags(): the names depend on the scheduler; sh and mh have no name for SCHED3. */
 export function schedFlagsText(scheduler: string, flags: string[]): string {
-  const bits = flags.reduce((a, f) => a | (FLAG_BIT[f] ?? 0), 0);
+  // IP_VS_SVC_F_SCHED1..3: the kernel keeps bits, so flag-1, sh-fallback and mh-fallback are one flag.
+  const bits = schedFlagBits(flags);
   const names =
     scheduler === 'sh'
       ? [bits & 1 && 'sh-fallback', bits & 2 && 'sh-port']
@@ -199,7 +198,7 @@ export function schedFlagsText(scheduler: string, flags: string[]): string {
   return names.filter(Boolean).join(',');
 }
 function hasFlags(flags: string[]): boolean {
-  return flags.some((f) => FLAG_BIT[f] !== undefined);
+  return flags.some((f) => SCHED_FLAG_BITS[f] !== undefined);
 }
 
 /** svc_name: "%-4s %s", cut at 33 characters for IPv4; IPv6 as [addr]:port, whole. */

@@ -1,7 +1,8 @@
 /**
  * The OpenAPI 3.0 document of the admin API, built from the routes as fastify registers them
  * (so it cannot drift from what the daemon serves): path, method, the JSON schemas given at
- * registration (query, body), and the error shape every route shares.
+ * registration (query, body: control/api-bodies.ts, the configuration's schema for services and
+ * real servers), and the error shape every route shares.
  */
 import type { RouteOptions } from 'fastify';
 
@@ -21,6 +22,10 @@ const SUMMARY: Record<string, string> = {
   'GET /v1/stats': 'Dataplane counters, drops by reason, workers, Redis sync',
   'GET /v1/drains': 'Real servers being drained (graceful termination)',
   'GET /v1/health': 'Health-check verdicts',
+  'GET /v1/defense': 'Overload defenses: levels, trigger, what they refused (uvsadm -L --defense)',
+  'GET /v1/maintenance': "This node's announcement: maintenance on or off since when, announced or not, idle time",
+  'PUT /v1/maintenance': "Withdraw this node's announcement (keep forwarding), or announce again",
+  'POST /v1/capture': 'Flow sampling: a pcap file or JSON lines of the packets sampled (uvsadm --capture)',
   'GET /v1/timeouts': 'tcp, tcpfin, udp timeouts (ipvsadm --timeout) and the SCTP per-state timeouts',
   'PUT /v1/timeouts': 'Set timeouts; 0 keeps a value (ipvsadm --set)',
   'POST /v1/zero': 'Zero packet, byte and connection counters (ipvsadm -Z)',
@@ -49,13 +54,15 @@ export class OpenApiCollector {
     for (const r of this.routes) {
       const path = r.url.replace(/:([A-Za-z]+)/g, '{$1}');
       const params = [...r.url.matchAll(/:([A-Za-z]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
-      const s = (r.schema ?? {}) as { querystring?: { properties?: Record<string, unknown> }; body?: unknown };
+      const s = (r.schema ?? {}) as { querystring?: { properties?: Record<string, unknown> }; body?: { required?: string[] } };
       const query = Object.entries(s.querystring?.properties ?? {}).map(([name, schema]) => ({ name, in: 'query', required: false, schema }));
       const op: Record<string, unknown> = {
         summary: SUMMARY[`${r.method} ${path}`] ?? `${r.method} ${path}`,
         operationId: `${r.method.toLowerCase()}${path.replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
         ...(params.length + query.length ? { parameters: [...params, ...query] } : {}),
-        ...(s.body || ['POST', 'PUT'].includes(r.method) ? { requestBody: { required: false, content: { 'application/json': { schema: s.body ?? { type: 'object' } } } } } : {}),
+        ...(s.body || ['POST', 'PUT'].includes(r.method)
+          ? { requestBody: { required: (s.body?.required?.length ?? 0) > 0, content: { 'application/json': { schema: s.body ?? { type: 'object' } } } } }
+          : {}),
         responses: {
           '200': { description: 'OK', content: { 'application/json': { schema: { type: 'object' } } } },
           '4XX': { description: 'Bad request, not found, conflict or unauthorized', content: { 'application/json': { schema: ERROR } } },

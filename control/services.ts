@@ -837,8 +837,8 @@ export class ServiceModel {
 
   /** A service's persistence masks: dotted for IPv4, a prefix length for IPv6 (as ipvsadm -M). */
   private static netmasks(s: ServiceConfig): { netmask: number; netmask6: Int32Array | null } {
-    if (s.address.includes(':')) return { netmask: -1, netmask6: prefixMask6(Number(s.netmask ?? '128')) };
-    return { netmask: parseIPv4(s.netmask ?? '255.255.255.255')!, netmask6: null };
+    if (s.address.includes(':')) return { netmask: -1, netmask6: prefixMask6(Number(s.netmask)) };
+    return { netmask: parseIPv4(s.netmask)!, netmask6: null };
   }
 
   /** Masq real servers whose replies must be routed into the device (trashed ones too: their flows still need replies). */

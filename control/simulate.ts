@@ -52,7 +52,7 @@ import { readFileSync } from 'node:fs';
 import * as L from '../conntrack/layout';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { MH_PRIMES } from '../schedulers/mh';
-import { flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
+import { DEFAULT_SCHEDULER, flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { flagBits, PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { fold, formatEndpoint, formatInet, maskPrefix, maskV4, parseEndpoint, parseInet, type Inet } from '../net/addr';
 import { SchedModel, type ModelServer } from './sched-model';
@@ -458,7 +458,7 @@ export function runScenario(doc: unknown): string[] {
     'realServers',
     'events',
   ]);
-  const scheduler = root.scheduler === undefined ? 'wlc' : schedulerName(root.scheduler, 'scheduler');
+  const scheduler = root.scheduler === undefined ? DEFAULT_SCHEDULER : schedulerName(root.scheduler, 'scheduler');
   const flags = flagList(root.flags, 'flags', scheduler);
   const protocol = root.protocol === undefined ? 'tcp' : root.protocol;
   if (protocol !== 'tcp' && protocol !== 'udp') fail('protocol', `must be "tcp" or "udp", got ${JSON.stringify(protocol)}`);

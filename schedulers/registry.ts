@@ -44,6 +44,9 @@ export function schedulerNames(): string[] {
   return [...registry.keys()];
 }
 
+/** ipvsadm's default scheduler (ipvsadm.c DEF_SCHED): a service that names none gets it. */
+export const DEFAULT_SCHEDULER = 'wlc';
+
 /** The scheduler flags (ipvsadm -b), in ipvsadm's order; SCHED_FLAG_BITS gives their bits. */
 export const SCHED_FLAG_NAMES: readonly string[] = Object.keys(SCHED_FLAG_BITS);
 

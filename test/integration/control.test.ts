@@ -143,10 +143,15 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
       'post /v1/reload',
       'post /v1/workers/{id}/kill',
     ];
-    const r = await api<{ openapi: string; info: { title: string }; paths: Record<string, Record<string, { responses: Record<string, unknown>; operationId: string }>> }>('GET', '/v1/openapi.json');
+    type Body = { content: { 'application/json': { schema: { properties?: Record<string, { items?: { required?: string[] } }> } } } };
+    const r = await api<{ openapi: string; info: { title: string }; paths: Record<string, Record<string, { responses: Record<string, unknown>; operationId: string; requestBody?: Body }>> }>('GET', '/v1/openapi.json');
     assert.equal(r.status, 200);
     assert.match(r.body.openapi, /^3\.0\.\d$/);
     assert.ok(r.body.info.title);
+    // Request bodies are the schema uvsd checks them with (control/api-bodies.ts, control/config.ts).
+    const svcBody = r.body.paths['/v1/services']!.post!.requestBody!.content['application/json'].schema;
+    assert.deepEqual(svcBody.properties!.realServers!.items!.required, ['address']);
+    assert.deepEqual(Object.keys(r.body.paths['/v1/timeouts']!.put!.requestBody!.content['application/json'].schema.properties!), ['tcp', 'tcpFin', 'udp']);
     const ops = Object.entries(r.body.paths).flatMap(([p, m]) => Object.entries(m).map(([method, op]) => ({ p, method, op })));
     assert.deepEqual(ops.map((o) => `${o.method} ${o.p}`).sort(), [...ROUTES].sort(), 'the document lists exactly the routes uvsd has');
     const ids = new Set<string>();
@@ -191,7 +196,7 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
       ['put /v1/maintenance', 'PUT', '/v1/maintenance', { enabled: 'yes' }, 400],
       ['post /v1/capture', 'POST', '/v1/capture', { sample: 0 }, 400],
       ['get /v1/timeouts', 'GET', '/v1/timeouts', undefined, 200],
-      ['put /v1/timeouts', 'PUT', '/v1/timeouts', { tcp: -5 }, 400], // (unknown fields are ignored here, not refused)
+      ['put /v1/timeouts', 'PUT', '/v1/timeouts', { tcp: -5 }, 400],
       ['post /v1/zero', 'POST', '/v1/zero', undefined, 200],
       ['get /v1/config', 'GET', '/v1/config', undefined, 200],
       ['post /v1/reload', 'POST', '/v1/reload', undefined, 200],
@@ -203,6 +208,9 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
       assert.equal(a.status, want, `${route}: ${a.status} ${a.text.slice(0, 200)}`);
       if (want === 404) assert.doesNotMatch(a.text, /no route/, `${route} is a route`);
     }
+    const unknown = await raw('PUT', '/v1/timeouts', { tcp: 900, colour: 'red' });
+    assert.equal(unknown.status, 400, 'an unknown field is refused, not ignored');
+    assert.match(unknown.text, /timeouts\.colour: unknown field \(allowed: tcp, tcpFin, udp\)/);
     // DELETE /v1/services clears the table for real; the file puts it back.
     assert.equal((await raw('DELETE', '/v1/services')).status, 200);
     // Services whose servers still have connections stay listed while they drain (weight 0).

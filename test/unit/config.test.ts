@@ -160,3 +160,12 @@ test('proxyProtocol: per service (the default of its servers) or per real server
   // A masq server of a full-NAT service with a default version can opt out.
   assert.equal(validateConfig({ ...fb, services: [svc({ forwarding: 'fullnat', proxyProtocol: 'v2', realServers: [{ address: '10.0.0.1', forwarding: 'masq', proxyProtocol: 'none' }] })] }).services[0]!.realServers[0]!.proxyProtocol, undefined);
 });
+
+test('a default obeys the rules a given value does, and errors name the field the document has', () => {
+  // healthCheck.timeout defaults to 1 s, which does not fit an interval of 0.5 s.
+  rejects({ ...base, services: [svc({ healthCheck: { interval: 0.5 } })] }, 'services[0].healthCheck.timeout', /at most the interval \(0.5 s\)/);
+  assert.equal(validateConfig({ ...base, services: [svc({ healthCheck: { interval: 0.5, timeout: 0.2 } })] }).services[0]!.healthCheck!.timeout, 0.2);
+  rejects({ ...base, api: { listen: 'nowhere', token: 'x'.repeat(16) } }, 'api.listen', /must be host:port/);
+  rejects({ ...base, redis: { url: 'redis://r:6379', sentinels: [{ host: 'r' }] } }, 'redis', /exactly one of url, sentinels \(with name\) or cluster; got url, sentinels/);
+  rejects({ ...base, redis: { sentinels: [{ host: 'r' }] } }, 'redis.name', /is required/);
+});

@@ -1,0 +1,130 @@
+/**
+ * The admin API's request bodies, written with the schema kit (control/schema.ts). fastify gets
+ * each one's JSON Schema (so `GET /v1/openapi.json` shows it) and the kit's validator in place of
+ * ajv's (control/api.ts `body`): unknown fields are refused on every POST and PUT route, with the
+ * field path and the reason.
+ *
+ * A service or real server is the configuration's own schema (control/config.ts). It is checked
+ * where the edit runs (api.ts runEdits), with the operation's path: a single route and a batch
+ * name a field alike (`ops[0].service.port`), and a PUT's path parameters join its body first.
+ */
+import { MH_PRIMES } from '../schedulers/mh';
+import { SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
+import { REAL_SERVER, SERVICE, timeout } from './config';
+import { any, bool, fail, int, isObj, list, obj, oneOf, opt, str, type JsonSchema } from './schema';
+
+/** A service by its key (the path parameters of the service routes). */
+const SERVICE_REF = obj(
+  { protocol: str({ doc: 'tcp, udp or sctp' }), address: str({ doc: 'The VIP (any spelling of an IPv6 address)' }), port: int({ min: 0, max: 65535 }) },
+  { mapping: true },
+);
+
+/** The JSON Schema of `s` without the fields a route's path gives (PUT: the service or server is named there). */
+function withoutPathFields(s: JsonSchema, fields: string[], why: string): JsonSchema {
+  const props = { ...(s.properties as Record<string, unknown>) };
+  for (const f of fields) delete props[f];
+  const required = ((s.required as string[] | undefined) ?? []).filter((f) => !fields.includes(f));
+  const { required: _r, ...rest } = s;
+  return { ...rest, properties: props, ...(required.length ? { required } : {}), description: why };
+}
+
+export const SERVICE_BODY = SERVICE.json;
+export const SERVICE_EDIT_BODY = withoutPathFields(
+  SERVICE.json,
+  ['protocol', 'address', 'port'],
+  'The settings to change (ipvsadm -E replaces scheduler, schedFlags, persistence and netmask); the path names the service',
+);
+export const REAL_SERVER_BODY = REAL_SERVER.json;
+export const REAL_SERVER_EDIT_BODY = withoutPathFields(REAL_SERVER.json, ['address', 'port'], 'The settings to change; the path names the real server');
+
+/** ipvsadm --set: 0 (or absent) keeps a value. Its fields are the configuration's `timeouts`. */
+export const SET_TIMEOUTS = obj({
+  tcp: timeout({ default: 0, doc: 'ESTABLISHED; 0 keeps it' }),
+  tcpFin: timeout({ default: 0, doc: 'FIN_WAIT; 0 keeps it' }),
+  udp: timeout({ default: 0, doc: '0 keeps it' }),
+});
+
+/** The operations of a batch (control/edits.ts EditOp), with the fields each one needs. */
+const OP_FIELDS: Record<string, [string, 'object' | 'string' | 'number'][]> = {
+  addService: [['service', 'object']],
+  editService: [['service', 'object']],
+  deleteService: [['ref', 'object']],
+  clear: [],
+  addRealServer: [
+    ['ref', 'object'],
+    ['realServer', 'object'],
+  ],
+  editRealServer: [
+    ['ref', 'object'],
+    ['realServer', 'object'],
+  ],
+  deleteRealServer: [
+    ['ref', 'object'],
+    ['address', 'string'],
+    ['port', 'number'],
+  ],
+  setTimeouts: [],
+};
+const OPS = Object.keys(OP_FIELDS);
+
+const EDIT_OP = obj(
+  {
+    op: oneOf(OPS, { strict: true, msg: (v) => `must be one of ${OPS.join(', ')}, got ${JSON.stringify(v)}` }),
+    service: opt(any<Record<string, unknown>>(SERVICE.json)),
+    realServer: opt(any<Record<string, unknown>>(REAL_SERVER.json)),
+    ref: opt(SERVICE_REF),
+    address: opt(str({ doc: 'deleteRealServer: the real server' })),
+    port: opt(int({ min: 0, max: 65535, doc: 'deleteRealServer: the real server' })),
+    tcp: opt(timeout({ doc: 'setTimeouts; 0 keeps it' })),
+    tcpFin: opt(timeout({ doc: 'setTimeouts; 0 keeps it' })),
+    udp: opt(timeout({ doc: 'setTimeouts; 0 keeps it' })),
+  },
+  {
+    mapping: true,
+    check: (o, path, _s, raw) => {
+      for (const [k, type] of OP_FIELDS[o.op]!) {
+        const v = raw[k];
+        const ok = type === 'object' ? isObj(v) : typeof v === type;
+        if (!ok) fail(`${path}.${k}`, `is required for ${o.op} (${type === 'object' ? 'a mapping' : `a ${type}`})`);
+      }
+    },
+  },
+);
+
+export const BATCH = obj({ ops: list(EDIT_OP, { required: true, max: 100000, doc: 'Applied in order, all or none (uvsadm -R)' }) });
+
+/** ipvsadm -Z: all services, or one. */
+export const ZERO = obj({ service: opt(SERVICE_REF) });
+
+export const MAINTENANCE = obj({ enabled: bool({ doc: "true: withdraw this node's announcement (keep forwarding); false: announce again" }) });
+
+/** A route that takes no body: any field is unknown. */
+export const NO_BODY = obj({});
+
+/**
+ * The disruption preview's proposed change. Its fields are checked by control/disruption.ts (with
+ * the scheduler's own rules); here only which fields there are, and what they hold.
+ */
+export const PREVIEW = obj({
+  delete: opt(any({ type: 'array', items: { type: 'string', description: 'address:port ([v6]:port)' }, description: 'Real servers to delete' })),
+  setWeight: opt(
+    any({
+      type: 'array',
+      items: { type: 'object', properties: { realServer: { type: 'string', description: 'address:port' }, weight: { type: 'integer', minimum: 0, maximum: 65535 } } },
+      description: 'New weights',
+    }),
+  ),
+  add: opt(
+    any({
+      type: 'array',
+      items: {
+        type: 'object',
+        properties: { address: { type: 'string' }, port: { type: 'integer', minimum: 0, maximum: 65535 }, weight: { type: 'integer', minimum: 0, maximum: 65535 } },
+      },
+      description: 'Real servers to add',
+    }),
+  ),
+  scheduler: opt(any({ type: 'string', enum: schedulerNames() })),
+  flags: opt(any({ type: 'array', items: { type: 'string', enum: [...SCHED_FLAG_NAMES] } })),
+  mhTableSize: opt(any({ type: 'integer', enum: [...MH_PRIMES] })),
+});

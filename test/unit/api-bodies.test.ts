@@ -1,0 +1,173 @@
+/**
+ * The admin API's request bodies come from the schema (control/api-bodies.ts, control/config.ts):
+ * GET /v1/openapi.json shows them as uvsd checks them, and every POST and PUT route refuses a
+ * field it does not know, naming it. In-process (fastify's inject) against a daemon stand-in that
+ * has only what the routes reach before their body is refused.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import pino from 'pino';
+import { buildApi } from '../../control/api';
+import type { Daemon } from '../../control/daemon';
+
+interface Op {
+  requestBody?: { required: boolean; content: { 'application/json': { schema: Schema } } };
+}
+interface Schema {
+  type?: string;
+  additionalProperties?: boolean;
+  required?: string[];
+  properties?: Record<string, Schema>;
+  items?: Schema;
+  enum?: unknown[];
+  minimum?: number;
+  maximum?: number;
+  default?: unknown;
+  oneOf?: Schema[];
+  nullable?: boolean;
+}
+
+function standIn() {
+  const edits: Record<string, unknown>[] = [];
+  const d = {
+    doc: { services: [] },
+    cfg: { dataplane: { maxServices: 1024, maxRealServers: 4096 } },
+    model: { list: () => [] },
+    capture: { run: async () => assert.fail('a refused capture must not run') },
+    edit: (f: (doc: Record<string, unknown>) => void) => {
+      const doc: Record<string, unknown> = {};
+      f(doc);
+      edits.push(doc);
+      return { ok: true, version: edits.length };
+    },
+  };
+  const app = buildApi(d as unknown as Daemon, pino({ level: 'silent' }));
+  return { app, edits };
+}
+
+async function openapi(): Promise<Record<string, Record<string, Op>>> {
+  const { app } = standIn();
+  const r = await app.inject({ method: 'GET', url: '/v1/openapi.json' });
+  assert.equal(r.statusCode, 200);
+  return (r.json() as { paths: Record<string, Record<string, Op>> }).paths;
+}
+
+const bodyOf = (paths: Record<string, Record<string, Op>>, method: string, path: string): Schema => {
+  const b = paths[path]?.[method]?.requestBody?.content['application/json'].schema;
+  assert.ok(b, `${method} ${path} has a request body`);
+  return b;
+};
+
+test('the OpenAPI document shows each kind of request body as the schema checks it', async () => {
+  const paths = await openapi();
+  // A service: the configuration's own schema, real servers and health check inside.
+  const svc = bodyOf(paths, 'post', '/v1/services');
+  assert.equal(svc.additionalProperties, false);
+  assert.deepEqual(svc.required, ['address', 'port']);
+  assert.deepEqual(svc.properties!.protocol!.enum, ['tcp', 'udp', 'sctp']);
+  assert.equal(svc.properties!.protocol!.default, 'tcp');
+  assert.ok(svc.properties!.scheduler!.enum!.includes('mh'));
+  assert.deepEqual([svc.properties!.port!.minimum, svc.properties!.port!.maximum], [1, 65535]);
+  const rs = svc.properties!.realServers!.items!;
+  assert.deepEqual([rs.properties!.weight!.minimum, rs.properties!.weight!.maximum, rs.properties!.weight!.default], [0, 65535, 1]);
+  assert.deepEqual(rs.required, ['address']);
+  assert.equal(svc.properties!.healthCheck!.properties!.interval!.default, 2);
+  assert.equal(paths['/v1/services']!.post!.requestBody!.required, true);
+  // An edit: the path names the service, so the body has no key fields.
+  const edit = bodyOf(paths, 'put', '/v1/services/{protocol}/{address}/{port}');
+  assert.ok(edit.properties!.scheduler && !edit.properties!.address && !edit.properties!.port && !edit.required);
+  // A real server.
+  const add = bodyOf(paths, 'post', '/v1/services/{protocol}/{address}/{port}/realservers');
+  assert.deepEqual(add.required, ['address']);
+  assert.deepEqual(add.properties!.forwarding!.enum, ['masq', 'fullnat', 'tunnel']);
+  assert.ok(!bodyOf(paths, 'put', '/v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}').properties!.address);
+  // A batch: the operations and their fields, a service inside as above.
+  const batch = bodyOf(paths, 'post', '/v1/batch');
+  assert.deepEqual(batch.required, ['ops']);
+  const op = batch.properties!.ops!.items!;
+  assert.equal(op.additionalProperties, false);
+  assert.ok(op.properties!.op!.enum!.includes('setTimeouts'));
+  assert.deepEqual(op.properties!.service!.required, ['address', 'port']);
+  // Timeouts: durations with the table's bound.
+  const t = bodyOf(paths, 'put', '/v1/timeouts');
+  assert.deepEqual(Object.keys(t.properties!), ['tcp', 'tcpFin', 'udp']);
+  assert.equal(t.additionalProperties, false);
+  assert.equal(t.properties!.tcp!.oneOf![0]!.maximum, 2147483);
+  // Small bodies: maintenance, zero, the preview, and a route that takes none.
+  assert.deepEqual(bodyOf(paths, 'put', '/v1/maintenance').required, ['enabled']);
+  assert.deepEqual(Object.keys(bodyOf(paths, 'post', '/v1/zero').properties!.service!.properties!), ['protocol', 'address', 'port']);
+  assert.equal(bodyOf(paths, 'post', '/v1/services/{protocol}/{address}/{port}/preview').properties!.delete!.type, 'array');
+  assert.deepEqual(bodyOf(paths, 'post', '/v1/reload').properties, {});
+});
+
+test('every POST and PUT route refuses a body with an unknown field, naming it', async () => {
+  const paths = await openapi();
+  const { app, edits } = standIn();
+  // Where each route's body sits in the field path of its errors.
+  const where: Record<string, string> = {
+    'post /v1/services': 'ops[0].service.',
+    'put /v1/services/{protocol}/{address}/{port}': 'ops[0].service.',
+    'post /v1/services/{protocol}/{address}/{port}/realservers': 'ops[0].realServer.',
+    'put /v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}': 'ops[0].realServer.',
+    'post /v1/services/{protocol}/{address}/{port}/preview': 'change.',
+    'post /v1/capture': 'capture.',
+    'put /v1/timeouts': 'timeouts.',
+  };
+  const writes = Object.entries(paths).flatMap(([p, ms]) => Object.keys(ms).filter((m) => m === 'post' || m === 'put').map((m) => `${m} ${p}`));
+  assert.ok(writes.length >= 12, writes.join(', '));
+  for (const route of writes) {
+    const [method, path] = route.split(' ') as [string, string];
+    const url = path.replace('{protocol}', 'tcp').replace('{address}', '10.96.0.10').replace('{port}', '80').replace('{raddr}', '10.0.0.1').replace('{rport}', '8080').replace('{id}', '0');
+    const r = await app.inject({ method: method.toUpperCase() as 'POST' | 'PUT', url, payload: { colour: 'red' } });
+    const b = r.json() as { code: string; path: string; message: string };
+    assert.equal(r.statusCode, 400, `${route}: ${r.body}`);
+    assert.equal(b.path, `${where[route] ?? ''}colour`, route);
+    assert.match(b.message, /unknown field/, route);
+  }
+  // Inside a batch, an operation's own fields too.
+  const r = await app.inject({ method: 'POST', url: '/v1/batch', payload: { ops: [{ op: 'clear' }, { op: 'clear', colour: 'red' }] } });
+  assert.deepEqual([r.statusCode, r.json().path], [400, 'ops[1].colour']);
+  assert.equal(edits.length, 0, 'nothing was applied');
+});
+
+test('PUT /v1/timeouts takes durations, keeps 0 as "unchanged", and refuses what the table cannot hold', async () => {
+  const { app, edits } = standIn();
+  const ok = await app.inject({ method: 'PUT', url: '/v1/timeouts', payload: { tcp: '15m', udp: 30 } });
+  assert.equal(ok.statusCode, 200, ok.body);
+  assert.deepEqual(edits.map((doc) => doc.timeouts), [{ tcp: 900, udp: 30 }]);
+  const big = await app.inject({ method: 'PUT', url: '/v1/timeouts', payload: { tcpFin: '30d' } });
+  assert.equal(big.statusCode, 400);
+  assert.deepEqual([big.json().code, big.json().path], ['UVS_ERR_CONFIG_INVALID', 'timeouts.tcpFin']);
+  assert.match(big.json().message, /between 0 and 2147483 seconds/);
+  const neg = await app.inject({ method: 'PUT', url: '/v1/timeouts', payload: { tcp: -5 } });
+  assert.deepEqual([neg.statusCode, neg.json().path], [400, 'timeouts.tcp']);
+  assert.equal(edits.length, 1);
+});
+
+test('batch operations are checked for the fields they need before anything is applied', async () => {
+  const { app, edits } = standIn();
+  const cases: [unknown, string, RegExp][] = [
+    [{}, 'ops', /is required/],
+    [{ ops: [{ op: 'nope' }] }, 'ops[0].op', /must be one of addService, /],
+    [{ ops: [{ op: 'addRealServer', realServer: { address: '10.0.0.1' } }] }, 'ops[0].ref', /is required for addRealServer \(a mapping\)/],
+    [{ ops: [{ op: 'addService', service: [] }] }, 'ops[0].service', /is required for addService \(a mapping\)/],
+    [{ ops: [{ op: 'deleteService', ref: { protocol: 'tcp', address: '10.96.0.10' } }] }, 'ops[0].ref.port', /is required/],
+    [{ ops: [{ op: 'deleteRealServer', ref: { protocol: 'tcp', address: '10.96.0.10', port: 80 }, address: '10.0.0.1' }] }, 'ops[0].port', /is required for deleteRealServer \(a number\)/],
+    [{ ops: [{ op: 'setTimeouts', tcp: 'soon' }] }, 'ops[0].tcp', /duration/],
+  ];
+  for (const [payload, path, message] of cases) {
+    const r = await app.inject({ method: 'POST', url: '/v1/batch', payload: payload as Record<string, unknown> });
+    const b = r.json() as { code: string; path: string; message: string };
+    assert.deepEqual([r.statusCode, b.code, b.path], [400, 'UVS_ERR_API_BAD_REQUEST', path], JSON.stringify(payload));
+    assert.match(b.message, message);
+  }
+  assert.equal(edits.length, 0);
+});
+
+test('PUT /v1/maintenance needs enabled as true or false', async () => {
+  const { app } = standIn();
+  for (const payload of [{}, { enabled: 'yes' }]) {
+    const r = await app.inject({ method: 'PUT', url: '/v1/maintenance', payload });
+    assert.deepEqual([r.statusCode, r.json().code, r.json().path], [400, 'UVS_ERR_API_BAD_REQUEST', 'enabled']);
+  }
+});
