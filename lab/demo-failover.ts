@@ -78,7 +78,11 @@ export async function failoverDemo(): Promise<number> {
     await list(from);
     const f = await lab.failover(kind);
     let adoptedMs = NaN;
-    await waitFor(async () => (await stats(to)).adopted - base >= N && ((adoptedMs = Date.now() - f.killedAt), true), 15000, `${to} did not adopt the downloads`).catch(() => undefined);
+    await waitFor(async () => {
+      if ((await stats(to)).adopted - base < N) return false;
+      adoptedMs = Date.now() - f.killedAt;
+      return true;
+    }, 15000, `${to} did not adopt the downloads`).catch(() => undefined);
     console.log(`  ${to} (uvsadm -Ln) after the adoptions:`);
     await list(to);
     const ok = await Promise.all(downloads.map((d) => d.done));

@@ -153,7 +153,8 @@ export class FailoverLab {
   readonly prefix: string;
   readonly dir: string;
   readonly nodes: LbNode[];
-  readonly ns: { cl: string; rt: string; sw: string; rd: string; rs: string[] } & Record<LbNode, string>;
+  /** Namespaces of the client, router, switch, Redis and real servers; an LB node's: nodeNs(). */
+  readonly ns: { cl: string; rt: string; sw: string; rd: string; rs: string[] };
   readonly clientAddr = '10.201.1.2';
   readonly clientAddr6 = 'fd00:201:1::2';
   readonly rsAddrs = ['10.201.10.21', '10.201.10.22', '10.201.10.23'];
@@ -173,9 +174,13 @@ export class FailoverLab {
     this.prefix = prefix;
     this.dir = join('/run/uvs-lab', prefix);
     this.nodes = Array.from({ length: nodes }, (_, i) => `lb${i + 1}` as LbNode);
-    const ns = { cl: `${prefix}-cl`, rt: `${prefix}-rt`, sw: `${prefix}-sw`, rd: `${prefix}-rd`, rs: [1, 2, 3].map((i) => `${prefix}-rs${i}`) } as FailoverLab['ns'];
-    for (const n of this.nodes) ns[n] = `${prefix}-${n}`;
-    this.ns = ns;
+    this.ns = { cl: `${prefix}-cl`, rt: `${prefix}-rt`, sw: `${prefix}-sw`, rd: `${prefix}-rd`, rs: [1, 2, 3].map((i) => `${prefix}-rs${i}`) };
+  }
+
+  /** The namespace of LB node n, one of this.nodes. */
+  nodeNs(n: LbNode): string {
+    if (!this.nodes.includes(n)) throw new Error(`${n} is not a node of this lab (it has ${this.nodes.join(', ')})`);
+    return `${this.prefix}-${n}`;
   }
 
   private index(n: LbNode): number {
@@ -226,7 +231,7 @@ export class FailoverLab {
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     const p = this.prefix;
     const n = this.ns;
-    for (const ns of [n.cl, n.rt, n.sw, n.rd, ...n.rs, ...this.nodes.map((x) => n[x])]) {
+    for (const ns of [n.cl, n.rt, n.sw, n.rd, ...n.rs, ...this.nodes.map((x) => this.nodeNs(x))]) {
       sh('ip', ['netns', 'add', ns]);
       this.ip(ns, ['link', 'set', 'lo', 'up']);
       // A node death takes its links down and up again: keep their IPv6 addresses meanwhile. No
@@ -261,8 +266,8 @@ export class FailoverLab {
     this.ip(n.rt, ['-6', 'route', 'add', 'fd00:201:10::/64', 'via', NEXT_HOP6]);
     for (const lb of this.nodes) {
       const i = this.index(lb);
-      port('brf', `${p}f${i}`, n[lb], this.frontDev(lb), `${this.frontAddr(lb)}/24`, `${this.frontAddr6(lb)}/64`);
-      port('brb', `${p}b${i}`, n[lb], this.backDev(lb), `${this.backAddr(lb)}/24`, `${this.backAddr6(lb)}/64`);
+      port('brf', `${p}f${i}`, this.nodeNs(lb), this.frontDev(lb), `${this.frontAddr(lb)}/24`, `${this.frontAddr6(lb)}/64`);
+      port('brb', `${p}b${i}`, this.nodeNs(lb), this.backDev(lb), `${this.backAddr(lb)}/24`, `${this.backAddr6(lb)}/64`);
       this.defaultRoutes(lb);
     }
     port('brb', `${p}bd`, n.rd, `${p}rds`, `${REDIS_ADDR}/24`);
@@ -280,8 +285,8 @@ export class FailoverLab {
   }
 
   private defaultRoutes(lb: LbNode): void {
-    this.ip(this.ns[lb], ['route', 'replace', 'default', 'via', ROUTER_FRONT]);
-    this.ip(this.ns[lb], ['-6', 'route', 'replace', 'default', 'via', ROUTER_FRONT6]);
+    this.ip(this.nodeNs(lb), ['route', 'replace', 'default', 'via', ROUTER_FRONT]);
+    this.ip(this.nodeNs(lb), ['-6', 'route', 'replace', 'default', 'via', ROUTER_FRONT6]);
   }
 
   startRedis(): void {
@@ -321,7 +326,7 @@ export class FailoverLab {
     for (const a of this.rsAddrs) {
       await waitFor(() => {
         try {
-          this.exec(this.ns.lb1, 'curl', ['-s', '-m', '1', `http://${a}:8080/`]);
+          this.exec(this.nodeNs('lb1'), 'curl', ['-s', '-m', '1', `http://${a}:8080/`]);
           return true;
         } catch {
           return false;
@@ -364,7 +369,7 @@ export class FailoverLab {
     writeFileSync(file, stringify(cfg));
     const log = openSync(join(this.dir, `${node}.log`), 'a');
     rmSync(this.socket(node), { force: true }); // a killed uvsd leaves its socket behind
-    const child = this.spawn(this.ns[node], process.execPath, [join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', file], { stdio: ['ignore', log, log] });
+    const child = this.spawn(this.nodeNs(node), process.execPath, [join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', file], { stdio: ['ignore', log, log] });
     this.uvsd[node] = child;
     await waitFor(() => {
       if (child.exitCode !== null) throw new Error(`uvsd ${node} exited with ${child.exitCode}; see ${join(this.dir, `${node}.log`)}`);
@@ -442,7 +447,7 @@ export class FailoverLab {
     // "daemon is already running". A node runs one keepalived, and none runs here: remove them.
     for (const f of [`${node}.keepalived.pid`, `${node}.vrrp.pid`]) rmSync(join(d, f), { force: true });
     const log = openSync(join(d, `${node}.keepalived.log`), 'a');
-    const child = this.spawn(this.ns[node], 'keepalived', ['-n', '-l', '-D', '-P', '-f', conf, '-p', join(d, `${node}.keepalived.pid`), '-r', join(d, `${node}.vrrp.pid`)], { stdio: ['ignore', log, log] });
+    const child = this.spawn(this.nodeNs(node), 'keepalived', ['-n', '-l', '-D', '-P', '-f', conf, '-p', join(d, `${node}.keepalived.pid`), '-r', join(d, `${node}.vrrp.pid`)], { stdio: ['ignore', log, log] });
     this.keepalived[node] = child;
     return child;
   }
@@ -480,14 +485,14 @@ export class FailoverLab {
       }
       const ev = (this.events[node] ?? []).slice(-12).map((x) => `${x.kind} ${x.name} ${x.state}`).join('; ');
       const k = this.keepalived[node];
-      log += `\nkeepalived child: pid ${k?.pid} exit ${k?.exitCode} signal ${k?.signalCode}; processes in ${this.ns[node]}: ${sh('ip', ['netns', 'pids', this.ns[node]], true).split('\n').join(' ')}`;
+      log += `\nkeepalived child: pid ${k?.pid} exit ${k?.exitCode} signal ${k?.signalCode}; processes in ${this.nodeNs(node)}: ${sh('ip', ['netns', 'pids', this.nodeNs(node)], true).split('\n').join(' ')}`;
       throw new Error(`${(e as Error).message}; notify events: ${ev}; keepalived log (last lines):\n${log}`);
     }
   }
 
   /** The VRRP addresses the node holds now (read from the kernel, not from keepalived). */
   heldAddresses(node: LbNode): string[] {
-    const out = sh('ip', ['-n', this.ns[node], '-o', 'addr', 'show'], true);
+    const out = sh('ip', ['-n', this.nodeNs(node), '-o', 'addr', 'show'], true);
     return [NEXT_HOP, NEXT_HOP6, GATEWAY, GATEWAY6].filter((a) => out.includes(` ${a}/`));
   }
 
@@ -571,9 +576,9 @@ export class FailoverLab {
     // Both links in one `ip` process, so they go down together; the cut is timed from just before
     // it (spawning `ip` takes some ms on a busy machine, the link change itself next to nothing).
     const cut = Date.now();
-    execFileSync('ip', ['-n', this.ns[node], '-batch', '-'], { input: `link set ${this.frontDev(node)} down\nlink set ${this.backDev(node)} down\n`, stdio: ['pipe', 'ignore', 'pipe'] });
+    execFileSync('ip', ['-n', this.nodeNs(node), '-batch', '-'], { input: `link set ${this.frontDev(node)} down\nlink set ${this.backDev(node)} down\n`, stdio: ['pipe', 'ignore', 'pipe'] });
     const kids = [this.uvsd[node], this.keepalived[node]];
-    for (const pid of sh('ip', ['netns', 'pids', this.ns[node]], true).split('\n')) {
+    for (const pid of sh('ip', ['netns', 'pids', this.nodeNs(node)], true).split('\n')) {
       if (!pid.trim()) continue;
       try {
         process.kill(Number(pid), 'SIGKILL');
@@ -610,9 +615,9 @@ export class FailoverLab {
    */
   revive(node: LbNode): void {
     for (const [a, dev] of [[`${NEXT_HOP}/24`, this.frontDev(node)], [`${NEXT_HOP6}/64`, this.frontDev(node)], [`${GATEWAY}/24`, this.backDev(node)], [`${GATEWAY6}/64`, this.backDev(node)]] as const) {
-      sh('ip', ['-n', this.ns[node], 'addr', 'del', a, 'dev', dev], true);
+      sh('ip', ['-n', this.nodeNs(node), 'addr', 'del', a, 'dev', dev], true);
     }
-    for (const dev of [this.frontDev(node), this.backDev(node)]) this.ip(this.ns[node], ['link', 'set', dev, 'up']);
+    for (const dev of [this.frontDev(node), this.backDev(node)]) this.ip(this.nodeNs(node), ['link', 'set', dev, 'up']);
     this.defaultRoutes(node); // a link going down took its routes with it
   }
 }

@@ -222,7 +222,10 @@ function udpProbe(host: string, port: number, seconds: number, intervalMs: numbe
     s.on('message', (m) => {
       const [server, payload] = m.toString('utf8').split(' ');
       const p = probes[Number(payload?.slice(1))];
-      if (p && p[1] === null) (p[1] = Date.now()), (p[2] = server ?? null);
+      if (p && p[1] === null) {
+        p[1] = Date.now();
+        p[2] = server ?? null;
+      }
     });
     s.on('error', () => {
       /* ICMP errors: the probe stays unanswered */

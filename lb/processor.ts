@@ -999,7 +999,7 @@ export class PacketProcessor {
   private encapsulate(b: Uint8Array, off: number, totlen: number, raddr: number, copyDf: boolean): number {
     const v6 = this.v6;
     const t6 = this.snapshot.tunnelSrc6;
-    if (v6 ? (t6[0] | t6[1]! | t6[2]! | t6[3]!) === 0 : this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
+    if (v6 ? (t6[0]! | t6[1]! | t6[2]! | t6[3]!) === 0 : this.snapshot.tunnelSrc === 0) return this.drop(Drop.Truncated);
     const df = copyDf && !v6 ? P.u16(b, off + P.IP_FRAG) & P.IP_DF : 0;
     if (this.gsoSize !== 0) return this.encapsulateSegments(b, off, totlen, raddr, df);
     const o = this.outOff;

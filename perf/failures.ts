@@ -21,7 +21,7 @@ import { apiCall } from '../control/client';
 import { blobDownload, runTool } from '../lab/clients';
 import { FailoverLab, type LbNode } from '../lab/failover-lab';
 import { LAB_VIP, type Lab } from '../lab/lab';
-import { summarize, type Summary } from './report';
+import { summarize, type Summary } from './summary';
 import { sleep } from './exec';
 
 export interface FailureFigure {
@@ -278,9 +278,15 @@ async function lbKillRound(env: FailureEnv, flab: FailoverLab, notes: string[], 
     const bt = e ? blackout(e.times, tKill) : null;
     const adopted = (await stats('lb2').catch(() => null))?.adopted ?? NaN;
     const r: Record<string, number> = { streams: N, streamsBroken: ok.filter((x) => !x).length, switchMs, adoptedMs, adopted };
-    if (bu) (r.blackoutUdpMs = bu.blackoutMs), (r.udpAfterSwitchMs = bu.blackoutMs - switchMs);
+    if (bu) {
+      r.blackoutUdpMs = bu.blackoutMs;
+      r.udpAfterSwitchMs = bu.blackoutMs - switchMs;
+    }
     if (u) r.udpLost = u.sent - u.answered;
-    if (bt) (r.blackoutTcpMs = bt.blackoutMs), (r.tcpAfterSwitchMs = bt.blackoutMs - switchMs);
+    if (bt) {
+      r.blackoutTcpMs = bt.blackoutMs;
+      r.tcpAfterSwitchMs = bt.blackoutMs - switchMs;
+    }
     if (e) r.echoBroken = e.error === null ? 0 : 1;
     env.log(
       `  lb kill: ${r.streamsBroken}/${N} downloads broken; blackout UDP ${bu ? `${bu.blackoutMs} ms (gap ${bu.gapMs} ms)` : 'not measured: no answer after the kill'}, TCP echo ${bt ? `${bt.blackoutMs} ms (gap ${bt.gapMs} ms)` : 'not measured: no echo after the kill'}; switch ${switchMs} ms; lb2 adopted all downloads after ${Number.isNaN(adoptedMs) ? '> 10 s' : `${adoptedMs} ms`}`,

@@ -3,23 +3,8 @@
  * SVG chart (drawn here, no dependency).
  */
 import type { FailureFigures } from './failures';
+import type { Summary } from './summary';
 import type { MeasurementName, TargetName } from './targets';
-
-export interface Summary {
-  median: number;
-  min: number;
-  max: number;
-  n: number;
-  values: number[];
-}
-
-export function summarize(values: number[]): Summary | null {
-  const v = values.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-  if (v.length === 0) return null;
-  const mid = v.length >> 1;
-  const median = v.length % 2 ? v[mid]! : (v[mid - 1]! + v[mid]!) / 2;
-  return { median, min: v[0]!, max: v[v.length - 1]!, n: v.length, values };
-}
 
 export interface MetricDef {
   key: string;
@@ -565,7 +550,10 @@ export function renderSvg(r: ReportData): string {
   let row = 0;
   for (const p of panels) {
     const span = p.span ?? 1;
-    if (col + span > cols) (row++, (col = 0));
+    if (col + span > cols) {
+      row++;
+      col = 0;
+    }
     place.push({ col, row });
     col += span;
   }

@@ -27,7 +27,8 @@ import { failoverPrefix, runFailures, type FailureFigures } from './failures';
 import { killLive, run, sleep, spawnTracked, waitLive } from './exec';
 import { measure, udpFlows, udpPps, warmUp, type MeasureEnv, type Metrics } from './measure';
 import { Anchor, Probe, processMemKb, syscallCountingUnavailable } from './probe';
-import { computeRatios, renderMarkdown, renderSvg, summarize, type MemoryRow, type ReportData, type ScalingRun, type Summary } from './report';
+import { computeRatios, renderMarkdown, renderSvg, type MemoryRow, type ReportData, type ScalingRun } from './report';
+import { summarize, type Summary } from './summary';
 import { ALL_MEASUREMENTS, ALL_TARGETS, HTTP_PORT, lbRssMb, makeTarget, setForwarding, SP_PORT, UvsTarget, type MeasurementName, type Target, type TargetName } from './targets';
 
 const ROOT = join(__dirname, '..', '..');
@@ -351,8 +352,8 @@ export async function perfCommand(argv: string[]): Promise<number> {
   if (o.targets.includes('ctun')) need.add('cc');
   if (o.targets.includes('nftables')) need.add('nft');
   if (o.targets.includes('haproxy')) need.add('haproxy');
-  if (o.targets.includes('nginx')) (need.add('nginx'), need.add('nginxStream'));
-  if (o.failures) (need.add('redis'), need.add('keepalived'));
+  if (o.targets.includes('nginx')) need.add('nginx').add('nginxStream');
+  if (o.failures) need.add('redis').add('keepalived');
   if (o.syscalls) need.add('perf');
   const missing = new Set(ensureTools([...need], o.install, log));
   const toolFor: Record<MeasurementName, string> = { udp_pps: 'sockperf', udp_rr: 'sockperf', tcp_rr: 'sockperf', tcp_cps: 'wrk', tcp_bulk: 'iperf3' };
@@ -520,7 +521,10 @@ export async function perfCommand(argv: string[]): Promise<number> {
         } catch (e) {
           const msg = (e as Error).message;
           log(`${t.name}: setup failed: ${msg}`);
-          for (const m of todo) (errors.push({ round, target: t.name, measurement: m, error: `setup: ${msg}` }), done++);
+          for (const m of todo) {
+            errors.push({ round, target: t.name, measurement: m, error: `setup: ${msg}` });
+            done++;
+          }
           await t.teardown().catch(() => undefined);
           continue;
         }
@@ -573,7 +577,10 @@ export async function perfCommand(argv: string[]): Promise<number> {
         } catch (e) {
           const msg = (e as Error).message;
           log(`uvs workers=${c.workers} tableSize=${c.tableSize}: setup failed: ${msg}`);
-          for (const p of c.points) (errors.push({ round, target: 'uvs', measurement: `scaling ${p.flows} flows, ${c.workers} workers, table ${c.tableSize}`, error: msg }), done++);
+          for (const p of c.points) {
+            errors.push({ round, target: 'uvs', measurement: `scaling ${p.flows} flows, ${c.workers} workers, table ${c.tableSize}`, error: msg });
+            done++;
+          }
           await uvs.teardown().catch(() => undefined);
           continue;
         }
@@ -601,7 +608,10 @@ export async function perfCommand(argv: string[]): Promise<number> {
             await sleep(200);
           }
           const after = uvs.pid ? processMemKb(uvs.pid) : null;
-          if (after) (mrow.after.push(after.rss / 1024), mrow.hwm.push(after.hwm / 1024));
+          if (after) {
+            mrow.after.push(after.rss / 1024);
+            mrow.hwm.push(after.hwm / 1024);
+          }
         } finally {
           await uvs.teardown().catch((e) => log(`uvs teardown: ${(e as Error).message}`));
         }

@@ -48,4 +48,4 @@ fi
 if [ ! -f build/Release/uvs_tun.node ] || [ -n "$(find lb/native binding.gyp -newer build/Release/uvs_tun.node -print -quit)" ]; then
   npx node-gyp rebuild --silent
 fi
-npx tsc -p tsconfig.json
+npx tsc -p tsconfig.json # product and tests (tsconfig.build.json is the product alone)

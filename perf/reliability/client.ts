@@ -38,7 +38,10 @@ function out(o: unknown): void {
 function stopSignal(ms: number): Promise<void> {
   return new Promise((r) => {
     const t = setTimeout(r, ms);
-    const f = () => (clearTimeout(t), r());
+    const f = () => {
+      clearTimeout(t);
+      r();
+    };
     process.once('SIGTERM', f);
     process.once('SIGINT', f);
   });
@@ -80,7 +83,10 @@ function connectProbe(host: string, port: number, seconds: number, intervalMs: n
       stopped = true;
       clearInterval(timer);
       const wait = setInterval(() => {
-        if (inFlight === 0) (clearInterval(wait), resolve(0));
+        if (inFlight === 0) {
+          clearInterval(wait);
+          resolve(0);
+        }
       }, 20);
     });
   });
@@ -129,7 +135,10 @@ function echo(host: string, port: number, seconds: number, intervalMs: number): 
       finish();
     });
     sock.on('close', () => {
-      if (!finished) (error ??= 'closed by peer'), finish();
+      if (!finished) {
+        error ??= 'closed by peer';
+        finish();
+      }
     });
     sock.on('connect', () => {
       last = Date.now();
@@ -140,7 +149,10 @@ function echo(host: string, port: number, seconds: number, intervalMs: number): 
         // The last echoes: up to 10 s (retransmissions after heavy loss back off to seconds).
         const deadline = Date.now() + 10000;
         const w = setInterval(() => {
-          if (echoed === sent || Date.now() > deadline || finished) (clearInterval(w), finish());
+          if (echoed === sent || Date.now() > deadline || finished) {
+            clearInterval(w);
+            finish();
+          }
         }, 20);
       });
     });
@@ -203,7 +215,10 @@ function download(host: string, port: number, bytes: number, seed: number, bytes
       res.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
       res.on('aborted', () => finish('aborted'));
     });
-    const hard = setTimeout(() => (req.destroy(), finish('timeout')), maxSeconds * 1000);
+    const hard = setTimeout(() => {
+      req.destroy();
+      finish('timeout');
+    }, maxSeconds * 1000);
     req.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
     req.end();
   });
@@ -225,7 +240,10 @@ async function redis(url: string, file: string, repeatSeconds: number, intervalM
       const r = await Promise.allSettled(cmds.slice(i, i + 1000).map(([cmd, ...args]) => c.call(String(cmd), ...args.map(arg))));
       for (const x of r) {
         if (x.status === 'fulfilled') ok++;
-        else (errors++, (last = (x.reason as Error).message));
+        else {
+          errors++;
+          last = (x.reason as Error).message;
+        }
       }
     }
     if (Date.now() < until) await new Promise((r) => setTimeout(r, intervalMs));

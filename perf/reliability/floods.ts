@@ -17,7 +17,7 @@
 import { apiCall } from '../../control/client';
 import { LAB_VIP, LAB_VIP6 } from '../../lab/lab';
 import { sleep } from '../exec';
-import { attemptStats, defenseSettings, latencyStats, numericDiff, recovered, recoveryMs, type Figure, type ScenarioResult, type Value } from './report';
+import { attemptStats, defenseSettings, latencyStats, numericDiff, recovered, recoveryMs, type ScenarioResult, type Value } from './report';
 import { apiProbe, blackholeSpoofed, connectProbe, CpuWatch, devStats, getStats, labConfig, labServices, linkMac, relgen, round, startEchoes, startUvsd, stopEchoes, type Ctx, type GenResult, type Stats } from './common';
 
 const SLOW_MS = 1000; // a connect slower than this waited for a SYN retransmission (1 s): not served
@@ -40,7 +40,10 @@ class EntriesWatch {
     this.done = (async () => {
       while (!this.stopped) {
         const s = await getStats(socket).catch(() => null);
-        if (s) (this.last = s), (this.peak = Math.max(this.peak, s.table.entries));
+        if (s) {
+          this.last = s;
+          this.peak = Math.max(this.peak, s.table.entries);
+        }
         await sleep(500);
       }
     })();

@@ -25,8 +25,8 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   r.how = `Two-node lab: client → router → lb1 (active) or lb2, real servers and redis-server on a shared switch; uvsd on both nodes (${ctx.workers} workers, Redis sync, counts every 0.5 s, parked-packet timeout 1 s). Load through lb1 for the whole run: lab/tools.js \`load\` (2 loops of one-connection HTTP requests to ${LAB_VIP}:80), 2 TCP echo streams (a line every 100 ms), downloads read at ${rateKiB} KiB/s (client.ts download) (3 started before the outages, 3 during the kill, 3 during the hang; checked with sha256), and relgen writing ${ackPps.toLocaleString('en-US')} mid-flow TCP ACKs/s from random sources into lb1's device during both outages (no flow has them: with sync on, each is parked for a Redis lookup). Redis is SIGKILLed, restarted after ${outS} s; then SIGSTOPped for ${outS} s and continued. "Caught up" = lb1 reconnected and its write queue empty again. Then lb1 is SIGKILLed and the router and the servers' gateway move to lb2 (what keepalived does, done by \`ip\`). lb1's RSS is sampled every 200 ms.`;
   flab.up();
   await flab.waitServers();
-  await blackholeSpoofed(flab.ns.lb1);
-  await blackholeSpoofed(flab.ns.lb2);
+  await blackholeSpoofed(flab.nodeNs('lb1'));
+  await blackholeSpoofed(flab.nodeNs('lb2'));
   const services = [
     { name: 'http', protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: flab.rsAddrs.map((address) => ({ address, port: 8080 })) },
     { name: 'echo', protocol: 'tcp', address: LAB_VIP, port: 7, scheduler: 'rr', realServers: flab.rsAddrs.map((address) => ({ address, port: 9007 })) },
@@ -64,7 +64,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   };
   await sleep(3000);
   const s0 = await getStats(flab.socket('lb1'));
-  const ack = relgen(ctx, flab.ns.lb1, { mode: 'ack4', if: 'uvs0', vip4: LAB_VIP, port: 80, pps: ackPps, seconds: 2 * outS + 8 }, (2 * outS + 8) * 1000).catch((e: Error) => ({ sent: 0, refused: 0, ms: 0, kinds: {}, error: e.message }));
+  const ack = relgen(ctx, flab.nodeNs('lb1'), { mode: 'ack4', if: 'uvs0', vip4: LAB_VIP, port: 80, pps: ackPps, seconds: 2 * outS + 8 }, (2 * outS + 8) * 1000).catch((e: Error) => ({ sent: 0, refused: 0, ms: 0, kinds: {}, error: e.message }));
 
   // Killed.
   const tKill = Date.now();

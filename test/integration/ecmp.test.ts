@@ -63,7 +63,11 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
   const adoptedBy = async (ks: number[]) => Object.fromEntries(await Promise.all(ks.map(async (k) => [k, (await stats(k)).adopted] as const))) as Record<number, number>;
 
   /** Flows per node (the router's hash), and the flows that moved between two such maps, by destination. */
-  const perNode = (nodes: number[]) => nodes.reduce<Record<number, number>>((m, k) => ((m[k] = (m[k] ?? 0) + 1), m), {});
+  const perNode = (nodes: number[]) => {
+    const m: Record<number, number> = {};
+    for (const k of nodes) m[k] = (m[k] ?? 0) + 1;
+    return m;
+  };
   const movedTo = (before: number[], after: number[]) => {
     const m: Record<number, number> = {};
     before.forEach((b, i) => {

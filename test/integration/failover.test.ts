@@ -152,8 +152,8 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
     assert.deepEqual(await checkStreams(ss), { started: 3, completed: 3, broken: 0 });
     assert.equal(lab.clientSnmp('Tcp', 'OutRsts') - rsts, 0, 'the client never saw a segment from a real server\'s own address (it would have answered with a RST)');
     // (`ip route get` answers a blackhole with EINVAL: read the routes themselves.)
-    assert.equal(lab.exec(lab.ns.lb1, 'ip', ['route', 'show', '10.200.0.0/24']).trim(), 'blackhole 10.200.0.0/24 metric 4294967295', 'VIP traffic reaching lb1 is dropped, not looped back to the router');
-    assert.equal(lab.exec(lab.ns.lb1, 'ip', ['route', 'show', 'table', '4711']).trim(), 'blackhole default metric 4294967295', 'masq replies reaching lb1 are dropped');
+    assert.equal(lab.exec(lab.nodeNs('lb1'), 'ip', ['route', 'show', '10.200.0.0/24']).trim(), 'blackhole 10.200.0.0/24 metric 4294967295', 'VIP traffic reaching lb1 is dropped, not looped back to the router');
+    assert.equal(lab.exec(lab.nodeNs('lb1'), 'ip', ['route', 'show', 'table', '4711']).trim(), 'blackhole default metric 4294967295', 'masq replies reaching lb1 are dropped');
   });
 
   test('IPv6: three long TCP streams through lb1 complete byte-identical through lb2 after lb1 dies whole (VRRP timeout)', async () => {
@@ -225,7 +225,12 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
       let body = '';
       c.stdout.on('data', (d: Buffer) => (body += d.toString()));
       let running = true;
-      const done = new Promise<{ code: number | null; body: string }>((r) => c.on('close', (code) => ((running = false), r({ code, body }))));
+      const done = new Promise<{ code: number | null; body: string }>((r) =>
+        c.on('close', (code) => {
+          running = false;
+          r({ code, body });
+        }),
+      );
       return { done, running: () => running };
     });
     await waitStat('lb1', 'did not queue the three held flows', (s) => s.redis!.queueDepth >= 3 && !s.redis!.connected);

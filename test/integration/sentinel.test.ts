@@ -17,7 +17,7 @@ import Redis from 'ioredis';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD } from '../../lb/processor';
 import { field, tcp } from '../helpers/packets';
-import { answers, hasCommand, sleep, startRedis, syncNode, VIP, waitFor, type SyncNode } from '../helpers/sync-node';
+import { answers, hasCommand, sleep, startRedis, syncNode, VIP, waitFor } from '../helpers/sync-node';
 
 const missing = ['redis-server', 'redis-sentinel'].filter((c) => !hasCommand(c));
 const skip = missing.length ? `${missing.join(', ')} missing` : false;

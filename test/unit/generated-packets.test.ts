@@ -36,8 +36,11 @@ function setup(generatedLimit?: Record<string, unknown>) {
   });
 }
 
-const gen = (counters: Float64Array, kind: (typeof L.GEN_KIND_NAMES)[number], result: (typeof L.GEN_RESULT_NAMES)[number]) =>
-  counters[L.C_GEN_BASE + L.GEN_KIND_NAMES.indexOf(kind) * L.GEN_RESULTS + L.GEN_RESULT_NAMES.indexOf(result)];
+const gen = (counters: Float64Array, kind: (typeof L.GEN_KIND_NAMES)[number], result: (typeof L.GEN_RESULT_NAMES)[number]): number => {
+  const v = counters[L.C_GEN_BASE + L.GEN_KIND_NAMES.indexOf(kind) * L.GEN_RESULTS + L.GEN_RESULT_NAMES.indexOf(result)];
+  assert.ok(v !== undefined, `the counter words have no generated-packet counter ${kind}/${result}`);
+  return v;
+};
 
 /**
  * Feeds each answer back in as the kernel would: an answer to an address inside the VIP ranges is

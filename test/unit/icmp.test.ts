@@ -168,7 +168,7 @@ test('ICMP errors with a bad ICMP checksum are dropped, not re-checksummed into 
   const q = run(udp({ src: CLIENT, dst: VIP, sport: 5353, dport: 80, payload: new Uint8Array(10) }));
   const f = field(q.pkt);
   const err = icmpError(f.dst, f.src, P.ICMP_DEST_UNREACH, P.ICMP_PORT_UNREACH, q.pkt);
-  err[40] ^= 0x55; // damage a quoted byte: the ICMP checksum no longer verifies
+  err[40]! ^= 0x55; // damage a quoted byte: the ICMP checksum no longer verifies
   assert.notEqual(P.sum16(err, 20, err.length - 20, 0), 0xffff);
   const r = run(err);
   assert.equal(r.v, DROP, 'a damaged ICMP error was forwarded with a freshly computed (valid) checksum');

@@ -15,7 +15,7 @@ import { checksumsValid, field, icmpEcho, tcp, udp } from '../helpers/packets';
 
 const VIP = '10.96.0.10';
 const CLIENT = '192.168.1.100';
-const RS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
+const RS: [string, string, string] = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
 
 function setup(services: unknown[], capacity = 1024) {
   const cfg = validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: capacity, maxRealServers: 16, maxServices: 8 }, services });
