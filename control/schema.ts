@@ -262,7 +262,7 @@ export function obj<F extends Fields>(fields: F, o: ObjOpts<F> = {}): Schema<Obj
     parse(v, path, up) {
       if ((v === undefined || v === null) && !o.mapping) v = {};
       if (!isObj(v)) fail(path, 'must be a mapping');
-      for (const k of Object.keys(v)) if (!Object.prototype.hasOwnProperty.call(fields, k)) fail(at(path, k), `unknown field (allowed: ${allowed})`);
+      for (const k of Object.keys(v)) if (!Object.hasOwn(fields, k)) fail(at(path, k), `unknown field (allowed: ${allowed})`);
       const out: Record<string, unknown> = {};
       const scope: Scope = { out, up };
       for (const k of keys) {

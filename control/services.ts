@@ -477,7 +477,7 @@ export class ServiceModel {
   setHealthy(service: string, realServer: string, healthy: boolean): boolean {
     const slotKey = `${service}|${realServer}`;
     const live = this.services.get(service);
-    if (!live || !live.rsCfg.has(realServer)) return false;
+    if (!live?.rsCfg.has(realServer)) return false;
     if (healthy === !this.unhealthy.has(slotKey)) return false;
     if (healthy) {
       this.unhealthy.delete(slotKey);
@@ -780,7 +780,7 @@ export class ServiceModel {
    */
   flowTarget(service: string, realServer: string): FlowTarget | null {
     const i = this.rsSlots.get(`${service}|${realServer}`);
-    const live = i && i.listed ? this.services.get(i.svcKey) : undefined;
+    const live = i?.listed ? this.services.get(i.svcKey) : undefined;
     const d = live?.compiled.dests.find((x) => x.rs === i!.slot);
     if (!live || !d) return null;
     const s = live.compiled;

@@ -4,7 +4,7 @@
  */
 import { loadConfigFile } from './config';
 import { Daemon } from './daemon';
-import { UvsError } from './errors';
+import type { UvsError } from './errors';
 import { makeLogger } from './log';
 import { cleanupRouting } from '../lb/dataplane';
 

@@ -63,7 +63,10 @@ test('inspection gives the first chunk\'s event; unknown chunk types count as da
 
 test('malformed chunk lists and wrong CRCs are refused', () => {
   const good = sctp({ src: '192.168.1.100', dst: '10.96.0.10', chunks: [{ type: S.SCTP_CID_DATA, value: bytes(8, () => 9) }] });
-  const reseal = (p: Uint8Array) => (sctpSeal(p, 20, p.length), p);
+  const reseal = (p: Uint8Array) => {
+    sctpSeal(p, 20, p.length);
+    return p;
+  };
   assert.equal(sctpInspect(good, 20, 32), SCTP_MALFORMED, 'a common header and no chunk');
   assert.equal(sctpInspect(good, 20, 34), SCTP_MALFORMED, 'half a chunk header');
   const short = reseal(good.slice());

@@ -6,7 +6,10 @@ const SYN = S.TCPF_SYN, ACK = S.TCPF_ACK, FIN = S.TCPF_FIN, RST = S.TCPF_RST;
 
 function walk(steps: [number, number][]): string[] {
   let st = S.TCP_NONE;
-  return steps.map(([dir, flags]) => (st = S.tcpNextState(dir, flags, st), S.TCP_STATE_NAMES[st]!));
+  return steps.map(([dir, flags]) => {
+    st = S.tcpNextState(dir, flags, st);
+    return S.TCP_STATE_NAMES[st]!;
+  });
 }
 
 test('a masq connection walks SYN_RECV, ESTABLISHED, CLOSE_WAIT, TIME_WAIT as in the kernel walk-through', () => {
