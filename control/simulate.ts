@@ -236,7 +236,7 @@ class Simulation {
     const e = parseEndpoint(str(text, path));
     if (!e) fail(path, `must be "address:port" ("[v6]:port" for IPv6), got ${JSON.stringify(text)}`);
     const s = this.model.servers.get(formatEndpoint(e.addr, e.port));
-    if (!s || !s.listed) fail(path, `${formatEndpoint(e.addr, e.port)} is not in the real-server list`);
+    if (!s?.listed) fail(path, `${formatEndpoint(e.addr, e.port)} is not in the real-server list`);
     return s;
   }
 
