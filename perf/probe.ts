@@ -4,8 +4,10 @@
  * - /proc/stat (machine-wide: busy and softirq time, in clock ticks);
  * - /proc/<pid>/stat utime+stime of every process in the LB namespace (uvsd with all its worker
  *   threads, haproxy, nginx master and workers);
- * - a namespace's own /proc/net/{dev,snmp}, read through /proc/<anchor>/net/… where the anchor is
- *   a `sleep` process we keep in that namespace (a process's /proc/<pid>/net shows its netns);
+ * - a namespace's own /proc/net/{dev,snmp,netstat}, read through /proc/<anchor>/net/… where the
+ *   anchor is a `sleep` process we keep in that namespace (a process's /proc/<pid>/net shows its
+ *   netns): the client's SYN retransmits and the real servers' SYNs rejected in TIME_WAIT come
+ *   from netstat's TcpExt line;
  * - /proc/<pid>/status VmRSS / VmHWM;
  * - /proc/<pid>/task/<tid>/status voluntary_ctxt_switches / nonvoluntary_ctxt_switches, summed
  *   over every thread of the LB processes (a voluntary switch is a thread going to sleep — in
@@ -99,6 +101,19 @@ export function parseSnmp(text: string): Record<string, Record<string, number>> 
   return out;
 }
 
+/** /proc/net/stat/nf_conntrack: a header of names, then one line of hex counters per CPU; summed. */
+export function parseConntrackStat(text: string): Record<string, number> {
+  const lines = text.trim().split('\n');
+  const names = (lines[0] ?? '').trim().split(/\s+/);
+  const out: Record<string, number> = {};
+  for (const l of lines.slice(1)) {
+    const v = l.trim().split(/\s+/);
+    if (v.length !== names.length) continue;
+    names.forEach((n, i) => (out[n] = (out[n] ?? 0) + parseInt(v[i]!, 16)));
+  }
+  return out;
+}
+
 export interface DevCounters {
   rxPackets: number;
   rxBytes: number;
@@ -145,6 +160,11 @@ export class Anchor {
     return parseSnmp(readFileSync(`/proc/${this.pid}/net/snmp`, 'utf8'));
   }
 
+  /** /proc/net/netstat (TcpExt, IpExt, …): the same two-line format as snmp. */
+  netstat(): Record<string, Record<string, number>> {
+    return parseSnmp(readFileSync(`/proc/${this.pid}/net/netstat`, 'utf8'));
+  }
+
   dev(ifname: string): DevCounters {
     const d = parseNetDev(readFileSync(`/proc/${this.pid}/net/dev`, 'utf8'), ifname);
     if (!d) throw new Error(`no interface ${ifname} in ${this.ns}`);
@@ -172,6 +192,14 @@ export interface Snapshot {
   rsUdp: number;
   client: DevCounters;
   clientActiveOpens: number;
+  /** The client's SYN retransmits (TcpExt TCPSynRetrans): a connection that waited 1 s or more. */
+  clientSynRetrans: number;
+  /**
+   * Packets the real servers rejected because they met a TIME_WAIT socket of the same 4-tuple
+   * with a newer TCP timestamp (TcpExt PAWSTimewait), summed. For a SYN the server answers with
+   * an ACK, the client resets and retransmits its SYN a second later.
+   */
+  rsPawsTw: number;
 }
 
 export interface Window {
@@ -188,6 +216,8 @@ export interface Window {
   clientRxBytes: number;
   clientTxBytes: number;
   clientActiveOpens: number;
+  clientSynRetrans: number;
+  rsPawsTw: number;
   /** Voluntary context switches of the LB processes' threads: each is a sleep, so a wake-up. */
   lbWakeups: number;
   /** Voluntary + involuntary context switches of the LB processes' threads. */
@@ -221,11 +251,23 @@ export class Probe {
       if (c !== null) lbSwitches.set(p, c);
     }
     let rsUdp = 0;
+    let rsPawsTw = 0;
     for (const a of this.rs) {
       const u = a.snmp().Udp ?? {};
       rsUdp += (u.InDatagrams ?? 0) + (u.InErrors ?? 0) + (u.NoPorts ?? 0);
+      rsPawsTw += a.netstat().TcpExt?.PAWSTimewait ?? 0;
     }
-    return { t, cpu: readCpu(), lb, lbSwitches, rsUdp, client: this.client.dev(this.clientIf), clientActiveOpens: this.client.snmp().Tcp?.ActiveOpens ?? 0 };
+    return {
+      t,
+      cpu: readCpu(),
+      lb,
+      lbSwitches,
+      rsUdp,
+      client: this.client.dev(this.clientIf),
+      clientActiveOpens: this.client.snmp().Tcp?.ActiveOpens ?? 0,
+      clientSynRetrans: this.client.netstat().TcpExt?.TCPSynRetrans ?? 0,
+      rsPawsTw,
+    };
   }
 
   diff(a: Snapshot, b: Snapshot): Window {
@@ -253,6 +295,8 @@ export class Probe {
       clientRxBytes: b.client.rxBytes - a.client.rxBytes,
       clientTxBytes: b.client.txBytes - a.client.txBytes,
       clientActiveOpens: b.clientActiveOpens - a.clientActiveOpens,
+      clientSynRetrans: b.clientSynRetrans - a.clientSynRetrans,
+      rsPawsTw: b.rsPawsTw - a.rsPawsTw,
       lbWakeups,
       lbSwitches,
     };

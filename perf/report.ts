@@ -59,6 +59,20 @@ export const MEASUREMENTS: Record<MeasurementName, { title: string; tool: string
     metrics: [
       { key: 'cps', label: 'connections/s (= requests/s)', unit: '/s', better: 'higher', headline: true },
       { key: 'errors', label: 'socket errors + non-2xx', unit: '', better: 'lower', headline: false },
+      {
+        key: 'synRetransPerK',
+        label: "client's SYN retransmits per 1000 connections (each waits ≥ 1 s)",
+        unit: '',
+        better: 'lower',
+        headline: false,
+      },
+      {
+        key: 'pawsRejectsPerK',
+        label: 'packets the real servers rejected in TIME_WAIT for an old timestamp (PAWS) per 1000 connections',
+        unit: '',
+        better: 'lower',
+        headline: false,
+      },
       ...cpu('UsPerConn', 'µs', 'connection'),
       ...io('Conn', 'connection'),
       ...io('Pkt', 'packet'),

@@ -25,11 +25,27 @@ import { FailoverLab } from '../lab/failover-lab';
 import { ensureTools, toolVersion } from './deps';
 import { failoverPrefix, runFailures, type FailureFigures } from './failures';
 import { killLive, run, sleep, spawnTracked, waitLive } from './exec';
-import { measure, udpFlows, udpPps, warmUp, type MeasureEnv, type Metrics } from './measure';
+import { measure, udpFlows, udpPps, warmUp, WRK_THREADS, type MeasureEnv, type Metrics } from './measure';
 import { Anchor, Probe, processMemKb, syscallCountingUnavailable } from './probe';
 import { computeRatios, renderMarkdown, renderSvg, type MemoryRow, type ReportData, type ScalingRun } from './report';
 import { summarize, type Summary } from './summary';
-import { ALL_MEASUREMENTS, ALL_TARGETS, HTTP_PORT, lbRssMb, makeTarget, setForwarding, SP_PORT, UvsTarget, type MeasurementName, type Target, type TargetName } from './targets';
+import {
+  ALL_MEASUREMENTS,
+  ALL_TARGETS,
+  CLIENT_SOURCE,
+  HTTP_PORT,
+  LAB_SYSCTLS,
+  lbRssMb,
+  makeTarget,
+  routeClientSources,
+  setForwarding,
+  setLabSysctls,
+  SP_PORT,
+  UvsTarget,
+  type MeasurementName,
+  type Target,
+  type TargetName,
+} from './targets';
 
 const ROOT = join(__dirname, '..', '..');
 
@@ -76,7 +92,7 @@ Options:
                           above 30000 the run uses a 1048576-entry table, above 45000 two client addresses)
   --tables LIST           table sizes for the table series (default 4096,65536,1048576)
   --workers N             worker threads/processes (ctun: TUN queues) of every LB (default: CPUs)
-  --conns N               wrk connections (default 32)
+  --conns N               wrk connections, a multiple of 3 (wrk's 3 threads; default 33)
   --out DIR               where the report goes (default: perf/ of the repository)
   --prefix P              lab prefix (default uvperf; --failures' two-node lab: P + "f", ≤ 8 chars)
   --failures              also the failure figures (off by default: they add about 1 minute per
@@ -117,7 +133,7 @@ export function parseOptions(argv: string[]): Options | 'help' {
     flows: [1, 100, 1000, 10000, 100000],
     tables: [4096, 65536, 1048576],
     workers: nproc,
-    conns: 32,
+    conns: 33,
     out: join(ROOT, 'perf'),
     prefix: 'uvperf',
     install: true,
@@ -184,7 +200,9 @@ export function parseOptions(argv: string[]): Options | 'help' {
         custom = true;
         break;
       case '--conns':
-        o.conns = numbers(val(), a, 1, 5000)[0]!;
+        o.conns = numbers(val(), a, WRK_THREADS, 5000)[0]!;
+        if (o.conns % WRK_THREADS !== 0)
+          throw new Error(`--conns: a multiple of ${WRK_THREADS} (wrk's threads, one per real server), got ${o.conns}`);
         custom = true;
         break;
       case '--out':
@@ -247,7 +265,7 @@ function headline(m: MeasurementName, x: Metrics): string {
     case 'tcp_rr':
       return `p50 ${f(x.p50Us)} µs, p99 ${f(x.p99Us)} µs, p99.9 ${f(x.p999Us)} µs`;
     case 'tcp_cps':
-      return `${f(x.cps)} connections/s${x.errors ? `, ${x.errors} errors` : ''}`;
+      return `${f(x.cps)} connections/s${x.errors ? `, ${x.errors} errors` : ''}${x.synRetransPerK || x.pawsRejectsPerK ? `, ${f(x.synRetransPerK ?? 0)} SYN retransmits and ${f(x.pawsRejectsPerK ?? 0)} PAWS rejects at the servers per 1000` : ''}`;
     case 'tcp_bulk':
       return `${f(x.gbps, 2)} Gb/s`;
   }
@@ -304,16 +322,22 @@ function clockTicks(): number {
   }
 }
 
+const CLIENT_SOURCES = Object.entries(CLIENT_SOURCE)
+  .map(([t, a]) => `${t} ${a}`)
+  .join(', ');
+const SYSCTLS = LAB_SYSCTLS.map((x) => `\`${x}\``).join(', ');
+
 const METHOD = [
   'Lab: network namespaces client ↔ LB node ↔ three real servers, veth pairs, addresses 10.200.x (lab/lab.ts). The real servers route back via the LB node. Generators run in the client namespace; every load is bounded by its duration and a hard kill.',
-  'Targets: `direct` = the client addresses a real server itself, the LB node only routes (ip_forward, no conntrack, no rules) — the physical limit of the path; `uvs` = uvsd, masq, rr over the three real servers (VIP 10.200.0.10 routed into its multi-queue TUN device); `ctun` = perf/peers/ctun.c, the minimal C TUN forwarder a TUN-based LB is measured against: stateless NAT (the real server chosen by a hash of the client\'s address and port, so a flow sticks; replies rewritten back), incremental checksums, one packet per 1500-byte read() and write(), one thread per queue, compiled with `cc -O2` at run time and set up exactly as uvsd sets up its device (multi-queue TUN, one queue per worker, rp_filter 0, ip_forward 1, VIP 10.200.0.50 routed into it, a `from RIP ipproto P sport PORT` policy rule per real server into a table that routes to it); `nftables` = `dnat to numgen inc mod 3 map {…}` in prerouting of the LB namespace (VIP 10.200.0.20); `haproxy` = HAProxy `mode tcp`, roundrobin (VIP 10.200.0.30 on lo of the LB node); `nginx` = nginx `stream`, TCP and UDP (`reuseport`), round robin (VIP 10.200.0.40 on lo). Every LB gets the same number of worker threads/processes. Bulk TCP always goes to rs1 only (iperf3 needs its two connections on one server).',
+  "Targets: `direct` = the client addresses the real servers itself, the LB node only routes (ip_forward, no conntrack, no rules) — the physical limit of the path (short connections go to all three real servers, like through an LB; the other measurements to rs1); `uvs` = uvsd, masq, rr over the three real servers (VIP 10.200.0.10 routed into its multi-queue TUN device); `ctun` = perf/peers/ctun.c, the minimal C TUN forwarder a TUN-based LB is measured against: stateless NAT (the real server chosen by a hash of the client's address and port, so a flow sticks; replies rewritten back), incremental checksums, one packet per 1500-byte read() and write(), one thread per queue, compiled with `cc -O2` at run time and set up exactly as uvsd sets up its device (multi-queue TUN, one queue per worker, rp_filter 0, ip_forward 1, VIP 10.200.0.50 routed into it, a `from RIP ipproto P sport PORT` policy rule per real server into a table that routes to it); `nftables` = `dnat to numgen inc mod 3 map {…}` in prerouting of the LB namespace (VIP 10.200.0.20); `haproxy` = HAProxy `mode tcp`, roundrobin (VIP 10.200.0.30 on lo of the LB node); `nginx` = nginx `stream`, TCP and UDP (`reuseport`), round robin (VIP 10.200.0.40 on lo). Every LB gets the same number of worker threads/processes. Bulk TCP always goes to rs1 only (iperf3 needs its two connections on one server).",
   'Interleaving: in every round each target is set up, measured with every generator, and torn down, in an order that rotates from round to round; the figure is the median over rounds, with min–max.',
   'UDP packets/s: `sockperf throughput --mps=max -m 64` (one socket, one flow, 64-byte payload, 92-byte IP packets) for the run\'s duration. Counted at the real servers: the growth of InDatagrams + InErrors + NoPorts in each real server namespace\'s /proc/net/snmp (what reached their UDP layer, including what their sockets had no room for), divided by sockperf\'s own send time.',
   'Latency: `sockperf ping-pong --full-rtt -m 64` (UDP, and `--tcp` over one connection): one message in flight, round trip measured by sockperf, p50/p99/p99.9 over all messages of the run after its warm-up.',
-  'Connections/s: `wrk -H "Connection: close"` against the lab\'s HTTP servers (:8080; VIP :80), 2 threads, 32 connections: every request is a new TCP connection, so requests/s = connections/s. For `direct` wrk talks to rs1 alone: one real server is not what limits this figure here (three wrk in parallel, one per real server, were not faster in a check on this machine: both about 4 k/s).',
+  `Connections/s: \`wrk -H "Connection: close"\` against the lab's HTTP servers (:8080; VIP :80), ${WRK_THREADS} threads, \`--conns\` connections (default 33: 11 per thread): every request is a new TCP connection, so requests/s = connections/s. For \`direct\` wrk's thread i connects to real server i (a wrk script that only sets each thread's address), so direct reaches the same three single-threaded HTTP servers as every LB — with rs1 alone, that one server's share of the 2 CPUs was the limit. Also counted, per 1000 connections: the client's SYN retransmits (TcpExt TCPSynRetrans; each such connection waited at least 1 s) and the packets the real servers rejected in TIME_WAIT for an old timestamp (TcpExt PAWSTimewait; a rejected SYN is what makes a SYN retransmit here) — SYN retransmits are 0 when the method is right.`,
+  `Client addresses and TCP settings: every target's connections leave the client from an address of its own (${CLIENT_SOURCES}; a /32 route per VIP, for direct per real server, with that source). Linux starts a connection's TCP timestamps at an offset drawn per (source, destination) address pair, and direct, uvs, ctun and nftables reach the real servers with the client's own address and port: with one client address, a client port reused within TIME_WAIT's 60 s of another target's connection on the same 4-tuple carried older timestamps whenever that target's offset was lower, and the server rejected the SYN (PAWS) — 10–21 % of those targets' connections waited a 1 s SYN retransmit, depending on the order of the targets. With its own address, a target only meets its own TIME_WAIT sockets, whose timestamps are older, and the server takes the new SYN (port reuse at thousands of connections/s is then the same for every target). Every namespace of the lab gets the same settings, written out: ${SYSCTLS}. nftables' conntrack table is the kernel's (nf_conntrack_max, global, cannot be set from a namespace): after nftables' runs the harness checks that it held every connection (its entries stay 120 s in TIME_WAIT) and that nothing was dropped (drop, early_drop, insert_failed of /proc/net/stat/nf_conntrack), and lists a failure under errors otherwise.`,
   'Bulk: `iperf3 -c … -t D -J`, one TCP stream, Gb/s received by the server (end.sum_received).',
   'CPU per unit of work. While a generator runs, every counter is sampled every 200 ms (no process is spawned to read them); CPU is taken over the *active window* — the sampling intervals in which the unit of work grew by more than 10 % of its largest growth in one interval — so that sockperf\'s 2 s pause after its warm-up and the tools\' start-up do not add other programs\' background CPU. Three figures: (a) LB processes = utime+stime from /proc/<pid>/stat of every process in the LB namespace (uvsd with all its worker threads; haproxy; nginx master and workers) — zero for direct and nftables, which have no process; (b) softirq = the machine-wide softirq time from /proc/stat (the kernel\'s packet processing: routing, conntrack/DNAT, TUN, veth, TCP receive) — it also contains the client\'s and the real servers\' share, which is why direct\'s softirq serves as the baseline; (c) busy = all non-idle CPU time of the machine, generator and servers included. The headline **LB CPU = (a) + max(0, (b) − (b) of direct in the same round)**: the LB\'s own processes plus the kernel work it adds over plain routing; for nftables that is all softirq. Units: packets reaching the real servers (UDP flood), packets on the client\'s veth in both directions (request/response), TCP connections the client opened (/proc/net/snmp ActiveOpens; connections/s), GB the client sent (bulk). Clock ticks are 1/CLK_TCK s (10 ms), a small error on runs of seconds.',
-  'Warm-up: after a target is set up, 1 s of wrk short connections goes through it and is not counted, the same for every target (uvsd\'s JavaScript is otherwise measured before the JIT has compiled its packet path).',
+  `Warm-up: after a target is set up, 1 s of wrk short connections (${WRK_THREADS} threads, ${3 * WRK_THREADS} connections) goes through it and is not counted, the same for every target (uvsd's JavaScript is otherwise measured before the JIT has compiled its packet path).`,
   'uvs alone: trafgen (netsniff-ng) writing UDP frames with N source ports (N concurrent flows, 64-byte payload) from the client\'s veth to the LB node, as fast as one CPU allows, to a uvs UDP service whose real servers have no listener (the datagrams are counted as NoPorts). Counted over a window of the run\'s duration that starts 0.4 s after trafgen; trafgen is stopped with SIGINT and bounded to 50 M packets. uvsd is restarted for every (workers, tableSize) pair and warmed up with 1 s of one flow (the first flow of every run, so the table holds exactly the flows of the runs); table entries from GET /v1/stats; memory = VmRSS / VmHWM of uvsd from /proc/<pid>/status (idle right after start, and after its runs).',
   'Everything shares one machine: generator, LB and real servers compete for the same CPUs (with 2 CPUs, a generator sending as fast as it can takes one of them), and other programs running at the same time (see otherLabsAtStart, otherLabsDuringRun and loadavg under Machine) add noise — the min–max shows how much.',
 ];
@@ -478,6 +502,8 @@ export async function perfCommand(argv: string[]): Promise<number> {
     log(`lab ${o.prefix}: client, LB node, three real servers`);
     lab.up();
     await lab.waitServers();
+    await setLabSysctls(lab);
+    await routeClientSources(lab);
     const rsAnchors: Anchor[] = [];
     for (const ns of lab.rsNs) {
       if (!missing.has('sockperf')) {
@@ -504,7 +530,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
     if (noSyscalls) log(`syscalls per packet/connection not measured: ${noSyscalls}`);
     const menv: MeasureEnv = { lab, probe, duration: o.duration, conns: o.conns, syscalls: !noSyscalls };
     await setForwarding(lab); // the first warm-up goes straight to the real servers
-    await warmUp(menv, lab.rsAddrs.map((host) => ({ host, port: HTTP_PORT })));
+    await warmUp(menv, [{ host: lab.rsAddrs[0]!, port: HTTP_PORT, spread: lab.rsAddrs }]);
 
     let done = 0;
     const tag = () => `(${++done}/${total})`;
@@ -542,6 +568,11 @@ export async function perfCommand(argv: string[]): Promise<number> {
               log(`${label}  FAILED: ${msg}`);
             }
             await sleep(150); // let queues drain between generators
+          }
+          const bad = t.check ? await t.check().catch((e: Error) => `check failed: ${e.message}`) : null;
+          if (bad) {
+            errors.push({ round, target: t.name, measurement: 'method', error: bad });
+            log(`${t.name}: ${bad}`);
           }
           const r = await lbRssMb(lab, []);
           if (r !== null) (rss[t.name] ??= []).push(r);

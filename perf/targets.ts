@@ -24,7 +24,7 @@ import { apiCall } from '../control/client';
 import type { Lab } from '../lab/lab';
 import { NGINX_STREAM_MODULE, nginxStreamBuiltIn } from './deps';
 import { run, runOk, sleep, spawnTracked, stopProcess } from './exec';
-import { nsPids, processMemKb } from './probe';
+import { nsPids, parseConntrackStat, processMemKb } from './probe';
 
 export type TargetName = 'direct' | 'uvs' | 'ctun' | 'nftables' | 'haproxy' | 'nginx';
 export const ALL_TARGETS: TargetName[] = ['direct', 'uvs', 'ctun', 'nftables', 'haproxy', 'nginx'];
@@ -41,6 +41,11 @@ export const IPERF_PORT = 5201;
 export interface Endpoint {
   host: string;
   port: number;
+  /**
+   * Several hosts behind one endpoint (`direct`'s HTTP: the three real servers, as every LB
+   * spreads over them): wrk's threads are divided over them, thread i → spread[i mod n].
+   */
+  spread?: string[];
 }
 
 export interface Endpoints {
@@ -64,6 +69,8 @@ export interface Target {
   readonly unsupported: Partial<Record<MeasurementName, string>>;
   endpoints(): Endpoints;
   setup(): Promise<void>;
+  /** After its runs, before teardown: what went wrong with the method itself (null: nothing). */
+  check?(): Promise<string | null>;
   teardown(): Promise<void>;
 }
 
@@ -79,6 +86,55 @@ export interface TargetEnv {
 const ROOT = join(__dirname, '..', '..');
 
 const VIP = { uvs: '10.200.0.10', nftables: '10.200.0.20', haproxy: '10.200.0.30', nginx: '10.200.0.40', ctun: '10.200.0.50' } as const;
+
+/**
+ * Every target's connections leave the client from an address of their own (issue 16). The
+ * client's TCP timestamps start at an offset drawn per (source, destination address) pair, and
+ * direct, uvs, ctun and nftables all reach the real servers with the client's own address and
+ * port: with one client address, a target reusing a client port whose 4-tuple a real server
+ * still holds in TIME_WAIT (60 s) from another target — the 28 232 ports go round in seconds at
+ * thousands of connections a second — sends an older timestamp whenever its offset is lower, the
+ * server rejects the SYN (PAWS, TcpExt PAWSTimewait), and the connection waits a 1 s SYN
+ * retransmit. That cost 10–21 % of those targets' connections, depending on which target ran
+ * before. With an address per target, a 4-tuple in TIME_WAIT was always made by the same target
+ * (the same offset, newer timestamps), so the server takes the new SYN.
+ */
+export const CLIENT_SOURCE: Record<TargetName, string> = {
+  direct: '10.200.1.10',
+  uvs: '10.200.1.11',
+  ctun: '10.200.1.12',
+  nftables: '10.200.1.13',
+  haproxy: '10.200.1.14',
+  nginx: '10.200.1.15',
+};
+
+/**
+ * Adds the targets' client addresses (CLIENT_SOURCE) to the client's veth and routes each
+ * target's destinations — its VIP; for `direct` the real servers — from its own address.
+ */
+export async function routeClientSources(lab: Lab): Promise<void> {
+  const dev = `${lab.prefix}c0`;
+  const ip = (a: string[]) => runOk('ip', ['-n', lab.clientNs, ...a], { timeoutMs: 5000 });
+  const gw = '10.200.1.1';
+  for (const name of ALL_TARGETS) {
+    const src = CLIENT_SOURCE[name];
+    await ip(['addr', 'replace', `${src}/32`, 'dev', dev]);
+    const dsts = name === 'direct' ? lab.rsAddrs : [VIP[name]];
+    for (const d of dsts) await ip(['route', 'replace', `${d}/32`, 'via', gw, 'dev', dev, 'src', src]);
+  }
+}
+
+/**
+ * The same TCP settings in every namespace of the lab, written out rather than left to the
+ * kernel's defaults: the client's port range (28 232 ports), TIME_WAIT reuse for outgoing
+ * connections to loopback only (so a port whose 4-tuple the client holds in TIME_WAIT is skipped),
+ * TCP timestamps on.
+ */
+export const LAB_SYSCTLS = ['net.ipv4.ip_local_port_range=32768 60999', 'net.ipv4.tcp_tw_reuse=2', 'net.ipv4.tcp_timestamps=1'];
+
+export async function setLabSysctls(lab: Lab): Promise<void> {
+  for (const ns of [lab.clientNs, lab.lbNs, ...lab.rsNs]) await runOk('sysctl', ['-qw', ...LAB_SYSCTLS], { ns, timeoutMs: 5000 });
+}
 
 export async function setForwarding(lab: Lab): Promise<void> {
   await runOk('sysctl', ['-qw', 'net.ipv4.ip_forward=1'], { ns: lab.lbNs, timeoutMs: 5000 });
@@ -125,7 +181,9 @@ export class DirectTarget implements Target {
     return {
       udp: { host: rs[0]!, port: SP_PORT },
       tcp: { host: rs[0]!, port: SP_PORT },
-      http: { host: rs[0]!, port: HTTP_PORT },
+      // Short connections go to the three real servers, as through every LB: one single-threaded
+      // HTTP server would be this figure's limit (it got a third of the CPU the LBs' three get).
+      http: { host: rs[0]!, port: HTTP_PORT, spread: rs },
       iperf: { host: rs[0]!, port: IPERF_PORT },
     };
   }
@@ -303,6 +361,16 @@ export class NftTarget implements Target {
       '',
     ].join('\n');
   }
+  private ctBefore: Record<string, number> = {};
+  /** Conntrack in the LB namespace: entries now, the table's size, and the per-CPU counters summed. */
+  async conntrack(): Promise<{ count: number; max: number; stat: Record<string, number> }> {
+    const cat = (f: string) => run('cat', [f], { ns: this.env.lab.lbNs, timeoutMs: 5000 }).then((r) => r.stdout);
+    return {
+      count: Number(await cat('/proc/sys/net/netfilter/nf_conntrack_count')),
+      max: Number(await cat('/proc/sys/net/netfilter/nf_conntrack_max')),
+      stat: parseConntrackStat(await cat('/proc/net/stat/nf_conntrack')),
+    };
+  }
   async setup(): Promise<void> {
     const lab = this.env.lab;
     await setForwarding(lab);
@@ -310,6 +378,23 @@ export class NftTarget implements Target {
     writeFileSync(file, this.ruleset());
     await run('nft', ['delete', 'table', 'ip', 'uvsperf'], { ns: lab.lbNs, timeoutMs: 5000 });
     await runOk('nft', ['-f', file], { ns: lab.lbNs, timeoutMs: 10000 });
+    this.ctBefore = (await this.conntrack()).stat;
+  }
+  /**
+   * The conntrack table must hold every connection of the runs: an entry stays 120 s in TIME_WAIT,
+   * and a full table drops new connections (drop, early_drop). Its size is the kernel's, global
+   * (nf_conntrack_max cannot be set from a namespace), so it is checked rather than set.
+   */
+  async check(): Promise<string | null> {
+    const ct = await this.conntrack();
+    const d = (k: string) => (ct.stat[k] ?? 0) - (this.ctBefore[k] ?? 0);
+    this.env.log(
+      `nftables: conntrack holds ${ct.count} of ${ct.max} entries; drop ${d('drop')}, early_drop ${d('early_drop')}, insert_failed ${d('insert_failed')} during its runs`,
+    );
+    if (d('drop') + d('early_drop') + d('insert_failed') > 0 || ct.count > 0.9 * ct.max) {
+      return `conntrack table (${ct.max} entries) too small for the runs: ${ct.count} entries, drop ${d('drop')}, early_drop ${d('early_drop')}, insert_failed ${d('insert_failed')}`;
+    }
+    return null;
   }
   async teardown(): Promise<void> {
     // The nat table pulls conntrack into the LB namespace: remove it so no other target pays for it.
