@@ -117,12 +117,13 @@ export class HalfSipHash {
     this.v3 = 0x74656462 ^ k1;
   }
 
-  /** HSIPROUND. */
-  private round(): void {
+  /** Absorbs the message word m: v3 ^= m, one HSIPROUND, v0 ^= m (the round on locals, no call). */
+  word(m: number): void {
     let v0 = this.v0,
       v1 = this.v1,
       v2 = this.v2,
-      v3 = this.v3;
+      v3 = this.v3 ^ m;
+    // HSIPROUND
     v0 = (v0 + v1) | 0;
     v1 = (v1 << 5) | (v1 >>> 27);
     v1 ^= v0;
@@ -137,27 +138,42 @@ export class HalfSipHash {
     v1 = (v1 << 13) | (v1 >>> 19);
     v1 ^= v2;
     v2 = (v2 << 16) | (v2 >>> 16);
-    this.v0 = v0;
+    this.v0 = v0 ^ m;
     this.v1 = v1;
     this.v2 = v2;
     this.v3 = v3;
   }
 
-  word(m: number): void {
-    this.v3 ^= m;
-    this.round();
-    this.v0 ^= m;
-  }
-
-  /** Finalizes with the length/tail word b; returns the hash as uint32. */
+  /**
+   * Finalizes with the length/tail word b: absorbed like a message word, then v2 ^= 0xff and
+   * three more HSIPROUNDs, all on locals. Returns the hash as uint32.
+   */
   end(b: number): number {
-    this.v3 ^= b;
-    this.round();
-    this.v0 ^= b;
-    this.v2 ^= 0xff;
-    this.round();
-    this.round();
-    this.round();
-    return (this.v1 ^ this.v3) >>> 0;
+    let v0 = this.v0,
+      v1 = this.v1,
+      v2 = this.v2,
+      v3 = this.v3 ^ b;
+    for (let r = 0; r < 4; r++) {
+      // HSIPROUND
+      v0 = (v0 + v1) | 0;
+      v1 = (v1 << 5) | (v1 >>> 27);
+      v1 ^= v0;
+      v0 = (v0 << 16) | (v0 >>> 16);
+      v2 = (v2 + v3) | 0;
+      v3 = (v3 << 8) | (v3 >>> 24);
+      v3 ^= v2;
+      v0 = (v0 + v3) | 0;
+      v3 = (v3 << 7) | (v3 >>> 25);
+      v3 ^= v0;
+      v2 = (v2 + v1) | 0;
+      v1 = (v1 << 13) | (v1 >>> 19);
+      v1 ^= v2;
+      v2 = (v2 << 16) | (v2 >>> 16);
+      if (r === 0) {
+        v0 ^= b;
+        v2 ^= 0xff;
+      }
+    }
+    return (v1 ^ v3) >>> 0;
   }
 }
