@@ -213,7 +213,7 @@ export const C_ADOPTED = 11; // another node's flows taken over by a packet
 export const C_PP_HEADERS = 12; // PROXY protocol header segments sent to real servers (a resend counts again)
 export const C_DROP_BASE = 16; // + DropReason
 /**
- * Packets the dataplane generates (lb/processor.ts mayAnswer) and what became of each:
+ * Packets the dataplane generates (lb/icmp.ts mayAnswer) and what became of each:
  * C_GEN_BASE + kind × GEN_RESULTS + result (48..59).
  */
 export const C_GEN_BASE = 48;
@@ -280,7 +280,7 @@ export const enum Drop {
   ChainFull,
   /** It would have been answered (RST, ICMP error, echo reply) but its source is a VIP, a full-NAT
    *  pool address, or multicast, broadcast, loopback, unspecified or reserved: answer loops and
-   *  reflection (lb/processor.ts mayAnswer). */
+   *  reflection (lb/icmp.ts mayAnswer). */
   UnanswerableSource,
   /** It would have been answered, but the answer was over the per-source or global limit. */
   RateLimited,
@@ -288,6 +288,11 @@ export const enum Drop {
   DefenseDropPacket,
   /** The client source already holds its limit of half-open entries (H_SRC_LIMIT). */
   HalfOpenPerSource,
+  /** A tunnel flow of a family without a tunnel source (dataplane.tunnelSource / tunnelSource6). */
+  NoTunnelSource,
+  /** What the packet turns into does not fit where the worker writes it: over 65535 bytes once
+   *  encapsulated, more than MAX_OUT segments, or past its output region (lb/verdict.ts). */
+  OutputFull,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -312,6 +317,8 @@ export const DROP_NAMES = [
   'rate_limited',
   'defense_drop_packet',
   'half_open_per_source',
+  'no_tunnel_source',
+  'output_full',
 ] as const;
 
 /*
@@ -392,7 +399,7 @@ export const CAPR_LEN = 0; // the packet's length (without virtio header)
 export const CAPR_CAPLEN = 1; // bytes kept (≤ CAP_SNAPLEN)
 export const CAPR_TIME_HI = 2; // ms since the Unix epoch, split in two words
 export const CAPR_TIME_LO = 3;
-export const CAPR_VERDICT = 4; // lb/processor.ts DROP | FORWARD | REPLY
+export const CAPR_VERDICT = 4; // lb/verdict.ts DROP | FORWARD | REPLY
 export const CAPR_DROP = 5; // Drop reason, −1 = none
 export const CAPR_SVC = 6; // service slot, −1 = none
 export const CAPR_RS = 7; // real-server slot, −1 = none

@@ -39,8 +39,9 @@
 import Redis, { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
 import { u16, u32 } from '../net/packet';
+import { NewFlow } from './flow';
 import * as L from './layout';
-import { ConnTable } from './table';
+import type { ConnTable } from './table';
 import {
   checkRecord,
   COUNTS_REFUSALS,
@@ -459,6 +460,9 @@ export class RedisSync {
    * A flow record → shadow entry, if it is believed (redis-record.ts) and, for a lookup, describes
    * the parked packet's flow. False when refused (counted by reason).
    */
+  /** installRecord's shadow entry on its way into the table. */
+  private readonly shadow = new NewFlow();
+
   private installRecord(text: string, lookup: Lookup | null): boolean {
     const r = parseRecord(text, this.key);
     if (typeof r === 'string') return this.refuse(r);
@@ -471,7 +475,23 @@ export class RedisSync {
     if (why !== null) return this.refuse(why);
     const mayAdd = this.table.shadows() < this.shadowCap;
     const fwd = r.fwd | (r.fwd === L.FWD_MASQ || r.fwd === L.FWD_FULLNAT ? 0 : L.F_NOOUTPUT); // tunnel: one direction only
-    const e = this.table.putShadow(r.proto, r.caddr, r.cports, r.vaddr, r.daddr, r.dports, r.laddr, fwd, t!.slot, t!.svcSlot, r.state, r.inactive, (this.table.now() + (r.expiresAt - nowMs)) | 0, r.hi, mayAdd, r.pp, r.ppSeq);
+    const n = this.shadow;
+    n.proto = r.proto;
+    n.caddr = r.caddr;
+    n.cports = r.cports;
+    n.vaddr = r.vaddr;
+    n.daddr = r.daddr;
+    n.dports = r.dports;
+    n.laddr = r.laddr;
+    n.flags = fwd | (r.inactive ? L.F_INACTIVE : 0);
+    n.rs = t!.slot;
+    n.svc = t!.svcSlot;
+    n.state = r.state;
+    n.expires = (this.table.now() + (r.expiresAt - nowMs)) | 0;
+    n.pp = r.pp;
+    n.ppSeq = r.ppSeq;
+    if (r.hi !== null) n.hi.set(r.hi);
+    const e = this.table.putShadow(n, mayAdd);
     if (e < 0) return this.refuse(mayAdd ? 'not_installed' : 'shadow_cap');
     return true;
   }

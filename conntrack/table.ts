@@ -4,9 +4,11 @@
  *
  * Both directions of a flow resolve to the same entry: the client→server key
  * (proto, caddr, cport, vaddr, vport) sits on an in-chain, the server→client key
- * (proto, daddr, dport, laddr, lport) on an out-chain. A caller looks a key up holding that
- * bucket's lock and keeps it while it reads or updates the entry, so an entry cannot be freed
- * under it (freeing takes both of the entry's bucket locks).
+ * (proto, daddr, dport, laddr, lport) on an out-chain. A key is looked up holding that bucket's
+ * lock, kept while the entry is read or updated, so an entry cannot be freed under it (freeing
+ * takes both of the entry's bucket locks). The packet path never sees a lock or an entry word:
+ * its calls (lookupIn, lookupOut, readFlow, touchIn, templateFor, insert…) take a key or a record
+ * and fill a view (./flow.ts), each under the locks it needs, and name entries by index only.
  *
  * Counting follows the kernel (ip_vs_conn.c: ip_vs_bind_dest / ip_vs_unbind_dest): a new entry
  * starts INACTIVE (InActConn + 1), state changes move it between InActConn and ActiveConn, and the
@@ -23,18 +25,27 @@
  * crypto random at creation, kept in the header (H_SALT, H_HASH_K1) so every thread hashes alike —
  * and nobody outside can tell which keys share a chain. Chains stay short (buckets = capacity:
  * the longest of 2^16 chains at full load is ~8, of 2^26 ~11); a walk longer than CHAIN_ALARM is
- * counted (longChains, chainPeak: the worker publishes both), and an insert into a chain of
+ * counted (longWalks, longestWalk: the worker publishes both), and an insert into a chain of
  * CHAIN_LIMIT entries is refused (−3), so no lookup ever walks further even if the key leaked.
  *
  * Nothing here allocates per call; failures are return values (-1), never exceptions.
  */
 import { randomFillSync } from 'node:crypto';
+import type { FlowKey, FlowView, NewFlow } from './flow';
 import * as L from './layout';
 import { formatIPv4, formatIPv6 } from '../net/addr';
 import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
 import { HalfSipHash, hsiphash4, sipInit } from '../net/siphash';
-import { SCTP_ACTIVE, SCTP_DEFAULT_TIMEOUTS, SCTP_HALF_OPEN, SCTP_S_ESTABLISHED, sctpNextState, SCTP_STATE_COUNT } from './sctp-state';
-import { TCP_ACTIVE, TCP_ESTABLISHED, TCP_HALF_OPEN, tcpNextState, TCP_STATE_COUNT } from './state';
+import {
+  SCTP_ACTIVE,
+  SCTP_DEFAULT_TIMEOUTS,
+  SCTP_HALF_OPEN,
+  SCTP_S_CLOSED,
+  SCTP_S_ESTABLISHED,
+  sctpNextState,
+  SCTP_STATE_COUNT,
+} from './sctp-state';
+import { DIR_INPUT, DIR_OUTPUT, TCP_ACTIVE, TCP_ESTABLISHED, TCP_HALF_OPEN, TCP_TIME_WAIT, tcpNextState, TCP_STATE_COUNT } from './state';
 
 /** HalfSipHash's last word: message length in bytes << 24 | the protocol byte that ends it. */
 const KEY4_TAIL = 13 << 24; // addr1, ports, addr2: 12 bytes + protocol
@@ -47,6 +58,15 @@ const KEY6_TAIL = 37 << 24; // two 16-byte addresses, ports: 36 bytes + protocol
  */
 export const CHAIN_ALARM = 16;
 export const CHAIN_LIMIT = 32;
+
+/** lookupIn's results. */
+export const FLOW_MISS = 0;
+export const FLOW_HIT = 1;
+export const FLOW_DEST_GONE = 2;
+export const FLOW_REUSE = 3;
+/** lookupIn's options: the packet may start a connection; expire_nodest_conn is on. */
+export const LOOKUP_NEW = 1;
+export const LOOKUP_EXPIRE_NODEST = 2;
 
 export interface TableTimeouts {
   /** Seconds per TCP state, index = state (11 entries). */
@@ -65,12 +85,10 @@ export class ConnTable {
   private readonly k0: number;
   private readonly k1: number;
   private readonly hasher = new HalfSipHash();
-  /** Longest chain this thread walked (lookups, inserts) since the owner last reset it. */
-  chainPeak = 0;
-  /** Entry of the last touch() (flow sampling reads its state after the packet; lb/capture.ts). */
-  lastTouched = -1;
+  /** Longest chain this thread walked (lookups, inserts) since the last chainWindow(). */
+  private chainPeak = 0;
   /** Walks by this thread longer than CHAIN_ALARM (monotonic). */
-  longChains = 0;
+  private longChains = 0;
   /** Entries the last find*() stepped over (the whole chain when it found nothing). */
   private lastWalk = 0;
   readonly epoch: number;
@@ -100,7 +118,7 @@ export class ConnTable {
     a[L.H_SALT] = key[0]!;
     a[L.H_HASH_K1] = key[1]!;
     const epoch = Date.now();
-    a[L.H_EPOCH_LO] = epoch % 0x100000000 | 0;
+    a[L.H_EPOCH_LO] = (epoch % 0x100000000) | 0;
     a[L.H_EPOCH_HI] = Math.floor(epoch / 0x100000000);
     const entries = L.entriesOffset(capacity);
     for (let e = 0; e < capacity; e++) {
@@ -202,6 +220,23 @@ export class ConnTable {
     return this.bucket6(proto, hi, 6, daddr, dports, 9, laddr);
   }
 
+  /** The longest chain this thread walked since the last chainWindow(). */
+  longestWalk(): number {
+    return this.chainPeak;
+  }
+
+  /** Starts a new window for longestWalk(); returns the longest walk of the one that ends. */
+  chainWindow(): number {
+    const peak = this.chainPeak;
+    this.chainPeak = 0;
+    return peak;
+  }
+
+  /** Walks by this thread longer than CHAIN_ALARM (monotonic). */
+  longWalks(): number {
+    return this.longChains;
+  }
+
   /** Records a walk of n entries (chainPeak, longChains). */
   private walked(n: number): void {
     this.lastWalk = n;
@@ -294,7 +329,9 @@ export class ConnTable {
     return released;
   }
 
-  // ── lookups (caller holds the bucket lock) ───────────────────────────────────────────────
+  // ── entry-level calls (caller holds the bucket lock) ─────────────────────────────────────
+  // For this file, the control thread's conntrack/ code and the table's own tests; the packet
+  // path uses the flow-level calls further down, which take the locks themselves.
   /** Entry whose client→server key matches, or -1. */
   findIn(b: number, proto: number, caddr: number, cports: number, vaddr: number, hi: ArrayLike<number> | null = null): number {
     const a = this.i32;
@@ -421,7 +458,6 @@ export class ConnTable {
    * half its timeout has passed since the last write — the kernel sync daemon's rules plus a refresh).
    */
   touch(e: number, dir: number, ev: number, now: number): boolean {
-    this.lastTouched = e;
     const a = this.i32;
     const o = this.entries + e * L.ENTRY_WORDS;
     this.lockWord(o + L.E_LOCK);
@@ -519,48 +555,237 @@ export class ConnTable {
     const ro = a[o + L.E_RS]! * L.RS_WORDS;
     Atomics.add(r, ro + (flags & L.F_INACTIVE ? L.RS_INACTIVE : L.RS_ACTIVE), 1);
     const upper = r[ro + L.RS_UTHRESH]!;
-    if (upper !== 0 && Atomics.load(r, ro + L.RS_ACTIVE) + Atomics.load(r, ro + L.RS_INACTIVE) >= upper) Atomics.or(r, ro + L.RS_FLAGS, L.RSF_OVERLOAD);
+    if (upper !== 0 && Atomics.load(r, ro + L.RS_ACTIVE) + Atomics.load(r, ro + L.RS_INACTIVE) >= upper)
+      Atomics.or(r, ro + L.RS_FLAGS, L.RSF_OVERLOAD);
+    return true;
+  }
+
+  // ── the packet path's calls: each takes and releases its own locks ───────────────────────
+  /**
+   * A client's packet (key k: client→server) looked up as ip_vs_in does. A hit is adopted if it
+   * was another node's flow, touched (state, timer, counts: touch()) and copied into v, all under
+   * the bucket lock: FLOW_HIT. An entry found but not touched, copied into v.entry only:
+   * FLOW_DEST_GONE when its real server has left the service (expire_nodest_conn decides), or
+   * FLOW_REUSE when `opts` has LOOKUP_NEW (a TCP SYN, an SCTP INIT) and the entry may be replaced
+   * by a new connection (conn_reuse_mode=1): it is in TIME_WAIT (SCTP: CLOSED) and no template
+   * controls it, or (LOOKUP_EXPIRE_NODEST, ≥ 5.16) its server is quiesced. `ev` as for touch().
+   */
+  lookupIn(k: FlowKey, v: FlowView, ev: number, opts: number, now: number): number {
+    const b = this.bucketIn(k.proto, k.src, k.ports, k.dst, k.hi);
+    this.lockBucket(b);
+    const e = this.findIn(b, k.proto, k.src, k.ports, k.dst, k.hi);
+    if (e < 0) {
+      this.unlockBucket(b);
+      return FLOW_MISS;
+    }
+    const a = this.i32;
+    const o = this.base(e);
+    const rsw = a[o + L.E_RS]! * L.RS_WORDS;
+    v.entry = e;
+    if ((Atomics.load(this.rs, rsw + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0) {
+      this.unlockBucket(b);
+      return FLOW_DEST_GONE;
+    }
+    if (
+      opts & LOOKUP_NEW &&
+      ((a[o + L.E_STATE] === ((k.proto & 0xff) === IPPROTO_TCP ? TCP_TIME_WAIT : SCTP_S_CLOSED) && a[o + L.E_CONTROL] === 0) ||
+        (opts & LOOKUP_EXPIRE_NODEST && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0))
+    ) {
+      this.unlockBucket(b);
+      return FLOW_REUSE;
+    }
+    v.adopted = (a[o + L.E_FLAGS]! & L.F_SHADOW) !== 0 && this.adopt(e, now);
+    v.sync = this.touch(e, DIR_INPUT, ev, now);
+    this.view(e, o, v);
+    this.unlockBucket(b);
+    return FLOW_HIT;
+  }
+
+  /** A real server's packet (key k: server→client) as ip_vs_out looks it up: adopt, touch, copy into v; false on a miss. */
+  lookupOut(k: FlowKey, v: FlowView, ev: number, now: number): boolean {
+    const b = this.bucketOut(k.proto, k.src, k.ports, k.dst, k.hi);
+    this.lockBucket(b);
+    const e = this.findOut(b, k.proto, k.src, k.ports, k.dst, k.hi);
+    if (e < 0) {
+      this.unlockBucket(b);
+      return false;
+    }
+    const o = this.base(e);
+    v.adopted = (this.i32[o + L.E_FLAGS]! & L.F_SHADOW) !== 0 && this.adopt(e, now);
+    v.sync = this.touch(e, DIR_OUTPUT, ev, now);
+    this.view(e, o, v);
+    this.unlockBucket(b);
     return true;
   }
 
   /**
-   * Control thread: installs or refreshes another node's flow as a shadow entry (not counted, not
-   * synced back) that a packet can adopt without waiting for Redis. A live local entry with the
-   * same key wins and is left alone. Returns the entry or -1 (table full / key is local, or
-   * `mayInsert` false — the shadow cap — and no shadow of the key to refresh).
+   * The entry of a client→server key (out: a server→client key) copied into v, without touching
+   * it — an ICMP error quoting one of the flow's packets is no packet of the flow. False: none.
    */
-  putShadow(
-    proto: number,
-    caddr: number,
-    cports: number,
-    vaddr: number,
-    daddr: number,
-    dports: number,
-    laddr: number,
-    fwdFlags: number,
-    rs: number,
-    svc: number,
-    state: number,
-    inactive: boolean,
-    expires: number,
-    hi: ArrayLike<number> | null = null,
-    mayInsert = true,
-    pp = 0,
-    ppSeq = 0,
-  ): number {
+  readFlow(k: FlowKey, out: boolean, v: FlowView): boolean {
+    const b = out ? this.bucketOut(k.proto, k.src, k.ports, k.dst, k.hi) : this.bucketIn(k.proto, k.src, k.ports, k.dst, k.hi);
+    this.lockBucket(b);
+    const e = out ? this.findOut(b, k.proto, k.src, k.ports, k.dst, k.hi) : this.findIn(b, k.proto, k.src, k.ports, k.dst, k.hi);
+    if (e >= 0) {
+      v.adopted = false;
+      v.sync = false;
+      this.view(e, this.base(e), v);
+    }
+    this.unlockBucket(b);
+    return e >= 0;
+  }
+
+  /**
+   * A just-inserted connection's first packet (insert(), then this, as ip_vs_conn_new then the
+   * state update): touch and copy into v under its in-bucket lock. Its timer is 2 s away, so it
+   * is still ours to touch. v may show another server than the one asked for: another worker won
+   * the insert race.
+   */
+  touchIn(e: number, v: FlowView, ev: number, now: number): void {
+    const o = this.base(e);
+    const b = this.entryBucketIn(o);
+    this.lockBucket(b);
+    v.adopted = false;
+    v.sync = this.touch(e, DIR_INPUT, ev, now);
+    this.view(e, o, v);
+    this.unlockBucket(b);
+  }
+
+  /**
+   * ip_vs_sched_persist's lookup: the valid persistence template of key k (client address
+   * masked, ports the virtual port, IPv6 high words at hi[0..5]), reserved (reserve()) and copied
+   * into v; −1 when there is none. A template whose server has left — or, with expireQuiescent,
+   * is quiesced — is invalidated (ip_vs_check_template) and not returned.
+   */
+  templateFor(k: FlowKey, v: FlowView, expireQuiescent: boolean): number {
+    const b = this.bucketIn(k.proto, k.src, k.ports, k.dst, k.hi);
+    this.lockBucket(b);
+    let t = this.findTemplate(b, k.proto, k.src, k.ports, k.dst, k.hi);
+    if (t >= 0) {
+      const o = this.base(t);
+      const rsw = this.i32[o + L.E_RS]! * L.RS_WORDS;
+      if (
+        (Atomics.load(this.rs, rsw + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0 ||
+        (expireQuiescent && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0)
+      ) {
+        this.invalidate(t);
+        t = -1;
+      } else {
+        this.reserve(t);
+        this.view(t, o, v);
+      }
+    }
+    this.unlockBucket(b);
+    return t;
+  }
+
+  /**
+   * Inserts a persistence template (r.flags has F_TEMPLATE) and reserves it as templateFor does,
+   * copied into v. A template found in a race is valid too. Negative as insert().
+   */
+  insertTemplate(r: NewFlow, v: FlowView): number {
+    const t = this.insert(r);
+    if (t < 0) return t;
+    const o = this.base(t);
+    const b = this.entryBucketIn(o);
+    this.lockBucket(b);
+    this.reserve(t);
+    this.view(t, o, v);
+    this.unlockBucket(b);
+    return t;
+  }
+
+  /** Whether r's server→client key (full-NAT: a pool address and port for its server) is in use. */
+  outKeyInUse(r: NewFlow): boolean {
+    const b = this.bucketOut(r.proto, r.daddr, r.dports, r.laddr, r.hi);
+    this.lockBucket(b);
+    const taken = this.findOut(b, r.proto, r.daddr, r.dports, r.laddr, r.hi) >= 0;
+    this.unlockBucket(b);
+    return taken;
+  }
+
+  /**
+   * A PROXY protocol flow's client started over (a new SYN with another ISN): the header goes
+   * before sequence number `seq` now, and nothing of it has been sent (layout.ts E_PP).
+   */
+  ppRestart(e: number, seq: number): void {
+    const o = this.base(e);
+    this.i32[o + L.E_PP_SEQ] = seq;
+    Atomics.and(this.i32, o + L.E_PP, ~L.PP_FLAGS);
+  }
+
+  /** Adds PP_SENT / PP_DATA / PP_ACKED to a flow's PROXY protocol word (flags only gain bits). */
+  ppMark(e: number, bits: number): void {
+    Atomics.or(this.i32, this.base(e) + L.E_PP, bits);
+  }
+
+  /** drop_packet's rate (defense.ts): refuse 1 of every this many new flows; 0 = off. */
+  dropRate(): number {
+    return this.i32[L.H_DROP_RATE]!;
+  }
+
+  /** Half-open entries a client source may hold now (defense.ts); 0 = no limit. */
+  sourceLimit(): number {
+    return this.i32[L.H_SRC_LIMIT]!;
+  }
+
+  /** MTU of the route to real server `rs` (the control thread refreshes it), 0 = unknown. */
+  routeMtu(rs: number): number {
+    return this.rs[rs * L.RS_WORDS + L.RS_MTU]!;
+  }
+
+  /** Copies entry e (at word o) into v; the caller holds one of its bucket locks. */
+  private view(e: number, o: number, v: FlowView): void {
     const a = this.i32;
+    v.entry = e;
+    const proto = a[o + L.E_PROTO]!;
+    v.proto = proto;
+    v.fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
+    v.state = a[o + L.E_STATE]!;
+    v.caddr = a[o + L.E_CADDR]!;
+    v.cports = a[o + L.E_CPORTS]!;
+    v.vaddr = a[o + L.E_VADDR]!;
+    v.daddr = a[o + L.E_DADDR]!;
+    v.dports = a[o + L.E_DPORTS]!;
+    v.laddr = a[o + L.E_LADDR]!;
+    v.rs = a[o + L.E_RS]!;
+    v.svc = a[o + L.E_SVC]!;
+    v.pp = a[o + L.E_PP]!;
+    v.ppSeq = a[o + L.E_PP_SEQ]!;
+    if ((proto & L.PROTO_V6) !== 0) {
+      const hi = v.hi;
+      for (let i = 0; i < L.HI_WORDS; i++) hi[i] = a[o + L.E_HI + i]!;
+    }
+  }
+
+  /**
+   * Control thread: installs or refreshes another node's flow as a shadow entry (not counted, not
+   * synced back) that a packet can adopt without waiting for Redis. r is the flow as synced: its
+   * forwarding method in r.flags (| F_NOOUTPUT; | F_INACTIVE when its state counts as inactive),
+   * r.state and r.expires as the record has them; r.flags gains F_SHADOW. A live local entry
+   * with the same key wins and is left alone. Returns the entry or -1 (table full / key is local,
+   * or `mayInsert` false — the shadow cap — and no shadow of the key to refresh).
+   */
+  putShadow(r: NewFlow, mayInsert = true): number {
+    const a = this.i32;
+    const { proto, caddr, cports, vaddr, hi } = r;
+    r.flags |= L.F_SHADOW;
     const b1 = this.bucketIn(proto, caddr, cports, vaddr, hi);
     this.lockBucket(b1);
     const found = this.findIn(b1, proto, caddr, cports, vaddr, hi);
     if (found >= 0) {
       const o = this.base(found);
-      const sameServer = a[o + L.E_DADDR] === daddr && a[o + L.E_DPORTS] === dports && ((proto & L.PROTO_V6) === 0 || (a[o + L.E_DADDR_HI] === hi![6] && a[o + L.E_DADDR_HI + 1] === hi![7] && a[o + L.E_DADDR_HI + 2] === hi![8]));
+      const sameServer =
+        a[o + L.E_DADDR] === r.daddr &&
+        a[o + L.E_DPORTS] === r.dports &&
+        ((proto & L.PROTO_V6) === 0 ||
+          (a[o + L.E_DADDR_HI] === hi[6] && a[o + L.E_DADDR_HI + 1] === hi[7] && a[o + L.E_DADDR_HI + 2] === hi[8]));
       if (a[o + L.E_FLAGS]! & L.F_SHADOW && sameServer) {
-        a[o + L.E_STATE] = state;
-        a[o + L.E_EXPIRES] = expires;
-        a[o + L.E_FLAGS] = (a[o + L.E_FLAGS]! & ~L.F_INACTIVE) | (inactive ? L.F_INACTIVE : 0);
-        a[o + L.E_PP] = pp;
-        a[o + L.E_PP_SEQ] = ppSeq;
+        a[o + L.E_STATE] = r.state;
+        a[o + L.E_EXPIRES] = r.expires;
+        a[o + L.E_FLAGS] = (a[o + L.E_FLAGS]! & ~L.F_INACTIVE) | (r.flags & L.F_INACTIVE);
+        a[o + L.E_PP] = r.pp;
+        a[o + L.E_PP_SEQ] = r.ppSeq;
         this.unlockBucket(b1);
         return found;
       }
@@ -569,49 +794,34 @@ export class ConnTable {
     }
     this.unlockBucket(b1);
     if (!mayInsert) return -1;
-    const e = this.insert(proto, caddr, cports, vaddr, daddr, dports, laddr, fwdFlags | L.F_SHADOW | (inactive ? L.F_INACTIVE : 0), rs, svc, 0, 0, state, expires, hi, pp, ppSeq);
-    return e >= 0 && this.lastInsertNew ? e : -1;
+    const e = this.insert(r);
+    return e >= 0 && r.created ? e : -1;
   }
 
   // ── insert / remove ──────────────────────────────────────────────────────────────────────
   /**
-   * Inserts a new entry bound to real server `rs` (counted INACTIVE, OVERLOAD checked) in state
-   * NONE with a 2 s timer like ip_vs_conn_new; the caller then touch()es it with the first
-   * packet. Returns the entry, an existing entry with the same client→server key (another worker
-   * won the race: nothing was bound; `lastInsertNew` is false), -1 when the table is full, −2
-   * for a full-NAT entry whose server→client key (pool address and port) is already in use, or −3
-   * when either of its chains already holds CHAIN_LIMIT entries (hash flooding: see the top).
+   * Inserts a new entry (flow.ts NewFlow) bound to real server r.rs (counted INACTIVE, OVERLOAD
+   * checked) in state NONE with a 2 s timer like ip_vs_conn_new; the caller then touches it with
+   * the first packet (touchIn). Returns the entry with r.created true, an existing entry with the
+   * same client→server key (another worker won the race: nothing was bound; r.created false), −1
+   * when the table is full, −2 for a full-NAT entry whose server→client key (pool address and port)
+   * is already in use, or −3 when either of its chains already holds CHAIN_LIMIT entries (hash
+   * flooding: see the top).
    *
-   * With F_TEMPLATE in fwdFlags it is a persistence template instead: counted in PersistConn,
-   * timer `templateMs`, never matched by packets (findIn/findOut skip it) but by findTemplate.
+   * With F_TEMPLATE in r.flags it is a persistence template instead: counted in PersistConn,
+   * timer r.templateMs, never matched by packets (findIn/findOut skip it) but by findTemplate.
    * With F_SHADOW it is another node's flow (putShadow): not counted, and its synced state and
-   * expiry are in place before it is linked, so no worker or sweeper ever sees it half made.
-   * `pp`/`ppSeq`: a connection's PROXY protocol words (layout.ts E_PP), likewise in place before
-   * it is linked — a packet forwarded without its shift would corrupt the server's stream.
+   * expiry (r.state, r.expires) are in place before it is linked, so no worker or sweeper ever
+   * sees it half made. r.pp/r.ppSeq: a connection's PROXY protocol words (layout.ts E_PP),
+   * likewise in place before it is linked — a packet forwarded without its shift would corrupt
+   * the server's stream.
    */
-  insert(
-    proto: number,
-    caddr: number,
-    cports: number,
-    vaddr: number,
-    daddr: number,
-    dports: number,
-    laddr: number,
-    fwdFlags: number,
-    rs: number,
-    svc: number,
-    now: number,
-    templateMs = 0,
-    shadowState = 0,
-    shadowExpires = 0,
-    hi: ArrayLike<number> | null = null,
-    pp = 0,
-    ppSeq = 0,
-  ): number {
+  insert(r: NewFlow): number {
     const a = this.i32;
+    const { proto, caddr, cports, vaddr, daddr, dports, laddr, flags: fwdFlags, hi } = r;
     const isTemplate = (fwdFlags & L.F_TEMPLATE) !== 0;
     const isShadow = (fwdFlags & L.F_SHADOW) !== 0;
-    this.lastInsertNew = false;
+    r.created = false;
     const b1 = this.bucketIn(proto, caddr, cports, vaddr, hi);
     const b2 = this.bucketOut(proto, daddr, dports, laddr, hi);
     // Allocate before taking the bucket locks: an allocated, unlinked entry is private.
@@ -627,23 +837,23 @@ export class ConnTable {
     Atomics.store(a, L.H_ALLOC_LOCK, 0);
 
     a[o + L.E_PROTO] = proto;
-    a[o + L.E_STATE] = isShadow ? shadowState : 0;
+    a[o + L.E_STATE] = isShadow ? r.state : 0;
     a[o + L.E_CADDR] = caddr;
     a[o + L.E_CPORTS] = cports;
     a[o + L.E_VADDR] = vaddr;
     a[o + L.E_DADDR] = daddr;
     a[o + L.E_DPORTS] = dports;
     a[o + L.E_LADDR] = laddr;
-    if (proto & L.PROTO_V6) for (let i = 0; i < L.HI_WORDS; i++) a[o + L.E_HI + i] = hi![i]!;
-    a[o + L.E_RS] = rs;
-    a[o + L.E_SVC] = svc;
+    if (proto & L.PROTO_V6) for (let i = 0; i < L.HI_WORDS; i++) a[o + L.E_HI + i] = hi[i]!;
+    a[o + L.E_RS] = r.rs;
+    a[o + L.E_SVC] = r.svc;
     a[o + L.E_IN_PKTS] = 0;
     a[o + L.E_CONTROL] = 0;
-    a[o + L.E_NCONTROL] = isTemplate ? 0 : pp; // E_PP
-    a[o + L.E_TIMEOUT] = isTemplate ? templateMs : ppSeq; // E_PP_SEQ
-    a[o + L.E_EXPIRES] = isShadow ? shadowExpires : (now + (isTemplate ? templateMs : a[L.H_TIMEOUTS + 0]!)) | 0;
+    a[o + L.E_NCONTROL] = isTemplate ? 0 : r.pp; // E_PP
+    a[o + L.E_TIMEOUT] = isTemplate ? r.templateMs : r.ppSeq; // E_PP_SEQ
+    a[o + L.E_EXPIRES] = isShadow ? r.expires : (r.now + (isTemplate ? r.templateMs : a[L.H_TIMEOUTS + 0]!)) | 0;
     // A shadow is not ours to sync until a packet adopts it.
-    a[o + L.E_SYNCED] = isShadow ? shadowExpires : now;
+    a[o + L.E_SYNCED] = isShadow ? r.expires : r.now;
 
     this.lockPair(b1, b2);
     const existing = isTemplate ? this.findTemplate(b1, proto, caddr, cports, vaddr, hi) : this.findIn(b1, proto, caddr, cports, vaddr, hi);
@@ -676,13 +886,10 @@ export class ConnTable {
     Atomics.add(a, L.H_COUNT, 1);
     if (halfOpen) this.sourceAdd(o, 1);
     if (isShadow) Atomics.add(a, L.H_SHADOWS, 1);
-    else this.bindRealServer(rs, isTemplate);
-    this.lastInsertNew = true;
+    else this.bindRealServer(r.rs, isTemplate);
+    r.created = true;
     return e;
   }
-
-  /** Whether the last insert() created its entry (false: it found one, or the table was full). */
-  lastInsertNew = false;
 
   private pushFree(e: number): void {
     const a = this.i32;
@@ -746,7 +953,14 @@ export class ConnTable {
       this.unlockPair(b1, b2);
       return false;
     }
-    if (expectProto >= 0 && (a[o + L.E_PROTO] !== expectProto || a[o + L.E_CADDR] !== expectCaddr || a[o + L.E_CPORTS] !== expectCports || flags & L.F_TEMPLATE || (expectState >= 0 && a[o + L.E_STATE] !== expectState))) {
+    if (
+      expectProto >= 0 &&
+      (a[o + L.E_PROTO] !== expectProto ||
+        a[o + L.E_CADDR] !== expectCaddr ||
+        a[o + L.E_CPORTS] !== expectCports ||
+        flags & L.F_TEMPLATE ||
+        (expectState >= 0 && a[o + L.E_STATE] !== expectState))
+    ) {
       this.unlockPair(b1, b2);
       return false;
     }

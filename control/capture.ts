@@ -12,7 +12,7 @@ import { TCP_STATE_NAMES } from '../conntrack/state';
 import { formatIPv4, formatIPv6, parseIPv4, parseIPv6 } from '../net/addr';
 import { IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP } from '../net/packet';
 import { PROTO_NUMBER } from '../net/proto';
-import { DROP, FORWARD } from '../lb/processor';
+import { DROP, FORWARD } from '../lb/verdict';
 import { UvsError } from './errors';
 
 export const CAPTURE_MAX_SECONDS = 300;

@@ -32,7 +32,7 @@ import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { DataplaneError } from './errors';
 import { VNET_HLEN } from '../net/packet';
-import { MAX_OUT } from './processor';
+import { MAX_OUT } from './verdict';
 import type { Snapshot } from './snapshot';
 import { tunAddon, type IoMode, type IoPath } from './tun';
 import { CTL_SNAPSHOT_VERSION, CTL_WORDS, type WorkerInit } from './worker';

@@ -10,7 +10,7 @@
  *   server→client  ack −= len, SACK −= len  (the server acknowledges bytes of its own numbering)
  * The header's bytes are [S, S + len) of the server's numbering, S = the client's SYN + 1 —
  * always the same bytes at the same numbers, so sending them twice is a duplicate TCP discards,
- * never data. Where they go (lb/processor.ts proxyIn), chosen for what stays correct under loss:
+ * never data. Where they go (lb/xmit.ts proxyIn), chosen for what stays correct under loss:
  *   - the header is a segment of its own, never grown into the client's: a client segment of a
  *     full MSS plus the header would be larger than the path allows;
  *   - the client's handshake-completing ACK (seq S, no data) becomes that segment: the header is

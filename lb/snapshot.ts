@@ -71,7 +71,7 @@ export interface Snapshot {
   /** Redis is configured: park mid-flow packets without an entry for adoption instead of refusing them. */
   adopt: boolean;
   /**
-   * Limits on generated packets (lb/processor.ts mayAnswer): per source, one per genPeerMs with a
+   * Limits on generated packets (lb/icmp.ts mayAnswer): per source, one per genPeerMs with a
    * burst of genPeerBurst (0 ms = none); per worker, genPerSec a second with a burst of genBurst
    * (the configured node-wide values divided among the workers; 0 = none); genKinds has bit
    * 1 << GEN_* set for each limited kind.

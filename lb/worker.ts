@@ -1,6 +1,6 @@
 /**
  * A dataplane worker thread: owns one queue of the TUN device, reads packets in batches, runs
- * each through the PacketProcessor and writes the results back in one batch — through io_uring
+ * each through the PacketProcessor (./core.ts; the contract is ./verdict.ts) and writes the results back in one batch — through io_uring
  * (one io_uring_enter per batch) or poll + read + write (docs/io_uring.md). Receives new
  * service snapshots from the control thread between batches. Never imports fastify, pino,
  * prom-client or ioredis; reports through shared counters only.
@@ -10,9 +10,10 @@ import * as L from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
 import { CaptureTap } from './capture';
 import { VNET_HLEN } from '../net/packet';
-import { DROP, FORWARD, MAX_OUT, PacketProcessor } from './processor';
+import { PacketProcessor } from './core';
 import type { Snapshot } from './snapshot';
 import { tunAddon, type IoPath, type UringHandle } from './tun';
+import { DROP, FORWARD, MAX_OUT, OutRegion } from './verdict';
 
 export interface WorkerInit {
   id: number;
@@ -77,7 +78,8 @@ function main(init: WorkerInit): void {
   const wcap = batch + MAX_OUT;
   const offs = new Int32Array(wcap);
   const wlens = new Int32Array(wcap);
-  const proc = new PacketProcessor(table, counters, new Int32Array(init.sched), init.maxRealServers, init.snapshot, buf, init.offload);
+  const proc = new PacketProcessor(table, counters, new Int32Array(init.sched), init.maxRealServers, init.snapshot, init.offload);
+  const out = new OutRegion(buf);
   proc.setRing(init.ring);
   const tap = new CaptureTap(init.capture, init.id);
   let running = true;
@@ -99,16 +101,16 @@ function main(init: WorkerInit): void {
 
   // Connection-table chain figures (conntrack/table.ts): the longest walk of this and the previous
   // window, and the walks past CHAIN_ALARM — a few stores per read, never per packet.
-  let chainWindow = table.now();
+  let windowStart = table.now();
   let chainPrev = 0;
   const publishChains = (now: number): void => {
-    if (((now - chainWindow) | 0) >= CHAIN_WINDOW_MS) {
-      chainPrev = table.chainPeak;
-      table.chainPeak = 0;
-      chainWindow = now;
+    if (((now - windowStart) | 0) >= CHAIN_WINDOW_MS) {
+      chainPrev = table.chainWindow();
+      windowStart = now;
     }
-    counters[L.C_CHAIN_MAX] = chainPrev > table.chainPeak ? chainPrev : table.chainPeak;
-    counters[L.C_LONG_CHAINS] = table.longChains;
+    const peak = table.longestWalk();
+    counters[L.C_CHAIN_MAX] = chainPrev > peak ? chainPrev : peak;
+    counters[L.C_LONG_CHAINS] = table.longWalks();
   };
 
   // The io_uring path when asked for and the ring can be set up; else the poll/read path.
@@ -150,9 +152,12 @@ function main(init: WorkerInit): void {
     w = 0;
   };
 
+  /** The clock of the last batch (table-relative ms). */
+  let batchNow = 0;
   /** Runs one batch of n packets read into buf through the processor and writes the results. */
   const processBatch = (n: number): void => {
-    proc.now = table.now();
+    batchNow = table.now();
+    proc.setTime(batchNow);
     // Flow sampling: one shared-word load a batch; nothing more while no capture runs.
     const capturing = tap.on() !== 0;
     const wallMs = capturing ? Date.now() : 0;
@@ -163,32 +168,25 @@ function main(init: WorkerInit): void {
       const len = lens[i]!;
       rxBytes += len - V;
       const o = outBase + s * outSlot;
-      proc.outOff = o + V;
-      proc.outEnd = o + outSlot;
+      out.off = o + V;
+      out.end = o + outSlot;
       let v: number;
       if (capturing && tap.begin(buf, off + V, len - V, wallMs)) {
-        proc.lastDrop = proc.lastSvc = proc.lastRs = table.lastTouched = -1;
-        v = proc.process(buf, off + V, len - V);
-        const e = table.lastTouched;
-        const eo = e >= 0 ? table.base(e) : 0;
-        tap.end(v, proc.lastDrop, proc.lastSvc, proc.lastRs, e >= 0 ? table.i32[eo + L.E_STATE]! : -1, e >= 0 ? table.i32[eo + L.E_PROTO]! : 0);
+        v = proc.process(buf, off + V, len - V, out);
+        tap.end(v, out.reason, out.svc, out.rs, out.state, out.proto);
       } else {
-        v = proc.process(buf, off + V, len - V);
+        v = proc.process(buf, off + V, len - V, out);
       }
       if (v === DROP) continue;
       if (v === FORWARD) {
         offs[w] = off;
         wlens[w] = len;
         w++;
-      } else if (proc.outCount === 0) {
-        offs[w] = proc.outOff - V;
-        wlens[w] = proc.outLen + V;
-        w++;
       } else {
-        if (w + proc.outCount > wcap) flush();
-        for (let k = 0; k < proc.outCount; k++) {
-          offs[w] = proc.outOffs[k]!;
-          wlens[w] = proc.outLens[k]!;
+        if (w + out.count > wcap) flush();
+        for (let k = 0; k < out.count; k++) {
+          offs[w] = out.offs[k]!;
+          wlens[w] = out.lens[k]!;
           w++;
         }
       }
@@ -242,7 +240,7 @@ function main(init: WorkerInit): void {
       }
       if (Atomics.load(ctl, CTL_SNAPSHOT_VERSION) !== seenVersion) takeSnapshots();
       if (n > 0) processBatch(n);
-      publishChains(n > 0 ? proc.now : table.now());
+      publishChains(n > 0 ? batchNow : table.now());
       lastEmpty = n < batch;
       if (Date.now() >= until) break;
     }

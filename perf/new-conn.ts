@@ -38,13 +38,17 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import * as path from 'node:path';
+import type * as FlowMod from '../conntrack/flow';
 import type * as LayoutMod from '../conntrack/layout';
 import type * as TableMod from '../conntrack/table';
 import type * as StateMod from '../conntrack/state';
 import type * as ConfigMod from '../control/config';
 import type * as ServicesMod from '../control/services';
-import type * as ProcessorMod from '../lb/processor';
+import type * as ContextMod from '../lb/context';
+import type * as CoreMod from '../lb/core';
 import type * as SnapshotMod from '../lb/snapshot';
+import type * as VerdictMod from '../lb/verdict';
+import type * as XmitMod from '../lb/xmit';
 import type * as HashMod from '../net/siphash';
 import type * as PacketsMod from '../test/helpers/packets';
 
@@ -68,12 +72,16 @@ const DIST = path.join(__dirname, '..');
 
 // ── module copies ─────────────────────────────────────────────────────────────────────────────
 interface Mods {
+  F: typeof FlowMod;
   L: typeof LayoutMod;
   T: typeof TableMod;
   S: typeof StateMod;
   C: typeof ConfigMod;
   Svc: typeof ServicesMod;
-  Pr: typeof ProcessorMod;
+  Pr: typeof CoreMod;
+  Ctx: typeof ContextMod;
+  X: typeof XmitMod;
+  V: typeof VerdictMod;
   Snap: typeof SnapshotMod;
   H: typeof HashMod;
   Pk: typeof PacketsMod;
@@ -84,12 +92,16 @@ function load(root = DIST): Mods {
   for (const k of Object.keys(require.cache)) if (k.startsWith(root + path.sep)) delete require.cache[k];
   const r = (m: string) => require(path.join(root, m)) as unknown;
   return {
+    F: r('conntrack/flow') as typeof FlowMod,
     L: r('conntrack/layout') as typeof LayoutMod,
     T: r('conntrack/table') as typeof TableMod,
     S: r('conntrack/state') as typeof StateMod,
     C: r('control/config') as typeof ConfigMod,
     Svc: r('control/services') as typeof ServicesMod,
-    Pr: r('lb/processor') as typeof ProcessorMod,
+    Pr: r('lb/core') as typeof CoreMod,
+    Ctx: r('lb/context') as typeof ContextMod,
+    X: r('lb/xmit') as typeof XmitMod,
+    V: r('lb/verdict') as typeof VerdictMod,
     Snap: r('lb/snapshot') as typeof SnapshotMod,
     H: r('net/siphash') as typeof HashMod,
     Pk: r('test/helpers/packets') as typeof PacketsMod,
@@ -107,16 +119,13 @@ function setup(m: Mods, scheduler: string) {
   const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
   const model = new m.Svc.ServiceModel(rsSab, schedSab, 16, 8);
   const table = new T.ConnTable(T.ConnTable.create(TABLE, { tcp: m.S.TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const proc = new m.Pr.PacketProcessor(
-    table,
-    new Float64Array(L.counterWords(16, 8)),
-    new Int32Array(schedSab),
-    16,
-    model.apply(cfg),
-    new Uint8Array(4096),
-  );
-  proc.now = table.now();
-  return { m, proc, table, pkts: packets(m, m.S.TCPF_SYN) };
+  const snapshot = model.apply(cfg);
+  const proc = new m.Pr.PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, snapshot);
+  const now = table.now();
+  proc.setTime(now);
+  // The output region a worker hands process() (lb/verdict.ts), at the start of its own buffer.
+  const region = new m.V.OutRegion(new Uint8Array(4096));
+  return { m, proc, region, table, snapshot, now, pkts: packets(m, m.S.TCPF_SYN) };
 }
 type World = ReturnType<typeof setup>;
 
@@ -204,10 +213,11 @@ function race(sides: Side[]): void {
   });
 }
 
-function processRange(proc: ProcessorMod.PacketProcessor, p: World['pkts'], lo: number, hi: number): void {
+function processRange(w: World, p: World['pkts'], lo: number, hi: number): void {
+  const { proc, region } = w;
   for (let i = lo; i < hi; i++) {
-    proc.outOff = 0;
-    proc.process(p.buf, p.offs[i]!, p.lens[i]!);
+    region.off = 0;
+    proc.process(p.buf, p.offs[i]!, p.lens[i]!, region);
   }
 }
 
@@ -215,7 +225,7 @@ function processRange(proc: ProcessorMod.PacketProcessor, p: World['pkts'], lo: 
 function synSide(name: string, w: World, prepare?: () => void): Side {
   return {
     name,
-    pass: (lo, hi) => processRange(w.proc, w.pkts, lo, hi),
+    pass: (lo, hi) => processRange(w, w.pkts, lo, hi),
     prepare: () => {
       w.pkts.buf.set(w.pkts.pristine);
       empty(w.table);
@@ -232,14 +242,17 @@ interface TableInternals {
   lastWalk: number;
 }
 interface ProcessorInternals {
-  schedule(svc: unknown, si: number, caddr: number, cport: number, vaddr: number, vport: number): number;
-  countIn(rsSlot: number, svcSlot: number, bytes: number): void;
+  /** The packet context (lb/context.ts): schedule() reads the client's key from it. */
+  c: ContextMod.PacketContext;
+  schedule(svc: unknown, si: number): number;
   benchNext?: number;
 }
 /** An object's properties, to patch a prototype's method. */
 const props = (o: object) => o as Record<string, unknown>;
 const tableProto = (m: Mods) => props(m.T.ConnTable.prototype);
 const procProto = (m: Mods) => props(m.Pr.PacketProcessor.prototype);
+/** The path's plain functions are called through their module's exports: patching those stubs them. */
+const moduleOf = (m: Mods, name: 'Ctx' | 'X') => props(m[name]);
 
 /** The pre-issue-12 bucket hash (salted murmur3-style mix, commit 6086905^), for comparison. */
 function murmurBucket(this: TableInternals, proto: number, a1: number, ports: number, a2: number): number {
@@ -295,10 +308,10 @@ const STUBS: Record<string, { what: string; apply: (m: Mods) => void }> = {
     what: 'first touch (NONE → SYN_RECV, timer; the bucket re-lock stays)',
     apply: (m) => (tableProto(m).touch = () => false),
   },
-  'no-countIn': { what: 'per-packet in counters (countIn)', apply: (m) => (procProto(m).countIn = () => {}) },
+  'no-countIn': { what: 'per-packet in counters (countIn)', apply: (m) => (moduleOf(m, 'Ctx').countIn = () => {}) },
   'no-forward': {
     what: 'forwardIn: MTU check, rewrite of address, port and checksums',
-    apply: (m) => (procProto(m).forwardIn = () => 1),
+    apply: (m) => (moduleOf(m, 'X').forwardIn = () => 1),
   },
   'issue12-off': {
     what: 'issue 12 on this path: murmur hash, no source count, no chain cap, no walk stats',
@@ -321,9 +334,9 @@ function runPath(): void {
   const d = setup(load(), 'rr');
   d.table.i32[d.m.L.H_DROP_RATE] = 1;
   race([
-    { name: 'cut: parse only (TCP header check fails)', pass: (lo, hi) => processRange(w.proc, bad, lo, hi) },
-    { name: 'cut: + hash, lookup miss, service (RST, no entry)', pass: (lo, hi) => processRange(w.proc, rst, lo, hi) },
-    { name: 'cut: + defense checks (SYN, drop_packet rate 1)', pass: (lo, hi) => processRange(d.proc, d.pkts, lo, hi) },
+    { name: 'cut: parse only (TCP header check fails)', pass: (lo, hi) => processRange(w, bad, lo, hi) },
+    { name: 'cut: + hash, lookup miss, service (RST, no entry)', pass: (lo, hi) => processRange(w, rst, lo, hi) },
+    { name: 'cut: + defense checks (SYN, drop_packet rate 1)', pass: (lo, hi) => processRange(d, d.pkts, lo, hi) },
   ]);
   const src = setup(load(), 'rr');
   src.table.i32[src.m.L.H_SRC_LIMIT] = 1 << 30;
@@ -361,14 +374,14 @@ let sink = 0;
 /** Each step alone, over the 2000 flows' keys (a loop of its own per step: no shared call site). */
 function runSteps(): void {
   const w = setup(load(), 'rr');
-  const { m, proc, table } = w;
+  const { m, proc, table, now } = w;
   const L = m.L;
   const keys = KEYS;
   const vip = VIP_WORD;
   const rs0 = (10 << 24) | 1;
   const sk = m.H.sipInit([1, 2, 3, 4]);
   const t = table as unknown as TableInternals;
-  const snap = proc.snapshot;
+  const snap = w.snapshot;
   race([
     {
       name: 'step: bucket() HalfSipHash-1-3, 3 words',
@@ -405,35 +418,44 @@ function runSteps(): void {
   ]);
   // A lookup miss in a table holding 2000 other flows (as mid-pass).
   const other = setup(load(), 'rr').table;
-  for (let i = 0; i < FLOWS; i++)
+  for (let i = 0; i < FLOWS; i++) {
+    const caddr = keys[2 * i]! ^ 0x10000;
     other.insert(
-      6,
-      keys[2 * i]! ^ 0x10000,
-      keys[2 * i + 1]!,
-      vip,
-      rs0,
-      (8080 << 16) | (2000 + i),
-      keys[2 * i]! ^ 0x10000,
-      L.FWD_MASQ,
-      0,
-      0,
-      proc.now,
+      m.F.newFlow({
+        proto: 6,
+        caddr,
+        cports: keys[2 * i + 1]!,
+        vaddr: vip,
+        daddr: rs0,
+        dports: (8080 << 16) | (2000 + i),
+        laddr: caddr,
+        flags: L.FWD_MASQ,
+        now,
+      }),
     );
+  }
   const sched = (s: string): Side => {
     const x = setup(load(), s);
-    const svc = x.proc.snapshot.services[0]!;
+    const svc = x.snapshot.services[0]!;
     const ps = x.proc as unknown as ProcessorInternals;
+    const pc = ps.c;
+    pc.daddr = vip;
+    pc.dport = 80;
     return {
       name: `step: schedule ${s} (lock + pick)`,
       pass: (lo, hi) => {
         let r = 0;
-        for (let i = lo; i < hi; i++) r ^= ps.schedule(svc, 0, keys[2 * i]!, 2000 + i, vip, 80);
+        for (let i = lo; i < hi; i++) {
+          pc.saddr = keys[2 * i]!;
+          pc.sport = 2000 + i;
+          r ^= ps.schedule(svc, 0);
+        }
         sink ^= r;
       },
     };
   };
-  const c = proc.counters;
-  const pa = proc as unknown as ProcessorInternals;
+  const pc = (proc as unknown as ProcessorInternals).c;
+  const c = pc.counters;
   race([
     {
       name: 'step: hash + lock + findIn miss + unlock',
@@ -458,32 +480,33 @@ function runSteps(): void {
           c[L.C_CONNS_NEW]!++;
           c[L.rsCounterBase(0) + L.RSC_CONNS]!++;
           c[L.svcCounterBase(16, 0) + L.RSC_CONNS]!++;
-          pa.countIn(0, 0, 40);
+          m.Ctx.countIn(pc, 0, 0, 40);
         }
       },
     },
   ]);
   const t2 = setup(load(), 'rr').table;
+  // Flow i's insert record, filled in place as the packet path fills its one record.
+  const rec = new m.F.NewFlow();
+  const record = (i: number) => {
+    rec.proto = 6;
+    rec.caddr = keys[2 * i]!;
+    rec.cports = keys[2 * i + 1]!;
+    rec.vaddr = vip;
+    rec.daddr = rs0;
+    rec.dports = (8080 << 16) | (2000 + i);
+    rec.laddr = keys[2 * i]!;
+    rec.flags = L.FWD_MASQ;
+    rec.now = now;
+    return rec;
+  };
   race([
     {
       name: 'step: insert (3 hashes, alloc, links, counts)',
       prepare: () => empty(table),
       pass: (lo, hi) => {
         let s = 0;
-        for (let i = lo; i < hi; i++)
-          s ^= table.insert(
-            6,
-            keys[2 * i]!,
-            keys[2 * i + 1]!,
-            vip,
-            rs0,
-            (8080 << 16) | (2000 + i),
-            keys[2 * i]!,
-            L.FWD_MASQ,
-            0,
-            0,
-            proc.now,
-          );
+        for (let i = lo; i < hi; i++) s ^= table.insert(record(i));
         sink ^= s;
       },
     },
@@ -492,22 +515,10 @@ function runSteps(): void {
       prepare: () => empty(t2),
       pass: (lo, hi) => {
         for (let i = lo; i < hi; i++) {
-          const e = t2.insert(
-            6,
-            keys[2 * i]!,
-            keys[2 * i + 1]!,
-            vip,
-            rs0,
-            (8080 << 16) | (2000 + i),
-            keys[2 * i]!,
-            L.FWD_MASQ,
-            0,
-            0,
-            proc.now,
-          );
+          const e = t2.insert(record(i));
           const b = t2.bucketIn(6, keys[2 * i]!, keys[2 * i + 1]!, vip, null);
           t2.lockBucket(b);
-          t2.touch(e, 0, m.S.TCPF_SYN, proc.now);
+          t2.touch(e, 0, m.S.TCPF_SYN, now);
           t2.unlockBucket(b);
         }
       },

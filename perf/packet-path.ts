@@ -14,15 +14,13 @@
  * restored from a pristine copy before each pass so every pass does the same work (the copy is
  * timed separately and subtracted).
  */
-import * as L from '../conntrack/layout';
-import { ConnTable, createRealServerRegion } from '../conntrack/table';
-import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_SYN } from '../conntrack/state';
-import { validateConfig } from '../control/config';
-import { ServiceModel } from '../control/services';
-import { PacketProcessor } from '../lb/processor';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { TCPF_ACK, TCPF_SYN } from '../conntrack/state';
 import { VNET_HLEN } from '../net/packet';
 import { tcp, tcp6, udp } from '../test/helpers/packets';
+import { makeProcessor } from '../test/helpers/processor';
+
+type Send = (b: Uint8Array, off: number, len: number) => number;
 
 const arg = (name: string, def: number) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -40,22 +38,26 @@ const RS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
 const VIP6 = 'fd00:96::10';
 const RS6 = ['fd00:10::1', 'fd00:10::2', 'fd00:10::3'];
 
+/** The processor as a worker wires it (test/helpers/processor.ts), with 2^18 table entries. */
 function setup(scheduler: string, offload = false) {
-  const cfg = validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24', 'fd00:96::/64'], workers: 1, tableSize: 1 << 18, maxRealServers: 16, maxServices: 8 },
-    services: [
-      { protocol: 'tcp', address: VIP, port: 80, scheduler, realServers: RS.map((a) => ({ address: a, port: 8080 })) },
-      { protocol: 'udp', address: VIP, port: 53, scheduler, realServers: RS.map((a) => ({ address: a, port: 5353 })) },
-      { protocol: 'tcp', address: VIP6, port: 80, scheduler, realServers: RS6.map((a) => ({ address: a, port: 8080 })) },
-    ],
-  });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const table = new ConnTable(ConnTable.create(1 << 18, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const proc = new PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, model.apply(cfg), new Uint8Array(4096), offload);
-  proc.now = table.now();
-  return { proc, table };
+  const { proc, table, region } = makeProcessor(
+    {
+      dataplane: { vipCidrs: ['10.96.0.0/24', 'fd00:96::/64'] },
+      services: [
+        { protocol: 'tcp', address: VIP, port: 80, scheduler, realServers: RS.map((a) => ({ address: a, port: 8080 })) },
+        { protocol: 'udp', address: VIP, port: 53, scheduler, realServers: RS.map((a) => ({ address: a, port: 5353 })) },
+        { protocol: 'tcp', address: VIP6, port: 80, scheduler, realServers: RS6.map((a) => ({ address: a, port: 8080 })) },
+      ],
+    },
+    { capacity: 1 << 18, offload, outBytes: 4096 },
+  );
+  /** One packet as a worker hands it over: the region at the start of the output buffer. */
+  const send = (b: Uint8Array, off: number, len: number) => {
+    region.off = offload ? VNET_HLEN : 0;
+    region.end = region.buf.length;
+    return proc.process(b, off, len, region);
+  };
+  return { send, table };
 }
 
 function client(i: number): string {
@@ -78,7 +80,7 @@ function pack(pkts: Uint8Array[]) {
   return { buf, offs, lens, pristine: buf.slice() };
 }
 
-function bench(name: string, proc: PacketProcessor, p: ReturnType<typeof pack>, prepare?: () => void, at = 0): number {
+function bench(name: string, send: Send, p: ReturnType<typeof pack>, prepare?: () => void, at = 0): number {
   const n = p.offs.length;
   let best = Infinity;
   for (let run = 0; run < 5; run++) {
@@ -90,10 +92,7 @@ function bench(name: string, proc: PacketProcessor, p: ReturnType<typeof pack>, 
       p.buf.set(p.pristine);
       prepare?.();
       copyNs += Number(process.hrtime.bigint() - c0);
-      for (let i = 0; i < n; i++) {
-        proc.outOff = 0;
-        proc.process(p.buf, p.offs[i]! + at, p.lens[i]! - at);
-      }
+      for (let i = 0; i < n; i++) send(p.buf, p.offs[i]! + at, p.lens[i]! - at);
       packets += n;
     }
     const ns = (Number(process.hrtime.bigint() - t0) - copyNs) / packets;
@@ -108,54 +107,54 @@ function main(): void {
   console.log(`per-packet path, ${FLOWS} flows, Node ${process.version}, best of 5 runs ≥ 300 ms`);
   // Established TCP flows: SYN once, then time the ACK/data packets (client → server).
   {
-    const { proc } = setup('rr');
+    const { send } = setup('rr');
     for (let i = 0; i < FLOWS; i++) {
       const b = tcp({ src: client(i), dst: VIP, sport: 40000 + (i % 20000), flags: TCPF_SYN });
-      proc.process(b, 0, b.length);
+      send(b, 0, b.length);
     }
     const data = pack(Array.from({ length: FLOWS }, (_, i) => tcp({ src: client(i), dst: VIP, sport: 40000 + (i % 20000), flags: TCPF_ACK, payload: new Uint8Array(64) })));
-    bench('TCP established, client → server (lookup + state + rewrite)', proc, data);
+    bench('TCP established, client → server (lookup + state + rewrite)', send, data);
     const replies = pack(
       Array.from({ length: FLOWS }, (_, i) => {
         // rr over 3 servers: flow i went to RS[(2 - i % 3)] (newest first); replies from it.
         return tcp({ src: RS[2 - (i % 3)]!, dst: client(i), sport: 8080, dport: 40000 + (i % 20000), flags: TCPF_ACK, payload: new Uint8Array(64) });
       }),
     );
-    bench('TCP established, server → client (reply rewrite)', proc, replies);
+    bench('TCP established, server → client (reply rewrite)', send, replies);
   }
   // New flows: the same 2000 SYNs each pass into an emptied table (the emptying is not timed).
   for (const s of ['rr', 'wlc', 'mh']) {
-    const { proc, table } = setup(s);
+    const { send, table } = setup(s);
     const p = pack(Array.from({ length: 2000 }, (_, i) => tcp({ src: client(i), dst: VIP, sport: 2000 + i, flags: TCPF_SYN })));
-    bench(`TCP new flow (SYN: schedule ${s} + insert)`, proc, p, () => table.forEach((e) => table.remove(e, false, 0)));
+    bench(`TCP new flow (SYN: schedule ${s} + insert)`, send, p, () => table.forEach((e) => table.remove(e, false, 0)));
   }
   {
-    const { proc } = setup('rr');
+    const { send } = setup('rr');
     for (let i = 0; i < FLOWS; i++) {
       const b = udp({ src: client(i), dst: VIP, sport: 5000 + (i % 20000), dport: 53 });
-      proc.process(b, 0, b.length);
+      send(b, 0, b.length);
     }
     const p = pack(Array.from({ length: FLOWS }, (_, i) => udp({ src: client(i), dst: VIP, sport: 5000 + (i % 20000), dport: 53, payload: new Uint8Array(64) })));
-    bench('UDP established, client → server', proc, p);
+    bench('UDP established, client → server', send, p);
   }
   {
-    const { proc } = setup('rr');
+    const { send } = setup('rr');
     const p = pack(Array.from({ length: 1000 }, (_, i) => tcp({ src: client(i), dst: VIP, sport: 3000 + i, dport: 81, flags: TCPF_SYN })));
-    bench('TCP SYN to a port without a service (RST built)', proc, p);
+    bench('TCP SYN to a port without a service (RST built)', send, p);
   }
   {
-    const { proc } = setup('rr');
+    const { send } = setup('rr');
     const c6 = (i: number) => `2001:db8::${(i >> 16).toString(16)}:${(i & 0xffff).toString(16)}`;
     for (let i = 0; i < FLOWS; i++) {
       const b = tcp6({ src: c6(i), dst: VIP6, sport: 40000 + (i % 20000), flags: TCPF_SYN });
-      proc.process(b, 0, b.length);
+      send(b, 0, b.length);
     }
     const data = pack(Array.from({ length: FLOWS }, (_, i) => tcp6({ src: c6(i), dst: VIP6, sport: 40000 + (i % 20000), flags: TCPF_ACK, payload: new Uint8Array(64) })));
-    bench('IPv6 TCP established, client → server', proc, data);
+    bench('IPv6 TCP established, client → server', send, data);
   }
   {
     // With device offloads: a 64 KB GSO super-packet (partial checksum) is one lookup and rewrite.
-    const { proc } = setup('rr', true);
+    const { send } = setup('rr', true);
     const frame = (pkt: Uint8Array, gso: number) => {
       const f = new Uint8Array(VNET_HLEN + pkt.length);
       f.set(pkt, VNET_HLEN);
@@ -170,10 +169,10 @@ function main(): void {
     const n = 1000;
     for (let i = 0; i < n; i++) {
       const b = frame(tcp({ src: client(i), dst: VIP, sport: 40000 + i, flags: TCPF_SYN }), 0);
-      proc.process(b, VNET_HLEN, b.length - VNET_HLEN);
+      send(b, VNET_HLEN, b.length - VNET_HLEN);
     }
     const big = pack(Array.from({ length: n }, (_, i) => frame(tcp({ src: client(i), dst: VIP, sport: 40000 + i, flags: TCPF_ACK, payload: new Uint8Array(65000) }), 1448)));
-    bench('TCP 64 KB GSO super-packet (offloads on), per super-packet', proc, big, undefined, VNET_HLEN);
+    bench('TCP 64 KB GSO super-packet (offloads on), per super-packet', send, big, undefined, VNET_HLEN);
   }
   const json = strArg('json');
   if (json) writeFileSync(json, JSON.stringify(results, null, 2) + '\n');

@@ -1,7 +1,8 @@
 /**
  * A PacketProcessor over the real table, service model and schedulers, with no device: the
- * packet path as data for unit tests. One place builds it, so every test file sees the same
- * wiring as a worker.
+ * packet path as data for tests. The one place tests build it, so every test sees the wiring of
+ * a worker (lb/worker.ts): the same constructor, an OutRegion it owns, the clock set as a batch
+ * sets it.
  */
 import * as L from '../../conntrack/layout';
 import { SCTP_STATE_KEYS } from '../../conntrack/sctp-state';
@@ -10,13 +11,30 @@ import { TCP_DEFAULT_TIMEOUTS } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
 import { ServiceModel } from '../../control/services';
 import { VNET_HLEN } from '../../net/packet';
-import { PacketProcessor, REPLY } from '../../lb/processor';
+import { PacketProcessor } from '../../lb/core';
+import { OutRegion, REPLY } from '../../lb/verdict';
 
 export interface ProcessorOptions {
   /** Device offloads: packets are given with their virtio header first. */
   offload?: boolean;
+  /** Connection-table entries (and `dataplane.tableSize`), default 1024. */
   capacity?: number;
+  /** Bytes of the buffer generated packets are built in, default 8192. */
   outBytes?: number;
+  /** Worker → control rings (sync events, parked packets), as a worker with Redis has them. */
+  ring?: boolean;
+  /** Read the table's clock before every packet (a batch per packet) instead of once at creation. */
+  liveClock?: boolean;
+}
+
+/** What one packet got: the verdict, the packet (rewritten in place), and what was generated. */
+export interface Run {
+  v: number;
+  pkt: Uint8Array;
+  /** The one generated packet (REPLY), without its virtio header; null otherwise. */
+  reply: Uint8Array | null;
+  /** Every generated packet (REPLY), virtio header included, in order. */
+  outs: Uint8Array[];
 }
 
 /** Builds the processor for a configuration document (validated as uvsd validates it). */
@@ -29,22 +47,59 @@ export function makeProcessor(doc: Record<string, unknown>, o: ProcessorOptions 
   const model = new ServiceModel(rsSab, schedSab, 16, 8);
   const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300, sctp: SCTP_STATE_KEYS.map((k) => cfg.timeouts.sctp[k]!) };
   const table = new ConnTable(ConnTable.create(capacity, timeouts), rsSab, 1);
+  model.now = () => table.now(); // scheduler timers run on the table's clock, as uvsd wires them
   const counters = new Float64Array(L.counterWords(16, 8));
   const out = new Uint8Array(o.outBytes ?? 8192);
-  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, model.apply(cfg), out, o.offload ?? false);
-  proc.now = table.now();
+  const region = new OutRegion(out);
+  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, model.apply(cfg), o.offload ?? false);
+  const ring = o.ring ? new SharedArrayBuffer(L.ringBytes()) : null;
+  if (ring) proc.setRing(ring);
+  let clock = table.now();
+  proc.setTime(clock);
+  /** Moves the processor's clock (table-relative ms), as the next batch would. */
+  const setNow = (ms: number) => {
+    clock = ms;
+    proc.setTime(ms);
+  };
   const V = o.offload ? VNET_HLEN : 0;
-  /** Runs one packet (with offloads: virtio header first); a generated answer is copied out. */
-  const run = (pkt: Uint8Array) => {
-    proc.outOff = V;
-    proc.outEnd = out.length;
-    const v = proc.process(pkt, V, pkt.length - V);
-    return { v, pkt, reply: v === REPLY && proc.outCount === 0 ? out.slice(V, V + proc.outLen) : null };
+  /** Runs one packet (with offloads: virtio header first) with the region at the start of `out`. */
+  const run = (pkt: Uint8Array): Run => {
+    if (o.liveClock) setNow(table.now());
+    region.off = V;
+    region.end = out.length;
+    const v = proc.process(pkt, V, pkt.length - V, region);
+    const outs: Uint8Array[] = [];
+    if (v === REPLY) for (let k = 0; k < region.count; k++) outs.push(out.slice(region.offs[k]!, region.offs[k]! + region.lens[k]!));
+    const reply = v === REPLY && region.count === 1 ? outs[0]!.subarray(V) : null;
+    return { v, pkt, reply, outs };
   };
   const drops = (name: (typeof L.DROP_NAMES)[number]) => counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf(name)];
   /** Sets the route MTU uvsd would have read for every real server. */
   const setMtu = (mtu: number) => {
     for (const r of model.rsSlotAddrs()) Atomics.store(model.rs, r.slot * L.RS_WORDS + L.RS_MTU, mtu);
   };
-  return { cfg, model, table, counters, out, proc, run, drops, setMtu, rs: new Int32Array(rsSab) };
+  /** Applies another configuration document (a reload): the model's new snapshot goes to the processor. */
+  const apply = (next: Record<string, unknown>) => {
+    const c = validateConfig({ ...next, dataplane: { ...dataplane, ...(next.dataplane as Record<string, unknown>) } });
+    proc.setSnapshot(model.apply(c));
+    return c;
+  };
+  return {
+    cfg,
+    model,
+    table,
+    counters,
+    out,
+    region,
+    proc,
+    run,
+    drops,
+    setMtu,
+    setNow,
+    now: () => clock,
+    apply,
+    ring,
+    rs: new Int32Array(rsSab),
+  };
 }
+export type Processor = ReturnType<typeof makeProcessor>;

@@ -9,12 +9,8 @@ import Redis from 'ioredis';
 import pino from 'pino';
 import * as L from '../../conntrack/layout';
 import { RedisSync } from '../../conntrack/redis-sync';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
-import { TCP_DEFAULT_TIMEOUTS } from '../../conntrack/state';
-import { validateConfig } from '../../control/config';
-import { ServiceModel } from '../../control/services';
-import { PacketProcessor } from '../../lb/processor';
 import { field } from './packets';
+import { makeProcessor } from './processor';
 
 export function hasCommand(cmd: string): boolean {
   try {
@@ -73,21 +69,10 @@ export function syncNode(id: string, o: NodeOptions) {
     services: [{ protocol: o.protocol ?? 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: servers.map((a) => ({ address: a, port: 8080 })) }],
     redis: { nodeId: id, ...o.redis },
   });
-  const cfg = validateConfig(doc(o.realServers ?? RS));
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const table = new ConnTable(ConnTable.create(tableSize, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  model.now = () => table.now();
-  const ring = new SharedArrayBuffer(L.ringBytes());
-  const counters = new Float64Array(L.counterWords(16, 8));
-  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, model.apply(cfg), new Uint8Array(4096));
-  proc.setRing(ring);
-  const run = (pkt: Uint8Array) => {
-    proc.now = table.now();
-    proc.outOff = 0;
-    return proc.process(pkt, 0, pkt.length);
-  };
+  const p = makeProcessor(doc(o.realServers ?? RS), { capacity: tableSize, ring: true, liveClock: true });
+  const { cfg, table, model, proc, counters } = p;
+  const ring = p.ring!;
+  const run = (pkt: Uint8Array) => p.run(pkt).v;
   /** Packets the sync replayed after a lookup hit, with what the processor then did with them. */
   const replayed: { verdict: number; dst: string }[] = [];
   const sync = new RedisSync(
@@ -107,7 +92,7 @@ export function syncNode(id: string, o: NodeOptions) {
     pino({ level: 'silent' }),
   );
   model.remoteConns = (service, realServer) => sync.remoteCounts(service, realServer);
-  const apply = (servers: string[]) => proc.setSnapshot(model.apply(validateConfig(doc(servers))));
+  const apply = (servers: string[]) => p.apply(doc(servers));
   const counter = (i: number) => counters[i]!;
   const r = new Int32Array(ring);
   /** Every flow the worker queued has been written: its ring is drained and the write queue empty. */

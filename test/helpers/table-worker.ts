@@ -2,6 +2,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { ConnTable } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCPF_ACK, TCPF_SYN, TCPF_FIN } from '../../conntrack/state';
+import { newFlow } from '../../conntrack/flow';
 
 const { table, rs, id, ops, keys, seed } = workerData as { table: SharedArrayBuffer; rs: SharedArrayBuffer; id: number; ops: number; keys: number; seed: number };
 const t = new ConnTable(table, rs, id + 1);
@@ -26,7 +27,7 @@ for (let i = 0; i < ops; i++) {
   const dports = (8080 << 16) | (cports >>> 16);
   const op = next() % 10;
   if (op < 5) {
-    const e = t.insert(6, caddr, cports, vaddr, daddr, dports, caddr, 0, rsSlot, 0, now);
+    const e = t.insert(newFlow({ proto: 6, caddr, cports, vaddr, daddr, dports, laddr: caddr, rs: rsSlot, now }));
     if (e < 0) full++;
     else {
       inserted++;

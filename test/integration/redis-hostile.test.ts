@@ -13,13 +13,11 @@ import pino from 'pino';
 import * as L from '../../conntrack/layout';
 import { RedisSync } from '../../conntrack/redis-sync';
 import { signRecord, macKey } from '../../conntrack/redis-record';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
-import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { validateConfig } from '../../control/config';
-import { ServiceModel } from '../../control/services';
+import { TCP_ESTABLISHED, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { parseIPv4 } from '../../net/addr';
-import { FORWARD, PacketProcessor } from '../../lb/processor';
+import { FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
+import { makeProcessor } from '../helpers/processor';
 
 const hasRedis = (() => {
   try {
@@ -74,23 +72,15 @@ interface NodeOpts {
 
 function node(id: string, o: NodeOpts) {
   const tableSize = o.tableSize ?? 1024;
-  const cfg = validateConfig({
+  const doc = {
     dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize, maxRealServers: 16, maxServices: 8 },
     services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: RS.map((a) => ({ address: a, port: 8080 })) }],
     redis: { url: `redis://127.0.0.1:${o.port ?? PORT}`, nodeId: id, keyPrefix: o.prefix, ...o.redis },
-  });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const table = new ConnTable(ConnTable.create(tableSize, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const ring = new SharedArrayBuffer(L.ringBytes());
-  const proc = new PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, model.apply(cfg), new Uint8Array(4096));
-  proc.setRing(ring);
-  const run = (pkt: Uint8Array) => {
-    proc.now = table.now();
-    proc.outOff = 0;
-    return proc.process(pkt, 0, pkt.length);
   };
+  const p = makeProcessor(doc, { capacity: tableSize, ring: true, liveClock: true });
+  const { cfg, table, model } = p;
+  const ring = p.ring!;
+  const run = (pkt: Uint8Array) => p.run(pkt).v;
   /** Packets the sync replayed after a lookup hit, with what the processor then did with them. */
   const replayed: { verdict: number; dst: string }[] = [];
   const local: Record<string, [number, number]> = {};

@@ -8,15 +8,12 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import pino from 'pino';
-import * as L from '../../conntrack/layout';
 import { RedisSync } from '../../conntrack/redis-sync';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
-import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { validateConfig } from '../../control/config';
-import { ServiceModel } from '../../control/services';
-import { FORWARD, PacketProcessor } from '../../lb/processor';
+import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
+import { FORWARD } from '../../lb/verdict';
 import { connect } from 'node:net';
 import { field6, tcp6 } from '../helpers/packets';
+import { makeProcessor } from '../helpers/processor';
 import { needTool, waitFor as waitUntil } from '../helpers/wait';
 
 const hasRedis = (() => {
@@ -33,18 +30,16 @@ const RS = ['fd00:10::1', 'fd00:10::2', 'fd00:10::3'];
 let redis: ChildProcess | null = null;
 
 function node(id: string) {
-  const cfg = validateConfig({
-    dataplane: { vipCidrs: ['fd00:96::/64'], workers: 1, tableSize: 1024, maxRealServers: 16, maxServices: 8 },
-    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: RS.map((a) => ({ address: a, port: 8080 })) }],
-    redis: { url: `redis://127.0.0.1:${PORT}`, nodeId: id },
-  });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const table = new ConnTable(ConnTable.create(1024, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const ring = new SharedArrayBuffer(L.ringBytes());
-  const proc = new PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, model.apply(cfg), new Uint8Array(4096));
-  proc.setRing(ring);
+  const p = makeProcessor(
+    {
+      dataplane: { vipCidrs: ['fd00:96::/64'] },
+      services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: RS.map((a) => ({ address: a, port: 8080 })) }],
+      redis: { url: `redis://127.0.0.1:${PORT}`, nodeId: id },
+    },
+    { ring: true, liveClock: true },
+  );
+  const { cfg, table, model } = p;
+  const ring = p.ring!;
   const sync = new RedisSync(
     cfg.redis!,
     table,
@@ -57,11 +52,7 @@ function node(id: string) {
     () => undefined,
     pino({ level: 'silent' }),
   );
-  const run = (pkt: Uint8Array) => {
-    proc.now = table.now();
-    proc.outOff = 0;
-    return proc.process(pkt, 0, pkt.length);
-  };
+  const run = (pkt: Uint8Array) => p.run(pkt).v;
   return { sync, table, run, keyPrefix: cfg.redis!.keyPrefix };
 }
 

@@ -12,7 +12,7 @@ import type { ChildProcess } from 'node:child_process';
 import Redis from 'ioredis';
 import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { DROP, FORWARD } from '../../lb/processor';
+import { DROP, FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
 import { hasCommand, RS, startRedis, syncNode, VIP, waitFor, type SyncNode } from '../helpers/sync-node';
 

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Redis from 'ioredis';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { DROP, FORWARD } from '../../lb/processor';
+import { DROP, FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
 import { answers, hasCommand, sleep, startRedis, syncNode, VIP, waitFor } from '../helpers/sync-node';
 

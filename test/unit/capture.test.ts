@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as L from '../../conntrack/layout';
 import { CaptureTap } from '../../lb/capture';
-import { DROP, FORWARD } from '../../lb/processor';
+import { DROP, FORWARD } from '../../lb/verdict';
 import { describeRecord, drainRing, pcapHeader, pcapRecord, validateCaptureRequest, type CaptureRecord } from '../../control/capture';
 import { UvsError } from '../../control/errors';
 

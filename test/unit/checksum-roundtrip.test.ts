@@ -8,7 +8,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { FORWARD } from '../../lb/processor';
+import { FORWARD } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid, complete, field, field6, partial, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';

@@ -28,9 +28,11 @@ import { parseArgs } from '../../control/ipvsadm-args';
 import { formatDefense } from '../../control/ipvsadm-format';
 import { UvsError } from '../../control/errors';
 import { parseIPv6 } from '../../net/addr';
-import { DROP, FORWARD, FULLNAT_FULL_MS } from '../../lb/processor';
+import { DROP, FORWARD } from '../../lb/verdict';
+import { FULLNAT_FULL_MS } from '../../lb/xmit';
 import { tcp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
+import { newFlow } from '../../conntrack/flow';
 
 const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
 const C = 0x0a000002, V = 0x0a600001, D = 0x0a0b0002;
@@ -49,7 +51,7 @@ function settings(o: Partial<DefenseSettings> = {}): DefenseSettings {
 
 /** A TCP flow from client c:port, touched by `flags` in order (each [dir, flags]) at `at`. */
 function flow(t: ConnTable, c: number, port: number, at: number, steps: [number, number][], fwd = 0) {
-  const e = t.insert(6, c, (port << 16) | 80, V, D, DP, c, fwd, 1, 0, at);
+  const e = t.insert(newFlow({ proto: 6, caddr: c, cports: (port << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: c, flags: fwd, rs: 1, now: at }));
   assert.ok(e >= 0);
   for (const [dir, f] of steps) t.touch(e, dir, f, at);
   return e;
@@ -84,12 +86,12 @@ test('the automatic defenses switch on when free entries fall below amemthresh a
   const d = new Defense(t, settings({ amemthresh: 64, dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, maxHalfOpenPerSource: 5 }));
   const now = t.now();
   const udp: number[] = [];
-  for (let i = 0; i < 960; i++) udp.push(t.insert(17, C + i, (1000 << 16) | 53, V, D, DP, C + i, 0, 1, 0, now));
+  for (let i = 0; i < 960; i++) udp.push(t.insert(newFlow({ proto: 17, caddr: C + i, cports: (1000 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 1, now })));
   d.update();
   assert.equal(d.freeEntries, 64);
   assert.equal(d.nomem, false, '64 free is not below 64');
   assert.deepEqual(d.modes, { dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1 });
-  t.insert(17, C + 5000, (1000 << 16) | 53, V, D, DP, C + 5000, 0, 1, 0, now);
+  t.insert(newFlow({ proto: 17, caddr: C + 5000, cports: (1000 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + 5000, rs: 1, now }));
   d.update();
   assert.equal(d.nomem, true);
   assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 2, secureTcp: 2, halfOpenPerSource: 2 });
@@ -109,7 +111,7 @@ test('with a hold, an automatic defense stays on until no tick has been short of
   const { t } = fresh(1024);
   const now = t.now();
   const udp: number[] = [];
-  for (let i = 0; i < 1000; i++) udp.push(t.insert(17, C + i, (1000 << 16) | 53, V, D, DP, C + i, 0, 1, 0, now));
+  for (let i = 0; i < 1000; i++) udp.push(t.insert(newFlow({ proto: 17, caddr: C + i, cports: (1000 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 1, now })));
   const d = new Defense(t, settings({ amemthresh: 64, dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, holdTime: 60 }));
   d.update(now);
   assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 2, secureTcp: 2, halfOpenPerSource: 2 });
@@ -144,14 +146,14 @@ test('drop_entry removes half-open TCP and SCTP INIT entries, never templates, e
   t.i32[t.base(synAck) + L.E_STATE] = 10; // SYNACK, as secure_tcp makes it
   const established = flow(t, C + 3, 1003, now, [[DIR_INPUT, TCPF_SYN], [DIR_OUTPUT, TCPF_SYN | TCPF_ACK], [DIR_INPUT, TCPF_ACK]]);
   const finWait = flow(t, C + 4, 1004, now, [[DIR_INPUT, TCPF_SYN], [DIR_OUTPUT, TCPF_SYN | TCPF_ACK], [DIR_INPUT, TCPF_ACK], [DIR_OUTPUT, TCPF_FIN | TCPF_ACK]]);
-  const tmpl = t.insert(6, C + 5, 80, V, D, 8080 << 16, C + 5, L.F_TEMPLATE, 1, 0, now, 300_000);
-  const udp = t.insert(17, C + 6, (1006 << 16) | 53, V, D, DP, C + 6, 0, 1, 0, now);
+  const tmpl = t.insert(newFlow({ proto: 6, caddr: C + 5, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: C + 5, flags: L.F_TEMPLATE, rs: 1, now, templateMs: 300_000 }));
+  const udp = t.insert(newFlow({ proto: 17, caddr: C + 6, cports: (1006 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + 6, rs: 1, now }));
   t.touch(udp, DIR_INPUT, 0, now);
-  const sctpInit = t.insert(132, C + 7, (1007 << 16) | 80, V, D, DP, C + 7, 0, 1, 0, now);
+  const sctpInit = t.insert(newFlow({ proto: 132, caddr: C + 7, cports: (1007 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 7, rs: 1, now }));
   t.i32[t.base(sctpInit) + L.E_STATE] = SCTP_S_INIT1;
-  const sctpInit2 = t.insert(132, C + 8, (1008 << 16) | 80, V, D, DP, C + 8, 0, 1, 0, now);
+  const sctpInit2 = t.insert(newFlow({ proto: 132, caddr: C + 8, cports: (1008 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 8, rs: 1, now }));
   t.i32[t.base(sctpInit2) + L.E_STATE] = SCTP_S_INIT;
-  const sctpCookie = t.insert(132, C + 9, (1009 << 16) | 80, V, D, DP, C + 9, 0, 1, 0, now);
+  const sctpCookie = t.insert(newFlow({ proto: 132, caddr: C + 9, cports: (1009 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 9, rs: 1, now }));
   t.i32[t.base(sctpCookie) + L.E_STATE] = SCTP_S_COOKIE_ECHOED;
   const d = new Defense(t, settings({ dropEntry: 3 }));
   // Every live entry sits in slots 0..9: one scan of capacity/32 = 32 slots from slot 0 sees all.
@@ -168,7 +170,7 @@ test('todrop_entry drops flows idle for 60 s with 1–8 client packets, every n-
   const now = t.now();
   const long = now - 70_000; // last packet 70 s ago: idle long enough
   const mk = (i: number, pkts: number, at: number) => {
-    const e = t.insert(17, C + i, ((2000 + i) << 16) | 53, V, D, DP, C + i, 0, 1, 0, at);
+    const e = t.insert(newFlow({ proto: 17, caddr: C + i, cports: ((2000 + i) << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 1, now: at }));
     for (let k = 0; k < pkts; k++) t.touch(e, DIR_INPUT, 0, at);
     return e;
   };
@@ -193,14 +195,14 @@ test('drop_entry scans capacity/32 slots a tick from a random start; automatic, 
     const { t } = fresh(1024);
     const now = t.now();
     for (let i = 0; i < 1024; i++) flow(t, C + i, 3000, now, [[DIR_INPUT, TCPF_SYN]]);
-    assert.equal(t.insert(6, 0x0b000001, 1 << 16, V, D, DP, 0x0b000001, 0, 1, 0, now), -1, 'full');
+    assert.equal(t.insert(newFlow({ proto: 6, caddr: 0x0b000001, cports: 1 << 16, vaddr: V, daddr: D, dports: DP, laddr: 0x0b000001, rs: 1, now })), -1, 'full');
     const d = new Defense(t, settings({ dropEntry: mode, amemthresh: 64 }));
     assert.equal(d.modes.dropEntry, mode === 1 ? 2 : 3);
     let seq = 0;
     const next = () => ((seq++ * 32) % 1024) / 1024;
     d.tick(now, next);
     assert.equal(t.count(), 1024 - 32, 'one tick: 32 slots');
-    assert.ok(t.insert(6, 0x0b000001, 1 << 16, V, D, DP, 0x0b000001, 0, 1, 0, now) >= 0, 'a new client finds room');
+    assert.ok(t.insert(newFlow({ proto: 6, caddr: 0x0b000001, cports: 1 << 16, vaddr: V, daddr: D, dports: DP, laddr: 0x0b000001, rs: 1, now })) >= 0, 'a new client finds room');
     for (let i = 0; i < 31; i++) d.tick(now, next);
     if (mode === 3) assert.equal(t.count(), 1, 'always on: 32 ticks cover the table; only the new client (state NONE) is left');
     else {
@@ -284,7 +286,7 @@ test("a source's half-open count follows its entries: +1 at insert, −1 on ESTA
   const slot = t.sourceSlot(false, C, 0, 0);
   const e1 = flow(t, C, 1000, now, [[DIR_INPUT, TCPF_SYN]]);
   const e2 = flow(t, C, 1001, now, [[DIR_INPUT, TCPF_SYN]]);
-  t.insert(17, C, (1002 << 16) | 53, V, D, DP, C, 0, 1, 0, now);
+  t.insert(newFlow({ proto: 17, caddr: C, cports: (1002 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
   assert.equal(t.halfOpenAt(slot), 2, 'UDP is never half-open');
   t.touch(e1, DIR_OUTPUT, TCPF_SYN | TCPF_ACK, now);
   t.touch(e1, DIR_INPUT, TCPF_ACK, now);
@@ -299,7 +301,7 @@ test("a source's half-open count follows its entries: +1 at insert, −1 on ESTA
   assert.equal(t.sourceSlot(true, a[3]!, a[0]!, a[1]!), t.sourceSlot(true, b[3]!, b[0]!, b[1]!), 'one /64, one counter');
   const hi = new Int32Array(L.HI_WORDS);
   hi.set(a.subarray(0, 3), 0);
-  const e6 = t.insert(6 | L.PROTO_V6, a[3]!, (1000 << 16) | 80, V, D, DP, a[3]!, 0, 1, 0, now, 0, 0, 0, hi);
+  const e6 = t.insert(newFlow({ proto: 6 | L.PROTO_V6, caddr: a[3]!, cports: (1000 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: a[3]!, rs: 1, now, hi }));
   assert.equal(t.halfOpenAt(t.sourceSlot(true, b[3]!, b[0]!, b[1]!)), 1);
   t.remove(e6, false, now);
   assert.equal(t.halfOpenAt(t.sourceSlot(true, b[3]!, b[0]!, b[1]!)), 0);
@@ -339,7 +341,7 @@ test('drop_packet refuses 1 of every am_droprate new flows (counted) and never a
 });
 
 test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_entry frees the pool ports for real clients', () => {
-  const { run, drops, table, cfg, rs, proc } = makeProcessor(svcDoc({ forwarding: 'fullnat', dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } }, defense: { holdTime: 0 } }));
+  const { run, drops, table, cfg, rs, setNow, now } = makeProcessor(svcDoc({ forwarding: 'fullnat', dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } }, defense: { holdTime: 0 } }));
   // What uvsd feeds the defense: the server's entries against its 1 × 8 address:port pairs.
   const rsSlot = 0;
   const pools = () => [{ realServer: 'tcp 10.1.0.1:8080', used: rs[rsSlot * L.RS_WORDS + L.RS_ACTIVE]! + rs[rsSlot * L.RS_WORDS + L.RS_INACTIVE]!, capacity: 8 }];
@@ -354,7 +356,7 @@ test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_en
   assert.equal(d.counts.droppedHalfOpen, 8);
   // The client retransmits its SYN after its RTO (1 s on Linux); the processor remembers a full
   // pool for FULLNAT_FULL_MS, far less than that.
-  proc.now += Math.max(1000, FULLNAT_FULL_MS + 1);
+  setNow(now() + Math.max(1000, FULLNAT_FULL_MS + 1));
   assert.equal(run(tcp({ src: '192.0.2.50', dst: VIP, sport: 40000, flags: TCPF_SYN })).v, FORWARD, "the client's retransmitted SYN gets a port");
   d.tick(table.now(), () => 0.5);
   assert.equal(d.modes.dropEntry, 1, 'room again: back to automatic-idle');

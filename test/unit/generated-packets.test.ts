@@ -10,7 +10,7 @@ import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
 import { UvsError } from '../../control/errors';
-import { DROP, FORWARD, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { field, field6, icmp6, icmpEcho, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
@@ -124,20 +124,20 @@ test('nothing is sent to a VIP, the full-NAT pool, multicast, broadcast, loopbac
 });
 
 test('answers to one source are limited as icmp_ratelimit limits them: a burst of 6, then one per second', () => {
-  const { run, proc, drops, counters } = setup();
+  const { run, setNow, now, drops, counters } = setup();
   const syn = (src: string, sport: number) => run(tcp({ src, dst: VIP, sport, dport: 22, flags: TCPF_SYN })).v;
-  const t0 = proc.now;
+  const t0 = now();
   const first = Array.from({ length: 10 }, (_, i) => syn(CLIENT, 3000 + i));
   assert.deepEqual(first, [REPLY, REPLY, REPLY, REPLY, REPLY, REPLY, DROP, DROP, DROP, DROP]);
   assert.equal(drops('rate_limited'), 4);
   assert.equal(gen(counters, 'reset', 'rate_limited'), 4);
   assert.equal(gen(counters, 'reset', 'sent'), 6);
-  proc.now = t0 + 999;
+  setNow(t0 + 999);
   assert.equal(syn(CLIENT, 3100), DROP, 'not yet a second');
-  proc.now = t0 + 1000;
+  setNow(t0 + 1000);
   assert.equal(syn(CLIENT, 3101), REPLY, 'one more after a second');
   assert.equal(syn(CLIENT, 3102), DROP);
-  proc.now = t0 + 10_000;
+  setNow(t0 + 10_000);
   assert.equal(Array.from({ length: 8 }, (_, i) => syn(CLIENT, 3200 + i)).filter((v) => v === REPLY).length, 6, 'the burst again, never more');
   // Other sources have their own budget (hashed into 4096 slots: a shared slot is possible, rare).
   const others = Array.from({ length: 20 }, (_, i) => syn(`192.168.7.${i + 1}`, 3300));
@@ -160,8 +160,8 @@ test('echo replies and fragmentation needed are not limited by default (icmp_rat
 
 test('the global limit caps a worker near its share of perSecond with a randomized burst, refilled over time', () => {
   // No per-source limit: every packet from a new source, as a spoofing flood sends them.
-  const { run, proc, counters } = setup({ perSourceInterval: 0, perSecond: 100, burst: 10 });
-  const t0 = proc.now;
+  const { run, setNow, now, counters } = setup({ perSourceInterval: 0, perSecond: 100, burst: 10 });
+  const t0 = now();
   let src = 0;
   const burst = () => {
     let answered = 0;
@@ -173,9 +173,9 @@ test('the global limit caps a worker near its share of perSecond with a randomiz
   const a = burst();
   // Each answer takes 0, 1 or 2 of the 10 credits (1 on average): ~10, never 200.
   assert.ok(a >= 5 && a <= 40, `first burst ${a}`);
-  proc.now = t0 + 10;
+  setNow(t0 + 10);
   assert.equal(burst(), 0, 'no refill within 20 ms');
-  proc.now = t0 + 1000;
+  setNow(t0 + 1000);
   const b = burst();
   assert.ok(b >= 5 && b <= 40, `after a second ${b}`);
   assert.equal(gen(counters, 'reset', 'sent'), a + b);

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DROP, FORWARD, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid6, field6, icmp6, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';

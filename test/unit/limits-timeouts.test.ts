@@ -13,6 +13,7 @@ import { MAX_TIMEOUT, validateConfig } from '../../control/config';
 import { applyEdits } from '../../control/edits';
 import { tableTimeouts } from '../../control/daemon';
 import { UvsError } from '../../control/errors';
+import { newFlow } from '../../conntrack/flow';
 
 const base = { dataplane: { vipCidrs: ['10.96.0.0/24'] } };
 const svc = (extra: Record<string, unknown> = {}) => ({ protocol: 'tcp', address: '10.96.0.10', port: 80, realServers: [{ address: '10.0.0.1' }], ...extra });
@@ -54,11 +55,11 @@ test('the longest allowed timeout keeps an established entry and a template aliv
   assert.equal(cfg.services[0]!.persistence, MAX_TIMEOUT);
   const t = new ConnTable(ConnTable.create(64, tableTimeouts(cfg)), createRealServerRegion(4), L.OWNER_CONTROL);
   const now = t.now();
-  const e = t.insert(6, 0x0a000002, (40000 << 16) | 80, 0x0a60000a, 0x0a000001, (80 << 16) | 40000, 0x0a000002, 0, 1, 0, now);
+  const e = t.insert(newFlow({ proto: 6, caddr: 0x0a000002, cports: (40000 << 16) | 80, vaddr: 0x0a60000a, daddr: 0x0a000001, dports: (80 << 16) | 40000, laddr: 0x0a000002, rs: 1, now }));
   t.touch(e, DIR_INPUT, TCPF_SYN, now);
   t.touch(e, DIR_INPUT, TCPF_ACK, now);
   assert.equal(TCP_STATE_NAMES[t.i32[t.base(e) + L.E_STATE]!], TCP_STATE_NAMES[TCP_ESTABLISHED]);
-  const tmpl = t.insert(6, 0x0a000002, 80, 0x0a60000a, 0x0a000001, 80 << 16, 0x0a000002, L.F_TEMPLATE, 1, 0, now, cfg.services[0]!.persistence * 1000);
+  const tmpl = t.insert(newFlow({ proto: 6, caddr: 0x0a000002, cports: 80, vaddr: 0x0a60000a, daddr: 0x0a000001, dports: 80 << 16, laddr: 0x0a000002, flags: L.F_TEMPLATE, rs: 1, now, templateMs: cfg.services[0]!.persistence * 1000 }));
   assert.ok(tmpl >= 0);
   assert.equal(t.expire(now + 1000), 0, 'nothing is swept a second later');
   assert.equal(t.expire(now + 20 * 86400 * 1000), 0, 'nor 20 days later');

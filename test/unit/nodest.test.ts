@@ -12,7 +12,7 @@ import * as L from '../../conntrack/layout';
 import * as S from '../../conntrack/sctp-state';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
-import { DROP, FORWARD } from '../../lb/processor';
+import { DROP, FORWARD } from '../../lb/verdict';
 import { field, initValue, sctp, tcp, udp, type SctpChunk } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 

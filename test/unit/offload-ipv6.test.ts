@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
-import { FORWARD, REPLY } from '../../lb/processor';
+import { FORWARD, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid6, complete, field6, partial, tcp6, udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
@@ -61,11 +61,13 @@ test('IPv6 full-NAT: partial UDP and TCP both ways', () => {
 });
 
 test('IPv6 tunnel: partial and GSO segments', () => {
-  const { run, proc, out } = setup6('tunnel');
+  const { run } = setup6('tunnel');
   const syn = partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_SYN, payload: payload(10) }));
   const inner = complete(syn);
-  assert.equal(run(syn).v, REPLY);
-  const framed = out.slice(proc.outOff - V, proc.outOff + proc.outLen);
+  const r = run(syn);
+  assert.equal(r.v, REPLY);
+  assert.equal(r.outs.length, 1);
+  const framed = r.outs[0]!;
   assert.equal(P.le16(framed, P.VNET_CSUM_START), 80);
   const outer = complete(framed);
   assert.equal(outer[P.IP6_NEXT], 41);
@@ -73,11 +75,12 @@ test('IPv6 tunnel: partial and GSO segments', () => {
   assert.deepEqual([...outer.subarray(40)], [...inner]);
   const data = payload(5000);
   const seq = 0xfffff000;
-  assert.equal(run(partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, payload: data }), 1400)).v, REPLY);
-  assert.equal(proc.outCount, 4);
+  const segs = run(partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, payload: data }), 1400));
+  assert.equal(segs.v, REPLY);
+  assert.equal(segs.outs.length, 4);
   const got: number[] = [];
-  for (let k = 0; k < proc.outCount; k++) {
-    const seg = complete(out.slice(proc.outOffs[k]!, proc.outOffs[k]! + proc.outLens[k]!));
+  for (let k = 0; k < segs.outs.length; k++) {
+    const seg = complete(segs.outs[k]!);
     assert.equal(40 + P.u16(seg, P.IP6_PLEN), seg.length);
     const i = seg.subarray(40);
     assert.equal(40 + P.u16(i, P.IP6_PLEN), i.length);

@@ -5,36 +5,19 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
-import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
+import { TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
-import { ServiceModel } from '../../control/services';
-import { DROP, FORWARD, PacketProcessor, REPLY } from '../../lb/processor';
+import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid, field, icmpEcho, tcp, udp } from '../helpers/packets';
+import { makeProcessor } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
 const CLIENT = '192.168.1.100';
 const RS: [string, string, string] = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
 
 function setup(services: unknown[], capacity = 1024) {
-  const cfg = validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: capacity, maxRealServers: 16, maxServices: 8 }, services });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const snap = model.apply(cfg);
-  const table = new ConnTable(ConnTable.create(capacity, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const counters = new Float64Array(L.counterWords(16, 8));
-  const out = new Uint8Array(4096);
-  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, snap, out);
-  proc.now = table.now();
-  const run = (pkt: Uint8Array) => {
-    proc.outOff = 0;
-    const v = proc.process(pkt, 0, pkt.length);
-    return { v, pkt, reply: v === REPLY ? out.slice(0, proc.outLen) : null };
-  };
-  const drops = (name: (typeof L.DROP_NAMES)[number]) => counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf(name)];
-  return { model, table, proc, run, counters, drops, rs: new Int32Array(rsSab), cfg };
+  return makeProcessor({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services }, { capacity, outBytes: 4096 });
 }
 
 const web = (weights = [1, 1, 1], scheduler = 'rr') => ({
@@ -208,7 +191,7 @@ test('random bytes never throw; every one is dropped and counted under exactly o
   // 20 000 random buffers, half with an IPv4 version/IHL byte: none is a valid packet to a VIP
   // (a random header has the right checksum 1 time in 65 536 and the VIP as destination 1 in
   // 2^32), so the only right verdict is DROP, each counted once.
-  const { proc, counters } = setup([web()]);
+  const { proc, region, counters } = setup([web()]);
   const dropped = () => L.DROP_NAMES.reduce((sum, _n, i) => sum + counters[L.C_DROP_BASE + i]!, 0);
   let a = 12345;
   const buf = new Uint8Array(2048);
@@ -217,9 +200,9 @@ test('random bytes never throw; every one is dropped and counted under exactly o
     const len = (a = (Math.imul(a, 1103515245) + 12345) >>> 0) % 1600;
     for (let j = 0; j < len; j++) buf[j] = (a = (Math.imul(a, 1103515245) + 12345) >>> 0) >>> 24;
     if (i % 2 === 0 && len > 20) buf[0] = 0x45;
-    proc.outOff = 0;
+    region.off = 0;
     const before = dropped();
-    const v = proc.process(buf, 0, len);
+    const v = proc.process(buf, 0, len, region);
     assert.equal(v, DROP, `buffer ${i} (${len} bytes)`);
     assert.equal(dropped(), before + 1, `buffer ${i} counted once`);
   }
@@ -314,20 +297,13 @@ test('a template whose server was deleted is never matched again', () => {
 
 // ── full-NAT ────────────────────────────────────────────────────────────────────────────────
 function setupFullnat(ports: [number, number] = [20000, 20009]) {
-  const cfg = validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: 1024, maxRealServers: 16, maxServices: 8, fullnat: { addresses: ['10.99.0.1'], portMin: ports[0], portMax: ports[1] } },
-    services: [{ ...web(), forwarding: 'fullnat' }],
-  });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const table = new ConnTable(ConnTable.create(1024, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const counters = new Float64Array(L.counterWords(16, 8));
-  const out = new Uint8Array(4096);
-  const proc = new PacketProcessor(table, counters, new Int32Array(schedSab), 16, model.apply(cfg), out);
-  proc.now = table.now();
-  const run = (pkt: Uint8Array) => ({ v: proc.process(pkt, 0, pkt.length), pkt });
-  return { run, counters, table };
+  return makeProcessor(
+    {
+      dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'], portMin: ports[0], portMax: ports[1] } },
+      services: [{ ...web(), forwarding: 'fullnat' }],
+    },
+    { outBytes: 4096 },
+  );
 }
 
 test('full-NAT rewrites both addresses: the server sees a pool address and port, the reply goes back to the client from the VIP', () => {
@@ -392,22 +368,15 @@ test('a nearly full full-NAT pool still finds its last free ports: the scan afte
 
 // ── IPIP tunnel ─────────────────────────────────────────────────────────────────────────────
 test('tunnel forwarding wraps the unchanged packet in IPIP to the real server and tracks the flow one way', () => {
-  const cfg = validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: 1024, maxRealServers: 16, maxServices: 8, tunnelSource: '10.1.1.1' },
+  const { run, table } = makeProcessor({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' },
     services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) }],
   });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const table = new ConnTable(ConnTable.create(1024, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const out = new Uint8Array(4096);
-  const proc = new PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, model.apply(cfg), out);
-  proc.now = table.now();
   const syn = tcp({ src: CLIENT, dst: VIP, sport: 51000, flags: TCPF_SYN, payload: new Uint8Array([1, 2, 3]) });
   const original = syn.slice();
-  proc.outOff = 0;
-  assert.equal(proc.process(syn, 0, syn.length), REPLY);
-  const outer = out.slice(0, proc.outLen);
+  const r = run(syn);
+  assert.equal(r.v, REPLY);
+  const outer = r.reply!;
   assert.equal(outer.length, syn.length + 20);
   const f = field(outer);
   assert.equal(f.proto, 4);
@@ -418,10 +387,23 @@ test('tunnel forwarding wraps the unchanged packet in IPIP to the real server an
   const o = table.base(0);
   assert.ok(table.i32[o + L.E_FLAGS]! & L.F_NOOUTPUT, 'one-directional entry (INPUT_ONLY states)');
   const ack = tcp({ src: CLIENT, dst: VIP, sport: 51000, flags: TCPF_ACK });
-  proc.outOff = 0;
-  assert.equal(proc.process(ack, 0, ack.length), REPLY);
-  assert.equal(field(out.slice(0, proc.outLen)).dst, f.dst, 'the flow stays on its server');
+  const again = run(ack);
+  assert.equal(again.v, REPLY);
+  assert.equal(field(again.reply!).dst, f.dst, 'the flow stays on its server');
   assert.equal(table.i32[o + L.E_STATE], 1, 'SYN then ACK: ESTABLISHED without seeing the server');
   assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' }, services: [{ address: VIP, port: 80, forwarding: 'tunnel', realServers: [{ address: RS[0], port: 8080 }] }] }), /cannot map ports/);
   assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services: [{ address: VIP, port: 80, forwarding: 'tunnel' }] }), /tunnelSource/);
+});
+
+test('a tunnel flow whose family has no tunnel source is dropped as no_tunnel_source, not as truncated', () => {
+  // The configuration check makes this unreachable from a file; a snapshot without the address
+  // (as a reload racing a flow could leave) must still say what happened.
+  const { run, proc, model, cfg, drops } = makeProcessor({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' },
+    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) }],
+  });
+  proc.setSnapshot({ ...model.apply(cfg), tunnelSrc: 0 });
+  assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 51001, flags: TCPF_SYN })).v, DROP);
+  assert.equal(drops('no_tunnel_source'), 1);
+  assert.equal(drops('truncated'), 0);
 });

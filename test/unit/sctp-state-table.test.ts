@@ -14,6 +14,7 @@ import * as L from '../../conntrack/layout';
 import * as S from '../../conntrack/sctp-state';
 import { DIR_INPUT, DIR_INPUT_ONLY, DIR_OUTPUT, TCP_DEFAULT_TIMEOUTS } from '../../conntrack/state';
 import { ConnTable, createRealServerRegion } from '../../conntrack/table';
+import { newFlow } from '../../conntrack/flow';
 
 // The kernel's enum order (IP_VS_SCTP_S_*): the columns of every row below.
 const COLUMNS = 'NO I1 IN CS CR CW CO CE ES SS SR SA RJ CL'.split(' ');
@@ -94,7 +95,7 @@ test('ConnTable.touch takes every kernel SCTP entry: next state, ActiveConn (EST
     const rs = new Int32Array(rsSab);
     const t = new ConnTable(ConnTable.create(16, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300, sctp: [...S.SCTP_DEFAULT_TIMEOUTS] }), rsSab, L.OWNER_CONTROL);
     const now = t.now();
-    const e = t.insert(132, 0x0a000002, (5000 << 16) | 80, 0x0a600001, 0x0a0b0002, (3868 << 16) | 5000, 0x0a000002, ent.dir === 'io' ? L.F_NOOUTPUT : 0, 1, 0, now);
+    const e = t.insert(newFlow({ proto: 132, caddr: 0x0a000002, cports: (5000 << 16) | 80, vaddr: 0x0a600001, daddr: 0x0a0b0002, dports: (3868 << 16) | 5000, laddr: 0x0a000002, flags: ent.dir === 'io' ? L.F_NOOUTPUT : 0, rs: 1, now }));
     const o = t.base(e);
     t.i32[o + L.E_STATE] = idx(ent.from);
     if (ent.from === 'ES') {

@@ -17,14 +17,15 @@ const CLIENT = '192.168.1.100';
 const RS = '10.0.0.1';
 
 function setup(protocol: 'tcp' | 'udp', sync = true) {
-  const p = makeProcessor({
-    dataplane: { vipCidrs: ['10.96.0.0/24'] },
-    services: [{ protocol, address: VIP, port: 80, scheduler: 'rr', realServers: [{ address: RS, port: 8080 }] }],
-  });
-  const ring = new SharedArrayBuffer(L.ringBytes());
-  p.proc.setRing(ring);
+  const p = makeProcessor(
+    {
+      dataplane: { vipCidrs: ['10.96.0.0/24'] },
+      services: [{ protocol, address: VIP, port: 80, scheduler: 'rr', realServers: [{ address: RS, port: 8080 }] }],
+    },
+    { ring: true },
+  );
   p.table.setSync(sync);
-  const r = new Int32Array(ring);
+  const r = new Int32Array(p.ring!);
   let seen = 0;
   /** Runs a packet; true when it queued a sync event (the ring's tail moved). */
   const step = (pkt: Uint8Array): boolean => {
@@ -58,16 +59,16 @@ test('a flow is queued on its 3rd client packet and every 50th after (53, 103, 1
 });
 
 test('a flow is queued again once half its timeout has passed since its last write (UDP 300 s: after 150 s)', () => {
-  const { step, proc } = setup('udp');
+  const { step, setNow, now } = setup('udp');
   for (let i = 1; i <= 3; i++) step(fromClient(i)); // written at packet 3
-  const t0 = proc.now;
-  proc.now = (t0 + 150_000) | 0;
+  const t0 = now();
+  setNow((t0 + 150_000) | 0);
   assert.equal(step(fromClient(4)), false, 'exactly half: not yet');
-  proc.now = (t0 + 150_001) | 0;
+  setNow((t0 + 150_001) | 0);
   assert.equal(step(fromClient(5)), true, 'past half the timeout');
   assert.equal(step(fromClient(6)), false, 'the refresh restarts the clock');
   // Replies refresh too: a flow that only the server talks on is kept alive in Redis.
-  proc.now = (proc.now + 150_001) | 0;
+  setNow((now() + 150_001) | 0);
   assert.equal(step(fromServer()), true);
 });
 

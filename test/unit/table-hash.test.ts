@@ -10,10 +10,11 @@ import * as L from '../../conntrack/layout';
 import { CHAIN_ALARM, CHAIN_LIMIT, ConnTable, createRealServerRegion } from '../../conntrack/table';
 import { TCP_DEFAULT_TIMEOUTS, TCPF_SYN } from '../../conntrack/state';
 import { HalfSipHash } from '../../net/siphash';
-import { DROP, FORWARD } from '../../lb/processor';
+import { DROP, FORWARD } from '../../lb/verdict';
 import { parseIPv4 } from '../../net/addr';
 import { tcp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
+import { newFlow } from '../../conntrack/flow';
 
 const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
 const fresh = (capacity: number) => new ConnTable(ConnTable.create(capacity, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
@@ -124,12 +125,12 @@ test('an insert into a chain already CHAIN_LIMIT long is refused (−3) and long
   const keys = colliding(t, CHAIN_LIMIT + 1, v, cports);
   for (let i = 0; i < CHAIN_LIMIT; i++) {
     // Out-keys spread by their own (random) address, so only the in-chain is long.
-    assert.ok(t.insert(6, keys[i]!, cports, v, 0x0a0b0000 + i * 7919, (8080 << 16) | 40000, keys[i]!, 0, 1, 0, t.now()) >= 0, `insert ${i}`);
+    assert.ok(t.insert(newFlow({ proto: 6, caddr: keys[i]!, cports, vaddr: v, daddr: 0x0a0b0000 + i * 7919, dports: (8080 << 16) | 40000, laddr: keys[i]!, rs: 1, now: t.now() })) >= 0, `insert ${i}`);
   }
-  assert.equal(t.insert(6, keys[CHAIN_LIMIT]!, cports, v, 0x0a0c0001, (8080 << 16) | 40000, keys[CHAIN_LIMIT]!, 0, 1, 0, t.now()), -3);
+  assert.equal(t.insert(newFlow({ proto: 6, caddr: keys[CHAIN_LIMIT]!, cports, vaddr: v, daddr: 0x0a0c0001, dports: (8080 << 16) | 40000, laddr: keys[CHAIN_LIMIT]!, rs: 1, now: t.now() })), -3);
   assert.equal(t.count(), CHAIN_LIMIT);
-  assert.ok(t.chainPeak >= CHAIN_LIMIT, `peak ${t.chainPeak}`);
-  assert.ok(t.longChains > 0 && CHAIN_ALARM < CHAIN_LIMIT);
+  assert.ok(t.longestWalk() >= CHAIN_LIMIT, `peak ${t.longestWalk()}`);
+  assert.ok(t.longWalks() > 0 && CHAIN_ALARM < CHAIN_LIMIT);
   // Every entry of the long chain is still found.
   const b = t.bucket(6, keys[0]!, cports, v);
   t.lockBucket(b);

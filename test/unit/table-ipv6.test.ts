@@ -7,6 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
+import { newFlow } from '../../conntrack/flow';
 import { udp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 
@@ -43,9 +44,9 @@ test('putShadow: an IPv6 record for the same client key but another real server 
   const proto = 6 | L.PROTO_V6;
   const cports = (40000 << 16) | 80, dports = (8080 << 16) | 40000;
   const now = t.now();
-  const e1 = t.putShadow(proto, c[3]!, cports, v[3]!, r1[3]!, dports, c[3]!, 0, 1, 0, 3, false, now + 10_000, hi(r1));
+  const e1 = t.putShadow(newFlow({ proto, caddr: c[3]!, cports, vaddr: v[3]!, daddr: r1[3]!, dports, laddr: c[3]!, rs: 1, state: 3, expires: now + 10_000, hi: hi(r1) }));
   assert.ok(e1 >= 0);
-  const e2 = t.putShadow(proto, c[3]!, cports, v[3]!, r2[3]!, dports, c[3]!, 0, 2, 0, 3, false, now + 900_000, hi(r2));
+  const e2 = t.putShadow(newFlow({ proto, caddr: c[3]!, cports, vaddr: v[3]!, daddr: r2[3]!, dports, laddr: c[3]!, rs: 2, state: 3, expires: now + 900_000, hi: hi(r2) }));
   // IPv4 semantics: a different server for the key → -1, the old shadow keeps its own timer.
   assert.equal(e2, -1, 'a record naming fd00:20::1 refreshed the shadow that points at fd00:10::1');
 });

@@ -3,8 +3,9 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import * as L from '../../conntrack/layout';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
+import { ConnTable, createRealServerRegion, FLOW_DEST_GONE, FLOW_HIT, FLOW_MISS, FLOW_REUSE, LOOKUP_EXPIRE_NODEST, LOOKUP_NEW } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_SYN, TCP_STATE_NAMES } from '../../conntrack/state';
+import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
 
 const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
 
@@ -19,7 +20,7 @@ const CP = (40000 << 16) | 80, DP = (8080 << 16) | 40000;
 
 test('both directions of a flow find the same entry', () => {
   const { t } = fresh();
-  const e = t.insert(6, C, CP, V, D, DP, C, 0, 1, 0, t.now());
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now: t.now() }));
   assert.ok(e >= 0);
   const b1 = t.bucket(6, C, CP, V);
   t.lockBucket(b1);
@@ -36,7 +37,7 @@ test('both directions of a flow find the same entry', () => {
 test('a new entry counts as InActConn until its first SYN makes it active, and FIN moves it back', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e = t.insert(6, C, CP, V, D, DP, C, 0, 1, 0, now);
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
   const o = 1 * L.RS_WORDS;
   assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 1]);
   t.touch(e, DIR_INPUT, TCPF_SYN, now);
@@ -53,7 +54,7 @@ test('a new entry counts as InActConn until its first SYN makes it active, and F
 test('the sweeper removes an entry only once its timer is due and unbinds it', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e = t.insert(17, C, CP, V, D, DP, C, 0, 2, 0, now);
+  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, now }));
   t.touch(e, DIR_INPUT, 0, now);
   assert.equal(t.expire(now + 299_999), 0);
   assert.equal(t.expire(now + 300_000), 1);
@@ -64,8 +65,8 @@ test('the sweeper removes an entry only once its timer is due and unbinds it', (
 test('a full table refuses new entries and keeps the existing ones', () => {
   const { t } = fresh(16);
   const now = t.now();
-  for (let i = 0; i < 16; i++) assert.ok(t.insert(6, C + i, CP, V, D, DP, C + i, 0, 0, 0, now) >= 0);
-  assert.equal(t.insert(6, C + 100, CP, V, D, DP, C + 100, 0, 0, 0, now), -1);
+  for (let i = 0; i < 16; i++) assert.ok(t.insert(newFlow({ proto: 6, caddr: C + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 0, now })) >= 0);
+  assert.equal(t.insert(newFlow({ proto: 6, caddr: C + 100, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 100, rs: 0, now })), -1);
   assert.equal(t.count(), 16);
   const b = t.bucket(6, C + 5, CP, V);
   t.lockBucket(b);
@@ -76,11 +77,50 @@ test('a full table refuses new entries and keeps the existing ones', () => {
 test('inserting a key that exists returns the existing entry and binds nothing', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e1 = t.insert(6, C, CP, V, D, DP, C, 0, 1, 0, now);
-  const e2 = t.insert(6, C, CP, V, D + 1, DP, C, 0, 2, 0, now);
+  const r1 = newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now });
+  const e1 = t.insert(r1);
+  assert.equal(r1.created, true);
+  const r2 = newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D + 1, dports: DP, laddr: C, rs: 2, now });
+  const e2 = t.insert(r2);
   assert.equal(e2, e1);
+  assert.equal(r2.created, false, 'the record says the entry was found, not made');
   assert.equal(t.count(), 1);
   assert.equal(rs[2 * L.RS_WORDS + L.RS_INACTIVE], 0);
+});
+
+test('the flow-level lookups: both directions fill the view under the lock, touch it, and tell a gone server or a reusable entry apart', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  rs[1 * L.RS_WORDS + L.RS_FLAGS] = L.RSF_AVAILABLE;
+  rs[1 * L.RS_WORDS + L.RS_WEIGHT] = 1;
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, svc: 3, now }));
+  const k = new FlowKey();
+  const v = new FlowView();
+  k.proto = 6;
+  k.src = C;
+  k.ports = CP;
+  k.dst = V;
+  assert.equal(t.lookupIn(k, v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.deepEqual([v.entry, v.daddr, v.dports, v.laddr, v.rs, v.svc, TCP_STATE_NAMES[v.state]], [e, D, DP, C, 1, 3, 'SYN_RECV']);
+  const out = new FlowKey();
+  out.proto = 6;
+  out.src = D;
+  out.ports = DP;
+  out.dst = C;
+  assert.equal(t.lookupOut(out, v, TCPF_SYN | TCPF_ACK, now), true);
+  assert.equal(TCP_STATE_NAMES[v.state], 'SYN_RECV');
+  out.ports = DP + 1;
+  assert.equal(t.lookupOut(out, v, TCPF_ACK, now), false, 'another port is another key');
+  // A new SYN on a quiesced server's entry may replace it only with expire_nodest_conn.
+  rs[1 * L.RS_WORDS + L.RS_WEIGHT] = 0;
+  assert.equal(t.lookupIn(k, v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.equal(t.lookupIn(k, v, TCPF_SYN, LOOKUP_NEW | LOOKUP_EXPIRE_NODEST, now), FLOW_REUSE);
+  assert.equal(t.lookupIn(k, v, TCPF_ACK, LOOKUP_EXPIRE_NODEST, now), FLOW_HIT, 'not a SYN: the flow goes on');
+  rs[1 * L.RS_WORDS + L.RS_FLAGS] = 0;
+  assert.equal(t.lookupIn(k, v, TCPF_ACK, 0, now), FLOW_DEST_GONE);
+  assert.equal(v.entry, e);
+  k.ports = CP + 1;
+  assert.equal(t.lookupIn(k, v, TCPF_SYN, LOOKUP_NEW, now), FLOW_MISS);
 });
 
 test('OVERLOAD is set at the upper threshold and cleared below the lower one', () => {
@@ -89,9 +129,9 @@ test('OVERLOAD is set at the upper threshold and cleared below the lower one', (
   rs[o + L.RS_UTHRESH] = 2;
   rs[o + L.RS_LTHRESH] = 1;
   const now = t.now();
-  const a = t.insert(6, C, CP, V, D, DP, C, 0, 3, 0, now);
+  const a = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 3, now }));
   assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0);
-  const b = t.insert(6, C + 1, CP, V, D, DP, C + 1, 0, 3, 0, now);
+  const b = t.insert(newFlow({ proto: 6, caddr: C + 1, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 1, rs: 3, now }));
   assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
   t.remove(a, false, now);
   assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD, 'total 1 is not below lower threshold 1');
@@ -164,7 +204,7 @@ test('releaseLocksOf frees exactly the locks a dead owner held', () => {
 test('a shadow entry carries its synced state and expiry from the start, is not counted, and is counted once adopted', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e = t.putShadow(6, C, CP, V, D, DP, C, 0, 2, 0, 1 /* ESTABLISHED */, false, (now + 500_000) | 0);
+  const e = t.putShadow(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, state: 1 /* ESTABLISHED */, expires: (now + 500_000) | 0 }));
   assert.ok(e >= 0);
   const o = t.base(e);
   assert.equal(t.i32[o + L.E_STATE], 1);
@@ -172,13 +212,13 @@ test('a shadow entry carries its synced state and expiry from the start, is not 
   assert.equal(t.shadows(), 1);
   assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]], [0, 0], 'another node\'s flow is not counted here');
   assert.equal(t.expire(now + 499_999), 0, 'the sweeper keeps it until its synced expiry');
-  assert.equal(t.putShadow(6, C, CP, V, D, DP, C, 0, 2, 0, 5, true, (now + 600_000) | 0), e, 'a newer record refreshes it');
+  assert.equal(t.putShadow(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, flags: L.F_INACTIVE, rs: 2, state: 5, expires: (now + 600_000) | 0 })), e, 'a newer record refreshes it');
   assert.equal(t.i32[o + L.E_STATE], 5);
   assert.equal(t.adopt(e, now), true);
   assert.equal(t.adopt(e, now), false, 'adopted once');
   assert.equal(t.shadows(), 0);
   assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]], [0, 1], 'counted as the record said (inactive)');
-  assert.equal(t.putShadow(6, C, CP, V, D, DP, C, 0, 2, 0, 1, false, (now + 1000) | 0), -1, 'a local entry wins over a record');
+  assert.equal(t.putShadow(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, state: 1, expires: (now + 1000) | 0 })), -1, 'a local entry wins over a record');
 });
 
 test('SCTP timeouts have their own header slots: TCP and UDP slots stay where they were, all inside the header', () => {
@@ -194,10 +234,10 @@ test('SCTP timeouts have their own header slots: TCP and UDP slots stay where th
   assert.deepEqual([...a.subarray(L.H_TIMEOUTS + L.TIMEOUT_SCTP, L.H_TIMEOUTS + L.TIMEOUT_SCTP + 14)], sctp.map((s) => s * 1000));
   // An SCTP entry's timer comes from its state's slot; a UDP one's from the UDP slot.
   const now = t.now();
-  const e = t.insert(132, C, CP, V, D, DP, C, 0, 1, 0, now);
+  const e = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
   t.touch(e, DIR_INPUT, 1 /* SCTP_EV_INIT */, now);
   assert.equal(a[t.base(e) + L.E_EXPIRES], (now + 1_001_000) | 0, 'INIT1 (state 1)');
-  const u = t.insert(17, C, CP, V, D, DP, C, 0, 1, 0, now);
+  const u = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
   t.touch(u, DIR_INPUT, 0, now);
   assert.equal(a[t.base(u) + L.E_EXPIRES], (now + 300_000) | 0);
 });

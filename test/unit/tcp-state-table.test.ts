@@ -21,6 +21,7 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import * as S from '../../conntrack/state';
 import { ConnTable, createRealServerRegion } from '../../conntrack/table';
+import { newFlow } from '../../conntrack/flow';
 
 // The kernel's enum order (include/net/ip_vs.h IP_VS_TCP_S_*), the columns of every row below.
 const COLUMNS = 'NO ES SS SR FW TW CL CW LA LI SA'.split(' ');
@@ -120,7 +121,7 @@ function entryIn(from: number, noOutput: boolean) {
   const rs = new Int32Array(rsSab);
   const t = new ConnTable(ConnTable.create(16, { tcp: S.TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, L.OWNER_CONTROL);
   const now = t.now();
-  const e = t.insert(6, CADDR, CPORTS, VADDR, DADDR, DPORTS, CADDR, noOutput ? L.F_NOOUTPUT : 0, RS_SLOT, 0, now);
+  const e = t.insert(newFlow({ proto: 6, caddr: CADDR, cports: CPORTS, vaddr: VADDR, daddr: DADDR, dports: DPORTS, laddr: CADDR, flags: noOutput ? L.F_NOOUTPUT : 0, rs: RS_SLOT, now }));
   assert.ok(e >= 0);
   const o = t.base(e);
   const r = RS_SLOT * L.RS_WORDS;

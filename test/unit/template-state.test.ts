@@ -6,33 +6,19 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as L from '../../conntrack/layout';
-import { ConnTable, createRealServerRegion } from '../../conntrack/table';
-import { TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
+import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { connectionsView } from '../../control/api';
-import { validateConfig } from '../../control/config';
 import type { Daemon } from '../../control/daemon';
-import { ServiceModel } from '../../control/services';
-import { PacketProcessor } from '../../lb/processor';
 import { field, tcp, udp } from '../helpers/packets';
+import { makeProcessor } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
 const CLIENT = '192.168.1.100';
 
 function setup(service: Record<string, unknown>) {
-  const cfg = validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: 64, maxRealServers: 16, maxServices: 8 }, services: [service] });
-  const rsSab = createRealServerRegion(16);
-  const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
-  const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const snap = model.apply(cfg);
-  const table = new ConnTable(ConnTable.create(64, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, 1);
-  const proc = new PacketProcessor(table, new Float64Array(L.counterWords(16, 8)), new Int32Array(schedSab), 16, snap, new Uint8Array(4096));
-  proc.now = table.now();
-  const run = (pkt: Uint8Array) => {
-    proc.outOff = 0;
-    proc.process(pkt, 0, pkt.length);
-    return pkt;
-  };
+  const p = makeProcessor({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services: [service] }, { capacity: 64 });
+  const table = p.table;
+  const run = (pkt: Uint8Array) => p.run(pkt).pkt;
   /** -Lnc's rows as the API gives them: template rows have client port 0. */
   const rows = () => connectionsView({ table } as unknown as Daemon, 100, 0).connections;
   const templateState = () => rows().filter((r) => r.client.endsWith(':0')).map((r) => r.state);

@@ -1,0 +1,510 @@
+/**
+ * The per-packet path's entry (ip_vs_core.c): parse in place, find or create the connection,
+ * then hand the packet to transmit.
+ *
+ *   process(buf, off, len, out) → DROP | FORWARD | REPLY, the contract of ./verdict.ts.
+ *
+ * A packet goes, top to bottom: process (IPv4) or process6 (IPv6) parse the network header into
+ * the packet context (./context.ts), read offload metadata (./offload.ts), dispatch ICMP
+ * (./icmp.ts) and check the transport header (transport); inbound (destination inside a VIP
+ * range: ip_vs_in) or outbound (anything else reaching the device is a real server's reply —
+ * masq: policy routing sends it here — and must match a connection's server→client key:
+ * ip_vs_out) find the connection through the table's API (conntrack/table.ts); a new flow is
+ * scheduled (persistence template, then the service's scheduler) and inserted; then ./xmit.ts
+ * rewrites and sends it (./tunnel.ts for the tunnel method). No allocation, no strings, no
+ * exceptions: every field is read at a named offset.
+ *
+ * IPVS edge behaviour reproduced (docs/ipvs-semantics.md §2, §3):
+ *  - no eligible real server → ICMP port unreachable to the client, no entry (ip_vs_leave);
+ *  - a VIP port without a service → TCP RST / ICMP port unreachable (the host never answers);
+ *  - only a TCP segment with SYN and without RST creates a connection; other segments with no
+ *    entry get a RST, as the kernel's local stack would answer them;
+ *  - a SYN that hits an entry in TIME_WAIT starts a new connection (conn_reuse_mode=1);
+ *  - weight 0 keeps existing flows: only scheduling looks at weights;
+ *  - SCTP (./sctp.ts, sctp_conn_schedule): only a packet whose first chunk is INIT creates an
+ *    entry, an INIT on an entry in CLOSED starts a new one, other chunks without an entry are
+ *    dropped (counted); the CRC32c is checked on arrival and recomputed after the rewrite;
+ *  - ICMP errors about a flow are translated both ways, and a DF packet too big for the route to
+ *    its real server is answered from the VIP: path MTU (./icmp.ts, ./xmit.ts);
+ *  - full-NAT TCP to a server with proxyProtocol: a PROXY protocol header segment goes first and
+ *    the flow's sequence numbers are shifted both ways (./xmit.ts, lb/proxy-protocol.ts);
+ *  - a mid-flow packet of no known flow is parked while the control thread asks Redis whether
+ *    another node carried it (adoption), when Redis is configured.
+ *
+ * IPv4 and IPv6 take the same path: process6 parses IPv6 into the context's low address words
+ * with the high words in key.hi (conntrack/flow.ts explains the keys). With device offloads, a
+ * packet has a virtio_net_hdr before it: a partial checksum is kept partial through the rewrite
+ * and a GSO super-packet is one packet here.
+ */
+import { randomFillSync } from 'node:crypto';
+import { FlowKey, FlowView, NewFlow } from '../conntrack/flow';
+import * as L from '../conntrack/layout';
+import { Drop } from '../conntrack/layout';
+import { SCTP_EV_INIT } from '../conntrack/sctp-state';
+import { TCPF_ACK, TCPF_RST, TCPF_SYN } from '../conntrack/state';
+import { type ConnTable, FLOW_DEST_GONE, FLOW_HIT, FLOW_REUSE, LOOKUP_EXPIRE_NODEST, LOOKUP_NEW } from '../conntrack/table';
+import * as P from '../net/packet';
+import { getScheduler } from '../schedulers/registry';
+import type { SchedInput, Scheduler } from '../schedulers/types';
+import { countIn, countOut, drop, PacketContext, pushSync } from './context';
+import { icmp6Error, icmp6ToVip, icmpError, icmpNotOurs, icmpToVip, mayAnswer, tcpReset, unreachable } from './icmp';
+import { completePartial, offloadMeta } from './offload';
+import { SCTP_BAD_CRC, sctpInspect } from './sctp';
+import { type CompiledService, findService, inVipRange, inVipRange6, type Snapshot } from './snapshot';
+import { DROP, type OutRegion } from './verdict';
+import { forwardIn, forwardOut, insertFullnat, proxyHeaderLength } from './xmit';
+
+export class PacketProcessor {
+  /** Everything the path's files share: the worker's state and the current packet. */
+  private readonly c: PacketContext;
+  /** Scheduler state region (conntrack/layout.ts SCHED_*): a lock and the scheduler's words per service. */
+  private readonly sched: Int32Array;
+  /** Scheduler objects per service index of the current snapshot. */
+  private schedulers: Scheduler[] = [];
+  private readonly input: SchedInput = { caddr: 0, cport: 0, vaddr: 0, vport: 0, now: 0 };
+  /** A persistence template's key and view (ip_vs_sched_persist), and the record of a new entry. */
+  private readonly tkey = new FlowKey();
+  private readonly tmpl = new FlowView();
+  private readonly rec = new NewFlow();
+
+  constructor(table: ConnTable, counters: Float64Array, sched: Int32Array, maxRealServers: number, snapshot: Snapshot, offload = false) {
+    const c = new PacketContext(table, counters, maxRealServers, snapshot, offload ? P.VNET_HLEN : 0);
+    randomFillSync(c.hashKey);
+    const seed = new Int32Array(1);
+    randomFillSync(seed);
+    c.rnd = seed[0]! | 1; // xorshift state: never 0
+    this.c = c;
+    this.sched = sched;
+    this.setSnapshot(snapshot);
+  }
+
+  /** The worker → control rings (conntrack/layout.ts RG_*): sync events and parked packets. */
+  setRing(sab: SharedArrayBuffer): void {
+    this.c.ring = new Int32Array(sab);
+    this.c.ringBytes = new Uint8Array(sab);
+  }
+
+  /** A new configuration, between batches. */
+  setSnapshot(s: Snapshot): void {
+    this.c.snapshot = s;
+    this.schedulers = s.services.map((svc) => getScheduler(svc.scheduler)!);
+  }
+
+  /** Sets the time (ConnTable.now()) the next packets are handled at: once per batch. */
+  setTime(now: number): void {
+    this.c.now = now;
+  }
+
+  // ── parse ──────────────────────────────────────────────────────────────────────────────────
+  /**
+   * Handles the packet at b[off, off+len) (./verdict.ts). With offloads its virtio_net_hdr is at
+   * off − VNET_HLEN: for a FORWARD it is written back unchanged (the device then segments a GSO
+   * packet and completes a partial checksum on the way out).
+   */
+  process(b: Uint8Array, off: number, len: number, out: OutRegion): number {
+    const c = this.c;
+    c.out = out;
+    out.count = 0;
+    out.reason = out.svc = out.rs = out.state = -1;
+    out.proto = 0;
+    c.partial = false;
+    c.gsoSize = 0;
+    c.off = off;
+    if (len > 0 && b[off]! >> 4 === 6) return this.process6(b, off, len);
+    c.v6 = false;
+    if (len < P.IP_MIN_HLEN) return drop(c, Drop.Truncated);
+    const version = b[off]! >> 4;
+    if (version !== 4) return drop(c, Drop.BadVersion);
+    const ihl = (b[off]! & 15) << 2;
+    if (ihl < P.IP_MIN_HLEN) return drop(c, Drop.BadHeaderLength);
+    const totlen = P.u16(b, off + P.IP_TOTLEN);
+    if (totlen < ihl || totlen > len || ihl > len) return drop(c, Drop.Truncated);
+    if (P.sum16(b, off, ihl, 0) !== 0xffff) return drop(c, Drop.BadChecksum);
+    if ((P.u16(b, off + P.IP_FRAG) & P.IP_FRAG_MASK) !== 0) return drop(c, Drop.Fragment);
+    const proto = b[off + P.IP_PROTO]!;
+    c.totlen = totlen;
+    c.l4 = off + ihl;
+    c.proto = proto;
+    c.saddr = P.u32(b, off + P.IP_SRC);
+    c.daddr = P.u32(b, off + P.IP_DST);
+    const inbound = inVipRange(c.snapshot, c.daddr);
+    if (c.vnet !== 0 && (b[off - P.VNET_HLEN + P.VNET_FLAGS]! & P.VNET_F_NEEDS_CSUM || b[off - P.VNET_HLEN + P.VNET_GSO_TYPE] !== 0)) {
+      if (!offloadMeta(c, b, ihl, proto)) return drop(c, Drop.BadOffload);
+    }
+    if (proto === P.IPPROTO_ICMP) {
+      if (totlen - ihl < P.ICMP_HLEN) return drop(c, Drop.Truncated);
+      const type = b[c.l4 + P.ICMP_TYPE]!;
+      if (type === P.ICMP_DEST_UNREACH || type === P.ICMP_SOURCE_QUENCH || type === P.ICMP_TIME_EXCEEDED) return icmpError(c, b, inbound);
+      return inbound ? icmpToVip(c, b) : icmpNotOurs(c);
+    }
+    const bad = this.transport(b, proto);
+    if (bad >= 0) return drop(c, bad);
+    return inbound ? this.inbound(b) : this.outbound(b);
+  }
+
+  /**
+   * IPv6: the same path with the table's IPv6 keys (PROTO_V6, low words plus key.hi). Extension
+   * headers hop-by-hop, routing and destination options are stepped over; a fragment is dropped
+   * as IPVS drops IPv4 fragments it cannot place.
+   */
+  private process6(b: Uint8Array, off: number, len: number): number {
+    const c = this.c;
+    c.v6 = true;
+    if (len < P.IP6_HLEN) return drop(c, Drop.Truncated);
+    const totlen = P.IP6_HLEN + P.u16(b, off + P.IP6_PLEN);
+    if (totlen > len) return drop(c, Drop.Truncated);
+    const end = off + totlen;
+    let next = b[off + P.IP6_NEXT]!;
+    let l4 = off + P.IP6_HLEN;
+    for (let i = 0; next === P.IPPROTO_HOPOPTS || next === P.IPPROTO_ROUTING || next === P.IPPROTO_DSTOPTS; i++) {
+      if (i === 8 || l4 + 8 > end) return drop(c, Drop.Ipv6);
+      next = b[l4]!;
+      l4 += (b[l4 + 1]! + 1) << 3;
+    }
+    if (next === P.IPPROTO_FRAGMENT) return drop(c, Drop.Fragment);
+    if (l4 > end) return drop(c, Drop.Truncated);
+    const pa = c.pa;
+    for (let i = 0; i < 8; i++) pa[i] = P.u32(b, off + P.IP6_SRC + 4 * i);
+    c.totlen = totlen;
+    c.l4 = l4;
+    c.proto = next | L.PROTO_V6;
+    c.saddr = pa[3]!;
+    c.daddr = pa[7]!;
+    const inbound = inVipRange6(c.snapshot, pa, 4);
+    if (c.vnet !== 0 && (b[off - P.VNET_HLEN + P.VNET_FLAGS]! & P.VNET_F_NEEDS_CSUM || b[off - P.VNET_HLEN + P.VNET_GSO_TYPE] !== 0)) {
+      if (!offloadMeta(c, b, l4 - off, next)) return drop(c, Drop.BadOffload);
+    }
+    if (next === P.IPPROTO_ICMPV6) {
+      if (end - l4 < P.ICMP_HLEN) return drop(c, Drop.Truncated);
+      const type = b[l4 + P.ICMP_TYPE]!;
+      if (type < 128) return icmp6Error(c, b, inbound);
+      if (inbound) return icmp6ToVip(c, b);
+      // The device's own neighbour/router/multicast-listener chatter (multicast, link-local): not ours.
+      if (pa[4]! >>> 24 === 0xff || pa[4]! >>> 22 === 0x3fa) return drop(c, Drop.IcmpIgnored);
+      return icmpNotOurs(c);
+    }
+    const bad = this.transport(b, next);
+    if (bad >= 0) return drop(c, bad);
+    // The key's high words where the table keeps them: a client's packet 0..5, a server's 6..11.
+    const hi = c.key.hi;
+    if (inbound) {
+      for (let i = 0; i < 3; i++) {
+        hi[i] = pa[i]!;
+        hi[3 + i] = pa[4 + i]!;
+      }
+      c.cfold = pa[0]! ^ pa[1]! ^ pa[2]! ^ pa[3]!;
+      c.vfold = pa[4]! ^ pa[5]! ^ pa[6]! ^ pa[7]!;
+      return this.inbound(b);
+    }
+    for (let i = 0; i < 3; i++) {
+      hi[6 + i] = pa[i]!;
+      hi[9 + i] = pa[4 + i]!;
+    }
+    return this.outbound(b);
+  }
+
+  /**
+   * The transport header, checked alike for both families: TCP and UDP must hold their header,
+   * SCTP a well-formed chunk list and a valid CRC32c (./sctp.ts); anything else is not ours.
+   * Sets the ports, the state machine's event (TCP flags, SCTP chunk event) and the packet's
+   * table key. A drop reason, or −1 when the packet goes on.
+   */
+  private transport(b: Uint8Array, proto: number): number {
+    const c = this.c;
+    const l4 = c.l4;
+    const l4len = c.off + c.totlen - l4;
+    let ev = 0;
+    if (proto === P.IPPROTO_TCP) {
+      if (l4len < P.TCP_MIN_HLEN) return Drop.Truncated;
+      const doff = b[l4 + P.TCP_OFF]! >> 4;
+      if (doff << 2 > l4len || doff < 5) return Drop.Truncated;
+      ev = b[l4 + P.TCP_FLAGS]!;
+    } else if (proto === P.IPPROTO_UDP) {
+      if (l4len < P.UDP_HLEN) return Drop.Truncated;
+    } else if (proto === P.IPPROTO_SCTP) {
+      ev = sctpInspect(b, l4, c.off + c.totlen);
+      if (ev < 0) return ev === SCTP_BAD_CRC ? Drop.BadChecksum : Drop.SctpBad;
+    } else {
+      return Drop.UnsupportedProtocol;
+    }
+    c.ev = ev;
+    c.sport = P.u16(b, l4 + P.L4_SPORT);
+    c.dport = P.u16(b, l4 + P.L4_DPORT);
+    const k = c.key;
+    k.proto = c.proto;
+    k.src = c.saddr;
+    k.ports = (c.sport << 16) | c.dport;
+    k.dst = c.daddr;
+    return -1;
+  }
+
+  // ── client → server (ip_vs_in) ─────────────────────────────────────────────────────────────
+  private inbound(b: Uint8Array): number {
+    const c = this.c;
+    const t = c.table;
+    const proto = c.proto;
+    const ev = c.ev;
+    const isTcp = (proto & 0xff) === P.IPPROTO_TCP;
+    const isSctp = (proto & 0xff) === P.IPPROTO_SCTP;
+    // May start a connection (is_new_conn): a TCP SYN, an SCTP INIT.
+    const isNew = isSctp ? ev === SCTP_EV_INIT : (ev & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
+    const f = c.flow;
+    const found = t.lookupIn(c.key, f, ev, (isNew ? LOOKUP_NEW : 0) | (c.snapshot.expireNodestConn ? LOOKUP_EXPIRE_NODEST : 0), c.now);
+    if (found === FLOW_HIT) {
+      this.touched(f);
+      countIn(c, f.rs, f.svc, c.totlen);
+      return forwardIn(c, b, f);
+    }
+    if (found === FLOW_DEST_GONE) {
+      // expire_nodest_conn=0: drop without refreshing the timer; the entry dies at its timeout.
+      if (!c.snapshot.expireNodestConn) return drop(c, Drop.RealServerGone);
+      // expire_nodest_conn=1 (≥ 5.9): expire the entry now and handle the packet as new.
+      t.remove(f.entry, false, c.now, proto, c.saddr, c.key.ports);
+      c.counters[L.C_NODEST_EXPIRED]!++;
+    } else if (found === FLOW_REUSE) {
+      // A new SYN (SCTP: INIT) on this entry's ports (ip_vs_in, conn_reuse_mode=1): in TIME_WAIT
+      // (SCTP: CLOSED) and not controlled by a persistence template, or its server quiesced with
+      // expire_nodest_conn=1 (≥ 5.16), it is a new connection.
+      t.remove(f.entry, false, c.now, proto, c.saddr, c.key.ports);
+    }
+
+    // No connection: a new flow, if the service exists and the packet may start one.
+    const si = findService(c.snapshot, proto, c.daddr, c.dport, c.key.hi, 3);
+    if (si < 0) {
+      // Never answer a RST (tcp_v4_send_reset, tcp_v6_send_reset): two of them would answer each other.
+      if (isTcp && ev & TCPF_RST) return drop(c, Drop.NoService);
+      if (isTcp) return mayAnswer(c, L.GEN_RESET, Drop.NoService) ? tcpReset(c, b) : DROP;
+      return mayAnswer(c, L.GEN_UNREACH, Drop.NoService) ? unreachable(c, b) : DROP;
+    }
+    if (isTcp && (ev & (TCPF_SYN | TCPF_RST)) !== TCPF_SYN) {
+      // Mid-flow: another node may have carried this flow; ask Redis (bounded) before refusing.
+      if (c.ring !== null && c.snapshot.adopt) return this.park(b);
+      if (ev & TCPF_RST) return drop(c, Drop.NoConnection); // never answer a RST
+      return mayAnswer(c, L.GEN_RESET, Drop.NoConnection) ? tcpReset(c, b) : DROP;
+    }
+    if (isSctp && ev !== SCTP_EV_INIT) {
+      // Only an INIT starts an association (sctp_conn_schedule); the rest may be another node's.
+      if (c.ring !== null && c.snapshot.adopt) return this.park(b);
+      return drop(c, Drop.NoConnection);
+    }
+    // Overload defenses (conntrack/defense.ts sets the words once a second): drop_packet refuses
+    // 1 of every `rate` new flows (ip_vs_todrop, per worker), and a source holding its limit of
+    // half-open entries gets no more.
+    const rate = t.dropRate();
+    if (rate !== 0) {
+      if (c.dropCounter > rate) c.dropCounter = rate;
+      if (--c.dropCounter <= 0) {
+        c.dropCounter = rate;
+        return drop(c, Drop.DefenseDropPacket);
+      }
+    }
+    const srcLimit = t.sourceLimit();
+    if (srcLimit !== 0 && (isTcp || isSctp) && t.halfOpenAt(t.sourceSlot(c.v6, c.saddr, c.key.hi[0]!, c.key.hi[1]!)) >= srcLimit)
+      return drop(c, Drop.HalfOpenPerSource);
+    return this.newFlow(b, c.snapshot.services[si]!, si);
+  }
+
+  /**
+   * A new connection for the current client packet to service svc (index si): its real server
+   * from the client's persistence template (made now if there is none) or from the scheduler,
+   * then the entry (ip_vs_conn_new) — full-NAT with a pool port — touched by this first packet,
+   * and the packet sent on.
+   */
+  private newFlow(b: Uint8Array, svc: CompiledService, si: number): number {
+    const c = this.c;
+    const t = c.table;
+    const v6 = c.v6;
+    const proto = c.proto;
+    const hi = c.key.hi;
+    const r = this.rec;
+    let tmpl = -1;
+    let dport2: number, fwd2: number;
+    if (svc.persistMs > 0) {
+      // ip_vs_sched_persist: one template per (masked client, service) pins the real server.
+      const tk = this.tkey;
+      const thi = tk.hi;
+      let masked: number;
+      if (v6) {
+        // The template's client is the client's prefix (-M is a prefix length for IPv6).
+        const m = svc.netmask6!;
+        masked = c.saddr & m[3]!;
+        for (let i = 0; i < 3; i++) {
+          thi[i] = hi[i]! & m[i]!;
+          thi[3 + i] = hi[3 + i]!;
+          thi[9 + i] = thi[i]!;
+        }
+      } else {
+        masked = c.saddr & svc.netmask;
+      }
+      tk.proto = proto;
+      tk.src = masked;
+      tk.ports = c.dport;
+      tk.dst = c.daddr;
+      const tv = this.tmpl;
+      tmpl = t.templateFor(tk, tv, c.snapshot.expireQuiescentTemplate);
+      if (tmpl < 0) {
+        const di = this.schedule(svc, si);
+        if (di < 0) return mayAnswer(c, L.GEN_UNREACH, Drop.NoRealServer) ? unreachable(c, b) : DROP;
+        const d = svc.dests[di]!;
+        const a6 = d.addr6;
+        if (a6 !== null) for (let i = 0; i < 3; i++) thi[6 + i] = a6[i]!;
+        r.proto = proto;
+        r.caddr = masked;
+        r.cports = c.dport;
+        r.vaddr = c.daddr;
+        r.daddr = a6 !== null ? a6[3]! : d.addr;
+        r.dports = d.port << 16;
+        r.laddr = masked;
+        r.flags = L.F_TEMPLATE | d.fwd;
+        r.rs = d.rs;
+        r.svc = svc.slot;
+        r.now = c.now;
+        r.templateMs = svc.persistMs;
+        r.pp = 0;
+        r.ppSeq = 0;
+        if (v6) r.hi.set(thi);
+        // A new template's timer is the persistence timeout away; one found in a race is valid.
+        tmpl = t.insertTemplate(r, tv);
+        if (tmpl < 0) return drop(c, tmpl === -3 ? Drop.ChainFull : Drop.TableFull);
+      }
+      r.daddr = tv.daddr;
+      dport2 = tv.dports >>> 16;
+      r.rs = tv.rs;
+      fwd2 = tv.fwd;
+      if (v6) for (let i = 0; i < 3; i++) r.hi[6 + i] = tv.hi[6 + i]!;
+    } else {
+      const di = this.schedule(svc, si);
+      if (di < 0) return mayAnswer(c, L.GEN_UNREACH, Drop.NoRealServer) ? unreachable(c, b) : DROP;
+      const d = svc.dests[di]!;
+      const a6 = d.addr6;
+      r.daddr = a6 !== null ? a6[3]! : d.addr;
+      if (a6 !== null) for (let i = 0; i < 3; i++) r.hi[6 + i] = a6[i]!;
+      dport2 = d.port;
+      r.rs = d.rs;
+      fwd2 = d.fwd;
+    }
+    // The connection's client→server key is the packet's.
+    r.proto = proto;
+    r.caddr = c.saddr;
+    r.cports = c.key.ports;
+    r.vaddr = c.daddr;
+    r.svc = svc.slot;
+    r.now = c.now;
+    r.templateMs = 0;
+    if (v6) for (let i = 0; i < 6; i++) r.hi[i] = hi[i]!;
+    let ne: number;
+    if (fwd2 === L.FWD_FULLNAT) {
+      // PROXY protocol: the flow's header length and version, fixed for its life (E_PP).
+      const ver = (proto & 0xff) === P.IPPROTO_TCP ? c.snapshot.proxyProtocol[r.rs]! : 0;
+      const pp = ver === 0 ? 0 : (ver << L.PP_VER_SHIFT) | proxyHeaderLength(c, ver);
+      r.pp = pp;
+      r.ppSeq = pp === 0 ? 0 : (P.u32(b, c.l4 + P.TCP_SEQ) + 1) | 0;
+      ne = insertFullnat(c, r, dport2);
+      if (ne === -2) {
+        if (tmpl >= 0) t.unreserve(tmpl);
+        return drop(c, Drop.FullnatExhausted);
+      }
+    } else {
+      // Masq: the server answers the client's address (IPv6: its high words are the local ones).
+      r.dports = (dport2 << 16) | c.sport;
+      r.laddr = c.saddr;
+      if (v6) for (let i = 0; i < 3; i++) r.hi[9 + i] = hi[i]!;
+      // Tunnel: the server answers the client directly, so this node sees one direction only.
+      r.flags = fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2;
+      r.pp = 0;
+      r.ppSeq = 0;
+      ne = t.insert(r);
+    }
+    const created = r.created;
+    if (tmpl >= 0) {
+      if (ne >= 0 && created) t.control(ne, tmpl, c.now);
+      else t.unreserve(tmpl);
+    }
+    if (ne < 0) return drop(c, ne === -3 ? Drop.ChainFull : Drop.TableFull);
+    // f may show another server than chosen: another worker created the flow first.
+    const f = c.flow;
+    t.touchIn(ne, f, c.ev, c.now);
+    this.touched(f);
+    if (created) {
+      c.counters[L.C_CONNS_NEW]!++;
+      c.counters[L.rsCounterBase(f.rs) + L.RSC_CONNS]!++;
+      c.counters[L.svcCounterBase(c.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
+    }
+    countIn(c, f.rs, svc.slot, c.totlen);
+    return forwardIn(c, b, f);
+  }
+
+  /** The service's scheduler picks a real server for the current client packet, under the service's lock (rr is one rotation across workers). */
+  private schedule(svc: CompiledService, si: number): number {
+    const s = this.schedulers[si];
+    if (s === undefined) return -1; // the kernel asks the scheduler even with an empty list
+    const c = this.c;
+    const lock = svc.slot * L.SCHED_WORDS + L.SCHED_LOCK;
+    const owner = c.table.owner;
+    while (Atomics.compareExchange(this.sched, lock, 0, owner) !== 0) {
+      /* spin: one scheduling decision */
+    }
+    const inp = this.input;
+    inp.caddr = c.v6 ? c.cfold : c.saddr;
+    inp.cport = c.sport;
+    inp.vaddr = c.v6 ? c.vfold : c.daddr;
+    inp.vport = c.dport;
+    inp.now = c.now;
+    const di = s.schedule(svc, this.sched, svc.slot * L.SCHED_WORDS + L.SCHED_STATE, c.table.rs, inp);
+    Atomics.store(this.sched, lock, 0);
+    return di;
+  }
+
+  // ── server → client (ip_vs_out) ────────────────────────────────────────────────────────────
+  private outbound(b: Uint8Array): number {
+    const c = this.c;
+    const f = c.flow;
+    if (!c.table.lookupOut(c.key, f, c.ev, c.now)) {
+      if (c.ring !== null && c.snapshot.adopt) return this.park(b);
+      return drop(c, Drop.NoConnection);
+    }
+    this.touched(f);
+    countOut(c, f.rs, f.svc, c.totlen);
+    return forwardOut(c, b, f);
+  }
+
+  // ── after a lookup ─────────────────────────────────────────────────────────────────────────
+  /** A lookup touched flow f: what it asks of Redis, and what flow sampling reports. */
+  private touched(f: FlowView): void {
+    const c = this.c;
+    if (f.adopted) {
+      c.counters[L.C_ADOPTED]!++;
+      pushSync(c, f.entry);
+    }
+    if (f.sync) pushSync(c, f.entry);
+    c.out.state = f.state;
+    c.out.proto = f.proto;
+  }
+
+  /**
+   * Parks a mid-flow packet that matches no entry while the control thread asks Redis for its
+   * flow; if found, the control thread installs it and writes the packet back into the device.
+   * Bounded: a full ring (or a packet larger than a slot) drops it, counted.
+   */
+  private park(b: Uint8Array): number {
+    const c = this.c;
+    // Replayed later without offload metadata: the checksum must be whole.
+    if (c.partial) completePartial(c, b);
+    const off = c.off;
+    const len = c.totlen;
+    const r = c.ring!;
+    const tail = r[L.RG_PARK_TAIL]!;
+    if (len > L.PARK_SLOT_BYTES || ((tail - Atomics.load(r, L.RG_PARK_HEAD)) | 0) >= L.PARK_SLOTS) {
+      c.counters[L.C_PARK_FULL]!++;
+      return DROP;
+    }
+    const slot = tail & (L.PARK_SLOTS - 1);
+    const dst = L.parkDataOffset(slot);
+    const x = c.ringBytes!;
+    for (let i = 0; i < len; i++) x[dst + i] = b[off + i]!;
+    r[L.parkLensOffset() + slot] = len;
+    Atomics.store(r, L.RG_PARK_TAIL, (tail + 1) | 0);
+    c.counters[L.C_PARKED]!++;
+    return DROP;
+  }
+}
