@@ -251,6 +251,9 @@ export function buildRegistry(d: Daemon): Registry {
     gaugeFrom('uvs_adoption_parked_waiting', 'Parked packets waiting on a Redis lookup.', [], (g) => g.set(st.parkedWaiting));
     gaugeFrom('uvs_redis_pending_commands', 'Commands sent to Redis and not answered yet.', [], (g) => g.set(d.sync!.pendingCommands()));
     counterFrom('uvs_redis_command_timeouts_total', 'Redis commands unanswered within redis.commandTimeout (the connection is then re-made).', [], (c) => c.inc(st.commandTimeouts));
+    counterFrom('uvs_redis_resyncs_total', 'Walks of the local table that queued every live flow again because Redis may have lost records (records dropped from the queue, another Redis server).', [], (c) => c.inc(st.resyncs));
+    counterFrom('uvs_redis_records_resynced_total', 'Flow records queued again by those walks.', [], (c) => c.inc(st.resynced));
+    counterFrom('uvs_redis_shadows_superseded_total', "Shadows replaced by another node's record of a newer flow on the same client address and port.", [], (c) => c.inc(st.superseded));
     counterFrom('uvs_redis_records_refused_total', "Other nodes' flow records not believed, by reason.", ['reason'], (c) => {
       for (const [k, v] of Object.entries(st.refused)) c.inc({ reason: k }, v);
     });

@@ -275,6 +275,8 @@ export class RssWatch {
   peakMb = 0;
   lastMb = 0;
   firstMb: number | null = null;
+  /** Highest sample since the last phasePeak() call. */
+  private sincePeak = 0;
   private timer: NodeJS.Timeout;
   constructor(private readonly pid: number) {
     this.sample();
@@ -286,6 +288,14 @@ export class RssWatch {
     this.lastMb = m.rss / 1024;
     this.firstMb ??= this.lastMb;
     this.peakMb = Math.max(this.peakMb, this.lastMb);
+    this.sincePeak = Math.max(this.sincePeak, this.lastMb);
+  }
+  /** The highest sample since the previous call (or the start): one phase's peak. */
+  phasePeak(): number {
+    this.sample();
+    const p = this.sincePeak;
+    this.sincePeak = 0;
+    return p;
   }
   stop(): void {
     clearInterval(this.timer);

@@ -63,6 +63,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
     void d.result.then(() => (running[i] = false));
   };
   await sleep(3000);
+  const rssLoad = rss.phasePeak(); // under load, before the outages
   const s0 = await getStats(flab.socket('lb1'));
   const ack = relgen(ctx, flab.nodeNs('lb1'), { mode: 'ack4', if: 'uvs0', vip4: LAB_VIP, port: 80, pps: ackPps, seconds: 2 * outS + 8 }, (2 * outS + 8) * 1000).catch((e: Error) => ({ sent: 0, refused: 0, ms: 0, kinds: {}, error: e.message }));
 
@@ -81,6 +82,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   };
   const catchUpKill = await waitFor(caughtUp('lb1'), 30000);
   await sleep(2000);
+  const rssKill = rss.phasePeak(); // the kill and the catch-up after it
 
   // Hung.
   const redisPid = Number(execFileSync('ip', ['netns', 'pids', flab.ns.rd], { encoding: 'utf8' }).trim().split('\n')[0]);
@@ -100,6 +102,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const s1 = await getStats(flab.socket('lb1'));
   const lb2Before = await getStats(flab.socket('lb2'));
   const lb1Alive = lb1.exitCode === null && lb1.signalCode === null;
+  const rssHang = rss.phasePeak(); // the hang and the catch-up after it
   rss.stop();
 
   // Failover.
@@ -143,9 +146,19 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
     title: 'lb1 counters that moved from the first outage to the failover (GET /v1/stats)',
     columns: ['counter', 'change'],
     rows: Object.entries(diff)
-      .filter(([k]) => /^(redis\.|parked|parkFull|syncRingFull|adopted|drops\.)/.test(k) && !/lagSeconds/.test(k))
+      .filter(([k]) => /^(redis\.|parked|parkFull|syncRingFull|adopted|drops\.)/.test(k) && !/lagSeconds|resyncing/.test(k))
       .map(([k, v]) => [k, v]),
   });
+  if (lb2After) {
+    r.tables.push({
+      title: 'lb2 counters that moved across the failover (GET /v1/stats)',
+      columns: ['counter', 'change'],
+      rows: Object.entries(numericDiff(lb2Before, lb2After))
+        .filter(([k, v]) => v !== 0 && /^(redis\.(lookups|refused|superseded|received)|parked|parkFull|adopted|shadows)/.test(k))
+        .map(([k, v]) => [k, v]),
+    });
+  }
+  r.notes.push(`lb1 uvsd peak RSS by phase: under load before the outages ${round(rssLoad, 0)} MB; Redis killed and the catch-up after it ${round(rssKill, 0)} MB; hung and the catch-up after it ${round(rssHang, 0)} MB.`);
   const dlErrs = results.filter((x) => !x.ok).map((x) => `${x.error} after ${x.bytes} bytes`);
   if (dlErrs.length) r.notes.push(`Broken downloads: ${dlErrs.join('; ')}.`);
   const errs = records.filter((x) => x.error !== null && x.start >= tKill && x.start < tFail).map((x) => x.error);

@@ -2,9 +2,10 @@
  * The Redis sync's promises (README "Several nodes and Redis") against a real redis-server on
  * loopback, with in-process nodes (test/helpers/sync-node.ts): the write queue is bounded while
  * Redis is down — the oldest records are dropped and counted, the rest written after the
- * reconnect; a mid-flow packet that finds nothing is parked while Redis is asked, replayed on a
- * hit and dropped on a miss, and the first packet of a new flow never waits; a drain waits for
- * the connections every node reports, not only this node's.
+ * reconnect, and the dropped ones by the walk of the table that follows; a mid-flow packet that
+ * finds nothing is parked while Redis is asked, replayed on a hit and dropped on a miss, and the
+ * first packet of a new flow never waits; a drain waits for the connections every node reports,
+ * not only this node's.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -52,7 +53,7 @@ async function storedPorts(prefix: string, port = PORT): Promise<number[]> {
   }
 }
 
-test('Redis down: the write queue keeps the newest maxQueue records, drops the oldest (counted), and writes the rest after the reconnect', { skip, timeout: 60_000 }, async () => {
+test('Redis down: the write queue keeps the newest maxQueue records, drops the oldest (counted), writes them after the reconnect, then the dropped ones from the table', { skip, timeout: 60_000 }, async () => {
   const P = 'q:';
   // Nothing listens on LATE_PORT yet: the node starts with Redis down.
   const a = syncNode('a', { redis: { url: url(LATE_PORT), keyPrefix: P, maxQueue: 100 } });
@@ -67,10 +68,15 @@ test('Redis down: the write queue keeps the newest maxQueue records, drops the o
     assert.equal(a.table.count(), 150, 'forwarding state is untouched');
 
     servers.push(await startRedis(LATE_PORT));
-    await waitFor('the reconnect and the flush', () => a.sync.stats.connected && a.sync.stats.queueDepth === 0, 30_000);
-    assert.equal(a.sync.stats.written, 100);
-    const ports = await storedPorts(P, LATE_PORT);
-    assert.deepEqual(ports, Array.from({ length: 100 }, (_, i) => 20050 + i), 'the 100 newest flows were written, the 50 oldest dropped');
+    // The queued records first; then, records having been dropped, a walk of the table queues every
+    // live flow again (redis-outage.test.ts), the 50 dropped ones included.
+    await waitFor('every live flow in Redis', async () => (await storedPorts(P, LATE_PORT)).length === 150, 30_000);
+    await waitFor('the walk to end', () => a.allWritten() && !a.sync.stats.resyncing);
+    assert.deepEqual(await storedPorts(P, LATE_PORT), Array.from({ length: 150 }, (_, i) => 20000 + i), 'every live flow is in Redis, the 50 dropped from the queue too');
+    assert.equal(a.sync.stats.resyncs, 1);
+    assert.equal(a.sync.stats.resynced, 150);
+    assert.ok(a.sync.stats.written >= 150);
+    assert.equal(a.sync.stats.dropped, 50, 'the walk dropped nothing');
   } finally {
     await a.stop();
   }
@@ -171,6 +177,42 @@ test('a drain waits for the connections other nodes report: the server is delete
     assert.equal(b.model.checkDrains(), true);
     assert.equal(b.model.drains().length, 0);
     assert.equal(b.model.list()[0]!.realServers.some((r) => r.address === x), false, 'X deleted');
+  } finally {
+    await a.stop();
+    await b.stop();
+  }
+});
+
+test('a client reuses its port for a new flow to another server: the other node replaces the old flow\'s shadow and carries the new one there', { skip, timeout: 60_000 }, async () => {
+  const P = 'u:';
+  const a = syncNode('a', { redis: { url: url(), keyPrefix: P } });
+  const b = syncNode('b', { redis: { url: url(), keyPrefix: P } });
+  a.sync.start();
+  b.sync.start();
+  try {
+    await waitFor('connected', () => a.sync.stats.connected && b.sync.stats.connected);
+    // Flow 1 from 192.0.2.50:40000; b holds it as a shadow.
+    const rip1 = open(a, '192.0.2.50', 40000);
+    await waitFor('b to hold flow 1', () => b.table.shadows() === 1);
+    // Flow 1 ends on a (its entry goes); b's shadow of it lives on until its own expiry, as a
+    // closed flow's shadow lives its TIME_WAIT. The client opens flow 2 from the same port.
+    a.table.expire((a.table.now() + 3600_000) | 0);
+    const rip2 = open(a, '192.0.2.50', 40000);
+    assert.notEqual(rip2, rip1, 'round robin: flow 2 goes to another server');
+    await waitFor('a to write flow 2', () => a.allWritten() && a.sync.stats.written === 2);
+    await waitFor('b to take flow 2\'s record', () => b.sync.stats.received + b.sync.stats.refused.not_installed === 2);
+    assert.equal(b.sync.stats.refused.not_installed, 0, 'flow 2\'s record replaced flow 1\'s shadow');
+    assert.equal(b.sync.stats.superseded, 1);
+    assert.equal(b.table.shadows(), 1);
+
+    // a fails. The server's next packet reaches b (the return path moved first): flow 2's entry.
+    const fromServer = tcp({ src: rip2, dst: '192.0.2.50', sport: 8080, dport: 40000, flags: TCPF_ACK });
+    assert.equal(b.run(fromServer), FORWARD, 'no lookup needed: b holds flow 2');
+    assert.deepEqual([field(fromServer).src, field(fromServer).dst], [VIP, '192.0.2.50']);
+    // And the client's packets go to flow 2's server, not flow 1's.
+    const fromClient = tcp({ src: '192.0.2.50', dst: VIP, sport: 40000, dport: 80, flags: TCPF_ACK });
+    assert.equal(b.run(fromClient), FORWARD);
+    assert.equal(field(fromClient).dst, rip2);
   } finally {
     await a.stop();
     await b.stop();
