@@ -25,6 +25,12 @@ import * as L from './layout';
  */
 export class FlowKey {
   proto = 0;
+  /**
+   * The key's client→server bucket as the table's last lookupIn/templateFor of it hashed it (−1:
+   * none yet): a NewFlow of the same key carries it on (NewFlow.inBucket), so a SYN's in-key is
+   * hashed once, as the kernel hashes it once for the lookup and once for ip_vs_conn_hash.
+   */
+  bucket = -1;
   readonly hi = new Int32Array(L.HI_WORDS);
   /** src, ports, dst: see WORDS at the top. */
   private readonly w = new Int32Array(3);
@@ -137,6 +143,12 @@ export class NewFlow {
   templateMs = 0;
   state = 0;
   readonly hi = new Int32Array(L.HI_WORDS);
+  /**
+   * The bucket of this record's client→server key when the caller has it from a lookup of that
+   * very key on this table (FlowKey.bucket), −1 otherwise; insert uses it instead of hashing the
+   * key again, and sets it back to −1.
+   */
+  inBucket = -1;
   created = false;
   /** caddr, cports, vaddr, daddr, dports, laddr, pp, ppSeq, now, expires: int32 words, see WORDS at the top. */
   private readonly w = new Int32Array(10);

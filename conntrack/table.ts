@@ -490,12 +490,13 @@ export class ConnTable {
           Atomics.add(this.rs, rsBase + L.RS_ACTIVE, 1);
           flags &= ~L.F_INACTIVE;
         }
-        // The source's half-open count follows the state; the flag makes each entry count once.
+        // The source's half-open count follows the state while the per-source limit is on (a
+        // counted entry is uncounted whenever it leaves); the flag makes each entry count once.
         const half = (tcp ? TCP_HALF_OPEN : SCTP_HALF_OPEN)[next] === 1;
         if (flags & L.F_HALFOPEN && !half) {
           flags &= ~L.F_HALFOPEN;
           this.sourceAdd(o, -1);
-        } else if (!(flags & (L.F_HALFOPEN | L.F_SHADOW)) && half) {
+        } else if (!(flags & (L.F_HALFOPEN | L.F_SHADOW)) && half && a[L.H_SRC_LIMIT] !== 0) {
           flags |= L.F_HALFOPEN;
           this.sourceAdd(o, 1);
         }
@@ -572,6 +573,7 @@ export class ConnTable {
    */
   lookupIn(k: FlowKey, v: FlowView, ev: number, opts: number, now: number): number {
     const b = this.bucketIn(k.proto, k.src, k.ports, k.dst, k.hi);
+    k.bucket = b;
     this.lockBucket(b);
     const e = this.findIn(b, k.proto, k.src, k.ports, k.dst, k.hi);
     if (e < 0) {
@@ -642,13 +644,17 @@ export class ConnTable {
    * the insert race.
    */
   touchIn(e: number, v: FlowView, ev: number, now: number): void {
-    const o = this.base(e);
-    const b = this.entryBucketIn(o);
+    const b = this.entryBucketIn(this.base(e));
     this.lockBucket(b);
+    this.firstTouch(e, v, ev, now);
+    this.unlockBucket(b);
+  }
+
+  /** touchIn's work; the caller holds the entry's in-bucket lock. */
+  private firstTouch(e: number, v: FlowView, ev: number, now: number): void {
     v.adopted = false;
     v.sync = this.touch(e, DIR_INPUT, ev, now);
-    this.view(e, o, v);
-    this.unlockBucket(b);
+    this.view(e, this.base(e), v);
   }
 
   /**
@@ -659,6 +665,7 @@ export class ConnTable {
    */
   templateFor(k: FlowKey, v: FlowView, expireQuiescent: boolean): number {
     const b = this.bucketIn(k.proto, k.src, k.ports, k.dst, k.hi);
+    k.bucket = b;
     this.lockBucket(b);
     let t = this.findTemplate(b, k.proto, k.src, k.ports, k.dst, k.hi);
     if (t >= 0) {
@@ -794,6 +801,7 @@ export class ConnTable {
     }
     this.unlockBucket(b1);
     if (!mayInsert) return -1;
+    r.inBucket = b1;
     const e = this.insert(r);
     return e >= 0 && r.created ? e : -1;
   }
@@ -802,7 +810,7 @@ export class ConnTable {
   /**
    * Inserts a new entry (flow.ts NewFlow) bound to real server r.rs (counted INACTIVE, OVERLOAD
    * checked) in state NONE with a 2 s timer like ip_vs_conn_new; the caller then touches it with
-   * the first packet (touchIn). Returns the entry with r.created true, an existing entry with the
+   * the first packet (touchIn; insertIn does both under one lock). Returns the entry with r.created true, an existing entry with the
    * same client→server key (another worker won the race: nothing was bound; r.created false), −1
    * when the table is full, −2 for a full-NAT entry whose server→client key (pool address and port)
    * is already in use, or −3 when either of its chains already holds CHAIN_LIMIT entries (hash
@@ -815,14 +823,34 @@ export class ConnTable {
    * sees it half made. r.pp/r.ppSeq: a connection's PROXY protocol words (layout.ts E_PP),
    * likewise in place before it is linked — a packet forwarded without its shift would corrupt
    * the server's stream.
+   *
+   * r.inBucket ≥ 0 is the bucket of r's client→server key from the caller's lookup of that key
+   * (FlowKey.bucket): it spares hashing the key again.
    */
   insert(r: NewFlow): number {
+    return this.link(r, null, 0, 0);
+  }
+
+  /**
+   * insert() and the new connection's first packet in one (ip_vs_conn_new, then the state
+   * update): the entry — or the one that won the race, r.created false — is touched with `ev`
+   * and copied into v under the in-bucket lock insert took, as touchIn() would do after it,
+   * without a second hash of the key and a second lock. Not for templates and shadows.
+   */
+  insertIn(r: NewFlow, v: FlowView, ev: number, now: number): number {
+    return this.link(r, v, ev, now);
+  }
+
+  /** insert(), and with a view (insertIn) the first touch under the in-bucket lock. */
+  private link(r: NewFlow, v: FlowView | null, ev: number, now: number): number {
     const a = this.i32;
     const { proto, caddr, cports, vaddr, daddr, dports, laddr, flags: fwdFlags, hi } = r;
     const isTemplate = (fwdFlags & L.F_TEMPLATE) !== 0;
     const isShadow = (fwdFlags & L.F_SHADOW) !== 0;
     r.created = false;
-    const b1 = this.bucketIn(proto, caddr, cports, vaddr, hi);
+    // The in-key's bucket: from the caller's lookup of the same key, or hashed here.
+    const b1 = r.inBucket >= 0 ? r.inBucket : this.bucketIn(proto, caddr, cports, vaddr, hi);
+    r.inBucket = -1;
     const b2 = this.bucketOut(proto, daddr, dports, laddr, hi);
     // Allocate before taking the bucket locks: an allocated, unlinked entry is private.
     this.lockWord(L.H_ALLOC_LOCK);
@@ -858,7 +886,14 @@ export class ConnTable {
     this.lockPair(b1, b2);
     const existing = isTemplate ? this.findTemplate(b1, proto, caddr, cports, vaddr, hi) : this.findIn(b1, proto, caddr, cports, vaddr, hi);
     if (existing >= 0) {
-      this.unlockPair(b1, b2);
+      if (v !== null) {
+        // Touched under b1 alone (as touchIn); the entry slot goes back after the locks.
+        if (b1 !== b2) this.unlockBucket(b2);
+        this.firstTouch(existing, v, ev, now);
+        this.unlockBucket(b1);
+      } else {
+        this.unlockPair(b1, b2);
+      }
       this.pushFree(e);
       return existing;
     }
@@ -874,15 +909,22 @@ export class ConnTable {
       this.pushFree(e);
       return -3;
     }
-    // A new TCP/SCTP connection starts half-open (state NONE) and is counted for its source.
+    // A new TCP/SCTP connection starts half-open (state NONE), counted for its source while the
+    // per-source limit is on (hash + atomic add: ~100 ns a SYN, for nothing while it is off).
     const p8 = proto & 0xff;
-    const halfOpen = !isTemplate && !isShadow && (p8 === IPPROTO_TCP || p8 === IPPROTO_SCTP);
+    const halfOpen = !isTemplate && !isShadow && (p8 === IPPROTO_TCP || p8 === IPPROTO_SCTP) && a[L.H_SRC_LIMIT] !== 0;
     a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | (halfOpen ? L.F_HALFOPEN : 0) | fwdFlags;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
     a[o + L.E_NEXT_OUT] = a[this.outHeads + b2]!;
     a[this.inHeads + b1] = e + 1;
     a[this.outHeads + b2] = e + 1;
-    this.unlockPair(b1, b2);
+    if (v !== null) {
+      if (b1 !== b2) this.unlockBucket(b2);
+      this.firstTouch(e, v, ev, now);
+      this.unlockBucket(b1);
+    } else {
+      this.unlockPair(b1, b2);
+    }
     Atomics.add(a, L.H_COUNT, 1);
     if (halfOpen) this.sourceAdd(o, 1);
     if (isShadow) Atomics.add(a, L.H_SHADOWS, 1);

@@ -14,9 +14,26 @@ import { canonAddr, hostPort, splitHostPort } from '../net/addr';
 import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
 import { protoLabel } from '../net/proto';
 import { entryAddr } from '../conntrack/table';
+import type {
+  AppliedResponse,
+  ConfigResponse,
+  ConnectionsResponse,
+  ConnectionStatus,
+  DefenseResponse,
+  DrainsResponse,
+  HealthResponse,
+  InfoResponse,
+  KillWorkerResponse,
+  MaintenanceResponse,
+  PreviewResponse,
+  ServicesResponse,
+  StatsResponse,
+  TimeoutsResponse,
+  ZeroResponse,
+} from './api-types';
 import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
-import { tokenOk } from './metrics';
+import { tokenOk } from './listen';
 import { DEFAULT_PROTOCOL, validateRealServer, validateService } from './config';
 import { BATCH, MAINTENANCE, NO_BODY, PREVIEW, REAL_SERVER_BODY, REAL_SERVER_EDIT_BODY, SERVICE_BODY, SERVICE_EDIT_BODY, SET_TIMEOUTS, ZERO } from './api-bodies';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
@@ -32,21 +49,11 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
-export function connectionsView(d: Daemon, limit: number, offset: number) {
+export function connectionsView(d: Daemon, limit: number, offset: number): ConnectionsResponse {
   const t = d.table;
   const a = t.i32;
   const now = t.now();
-  const rows: {
-    protocol: string;
-    client: string;
-    virtual: string;
-    realServer: string;
-    state: string;
-    expiresIn: number;
-    inactive: boolean;
-    /** Another node's flow learnt from Redis, not adopted here (yet): no packet of it seen here. */
-    shadow: boolean;
-  }[] = [];
+  const rows: ConnectionStatus[] = [];
   let total = 0;
   t.forEach((_e, o) => {
     total++;
@@ -78,7 +85,7 @@ export function connectionsView(d: Daemon, limit: number, offset: number) {
   return { total, offset, connections: rows };
 }
 
-export function servicesView(d: Daemon) {
+export function servicesView(d: Daemon): ServicesResponse {
   return {
     tableSize: d.cfg.dataplane.tableSize,
     services: d.model.list().map((s) => ({
@@ -97,7 +104,7 @@ export function servicesView(d: Daemon) {
   };
 }
 
-export function drainsView(d: Daemon) {
+export function drainsView(d: Daemon): DrainsResponse {
   const now = Date.now();
   return {
     checkInterval: d.cfg.gracefulTermination.checkInterval,
@@ -113,7 +120,7 @@ export function drainsView(d: Daemon) {
   };
 }
 
-export function statsView(d: Daemon) {
+export function statsView(d: Daemon): StatsResponse {
   return {
     uptime: (Date.now() - d.startedAt) / 1000,
     table: { entries: d.table.count(), capacity: d.table.capacity, expired: d.expiredTotal },
@@ -121,7 +128,7 @@ export function statsView(d: Daemon) {
     drops: d.stats.drops(),
     generated: d.stats.generated(),
     chains: { max: d.stats.maxWord(L.C_CHAIN_MAX), long: d.stats.word(L.C_LONG_CHAINS) },
-    workers: d.dataplane.workerInfo().map((w, i) => ({ ...w, ...d.stats.perWorker()[i] })),
+    workers: d.dataplane.workerInfo().map((w, i) => ({ ...w, ...d.stats.perWorker()[i]! })), // one counter region per worker
     nodestExpired: d.stats.word(L.C_NODEST_EXPIRED),
     shadows: d.table.shadows(),
     adopted: d.stats.word(L.C_ADOPTED),
@@ -139,7 +146,7 @@ export function statsView(d: Daemon) {
 }
 
 /** Overload defenses (GET /v1/defense, uvsadm -L --defense): levels, trigger, what they did. */
-export function defenseView(d: Daemon) {
+export function defenseView(d: Daemon): DefenseResponse {
   const drops = d.stats.drops();
   return {
     ...d.defense.view(),
@@ -189,7 +196,7 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     reply.status(404).send({ code: 'UVS_ERR_API_NOT_FOUND', message: `no route ${req.method} ${req.url}` });
   });
 
-  app.get('/v1/info', async () => ({
+  app.get('/v1/info', async (): Promise<InfoResponse> => ({
     name: 'uvs',
     version: '0.1.0',
     device: d.cfg.dataplane.device,
@@ -217,15 +224,15 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   app.get('/v1/stats', async () => statsView(d));
   app.get('/v1/drains', async () => drainsView(d));
   app.get('/v1/defense', async () => defenseView(d));
-  app.get('/v1/health', async () => ({ checks: d.health.states() }));
-  app.get('/v1/timeouts', async () => ({
-    tcp: d.cfg.timeouts.tcp.ESTABLISHED,
-    tcpFin: d.cfg.timeouts.tcp.FIN_WAIT,
+  app.get('/v1/health', async (): Promise<HealthResponse> => ({ checks: d.health.states() }));
+  app.get('/v1/timeouts', async (): Promise<TimeoutsResponse> => ({
+    tcp: d.cfg.timeouts.tcp.ESTABLISHED!, // every TCP state has a timeout (the schema's defaults)
+    tcpFin: d.cfg.timeouts.tcp.FIN_WAIT!,
     udp: d.cfg.timeouts.udp,
     sctp: d.cfg.timeouts.sctp, // uvs: seconds per SCTP state (ipvsadm --timeout prints the first three)
   }));
   // Disruption preview: what share of table slots and tracked flows a change would move.
-  app.post('/v1/services/:protocol/:address/:port/preview', body(PREVIEW, 'change', 'UVS_ERR_API_BAD_REQUEST'), async (req) => {
+  app.post('/v1/services/:protocol/:address/:port/preview', body(PREVIEW, 'change', 'UVS_ERR_API_BAD_REQUEST'), async (req): Promise<PreviewResponse> => {
     const p = req.params as { protocol: string; address: string; port: string };
     const svc = d.model.list().find((s) => s.key === serviceKey({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) }));
     if (!svc) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${p.protocol} ${p.address}:${p.port}`);
@@ -264,7 +271,7 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   });
 
   // Secrets (tokens, the Redis password: http-guard.ts SECRET_FIELDS) never leave the daemon.
-  app.get('/v1/config', async () => ({ file: d.configFile, document: redactSecrets(d.doc), effective: redactSecrets(d.cfg) }));
+  app.get('/v1/config', async (): Promise<ConfigResponse> => ({ file: d.configFile, document: redactSecrets(d.doc), effective: redactSecrets(d.cfg) }));
 
   const runEdits = (ops: EditOp[], reply: import('fastify').FastifyReply) => {
     // Limits before any work: a batch that must fail on them costs O(ops), not a validation of
@@ -278,12 +285,18 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     });
     const r = d.edit((doc) => applyEdits(doc, ops));
     if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
-    return reply.send({ ok: true, version: r.version });
+    return reply.send({ ok: true, version: r.version } satisfies AppliedResponse);
   };
   app.post(
     '/v1/batch',
     {
       bodyLimit: 64 << 20, // a large uvsadm -R (≈ 130 bytes an operation)
+      // The limits first, before the body schema checks every operation: a batch that must be
+      // refused for its size costs one pass over the operations, not their validation.
+      preValidation: async (req) => {
+        const ops = (req.body as { ops?: unknown } | null)?.ops;
+        if (Array.isArray(ops)) checkBatchLimits(d, ops as EditOp[]);
+      },
       ...body(BATCH, '', 'UVS_ERR_API_BAD_REQUEST'),
     },
     async (req, reply) => runEdits((req.body as { ops: EditOp[] }).ops, reply),
@@ -313,7 +326,7 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     const b = req.body as { tcp: number; tcpFin: number; udp: number };
     return runEdits([{ op: 'setTimeouts', tcp: b.tcp, tcpFin: b.tcpFin, udp: b.udp }], reply);
   });
-  app.post('/v1/zero', body(ZERO, '', 'UVS_ERR_API_BAD_REQUEST'), async (req) => {
+  app.post('/v1/zero', body(ZERO, '', 'UVS_ERR_API_BAD_REQUEST'), async (req): Promise<ZeroResponse> => {
     // ipvsadm -Z: packet, byte and connection counters start again from zero (all services, or one).
     const b = req.body as { service?: ServiceRef };
     // Any spelling of an IPv6 address finds the service, as every other lookup (refFrom) does.
@@ -330,7 +343,7 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   app.post('/v1/reload', body(NO_BODY, '', 'UVS_ERR_API_BAD_REQUEST'), async (_req, reply) => {
     const r = d.reload();
     if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
-    return { ok: true, version: r.version };
+    return { ok: true, version: r.version } satisfies AppliedResponse;
   });
   // Flow sampling: answers when the capture ends (seconds or maxPackets), with the pcap file or
   // the JSON lines as the body.
@@ -342,14 +355,14 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     return reply.send(r.body);
   });
   // Node maintenance (control/announce.ts): withdraw this node's announcement, keep forwarding.
-  app.get('/v1/maintenance', async () => d.announcer.status());
+  app.get('/v1/maintenance', async (): Promise<MaintenanceResponse> => d.announcer.status());
   app.put('/v1/maintenance', body(MAINTENANCE, '', 'UVS_ERR_API_BAD_REQUEST'), async (req) => d.setMaintenance((req.body as { enabled: boolean }).enabled));
   app.post('/v1/workers/:id/kill', body(NO_BODY, '', 'UVS_ERR_API_BAD_REQUEST'), async (req, reply) => {
     const id = Number((req.params as { id: string }).id);
     if (!Number.isInteger(id) || !(await d.dataplane.killWorker(id))) {
       throw new UvsError('UVS_ERR_API_NOT_FOUND', `no running worker ${(req.params as { id: string }).id}`);
     }
-    return reply.status(202).send({ ok: true, worker: id });
+    return reply.status(202).send({ ok: true, worker: id } satisfies KillWorkerResponse);
   });
   return app;
 }
@@ -394,6 +407,7 @@ function checkBatchLimits(d: Daemon, ops: EditOp[]): void {
   const svcs = (d.doc as { services?: unknown } | null)?.services;
   if (Array.isArray(svcs)) for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));
   for (const o of ops) {
+    if (o === null || typeof o !== 'object') continue; // not an operation: the body schema refuses it
     const k = o.op === 'addService' || o.op === 'editService' ? key(o.service) : 'ref' in o ? key(o.ref) : '';
     if (o.op === 'clear') count.clear();
     else if (o.op === 'addService') count.set(k, rsCount(o.service?.realServers));

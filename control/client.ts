@@ -24,6 +24,7 @@ export function apiCallRaw(socket: string, method: string, path: string, body: u
   });
 }
 
+/** A JSON request; `T` is the route's answer (api-types.ts), or ApiError's fields when it is refused. */
 export function apiCall<T = unknown>(socket: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
   return new Promise((resolve, reject) => {
     const data = body === undefined ? undefined : JSON.stringify(body);

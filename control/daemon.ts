@@ -1,6 +1,8 @@
 /**
  * uvsd's control thread: owns the configuration, the shared memory, the service model, the
- * dataplane, the sweeper and the API. Workers never see any of this but the shared regions and
+ * dataplane, the sweeper, and the listeners it is given to run (the admin API, metrics, healthz:
+ * started by uvsd.ts, which knows them; this module does not import them, so they may read the
+ * daemon without an import circle). Workers never see any of this but the shared regions and
  * the snapshots it publishes.
  */
 import { createHash } from 'node:crypto';
@@ -14,10 +16,8 @@ import { RedisSync } from '../conntrack/redis-sync';
 import { SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { Dataplane, deviceMtu, routeMtus, type RouteMtu } from '../lb/dataplane';
-import { startApi, type ApiServer } from './api';
 import { Announcer } from './announce';
 import { HealthChecker } from './health';
-import { startHealthz, startMetrics, type HttpEndpoint } from './metrics';
 import { readConfigDoc, validateConfig, type UvsConfig } from './config';
 import { Capturer } from './capture';
 import { UvsError } from './errors';
@@ -34,6 +34,18 @@ const ROUTE_REFRESH_TICKS = 12;
 const DEFENSE_PERIOD_MS = 1000;
 /** Slow-start check period: steps are ≥ 1 s apart per service, so 250 ms keeps them on time within a quarter. */
 const RAMP_TICK_MS = 250;
+
+/** A listener the daemon closes when it stops. */
+export interface Endpoint {
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the daemon's listeners (uvsd.ts: the admin API, metrics, healthz), once everything else
+ * runs and before the node is announced. `keep` hands each to the daemon as soon as it listens:
+ * the daemon closes them when it stops, and also when a later one fails to start.
+ */
+export type Serve = (d: Daemon, keep: (e: Endpoint) => void) => Promise<void>;
 
 export function tableTimeouts(cfg: UvsConfig): TableTimeouts {
   return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp, sctp: SCTP_STATE_KEYS.map((n) => cfg.timeouts.sctp[n]!) };
@@ -55,13 +67,13 @@ export class Daemon {
   /** Overload defenses (conntrack/defense.ts). */
   readonly defense: Defense;
   private defenseTimer: NodeJS.Timeout | null = null;
-  private api: ApiServer | null = null;
   private sweeper: NodeJS.Timeout | null = null;
   private mtuTimer: NodeJS.Timeout | null = null;
   private drainTimer: NodeJS.Timeout | null = null;
   /** Slow-start steps (ServiceModel.rampTick): a map lookup when nothing ramps. */
   private rampTimer: NodeJS.Timeout | null = null;
-  private endpoints: HttpEndpoint[] = [];
+  /** The listeners Serve started, in that order. */
+  private endpoints: Endpoint[] = [];
   private watcher: FSWatcher | null = null;
   private syncTimer: NodeJS.Timeout | null = null;
   private pendingReload: NodeJS.Timeout | null = null;
@@ -170,7 +182,7 @@ export class Daemon {
   /** The announcement routes a BGP speaker follows, and node maintenance (control/announce.ts). */
   readonly announcer: Announcer;
 
-  static async start(configFile: string, log: Logger): Promise<Daemon> {
+  static async start(configFile: string, log: Logger, serve: Serve): Promise<Daemon> {
     const doc = readConfigDoc(configFile);
     const cfg = validateConfig(doc);
     const d = new Daemon(doc, cfg, configFile, log);
@@ -190,9 +202,7 @@ export class Daemon {
       d.saveState();
       d.fileHash = d.hashFile();
       d.startReloadTriggers();
-      d.api = await startApi(d, cfg.api.socket, log.child({ component: 'api' }), cfg.api);
-      if (cfg.metrics.address) d.endpoints.push(await startMetrics(d, cfg.metrics.address, cfg.metrics.token));
-      if (cfg.healthz.address) d.endpoints.push(await startHealthz(d, cfg.healthz.address, cfg.healthz.token));
+      await serve(d, (e) => d.endpoints.push(e));
       // Last: traffic is drawn here only once everything that carries it runs.
       d.announcer.start(() => d.sync === null || d.sync.stats.connected);
     } catch (e) {
@@ -351,7 +361,7 @@ export class Daemon {
    * reload (they were added at runtime, by the API or uvsadm), as kube-proxy never cleans them up.
    */
   private keepExcluded(doc: unknown): unknown {
-    let next;
+    let next: UvsConfig;
     try {
       next = validateConfig(doc);
     } catch {
@@ -445,7 +455,7 @@ export class Daemon {
     } catch (e) {
       return this.rejected(e);
     }
-    let snapshot;
+    let snapshot: ReturnType<ServiceModel['apply']>;
     try {
       snapshot = this.model.apply(cfg);
     } catch (e) {
@@ -486,10 +496,9 @@ export class Daemon {
     this.sweeper = null;
     this.drainTimer = null;
     this.saveState();
-    for (const e of this.endpoints) await e.close();
+    // Last started, first closed: the admin API (started first) goes last.
+    for (const e of [...this.endpoints].reverse()) await e.close();
     this.endpoints = [];
-    if (this.api) await this.api.close();
-    this.api = null;
     await this.dataplane.stop();
   }
 }

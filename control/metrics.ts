@@ -10,33 +10,14 @@
  * Listeners: metrics on 127.0.0.1:10249 (kube-proxy's port), /healthz and /livez on
  * 127.0.0.1:10256. Either may listen beyond loopback only with a bearer token; on loopback they
  * are open without one, as kube-proxy's (read-only, no secrets; Prometheus and kubelet probes
- * expect it). Both check the Host header (http-guard.ts).
+ * expect it). Both check the Host header (http-guard.ts); the listener is listen.ts's.
  */
-import { timingSafeEqual } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Counter, Gauge, Registry } from 'prom-client';
 import * as L from '../conntrack/layout';
-import { splitHostPort } from '../net/addr';
 import type { Daemon } from './daemon';
-import { badHostMessage, hostGuard } from './http-guard';
+import { listenHttp, tokenOk, type HttpEndpoint } from './listen';
 
 const BACKEND_LABELS = ['local_address', 'local_port', 'remote_address', 'remote_port', 'proto', 'local_mark'] as const;
-
-export function isLoopback(host: string): boolean {
-  return host === 'localhost' || host === '::1' || /^127\./.test(host);
-}
-
-/** Constant-time bearer-token check; true when no token is required. */
-export function tokenOk(req: IncomingMessage, token: string | undefined): boolean {
-  if (!token) return true;
-  const h = req.headers.authorization ?? '';
-  const given = Buffer.from(h.startsWith('Bearer ') ? h.slice(7) : '');
-  const want = Buffer.from(token);
-  // Compare equal-length buffers only; a length mismatch still costs one comparison.
-  const same = given.length === want.length && timingSafeEqual(given, want);
-  if (given.length !== want.length) timingSafeEqual(want, want);
-  return same;
-}
 
 export function buildRegistry(d: Daemon): Registry {
   const reg = new Registry();
@@ -146,18 +127,18 @@ export function buildRegistry(d: Daemon): Registry {
 
   counterFrom('uvs_packets_total', 'Packets read from (rx) and written to (tx) the TUN device.', ['direction'], (c) => {
     const g = d.stats.global();
-    c.inc({ direction: 'rx' }, g.rxPackets!);
-    c.inc({ direction: 'tx' }, g.txPackets!);
+    c.inc({ direction: 'rx' }, g.rxPackets);
+    c.inc({ direction: 'tx' }, g.txPackets);
   });
   counterFrom('uvs_bytes_total', 'Bytes read from (rx) and written to (tx) the TUN device.', ['direction'], (c) => {
     const g = d.stats.global();
-    c.inc({ direction: 'rx' }, g.rxBytes!);
-    c.inc({ direction: 'tx' }, g.txBytes!);
+    c.inc({ direction: 'rx' }, g.rxBytes);
+    c.inc({ direction: 'tx' }, g.txBytes);
   });
   counterFrom('uvs_drops_total', 'Packets dropped by the dataplane, by reason.', ['reason'], (c) => {
     for (const [reason, v] of Object.entries(d.stats.drops())) c.inc({ reason }, v);
   });
-  counterFrom('uvs_tx_errors_total', 'Packets the TUN device would not take (queue full).', [], (c) => c.inc(d.stats.global().txErrors!));
+  counterFrom('uvs_tx_errors_total', 'Packets the TUN device would not take (queue full).', [], (c) => c.inc(d.stats.global().txErrors));
   counterFrom('uvs_scheduling_failures_total', 'New flows refused because no real server was available.', [], (c) => c.inc(d.stats.drops().no_real_server!));
   counterFrom('uvs_connections_expired_total', 'Connection entries removed by their timers.', [], (c) => c.inc(d.expiredTotal));
   gaugeFrom('uvs_connection_table_entries', 'Live entries in the shared connection table.', [], (g) => g.set(d.table.count()));
@@ -268,33 +249,9 @@ export function buildRegistry(d: Daemon): Registry {
   return reg;
 }
 
-export interface HttpEndpoint {
-  server: Server;
-  close(): Promise<void>;
-}
-
-function listen(handler: (req: IncomingMessage, res: ServerResponse) => void, address: string): Promise<HttpEndpoint> {
-  const hp = splitHostPort(address)!;
-  const hostOk = hostGuard(hp.host);
-  const server = createServer((req, res) => {
-    if (!hostOk(req.headers.host)) {
-      res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'UVS_ERR_API_HOST', message: badHostMessage(req.headers.host ?? '') }));
-      return;
-    }
-    handler(req, res);
-  });
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(hp.port, hp.host, () => {
-      server.off('error', reject);
-      resolve({ server, close: () => new Promise((r) => server.close(() => r())) });
-    });
-  });
-}
-
 export function startMetrics(d: Daemon, address: string, token: string | undefined): Promise<HttpEndpoint> {
   const reg = buildRegistry(d);
-  return listen((req, res) => {
+  return listenHttp(address, (req, res) => {
     if (!tokenOk(req, token)) {
       res.writeHead(401, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'UVS_ERR_API_UNAUTHORIZED', message: 'missing or wrong bearer token' }));
       return;
@@ -307,12 +264,12 @@ export function startMetrics(d: Daemon, address: string, token: string | undefin
       (text) => res.writeHead(200, { 'content-type': reg.contentType }).end(text),
       (e: Error) => res.writeHead(500).end(e.message),
     );
-  }, address);
+  });
 }
 
 /** kube-proxy-style health: 200 while every worker runs, 503 otherwise. */
 export function startHealthz(d: Daemon, address: string, token: string | undefined): Promise<HttpEndpoint> {
-  return listen((req, res) => {
+  return listenHttp(address, (req, res) => {
     if (!tokenOk(req, token)) {
       res.writeHead(401).end();
       return;
@@ -327,5 +284,5 @@ export function startHealthz(d: Daemon, address: string, token: string | undefin
     res
       .writeHead(healthy ? 200 : 503, { 'content-type': 'application/json' })
       .end(JSON.stringify({ lastUpdated: healthy ? now : new Date(d.lastSnapshotAt).toISOString(), currentTime: now, healthy, workers: workers.map((w) => ({ id: w.id, up: w.ready, restarts: w.restarts })) }));
-  }, address);
+  });
 }

@@ -21,6 +21,18 @@ export interface FlowRates {
   outBps: number;
 }
 
+/** The TUN device's traffic, summed over the workers. */
+export interface PacketCounters {
+  rxPackets: number;
+  rxBytes: number;
+  txPackets: number;
+  txBytes: number;
+  /** Packets the device would not take (queue full). */
+  txErrors: number;
+  batches: number;
+  connsNew: number;
+}
+
 /** The kernel's estimator period (ip_vs_est.c: 2 s). */
 export const RATE_PERIOD_MS = 2000;
 
@@ -149,7 +161,7 @@ export class StatsReader {
     return L.rsCounterBase(slot);
   }
 
-  global(): Record<string, number> {
+  global(): PacketCounters {
     return {
       rxPackets: this.word(L.C_RX_PACKETS),
       rxBytes: this.word(L.C_RX_BYTES),

@@ -1,14 +1,34 @@
 #!/usr/bin/env node
 /**
  * uvsadm — ipvsadm for a running uvsd, over its API socket. The command line is ipvsadm's
- * (ipvsadm-args.ts), the output ipvsadm's (ipvsadm-format.ts); editing commands become one
+ * (ipvsadm/parse.ts), the output ipvsadm's (ipvsadm/format.ts); editing commands become one
  * POST /v1/batch each (-R: the whole input as one batch, applied whole or not at all).
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { canonAddr, splitHostPort } from '../net/addr';
+import type {
+  ApiError,
+  AppliedResponse,
+  ConfigResponse,
+  ConnectionsResponse,
+  DefenseResponse,
+  DrainsResponse,
+  HealthResponse,
+  InfoResponse,
+  KillWorkerResponse,
+  MaintenanceResponse,
+  ServicesResponse,
+  StatsResponse,
+  TimeoutsResponse,
+  ZeroResponse,
+} from './api-types';
 import { apiCall, apiCallRaw, DEFAULT_SOCKET } from './client';
 import type { EditOp, ServiceRef } from './edits';
-import { classicError, daemonError, keepUvsSettings, parseArgs, parseRestore, PROGRAM, splitSocket, type ListFormat, type ParseEnv, type RestoreLine } from './ipvsadm-args';
+import { classicError, daemonError, keepUvsSettings } from './ipvsadm/answers';
+import type { ListFormat, ParseEnv } from './ipvsadm/command';
+import { parseArgs, splitSocket } from './ipvsadm/parse';
+import { parseRestore, type RestoreLine } from './ipvsadm/restore';
+import { PROGRAM } from './ipvsadm/tables';
 import {
   formatConnections,
   formatDrains,
@@ -19,20 +39,13 @@ import {
   formatTimeouts,
   formatWorkers,
   type FmtConnection,
-  type FmtDrain,
-  type FmtDefense,
-  type FmtHealth,
   type FmtService,
-  type FmtWorker,
   type Names,
-} from './ipvsadm-format';
-import { resolveNames } from './names';
+} from './ipvsadm/format';
+import { resolveNames } from './ipvsadm/names';
 
-interface ApiError {
-  code?: string;
-  message?: string;
-  path?: string;
-}
+/** An answer as read: the route's type when it succeeded; on a refusal only an ApiError's fields are there. */
+type Answer<T> = T & Partial<ApiError>;
 
 const out = (s: string) => process.stdout.write(s);
 const err = (s: string) => process.stderr.write(s);
@@ -74,7 +87,7 @@ async function call<T>(socket: string, method: string, path: string, body?: unkn
 
 /** A GET that must succeed: its body, or the daemon's error printed and null. */
 async function get<T>(socket: string, path: string): Promise<T | null> {
-  const r = await call<T & ApiError>(socket, 'GET', path);
+  const r = await call<Answer<T>>(socket, 'GET', path);
   if (r.status === 200) return r.body;
   err(`${PROGRAM}: ${r.body.code ?? r.status}: ${r.body.message ?? 'request failed'}\n`);
   return null;
@@ -88,11 +101,11 @@ async function get<T>(socket: string, path: string): Promise<T | null> {
 async function sendBatch(socket: string, ops: EditOp[], lines?: RestoreLine[]): Promise<number> {
   if (ops.length === 0) return 0;
   if (ops.some((o) => o.op === 'editService')) {
-    const cfg = await get<{ document: unknown }>(socket, '/v1/config');
+    const cfg = await get<ConfigResponse>(socket, '/v1/config');
     if (cfg === null) return 1;
     keepUvsSettings(ops, cfg.document);
   }
-  const r = await call<ApiError>(socket, 'POST', '/v1/batch', { ops });
+  const r = await call<Answer<AppliedResponse>>(socket, 'POST', '/v1/batch', { ops });
   if (r.status === 200) return 0;
   const m = /^ops\[(\d+)\]/.exec(r.body.path ?? '');
   const i = m ? Number(m[1]) : -1;
@@ -123,35 +136,35 @@ async function list(socket: string, what: string, format: ListFormat, service: S
     case 'daemon': {
       // No sync daemon ever runs in uvs: nothing to print (ipvsadm prints a line per running
       // one). uvsd must still answer, as ipvsadm needs the kernel's answer.
-      if (!(await get<unknown>(socket, '/v1/info'))) return 1;
+      if (!(await get<InfoResponse>(socket, '/v1/info'))) return 1;
       return 0;
     }
     case 'timeout': {
-      const t = await get<{ tcp: number; tcpFin: number; udp: number }>(socket, '/v1/timeouts');
+      const t = await get<TimeoutsResponse>(socket, '/v1/timeouts');
       if (!t) return 1;
       out(formatTimeouts(t));
       return 0;
     }
     case 'drain': {
-      const b = await get<{ checkInterval: number; draining: FmtDrain[] }>(socket, '/v1/drains');
+      const b = await get<DrainsResponse>(socket, '/v1/drains');
       if (!b) return 1;
       out(formatDrains(b.checkInterval, b.draining));
       return 0;
     }
     case 'defense': {
-      const b = await get<FmtDefense>(socket, '/v1/defense');
+      const b = await get<DefenseResponse>(socket, '/v1/defense');
       if (!b) return 1;
       out(formatDefense(b));
       return 0;
     }
     case 'health': {
-      const b = await get<{ checks: FmtHealth[] }>(socket, '/v1/health');
+      const b = await get<HealthResponse>(socket, '/v1/health');
       if (!b) return 1;
       out(formatHealth(b.checks));
       return 0;
     }
     case 'workers': {
-      const b = await get<{ workers: FmtWorker[] }>(socket, '/v1/stats');
+      const b = await get<StatsResponse>(socket, '/v1/stats');
       if (!b) return 1;
       out(formatWorkers(b.workers));
       return 0;
@@ -160,7 +173,7 @@ async function list(socket: string, what: string, format: ListFormat, service: S
       // /proc/net/ip_vs_conn has no paging; the API pages by 100000.
       const rows: FmtConnection[] = [];
       for (let offset = 0; ; ) {
-        const b = await get<{ total: number; connections: FmtConnection[] }>(socket, `/v1/connections?limit=100000&offset=${offset}`);
+        const b = await get<ConnectionsResponse>(socket, `/v1/connections?limit=100000&offset=${offset}`);
         if (!b) return 1;
         rows.push(...b.connections);
         offset += b.connections.length;
@@ -171,7 +184,7 @@ async function list(socket: string, what: string, format: ListFormat, service: S
       return 0;
     }
     default: {
-      const b = await get<{ tableSize: number; services: FmtService[] }>(socket, '/v1/services');
+      const b = await get<ServicesResponse>(socket, '/v1/services');
       if (!b) return 1;
       if (service) {
         const one = b.services.filter((s) => sameRef(s, service));
@@ -192,8 +205,7 @@ async function list(socket: string, what: string, format: ListFormat, service: S
  * through -R.
  */
 async function save(socket: string, numeric: boolean): Promise<number> {
-  type Cfg = { protocol: string; address: string; port: number; scheduler: string; schedFlags?: string[]; persistence?: number; netmask?: string; realServers: { address: string; port: number; weight: number; forwarding: string; upperThreshold?: number; lowerThreshold?: number; proxyProtocol?: string }[] };
-  const b = await get<{ effective: { services: Cfg[] } }>(socket, '/v1/config');
+  const b = await get<ConfigResponse>(socket, '/v1/config');
   if (!b) return 1;
   const zero = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };
   const services: FmtService[] = b.effective.services.map((s) => ({
@@ -218,7 +230,11 @@ async function save(socket: string, numeric: boolean): Promise<number> {
 async function capture(socket: string, args: string[]): Promise<number> {
   const body: Record<string, unknown> = {};
   let file: string | null = null;
-  const num = (v: string | undefined, opt: string): number | null => (v !== undefined && /^\d+$/.test(v) ? Number(v) : (err(`${PROGRAM}: ${opt} needs a number, got ${JSON.stringify(v ?? '')}\n`), null));
+  const num = (v: string | undefined, opt: string): number | null => {
+    if (v !== undefined && /^\d+$/.test(v)) return Number(v);
+    err(`${PROGRAM}: ${opt} needs a number, got ${JSON.stringify(v ?? '')}\n`);
+    return null;
+  };
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
     const v = args[i + 1];
@@ -252,9 +268,9 @@ async function capture(socket: string, args: string[]): Promise<number> {
   const seconds = typeof body.seconds === 'number' ? body.seconds : 10;
   const r = await apiCallRaw(socket, 'POST', '/v1/capture', body, (seconds + 10) * 1000);
   if (r.status !== 200) {
-    let e: ApiError = {};
+    let e: Partial<ApiError> = {};
     try {
-      e = JSON.parse(r.body.toString('utf8')) as ApiError;
+      e = JSON.parse(r.body.toString('utf8')) as Partial<ApiError>;
     } catch {
       /* not JSON */
     }
@@ -303,7 +319,7 @@ async function main(argv: string[]): Promise<number> {
         return await sendBatch(socket, r.ops, r.lines);
       }
       case 'zero': {
-        const r = await call<ApiError>(socket, 'POST', '/v1/zero', c.service ? { service: c.service } : {});
+        const r = await call<Answer<ZeroResponse>>(socket, 'POST', '/v1/zero', c.service ? { service: c.service } : {});
         if (r.status === 200) return 0;
         const classic = classicError('zero', r.body);
         if (classic) err(`${classic}\n`);
@@ -311,7 +327,7 @@ async function main(argv: string[]): Promise<number> {
         return 255;
       }
       case 'reload': {
-        const r = await call<ApiError & { version?: number }>(socket, 'POST', '/v1/reload');
+        const r = await call<Answer<AppliedResponse>>(socket, 'POST', '/v1/reload');
         if (r.status !== 200) {
           err(`${PROGRAM}: reload rejected: ${r.body.code}: ${r.body.message}\n`);
           return 1;
@@ -322,7 +338,7 @@ async function main(argv: string[]): Promise<number> {
       case 'maintenance':
         return await maintenance(socket, c.action);
       case 'killWorker': {
-        const r = await call<ApiError>(socket, 'POST', `/v1/workers/${encodeURIComponent(c.worker)}/kill`);
+        const r = await call<Answer<KillWorkerResponse>>(socket, 'POST', `/v1/workers/${encodeURIComponent(c.worker)}/kill`);
         if (r.status !== 202) {
           err(`${PROGRAM}: ${r.body.message}\n`);
           return 1;
@@ -338,20 +354,12 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
-interface MaintenanceStatus extends ApiError {
-  table: number;
-  maintenance: boolean;
-  since: string | null;
-  announced: boolean;
-  idleSeconds: number;
-}
-
 /** `--maintenance wait`: idle means no packet for this long (the router has converged, s). */
 const MAINTENANCE_QUIET_S = 2;
 /** … and it gives up after this long (s): exit 1, the node still carries traffic. */
 const MAINTENANCE_WAIT_MAX_S = 300;
 
-function maintenanceLine(m: MaintenanceStatus): string {
+function maintenanceLine(m: MaintenanceResponse): string {
   const mode = m.maintenance ? `maintenance on since ${m.since}` : 'maintenance off';
   const ann = m.table === 0 ? 'announces nothing (no dataplane.announceTable)' : m.announced ? `announced (table ${m.table})` : `not announced (table ${m.table})`;
   return `${mode}; ${ann}; last packet ${m.idleSeconds.toFixed(1)} s ago\n`;
@@ -364,7 +372,7 @@ function maintenanceLine(m: MaintenanceStatus): string {
  */
 async function maintenance(socket: string, action: 'on' | 'off' | 'status' | 'wait'): Promise<number> {
   if (action === 'on' || action === 'off') {
-    const r = await call<MaintenanceStatus>(socket, 'PUT', '/v1/maintenance', { enabled: action === 'on' });
+    const r = await call<Answer<MaintenanceResponse>>(socket, 'PUT', '/v1/maintenance', { enabled: action === 'on' });
     if (r.status !== 200) {
       err(`${PROGRAM}: maintenance ${action} refused: ${r.body.code}: ${r.body.message}\n`);
       return 1;
@@ -374,7 +382,7 @@ async function maintenance(socket: string, action: 'on' | 'off' | 'status' | 'wa
   }
   const deadline = Date.now() + MAINTENANCE_WAIT_MAX_S * 1000;
   for (;;) {
-    const r = await call<MaintenanceStatus>(socket, 'GET', '/v1/maintenance');
+    const r = await call<Answer<MaintenanceResponse>>(socket, 'GET', '/v1/maintenance');
     if (r.status !== 200) {
       err(daemonError(r.body, r.status));
       return 1;

@@ -2,10 +2,13 @@
 /**
  * uvsd — the uvs daemon. One per load-balancer node.
  */
+import type { Logger } from 'pino';
+import { startApi } from './api';
 import { loadConfigFile } from './config';
-import { Daemon } from './daemon';
+import { Daemon, type Serve } from './daemon';
 import type { UvsError } from './errors';
 import { makeLogger } from './log';
+import { startHealthz, startMetrics } from './metrics';
 import { cleanupRouting } from '../lb/dataplane';
 
 const HELP = `Usage: uvsd --config FILE [-v] [--pretty]
@@ -24,6 +27,16 @@ root-only unix socket (api.socket).
 
 Signals: SIGHUP reloads the configuration (a bad file is rejected, the running one stays);
 SIGINT/SIGTERM stop and remove everything uvsd created.`;
+
+/** The daemon's listeners: the admin API (its unix socket, and api.listen), then metrics and healthz when configured. */
+function listeners(log: Logger): Serve {
+  return async (d, keep) => {
+    const cfg = d.cfg;
+    keep(await startApi(d, cfg.api.socket, log.child({ component: 'api' }), cfg.api));
+    if (cfg.metrics.address) keep(await startMetrics(d, cfg.metrics.address, cfg.metrics.token));
+    if (cfg.healthz.address) keep(await startHealthz(d, cfg.healthz.address, cfg.healthz.token));
+  };
+}
 
 async function main(argv: string[]): Promise<number> {
   let config: string | undefined;
@@ -71,7 +84,7 @@ async function main(argv: string[]): Promise<number> {
   const log = makeLogger(verbose ? 'debug' : cfgLevel, pretty || cfgPretty);
   let daemon: Daemon;
   try {
-    daemon = await Daemon.start(config, log);
+    daemon = await Daemon.start(config, log, listeners(log));
   } catch (e) {
     const err = e as UvsError;
     log.fatal({ code: err.code, err: err.message }, 'uvsd failed to start');

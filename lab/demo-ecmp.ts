@@ -5,6 +5,7 @@
  * node carries before and after each event, the adoptions, and the streams kept and lost;
  * removes everything at the end, on failure or on Ctrl-C.
  */
+import type { StatsResponse } from '../control/api-types';
 import { apiCall } from '../control/client';
 import { echoStreams } from './clients';
 import { EcmpLab } from './ecmp-lab';
@@ -38,7 +39,7 @@ export async function ecmpDemo(): Promise<number> {
   }
   const service = (vip: string, rs: string[]) => ({ protocol: 'tcp', address: vip, port: PORT, scheduler: 'mh', schedFlags: ['mh-fallback', 'mh-port'], forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) });
   const services = [service(LAB_VIP, lab.rsAddrs), service(LAB_VIP6, lab.rsAddrs6)];
-  const stats = async (k: number) => (await apiCall<{ adopted: number; redis: { lookups: { hit: number } } }>(lab.socket(k), 'GET', '/v1/stats')).body;
+  const stats = async (k: number) => (await apiCall<StatsResponse>(lab.socket(k), 'GET', '/v1/stats')).body;
   const adopted = async (ks: number[]) => Object.fromEntries(await Promise.all(ks.map(async (k) => [k, (await stats(k)).adopted] as const))) as Record<number, number>;
   const line = (label: string, nodes: number[], ks: number[]) => {
     const per = ks.map((k) => `lb${k} ${String(nodes.filter((n) => n === k).length).padStart(3)}`).join('   ');
@@ -98,7 +99,7 @@ export async function ecmpDemo(): Promise<number> {
     const a2 = await adopted([1, 3, 4]);
     const s4 = await stats(4);
     line('after lb4 joined', b2, [1, 2, 3, 4]);
-    console.log(`  adopted: lb1 ${a2[1]! - a1[1]!}, lb3 ${a2[3]! - a1[3]!}, lb4 ${a2[4]} (lb4: ${s4.redis.lookups.hit} by a Redis lookup, the rest from records published since it subscribed)`);
+    console.log(`  adopted: lb1 ${a2[1]! - a1[1]!}, lb3 ${a2[3]! - a1[3]!}, lb4 ${a2[4]} (lb4: ${s4.redis!.lookups.hit} by a Redis lookup, the rest from records published since it subscribed)`);
 
     title('6. The streams end');
     const ss = await st.done;

@@ -10,8 +10,9 @@
  * removes everything (also on Ctrl-C).
  */
 import { join } from 'node:path';
+import type { ServicesResponse, StatsResponse } from '../control/api-types';
 import { apiCall } from '../control/client';
-import { formatList, type FmtService } from '../control/ipvsadm-format';
+import { formatList } from '../control/ipvsadm/format';
 import { blackout } from '../perf/failures';
 import { blobDownload, runTool } from './clients';
 import { FailoverLab, LAB_VRRP, NEXT_HOP, GATEWAY, waitFor, type KillKind, type LbNode } from './failover-lab';
@@ -19,12 +20,6 @@ import { Lab, LAB_VIP } from './lab';
 
 function title(s: string): void {
   console.log(`\n\x1b[1m== ${s}\x1b[0m`);
-}
-
-interface Stats {
-  adopted: number;
-  shadows: number;
-  redis: { written: number; received: number } | null;
 }
 
 export async function failoverDemo(): Promise<number> {
@@ -43,10 +38,10 @@ export async function failoverDemo(): Promise<number> {
     });
   }
   const list = async (n: LbNode) => {
-    const v = (await apiCall<{ tableSize: number; services: FmtService[] }>(lab.socket(n), 'GET', '/v1/services')).body;
+    const v = (await apiCall<ServicesResponse>(lab.socket(n), 'GET', '/v1/services')).body;
     process.stdout.write(formatList(v.tableSize, v.services, { header: false }));
   };
-  const stats = async (n: LbNode) => (await apiCall<Stats>(lab.socket(n), 'GET', '/v1/stats')).body;
+  const stats = async (n: LbNode) => (await apiCall<StatsResponse>(lab.socket(n), 'GET', '/v1/stats')).body;
   const svcs = [
     { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 8080 })) },
     { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 5353 })) },

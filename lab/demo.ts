@@ -6,8 +6,9 @@
  */
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
+import type { ConnectionsResponse, ServicesResponse, StatsResponse } from '../control/api-types';
 import { apiCall } from '../control/client';
-import { formatConnections, formatList, type FmtConnection, type FmtService } from '../control/ipvsadm-format';
+import { formatConnections, formatList } from '../control/ipvsadm/format';
 import { hasCommand, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from './lab';
 
 const ROOT = join(__dirname, '..', '..');
@@ -105,18 +106,18 @@ async function main(): Promise<number> {
     await sleep(800);
 
     title('8. uvsadm -Ln (ipvsadm layout)');
-    const svcs = (await apiCall<{ tableSize: number; services: FmtService[] }>(lab.socket, 'GET', '/v1/services')).body;
+    const svcs = (await apiCall<ServicesResponse>(lab.socket, 'GET', '/v1/services')).body;
     process.stdout.write(formatList(svcs.tableSize, svcs.services));
     title('9. uvsadm -Ln --stats');
     process.stdout.write(formatList(svcs.tableSize, svcs.services, { stats: true, header: false }));
     title('10. uvsadm -Lnc (first 8 entries)');
-    const conns = (await apiCall<{ total: number; connections: FmtConnection[] }>(lab.socket, 'GET', '/v1/connections?limit=8')).body;
+    const conns = (await apiCall<ConnectionsResponse>(lab.socket, 'GET', '/v1/connections?limit=8')).body;
     process.stdout.write(formatConnections(conns.connections));
     console.log(`  … ${conns.total} entries in the connection table`);
     await new Promise((r) => bg.on('exit', r));
 
     title('11. Dataplane counters');
-    const st = (await apiCall<{ packets: Record<string, number>; drops: Record<string, number>; workers: { id: number; rxPackets: number }[] }>(lab.socket, 'GET', '/v1/stats')).body;
+    const st = (await apiCall<StatsResponse>(lab.socket, 'GET', '/v1/stats')).body;
     console.log(`  packets in ${st.packets.rxPackets}, out ${st.packets.txPackets}, new connections ${st.packets.connsNew}`);
     console.log(`  per worker: ${st.workers.map((w) => `#${w.id} ${w.rxPackets} packets`).join(', ')}`);
     const drops = Object.entries(st.drops).filter(([, v]) => v > 0);

@@ -23,6 +23,7 @@ import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:
 import { existsSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import type { ConnectionsResponse } from '../control/api-types';
 import { apiCall } from '../control/client';
 import { hasCommand, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sh, sleep } from './lab';
 
@@ -455,7 +456,7 @@ export class EcmpLab {
       // moment; the node that saw its latest packet carries it.
       const at = new Map<number, [number, number]>();
       for (const k of ks) {
-        const r = await apiCall<{ connections: { client: string; state: string; expiresIn: number; shadow: boolean }[] }>(this.socket(k), 'GET', '/v1/connections?limit=100000');
+        const r = await apiCall<ConnectionsResponse>(this.socket(k), 'GET', '/v1/connections?limit=100000');
         for (const x of r.body.connections ?? []) {
           if (x.shadow || x.state !== 'ESTABLISHED' || x.expiresIn < 900 - 1.5) continue;
           const port = Number(x.client.slice(x.client.lastIndexOf(':') + 1));

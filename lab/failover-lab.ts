@@ -30,6 +30,7 @@ import { chmodSync, constants, existsSync, mkdirSync, openSync, readFileSync, rm
 import { Socket } from 'node:net';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import type { ConnectionsResponse } from '../control/api-types';
 import { apiCall } from '../control/client';
 import { Lab, LAB_VIP6_CIDR, LAB_VIP_CIDR, sh, sleep } from './lab';
 
@@ -519,7 +520,7 @@ export class FailoverLab {
    * state — or in any state with `anyState` — and UDP ones.
    */
   async flows(node: LbNode, anyState = false): Promise<string[]> {
-    const rows = (await apiCall<{ connections: { protocol: string; client: string; virtual: string; realServer: string; state: string }[] }>(this.socket(node), 'GET', '/v1/connections?limit=100000')).body.connections;
+    const rows = (await apiCall<ConnectionsResponse>(this.socket(node), 'GET', '/v1/connections?limit=100000')).body.connections;
     return rows
       .filter((c) => c.protocol === 'UDP' || (c.protocol === 'TCP' && (anyState || c.state === 'ESTABLISHED')))
       .map((c) => `${c.protocol.toLowerCase()}/${c.virtual.replace(/^.*:/, '')} ${c.client}|${c.virtual}|${c.realServer}`);

@@ -363,6 +363,7 @@ export class PacketProcessor {
         r.pp = 0;
         r.ppSeq = 0;
         if (v6) r.hi.set(thi);
+        r.inBucket = tk.bucket; // templateFor just hashed this key
         // A new template's timer is the persistence timeout away; one found in a race is valid.
         tmpl = t.insertTemplate(r, tv);
         if (tmpl < 0) return drop(c, tmpl === -3 ? Drop.ChainFull : Drop.TableFull);
@@ -392,7 +393,11 @@ export class PacketProcessor {
     r.now = c.now;
     r.templateMs = 0;
     if (v6) for (let i = 0; i < 6; i++) r.hi[i] = hi[i]!;
+    r.inBucket = c.key.bucket; // lookupIn just hashed this key (insert then clears it)
+    const f = c.flow;
     let ne: number;
+    /** insertIn touched the flow with this packet already (masq, tunnel, DR). */
+    let touched = false;
     if (fwd2 === L.FWD_FULLNAT) {
       // PROXY protocol: the flow's header length and version, fixed for its life (E_PP).
       const ver = (proto & 0xff) === P.IPPROTO_TCP ? c.snapshot.proxyProtocol[r.rs]! : 0;
@@ -413,7 +418,8 @@ export class PacketProcessor {
       r.flags = fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2;
       r.pp = 0;
       r.ppSeq = 0;
-      ne = t.insert(r);
+      ne = t.insertIn(r, f, c.ev, c.now);
+      touched = ne >= 0;
     }
     const created = r.created;
     if (tmpl >= 0) {
@@ -422,8 +428,7 @@ export class PacketProcessor {
     }
     if (ne < 0) return drop(c, ne === -3 ? Drop.ChainFull : Drop.TableFull);
     // f may show another server than chosen: another worker created the flow first.
-    const f = c.flow;
-    t.touchIn(ne, f, c.ev, c.now);
+    if (!touched) t.touchIn(ne, f, c.ev, c.now);
     this.touched(f);
     if (created) {
       c.counters[L.C_CONNS_NEW]!++;

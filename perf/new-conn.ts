@@ -14,6 +14,9 @@
  *     --only V,…     run only these comparisons: path, steps, against, or a stub's name
  *     --against DIR  also compare the whole SYN path with another build's dist/ directory (a copy
  *                    of the tree with a change, compiled elsewhere): the A/B of an experiment
+ *                    (caution: two builds whose code differs, in one process, were seen to run
+ *                    the second-loaded one up to 2× slower — perf/PACKET-PATH.md; packet-path.ts
+ *                    --against gives each build a process of its own)
  *
  * Method. A comparison loads the dataplane modules twice or more in one process (each copy its
  * own classes, so V8 optimises each alone, as in a process of its own), gives each copy its own

@@ -9,6 +9,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import type { ApiError, AppliedResponse, ConnectionsResponse, ServicesResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { blobSha256 } from '../../lab/blob';
 import { Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR } from '../../lab/lab';
@@ -17,19 +18,6 @@ import { needTool, waitFor, waitForLine } from '../helpers/wait';
 const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
 const isRoot = process.getuid?.() === 0;
-
-interface RsView {
-  address: string;
-  port: number;
-  weight: number;
-  activeConns: number;
-  inactConns: number;
-}
-interface SvcView {
-  protocol: string;
-  port: number;
-  realServers: RsView[];
-}
 
 describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (network namespaces, TUN)'), timeout: 600_000 }, () => {
   const lab = new Lab({ prefix: `uvt${process.pid % 100000}` });
@@ -89,7 +77,7 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
   const api = <T>(method: string, path: string) => apiCall<T>(lab.socket, method, path);
   const reloadWith = async (svcs: unknown[]) => {
     writeFileSync(configFile, stringify(labConfig(svcs)));
-    const r = await api<{ ok?: boolean }>('POST', '/v1/reload');
+    const r = await api<AppliedResponse>('POST', '/v1/reload');
     assert.equal(r.status, 200, `reload failed: ${JSON.stringify(r.body)}`);
   };
   const nameOf = (addr: string) => `rs${rs.indexOf(addr) + 1}`;
@@ -104,12 +92,12 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       }),
     );
   };
-  const activeOn = async (port: number) => (await api<{ services: SvcView[] }>('GET', '/v1/services')).body.services.filter((x) => x.port === port).reduce((n, x) => n + x.realServers.reduce((a, r) => a + r.activeConns, 0), 0);
+  const activeOn = async (port: number) => (await api<ServicesResponse>('GET', '/v1/services')).body.services.filter((x) => x.port === port).reduce((n, x) => n + x.realServers.reduce((a, r) => a + r.activeConns, 0), 0);
   /** The real server of the ESTABLISHED connection to VIP port 7 (hold-echo), once uvs tracks it. */
   const echoConnection = async () => {
     let found: { virtual: string; realServer: string; state: string } | undefined;
     await waitFor('the echo connection to be tracked as ESTABLISHED', async () => {
-      const conns = (await api<{ connections: { virtual: string; realServer: string; state: string }[] }>('GET', '/v1/connections')).body.connections;
+      const conns = (await api<ConnectionsResponse>('GET', '/v1/connections')).body.connections;
       found = conns.find((c) => c.virtual.endsWith(':7') && c.state === 'ESTABLISHED');
       return found !== undefined;
     });
@@ -166,7 +154,7 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     const bytes = 20 * 1024 * 1024;
     const sum = client('sh', ['-c', `curl -s -m 60 "http://${LAB_VIP}:8080/blob?bytes=${bytes}&seed=11" | sha256sum`], 90000).split(' ')[0];
     assert.equal(sum, blobSha256(11, bytes));
-    const conns = (await api<{ connections: { virtual: string; realServer: string; state: string }[] }>('GET', '/v1/connections')).body.connections.filter((c) => c.virtual.endsWith(':8080'));
+    const conns = (await api<ConnectionsResponse>('GET', '/v1/connections')).body.connections.filter((c) => c.virtual.endsWith(':8080'));
     assert.ok(conns.length >= 4 && conns.every((c) => c.realServer.endsWith(':8080')), 'tracked, no port mapping');
   });
 
@@ -247,7 +235,7 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       await waitFor('both held connections to be active', async () => (await activeOn(83)) === 2);
       const third = tool(['tcp-connect', LAB_VIP, '83', '1500']);
       assert.equal(third.connected, false, 'no port left for a third connection');
-      const drops = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
+      const drops = (await api<StatsResponse>('GET', '/v1/stats')).body.drops;
       assert.ok((drops.fullnat_ports_exhausted ?? 0) >= 1, 'counted as fullnat_ports_exhausted');
       const codes = await Promise.all(holds.map((h) => new Promise<number | null>((r) => h.on('exit', r))));
       assert.deepEqual(codes, [0, 0], 'the two connections that had ports completed');
@@ -321,7 +309,7 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     assert.equal(code, 0, `hold-echo: ${text}`);
     assert.equal(r.server, nameOf(quiesced));
     assert.ok(r.sent > 40 && r.echoed === r.sent, `every line echoed: ${text}`);
-    const svcs = (await api<{ services: SvcView[] }>('GET', '/v1/services')).body.services;
+    const svcs = (await api<ServicesResponse>('GET', '/v1/services')).body.services;
     assert.equal(svcs.find((s) => s.port === 7)!.realServers.find((x) => x.address === quiesced)!.weight, 0);
     await reloadWith(services());
   });
@@ -352,13 +340,13 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       // applies the narrow link now instead of waiting for the timer.
       assert.equal((await api('POST', '/v1/reload')).status, 200);
       for (const vip of [LAB_VIP, LAB_VIP6]) {
-        const before = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
+        const before = (await api<StatsResponse>('GET', '/v1/stats')).body.drops;
         const bytes = 8 * 1024 * 1024;
         const out = client('sh', ['-c', `head -c ${bytes} /dev/urandom > /tmp/${p}-up && sha256sum < /tmp/${p}-up && timeout 40 nc -N ${vip} 84 < /tmp/${p}-up | tail -c +5 | sha256sum; rm -f /tmp/${p}-up`], 60000);
         // The echo server greets with "rs1\n" (4 bytes) before echoing.
         const [sent, echoed] = out.trim().split('\n').map((l) => l.split(' ')[0]);
         assert.equal(echoed, sent, `${vip}: 8 MB went up through the narrow link and came back intact`);
-        const after = (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
+        const after = (await api<StatsResponse>('GET', '/v1/stats')).body.drops;
         assert.ok((after.too_big ?? 0) > (before.too_big ?? 0), `${vip}: uvs answered oversize segments with fragmentation needed / Packet Too Big`);
       }
     } finally {
@@ -375,12 +363,12 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
   });
 
   test('random and malformed packets written into the device leave the daemon running and are counted', async () => {
-    const before = (await api<{ drops: Record<string, number>; packets: { rxPackets: number } }>('GET', '/v1/stats')).body;
+    const before = (await api<StatsResponse>('GET', '/v1/stats')).body;
     const r = JSON.parse(lab.exec(lab.lbNs, process.execPath, [TOOLS, 'inject', 'uvs0', '1600', '42', LAB_VIP, lab.clientAddr]));
     assert.equal(r.sent, 1600);
     let afterStats = before;
     await waitFor('the 1600 injected packets to be read', async () => {
-      afterStats = (await api<{ drops: Record<string, number>; packets: { rxPackets: number } }>('GET', '/v1/stats')).body;
+      afterStats = (await api<StatsResponse>('GET', '/v1/stats')).body;
       return afterStats.packets.rxPackets - before.packets.rxPackets >= 1600;
     });
     const d = (k: string) => afterStats.drops[k]! - before.drops[k]!;
@@ -400,14 +388,14 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     let text = '';
     hold.stdout.on('data', (d: Buffer) => (text += d.toString()));
     await echoConnection();
-    const beforeW = (await api<{ workers: { id: number; restarts: number }[] }>('GET', '/v1/stats')).body.workers;
+    const beforeW = (await api<StatsResponse>('GET', '/v1/stats')).body.workers;
     for (const w of beforeW) {
       const k = await api('POST', `/v1/workers/${w.id}/kill`);
       assert.equal(k.status, 202);
     }
     const code = await new Promise<number | null>((r) => hold.on('exit', r));
     assert.equal(code, 0, `hold-echo survived the worker kills: ${text}`);
-    const afterW = (await api<{ workers: { id: number; restarts: number; ready: boolean }[] }>('GET', '/v1/stats')).body.workers;
+    const afterW = (await api<StatsResponse>('GET', '/v1/stats')).body.workers;
     for (const w of afterW) {
       assert.equal(w.restarts, beforeW.find((b) => b.id === w.id)!.restarts + 1);
       assert.ok(w.ready);
@@ -420,14 +408,14 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     const bad = structuredClone(good) as { services: { realServers: { weight: number }[] }[] };
     bad.services[0]!.realServers[0]!.weight = -1;
     writeFileSync(configFile, stringify(bad));
-    const r = await api<{ code: string; message: string; path: string }>('POST', '/v1/reload');
+    const r = await api<ApiError>('POST', '/v1/reload');
     assert.equal(r.status, 400);
     assert.equal(r.body.code, 'UVS_ERR_CONFIG_INVALID');
     assert.equal(r.body.path, 'services[0].realServers[0].weight');
-    const failedBefore = (await api<{ reloads: { failed: number } }>('GET', '/v1/stats')).body.reloads.failed;
+    const failedBefore = (await api<StatsResponse>('GET', '/v1/stats')).body.reloads.failed;
     writeFileSync(configFile, 'services: [ {');
     execFileSync('kill', ['-HUP', String(lab.uvsdProcess!.pid)]);
-    await waitFor('the broken file to be refused', async () => (await api<{ reloads: { failed: number } }>('GET', '/v1/stats')).body.reloads.failed > failedBefore);
+    await waitFor('the broken file to be refused', async () => (await api<StatsResponse>('GET', '/v1/stats')).body.reloads.failed > failedBefore);
     assert.equal(lab.uvsdProcess?.exitCode, null);
     assert.deepEqual(curlMany(3, `http://${LAB_VIP}/`), { rs1: 1, rs2: 1, rs3: 1 });
     writeFileSync(configFile, stringify(good));

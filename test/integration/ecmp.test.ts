@@ -15,6 +15,7 @@ import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
+import type { MaintenanceResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { echoStreams, type EchoStream } from '../../lab/clients';
 import { EcmpLab, ECMP_REDIS } from '../../lab/ecmp-lab';
@@ -25,20 +26,12 @@ const isRoot = process.getuid?.() === 0;
 const skip = !isRoot ? 'integration tests need root' : !hasCommand('redis-server') ? 'redis-server missing' : !EcmpLab.available() ? 'BIRD 2 missing (apt-get install bird2)' : false;
 const PORT = 9007; // the lab servers' TCP echo
 
-interface Stats {
-  table: { entries: number };
-  shadows: number;
-  adopted: number;
-  redis: { connected: boolean; written: number; lookups: { hit: number; miss: number } } | null;
-  announce: { announced: boolean; maintenance: boolean; idleSeconds: number };
-}
-
 describe('ECMP: LB nodes active-active behind BGP multipath, flows carried across re-hashes', { skip, timeout: 900_000 }, () => {
   const lab = new EcmpLab(`uve${process.pid % 10000}`);
   const killed = new Set<number>();
   const service = (vip: string, rs: string[]) => ({ protocol: 'tcp', address: vip, port: PORT, scheduler: 'mh', schedFlags: ['mh-fallback', 'mh-port'], forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) });
   const services = () => [service(LAB_VIP, lab.rsAddrs), service(LAB_VIP6, lab.rsAddrs6)];
-  const stats = async (k: number) => (await apiCall<Stats>(lab.socket(k), 'GET', '/v1/stats')).body;
+  const stats = async (k: number) => (await apiCall<StatsResponse>(lab.socket(k), 'GET', '/v1/stats')).body;
   const figures: string[] = [];
   const figure = (s: string) => {
     figures.push(s);
@@ -270,7 +263,7 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const before = lab.nodeOfFlows(ready.ports, PORT);
     const adopted0 = await adoptedBy([1, 3]);
     const t0 = Date.now();
-    const on = await apiCall<{ maintenance: boolean; announced: boolean }>(lab.socket(2), 'PUT', '/v1/maintenance', { enabled: true });
+    const on = await apiCall<MaintenanceResponse>(lab.socket(2), 'PUT', '/v1/maintenance', { enabled: true });
     assert.equal(on.status, 200, JSON.stringify(on.body));
     assert.deepEqual([on.body.maintenance, on.body.announced], [true, false]);
     const withdrawn = await lab.waitNexthops([1, 3]);

@@ -14,6 +14,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { ConnectionsResponse, ServicesResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { blobDownload, runTool, type Download } from '../../lab/clients';
 import { FailoverLab, LAB_VRRP, REDIS_ADDR, waitFor, type LbNode } from '../../lab/failover-lab';
@@ -33,24 +34,6 @@ const has = (cmd: string) => {
 const missing = ['redis-server', 'keepalived', 'curl'].filter((c) => !has(c));
 const skip = !isRoot ? 'integration tests need root' : missing.length && !process.env.CI ? `missing: ${missing.join(', ')}` : false;
 
-interface Stats {
-  adopted: number;
-  shadows: number;
-  redis: { connected: boolean; written: number; received: number; lookups: { hit: number; miss: number }; queueDepth: number } | null;
-}
-interface RsView {
-  address: string;
-  port: number;
-  weight: number;
-  activeConns: number;
-}
-interface Conn {
-  protocol: string;
-  client: string;
-  realServer: string;
-  state: string;
-}
-
 /** A download whose settling is visible synchronously (a stream that ended before the kill proves nothing). */
 function track(d: Download): Download & { running: () => boolean } {
   let settled = false;
@@ -67,17 +50,17 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
     { protocol: 'tcp', address: LAB_VIP, port: 7, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 9007 })) },
     { protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'rr', realServers: lab.rsAddrs6.map((a) => ({ address: a, port: 8080 })) },
   ];
-  const stats = async (n: LbNode) => (await apiCall<Stats>(lab.socket(n), 'GET', '/v1/stats')).body;
+  const stats = async (n: LbNode) => (await apiCall<StatsResponse>(lab.socket(n), 'GET', '/v1/stats')).body;
   const realServers = async (n: LbNode, port: number) =>
-    (await apiCall<{ services: { protocol: string; address: string; port: number; realServers: RsView[] }[] }>(lab.socket(n), 'GET', '/v1/services')).body.services.find((s) => s.address === LAB_VIP && s.port === port)!.realServers;
-  const connections = async (n: LbNode) => (await apiCall<{ connections: Conn[] }>(lab.socket(n), 'GET', '/v1/connections')).body.connections;
+    (await apiCall<ServicesResponse>(lab.socket(n), 'GET', '/v1/services')).body.services.find((s) => s.address === LAB_VIP && s.port === port)!.realServers;
+  const connections = async (n: LbNode) => (await apiCall<ConnectionsResponse>(lab.socket(n), 'GET', '/v1/connections')).body.connections;
   /** Waits for a condition on a node's /v1/stats; a failure shows the stats it last saw. */
-  const waitStat = async (n: LbNode, what: string, cond: (s: Stats) => boolean, timeoutMs = 20000) => {
-    let last: Stats | undefined;
+  const waitStat = async (n: LbNode, what: string, cond: (s: StatsResponse) => boolean, timeoutMs = 20000) => {
+    let last: StatsResponse | undefined;
     try {
       await waitFor(async () => cond((last = await stats(n))), timeoutMs, `${n}: ${what}`);
     } catch (e) {
-      const seen = last ? { adopted: last.adopted, shadows: last.shadows, redis: last.redis, drops: (last as unknown as { drops?: unknown }).drops } : null;
+      const seen = last ? { adopted: last.adopted, shadows: last.shadows, redis: last.redis, drops: last.drops } : null;
       throw new Error(`${(e as Error).message}; last stats: ${JSON.stringify(seen)}`);
     }
   };
@@ -314,7 +297,7 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
 describe('Redis Cluster as the store', { skip, timeout: 600_000 }, () => {
   const lab = new FailoverLab(`uvk${process.pid % 10000}`);
   const ports = [7000, 7001, 7002];
-  const stats = async (n: LbNode) => (await apiCall<Stats>(lab.socket(n), 'GET', '/v1/stats')).body;
+  const stats = async (n: LbNode) => (await apiCall<StatsResponse>(lab.socket(n), 'GET', '/v1/stats')).body;
 
   before(async () => {
     lab.up();

@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import type { AppliedResponse, ConnectionsResponse, DrainsResponse, ServicesResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { Lab, LAB_VIP, sleep } from '../../lab/lab';
 import { needTool, waitFor as waitUntil } from '../helpers/wait';
@@ -17,21 +18,6 @@ import { needTool, waitFor as waitUntil } from '../helpers/wait';
 const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
 const isRoot = process.getuid?.() === 0;
-
-interface Drain {
-  service: string;
-  realServer: string;
-  since: string;
-  activeConns: number;
-  inactConns: number;
-  deadline: string | null;
-}
-interface RsView {
-  address: string;
-  weight: number;
-  configuredWeight: number;
-  draining: boolean;
-}
 
 describe('graceful termination', { skip: needTool(isRoot, 'root (network namespaces, TUN)'), timeout: 600_000 }, () => {
   const lab = new Lab({ prefix: `uvg${process.pid % 100000}` });
@@ -49,13 +35,13 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
   const api = <T>(method: string, path: string) => apiCall<T>(lab.socket, method, path);
   const apply = async (services: unknown[], extra: Record<string, unknown> = fast) => {
     writeFileSync(configFile, stringify(lab.config(services, extra)));
-    const r = await api<{ ok?: boolean }>('POST', '/v1/reload');
+    const r = await api<AppliedResponse>('POST', '/v1/reload');
     assert.equal(r.status, 200, JSON.stringify(r.body));
     return Date.now();
   };
-  const drains = async () => (await api<{ draining: Drain[] }>('GET', '/v1/drains')).body.draining;
+  const drains = async () => (await api<DrainsResponse>('GET', '/v1/drains')).body.draining;
   const webServers = async (port = 80) =>
-    (await api<{ services: { port: number; protocol: string; realServers: RsView[] }[] }>('GET', '/v1/services')).body.services.find((s) => s.port === port && s.protocol === 'tcp')?.realServers ?? [];
+    (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === port && s.protocol === 'tcp')?.realServers ?? [];
   const holdEcho = (seconds: number) => {
     const p = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', String(seconds), '100'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let text = '';
@@ -66,7 +52,7 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
   const echoServer = async (): Promise<string> => {
     let server = '';
     await waitUntil('the echo connection to be tracked as ESTABLISHED', async () => {
-      const conns = (await api<{ connections: { virtual: string; realServer: string; state: string }[] }>('GET', '/v1/connections')).body.connections;
+      const conns = (await api<ConnectionsResponse>('GET', '/v1/connections')).body.connections;
       const c = conns.find((x) => x.virtual.endsWith(':7') && x.state === 'ESTABLISHED');
       server = c ? c.realServer.split(':')[0]! : '';
       return c !== undefined;
@@ -169,13 +155,13 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
     p.on('exit', () => (running = false));
     let first = '';
     await waitUntil('the UDP flow to be tracked', async () => {
-      const conns = (await api<{ connections: { virtual: string; realServer: string }[] }>('GET', '/v1/connections')).body.connections;
+      const conns = (await api<ConnectionsResponse>('GET', '/v1/connections')).body.connections;
       first = conns.find((c) => c.virtual.endsWith(':53'))?.realServer.split(':')[0] ?? '';
       return first !== '';
     });
     await apply(svc(rs, {}, rs.filter((a) => a !== first)));
     assert.ok(running, 'the removal happened while the session was still sending');
-    const udpList = (await api<{ services: { port: number; realServers: RsView[] }[] }>('GET', '/v1/services')).body.services.find((s) => s.port === 53)!.realServers;
+    const udpList = (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === 53)!.realServers;
     assert.ok(!udpList.some((r) => r.address === first), 'deleted from the list at once');
     assert.ok(!(await drains()).some((d) => d.service.startsWith('udp')), 'UDP never drains');
     await new Promise((r) => p.on('exit', r));

@@ -13,6 +13,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import type { StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { blobSha256 } from '../../lab/blob';
 import { Lab, LAB_VIP, sleep } from '../../lab/lab';
@@ -22,11 +23,6 @@ const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
 const isRoot = process.getuid?.() === 0;
 const uringWhy = isRoot ? tunAddon().uringProbe() : 'not root';
-
-interface Stats {
-  packets: { rxPackets: number; txPackets: number; txBytes: number; txErrors: number };
-  workers: { id: number; ready: boolean; restarts: number; io: string | null }[];
-}
 
 /** io_uring instances the process holds (anon_inode:[io_uring] file descriptors). */
 function uringFds(pid: number): number {
@@ -49,7 +45,7 @@ for (const path of ['io_uring', 'poll'] as const) {
     const rs = lab.rsAddrs;
     const client = (cmd: string, args: string[], timeoutMs = 60000) => lab.exec(lab.clientNs, cmd, args, timeoutMs);
     const api = <T>(method: string, p: string) => apiCall<T>(lab.socket, method, p);
-    const stats = async () => (await api<Stats>('GET', '/v1/stats')).body;
+    const stats = async () => (await api<StatsResponse>('GET', '/v1/stats')).body;
     const services = [
       { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 8080 })) },
       { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },

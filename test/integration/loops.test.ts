@@ -9,6 +9,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
+import type { StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
 
@@ -22,15 +23,9 @@ const OTHER_VIP6 = 'fd00:200::77';
 const SYN = 2;
 const RST = 4;
 
-interface Stats {
-  packets: { rxPackets: number; txPackets: number };
-  drops: Record<string, number>;
-  generated: Record<string, Record<string, number>>;
-}
-
 describe('one spoofed packet sets off no packet loop', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 120_000 }, () => {
   const lab = new Lab({ prefix: `uvl${process.pid % 100000}`, realServers: 1 });
-  const stats = async () => (await apiCall<Stats>(lab.socket, 'GET', '/v1/stats')).body;
+  const stats = async () => (await apiCall<StatsResponse>(lab.socket, 'GET', '/v1/stats')).body;
   const spoof = (src: string, dst: string, sport: number, dport: number, flags: number) =>
     JSON.parse(lab.exec(lab.lbNs, process.execPath, [TOOLS, 'spoof', 'uvs0', src, dst, String(sport), String(dport), String(flags)])) as { sent: number };
 

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import type { ApiError, HealthResponse, ServicesResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { hasCommand, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
 
@@ -14,20 +15,6 @@ const ROOT = join(__dirname, '..', '..', '..');
 const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
 const isRoot = process.getuid?.() === 0;
 const run = promisify(execFile);
-
-interface RsView {
-  address: string;
-  weight: number;
-  configuredWeight: number;
-  healthy: boolean;
-  slowStartUntil: number | null;
-}
-interface Check {
-  realServer: string;
-  healthy: boolean;
-  checks: number;
-  lastError: string | null;
-}
 
 describe('operator features: ping checks, slow start, flow sampling', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 600_000 }, () => {
   const lab = new Lab({ prefix: `uvo${process.pid % 100000}` });
@@ -39,8 +26,8 @@ describe('operator features: ping checks, slow start, flow sampling', { skip: is
   const ping = { type: 'ping', interval: 0.3, timeout: 0.25, rise: 2, fall: 2 };
   const api = <T>(method: string, path: string, body?: unknown) => apiCall<T>(lab.socket, method, path, body);
   const servers = async (port: number, v6 = false) =>
-    (await api<{ services: { address: string; port: number; realServers: RsView[] }[] }>('GET', '/v1/services')).body.services.find((s) => s.port === port && s.address.includes(':') === v6)!.realServers;
-  const checks = async () => (await api<{ checks: Check[] }>('GET', '/v1/health')).body.checks;
+    (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === port && s.address.includes(':') === v6)!.realServers;
+  const checks = async () => (await api<HealthResponse>('GET', '/v1/health')).body.checks;
   const waitFor = async (what: string, fn: () => Promise<boolean>, timeoutMs: number) => {
     const deadline = Date.now() + timeoutMs;
     while (!(await fn())) {
@@ -159,9 +146,9 @@ describe('operator features: ping checks, slow start, flow sampling', { skip: is
     assert.ok(recs.some((r) => r.state === 'ESTABLISHED' && r.verdict === 'forward'), 'later packets of the flow');
     const noSvc = recs.find((r) => r.dport === 82)!;
     assert.deepEqual([noSvc.verdict, noSvc.reason], ['reply', 'no_service'], JSON.stringify(noSvc));
-    const busy = await Promise.all([api('POST', '/v1/capture', { sample: 1, seconds: 1 }), api<{ code: string }>('POST', '/v1/capture', { sample: 1, seconds: 1 })]);
+    const busy = await Promise.all([api('POST', '/v1/capture', { sample: 1, seconds: 1 }), api<ApiError>('POST', '/v1/capture', { sample: 1, seconds: 1 })]);
     assert.deepEqual(busy.map((b) => b.status).sort(), [200, 409], 'one capture at a time');
-    const bad = await api<{ code: string; path: string }>('POST', '/v1/capture', { sample: 1, seconds: 0 });
+    const bad = await api<ApiError>('POST', '/v1/capture', { sample: 1, seconds: 0 });
     assert.deepEqual([bad.status, bad.body.code], [400, 'UVS_ERR_API_BAD_REQUEST']);
   });
 });

@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { hasCommand, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
 
@@ -70,7 +71,7 @@ http {
   };
   const logLines = () => readFileSync(accessLog, 'utf8').split('\n').filter(Boolean).map((l) => l.split(' '));
   const sha256 = (file: string) => lab.exec(lab.clientNs, 'sha256sum', [file]).split(' ')[0]!;
-  const headers = async () => (await apiCall<{ proxyProtocolHeaders: number; drops: Record<string, number> }>(lab.socket, 'GET', '/v1/stats')).body;
+  const headers = async () => (await apiCall<StatsResponse>(lab.socket, 'GET', '/v1/stats')).body;
 
   before(async () => {
     lab.up();

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { stringify } from 'yaml';
+import type { ServicesResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { Lab, LAB_VIP, sleep } from '../../lab/lab';
 import { needTool } from '../helpers/wait';
@@ -27,7 +28,7 @@ describe('every scheduler carries real traffic', { skip: needTool(isRoot, 'root 
     assert.equal(r.status, 200, JSON.stringify(r.body));
   };
   const conns = async (port: number) => {
-    const r = await apiCall<{ services: { port: number; realServers: { activeConns: number; inactConns: number }[] }[] }>(lab.socket, 'GET', '/v1/services');
+    const r = await apiCall<ServicesResponse>(lab.socket, 'GET', '/v1/services');
     const svc = r.body.services.find((x) => x.port === port);
     return { active: svc?.realServers.reduce((a, x) => a + x.activeConns, 0) ?? -1, inactive: svc?.realServers.reduce((a, x) => a + x.inactConns, 0) ?? -1 };
   };
@@ -133,9 +134,8 @@ describe('every scheduler carries real traffic', { skip: needTool(isRoot, 'root 
     ['rr', { persistence: 60 }, (q) => assert.equal(Object.keys(count(q)).length, 1, 'persistence pins the client')],
   ];
   test('SIGHUP applies a good configuration file (the file is not watched here): counted, and traffic follows it; a broken one is refused', async () => {
-    type Reloads = { ok: number; failed: number; lastError: string | null };
-    const reloads = async () => (await apiCall<{ reloads: Reloads }>(lab.socket, 'GET', '/v1/stats')).body.reloads;
-    const waitReloads = async (want: (r: Reloads) => boolean, what: string) => {
+    const reloads = async () => (await apiCall<StatsResponse>(lab.socket, 'GET', '/v1/stats')).body.reloads;
+    const waitReloads = async (want: (r: StatsResponse['reloads']) => boolean, what: string) => {
       const deadline = Date.now() + 20000;
       for (;;) {
         const r = await reloads();
@@ -144,7 +144,7 @@ describe('every scheduler carries real traffic', { skip: needTool(isRoot, 'root 
         await sleep(50);
       }
     };
-    const ports = async () => (await apiCall<{ services: { port: number }[] }>(lab.socket, 'GET', '/v1/services')).body.services.map((x) => x.port);
+    const ports = async () => (await apiCall<ServicesResponse>(lab.socket, 'GET', '/v1/services')).body.services.map((x) => x.port);
     const before = await reloads();
     const p = 190;
     writeFileSync(configFile, stringify(lab.config([{ protocol: 'tcp', address: LAB_VIP, port: p, scheduler: 'rr', realServers: [{ address: rs[1], port: 8080 }] }], { reload: { watch: false } })));

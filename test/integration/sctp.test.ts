@@ -17,6 +17,7 @@ import { execFileSync } from 'node:child_process';
 import { openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import type { AppliedResponse, ConnectionsResponse, DrainsResponse, ServicesResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { Lab, LAB_VIP } from '../../lab/lab';
 import { needTool } from '../helpers/wait';
@@ -153,20 +154,6 @@ interface Seen {
 interface Answer extends Seen {
   value: string;
 }
-interface RsView {
-  address: string;
-  port: number;
-  activeConns: number;
-  inactConns: number;
-}
-interface Conn {
-  protocol: string;
-  client: string;
-  virtual: string;
-  realServer: string;
-  state: string;
-  expiresIn: number;
-}
 
 describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)', { skip: needTool(isRoot, 'root (network namespaces, TUN)'), timeout: 300_000 }, () => {
   const lab = new Lab({ prefix: `uvsc${process.pid % 100000}`, realServers: 2 });
@@ -190,10 +177,10 @@ describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)
   /** What the real servers' responders saw from the client's port, and where. */
   const seenFrom = (sport: number) => rs.flatMap((addr, i) => seen(i).filter((p) => p.src === lab.clientAddr && p.sport === sport).map((p) => ({ ...p, at: addr })));
   const realServers = async (port: number) =>
-    (await api<{ services: { protocol: string; port: number; realServers: RsView[] }[] }>('GET', '/v1/services')).body.services.find((s) => s.protocol === 'sctp' && s.port === port)!.realServers;
+    (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.protocol === 'sctp' && s.port === port)!.realServers;
   const conn = async (sport: number) =>
-    (await api<{ connections: Conn[] }>('GET', '/v1/connections')).body.connections.find((c) => c.client === `${lab.clientAddr}:${sport}`);
-  const drops = async () => (await api<{ drops: Record<string, number> }>('GET', '/v1/stats')).body.drops;
+    (await api<ConnectionsResponse>('GET', '/v1/connections')).body.connections.find((c) => c.client === `${lab.clientAddr}:${sport}`);
+  const drops = async () => (await api<StatsResponse>('GET', '/v1/stats')).body.drops;
   const uvsadm = (args: string[]) => execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, ...args], { encoding: 'utf8' });
   /** The answers of a step: each from VIP:vport to the client's port with a valid CRC32c. */
   const fromVip = (answers: (Answer | null)[], vport: number, sport: number, types: number[]) => {
@@ -303,9 +290,9 @@ describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)
     const other = rs.find((a) => a !== firstRs)!;
     assert.equal((await realServers(VPORT)).find((x) => x.address === other)!.activeConns, 1);
     writeFileSync(configFile, stringify(labConfig([firstRs])));
-    const r = await api<{ ok?: boolean }>('POST', '/v1/reload');
+    const r = await api<AppliedResponse>('POST', '/v1/reload');
     assert.equal(r.status, 200, JSON.stringify(r.body));
     assert.deepEqual((await realServers(VPORT)).map((x) => x.address), [firstRs]);
-    assert.deepEqual((await api<{ draining: unknown[] }>('GET', '/v1/drains')).body.draining, []);
+    assert.deepEqual((await api<DrainsResponse>('GET', '/v1/drains')).body.draining, []);
   });
 });

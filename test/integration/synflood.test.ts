@@ -10,6 +10,7 @@ import { after, afterEach, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
+import type { DefenseResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { Lab, LAB_VIP, sleep } from '../../lab/lab';
 
@@ -21,18 +22,6 @@ const isRoot = process.getuid?.() === 0;
 const TABLE = 1024;
 const FLOOD_RATE = 50; // SYN/s: 1024 / 50 ≈ 20 s to fill the table without defenses
 const FLOOD_SECONDS = 45;
-
-interface Stats {
-  table: { entries: number; capacity: number };
-  drops: Record<string, number>;
-}
-interface DefenseView {
-  nomem: boolean;
-  nomemTicks: number;
-  droppedHalfOpen: number;
-  secureTcpShortened: number;
-  defenses: { name: string; mode: number; active: boolean }[];
-}
 
 describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 600_000 }, () => {
   const lab = new Lab({ prefix: `uvsf${process.pid % 100000}` });
@@ -98,14 +87,14 @@ describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integ
     const echo = holdEcho(30);
     const done = startFlood(1);
     const deadline = Date.now() + 40_000;
-    let s = await api<Stats>('/v1/stats');
+    let s = await api<StatsResponse>('/v1/stats');
     while (s.table.entries < TABLE && Date.now() < deadline) {
       await sleep(500);
-      s = await api<Stats>('/v1/stats');
+      s = await api<StatsResponse>('/v1/stats');
     }
     assert.equal(s.table.entries, TABLE, 'the flood fills the table');
     assert.equal(curlOk(3), false, 'a new client times out');
-    assert.ok((await api<Stats>('/v1/stats')).drops.table_full! > 0);
+    assert.ok((await api<StatsResponse>('/v1/stats')).drops.table_full! > 0);
     stopFlood();
     await done;
     const e = await echo;
@@ -124,10 +113,10 @@ describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integ
     while (Date.now() - started < (FLOOD_SECONDS - 5) * 1000) {
       tries++;
       if (!curlOk(8)) failed.push(Math.round((Date.now() - started) / 1000));
-      peak = Math.max(peak, (await api<Stats>('/v1/stats')).table.entries);
+      peak = Math.max(peak, (await api<StatsResponse>('/v1/stats')).table.entries);
       await sleep(500);
     }
-    const d = await api<DefenseView>('/v1/defense');
+    const d = await api<DefenseResponse>('/v1/defense');
     const sent = await done;
     const e = await echo;
     const ctx = JSON.stringify({ tries, failed, peak, sent, echo: { ...e }, defense: d });

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
-import { servicesTable } from '../../control/names';
+import { servicesTable } from '../../control/ipvsadm/names';
 import { needTool } from '../helpers/wait';
 
 const ROOT = join(__dirname, '..', '..', '..');

@@ -15,6 +15,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import type { HealthResponse, ServicesResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { hasCommand, Lab, LAB_VIP, sleep } from '../../lab/lab';
 
@@ -23,19 +24,6 @@ const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
 const UVSD = join(ROOT, 'dist', 'control', 'uvsd.js');
 const isRoot = process.getuid?.() === 0;
 const skip = !isRoot ? 'integration tests need root (network namespaces, TUN)' : !hasCommand('redis-server') ? 'redis-server missing' : false;
-
-interface RsView {
-  address: string;
-  port: number;
-  weight: number;
-  healthy: boolean;
-}
-interface SvcView {
-  protocol: string;
-  address: string;
-  port: number;
-  realServers: RsView[];
-}
 
 /** The metric names the README's "Metrics and health" section lists (labels in braces dropped). */
 function readmeMetricNames(): string[] {
@@ -63,7 +51,7 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
   const write = (services: unknown[], extra: Record<string, unknown> = {}) => writeFileSync(configFile, stringify(lab.config(services, { redis, reload: { watch: false }, ...extra })));
 
   const api = <T>(method: string, path: string, body?: unknown) => apiCall<T>(lab.socket, method, path, body);
-  const services = async () => (await api<{ services: SvcView[] }>('GET', '/v1/services')).body.services;
+  const services = async () => (await api<ServicesResponse>('GET', '/v1/services')).body.services;
   const hasService = async (address: string, port: number) => (await services()).some((s) => s.address === address && s.port === port);
   const uvsadm = (...args: string[]) => spawnSync(process.execPath, [UVSADM, '--socket', lab.socket, ...args], { encoding: 'utf8', timeout: 30_000 });
   const scrape = () => lab.exec(lab.lbNs, 'curl', ['-s', '-m', '5', 'http://127.0.0.1:10249/metrics']);
@@ -179,7 +167,7 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
 
   test('TCP health checks quiesce a dead server in a TCP service and an SCTP service, and restore it', async () => {
     const view = async (port: number) => (await services()).find((s) => s.port === port)!.realServers.find((r) => r.address === rs[0])!;
-    await waitFor('first checks', async () => (await api<{ checks: { checks: number }[] }>('GET', '/v1/health')).body.checks.every((c) => c.checks > 0));
+    await waitFor('first checks', async () => (await api<HealthResponse>('GET', '/v1/health')).body.checks.every((c) => c.checks > 0));
     assert.deepEqual([(await view(80)).weight, (await view(3868)).weight], [1, 1]);
     lab.stopServer(0); // rs1's HTTP (8080) and TCP echo (9007) refuse from now on
     await waitFor('rs1 quiesced in both services', async () => !(await view(80)).healthy && !(await view(3868)).healthy);

@@ -113,11 +113,21 @@ test('every POST and PUT route refuses a body with an unknown field, naming it',
     'post /v1/capture': 'capture.',
     'put /v1/timeouts': 'timeouts.',
   };
-  const writes = Object.entries(paths).flatMap(([p, ms]) => Object.keys(ms).filter((m) => m === 'post' || m === 'put').map((m) => `${m} ${p}`));
+  const writes = Object.entries(paths).flatMap(([p, ms]) =>
+    Object.keys(ms)
+      .filter((m) => m === 'post' || m === 'put')
+      .map((m) => `${m} ${p}`),
+  );
   assert.ok(writes.length >= 12, writes.join(', '));
   for (const route of writes) {
     const [method, path] = route.split(' ') as [string, string];
-    const url = path.replace('{protocol}', 'tcp').replace('{address}', '10.96.0.10').replace('{port}', '80').replace('{raddr}', '10.0.0.1').replace('{rport}', '8080').replace('{id}', '0');
+    const url = path
+      .replace('{protocol}', 'tcp')
+      .replace('{address}', '10.96.0.10')
+      .replace('{port}', '80')
+      .replace('{raddr}', '10.0.0.1')
+      .replace('{rport}', '8080')
+      .replace('{id}', '0');
     const r = await app.inject({ method: method.toUpperCase() as 'POST' | 'PUT', url, payload: { colour: 'red' } });
     const b = r.json() as { code: string; path: string; message: string };
     assert.equal(r.statusCode, 400, `${route}: ${r.body}`);
@@ -134,7 +144,10 @@ test('PUT /v1/timeouts takes durations, keeps 0 as "unchanged", and refuses what
   const { app, edits } = standIn();
   const ok = await app.inject({ method: 'PUT', url: '/v1/timeouts', payload: { tcp: '15m', udp: 30 } });
   assert.equal(ok.statusCode, 200, ok.body);
-  assert.deepEqual(edits.map((doc) => doc.timeouts), [{ tcp: 900, udp: 30 }]);
+  assert.deepEqual(
+    edits.map((doc) => doc.timeouts),
+    [{ tcp: 900, udp: 30 }],
+  );
   const big = await app.inject({ method: 'PUT', url: '/v1/timeouts', payload: { tcpFin: '30d' } });
   assert.equal(big.statusCode, 400);
   assert.deepEqual([big.json().code, big.json().path], ['UVS_ERR_CONFIG_INVALID', 'timeouts.tcpFin']);
@@ -152,7 +165,11 @@ test('batch operations are checked for the fields they need before anything is a
     [{ ops: [{ op: 'addRealServer', realServer: { address: '10.0.0.1' } }] }, 'ops[0].ref', /is required for addRealServer \(a mapping\)/],
     [{ ops: [{ op: 'addService', service: [] }] }, 'ops[0].service', /is required for addService \(a mapping\)/],
     [{ ops: [{ op: 'deleteService', ref: { protocol: 'tcp', address: '10.96.0.10' } }] }, 'ops[0].ref.port', /is required/],
-    [{ ops: [{ op: 'deleteRealServer', ref: { protocol: 'tcp', address: '10.96.0.10', port: 80 }, address: '10.0.0.1' }] }, 'ops[0].port', /is required for deleteRealServer \(a number\)/],
+    [
+      { ops: [{ op: 'deleteRealServer', ref: { protocol: 'tcp', address: '10.96.0.10', port: 80 }, address: '10.0.0.1' }] },
+      'ops[0].port',
+      /is required for deleteRealServer \(a number\)/,
+    ],
     [{ ops: [{ op: 'setTimeouts', tcp: 'soon' }] }, 'ops[0].tcp', /duration/],
   ];
   for (const [payload, path, message] of cases) {
@@ -170,4 +187,21 @@ test('PUT /v1/maintenance needs enabled as true or false', async () => {
     const r = await app.inject({ method: 'PUT', url: '/v1/maintenance', payload });
     assert.deepEqual([r.statusCode, r.json().code, r.json().path], [400, 'UVS_ERR_API_BAD_REQUEST', 'enabled']);
   }
+});
+
+test('a batch over the limits is refused (413) before its operations are checked one by one', async () => {
+  const { app, edits } = standIn();
+  // 1025 additions over maxServices 1024, the last one malformed: the size decides, not the shape.
+  const ops: unknown[] = Array.from({ length: 1025 }, (_, i) => ({
+    op: 'addService',
+    service: { protocol: 'tcp', address: '10.96.0.1', port: 1000 + i },
+  }));
+  ops.push({ op: 'addService', service: { protocol: 'tcp', address: '10.96.0.1', port: 'x', colour: 1 } }, null, 7);
+  const r = await app.inject({ method: 'POST', url: '/v1/batch', payload: { ops } });
+  assert.equal(r.statusCode, 413, r.body);
+  assert.match((r.json() as { message: string }).message, /more than dataplane\.maxServices \(1024\)/);
+  // Under the limits the same malformed operation is the answer, a 400 naming it.
+  const small = await app.inject({ method: 'POST', url: '/v1/batch', payload: { ops: ops.slice(1024) } });
+  assert.equal(small.statusCode, 400, small.body);
+  assert.equal(edits.length, 0, 'nothing was applied');
 });

@@ -24,8 +24,8 @@ import {
 } from '../../conntrack/state';
 import { ConnTable, createRealServerRegion } from '../../conntrack/table';
 import { validateConfig } from '../../control/config';
-import { parseArgs } from '../../control/ipvsadm-args';
-import { formatDefense } from '../../control/ipvsadm-format';
+import { parseArgs } from '../../control/ipvsadm/parse';
+import { formatDefense } from '../../control/ipvsadm/format';
 import { UvsError } from '../../control/errors';
 import { parseIPv6 } from '../../net/addr';
 import { DROP, FORWARD } from '../../lb/verdict';
@@ -282,6 +282,7 @@ test('secure_tcp shortens entries already half-open, counted from their last pac
 // ── per-source half-open counters ───────────────────────────────────────────────────────────
 test("a source's half-open count follows its entries: +1 at insert, −1 on ESTABLISHED or removal, an IPv6 /64 is one source", () => {
   const { t } = fresh();
+  t.i32[L.H_SRC_LIMIT] = 256; // the per-source limit is on: its counts are kept
   const now = t.now();
   const slot = t.sourceSlot(false, C, 0, 0);
   const e1 = flow(t, C, 1000, now, [[DIR_INPUT, TCPF_SYN]]);
@@ -306,6 +307,23 @@ test("a source's half-open count follows its entries: +1 at insert, −1 on ESTA
   t.remove(e6, false, now);
   assert.equal(t.halfOpenAt(t.sourceSlot(true, b[3]!, b[0]!, b[1]!)), 0);
   void SCTP_S_ESTABLISHED;
+});
+
+test('half-open counts are kept only while the per-source limit is on; an entry counted then is uncounted once, whenever it leaves', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const slot = t.sourceSlot(false, C, 0, 0);
+  const before = flow(t, C, 1000, now, [[DIR_INPUT, TCPF_SYN]]);
+  assert.equal(t.halfOpenAt(slot), 0, 'limit off: a new half-open entry is not counted (no hash, no shared line per SYN)');
+  t.i32[L.H_SRC_LIMIT] = 4;
+  const during = flow(t, C, 1001, now, [[DIR_INPUT, TCPF_SYN]]);
+  assert.equal(t.halfOpenAt(slot), 1, 'limit on: counted');
+  assert.ok(t.remove(before, false, now));
+  assert.equal(t.halfOpenAt(slot), 1, 'an entry made before the limit was on leaves without touching the count');
+  t.i32[L.H_SRC_LIMIT] = 0;
+  t.touch(during, DIR_OUTPUT, TCPF_SYN | TCPF_ACK, now);
+  t.touch(during, DIR_INPUT, TCPF_ACK, now);
+  assert.equal(t.halfOpenAt(slot), 0, 'an entry counted while on is uncounted after, whatever the limit is now');
 });
 
 // ── on the packet path ──────────────────────────────────────────────────────────────────────

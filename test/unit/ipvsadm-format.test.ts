@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { formatConnections, formatList, formatTimeouts, largeNum } from '../../control/ipvsadm-format';
+import { formatConnections, formatList, formatTimeouts, largeNum } from '../../control/ipvsadm/format';
 
 const zero = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };
 const rs = (address: string, port: number, weight: number, a: number, i: number, stats = zero) => ({ address, port, forwarding: 'masq', weight, activeConns: a, inactConns: i, stats });

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { validateConfig } from '../../control/config';
 import { UvsError } from '../../control/errors';
-import { parseArgs } from '../../control/ipvsadm-args';
+import { parseArgs } from '../../control/ipvsadm/parse';
 
 const base = (dp: Record<string, unknown>) => ({ dataplane: { vipCidrs: ['10.96.0.0/24'], ...dp } });
 

@@ -1,5 +1,5 @@
 /**
- * Names for listings without -n (control/names.ts): service names from a services file, host
+ * Names for listings without -n (control/ipvsadm/names.ts): service names from a services file, host
  * names from a hosts file and then reverse DNS — here a real c-ares resolver asking a small DNS
  * server on 127.0.0.1 that this test runs, so answers, NXDOMAIN and silence are all deterministic.
  */
@@ -10,7 +10,7 @@ import { promises as dns } from 'node:dns';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { resolveNames, servicesTable } from '../../control/names';
+import { resolveNames, servicesTable } from '../../control/ipvsadm/names';
 
 const dir = mkdtempSync(join(tmpdir(), 'uvs-names-'));
 const servicesFile = join(dir, 'services');

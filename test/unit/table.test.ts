@@ -88,6 +88,43 @@ test('inserting a key that exists returns the existing entry and binds nothing',
   assert.equal(rs[2 * L.RS_WORDS + L.RS_INACTIVE], 0);
 });
 
+test("insertIn: the lookup miss's bucket is reused, the new flow is touched under one lock, a lost race touches the winner", () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const locks = (t as unknown as { locks: number }).locks;
+  rs[1 * L.RS_WORDS + L.RS_FLAGS] = L.RSF_AVAILABLE;
+  rs[1 * L.RS_WORDS + L.RS_WEIGHT] = 1;
+  const k = new FlowKey();
+  k.proto = 6;
+  k.src = C;
+  k.ports = CP;
+  k.dst = V;
+  const v = new FlowView();
+  assert.equal(t.lookupIn(k, v, TCPF_SYN, LOOKUP_NEW, now), FLOW_MISS);
+  const b = t.bucket(6, C, CP, V);
+  assert.equal(k.bucket, b, 'the key carries the bucket its lookup hashed');
+  const r = newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now });
+  r.inBucket = k.bucket;
+  const e = t.insertIn(r, v, TCPF_SYN, now);
+  assert.ok(e >= 0);
+  assert.equal(r.created, true);
+  assert.equal(r.inBucket, -1, 'insert uses the bucket once');
+  assert.deepEqual([v.entry, v.rs, TCP_STATE_NAMES[v.state]], [e, 1, 'SYN_RECV'], 'touched by the SYN and copied into the view');
+  assert.equal(t.i32[locks + b], 0, 'the in-bucket lock is released');
+  assert.equal(t.i32[locks + t.bucket(6, D, DP, C)], 0, 'and the out-bucket lock');
+  assert.equal(t.lookupIn(k, v, TCPF_ACK, 0, now), FLOW_HIT, 'linked under the bucket the key hashes to');
+  // Another worker's insert of the same key (other server) loses: the winner is touched and shown.
+  const r2 = newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D + 1, dports: DP, laddr: C, rs: 2, now });
+  const before = t.i32[t.base(e) + L.E_IN_PKTS]!;
+  assert.equal(t.insertIn(r2, v, TCPF_ACK, now), e);
+  assert.equal(r2.created, false);
+  assert.deepEqual([v.entry, v.rs], [e, 1], 'the view shows the winner');
+  assert.equal(t.i32[t.base(e) + L.E_IN_PKTS], before + 1, 'the winner counted the packet');
+  assert.equal(rs[2 * L.RS_WORDS + L.RS_INACTIVE], 0, 'the loser bound nothing');
+  assert.equal(t.i32[locks + b], 0);
+  assert.equal(t.count(), 1);
+});
+
 test('the flow-level lookups: both directions fill the view under the lock, touch it, and tell a gone server or a reusable entry apart', () => {
   const { t, rs } = fresh();
   const now = t.now();

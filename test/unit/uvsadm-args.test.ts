@@ -4,7 +4,11 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { daemonError, inetAton, parseArgs, splitSocket, stringToNumber, usage, type Command, type ParseEnv } from '../../control/ipvsadm-args';
+import { daemonError } from '../../control/ipvsadm/answers';
+import type { Command, ParseEnv } from '../../control/ipvsadm/command';
+import { usage } from '../../control/ipvsadm/help';
+import { parseArgs, splitSocket } from '../../control/ipvsadm/parse';
+import { inetAton, stringToNumber } from '../../control/ipvsadm/values';
 
 const env: ParseEnv = {
   lookupHost: (n) => ({ web: '10.200.0.10', rs1: '10.200.11.2' })[n] ?? null,

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { addrPort, formatConnections, formatList, formatSave, glibcSort, schedFlagsText, sortRealServers, sortServices, type FmtRealServer, type FmtService, type Names } from '../../control/ipvsadm-format';
+import { addrPort, formatConnections, formatList, formatSave, glibcSort, schedFlagsText, sortRealServers, sortServices, type FmtRealServer, type FmtService, type Names } from '../../control/ipvsadm/format';
 
 const zero = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };
 const rs = (address: string, port: number, weight: number, activeConns: number, inactConns: number, more: Partial<FmtRealServer> = {}): FmtRealServer => ({

@@ -7,8 +7,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { validateService } from '../../control/config';
 import { applyEdits, type EditOp } from '../../control/edits';
-import { classicError, keepUvsSettings, parseRestore } from '../../control/ipvsadm-args';
-import { formatSave, type FmtService } from '../../control/ipvsadm-format';
+import { classicError, keepUvsSettings } from '../../control/ipvsadm/answers';
+import { parseRestore } from '../../control/ipvsadm/restore';
+import { formatSave, type FmtService } from '../../control/ipvsadm/format';
 
 const vip = { protocol: 'tcp', address: '10.200.0.10', port: 80 };
 

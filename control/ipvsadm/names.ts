@@ -15,8 +15,8 @@
  */
 import { promises as dnsPromises } from 'node:dns';
 import { readFileSync } from 'node:fs';
-import { canonAddr, parseIPv4, parseIPv6 } from '../net/addr';
-import type { Names } from './ipvsadm-format';
+import { canonAddr, parseIPv4, parseIPv6 } from '../../net/addr';
+import type { Names } from './format';
 
 /** The whole listing's DNS budget: a script that lists every few seconds must not stall. */
 export const REVERSE_BUDGET_MS = 300;
@@ -76,7 +76,7 @@ export function hostsTable(file = '/etc/hosts'): Map<string, string> {
 
 /**
  * Looks up the names of `addresses` (any spelling; ports need no lookup beyond the file) and
- * returns the answers as ipvsadm-format's Names. Never rejects: a failure is a number printed.
+ * returns the answers as format.ts's Names. Never rejects: a failure is a number printed.
  */
 export async function resolveNames(addresses: Iterable<string>, opts: NameOptions = {}): Promise<Names> {
   const services = servicesTable(opts.servicesFile);

@@ -7,11 +7,11 @@
  * getservbyport). Looking them up is asynchronous, so the caller resolves first (names.ts) and
  * passes the answers as `names`; absent, every address and port is numeric (-n).
  */
-import type { DefenseView } from '../conntrack/defense';
-import { hostPort, parseIPv4, parseIPv6, splitHostPort } from '../net/addr';
-import { isProtocol, PROTO_LABEL, PROTO_NUMBER, PROTO_SWITCH } from '../net/proto';
-import { schedFlagNames } from '../schedulers/registry';
-import { SCHED_FLAG_BITS, schedFlagBits } from '../schedulers/types';
+import type { DefenseView } from '../../conntrack/defense';
+import { hostPort, parseIPv4, parseIPv6, splitHostPort } from '../../net/addr';
+import { isProtocol, PROTO_LABEL, PROTO_NUMBER, PROTO_SWITCH } from '../../net/proto';
+import { schedFlagNames } from '../../schedulers/registry';
+import { SCHED_FLAG_BITS, schedFlagBits } from '../../schedulers/types';
 
 export interface FmtStats {
   conns: number;

@@ -1,0 +1,202 @@
+/**
+ * The admin API's answers, declared once: api.ts returns them, and uvsadm.ts, the labs and the
+ * tests read them (client.ts's `apiCall<T>`). One type per route, the JSON it sends with status
+ * 200 (202 for a worker kill); any other status sends an ApiError. What the daemon's parts
+ * already declare — a real server's view, the counters, a health verdict, the defenses, the
+ * announcement — is used as it is, so each shape still lives in one place.
+ */
+import type { DefenseView } from '../conntrack/defense';
+import type { SyncStats } from '../conntrack/redis-sync';
+import type { IoPath } from '../lb/tun';
+import type { Protocol } from '../net/proto';
+import type { AnnounceStatus } from './announce';
+import type { UvsConfig } from './config';
+import type { DisruptionPreview } from './disruption';
+import type { ErrorCode } from './errors';
+import type { HealthState } from './health';
+import type { RealServerView } from './services';
+import type { FlowRates, FlowStats, PacketCounters } from './stats';
+
+/** Every refusal and failure: a code of errors.ts (docs/errors.md), the reason, the field if any. */
+export interface ApiError {
+  code: ErrorCode;
+  message: string;
+  /** Where the problem is, e.g. `ops[0].realServer.weight`. */
+  path?: string;
+}
+
+/** GET /v1/info */
+export interface InfoResponse {
+  name: 'uvs';
+  version: string;
+  device: string;
+  workers: number;
+  tableSize: number;
+  configFile: string;
+}
+
+/** A real server as GET /v1/services lists it: the model's view, its counters and rates. */
+export interface RealServerStatus extends RealServerView {
+  stats: FlowStats;
+  rates: FlowRates;
+}
+
+/** A virtual service as GET /v1/services lists it. */
+export interface ServiceStatus {
+  name: string;
+  protocol: Protocol;
+  address: string;
+  port: number;
+  scheduler: string;
+  schedFlags: string[];
+  /** Seconds; 0 = not persistent. */
+  persistence: number;
+  /** Persistence granularity, dotted. */
+  netmask: string;
+  stats: FlowStats;
+  rates: FlowRates;
+  realServers: RealServerStatus[];
+}
+
+/** GET /v1/services (ipvsadm -L). */
+export interface ServicesResponse {
+  /** What ipvsadm prints as `(size=…)`. */
+  tableSize: number;
+  services: ServiceStatus[];
+}
+
+/** One entry of the connection table (ipvsadm -Lc). */
+export interface ConnectionStatus {
+  /** 'TCP', 'UDP', 'SCTP'. */
+  protocol: string;
+  client: string;
+  virtual: string;
+  realServer: string;
+  /** The protocol's state name; a persistence template's is ASSURED or NONE. */
+  state: string;
+  /** Seconds. */
+  expiresIn: number;
+  inactive: boolean;
+  /** Another node's flow learnt from Redis, not adopted here (yet): no packet of it seen here. */
+  shadow: boolean;
+}
+
+/** GET /v1/connections?limit&offset: a page of the table and its size. */
+export interface ConnectionsResponse {
+  total: number;
+  offset: number;
+  connections: ConnectionStatus[];
+}
+
+/** A dataplane worker (GET /v1/stats `workers`, uvsadm -L --workers). */
+export interface WorkerStatus {
+  id: number;
+  ready: boolean;
+  restarts: number;
+  threadId: number | null;
+  /** The I/O path it runs on; null before it has said. */
+  io: IoPath | null;
+  rxPackets: number;
+  txPackets: number;
+  batches: number;
+}
+
+/** GET /v1/defense (uvsadm -L --defense): levels, trigger, what they did, new flows refused. */
+export interface DefenseResponse extends DefenseView {
+  refused: { dropPacket: number; halfOpenPerSource: number; tableFull: number; fullnatPortsExhausted: number };
+}
+
+/** GET /v1/stats */
+export interface StatsResponse {
+  /** Seconds since uvsd started. */
+  uptime: number;
+  table: { entries: number; capacity: number; expired: number };
+  packets: PacketCounters;
+  /** Packets dropped, by reason (conntrack/layout.ts DROP_NAMES). */
+  drops: Record<string, number>;
+  /** Generated packets by kind and result: { reset: { sent, bad_destination, rate_limited }, … }. */
+  generated: Record<string, Record<string, number>>;
+  chains: { max: number; long: number };
+  workers: WorkerStatus[];
+  nodestExpired: number;
+  shadows: number;
+  adopted: number;
+  proxyProtocolHeaders: number;
+  parked: number;
+  parkFull: number;
+  syncRingFull: number;
+  /** null without redis. */
+  redis: (SyncStats & { nodes: string[] }) | null;
+  draining: number;
+  reloads: { ok: number; failed: number; lastError: string | null };
+  stateFileSkipped: number;
+  defense: DefenseResponse;
+  announce: AnnounceStatus;
+}
+
+/** A real server being drained (GET /v1/drains, uvsadm -L --drain). */
+export interface DrainStatus {
+  service: string;
+  realServer: string;
+  /** ISO time. */
+  since: string;
+  /** Seconds. */
+  drainingFor: number;
+  /** ISO time; null = until the last connection ends. */
+  deadline: string | null;
+  activeConns: number;
+  inactConns: number;
+}
+
+/** GET /v1/drains */
+export interface DrainsResponse {
+  /** Seconds between drain checks. */
+  checkInterval: number;
+  draining: DrainStatus[];
+}
+
+/** GET /v1/health: one verdict per checked real server. */
+export interface HealthResponse {
+  checks: HealthState[];
+}
+
+/** GET /v1/timeouts (ipvsadm -L --timeout), seconds. */
+export interface TimeoutsResponse {
+  tcp: number;
+  tcpFin: number;
+  udp: number;
+  /** Per SCTP state (ipvsadm --timeout prints only the first three). */
+  sctp: Record<string, number>;
+}
+
+/** POST /v1/services/:protocol/:address/:port/preview */
+export type PreviewResponse = DisruptionPreview;
+
+/** GET /v1/config: the running document and the configuration it gave, secrets redacted. */
+export interface ConfigResponse {
+  file: string;
+  document: unknown;
+  effective: UvsConfig;
+}
+
+/** A change applied (POST /v1/batch, the service and real-server routes, PUT /v1/timeouts, POST /v1/reload). */
+export interface AppliedResponse {
+  ok: true;
+  /** The snapshot version now running. */
+  version: number;
+}
+
+/** POST /v1/zero (ipvsadm -Z): services whose counters start again from zero. */
+export interface ZeroResponse {
+  ok: true;
+  zeroed: number;
+}
+
+/** GET and PUT /v1/maintenance. */
+export type MaintenanceResponse = AnnounceStatus;
+
+/** POST /v1/workers/:id/kill (202). */
+export interface KillWorkerResponse {
+  ok: true;
+  worker: number;
+}
