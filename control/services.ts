@@ -21,14 +21,15 @@
  * Slow start (`slowStart`, HAProxy's slowstart, Envoy's slow_start_config with aggression 1): a
  * server that comes back — health check up, added to a running service, weight raised from 0 —
  * gets the weight ceil(weight · elapsed / window), at least 1, instead of its whole weight at
- * once, so it is not handed every new connection of wlc/lc (it has none) or its full share of a
+ * once, so it is not handed every new connection of wlc/sed (it has none) or its full share of a
  * cold cache. The ramp is what the schedulers see (the snapshot's dest weight, RS_WEIGHT, mh's
  * last_weight) and what ipvsadm -Ln shows, applied as -e edits by rampTick(): every ramping
  * server of a service steps together, at most once per max(1 s, window / 20) (HAProxy's
  * server_warmup period), so mh and sh rebuild their tables at most once a second per service.
  * Weights are integers, as in IPVS: a server of weight w ramps in at most w steps (weight 1 does
- * not ramp at all); schedulers that ignore weights (rr, lc, dh) see no ramp. Servers present when
- * a service is created (and at start-up) do not ramp, as in HAProxy and Envoy.
+ * not ramp at all); schedulers that ignore weights other than 0 (rr, lc, dh; nq while the server
+ * is idle) see no ramp. Servers present when a service is created (and at start-up) do not ramp,
+ * as in HAProxy and Envoy.
  *
  * Real-server slots index the shared real-server region. A deleted server whose connections are
  * still in the table stays in the "trash" (slot kept, AVAILABLE cleared) until they are gone, and

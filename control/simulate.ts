@@ -53,7 +53,6 @@ import * as L from '../conntrack/layout';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { MH_PRIMES } from '../schedulers/mh';
 import { DEFAULT_SCHEDULER, flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
-import { seedTwos } from '../schedulers/twos';
 import { flagBits, PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { fold, formatEndpoint, formatInet, maskPrefix, maskV4, parseEndpoint, parseInet, type Inet } from '../net/addr';
 import { SchedModel, type ModelServer } from './sched-model';
@@ -228,7 +227,7 @@ class Simulation {
     seed: number,
   ) {
     this.model = new SchedModel(scheduler, flagBits(flags), mhTableSize);
-    if (scheduler === 'twos') seedTwos(this.model.state, this.model.base, seed);
+    this.model.scheduler.seed?.(this.model.state, this.model.base, seed);
     const every = this.model.scheduler.tickInterval;
     if (every !== undefined) this.timers.push(every, K_COLLECTOR, null, 0);
   }
@@ -237,7 +236,7 @@ class Simulation {
     const e = parseEndpoint(str(text, path));
     if (!e) fail(path, `must be "address:port" ("[v6]:port" for IPv6), got ${JSON.stringify(text)}`);
     const s = this.model.servers.get(formatEndpoint(e.addr, e.port));
-    if (!s || !s.listed) fail(path, `${formatEndpoint(e.addr, e.port)} is not in the real-server list`);
+    if (!s?.listed) fail(path, `${formatEndpoint(e.addr, e.port)} is not in the real-server list`);
     return s;
   }
 

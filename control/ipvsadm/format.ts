@@ -10,6 +10,7 @@
 import type { DefenseView } from '../../conntrack/defense';
 import { hostPort, parseIPv4, parseIPv6, splitHostPort } from '../../net/addr';
 import { isProtocol, PROTO_LABEL, PROTO_NUMBER, PROTO_SWITCH } from '../../net/proto';
+import { schedFlagNames } from '../../schedulers/registry';
 import { SCHED_FLAG_BITS, schedFlagBits } from '../../schedulers/types';
 
 export interface FmtStats {
@@ -185,17 +186,16 @@ export function sortRealServers<T extends { address: string; port: number }>(rs:
   return glibcSort(rs, (x, y) => cmpAddr(x.address, y.address) || x.port - y.port);
 }
 
-/** print_sched_flags(): the names depend on the scheduler; sh and mh have no name for SCHED3. */
+/**
+ * print_sched_flags(): the names depend on the scheduler (schedFlagNames: sh's and mh's own, else
+ * flag-1..3); sh and mh have no name for SCHED3, so it is not printed for them.
+ */
 export function schedFlagsText(scheduler: string, flags: string[]): string {
   // IP_VS_SVC_F_SCHED1..3: the kernel keeps bits, so flag-1, sh-fallback and mh-fallback are one flag.
   const bits = schedFlagBits(flags);
-  const names =
-    scheduler === 'sh'
-      ? [bits & 1 && 'sh-fallback', bits & 2 && 'sh-port']
-      : scheduler === 'mh'
-        ? [bits & 1 && 'mh-fallback', bits & 2 && 'mh-port']
-        : [bits & 1 && 'flag-1', bits & 2 && 'flag-2', bits & 4 && 'flag-3'];
-  return names.filter(Boolean).join(',');
+  return schedFlagNames(scheduler)
+    .filter((f) => (bits & SCHED_FLAG_BITS[f]!) !== 0)
+    .join(',');
 }
 function hasFlags(flags: string[]): boolean {
   return flags.some((f) => SCHED_FLAG_BITS[f] !== undefined);

@@ -1,10 +1,12 @@
 /**
- * ICMP errors about tracked flows are translated as ip_vs_in_icmp / ip_vs_out_icmp do, and a DF
- * packet larger than the route to its real server is answered with fragmentation needed from the
- * VIP (path-MTU discovery through uvs).
+ * ICMP errors about tracked flows are translated as ip_vs_in_icmp / ip_vs_out_icmp do (ICMPv6:
+ * icmp6.test.ts), a damaged one is dropped rather than given a fresh checksum, a translated one
+ * counts in the service's out counters, and a DF packet larger than the route to its real server
+ * is answered with fragmentation needed from the VIP (path-MTU discovery through uvs).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { parseIPv4 } from '../../net/addr';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
@@ -159,4 +161,29 @@ test('a DF packet larger than the route to its real server gets fragmentation ne
     assert.ok(nd.v === FORWARD || (nd.reply && field(nd.reply).proto === 4), 'no DF: forwarded');
     assert.equal(drops('too_big'), 1);
   }
+});
+
+test('ICMP errors with a bad ICMP checksum are dropped, not re-checksummed into valid ones (ip_vs_in_icmp / handle_response_icmp)', () => {
+  const { run } = setup('masq', 'udp');
+  const q = run(udp({ src: CLIENT, dst: VIP, sport: 5353, dport: 80, payload: new Uint8Array(10) }));
+  const f = field(q.pkt);
+  const err = icmpError(f.dst, f.src, P.ICMP_DEST_UNREACH, P.ICMP_PORT_UNREACH, q.pkt);
+  err[40]! ^= 0x55; // damage a quoted byte: the ICMP checksum no longer verifies
+  assert.notEqual(P.sum16(err, 20, err.length - 20, 0), 0xffff);
+  const r = run(err);
+  assert.equal(r.v, DROP, 'a damaged ICMP error was forwarded with a freshly computed (valid) checksum');
+});
+
+test('a translated ICMP error from a real server counts in the service out counters too (ip_vs_out_stats)', () => {
+  const { run, counters } = setup('masq', 'udp');
+  const q = run(udp({ src: CLIENT, dst: VIP, sport: 5353, dport: 80, payload: new Uint8Array(10) }));
+  const f = field(q.pkt);
+  const err = icmpError(f.dst, f.src, P.ICMP_DEST_UNREACH, P.ICMP_PORT_UNREACH, q.pkt);
+  assert.equal(run(err).v, FORWARD);
+  // service slot 0 (the only one), maxRealServers 16
+  const sb = L.svcCounterBase(16, 0);
+  let rsOut = 0;
+  for (let rs = 0; rs < 16; rs++) rsOut += counters[L.rsCounterBase(rs) + L.RSC_OUTPKTS]!;
+  assert.equal(rsOut, 1, 'real server out packets');
+  assert.equal(counters[sb + L.RSC_OUTPKTS], 1, 'service out packets');
 });
