@@ -72,7 +72,22 @@ export const SCTP_STATE_NAMES = [
 const MAX_RTO = 61;
 
 /** Kernel sctp_timeouts, seconds, by state. */
-export const SCTP_DEFAULT_TIMEOUTS = [2, 4, MAX_RTO, MAX_RTO, MAX_RTO, MAX_RTO, MAX_RTO, MAX_RTO, 900, MAX_RTO, MAX_RTO, MAX_RTO, 4, MAX_RTO];
+export const SCTP_DEFAULT_TIMEOUTS = [
+  2,
+  4,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  900,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  4,
+  MAX_RTO,
+];
 
 // Events (kernel enum ipvs_sctp_event_t).
 export const SCTP_EV_DATA = 0;

@@ -124,7 +124,8 @@ function item(v: unknown, path: string): Record<string, unknown> {
 }
 
 function weightOk(w: unknown, path: string): number {
-  if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) throw new PreviewError(path, `must be an integer between 0 and 65535, got ${JSON.stringify(w)}`);
+  if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535)
+    throw new PreviewError(path, `must be an integer between 0 and 65535, got ${JSON.stringify(w)}`);
   return w;
 }
 
@@ -146,7 +147,14 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
   const before: Entry[] = service.realServers.map((r, i) => {
     const addr = addrOf(r.address, `service.realServers[${i}].address`);
     const weight = weightOk(r.weight, `service.realServers[${i}].weight`);
-    return { key: formatEndpoint(addr, r.port), addr, port: r.port, weight, lastWeight: r.lastWeight ?? weight, overloaded: r.overloaded === true };
+    return {
+      key: formatEndpoint(addr, r.port),
+      addr,
+      port: r.port,
+      weight,
+      lastWeight: r.lastWeight ?? weight,
+      overloaded: r.overloaded === true,
+    };
   });
 
   // The daemon's order: -d, -e, -a. Indexed by key: 15 000 additions used to take seconds of
@@ -170,7 +178,8 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
     const a = item(x, `change.add[${i}]`);
     const addr = addrOf(a.address as string, `change.add[${i}].address`);
     const port = a.port;
-    if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535) throw new PreviewError(`change.add[${i}].port`, `must be an integer between 0 and 65535, got ${JSON.stringify(port)}`);
+    if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535)
+      throw new PreviewError(`change.add[${i}].port`, `must be an integer between 0 and 65535, got ${JSON.stringify(port)}`);
     const k = formatEndpoint(addr, port);
     if (byKey.has(k)) throw new PreviewError(`change.add[${i}]`, `${k} is already a real server of the service`);
     const weight = weightOk(a.weight, `change.add[${i}].weight`);
@@ -182,15 +191,24 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
 
   const schedBefore = service.scheduler;
   const schedAfter = change.scheduler ?? schedBefore;
-  if (!getScheduler(schedAfter)) throw new PreviewError('change.scheduler', `unknown scheduler ${JSON.stringify(schedAfter)} (available: ${schedulerNames().join(', ')})`);
+  if (!getScheduler(schedAfter))
+    throw new PreviewError(
+      'change.scheduler',
+      `unknown scheduler ${JSON.stringify(schedAfter)} (available: ${schedulerNames().join(', ')})`,
+    );
   if (change.flags !== undefined) {
     list(change.flags, 'change.flags').forEach((f, i) => {
-      if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f)) throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
+      if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f))
+        throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
     });
   }
   const mhBefore = service.mhTableSize;
   const mhAfter = change.mhTableSize ?? mhBefore;
-  if (change.mhTableSize !== undefined && !MH_PRIMES.includes(change.mhTableSize)) throw new PreviewError('change.mhTableSize', `must be one of the kernel's sizes ${MH_PRIMES.join(', ')}, got ${JSON.stringify(change.mhTableSize)}`);
+  if (change.mhTableSize !== undefined && !MH_PRIMES.includes(change.mhTableSize))
+    throw new PreviewError(
+      'change.mhTableSize',
+      `must be one of the kernel's sizes ${MH_PRIMES.join(', ')}, got ${JSON.stringify(change.mhTableSize)}`,
+    );
   const mBefore = model(schedBefore, flagBits(service.flags), mhBefore, before);
   const mAfter = model(schedAfter, flagBits(change.flags ?? service.flags), mhAfter, after);
 
@@ -247,4 +265,3 @@ export function previewServices(items: { service: PreviewService; change: Propos
     }
   });
 }
-

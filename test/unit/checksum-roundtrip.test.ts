@@ -22,7 +22,17 @@ function setup6(forwarding: string, protocol = 'tcp', offload = true, extra: Rec
   return makeProcessor(
     {
       dataplane: { vipCidrs: ['fd00:96::/64'], tunnelSource6: 'fd00:1::1', fullnat: { addresses: ['fd00:99::1'] } },
-      services: [{ protocol, address: VIP6, port: 80, scheduler: 'rr', forwarding, realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })), ...extra }],
+      services: [
+        {
+          protocol,
+          address: VIP6,
+          port: 80,
+          scheduler: 'rr',
+          forwarding,
+          realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
+          ...extra,
+        },
+      ],
     },
     { offload, outBytes: 1 << 18 },
   );
@@ -70,10 +80,41 @@ test('random flows, both families, masq and full-NAT, full and partial checksums
         {
           dataplane: { vipCidrs: ['10.96.0.0/24', 'fd00:96::/64'], fullnat: { addresses: ['10.2.0.1', 'fd00:99::abcd:1'] } },
           services: [
-            { protocol: 'tcp', address: 'fd00:96::10', port: 80, scheduler: 'rr', forwarding: fwd, realServers: RS6.map((a) => ({ address: a, port: 8080 })) },
-            { protocol: 'udp', address: 'fd00:96::10', port: 80, scheduler: 'rr', forwarding: fwd, realServers: RS6.map((a) => ({ address: a, port: 8080 })) },
-            { protocol: 'tcp', address: '10.96.0.10', port: 80, scheduler: 'rr', forwarding: fwd, realServers: [{ address: '10.0.0.1', port: 8080 }, { address: '10.0.0.2', port: 8081 }] },
-            { protocol: 'udp', address: '10.96.0.10', port: 80, scheduler: 'rr', forwarding: fwd, realServers: [{ address: '10.0.0.1', port: 8080 }] },
+            {
+              protocol: 'tcp',
+              address: 'fd00:96::10',
+              port: 80,
+              scheduler: 'rr',
+              forwarding: fwd,
+              realServers: RS6.map((a) => ({ address: a, port: 8080 })),
+            },
+            {
+              protocol: 'udp',
+              address: 'fd00:96::10',
+              port: 80,
+              scheduler: 'rr',
+              forwarding: fwd,
+              realServers: RS6.map((a) => ({ address: a, port: 8080 })),
+            },
+            {
+              protocol: 'tcp',
+              address: '10.96.0.10',
+              port: 80,
+              scheduler: 'rr',
+              forwarding: fwd,
+              realServers: [
+                { address: '10.0.0.1', port: 8080 },
+                { address: '10.0.0.2', port: 8081 },
+              ],
+            },
+            {
+              protocol: 'udp',
+              address: '10.96.0.10',
+              port: 80,
+              scheduler: 'rr',
+              forwarding: fwd,
+              realServers: [{ address: '10.0.0.1', port: 8080 }],
+            },
           ],
         },
         { offload, outBytes: 1 << 18, capacity: 4096 },
@@ -88,7 +129,16 @@ test('random flows, both families, masq and full-NAT, full and partial checksums
           const c = `2001:db8:${(rnd() & 0xffff).toString(16)}:${(rnd() & 0xffff).toString(16)}::${(rnd() & 0xffff).toString(16)}:${(rnd() & 0xffff).toString(16)}`;
           let q = (isUdp ? udp6 : tcp6)({ src: c, dst: VIP6, sport, dport: 80, flags: TCPF_SYN, payload: pl });
           if (opt) q = withDstOpts(q);
-          const framed = offload && !opt ? partial(q) : offload ? (() => { const b = new Uint8Array(V + q.length); b.set(q, V); return b; })() : q;
+          const framed =
+            offload && !opt
+              ? partial(q)
+              : offload
+                ? (() => {
+                    const b = new Uint8Array(V + q.length);
+                    b.set(q, V);
+                    return b;
+                  })()
+                : q;
           const r = run(framed);
           assert.equal(r.v, FORWARD, `${fwd} v6 ${i}`);
           const out = offload ? complete(framed) : framed;
@@ -96,9 +146,25 @@ test('random flows, both families, masq and full-NAT, full and partial checksums
           const f = field6(out, opt ? 8 : 0);
           const fa = field6(out);
           // reply
-          let rp = (isUdp ? udp6 : tcp6)({ src: fa.dst, dst: fa.src, sport: 8080, dport: P.u16(out, opt ? 48 : 40), flags: TCPF_SYN | TCPF_ACK, payload: pl });
+          let rp = (isUdp ? udp6 : tcp6)({
+            src: fa.dst,
+            dst: fa.src,
+            sport: 8080,
+            dport: P.u16(out, opt ? 48 : 40),
+            flags: TCPF_SYN | TCPF_ACK,
+            payload: pl,
+          });
           if (opt) rp = withDstOpts(rp);
-          const rf = offload && !opt ? partial(rp) : offload ? (() => { const b = new Uint8Array(V + rp.length); b.set(rp, V); return b; })() : rp;
+          const rf =
+            offload && !opt
+              ? partial(rp)
+              : offload
+                ? (() => {
+                    const b = new Uint8Array(V + rp.length);
+                    b.set(rp, V);
+                    return b;
+                  })()
+                : rp;
           const rr = run(rf);
           assert.equal(rr.v, FORWARD, `${fwd} v6 reply ${i}`);
           const ro = offload ? complete(rf) : rf;
@@ -108,14 +174,29 @@ test('random flows, both families, masq and full-NAT, full and partial checksums
           void f;
         } else {
           const c = `172.${rnd() & 255}.${rnd() & 255}.${rnd() & 255}`;
-          const q = (isUdp ? udp : tcp)({ src: c, dst: '10.96.0.10', sport, dport: 80, flags: TCPF_SYN, payload: pl, udpNoChecksum: isUdp && (rnd() & 3) === 0 });
+          const q = (isUdp ? udp : tcp)({
+            src: c,
+            dst: '10.96.0.10',
+            sport,
+            dport: 80,
+            flags: TCPF_SYN,
+            payload: pl,
+            udpNoChecksum: isUdp && (rnd() & 3) === 0,
+          });
           const qf = offload ? plainFrame(q) : q;
           const r = run(qf);
           assert.equal(r.v, FORWARD);
           q.set(qf.subarray(qf.length - q.length));
           assert.ok(checksumsValid(q), `${fwd} v4 ${i}`);
           const f = field(q);
-          const rp = (isUdp ? udp : tcp)({ src: f.dst, dst: f.src, sport: f.dport, dport: f.sport, flags: TCPF_SYN | TCPF_ACK, payload: pl });
+          const rp = (isUdp ? udp : tcp)({
+            src: f.dst,
+            dst: f.src,
+            sport: f.dport,
+            dport: f.sport,
+            flags: TCPF_SYN | TCPF_ACK,
+            payload: pl,
+          });
           const rpf = offload ? plainFrame(rp) : rp;
           assert.equal(run(rpf).v, FORWARD);
           rp.set(rpf.subarray(rpf.length - rp.length));

@@ -19,7 +19,17 @@ function setup6(forwarding: string, protocol = 'tcp', offload = true, extra: Rec
   return makeProcessor(
     {
       dataplane: { vipCidrs: ['fd00:96::/64'], tunnelSource6: 'fd00:1::1', fullnat: { addresses: ['fd00:99::1'] } },
-      services: [{ protocol, address: VIP6, port: 80, scheduler: 'rr', forwarding, realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })), ...extra }],
+      services: [
+        {
+          protocol,
+          address: VIP6,
+          port: 80,
+          scheduler: 'rr',
+          forwarding,
+          realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
+          ...extra,
+        },
+      ],
     },
     { offload, outBytes: 1 << 18 },
   );
@@ -69,7 +79,13 @@ test('ICMPv6 errors through full-NAT both ways, and tunnel', () => {
   assert.equal(P.u16(enc, P.IP6_PLEN), original.length);
   assert.deepEqual([field6(enc).src, field6(enc).dst], ['fd00:1::1', rsOf.get(6002)]);
   assert.deepEqual([...enc.subarray(40)], [...original], 'the ICMPv6 error is carried unchanged');
-  const stray = icmp6({ src: '2001:db8:7::1', dst: VIP6, type: P.ICMP6_DST_UNREACH, code: 0, payload: udp6({ src: VIP6, dst: CLIENT6, sport: 80, dport: 6009, payload: payload(10) }) });
+  const stray = icmp6({
+    src: '2001:db8:7::1',
+    dst: VIP6,
+    type: P.ICMP6_DST_UNREACH,
+    code: 0,
+    payload: udp6({ src: VIP6, dst: CLIENT6, sport: 80, dport: 6009, payload: payload(10) }),
+  });
   assert.equal(tun.run(stray).v, DROP, 'an error about no tracked flow is not tunnelled anywhere');
 });
 

@@ -21,7 +21,17 @@ function setup6(forwarding: string, protocol = 'tcp', offload = true, extra: Rec
   return makeProcessor(
     {
       dataplane: { vipCidrs: ['fd00:96::/64'], tunnelSource6: 'fd00:1::1', fullnat: { addresses: ['fd00:99::1'] } },
-      services: [{ protocol, address: VIP6, port: 80, scheduler: 'rr', forwarding, realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })), ...extra }],
+      services: [
+        {
+          protocol,
+          address: VIP6,
+          port: 80,
+          scheduler: 'rr',
+          forwarding,
+          realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
+          ...extra,
+        },
+      ],
     },
     { offload, outBytes: 1 << 18 },
   );
@@ -75,7 +85,9 @@ test('IPv6 tunnel: partial and GSO segments', () => {
   assert.deepEqual([...outer.subarray(40)], [...inner]);
   const data = payload(5000);
   const seq = 0xfffff000;
-  const segs = run(partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, payload: data }), 1400));
+  const segs = run(
+    partial(tcp6({ src: CLIENT6, dst: VIP6, sport: 40002, flags: TCPF_ACK | TCPF_PSH | TCPF_FIN, seq, payload: data }), 1400),
+  );
   assert.equal(segs.v, REPLY);
   assert.equal(segs.outs.length, 4);
   const got: number[] = [];

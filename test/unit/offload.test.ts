@@ -21,7 +21,16 @@ function setup(forwarding: 'masq' | 'tunnel' | 'fullnat', protocol = 'tcp') {
   return makeProcessor(
     {
       dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1', fullnat: { addresses: ['10.2.0.1'] } },
-      services: [{ protocol, address: VIP, port: 80, scheduler: 'rr', forwarding, realServers: RS.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })) }],
+      services: [
+        {
+          protocol,
+          address: VIP,
+          port: 80,
+          scheduler: 'rr',
+          forwarding,
+          realServers: RS.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
+        },
+      ],
     },
     { offload: true, outBytes: 1 << 18 },
   );
@@ -143,7 +152,9 @@ test('tunnel: a super-packet of MAX_OUT segments is segmented; one of more is dr
     return b;
   };
   assert.equal(run(frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_SYN }), 0)).v, REPLY);
-  const r = run(frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_ACK, payload: payload(MAX_OUT * 400) }), 400));
+  const r = run(
+    frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_ACK, payload: payload(MAX_OUT * 400) }), 400),
+  );
   assert.equal(r.v, REPLY);
   assert.equal(r.outs.length, MAX_OUT);
   const over = run(frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_ACK, payload: payload(60000) }), 400));

@@ -8,7 +8,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { dhBucket } from '../../schedulers/dh';
 import { mhHash1 } from '../../schedulers/mh';
-import { flagScheduler, getScheduler, registerScheduler, SCHED_FLAG_NAMES, schedFlagNames, schedulerNames } from '../../schedulers/registry';
+import {
+  flagScheduler,
+  getScheduler,
+  registerScheduler,
+  SCHED_FLAG_NAMES,
+  schedFlagNames,
+  schedulerNames,
+} from '../../schedulers/registry';
 import { shBucket } from '../../schedulers/sh';
 import { SCHED_FLAG_BITS } from '../../schedulers/types';
 import { input, service } from '../helpers/sched';
@@ -37,7 +44,12 @@ test('the flag names printed for a scheduler: its own in bit order, else flag-1.
   assert.deepEqual(schedFlagNames('mh'), ['mh-fallback', 'mh-port']);
   for (const s of ['rr', 'wlc', 'dh', 'twos']) assert.deepEqual(schedFlagNames(s), ['flag-1', 'flag-2', 'flag-3'], s);
   // Bit order: the first name is SCHED1 (fallback), the second SCHED2 (port).
-  for (const s of ['sh', 'mh']) assert.deepEqual(schedFlagNames(s).map((f) => SCHED_FLAG_BITS[f]), [1, 2], s);
+  for (const s of ['sh', 'mh'])
+    assert.deepEqual(
+      schedFlagNames(s).map((f) => SCHED_FLAG_BITS[f]),
+      [1, 2],
+      s,
+    );
 });
 
 test('registration refuses a flag with no IP_VS_SVC_F_SCHED bit and a flag another scheduler owns', () => {
@@ -49,7 +61,12 @@ test('registration refuses a flag with no IP_VS_SVC_F_SCHED bit and a flag anoth
 });
 
 test('exactly sh, dh and mh have a lookup table, and their decision is the lookup in it', () => {
-  assert.deepEqual(schedulerNames().filter((n) => getScheduler(n)!.lookupTable !== undefined).sort(), ['dh', 'mh', 'sh']);
+  assert.deepEqual(
+    schedulerNames()
+      .filter((n) => getScheduler(n)!.lookupTable !== undefined)
+      .sort(),
+    ['dh', 'mh', 'sh'],
+  );
   const clients = Array.from({ length: 40 }, (_, i) => input(`192.168.${i}.${(i * 37) & 255}`, 1000 + i));
   const slotOf: Record<string, (inp: ReturnType<typeof input>, size: number) => number> = {
     sh: (inp) => shBucket(inp.caddr, 0, 0),
@@ -60,7 +77,10 @@ test('exactly sh, dh and mh have a lookup table, and their decision is the looku
     const m = service(name, ABC);
     const table = m.scheduler.lookupTable!(m.svc.data!);
     assert.equal(table.length, name === 'mh' ? 4093 : 256, name);
-    assert.ok(table.every((p) => p >= 0 && p < 3), `${name}: every slot holds a list position`);
+    assert.ok(
+      table.every((p) => p >= 0 && p < 3),
+      `${name}: every slot holds a list position`,
+    );
     for (const inp of clients) {
       const s = m.schedule(inp);
       assert.equal(s?.key, m.listed()[table[slotOf[name]!(inp, table.length)]!]!.key, name);
@@ -69,7 +89,10 @@ test('exactly sh, dh and mh have a lookup table, and their decision is the looku
 });
 
 test('twos alone takes a seed, and the same seed gives the same decisions', () => {
-  assert.deepEqual(schedulerNames().filter((n) => getScheduler(n)!.seed !== undefined), ['twos']);
+  assert.deepEqual(
+    schedulerNames().filter((n) => getScheduler(n)!.seed !== undefined),
+    ['twos'],
+  );
   const run = (seed: number) => {
     const m = service('twos', ABC);
     m.scheduler.seed!(m.state, m.base, seed);

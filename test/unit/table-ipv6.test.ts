@@ -18,7 +18,17 @@ function setup6(forwarding: string, protocol = 'tcp', offload = true, extra: Rec
   return makeProcessor(
     {
       dataplane: { vipCidrs: ['fd00:96::/64'], tunnelSource6: 'fd00:1::1', fullnat: { addresses: ['fd00:99::1'] } },
-      services: [{ protocol, address: VIP6, port: 80, scheduler: 'rr', forwarding, realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })), ...extra }],
+      services: [
+        {
+          protocol,
+          address: VIP6,
+          port: 80,
+          scheduler: 'rr',
+          forwarding,
+          realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
+          ...extra,
+        },
+      ],
     },
     { offload, outBytes: 1 << 18 },
   );
@@ -37,16 +47,51 @@ test('IPv6 entries are removed by the sweeper (keys hash the same at insert and 
 test('putShadow: an IPv6 record for the same client key but another real server is not taken as a refresh', async () => {
   const { ConnTable, createRealServerRegion } = await import('../../conntrack/table');
   const { parseIPv6 } = await import('../../net/addr');
-  const t = new ConnTable(ConnTable.create(64, { tcp: [0, 900, 120, 60, 120, 60, 10, 60, 60, 120, 10], udp: 300 }), createRealServerRegion(8), L.OWNER_CONTROL);
-  const c = parseIPv6('2001:db8::5')!, v = parseIPv6('fd00:96::10')!;
-  const r1 = parseIPv6('fd00:10::1')!, r2 = parseIPv6('fd00:20::1')!; // same last 32 bits
+  const t = new ConnTable(
+    ConnTable.create(64, { tcp: [0, 900, 120, 60, 120, 60, 10, 60, 60, 120, 10], udp: 300 }),
+    createRealServerRegion(8),
+    L.OWNER_CONTROL,
+  );
+  const c = parseIPv6('2001:db8::5')!,
+    v = parseIPv6('fd00:96::10')!;
+  const r1 = parseIPv6('fd00:10::1')!,
+    r2 = parseIPv6('fd00:20::1')!; // same last 32 bits
   const hi = (r: Int32Array) => [c[0]!, c[1]!, c[2]!, v[0]!, v[1]!, v[2]!, r[0]!, r[1]!, r[2]!, c[0]!, c[1]!, c[2]!];
   const proto = 6 | L.PROTO_V6;
-  const cports = (40000 << 16) | 80, dports = (8080 << 16) | 40000;
+  const cports = (40000 << 16) | 80,
+    dports = (8080 << 16) | 40000;
   const now = t.now();
-  const e1 = t.putShadow(newFlow({ proto, caddr: c[3]!, cports, vaddr: v[3]!, daddr: r1[3]!, dports, laddr: c[3]!, rs: 1, state: 3, expires: now + 10_000, hi: hi(r1) }));
+  const e1 = t.putShadow(
+    newFlow({
+      proto,
+      caddr: c[3]!,
+      cports,
+      vaddr: v[3]!,
+      daddr: r1[3]!,
+      dports,
+      laddr: c[3]!,
+      rs: 1,
+      state: 3,
+      expires: now + 10_000,
+      hi: hi(r1),
+    }),
+  );
   assert.ok(e1 >= 0);
-  const e2 = t.putShadow(newFlow({ proto, caddr: c[3]!, cports, vaddr: v[3]!, daddr: r2[3]!, dports, laddr: c[3]!, rs: 2, state: 3, expires: now + 900_000, hi: hi(r2) }));
+  const e2 = t.putShadow(
+    newFlow({
+      proto,
+      caddr: c[3]!,
+      cports,
+      vaddr: v[3]!,
+      daddr: r2[3]!,
+      dports,
+      laddr: c[3]!,
+      rs: 2,
+      state: 3,
+      expires: now + 900_000,
+      hi: hi(r2),
+    }),
+  );
   // IPv4 semantics: a different server for the key → -1, the old shadow keeps its own timer.
   assert.equal(e2, -1, 'a record naming fd00:20::1 refreshed the shadow that points at fd00:10::1');
 });
