@@ -11,34 +11,9 @@ import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { FORWARD } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid, complete, field, field6, partial, tcp, tcp6, udp, udp6 } from '../helpers/packets';
-import { makeProcessor } from '../helpers/processor';
+import { CLIENT6, makeProcessor, payload, RS6, setup6, VIP6 } from '../helpers/processor';
 
 const V = P.VNET_HLEN;
-const VIP6 = 'fd00:96::10';
-const CLIENT6 = '2001:db8:1::100';
-const RS6 = ['fd00:10::1', 'fd00:10::2', 'fd00:10::3'];
-
-function setup6(forwarding: string, protocol = 'tcp', offload = true, extra: Record<string, unknown> = {}) {
-  return makeProcessor(
-    {
-      dataplane: { vipCidrs: ['fd00:96::/64'], tunnelSource6: 'fd00:1::1', fullnat: { addresses: ['fd00:99::1'] } },
-      services: [
-        {
-          protocol,
-          address: VIP6,
-          port: 80,
-          scheduler: 'rr',
-          forwarding,
-          realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
-          ...extra,
-        },
-      ],
-    },
-    { offload, outBytes: 1 << 18 },
-  );
-}
-
-const payload = (n: number) => Uint8Array.from({ length: n }, (_, i) => (i * 7 + 3) & 255);
 
 /** IPv6 TCP/UDP with a destination-options header (8 bytes) before the transport header. */
 function withDstOpts(pkt: Uint8Array): Uint8Array {
