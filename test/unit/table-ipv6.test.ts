@@ -9,30 +9,7 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { newFlow } from '../../conntrack/flow';
 import { udp6 } from '../helpers/packets';
-import { makeProcessor } from '../helpers/processor';
-
-const VIP6 = 'fd00:96::10';
-const RS6 = ['fd00:10::1', 'fd00:10::2', 'fd00:10::3'];
-
-function setup6(forwarding: string, protocol = 'tcp', offload = true, extra: Record<string, unknown> = {}) {
-  return makeProcessor(
-    {
-      dataplane: { vipCidrs: ['fd00:96::/64'], tunnelSource6: 'fd00:1::1', fullnat: { addresses: ['fd00:99::1'] } },
-      services: [
-        {
-          protocol,
-          address: VIP6,
-          port: 80,
-          scheduler: 'rr',
-          forwarding,
-          realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
-          ...extra,
-        },
-      ],
-    },
-    { offload, outBytes: 1 << 18 },
-  );
-}
+import { setup6, VIP6 } from '../helpers/processor';
 
 test('IPv6 entries are removed by the sweeper (keys hash the same at insert and remove)', () => {
   const { run, table } = setup6('fullnat', 'udp', false, { persistence: 60, netmask: 64 });
