@@ -186,7 +186,11 @@ export class Defense {
       this.modes[n] = s.mode;
       this.active[n] = s.active;
     }
-    this.dropRate = !this.active.dropPacket ? 0 : this.modes.dropPacket === MODE_ALWAYS ? Math.max(1, this.cfg.amDroprate) : Math.max(1, rate);
+    this.dropRate = !this.active.dropPacket
+      ? 0
+      : this.modes.dropPacket === MODE_ALWAYS
+        ? Math.max(1, this.cfg.amDroprate)
+        : Math.max(1, rate);
     const a = t.i32;
     Atomics.store(a, L.H_SECURE_TCP_MS, Math.round(this.cfg.secureTcpTimeout * 1000));
     Atomics.store(a, L.H_SECURE_TCP, this.active.secureTcp ? 1 : 0);

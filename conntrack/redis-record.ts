@@ -250,7 +250,8 @@ export function checkRecord(r: FlowRecord, t: FlowTarget | null, nowMs: number, 
     // The reply address is one of this node's pool addresses, on a port of the pool's range.
     let inPool = false;
     if (v6) {
-      for (let i = 0; i + 3 < t.pool.length && !inPool; i += 4) inPool = hiIs(hi, 9, [t.pool[i]!, t.pool[i + 1]!, t.pool[i + 2]!]) && r.laddr === (t.pool[i + 3]! | 0);
+      for (let i = 0; i + 3 < t.pool.length && !inPool; i += 4)
+        inPool = hiIs(hi, 9, [t.pool[i]!, t.pool[i + 1]!, t.pool[i + 2]!]) && r.laddr === (t.pool[i + 3]! | 0);
     } else {
       for (let i = 0; i < t.pool.length && !inPool; i++) inPool = r.laddr === (t.pool[i]! | 0);
     }

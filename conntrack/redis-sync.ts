@@ -261,7 +261,14 @@ export class RedisSync {
   /** Next entry index of the resync walk; -1 when none runs. */
   private resyncAt = -1;
 
-  constructor(o: RedisSyncOptions, table: ConnTable, rings: SharedArrayBuffer[], resolver: SyncResolver, inject: (pkt: Uint8Array) => void, log: Logger) {
+  constructor(
+    o: RedisSyncOptions,
+    table: ConnTable,
+    rings: SharedArrayBuffer[],
+    resolver: SyncResolver,
+    inject: (pkt: Uint8Array) => void,
+    log: Logger,
+  ) {
     this.o = o;
     this.table = table;
     this.rings = rings.map((r) => new Int32Array(r));
@@ -295,7 +302,12 @@ export class RedisSync {
         enableOfflineQueue: false,
         enableAutoPipelining: true,
         clusterRetryStrategy: (times: number) => Math.min(100 * times, 2000),
-        redisOptions: { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false, ...timeout, ...(this.o.password ? { password: this.o.password } : {}) },
+        redisOptions: {
+          maxRetriesPerRequest: 1,
+          autoResendUnfulfilledCommands: false,
+          ...timeout,
+          ...(this.o.password ? { password: this.o.password } : {}),
+        },
       });
     }
     if (this.o.sentinels) return new Redis({ sentinels: this.o.sentinels, name: this.o.name!, ...common });
@@ -329,7 +341,9 @@ export class RedisSync {
     // Cluster: a node joining the slot map is a failover's new master, which may lack recent writes.
     if (this.client instanceof Cluster) this.client.on('+node', () => this.wantResync(null));
     this.sub.on('ready', () => {
-      (this.sub.subscribe(`${this.o.keyPrefix}flows`) as Promise<unknown>).catch((e: Error) => this.log.warn({ err: e.message }, 'Redis subscribe failed'));
+      (this.sub.subscribe(`${this.o.keyPrefix}flows`) as Promise<unknown>).catch((e: Error) =>
+        this.log.warn({ err: e.message }, 'Redis subscribe failed'),
+      );
     });
     this.sub.on('message', (_ch: string, msg: string) => this.onPublished(msg));
     this.table.setSync(true);
@@ -388,27 +402,33 @@ export class RedisSync {
     const state = a[o + L.E_STATE]!;
     const left = (a[o + L.E_EXPIRES]! - now) | 0;
     const expiresAt = Date.now() + left;
-    const rec = [
-      proto,
-      a[o + L.E_CADDR],
-      a[o + L.E_CPORTS],
-      a[o + L.E_VADDR],
-      a[o + L.E_DADDR],
-      a[o + L.E_DPORTS],
-      a[o + L.E_LADDR],
-      flags & L.FWD_MASK,
-      names.service,
-      names.realServer,
-      state,
-      flags & L.F_INACTIVE ? 1 : 0,
-      expiresAt,
-      proto & L.PROTO_V6 ? Array.from(this.table.entryHi(o)).join(',') : '',
-    ].join('|') + ppField(Atomics.load(a, o + L.E_PP), a[o + L.E_PP_SEQ]!);
+    const rec =
+      [
+        proto,
+        a[o + L.E_CADDR],
+        a[o + L.E_CPORTS],
+        a[o + L.E_VADDR],
+        a[o + L.E_DADDR],
+        a[o + L.E_DPORTS],
+        a[o + L.E_LADDR],
+        flags & L.FWD_MASK,
+        names.service,
+        names.realServer,
+        state,
+        flags & L.F_INACTIVE ? 1 : 0,
+        expiresAt,
+        proto & L.PROTO_V6 ? Array.from(this.table.entryHi(o)).join(',') : '',
+      ].join('|') + ppField(Atomics.load(a, o + L.E_PP), a[o + L.E_PP_SEQ]!);
     const signed = signRecord(this.key, rec); // control thread, per batch: never per packet
     const hi = proto & L.PROTO_V6 ? this.table.entryHi(o) : undefined;
     const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi);
     this.queue.delete(key); // re-insert: newest last
-    this.queue.set(key, { rec: signed, out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!, hi), ttl: Math.max(1000, left + 1000), at: Date.now() });
+    this.queue.set(key, {
+      rec: signed,
+      out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!, hi),
+      ttl: Math.max(1000, left + 1000),
+      at: Date.now(),
+    });
     return true;
   }
 
@@ -534,7 +554,11 @@ export class RedisSync {
       // unknown: walk
     }
     if (id === null || (this.runId !== null && id !== this.runId)) {
-      if (this.runId !== null) this.log.warn({ was: this.runId, now: id }, 'another Redis server answers (restarted or failed over): every live local flow is written again');
+      if (this.runId !== null)
+        this.log.warn(
+          { was: this.runId, now: id },
+          'another Redis server answers (restarted or failed over): every live local flow is written again',
+        );
       // Flows queued since the connection was lost have their records in the queue: skipped.
       this.wantResync(this.lostAt);
     }
@@ -560,7 +584,10 @@ export class RedisSync {
     if (this.client.status === 'ready' && !this.resetting) {
       this.resetting = true;
       this.stats.connected = false;
-      this.log.warn({ timeoutSeconds: this.o.commandTimeout }, 'Redis command timed out; reconnecting (forwarding continues from local state)');
+      this.log.warn(
+        { timeoutSeconds: this.o.commandTimeout },
+        'Redis command timed out; reconnecting (forwarding continues from local state)',
+      );
       this.lostAt ??= this.table.now();
       this.client.disconnect(true);
     }
@@ -727,7 +754,17 @@ export class RedisSync {
       this.stats.lookups.error++;
       return;
     }
-    const p: Lookup = { key, pkts: [b.slice(off, off + len)], proto, s, ports, d, hi: v6 ? Int32Array.from(hi) : NO_HI, timer: undefined, done: false };
+    const p: Lookup = {
+      key,
+      pkts: [b.slice(off, off + len)],
+      proto,
+      s,
+      ports,
+      d,
+      hi: v6 ? Int32Array.from(hi) : NO_HI,
+      timer: undefined,
+      done: false,
+    };
     this.pending.set(key, p);
     this.held++;
     this.inFlight++;
@@ -736,28 +773,27 @@ export class RedisSync {
     const outKey = this.outKey(proto, s, ports, d, p.hi);
     // One command for both keys (half the commands, promises and timers a flood of lookups makes),
     // except on Cluster, where the two keys live in different slots.
-    (this.o.cluster ? Promise.all([this.client.get(inKey), this.client.get(outKey)]) : this.client.mget(inKey, outKey))
-      .then(
-        (recs) => {
-          this.inFlight--;
-          let result: 'hit' | 'miss' | 'refused' = 'miss';
-          for (const rec of recs) {
-            if (rec === null) continue;
-            // Installed even when the packets already timed out: their retransmissions find it.
-            if (this.installRecord(rec, p)) {
-              result = 'hit';
-              break;
-            }
-            result = 'refused';
+    (this.o.cluster ? Promise.all([this.client.get(inKey), this.client.get(outKey)]) : this.client.mget(inKey, outKey)).then(
+      (recs) => {
+        this.inFlight--;
+        let result: 'hit' | 'miss' | 'refused' = 'miss';
+        for (const rec of recs) {
+          if (rec === null) continue;
+          // Installed even when the packets already timed out: their retransmissions find it.
+          if (this.installRecord(rec, p)) {
+            result = 'hit';
+            break;
           }
-          this.settle(p, result);
-        },
-        (e: unknown) => {
-          this.inFlight--;
-          this.failed(e);
-          this.settle(p, e instanceof Error && e.message === TIMED_OUT ? 'timeout' : 'error');
-        },
-      );
+          result = 'refused';
+        }
+        this.settle(p, result);
+      },
+      (e: unknown) => {
+        this.inFlight--;
+        this.failed(e);
+        this.settle(p, e instanceof Error && e.message === TIMED_OUT ? 'timeout' : 'error');
+      },
+    );
   }
 
   /** A lookup's end (first of: answer, error, parkTimeout): its packets replayed on a hit, else dropped. */
@@ -798,7 +834,8 @@ export class RedisSync {
       const picked = selectNodes(flat, total, self, now, this.o.maxNodes);
       picked.refused.future += future;
       for (const k of NODE_REFUSALS) this.stats.nodesRefused[k] += picked.refused[k];
-      if (future > 0 || picked.refused.cap > 0 || picked.refused.bad_id > 0) this.log.warn({ ...picked.refused }, 'Redis node list: entries ignored');
+      if (future > 0 || picked.refused.cap > 0 || picked.refused.bad_id > 0)
+        this.log.warn({ ...picked.refused }, 'Redis node list: entries ignored');
       // Nodes run the same configuration: a report far larger than ours is not a node's.
       const known = new Set(Object.keys(local));
       const maxChars = 65536 + 256 * known.size;

@@ -72,7 +72,22 @@ export const SCTP_STATE_NAMES = [
 const MAX_RTO = 61;
 
 /** Kernel sctp_timeouts, seconds, by state. */
-export const SCTP_DEFAULT_TIMEOUTS = [2, 4, MAX_RTO, MAX_RTO, MAX_RTO, MAX_RTO, MAX_RTO, MAX_RTO, 900, MAX_RTO, MAX_RTO, MAX_RTO, 4, MAX_RTO];
+export const SCTP_DEFAULT_TIMEOUTS = [
+  2,
+  4,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  900,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  4,
+  MAX_RTO,
+];
 
 // Events (kernel enum ipvs_sctp_event_t).
 export const SCTP_EV_DATA = 0;
@@ -137,7 +152,7 @@ const NO = SCTP_S_NONE,
 void NO;
 
 // Rows = event, columns = current state NO I1 IN CS CR CW CO CE ES SS SR SA RJ CL.
-// prettier-ignore
+// biome-ignore format: the kernel's state table, one row per event and a column per state
 const TABLE: number[][][] = [
   [ // INPUT
     /*d  */ [ES, I1, IN, CS, CR, CW, CO, CE, ES, SS, SR, SA, RJ, CL],

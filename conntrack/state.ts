@@ -65,7 +65,7 @@ const NO = TCP_NONE,
   LI = TCP_LISTEN,
   SA = TCP_SYNACK;
 
-// prettier-ignore
+// biome-ignore format: the kernel's state table, one row per event and a column per state
 const TABLE: number[][][] = [
   [ // INPUT
     /*syn*/ [SR, ES, ES, SR, SR, SR, SR, SR, SR, SR, SR],
@@ -95,7 +95,7 @@ const TABLE: number[][][] = [
  * client that only sends can no longer buy itself the 900 s ESTABLISHED timer. For one-way flows
  * (INPUT_ONLY, tunnel) a SYN leads to SYNACK and the client's ACK to ESTABLISHED.
  */
-// prettier-ignore
+// biome-ignore format: the kernel's state table, one row per event and a column per state
 const TABLE_DOS: number[][][] = [
   [ // INPUT
     /*syn*/ [SR, ES, ES, SR, SR, SR, SR, SR, SR, SR, SA],

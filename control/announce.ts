@@ -84,7 +84,8 @@ export class Announcer {
         this.waitTimer = setTimeout(poll, 50);
         return;
       }
-      if (!canAdopt()) this.log.warn({ waitedMs: ANNOUNCE_WAIT_MS }, 'announcing without Redis: re-hashed flows cannot be adopted until it connects');
+      if (!canAdopt())
+        this.log.warn({ waitedMs: ANNOUNCE_WAIT_MS }, 'announcing without Redis: re-hashed flows cannot be adopted until it connects');
       this.ready = true;
       try {
         this.apply();
@@ -100,12 +101,18 @@ export class Announcer {
   /** Turns maintenance on (withdraw) or off (announce again). */
   setMaintenance(on: boolean): AnnounceStatus {
     if (this.o.table === 0) {
-      throw new UvsError('UVS_ERR_MAINTENANCE_UNAVAILABLE', 'dataplane.announceTable is 0: this node announces nothing, so there is nothing to withdraw');
+      throw new UvsError(
+        'UVS_ERR_MAINTENANCE_UNAVAILABLE',
+        'dataplane.announceTable is 0: this node announces nothing, so there is nothing to withdraw',
+      );
     }
     if (on && this.maintenanceSince === null) this.maintenanceSince = Date.now();
     if (!on) this.maintenanceSince = null;
     this.apply();
-    this.log.info({ maintenance: on, announced: this.announced }, on ? 'maintenance on: announcement withdrawn, still forwarding what arrives' : 'maintenance off: announcing again');
+    this.log.info(
+      { maintenance: on, announced: this.announced },
+      on ? 'maintenance on: announcement withdrawn, still forwarding what arrives' : 'maintenance off: announcing again',
+    );
     return this.status();
   }
 
@@ -134,7 +141,8 @@ export class Announcer {
     const want = this.ready && this.maintenanceSince === null;
     for (const c of this.o.vipCidrs) {
       const args = ['route', want ? 'replace' : 'del', c, 'dev', this.o.device, 'table', String(this.o.table)];
-      if (!want) ip(args, true); // already gone (the device went first) is fine
+      if (!want)
+        ip(args, true); // already gone (the device went first) is fine
       else {
         try {
           ip([...args, 'proto', 'static']);
@@ -143,7 +151,8 @@ export class Announcer {
         }
       }
     }
-    if (want !== this.announced) this.log.info({ table: this.o.table, vipCidrs: this.o.vipCidrs }, want ? 'announcing the VIP ranges' : 'announcement withdrawn');
+    if (want !== this.announced)
+      this.log.info({ table: this.o.table, vipCidrs: this.o.vipCidrs }, want ? 'announcing the VIP ranges' : 'announcement withdrawn');
     this.announced = want;
   }
 

@@ -15,7 +15,11 @@ import { any, bool, fail, int, isObj, list, obj, oneOf, opt, str, type JsonSchem
 
 /** A service by its key (the path parameters of the service routes). */
 const SERVICE_REF = obj(
-  { protocol: str({ doc: 'tcp, udp or sctp' }), address: str({ doc: 'The VIP (any spelling of an IPv6 address)' }), port: int({ min: 0, max: 65535 }) },
+  {
+    protocol: str({ doc: 'tcp, udp or sctp' }),
+    address: str({ doc: 'The VIP (any spelling of an IPv6 address)' }),
+    port: int({ min: 0, max: 65535 }),
+  },
   { mapping: true },
 );
 
@@ -35,7 +39,11 @@ export const SERVICE_EDIT_BODY = withoutPathFields(
   'The settings to change (ipvsadm -E replaces scheduler, schedFlags, persistence and netmask); the path names the service',
 );
 export const REAL_SERVER_BODY = REAL_SERVER.json;
-export const REAL_SERVER_EDIT_BODY = withoutPathFields(REAL_SERVER.json, ['address', 'port'], 'The settings to change; the path names the real server');
+export const REAL_SERVER_EDIT_BODY = withoutPathFields(
+  REAL_SERVER.json,
+  ['address', 'port'],
+  'The settings to change; the path names the real server',
+);
 
 /** ipvsadm --set: 0 (or absent) keeps a value. Its fields are the configuration's `timeouts`. */
 export const SET_TIMEOUTS = obj({
@@ -96,7 +104,9 @@ export const BATCH = obj({ ops: list(EDIT_OP, { required: true, max: 100000, doc
 /** ipvsadm -Z: all services, or one. */
 export const ZERO = obj({ service: opt(SERVICE_REF) });
 
-export const MAINTENANCE = obj({ enabled: bool({ doc: "true: withdraw this node's announcement (keep forwarding); false: announce again" }) });
+export const MAINTENANCE = obj({
+  enabled: bool({ doc: "true: withdraw this node's announcement (keep forwarding); false: announce again" }),
+});
 
 /** A route that takes no body: any field is unknown. */
 export const NO_BODY = obj({});
@@ -106,11 +116,19 @@ export const NO_BODY = obj({});
  * the scheduler's own rules); here only which fields there are, and what they hold.
  */
 export const PREVIEW = obj({
-  delete: opt(any({ type: 'array', items: { type: 'string', description: 'address:port ([v6]:port)' }, description: 'Real servers to delete' })),
+  delete: opt(
+    any({ type: 'array', items: { type: 'string', description: 'address:port ([v6]:port)' }, description: 'Real servers to delete' }),
+  ),
   setWeight: opt(
     any({
       type: 'array',
-      items: { type: 'object', properties: { realServer: { type: 'string', description: 'address:port' }, weight: { type: 'integer', minimum: 0, maximum: 65535 } } },
+      items: {
+        type: 'object',
+        properties: {
+          realServer: { type: 'string', description: 'address:port' },
+          weight: { type: 'integer', minimum: 0, maximum: 65535 },
+        },
+      },
       description: 'New weights',
     }),
   ),
@@ -119,7 +137,11 @@ export const PREVIEW = obj({
       type: 'array',
       items: {
         type: 'object',
-        properties: { address: { type: 'string' }, port: { type: 'integer', minimum: 0, maximum: 65535 }, weight: { type: 'integer', minimum: 0, maximum: 65535 } },
+        properties: {
+          address: { type: 'string' },
+          port: { type: 'integer', minimum: 0, maximum: 65535 },
+          weight: { type: 'integer', minimum: 0, maximum: 65535 },
+        },
       },
       description: 'Real servers to add',
     }),

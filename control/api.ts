@@ -35,7 +35,18 @@ import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
 import { tokenOk } from './listen';
 import { DEFAULT_PROTOCOL, validateRealServer, validateService } from './config';
-import { BATCH, MAINTENANCE, NO_BODY, PREVIEW, REAL_SERVER_BODY, REAL_SERVER_EDIT_BODY, SERVICE_BODY, SERVICE_EDIT_BODY, SET_TIMEOUTS, ZERO } from './api-bodies';
+import {
+  BATCH,
+  MAINTENANCE,
+  NO_BODY,
+  PREVIEW,
+  REAL_SERVER_BODY,
+  REAL_SERVER_EDIT_BODY,
+  SERVICE_BODY,
+  SERVICE_EDIT_BODY,
+  SET_TIMEOUTS,
+  ZERO,
+} from './api-bodies';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { validateCaptureRequest } from './capture';
@@ -99,7 +110,11 @@ export function servicesView(d: Daemon): ServicesResponse {
       netmask: s.cfg.netmask,
       stats: d.stats.service(s.slot),
       rates: d.stats.rates(d.stats.serviceBase(s.slot)),
-      realServers: s.realServers.map((r) => ({ ...r, stats: d.stats.realServer(r.slot), rates: d.stats.rates(d.stats.realServerBase(r.slot)) })),
+      realServers: s.realServers.map((r) => ({
+        ...r,
+        stats: d.stats.realServer(r.slot),
+        rates: d.stats.rates(d.stats.realServerBase(r.slot)),
+      })),
     })),
   };
 }
@@ -173,7 +188,9 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     const token = tcp.token;
     app.addHook('onRequest', async (req, reply) => {
       if (!hostOk(req.headers.host)) {
-        return reply.status(ERRORS.UVS_ERR_API_HOST.status).send({ code: 'UVS_ERR_API_HOST', message: badHostMessage(req.headers.host ?? '') });
+        return reply
+          .status(ERRORS.UVS_ERR_API_HOST.status)
+          .send({ code: 'UVS_ERR_API_HOST', message: badHostMessage(req.headers.host ?? '') });
       }
       if (!tokenOk(req.raw, token)) {
         return reply.status(401).send({ code: 'UVS_ERR_API_UNAUTHORIZED', message: ERRORS.UVS_ERR_API_UNAUTHORIZED.message });
@@ -184,7 +201,10 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     if (err instanceof UvsError) return reply.status(err.status).send(err.toJSON());
     const e = err as { validation?: unknown; statusCode?: number; message: string; code?: string };
     if (e.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-      return reply.status(ERRORS.UVS_ERR_API_CONTENT_TYPE.status).send({ code: 'UVS_ERR_API_CONTENT_TYPE', message: `${ERRORS.UVS_ERR_API_CONTENT_TYPE.message}, got ${JSON.stringify(_req.headers['content-type'] ?? 'none')}` });
+      return reply.status(ERRORS.UVS_ERR_API_CONTENT_TYPE.status).send({
+        code: 'UVS_ERR_API_CONTENT_TYPE',
+        message: `${ERRORS.UVS_ERR_API_CONTENT_TYPE.message}, got ${JSON.stringify(_req.headers['content-type'] ?? 'none')}`,
+      });
     }
     if (e.validation || (e.statusCode && e.statusCode < 500)) {
       return reply.status(e.statusCode ?? 400).send({ code: 'UVS_ERR_API_BAD_REQUEST', message: e.message });
@@ -196,14 +216,17 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     reply.status(404).send({ code: 'UVS_ERR_API_NOT_FOUND', message: `no route ${req.method} ${req.url}` });
   });
 
-  app.get('/v1/info', async (): Promise<InfoResponse> => ({
-    name: 'uvs',
-    version: '0.1.0',
-    device: d.cfg.dataplane.device,
-    workers: d.cfg.dataplane.workers,
-    tableSize: d.cfg.dataplane.tableSize,
-    configFile: d.configFile,
-  }));
+  app.get(
+    '/v1/info',
+    async (): Promise<InfoResponse> => ({
+      name: 'uvs',
+      version: '0.1.0',
+      device: d.cfg.dataplane.device,
+      workers: d.cfg.dataplane.workers,
+      tableSize: d.cfg.dataplane.tableSize,
+      configFile: d.configFile,
+    }),
+  );
   app.get('/v1/services', async () => servicesView(d));
   app.get(
     '/v1/connections',
@@ -225,53 +248,79 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   app.get('/v1/drains', async () => drainsView(d));
   app.get('/v1/defense', async () => defenseView(d));
   app.get('/v1/health', async (): Promise<HealthResponse> => ({ checks: d.health.states() }));
-  app.get('/v1/timeouts', async (): Promise<TimeoutsResponse> => ({
-    tcp: d.cfg.timeouts.tcp.ESTABLISHED!, // every TCP state has a timeout (the schema's defaults)
-    tcpFin: d.cfg.timeouts.tcp.FIN_WAIT!,
-    udp: d.cfg.timeouts.udp,
-    sctp: d.cfg.timeouts.sctp, // uvs: seconds per SCTP state (ipvsadm --timeout prints the first three)
-  }));
+  app.get(
+    '/v1/timeouts',
+    async (): Promise<TimeoutsResponse> => ({
+      tcp: d.cfg.timeouts.tcp.ESTABLISHED!, // every TCP state has a timeout (the schema's defaults)
+      tcpFin: d.cfg.timeouts.tcp.FIN_WAIT!,
+      udp: d.cfg.timeouts.udp,
+      sctp: d.cfg.timeouts.sctp, // uvs: seconds per SCTP state (ipvsadm --timeout prints the first three)
+    }),
+  );
   // Disruption preview: what share of table slots and tracked flows a change would move.
-  app.post('/v1/services/:protocol/:address/:port/preview', body(PREVIEW, 'change', 'UVS_ERR_API_BAD_REQUEST'), async (req): Promise<PreviewResponse> => {
-    const p = req.params as { protocol: string; address: string; port: string };
-    const svc = d.model.list().find((s) => s.key === serviceKey({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) }));
-    if (!svc) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${p.protocol} ${p.address}:${p.port}`);
-    const change = req.body as Record<string, unknown>;
-    // A service never holds more than maxRealServers: a longer list is refused before any work.
-    for (const k of ['delete', 'setWeight', 'add'] as const) {
-      const v = change[k];
-      if (Array.isArray(v) && v.length > d.cfg.dataplane.maxRealServers) {
-        throw new UvsError('UVS_ERR_API_TOO_LARGE', `${v.length} entries, more than dataplane.maxRealServers (${d.cfg.dataplane.maxRealServers})`, k);
+  app.post(
+    '/v1/services/:protocol/:address/:port/preview',
+    body(PREVIEW, 'change', 'UVS_ERR_API_BAD_REQUEST'),
+    async (req): Promise<PreviewResponse> => {
+      const p = req.params as { protocol: string; address: string; port: string };
+      const svc = d.model
+        .list()
+        .find((s) => s.key === serviceKey({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) }));
+      if (!svc) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${p.protocol} ${p.address}:${p.port}`);
+      const change = req.body as Record<string, unknown>;
+      // A service never holds more than maxRealServers: a longer list is refused before any work.
+      for (const k of ['delete', 'setWeight', 'add'] as const) {
+        const v = change[k];
+        if (Array.isArray(v) && v.length > d.cfg.dataplane.maxRealServers) {
+          throw new UvsError(
+            'UVS_ERR_API_TOO_LARGE',
+            `${v.length} entries, more than dataplane.maxRealServers (${d.cfg.dataplane.maxRealServers})`,
+            k,
+          );
+        }
       }
-    }
-    const flows: PreviewFlow[] = [];
-    const t = d.table;
-    const a = t.i32;
-    t.forEach((_e, o) => {
-      if (a[o + L.E_SVC] !== svc.slot || a[o + L.E_FLAGS]! & L.F_TEMPLATE) return;
-      flows.push({ client: entryAddr(a, o, L.E_CADDR), clientPort: a[o + L.E_CPORTS]! >>> 16, realServer: `${entryAddr(a, o, L.E_DADDR)}:${a[o + L.E_DPORTS]! >>> 16}` });
-    });
-    try {
-      return previewDisruption(
-        {
-          address: svc.cfg.address,
-          port: svc.cfg.port,
-          scheduler: svc.cfg.scheduler,
-          flags: svc.cfg.schedFlags,
-          ...(svc.cfg.mhTableSize !== undefined ? { mhTableSize: svc.cfg.mhTableSize } : {}),
-          realServers: svc.realServers.map((r) => ({ address: r.address, port: r.port, weight: r.weight, lastWeight: r.lastWeight, overloaded: r.overloaded })),
-        },
-        change as ProposedChange,
-        flows,
-      );
-    } catch (e) {
-      if (e instanceof PreviewError) throw new UvsError('UVS_ERR_API_BAD_REQUEST', e.reason, e.path);
-      throw e;
-    }
-  });
+      const flows: PreviewFlow[] = [];
+      const t = d.table;
+      const a = t.i32;
+      t.forEach((_e, o) => {
+        if (a[o + L.E_SVC] !== svc.slot || a[o + L.E_FLAGS]! & L.F_TEMPLATE) return;
+        flows.push({
+          client: entryAddr(a, o, L.E_CADDR),
+          clientPort: a[o + L.E_CPORTS]! >>> 16,
+          realServer: `${entryAddr(a, o, L.E_DADDR)}:${a[o + L.E_DPORTS]! >>> 16}`,
+        });
+      });
+      try {
+        return previewDisruption(
+          {
+            address: svc.cfg.address,
+            port: svc.cfg.port,
+            scheduler: svc.cfg.scheduler,
+            flags: svc.cfg.schedFlags,
+            ...(svc.cfg.mhTableSize !== undefined ? { mhTableSize: svc.cfg.mhTableSize } : {}),
+            realServers: svc.realServers.map((r) => ({
+              address: r.address,
+              port: r.port,
+              weight: r.weight,
+              lastWeight: r.lastWeight,
+              overloaded: r.overloaded,
+            })),
+          },
+          change as ProposedChange,
+          flows,
+        );
+      } catch (e) {
+        if (e instanceof PreviewError) throw new UvsError('UVS_ERR_API_BAD_REQUEST', e.reason, e.path);
+        throw e;
+      }
+    },
+  );
 
   // Secrets (tokens, the Redis password: http-guard.ts SECRET_FIELDS) never leave the daemon.
-  app.get('/v1/config', async (): Promise<ConfigResponse> => ({ file: d.configFile, document: redactSecrets(d.doc), effective: redactSecrets(d.cfg) }));
+  app.get(
+    '/v1/config',
+    async (): Promise<ConfigResponse> => ({ file: d.configFile, document: redactSecrets(d.doc), effective: redactSecrets(d.cfg) }),
+  );
 
   const runEdits = (ops: EditOp[], reply: import('fastify').FastifyReply) => {
     // Limits before any work: a batch that must fail on them costs O(ops), not a validation of
@@ -281,7 +330,8 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     // operations' own shape is the route's body schema: BATCH, or the route's own operation).
     ops.forEach((o, i) => {
       if (o.op === 'addService' || o.op === 'editService') validateService(o.service, `ops[${i}].service`);
-      if (o.op === 'addRealServer' || o.op === 'editRealServer') validateRealServer(o.realServer, `ops[${i}].realServer`, o.ref.port, 'masq');
+      if (o.op === 'addRealServer' || o.op === 'editRealServer')
+        validateRealServer(o.realServer, `ops[${i}].realServer`, o.ref.port, 'masq');
     });
     const r = d.edit((doc) => applyEdits(doc, ops));
     if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
@@ -301,22 +351,54 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     },
     async (req, reply) => runEdits((req.body as { ops: EditOp[] }).ops, reply),
   );
-  const refFrom = (p: { protocol: string; address: string; port: string }): ServiceRef => ({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) });
-  app.post('/v1/services', editBody(SERVICE_BODY), async (req, reply) => runEdits([{ op: 'addService', service: req.body as Record<string, unknown> }], reply));
+  const refFrom = (p: { protocol: string; address: string; port: string }): ServiceRef => ({
+    protocol: p.protocol,
+    address: canonAddr(p.address) as string,
+    port: Number(p.port),
+  });
+  app.post('/v1/services', editBody(SERVICE_BODY), async (req, reply) =>
+    runEdits([{ op: 'addService', service: req.body as Record<string, unknown> }], reply),
+  );
   app.delete('/v1/services', async (_req, reply) => runEdits([{ op: 'clear' }], reply));
   app.put('/v1/services/:protocol/:address/:port', editBody(SERVICE_EDIT_BODY), async (req, reply) => {
     const ref = refFrom(req.params as { protocol: string; address: string; port: string });
-    return runEdits([{ op: 'editService', service: { ...(req.body as Record<string, unknown>), protocol: ref.protocol, address: ref.address, port: ref.port } }], reply);
+    return runEdits(
+      [
+        {
+          op: 'editService',
+          service: { ...(req.body as Record<string, unknown>), protocol: ref.protocol, address: ref.address, port: ref.port },
+        },
+      ],
+      reply,
+    );
   });
   app.delete('/v1/services/:protocol/:address/:port', async (req, reply) =>
     runEdits([{ op: 'deleteService', ref: refFrom(req.params as { protocol: string; address: string; port: string }) }], reply),
   );
   app.post('/v1/services/:protocol/:address/:port/realservers', editBody(REAL_SERVER_BODY), async (req, reply) =>
-    runEdits([{ op: 'addRealServer', ref: refFrom(req.params as { protocol: string; address: string; port: string }), realServer: req.body as Record<string, unknown> }], reply),
+    runEdits(
+      [
+        {
+          op: 'addRealServer',
+          ref: refFrom(req.params as { protocol: string; address: string; port: string }),
+          realServer: req.body as Record<string, unknown>,
+        },
+      ],
+      reply,
+    ),
   );
   app.put('/v1/services/:protocol/:address/:port/realservers/:raddr/:rport', editBody(REAL_SERVER_EDIT_BODY), async (req, reply) => {
     const p = req.params as { protocol: string; address: string; port: string; raddr: string; rport: string };
-    return runEdits([{ op: 'editRealServer', ref: refFrom(p), realServer: { ...(req.body as Record<string, unknown>), address: p.raddr, port: Number(p.rport) } }], reply);
+    return runEdits(
+      [
+        {
+          op: 'editRealServer',
+          ref: refFrom(p),
+          realServer: { ...(req.body as Record<string, unknown>), address: p.raddr, port: Number(p.rport) },
+        },
+      ],
+      reply,
+    );
   });
   app.delete('/v1/services/:protocol/:address/:port/realservers/:raddr/:rport', async (req, reply) => {
     const p = req.params as { protocol: string; address: string; port: string; raddr: string; rport: string };
@@ -356,7 +438,9 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   });
   // Node maintenance (control/announce.ts): withdraw this node's announcement, keep forwarding.
   app.get('/v1/maintenance', async (): Promise<MaintenanceResponse> => d.announcer.status());
-  app.put('/v1/maintenance', body(MAINTENANCE, '', 'UVS_ERR_API_BAD_REQUEST'), async (req) => d.setMaintenance((req.body as { enabled: boolean }).enabled));
+  app.put('/v1/maintenance', body(MAINTENANCE, '', 'UVS_ERR_API_BAD_REQUEST'), async (req) =>
+    d.setMaintenance((req.body as { enabled: boolean }).enabled),
+  );
   app.post('/v1/workers/:id/kill', body(NO_BODY, '', 'UVS_ERR_API_BAD_REQUEST'), async (req, reply) => {
     const id = Number((req.params as { id: string }).id);
     if (!Number.isInteger(id) || !(await d.dataplane.killWorker(id))) {
@@ -402,10 +486,12 @@ function editBody(json: JsonSchema) {
  */
 function checkBatchLimits(d: Daemon, ops: EditOp[]): void {
   const rsCount = (list: unknown) => (Array.isArray(list) ? list.length : 0);
-  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) => `${String(r?.protocol ?? DEFAULT_PROTOCOL)} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
+  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) =>
+    `${String(r?.protocol ?? DEFAULT_PROTOCOL)} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
   const count = new Map<string, number>(); // service → real servers
   const svcs = (d.doc as { services?: unknown } | null)?.services;
-  if (Array.isArray(svcs)) for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));
+  if (Array.isArray(svcs))
+    for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));
   for (const o of ops) {
     if (o === null || typeof o !== 'object') continue; // not an operation: the body schema refuses it
     const k = o.op === 'addService' || o.op === 'editService' ? key(o.service) : 'ref' in o ? key(o.ref) : '';
@@ -416,10 +502,20 @@ function checkBatchLimits(d: Daemon, ops: EditOp[]): void {
     else if (o.op === 'deleteRealServer' && count.has(k)) count.set(k, Math.max(0, count.get(k)! - 1));
   }
   const dp = d.cfg.dataplane;
-  if (count.size > dp.maxServices) throw new UvsError('UVS_ERR_API_TOO_LARGE', `the batch would leave ${count.size} services, more than dataplane.maxServices (${dp.maxServices})`, 'ops');
+  if (count.size > dp.maxServices)
+    throw new UvsError(
+      'UVS_ERR_API_TOO_LARGE',
+      `the batch would leave ${count.size} services, more than dataplane.maxServices (${dp.maxServices})`,
+      'ops',
+    );
   let rs = 0;
   for (const n of count.values()) rs += n;
-  if (rs > dp.maxRealServers) throw new UvsError('UVS_ERR_API_TOO_LARGE', `the batch would leave ${rs} real servers, more than dataplane.maxRealServers (${dp.maxRealServers})`, 'ops');
+  if (rs > dp.maxRealServers)
+    throw new UvsError(
+      'UVS_ERR_API_TOO_LARGE',
+      `the batch would leave ${rs} real servers, more than dataplane.maxRealServers (${dp.maxRealServers})`,
+      'ops',
+    );
 }
 
 /** The counter blocks whose rates the estimator follows (ipvsadm --rate): every listed service and real server. */

@@ -71,10 +71,12 @@ function bad(detail: string, path: string): never {
 export function validateCaptureRequest(v: unknown): CaptureRequest {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) bad('must be an object', 'capture');
   const o = v as Record<string, unknown>;
-  for (const k of Object.keys(o)) if (!['sample', 'flow', 'seconds', 'maxPackets', 'format'].includes(k)) bad('unknown field', `capture.${k}`);
+  for (const k of Object.keys(o))
+    if (!['sample', 'flow', 'seconds', 'maxPackets', 'format'].includes(k)) bad('unknown field', `capture.${k}`);
   const int = (x: unknown, path: string, def: number, min: number, max: number): number => {
     if (x === undefined) return def;
-    if (typeof x !== 'number' || !Number.isInteger(x) || x < min || x > max) bad(`must be an integer from ${min} to ${max}, got ${JSON.stringify(x)}`, path);
+    if (typeof x !== 'number' || !Number.isInteger(x) || x < min || x > max)
+      bad(`must be an integer from ${min} to ${max}, got ${JSON.stringify(x)}`, path);
     return x;
   };
   if ((o.sample === undefined) === (o.flow === undefined)) bad('give either sample (1 in N packets) or flow (a flow filter)', 'capture');
@@ -90,18 +92,22 @@ export function validateCaptureRequest(v: unknown): CaptureRequest {
     const f = o.flow;
     if (typeof f !== 'object' || f === null || Array.isArray(f)) bad('must be an object', 'capture.flow');
     const fo = f as Record<string, unknown>;
-    for (const k of Object.keys(fo)) if (!['protocol', 'address', 'port', 'peer', 'peerPort'].includes(k)) bad('unknown field', `capture.flow.${k}`);
+    for (const k of Object.keys(fo))
+      if (!['protocol', 'address', 'port', 'peer', 'peerPort'].includes(k)) bad('unknown field', `capture.flow.${k}`);
     const flow: FlowFilter = {};
     if (fo.protocol !== undefined) {
-      if (typeof fo.protocol !== 'string' || !(fo.protocol in PROTOS)) bad(`must be one of ${Object.keys(PROTOS).join(', ')}`, 'capture.flow.protocol');
+      if (typeof fo.protocol !== 'string' || !(fo.protocol in PROTOS))
+        bad(`must be one of ${Object.keys(PROTOS).join(', ')}`, 'capture.flow.protocol');
       flow.protocol = fo.protocol as FlowFilter['protocol'];
     }
     for (const k of ['address', 'peer'] as const) {
       if (fo[k] === undefined) continue;
-      if (typeof fo[k] !== 'string' || (parseIPv4(fo[k] as string) === null && parseIPv6(fo[k] as string) === null)) bad(`must be an IPv4 or IPv6 address, got ${JSON.stringify(fo[k])}`, `capture.flow.${k}`);
+      if (typeof fo[k] !== 'string' || (parseIPv4(fo[k] as string) === null && parseIPv6(fo[k] as string) === null))
+        bad(`must be an IPv4 or IPv6 address, got ${JSON.stringify(fo[k])}`, `capture.flow.${k}`);
       flow[k] = fo[k] as string;
     }
-    if (flow.address && flow.peer && flow.address.includes(':') !== flow.peer.includes(':')) bad('address and peer must be of one family', 'capture.flow.peer');
+    if (flow.address && flow.peer && flow.address.includes(':') !== flow.peer.includes(':'))
+      bad('address and peer must be of one family', 'capture.flow.peer');
     if (fo.port !== undefined) flow.port = int(fo.port, 'capture.flow.port', 0, 0, 65535);
     if (fo.peerPort !== undefined) flow.peerPort = int(fo.peerPort, 'capture.flow.peerPort', 0, 0, 65535);
     if (Object.keys(flow).length === 0) bad('needs at least one of protocol, address, port, peer, peerPort', 'capture.flow');
@@ -221,7 +227,8 @@ export function describeRecord(r: CaptureRecord, names: CaptureNames): Record<st
   if (r.rs >= 0) out.realServer = names.realServer(r.rs);
   if (r.state >= 0) {
     const p = r.proto & 0xff;
-    out.state = p === IPPROTO_TCP ? TCP_STATE_NAMES[r.state] : p === IPPROTO_SCTP ? SCTP_STATE_NAMES[r.state] : p === IPPROTO_UDP ? 'UDP' : r.state;
+    out.state =
+      p === IPPROTO_TCP ? TCP_STATE_NAMES[r.state] : p === IPPROTO_SCTP ? SCTP_STATE_NAMES[r.state] : p === IPPROTO_UDP ? 'UDP' : r.state;
   }
   return out;
 }

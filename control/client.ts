@@ -10,14 +10,29 @@ import { DEFAULT_API_SOCKET } from './config';
 export const DEFAULT_SOCKET = process.env.UVS_SOCKET ?? DEFAULT_API_SOCKET;
 
 /** A request whose answer body is kept as bytes (a pcap file); `timeoutMs` for long requests. */
-export function apiCallRaw(socket: string, method: string, path: string, body: unknown, timeoutMs: number): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }> {
+export function apiCallRaw(
+  socket: string,
+  method: string,
+  path: string,
+  body: unknown,
+  timeoutMs: number,
+): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }> {
   return new Promise((resolve, reject) => {
     const data = JSON.stringify(body);
-    const req = request({ socketPath: socket, agent: false, method, path, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-    });
+    const req = request(
+      {
+        socketPath: socket,
+        agent: false,
+        method,
+        path,
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+      },
+    );
     req.on('error', reject);
     req.setTimeout(timeoutMs, () => req.destroy(new Error(`API ${method} ${path} timed out`)));
     req.end(data);
@@ -29,7 +44,13 @@ export function apiCall<T = unknown>(socket: string, method: string, path: strin
   return new Promise((resolve, reject) => {
     const data = body === undefined ? undefined : JSON.stringify(body);
     const req = request(
-      { socketPath: socket, agent: false, method, path, headers: data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {} },
+      {
+        socketPath: socket,
+        agent: false,
+        method,
+        path,
+        headers: data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {},
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));

@@ -115,7 +115,8 @@ function ipAddrOf(s: string, path: string): string {
   fail(path, `must be an IPv4 or IPv6 address, got ${JSON.stringify(s)}`);
 }
 
-const ipAddr = (o: LeafOpts<string> = {}) => leaf({ type: 'string', description: 'IPv4 or IPv6 address' }, (v, path) => ipAddrOf(takeStr(v, path), path), o);
+const ipAddr = (o: LeafOpts<string> = {}) =>
+  leaf({ type: 'string', description: 'IPv4 or IPv6 address' }, (v, path) => ipAddrOf(takeStr(v, path), path), o);
 
 const cidr = (msg: string) =>
   leaf({ type: 'string', description: 'IPv4 or IPv6 CIDR' }, (v, path) => {
@@ -143,7 +144,11 @@ function forwarding(o: LeafOpts<Forwarding>): Schema<Forwarding, false> {
     (v, path) => {
       if ((FORWARDINGS as readonly unknown[]).includes(v)) return v as Forwarding;
       if (v === 'route' || v === 'droute' || v === 'direct') {
-        throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'direct routing needs layer-2 frames, which a TUN device does not carry; use "masq"', path);
+        throw new UvsError(
+          'UVS_ERR_CONFIG_UNSUPPORTED',
+          'direct routing needs layer-2 frames, which a TUN device does not carry; use "masq"',
+          path,
+        );
       }
       fail(path, `must be "masq", "fullnat" or "tunnel", got ${JSON.stringify(v)}`);
     },
@@ -192,7 +197,10 @@ const KUBE_PROXY_IPVS = obj(
     ),
     syncPeriod: duration({ default: 30, doc: '→ reload.syncPeriod' }),
     minSyncPeriod: duration({ default: 0, doc: '→ reload.minInterval' }),
-    excludeCIDRs: list(cidr('must be an IPv4 or IPv6 CIDR'), { msg: 'must be a list of CIDRs', doc: 'Services with VIPs here survive a file reload that omits them' }),
+    excludeCIDRs: list(cidr('must be an IPv4 or IPv6 CIDR'), {
+      msg: 'must be a list of CIDRs',
+      doc: 'Services with VIPs here survive a file reload that omits them',
+    }),
     strictARP: bool({ default: false, doc: 'No effect: a TUN device answers no ARP' }),
     // kube-proxy: a timeout of 0 keeps the current value; a non-zero one is `ipvsadm --set`.
     tcpTimeout: timeout({ default: 0, doc: '→ timeouts.tcp; 0 keeps it' }),
@@ -206,7 +214,11 @@ type KubeProxyIpvs = Out<typeof KUBE_PROXY_IPVS>;
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1)$/;
 
 const token = () =>
-  opt(leaf({ type: 'string', minLength: 16 }, (v, path) => (typeof v === 'string' && v.length >= 16 ? v : fail(path, 'must be a string of at least 16 characters'))));
+  opt(
+    leaf({ type: 'string', minLength: 16 }, (v, path) =>
+      typeof v === 'string' && v.length >= 16 ? v : fail(path, 'must be a string of at least 16 characters'),
+    ),
+  );
 
 /**
  * An HTTP listener: "host:port" ('' = off); beyond loopback only with a token (≥ 16 characters),
@@ -215,9 +227,13 @@ const token = () =>
 function checkListener(address: string, tok: string | undefined, addressPath: string, tokenPath: string, alwaysToken: boolean): void {
   if (!address) return;
   const hp = splitHostPort(address);
-  if (!hp || (hp.bracketed && !/^[0-9a-fA-F:]+$/.test(hp.host))) fail(addressPath, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
+  if (!hp || (hp.bracketed && !/^[0-9a-fA-F:]+$/.test(hp.host)))
+    fail(addressPath, `must be host:port (IPv6 as [addr]:port), got ${JSON.stringify(address)}`);
   if (alwaysToken && tok === undefined) {
-    fail(tokenPath, `is required with a TCP listener (${address}): any local user or browser page reaches a loopback port; the root-only unix socket needs none`);
+    fail(
+      tokenPath,
+      `is required with a TCP listener (${address}): any local user or browser page reaches a loopback port; the root-only unix socket needs none`,
+    );
   }
   if (!LOOPBACK.test(hp.host) && tok === undefined) {
     fail(tokenPath, `is required when listening beyond loopback (${address}): anything reachable from the network needs a bearer token`);
@@ -239,9 +255,18 @@ const listener = (defAddress: string, doc: string) =>
  */
 const GENERATED_LIMIT = obj(
   {
-    perSourceInterval: duration({ default: 1, max: 60, doc: 'One answer per source per this (net.ipv4.icmp_ratelimit); 0 = no per-source limit' }),
+    perSourceInterval: duration({
+      default: 1,
+      max: 60,
+      doc: 'One answer per source per this (net.ipv4.icmp_ratelimit); 0 = no per-source limit',
+    }),
     perSourceBurst: int({ default: 6, min: 1, max: 1000, doc: "Per-source burst (the kernel's XRLIM_BURST_FACTOR)" }),
-    perSecond: int({ default: 1000, min: 0, max: 10_000_000, doc: "The node's answers per second (icmp_msgs_per_sec); 0 = no global limit" }),
+    perSecond: int({
+      default: 1000,
+      min: 0,
+      max: 10_000_000,
+      doc: "The node's answers per second (icmp_msgs_per_sec); 0 = no global limit",
+    }),
     burst: int({ default: 50, min: 1, max: 10_000_000, doc: 'Global burst (icmp_msgs_burst)' }),
     kinds: map(
       list(oneOf(GEN_KIND_NAMES, { strict: true, msg: (k) => `must be one of ${GEN_KIND_NAMES.join(', ')}, got ${JSON.stringify(k)}` }), {
@@ -267,7 +292,12 @@ const DATAPLANE = obj({
     msg: 'must be a non-empty list of IPv4 or IPv6 CIDRs',
     doc: 'VIP ranges routed to the device',
   }),
-  workers: int({ default: () => availableParallelism(), min: 1, max: 64, doc: 'Dataplane threads = TUN queues; default: the number of CPUs' }),
+  workers: int({
+    default: () => availableParallelism(),
+    min: 1,
+    max: 64,
+    doc: 'Dataplane threads = TUN queues; default: the number of CPUs',
+  }),
   // 144 B an entry: 128 of entry words, 12 of chain heads and bucket lock, 4 of per-source
   // counter (conntrack/layout.ts tableBytes) → 9 MiB at the default.
   tableSize: int({
@@ -280,7 +310,13 @@ const DATAPLANE = obj({
   maxRealServers: int({ default: 4096, min: 1, max: 1 << 20 }),
   maxServices: int({ default: 1024, min: 1, max: 1 << 16 }),
   mtu: int({ default: 1500, min: 576, max: 9000 }),
-  routeTable: int({ default: 4711, min: 1, max: 0x7fffffff, doc: 'Policy-routing table for masq replies; any unused id', check: notReservedTable }),
+  routeTable: int({
+    default: 4711,
+    min: 1,
+    max: 0x7fffffff,
+    doc: 'Policy-routing table for masq replies; any unused id',
+    check: notReservedTable,
+  }),
   rulePriority: int({ default: 4711, min: 2, max: 32765 }),
   batch: int({ default: 64, min: 1, max: 1024, doc: 'Packets per read; amortises poll() and the JS↔C crossing' }),
   offload: bool({ default: true, doc: 'Kernel offloads on the device (virtio header, checksum + TSO: 64 KB super-packets)' }),
@@ -291,7 +327,10 @@ const DATAPLANE = obj({
     doc: 'Worker I/O: io_uring (one io_uring_enter per batch), poll (poll + read + write), or auto (io_uring where the kernel allows it)',
   }),
   answerPing: bool({ default: true, doc: 'Answer ICMP echo requests sent to a VIP' }),
-  expireQuiescentTemplate: bool({ default: false, doc: "Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it)" }),
+  expireQuiescentTemplate: bool({
+    default: false,
+    doc: 'Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it)',
+  }),
   fullnat: obj(
     {
       addresses: list(ipAddr(), { msg: 'must be a list of IPv4 and/or IPv6 addresses' }),
@@ -307,7 +346,10 @@ const DATAPLANE = obj({
     default: '',
     doc: 'Outer source address of IPIP-tunnelled packets (an address of this node the real servers reach)',
   }),
-  tunnelSource6: leaf({ type: 'string' }, (v, path) => ipv6Of(takeStr(v, path), path), { default: '', doc: 'The same for ip6ip6-tunnelled IPv6 services' }),
+  tunnelSource6: leaf({ type: 'string' }, (v, path) => ipv6Of(takeStr(v, path), path), {
+    default: '',
+    doc: 'The same for ip6ip6-tunnelled IPv6 services',
+  }),
   generatedLimit: GENERATED_LIMIT,
   announceTable: int({
     default: 0,
@@ -317,7 +359,8 @@ const DATAPLANE = obj({
     check: (v, path, s) => {
       notReservedTable(v, path);
       const routeTable = s!.out.routeTable as number;
-      if (v !== 0 && v === routeTable) fail(path, `must differ from dataplane.routeTable (${routeTable}), which holds the masq reply routes`);
+      if (v !== 0 && v === routeTable)
+        fail(path, `must differ from dataplane.routeTable (${routeTable}), which holds the masq reply routes`);
     },
   }),
 });
@@ -340,18 +383,29 @@ const kubeProxyTimeout = (s: Scope | null, k: (typeof KUBE_PROXY_TIMEOUTS)[numbe
 const TIMEOUTS = map(
   obj(
     {
-      tcp: timeout({ default: (s) => kubeProxyTimeout(s, 'tcpTimeout') ?? TCP_DEFAULT_TIMEOUTS[TCP_ESTABLISHED]!, doc: 'ESTABLISHED (ipvsadm --set tcp)' }),
-      tcpFin: timeout({ default: (s) => kubeProxyTimeout(s, 'tcpFinTimeout') ?? TCP_DEFAULT_TIMEOUTS[TCP_FIN_WAIT]!, doc: 'FIN_WAIT (ipvsadm --set tcpfin)' }),
+      tcp: timeout({
+        default: (s) => kubeProxyTimeout(s, 'tcpTimeout') ?? TCP_DEFAULT_TIMEOUTS[TCP_ESTABLISHED]!,
+        doc: 'ESTABLISHED (ipvsadm --set tcp)',
+      }),
+      tcpFin: timeout({
+        default: (s) => kubeProxyTimeout(s, 'tcpFinTimeout') ?? TCP_DEFAULT_TIMEOUTS[TCP_FIN_WAIT]!,
+        doc: 'FIN_WAIT (ipvsadm --set tcpfin)',
+      }),
       udp: timeout({ default: (s) => kubeProxyTimeout(s, 'udpTimeout') ?? UDP_DEFAULT_TIMEOUT, doc: 'ipvsadm --set udp' }),
       tcpStates: stateTimeouts(TCP_STATE_NAMES, null, "Any other TCP state by name; absent = the kernel's"),
       // SCTP: the kernel's per-state timeouts (its ipvsadm --set has no SCTP field); any may be changed.
-      sctp: stateTimeouts(SCTP_STATE_KEYS, SCTP_DEFAULT_TIMEOUTS, "Seconds per SCTP state (conntrack/sctp-state.ts); absent = the kernel's"),
+      sctp: stateTimeouts(
+        SCTP_STATE_KEYS,
+        SCTP_DEFAULT_TIMEOUTS,
+        "Seconds per SCTP state (conntrack/sctp-state.ts); absent = the kernel's",
+      ),
       sweepInterval: duration({ default: 1, max: 60, min: 0.05, doc: 'Sweeper period' }),
     },
     {
       check: (_t, _path, s, raw) => {
         for (const [k, u] of KUBE_PROXY_TIMEOUTS) {
-          if (kubeProxyTimeout(s, k) !== undefined && raw[u] !== undefined) fail(`ipvs.${k}`, `conflicts with timeouts.${u}: set one of them`);
+          if (kubeProxyTimeout(s, k) !== undefined && raw[u] !== undefined)
+            fail(`ipvs.${k}`, `conflicts with timeouts.${u}: set one of them`);
         }
       },
     },
@@ -394,7 +448,12 @@ const DEFENSE: Schema<DefenseSettings, false> = obj(
       doc: 'The half-open TCP timeout while secure_tcp acts',
     }),
     halfOpenPerSource: mode(1, 'Limit the half-open entries of one source (IPv4 address, IPv6 /64)'),
-    maxHalfOpenPerSource: int({ default: (s) => Math.min(256, tableSizeOf(s)), min: 1, max: tableSizeOf, doc: 'Default 256, at most tableSize' }),
+    maxHalfOpenPerSource: int({
+      default: (s) => Math.min(256, tableSizeOf(s)),
+      min: 1,
+      max: tableSizeOf,
+      doc: 'Default 256, at most tableSize',
+    }),
     holdTime: duration({ default: 60, max: 3600, doc: 'Automatic defenses stay on this long after the last shortage (0 = as the kernel)' }),
   },
   { doc: "Overload defenses (conntrack/defense.ts, docs/defense.md): the kernel's /proc/sys/net/ipv4/vs ones" },
@@ -436,10 +495,11 @@ const REDIS: Schema<RedisSyncOptions, false> = obj(
     ),
     maxShadowShare: leaf(
       { type: 'number', minimum: 0, exclusiveMinimum: true, maximum: 1 },
-      (v, path) => (typeof v === 'number' && v > 0 && v <= 1 ? v : fail(path, `must be a number above 0 and at most 1, got ${JSON.stringify(v)}`)),
+      (v, path) =>
+        typeof v === 'number' && v > 0 && v <= 1 ? v : fail(path, `must be a number above 0 and at most 1, got ${JSON.stringify(v)}`),
       { default: 0.5, doc: 'Share of the table shadow entries may hold' },
     ),
-    maxNodes: int({ default: 64, min: 1, max: 10_000, doc: "Most other nodes whose counts are read per exchange" }),
+    maxNodes: int({ default: 64, min: 1, max: 10_000, doc: 'Most other nodes whose counts are read per exchange' }),
     maxLookups: int({ default: 1024, min: 1, max: 1_000_000, doc: 'Most adoption lookups in flight' }),
     commandTimeout: duration({ default: 1, max: 60, min: 0.01, doc: 'Seconds a Redis command may take' }),
   },
@@ -447,7 +507,8 @@ const REDIS: Schema<RedisSyncOptions, false> = obj(
     doc: 'Shared flow state (multi-node); null = this node works alone',
     check: (r, path, _s, raw) => {
       const modes = ['url', 'sentinels', 'cluster'].filter((k) => raw[k] !== undefined);
-      if (modes.length !== 1) fail(path, `needs exactly one of url, sentinels (with name) or cluster; got ${modes.length ? modes.join(', ') : 'none'}`);
+      if (modes.length !== 1)
+        fail(path, `needs exactly one of url, sentinels (with name) or cluster; got ${modes.length ? modes.join(', ') : 'none'}`);
       if (r.sentinels && r.name === undefined) fail(`${path}.name`, 'is required');
     },
   },
@@ -505,7 +566,9 @@ export const REAL_SERVER = obj(
     forwarding: forwarding({ default: (s) => serviceOf(s).forwarding!, doc: "Default: the service's" }),
     upperThreshold: int({ default: 0, min: 0, max: 0x7fffffff, doc: 'Stop sending new flows at this many connections (0 = no limit)' }),
     lowerThreshold: int({ default: 0, min: 0, max: 0x7fffffff, doc: 'Resume below this many' }),
-    slowStart: opt(duration({ max: 3600, doc: "Seconds over which a returning server's weight ramps up; absent = the service's slowStart" })),
+    slowStart: opt(
+      duration({ max: 3600, doc: "Seconds over which a returning server's weight ramps up; absent = the service's slowStart" }),
+    ),
     proxyProtocol: proxyProtocol({
       default: (s) => serviceOf(s).proxyProtocol,
       doc: "PROXY protocol header in front of each connection's bytes; absent = the service's, none = none",
@@ -514,10 +577,14 @@ export const REAL_SERVER = obj(
   {
     mapping: true,
     check: (r, path, s) => {
-      if (r.lowerThreshold > r.upperThreshold) fail(`${path}.lowerThreshold`, `must not exceed upperThreshold (${r.upperThreshold}), as in the kernel`);
+      if (r.lowerThreshold > r.upperThreshold)
+        fail(`${path}.lowerThreshold`, `must not exceed upperThreshold (${r.upperThreshold}), as in the kernel`);
       const servicePort = serviceOf(s).port!;
       if (r.forwarding === 'tunnel' && r.port !== servicePort) {
-        fail(`${path}.port`, `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`);
+        fail(
+          `${path}.port`,
+          `tunnel forwarding cannot map ports (the inner packet is not rewritten): must be the service port ${servicePort}`,
+        );
       }
     },
   },
@@ -532,7 +599,10 @@ export const SERVICE = obj(
     protocol: oneOf(PROTOCOLS, { default: DEFAULT_PROTOCOL, msg: (v) => `must be tcp, udp or sctp, got ${JSON.stringify(v)}` }),
     address: ipAddr(),
     port: int({ min: 1, max: 65535 }),
-    name: str({ default: (s) => `${s!.out.protocol as string}/${hostPort(s!.out.address as string, s!.out.port as number)}`, doc: 'Default "protocol/address:port"' }),
+    name: str({
+      default: (s) => `${s!.out.protocol as string}/${hostPort(s!.out.address as string, s!.out.port as number)}`,
+      doc: 'Default "protocol/address:port"',
+    }),
     scheduler: leaf(
       { type: 'string', enum: schedulerNames() },
       (v, path) => {
@@ -540,7 +610,10 @@ export const SERVICE = obj(
         if (!getScheduler(name)) fail(path, `unknown scheduler ${JSON.stringify(name)} (available: ${schedulerNames().join(', ')})`);
         return name;
       },
-      { default: defaultScheduler, doc: `Default ${DEFAULT_SCHEDULER} (as ipvsadm); rr in a document with an ipvs: section (as kube-proxy)` },
+      {
+        default: defaultScheduler,
+        doc: `Default ${DEFAULT_SCHEDULER} (as ipvsadm); rr in a document with an ipvs: section (as kube-proxy)`,
+      },
     ),
     schedFlags: list(
       oneOf(SCHED_FLAG_NAMES, {
@@ -555,7 +628,10 @@ export const SERVICE = obj(
     // ipvsadm -p [timeout]: a bare flag (true) means 360 s (IPVS_SVC_PERSISTENT_TIMEOUT); ipvsadm
     // takes 1..2678400, uvs 1..MAX_TIMEOUT (templates live in the same 32-bit millisecond table).
     persistence: leaf(
-      { oneOf: [{ type: 'boolean' }, DURATION_JSON(MAX_TIMEOUT)], description: 'Persistence timeout (ipvsadm -p): seconds, true = 360, false/0 = none' },
+      {
+        oneOf: [{ type: 'boolean' }, DURATION_JSON(MAX_TIMEOUT)],
+        description: 'Persistence timeout (ipvsadm -p): seconds, true = 360, false/0 = none',
+      },
       (v, path) => {
         if (v === true) return 360;
         if (v === false || v === 0) return 0;
@@ -568,7 +644,8 @@ export const SERVICE = obj(
     netmask: leaf(
       {
         oneOf: [{ type: 'string' }, { type: 'integer', minimum: 1, maximum: 128 }],
-        description: 'Persistence netmask (ipvsadm -M): dotted for IPv4 (default 255.255.255.255), a prefix length 1–128 for IPv6 (default 128)',
+        description:
+          'Persistence netmask (ipvsadm -M): dotted for IPv4 (default 255.255.255.255), a prefix length 1–128 for IPv6 (default 128)',
       },
       (v, path, s) => {
         if ((s!.out.address as string).includes(':')) {
@@ -580,7 +657,8 @@ export const SERVICE = obj(
         }
         const mask = takeStr(v, path);
         const nm = parseIPv4(mask);
-        if (nm === null || maskBits(nm) === null) fail(path, `must be a contiguous IPv4 netmask like 255.255.255.0, got ${JSON.stringify(mask)}`);
+        if (nm === null || maskBits(nm) === null)
+          fail(path, `must be a contiguous IPv4 netmask like 255.255.255.0, got ${JSON.stringify(mask)}`);
         return mask;
       },
       { default: (s) => ((s!.out.address as string).includes(':') ? '128' : '255.255.255.255') },
@@ -589,7 +667,11 @@ export const SERVICE = obj(
     proxyProtocol: proxyProtocol({ doc: 'Default of its real servers (as forwarding is); absent = none' }),
     realServers: list(REAL_SERVER),
     healthCheck: opt(HEALTH_CHECK),
-    maxDrainTime: opt(duration({ doc: 'Seconds a removed real server may drain before it is deleted with connections left; absent = gracefulTermination.maxDrainTime' })),
+    maxDrainTime: opt(
+      duration({
+        doc: 'Seconds a removed real server may drain before it is deleted with connections left; absent = gracefulTermination.maxDrainTime',
+      }),
+    ),
     slowStart: opt(
       duration({
         max: 3600,
@@ -625,13 +707,20 @@ export const SERVICE = obj(
         const where = own ? `${path}.realServers[${j}].proxyProtocol` : `${path}.proxyProtocol`;
         if (svc.protocol !== 'tcp') fail(where, `PROXY protocol is for TCP services (this one is ${svc.protocol})`);
         if (r.forwarding !== 'fullnat') {
-          const why = r.forwarding === 'masq' ? "it already sees the client's address" : 'its replies do not pass uvs, so their acknowledgements cannot be shifted';
-          fail(where, `needs forwarding fullnat, real server ${hostPort(r.address, r.port)} uses ${r.forwarding}: ${why}${own ? '' : ' (give it proxyProtocol: none)'}`);
+          const why =
+            r.forwarding === 'masq'
+              ? "it already sees the client's address"
+              : 'its replies do not pass uvs, so their acknowledgements cannot be shifted';
+          fail(
+            where,
+            `needs forwarding fullnat, real server ${hostPort(r.address, r.port)} uses ${r.forwarding}: ${why}${own ? '' : ' (give it proxyProtocol: none)'}`,
+          );
         }
       });
       // IPVS allows another family only for tunnelled servers; uvs tunnels within one family.
       svc.realServers.forEach((r, j) => {
-        if (r.address.includes(':') !== v6) fail(`${path}.realServers[${j}].address`, `${r.address} is not of the service's address family (${v6 ? 'IPv6' : 'IPv4'})`);
+        if (r.address.includes(':') !== v6)
+          fail(`${path}.realServers[${j}].address`, `${r.address} is not of the service's address family (${v6 ? 'IPv6' : 'IPv4'})`);
       });
       const seen = new Set<string>();
       svc.realServers.forEach((r, j) => {
@@ -653,14 +742,27 @@ function checkServices(services: ServiceConfig[], path: string, s: Scope | null)
     if (seen.has(key)) fail(`${path}[${i}]`, `duplicates ${seen.get(key)} (${key})`);
     seen.set(key, `${path}[${i}]`);
     const v6 = svc.address.includes(':');
-    if ((svc.forwarding === 'tunnel' || svc.realServers.some((r) => r.forwarding === 'tunnel')) && !(v6 ? dp.tunnelSource6 : dp.tunnelSource)) {
-      fail(`${path}[${i}].forwarding`, `tunnel needs dataplane.${v6 ? 'tunnelSource6' : 'tunnelSource'} (the outer source address the real servers see)`);
+    if (
+      (svc.forwarding === 'tunnel' || svc.realServers.some((r) => r.forwarding === 'tunnel')) &&
+      !(v6 ? dp.tunnelSource6 : dp.tunnelSource)
+    ) {
+      fail(
+        `${path}[${i}].forwarding`,
+        `tunnel needs dataplane.${v6 ? 'tunnelSource6' : 'tunnelSource'} (the outer source address the real servers see)`,
+      );
     }
-    if ((svc.forwarding === 'fullnat' || svc.realServers.some((r) => r.forwarding === 'fullnat')) && !dp.fullnat.addresses.some((a) => a.includes(':') === v6)) {
+    if (
+      (svc.forwarding === 'fullnat' || svc.realServers.some((r) => r.forwarding === 'fullnat')) &&
+      !dp.fullnat.addresses.some((a) => a.includes(':') === v6)
+    ) {
       const family = v6 ? 'an IPv6' : 'an IPv4';
-      fail(`${path}[${i}].forwarding`, `fullnat needs ${family} address in dataplane.fullnat.addresses (the source addresses real servers answer to)`);
+      fail(
+        `${path}[${i}].forwarding`,
+        `fullnat needs ${family} address in dataplane.fullnat.addresses (the source addresses real servers answer to)`,
+      );
     }
-    if (!inAnyCidr(svc.address, dp.vipCidrs)) fail(`${path}[${i}].address`, `${svc.address} is not inside dataplane.vipCidrs (${dp.vipCidrs.join(', ')})`);
+    if (!inAnyCidr(svc.address, dp.vipCidrs))
+      fail(`${path}[${i}].address`, `${svc.address} is not inside dataplane.vipCidrs (${dp.vipCidrs.join(', ')})`);
   });
   if (services.length > dp.maxServices) fail(path, `more than dataplane.maxServices (${dp.maxServices})`);
 }
@@ -703,7 +805,11 @@ const CONFIG = map(
       { doc: 'Reloading' },
     ),
     redis: nullable(REDIS),
-    stateFile: str({ empty: true, default: '/var/lib/uvs/state.json', doc: "Where uvsd keeps what must survive a restart (the drain list); '' = nowhere" }),
+    stateFile: str({
+      empty: true,
+      default: '/var/lib/uvs/state.json',
+      doc: "Where uvsd keeps what must survive a restart (the drain list); '' = nowhere",
+    }),
     log: obj({
       level: oneOf(LOG_LEVELS, { default: 'info', msg: () => `must be one of ${LOG_LEVELS.join(', ')}` }),
       pretty: bool({ default: false }),
@@ -729,7 +835,13 @@ export function validateService(v: unknown, path: string): ServiceConfig {
 }
 
 /** One real server of a service with this port, forwarding and PROXY protocol default. */
-export function validateRealServer(v: unknown, path: string, servicePort: number, fwd: Forwarding, servicePp?: ProxyProtocol): RealServerConfig {
+export function validateRealServer(
+  v: unknown,
+  path: string,
+  servicePort: number,
+  fwd: Forwarding,
+  servicePp?: ProxyProtocol,
+): RealServerConfig {
   const service = { port: servicePort, forwarding: fwd, ...(servicePp ? { proxyProtocol: servicePp } : {}) };
   return run(REAL_SERVER, v, path, 'UVS_ERR_CONFIG_INVALID', { out: service, up: null });
 }
@@ -777,7 +889,8 @@ function withKubeProxyFile(doc: unknown, file: string): unknown {
   } catch (e) {
     throw new UvsError('UVS_ERR_CONFIG_READ', `${path}: ${(e as Error).message}`, 'kubeProxyConfigFile');
   }
-  if (!isObj(kp) || kp.kind !== 'KubeProxyConfiguration') invalid('kubeProxyConfigFile', `${path} is not a KubeProxyConfiguration (kind: ${isObj(kp) ? JSON.stringify(kp.kind) : 'none'})`);
+  if (!isObj(kp) || kp.kind !== 'KubeProxyConfiguration')
+    invalid('kubeProxyConfigFile', `${path} is not a KubeProxyConfiguration (kind: ${isObj(kp) ? JSON.stringify(kp.kind) : 'none'})`);
   const { kubeProxyConfigFile: _ref, ...rest } = doc;
   return kp.ipvs === undefined ? rest : { ...rest, ipvs: kp.ipvs };
 }

@@ -48,7 +48,11 @@ export interface Endpoint {
 export type Serve = (d: Daemon, keep: (e: Endpoint) => void) => Promise<void>;
 
 export function tableTimeouts(cfg: UvsConfig): TableTimeouts {
-  return { tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!), udp: cfg.timeouts.udp, sctp: SCTP_STATE_KEYS.map((n) => cfg.timeouts.sctp[n]!) };
+  return {
+    tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!),
+    udp: cfg.timeouts.udp,
+    sctp: SCTP_STATE_KEYS.map((n) => cfg.timeouts.sctp[n]!),
+  };
 }
 
 export class Daemon {
@@ -156,7 +160,8 @@ export class Daemon {
           target: (service, realServer) => model.flowTarget(service, realServer),
           counts: () => {
             const out: Record<string, [number, number]> = {};
-            for (const s of model.list()) for (const r of s.realServers) out[`${s.key}|${r.address}:${r.port}`] = [r.activeConns, r.inactConns];
+            for (const s of model.list())
+              for (const r of s.realServers) out[`${s.key}|${r.address}:${r.port}`] = [r.activeConns, r.inactConns];
             return out;
           },
         },
@@ -165,7 +170,11 @@ export class Daemon {
       );
       this.model.remoteConns = (service, realServer) => this.sync!.remoteCounts(service, realServer);
     }
-    this.announcer = new Announcer({ table: dp.announceTable, device: dp.device, vipCidrs: dp.vipCidrs }, log.child({ component: 'announce' }), () => this.stats.word(L.C_RX_PACKETS));
+    this.announcer = new Announcer(
+      { table: dp.announceTable, device: dp.device, vipCidrs: dp.vipCidrs },
+      log.child({ component: 'announce' }),
+      () => this.stats.word(L.C_RX_PACKETS),
+    );
   }
 
   /**
@@ -209,7 +218,10 @@ export class Daemon {
       await d.stop();
       throw e;
     }
-    log.info({ services: cfg.services.length, tableSize: cfg.dataplane.tableSize, workers: cfg.dataplane.workers, api: cfg.api.socket }, 'uvsd started');
+    log.info(
+      { services: cfg.services.length, tableSize: cfg.dataplane.tableSize, workers: cfg.dataplane.workers, api: cfg.api.socket },
+      'uvsd started',
+    );
     return d;
   }
 
@@ -243,7 +255,10 @@ export class Daemon {
       }
       for (const x of slots) Atomics.store(this.model.rs, x.slot * L.RS_WORDS + L.RS_MTU, this.routes.get(x.addr)?.mtu ?? 0);
     } catch (e) {
-      this.log.warn({ err: (e as Error).message }, 'cannot read the MTU of the routes to the real servers; path-MTU checks keep the last values');
+      this.log.warn(
+        { err: (e as Error).message },
+        'cannot read the MTU of the routes to the real servers; path-MTU checks keep the last values',
+      );
     }
   }
 
@@ -325,7 +340,9 @@ export class Daemon {
     try {
       mkdirSync(dirname(this.cfg.stateFile), { recursive: true, mode: 0o700 });
       const tmp = `${this.cfg.stateFile}.tmp`;
-      writeFileSync(tmp, JSON.stringify({ version: 1, savedAt: Date.now(), draining: this.model.persistedDrains() }, null, 1), { mode: 0o600 });
+      writeFileSync(tmp, JSON.stringify({ version: 1, savedAt: Date.now(), draining: this.model.persistedDrains() }, null, 1), {
+        mode: 0o600,
+      });
       renameSync(tmp, this.cfg.stateFile);
     } catch (e) {
       this.log.error({ err: (e as Error).message, file: this.cfg.stateFile }, 'cannot write the state file');
@@ -440,10 +457,27 @@ export class Daemon {
           throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
         }
       }
-      const fixed = ['device', 'workers', 'tableSize', 'maxRealServers', 'maxServices', 'mtu', 'routeTable', 'rulePriority', 'batch', 'offload', 'io', 'announceTable'] as const;
+      const fixed = [
+        'device',
+        'workers',
+        'tableSize',
+        'maxRealServers',
+        'maxServices',
+        'mtu',
+        'routeTable',
+        'rulePriority',
+        'batch',
+        'offload',
+        'io',
+        'announceTable',
+      ] as const;
       for (const k of fixed) {
         if (cfg.dataplane[k] !== this.cfg.dataplane[k]) {
-          throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', `cannot change on reload (restart uvsd): was ${this.cfg.dataplane[k]}, now ${cfg.dataplane[k]}`, `dataplane.${k}`);
+          throw new UvsError(
+            'UVS_ERR_CONFIG_UNSUPPORTED',
+            `cannot change on reload (restart uvsd): was ${this.cfg.dataplane[k]}, now ${cfg.dataplane[k]}`,
+            `dataplane.${k}`,
+          );
         }
       }
       if (JSON.stringify(cfg.dataplane.fullnat) !== JSON.stringify(this.cfg.dataplane.fullnat)) {
@@ -476,7 +510,10 @@ export class Daemon {
       this.drainTimer = setInterval(() => this.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
     }
     this.reloads.ok++;
-    this.log.info({ version: snapshot.version, services: cfg.services.length, source }, source === 'file' ? 'configuration reloaded' : 'configuration changed through the API');
+    this.log.info(
+      { version: snapshot.version, services: cfg.services.length, source },
+      source === 'file' ? 'configuration reloaded' : 'configuration changed through the API',
+    );
     return { ok: true, version: snapshot.version };
   }
 

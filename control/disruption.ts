@@ -9,24 +9,23 @@
  * so quiescing an mh server moves no slot.
  *
  *  - slotsMoved: share of lookup-table slots whose real server differs after the change (a slot
- *    becoming empty or filled counts). Defined when the scheduler is sh, dh or mh both before and
- *    after, with the same table (same scheduler, same mh table size); null otherwise.
+ *    becoming empty or filled counts). Defined when the scheduler has a lookup table
+ *    (Scheduler.lookupTable: sh, dh, mh) both before and after, with the same table (same
+ *    scheduler, same mh table size); null otherwise.
  *  - flowsMoved: share of the given tracked flows that a new scheduling decision would send to a
- *    real server other than the one they are on now. With sh, dh or mh after the change the
- *    decision is the table lookup for the flow's client address and port (no server = moved);
- *    other schedulers decide from live counters and rotation state, so only flows whose real
- *    server leaves the list count as moved. 0 when there are no flows.
+ *    real server other than the one they are on now. With a lookup-table scheduler after the
+ *    change the decision is the table lookup for the flow's client address and port (no server =
+ *    moved); other schedulers decide from live counters and rotation state, so only flows whose
+ *    real server leaves the list count as moved. 0 when there are no flows.
  *
  * Not modelled: an mh service with more real servers than table slots (the kernel refuses the
  * rebuild and keeps an older table).
  */
-import { DH_TAB_SIZE } from '../schedulers/dh';
-import { MH_PRIMES, mhSlots } from '../schedulers/mh';
-import { getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
-import { SH_TAB_SIZE } from '../schedulers/sh';
 import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from '../net/addr';
-import { SchedModel } from './sched-model';
+import { MH_PRIMES } from '../schedulers/mh';
+import { getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { schedFlagBits } from '../schedulers/types';
+import { SchedModel } from './sched-model';
 
 export interface PreviewRealServer {
   address: string;
@@ -91,8 +90,6 @@ export function flagBits(flags: string[] | undefined): number {
   return schedFlagBits(flags);
 }
 
-const HASHED = new Set(['sh', 'dh', 'mh']);
-
 interface Entry {
   key: string;
   addr: Inet;
@@ -127,18 +124,16 @@ function item(v: unknown, path: string): Record<string, unknown> {
 }
 
 function weightOk(w: unknown, path: string): number {
-  if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) throw new PreviewError(path, `must be an integer between 0 and 65535, got ${JSON.stringify(w)}`);
+  if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535)
+    throw new PreviewError(path, `must be an integer between 0 and 65535, got ${JSON.stringify(w)}`);
   return w;
 }
 
-/** The slot table (list positions) of a hashing scheduler, or null. */
-function slotTable(scheduler: string, model: SchedModel): Int32Array | null {
+/** The lookup table (list positions) of a table-driven scheduler, or null. */
+function slotTable(model: SchedModel): Int32Array | null {
   const data = model.svc.data;
-  if (data === null) return null;
-  if (scheduler === 'mh') return mhSlots(data);
-  if (scheduler === 'sh') return data.subarray(0, SH_TAB_SIZE);
-  if (scheduler === 'dh') return data.subarray(0, DH_TAB_SIZE);
-  return null;
+  const table = model.scheduler.lookupTable;
+  return data === null || table === undefined ? null : table(data);
 }
 
 function model(scheduler: string, flags: number, mhTableSize: number | undefined, list: Entry[]): SchedModel {
@@ -152,7 +147,14 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
   const before: Entry[] = service.realServers.map((r, i) => {
     const addr = addrOf(r.address, `service.realServers[${i}].address`);
     const weight = weightOk(r.weight, `service.realServers[${i}].weight`);
-    return { key: formatEndpoint(addr, r.port), addr, port: r.port, weight, lastWeight: r.lastWeight ?? weight, overloaded: r.overloaded === true };
+    return {
+      key: formatEndpoint(addr, r.port),
+      addr,
+      port: r.port,
+      weight,
+      lastWeight: r.lastWeight ?? weight,
+      overloaded: r.overloaded === true,
+    };
   });
 
   // The daemon's order: -d, -e, -a. Indexed by key: 15 000 additions used to take seconds of
@@ -176,7 +178,8 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
     const a = item(x, `change.add[${i}]`);
     const addr = addrOf(a.address as string, `change.add[${i}].address`);
     const port = a.port;
-    if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535) throw new PreviewError(`change.add[${i}].port`, `must be an integer between 0 and 65535, got ${JSON.stringify(port)}`);
+    if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535)
+      throw new PreviewError(`change.add[${i}].port`, `must be an integer between 0 and 65535, got ${JSON.stringify(port)}`);
     const k = formatEndpoint(addr, port);
     if (byKey.has(k)) throw new PreviewError(`change.add[${i}]`, `${k} is already a real server of the service`);
     const weight = weightOk(a.weight, `change.add[${i}].weight`);
@@ -188,22 +191,31 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
 
   const schedBefore = service.scheduler;
   const schedAfter = change.scheduler ?? schedBefore;
-  if (!getScheduler(schedAfter)) throw new PreviewError('change.scheduler', `unknown scheduler ${JSON.stringify(schedAfter)} (available: ${schedulerNames().join(', ')})`);
+  if (!getScheduler(schedAfter))
+    throw new PreviewError(
+      'change.scheduler',
+      `unknown scheduler ${JSON.stringify(schedAfter)} (available: ${schedulerNames().join(', ')})`,
+    );
   if (change.flags !== undefined) {
     list(change.flags, 'change.flags').forEach((f, i) => {
-      if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f)) throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
+      if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f))
+        throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
     });
   }
   const mhBefore = service.mhTableSize;
   const mhAfter = change.mhTableSize ?? mhBefore;
-  if (change.mhTableSize !== undefined && !MH_PRIMES.includes(change.mhTableSize)) throw new PreviewError('change.mhTableSize', `must be one of the kernel's sizes ${MH_PRIMES.join(', ')}, got ${JSON.stringify(change.mhTableSize)}`);
+  if (change.mhTableSize !== undefined && !MH_PRIMES.includes(change.mhTableSize))
+    throw new PreviewError(
+      'change.mhTableSize',
+      `must be one of the kernel's sizes ${MH_PRIMES.join(', ')}, got ${JSON.stringify(change.mhTableSize)}`,
+    );
   const mBefore = model(schedBefore, flagBits(service.flags), mhBefore, before);
   const mAfter = model(schedAfter, flagBits(change.flags ?? service.flags), mhAfter, after);
 
   let slots: number | null = null;
   let slotsChanged: number | null = null;
-  const tb = slotTable(schedBefore, mBefore);
-  const ta = slotTable(schedAfter, mAfter);
+  const tb = slotTable(mBefore);
+  const ta = slotTable(mAfter);
   if (tb && ta && schedBefore === schedAfter && tb.length === ta.length) {
     const lb = mBefore.listed();
     const la = mAfter.listed();
@@ -218,10 +230,11 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
 
   const listedAfter = new Set(after.map((e) => e.key));
   const vaddr = fold(svcAddr);
+  const lookup = mAfter.scheduler.lookupTable !== undefined;
   let flowsChanged = 0;
   flows.forEach((f, i) => {
     const current = keyOf(f.realServer, `flows[${i}].realServer`);
-    if (!HASHED.has(schedAfter)) {
+    if (!lookup) {
       if (!listedAfter.has(current)) flowsChanged++;
       return;
     }
@@ -252,4 +265,3 @@ export function previewServices(items: { service: PreviewService; change: Propos
     }
   });
 }
-

@@ -159,7 +159,11 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
         const m = ix.realServers(s);
         const k = rsKey(s, o.realServer);
         if (m.has(k)) {
-          throw new UvsError('UVS_ERR_API_CONFLICT', `real server ${String(o.realServer.address)}:${rsPort(s, o.realServer)} already exists in ${refName(o.ref)}`, `${p}.realServer`);
+          throw new UvsError(
+            'UVS_ERR_API_CONFLICT',
+            `real server ${String(o.realServer.address)}:${rsPort(s, o.realServer)} already exists in ${refName(o.ref)}`,
+            `${p}.realServer`,
+          );
         }
         const r = { ...o.realServer };
         (s.realServers ??= []).push(r);
@@ -169,7 +173,12 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
       case 'editRealServer': {
         const s = find(o.ref, `${p}.ref`);
         const r = ix.realServers(s).get(rsKey(s, o.realServer));
-        if (!r) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no real server ${String(o.realServer.address)}:${rsPort(s, o.realServer)} in ${refName(o.ref)}`, `${p}.realServer`);
+        if (!r)
+          throw new UvsError(
+            'UVS_ERR_API_NOT_FOUND',
+            `no real server ${String(o.realServer.address)}:${rsPort(s, o.realServer)} in ${refName(o.ref)}`,
+            `${p}.realServer`,
+          );
         Object.assign(r, o.realServer);
         break;
       }

@@ -61,10 +61,13 @@ function httpCheck(host: string, port: number, path: string, expect: number, tim
         resolve(v);
       }
     };
-    const req = request({ host, port, path, method: 'GET', agent: false, headers: { 'user-agent': 'uvs-healthcheck', connection: 'close' } }, (res) => {
-      res.resume();
-      finish(res.statusCode === expect ? null : `HTTP ${res.statusCode}, expected ${expect}`);
-    });
+    const req = request(
+      { host, port, path, method: 'GET', agent: false, headers: { 'user-agent': 'uvs-healthcheck', connection: 'close' } },
+      (res) => {
+        res.resume();
+        finish(res.statusCode === expect ? null : `HTTP ${res.statusCode}, expected ${expect}`);
+      },
+    );
     req.setTimeout(timeoutMs, () => {
       req.destroy();
       finish(`HTTP timeout after ${timeoutMs} ms`);
@@ -91,7 +94,12 @@ export class HealthChecker {
     for (const s of services) {
       if (!s.healthCheck) continue;
       for (const r of s.realServers) {
-        want.set(`${serviceKey(s)}|${r.address}:${r.port}`, { svc: s, address: r.address, port: s.healthCheck.port ?? r.port, cfg: s.healthCheck });
+        want.set(`${serviceKey(s)}|${r.address}:${r.port}`, {
+          svc: s,
+          address: r.address,
+          port: s.healthCheck.port ?? r.port,
+          cfg: s.healthCheck,
+        });
       }
     }
     for (const [k, t] of this.targets) {
@@ -129,7 +137,11 @@ export class HealthChecker {
     let err: string | null;
     try {
       err =
-        c.type === 'http' ? await httpCheck(t.address, t.port, c.path, c.expectStatus, timeoutMs) : c.type === 'ping' ? await pingCheck(t.address, timeoutMs) : await tcpCheck(t.address, t.port, timeoutMs);
+        c.type === 'http'
+          ? await httpCheck(t.address, t.port, c.path, c.expectStatus, timeoutMs)
+          : c.type === 'ping'
+            ? await pingCheck(t.address, timeoutMs)
+            : await tcpCheck(t.address, t.port, timeoutMs);
     } catch (e) {
       // A check that cannot even be sent (http.request throws on a path it refuses) is a failed
       // check: counted, and the next one scheduled, so the server cannot stay "healthy" unchecked.
@@ -154,7 +166,10 @@ export class HealthChecker {
       s.consecutiveFail = 0;
       if (!s.healthy && s.consecutiveOk >= c.rise) {
         s.healthy = true;
-        this.log.info({ service: s.service, realServer: s.realServer, checks: s.consecutiveOk }, 'real server healthy again: configured weight restored');
+        this.log.info(
+          { service: s.service, realServer: s.realServer, checks: s.consecutiveOk },
+          'real server healthy again: configured weight restored',
+        );
         this.onChange(s.service, s.realServer, true);
       }
     } else {
@@ -162,7 +177,10 @@ export class HealthChecker {
       s.consecutiveOk = 0;
       if (s.healthy && s.consecutiveFail >= c.fall) {
         s.healthy = false;
-        this.log.warn({ service: s.service, realServer: s.realServer, error: err, failures: s.consecutiveFail }, 'real server failed its health check: quiesced (weight 0)');
+        this.log.warn(
+          { service: s.service, realServer: s.realServer, error: err, failures: s.consecutiveFail },
+          'real server failed its health check: quiesced (weight 0)',
+        );
         this.onChange(s.service, s.realServer, false);
       }
     }

@@ -77,7 +77,8 @@ export function redactSecrets<T>(v: T): T {
     let o: unknown = out;
     for (const p of parts.slice(0, -1)) o = typeof o === 'object' && o !== null ? (o as Record<string, unknown>)[p] : undefined;
     const last = parts[parts.length - 1]!;
-    if (typeof o === 'object' && o !== null && (o as Record<string, unknown>)[last] !== undefined) (o as Record<string, unknown>)[last] = REDACTED;
+    if (typeof o === 'object' && o !== null && (o as Record<string, unknown>)[last] !== undefined)
+      (o as Record<string, unknown>)[last] = REDACTED;
   }
   const redis = out.redis as Record<string, unknown> | undefined | null;
   if (redis && typeof redis.url === 'string') redis.url = redis.url.replace(/^(rediss?:\/\/)[^@/]*@/, `$1${REDACTED}@`);

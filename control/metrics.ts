@@ -84,25 +84,44 @@ export function buildRegistry(d: Daemon): Registry {
 
   // Per service and per real server (ipvsadm --stats): node_exporter has node totals only. -Z
   // restarts them from zero, which rate() reads as a counter reset.
-  const serviceLabels = (s: { cfg: { address: string; port: number; protocol: string } }) => ({ local_address: s.cfg.address, local_port: String(s.cfg.port), proto: s.cfg.protocol.toUpperCase() });
+  const serviceLabels = (s: { cfg: { address: string; port: number; protocol: string } }) => ({
+    local_address: s.cfg.address,
+    local_port: String(s.cfg.port),
+    proto: s.cfg.protocol.toUpperCase(),
+  });
   const SERVICE_LABELS = ['local_address', 'local_port', 'proto'];
-  counterFrom('uvs_service_connections_total', 'Connections scheduled per virtual service (ipvsadm --stats Conns).', SERVICE_LABELS, (c) => {
-    for (const s of d.model.list()) c.inc(serviceLabels(s), d.stats.service(s.slot).conns);
-  });
-  counterFrom('uvs_service_packets_total', 'Packets per virtual service: in = client to server, out = server to client (ipvsadm --stats InPkts, OutPkts).', [...SERVICE_LABELS, 'direction'], (c) => {
-    for (const s of d.model.list()) {
-      const st = d.stats.service(s.slot);
-      c.inc({ ...serviceLabels(s), direction: 'in' }, st.inPkts);
-      c.inc({ ...serviceLabels(s), direction: 'out' }, st.outPkts);
-    }
-  });
-  counterFrom('uvs_service_bytes_total', 'Bytes per virtual service, by direction (ipvsadm --stats InBytes, OutBytes).', [...SERVICE_LABELS, 'direction'], (c) => {
-    for (const s of d.model.list()) {
-      const st = d.stats.service(s.slot);
-      c.inc({ ...serviceLabels(s), direction: 'in' }, st.inBytes);
-      c.inc({ ...serviceLabels(s), direction: 'out' }, st.outBytes);
-    }
-  });
+  counterFrom(
+    'uvs_service_connections_total',
+    'Connections scheduled per virtual service (ipvsadm --stats Conns).',
+    SERVICE_LABELS,
+    (c) => {
+      for (const s of d.model.list()) c.inc(serviceLabels(s), d.stats.service(s.slot).conns);
+    },
+  );
+  counterFrom(
+    'uvs_service_packets_total',
+    'Packets per virtual service: in = client to server, out = server to client (ipvsadm --stats InPkts, OutPkts).',
+    [...SERVICE_LABELS, 'direction'],
+    (c) => {
+      for (const s of d.model.list()) {
+        const st = d.stats.service(s.slot);
+        c.inc({ ...serviceLabels(s), direction: 'in' }, st.inPkts);
+        c.inc({ ...serviceLabels(s), direction: 'out' }, st.outPkts);
+      }
+    },
+  );
+  counterFrom(
+    'uvs_service_bytes_total',
+    'Bytes per virtual service, by direction (ipvsadm --stats InBytes, OutBytes).',
+    [...SERVICE_LABELS, 'direction'],
+    (c) => {
+      for (const s of d.model.list()) {
+        const st = d.stats.service(s.slot);
+        c.inc({ ...serviceLabels(s), direction: 'in' }, st.inBytes);
+        c.inc({ ...serviceLabels(s), direction: 'out' }, st.outBytes);
+      }
+    },
+  );
   counterFrom('uvs_backend_connections_total', 'Connections scheduled per real server of a service.', [...BACKEND_LABELS], (c) => {
     for (const s of d.model.list()) for (const r of s.realServers) c.inc(backendLabels(s, r), d.stats.realServer(r.slot).conns);
   });
@@ -139,44 +158,76 @@ export function buildRegistry(d: Daemon): Registry {
     for (const [reason, v] of Object.entries(d.stats.drops())) c.inc({ reason }, v);
   });
   counterFrom('uvs_tx_errors_total', 'Packets the TUN device would not take (queue full).', [], (c) => c.inc(d.stats.global().txErrors));
-  counterFrom('uvs_scheduling_failures_total', 'New flows refused because no real server was available.', [], (c) => c.inc(d.stats.drops().no_real_server!));
+  counterFrom('uvs_scheduling_failures_total', 'New flows refused because no real server was available.', [], (c) =>
+    c.inc(d.stats.drops().no_real_server!),
+  );
   counterFrom('uvs_connections_expired_total', 'Connection entries removed by their timers.', [], (c) => c.inc(d.expiredTotal));
   gaugeFrom('uvs_connection_table_entries', 'Live entries in the shared connection table.', [], (g) => g.set(d.table.count()));
   gaugeFrom('uvs_connection_table_capacity', 'Capacity of the shared connection table.', [], (g) => g.set(d.table.capacity));
-  gaugeFrom('uvs_connection_table_chain_max', 'Longest hash chain a worker walked in the last 10 to 20 s (about 8 for a full 64 k table; hash flooding shows as more).', [], (g) => g.set(d.stats.maxWord(L.C_CHAIN_MAX)));
-  counterFrom('uvs_connection_table_long_chains_total', 'Lookups and inserts that walked a hash chain longer than 16 entries (an alarm: a keyed hash makes them all but impossible).', [], (c) => c.inc(d.stats.word(L.C_LONG_CHAINS)));
-  counterFrom('uvs_generated_packets_total', 'Packets uvs generated (kind: reset, unreachable, echo, too_big) and those it suppressed (result: sent, bad_destination, rate_limited).', ['kind', 'result'], (c) => {
-    for (const [kind, r] of Object.entries(d.stats.generated())) for (const [result, v] of Object.entries(r)) c.inc({ kind, result }, v);
-  });
+  gaugeFrom(
+    'uvs_connection_table_chain_max',
+    'Longest hash chain a worker walked in the last 10 to 20 s (about 8 for a full 64 k table; hash flooding shows as more).',
+    [],
+    (g) => g.set(d.stats.maxWord(L.C_CHAIN_MAX)),
+  );
+  counterFrom(
+    'uvs_connection_table_long_chains_total',
+    'Lookups and inserts that walked a hash chain longer than 16 entries (an alarm: a keyed hash makes them all but impossible).',
+    [],
+    (c) => c.inc(d.stats.word(L.C_LONG_CHAINS)),
+  );
+  counterFrom(
+    'uvs_generated_packets_total',
+    'Packets uvs generated (kind: reset, unreachable, echo, too_big) and those it suppressed (result: sent, bad_destination, rate_limited).',
+    ['kind', 'result'],
+    (c) => {
+      for (const [kind, r] of Object.entries(d.stats.generated())) for (const [result, v] of Object.entries(r)) c.inc({ kind, result }, v);
+    },
+  );
   counterFrom('uvs_worker_packets_total', 'Packets read per dataplane worker.', ['worker'], (c) => {
     d.stats.perWorker().forEach((w, i) => c.inc({ worker: String(i) }, w.rxPackets));
   });
   gaugeFrom('uvs_worker_up', '1 when the dataplane worker is running.', ['worker'], (g) => {
     for (const w of d.dataplane.workerInfo()) g.set({ worker: String(w.id) }, w.ready ? 1 : 0);
   });
-  gaugeFrom('uvs_worker_io_path', 'The I/O path of a running dataplane worker: 1 for the path it runs on (io_uring, or poll = poll + read + write; dataplane.io).', ['worker', 'path'], (g) => {
-    for (const w of d.dataplane.workerInfo()) {
-      if (w.io === null) continue;
-      g.set({ worker: String(w.id), path: 'io_uring' }, w.io === 'io_uring' ? 1 : 0);
-      g.set({ worker: String(w.id), path: 'poll' }, w.io === 'poll' ? 1 : 0);
-    }
-  });
+  gaugeFrom(
+    'uvs_worker_io_path',
+    'The I/O path of a running dataplane worker: 1 for the path it runs on (io_uring, or poll = poll + read + write; dataplane.io).',
+    ['worker', 'path'],
+    (g) => {
+      for (const w of d.dataplane.workerInfo()) {
+        if (w.io === null) continue;
+        g.set({ worker: String(w.id), path: 'io_uring' }, w.io === 'io_uring' ? 1 : 0);
+        g.set({ worker: String(w.id), path: 'poll' }, w.io === 'poll' ? 1 : 0);
+      }
+    },
+  );
   counterFrom('uvs_worker_restarts_total', 'Dataplane worker restarts.', ['worker'], (c) => {
     for (const w of d.dataplane.workerInfo()) c.inc({ worker: String(w.id) }, w.restarts);
   });
   gaugeFrom('uvs_drain_list_size', 'Real servers being drained (graceful termination).', [], (g) => g.set(d.model.drains().length));
-  counterFrom('uvs_drains_total', 'Drains finished, by result: deleted (no connection left), deadline (maximum drain time), resurrected (re-added).', ['result'], (c) => {
-    for (const [result, v] of Object.entries(d.drainResults)) c.inc({ result }, v);
-  });
+  counterFrom(
+    'uvs_drains_total',
+    'Drains finished, by result: deleted (no connection left), deadline (maximum drain time), resurrected (re-added).',
+    ['result'],
+    (c) => {
+      for (const [result, v] of Object.entries(d.drainResults)) c.inc({ result }, v);
+    },
+  );
   counterFrom('uvs_config_reloads_total', 'Configuration reloads, by result.', ['result'], (c) => {
     c.inc({ result: 'ok' }, d.reloads.ok);
     c.inc({ result: 'rejected' }, d.reloads.failed);
   });
   // node_ipvs_backend_weight is the weight the schedulers see (0 while failing or draining, the
   // ramp during slow start); this is the one configured, the weight it returns to.
-  gaugeFrom('uvs_realserver_configured_weight', 'The configured weight of the real server (node_ipvs_backend_weight is the current one, lower during slow start).', [...BACKEND_LABELS], (g) => {
-    for (const s of d.model.list()) for (const r of s.realServers) g.set(backendLabels(s, r), r.configuredWeight);
-  });
+  gaugeFrom(
+    'uvs_realserver_configured_weight',
+    'The configured weight of the real server (node_ipvs_backend_weight is the current one, lower during slow start).',
+    [...BACKEND_LABELS],
+    (g) => {
+      for (const s of d.model.list()) for (const r of s.realServers) g.set(backendLabels(s, r), r.configuredWeight);
+    },
+  );
   gaugeFrom('uvs_realserver_healthy', '1 when the real server passes its health check (or has none).', [...BACKEND_LABELS], (g) => {
     for (const s of d.model.list()) {
       for (const r of s.realServers) {
@@ -185,66 +236,151 @@ export function buildRegistry(d: Daemon): Registry {
     }
   });
   // Overload defenses (conntrack/defense.ts): the kernel's sysctl values and what they did.
-  gaugeFrom('uvs_defense_mode', 'Overload defense setting as /proc/sys/net/ipv4/vs shows it: 0 off, 1 automatic (idle), 2 automatic (on), 3 always.', ['defense'], (g) => {
-    for (const x of d.defense.view().defenses) g.set({ defense: x.name }, x.mode);
-  });
+  gaugeFrom(
+    'uvs_defense_mode',
+    'Overload defense setting as /proc/sys/net/ipv4/vs shows it: 0 off, 1 automatic (idle), 2 automatic (on), 3 always.',
+    ['defense'],
+    (g) => {
+      for (const x of d.defense.view().defenses) g.set({ defense: x.name }, x.mode);
+    },
+  );
   gaugeFrom('uvs_defense_active', '1 while the overload defense acts.', ['defense'], (g) => {
     for (const x of d.defense.view().defenses) g.set({ defense: x.name }, x.active ? 1 : 0);
   });
-  gaugeFrom('uvs_defense_free_entries', 'Free connection-table entries at the last defense check (the kernel compares free memory).', [], (g) => g.set(d.defense.freeEntries));
-  gaugeFrom('uvs_defense_amemthresh', 'Free entries below which the automatic defenses switch on.', [], (g) => g.set(d.defense.settings.amemthresh));
-  gaugeFrom('uvs_defense_drop_rate', 'drop_packet: 1 of every this many new flows is refused (0 = none).', [], (g) => g.set(d.defense.dropRate));
-  counterFrom('uvs_defense_dropped_entries_total', 'Entries removed by drop_entry: half_open (SYN_RECV/SYNACK, SCTP INIT) or idle (todrop_entry).', ['kind'], (c) => {
-    c.inc({ kind: 'half_open' }, d.defense.counts.droppedHalfOpen);
-    c.inc({ kind: 'idle' }, d.defense.counts.droppedIdle);
-  });
-  counterFrom('uvs_defense_secure_tcp_shortened_total', 'Half-open entries whose timer secure_tcp cut to its short timeout.', [], (c) => c.inc(d.defense.counts.secureTcpShortened));
-  counterFrom('uvs_defense_refusals_total', 'New flows refused by a defense: drop_packet, or a source at its half-open limit.', ['defense'], (c) => {
-    const drops = d.stats.drops();
-    c.inc({ defense: 'dropPacket' }, drops.defense_drop_packet ?? 0);
-    c.inc({ defense: 'halfOpenPerSource' }, drops.half_open_per_source ?? 0);
-  });
-  gaugeFrom('uvs_fullnat_pool_used_ratio', 'Share of a full-NAT real server\'s pool address × port pairs in use.', ['real_server'], (g) => {
+  gaugeFrom(
+    'uvs_defense_free_entries',
+    'Free connection-table entries at the last defense check (the kernel compares free memory).',
+    [],
+    (g) => g.set(d.defense.freeEntries),
+  );
+  gaugeFrom('uvs_defense_amemthresh', 'Free entries below which the automatic defenses switch on.', [], (g) =>
+    g.set(d.defense.settings.amemthresh),
+  );
+  gaugeFrom('uvs_defense_drop_rate', 'drop_packet: 1 of every this many new flows is refused (0 = none).', [], (g) =>
+    g.set(d.defense.dropRate),
+  );
+  counterFrom(
+    'uvs_defense_dropped_entries_total',
+    'Entries removed by drop_entry: half_open (SYN_RECV/SYNACK, SCTP INIT) or idle (todrop_entry).',
+    ['kind'],
+    (c) => {
+      c.inc({ kind: 'half_open' }, d.defense.counts.droppedHalfOpen);
+      c.inc({ kind: 'idle' }, d.defense.counts.droppedIdle);
+    },
+  );
+  counterFrom('uvs_defense_secure_tcp_shortened_total', 'Half-open entries whose timer secure_tcp cut to its short timeout.', [], (c) =>
+    c.inc(d.defense.counts.secureTcpShortened),
+  );
+  counterFrom(
+    'uvs_defense_refusals_total',
+    'New flows refused by a defense: drop_packet, or a source at its half-open limit.',
+    ['defense'],
+    (c) => {
+      const drops = d.stats.drops();
+      c.inc({ defense: 'dropPacket' }, drops.defense_drop_packet ?? 0);
+      c.inc({ defense: 'halfOpenPerSource' }, drops.half_open_per_source ?? 0);
+    },
+  );
+  gaugeFrom('uvs_fullnat_pool_used_ratio', "Share of a full-NAT real server's pool address × port pairs in use.", ['real_server'], (g) => {
     for (const p of d.defense.poolUse) g.set({ real_server: p.realServer }, p.capacity > 0 ? p.used / p.capacity : 0);
   });
-  gaugeFrom('uvs_connection_table_shadow_entries', 'Entries learnt from other nodes through Redis, not yet adopted.', [], (g) => g.set(d.table.shadows()));
-  counterFrom('uvs_proxy_protocol_headers_total', 'PROXY protocol header segments sent to full-NAT real servers (one per connection; more when resent after loss).', [], (c) => c.inc(d.stats.word(L.C_PP_HEADERS)));
-  counterFrom('uvs_adoptions_total', "Other nodes' flows taken over by this node (first packet seen here).", [], (c) => c.inc(d.stats.word(L.C_ADOPTED)));
-  gaugeFrom('uvs_announced', '1 while the announcement routes are in dataplane.announceTable (a BGP speaker draws traffic here).', [], (g) => g.set(d.announcer.status().announced ? 1 : 0));
-  gaugeFrom('uvs_maintenance', '1 while node maintenance is on (announcement withdrawn, still forwarding).', [], (g) => g.set(d.announcer.status().maintenance ? 1 : 0));
-  counterFrom('uvs_parked_packets_total', 'Mid-flow packets parked for a Redis lookup, and those refused because the park ring was full.', ['result'], (c) => {
-    c.inc({ result: 'parked' }, d.stats.word(L.C_PARKED));
-    c.inc({ result: 'ring_full' }, d.stats.word(L.C_PARK_FULL));
-  });
+  gaugeFrom('uvs_connection_table_shadow_entries', 'Entries learnt from other nodes through Redis, not yet adopted.', [], (g) =>
+    g.set(d.table.shadows()),
+  );
+  counterFrom(
+    'uvs_proxy_protocol_headers_total',
+    'PROXY protocol header segments sent to full-NAT real servers (one per connection; more when resent after loss).',
+    [],
+    (c) => c.inc(d.stats.word(L.C_PP_HEADERS)),
+  );
+  counterFrom('uvs_adoptions_total', "Other nodes' flows taken over by this node (first packet seen here).", [], (c) =>
+    c.inc(d.stats.word(L.C_ADOPTED)),
+  );
+  gaugeFrom(
+    'uvs_announced',
+    '1 while the announcement routes are in dataplane.announceTable (a BGP speaker draws traffic here).',
+    [],
+    (g) => g.set(d.announcer.status().announced ? 1 : 0),
+  );
+  gaugeFrom('uvs_maintenance', '1 while node maintenance is on (announcement withdrawn, still forwarding).', [], (g) =>
+    g.set(d.announcer.status().maintenance ? 1 : 0),
+  );
+  counterFrom(
+    'uvs_parked_packets_total',
+    'Mid-flow packets parked for a Redis lookup, and those refused because the park ring was full.',
+    ['result'],
+    (c) => {
+      c.inc({ result: 'parked' }, d.stats.word(L.C_PARKED));
+      c.inc({ result: 'ring_full' }, d.stats.word(L.C_PARK_FULL));
+    },
+  );
   if (d.sync) {
     const st = d.sync.stats;
     gaugeFrom('uvs_redis_connected', '1 while the Redis connection is up.', [], (g) => g.set(st.connected ? 1 : 0));
     gaugeFrom('uvs_redis_sync_queue_depth', 'Flow records waiting to be written to Redis.', [], (g) => g.set(st.queueDepth));
-    gaugeFrom('uvs_redis_sync_lag_seconds', 'Time from a flow record being queued to its write being acknowledged (last batch).', [], (g) => g.set(st.lagSeconds));
+    gaugeFrom('uvs_redis_sync_lag_seconds', 'Time from a flow record being queued to its write being acknowledged (last batch).', [], (g) =>
+      g.set(st.lagSeconds),
+    );
     counterFrom('uvs_redis_records_written_total', 'Flow records written to Redis.', [], (c) => c.inc(st.written));
-    counterFrom('uvs_redis_records_dropped_total', 'Flow records dropped because the write queue was full (Redis down or slow), plus sync events lost to a full worker ring.', [], (c) => c.inc(st.dropped + d.stats.word(L.C_SYNC_RING_FULL)));
+    counterFrom(
+      'uvs_redis_records_dropped_total',
+      'Flow records dropped because the write queue was full (Redis down or slow), plus sync events lost to a full worker ring.',
+      [],
+      (c) => c.inc(st.dropped + d.stats.word(L.C_SYNC_RING_FULL)),
+    );
     counterFrom('uvs_redis_errors_total', 'Redis errors (connection, command, timeout).', [], (c) => c.inc(st.errors));
-    counterFrom('uvs_redis_records_received_total', "Other nodes' flow records pre-loaded from the change stream.", [], (c) => c.inc(st.received));
-    counterFrom('uvs_adoption_lookups_total', 'Redis lookups for parked packets, by result (refused: the record was not believed; busy: a packet dropped at the in-flight or waiting-packet cap; joined: a packet that waited on its flow\'s lookup).', ['result'], (c) => {
-      for (const [k, v] of Object.entries(st.lookups)) c.inc({ result: k }, v);
-    });
-    gaugeFrom('uvs_adoption_lookups_in_flight', 'Redis lookups for parked packets not answered yet (at most redis.maxLookups).', [], (g) => g.set(st.lookupsInFlight));
+    counterFrom('uvs_redis_records_received_total', "Other nodes' flow records pre-loaded from the change stream.", [], (c) =>
+      c.inc(st.received),
+    );
+    counterFrom(
+      'uvs_adoption_lookups_total',
+      "Redis lookups for parked packets, by result (refused: the record was not believed; busy: a packet dropped at the in-flight or waiting-packet cap; joined: a packet that waited on its flow's lookup).",
+      ['result'],
+      (c) => {
+        for (const [k, v] of Object.entries(st.lookups)) c.inc({ result: k }, v);
+      },
+    );
+    gaugeFrom('uvs_adoption_lookups_in_flight', 'Redis lookups for parked packets not answered yet (at most redis.maxLookups).', [], (g) =>
+      g.set(st.lookupsInFlight),
+    );
     gaugeFrom('uvs_adoption_parked_waiting', 'Parked packets waiting on a Redis lookup.', [], (g) => g.set(st.parkedWaiting));
     gaugeFrom('uvs_redis_pending_commands', 'Commands sent to Redis and not answered yet.', [], (g) => g.set(d.sync!.pendingCommands()));
-    counterFrom('uvs_redis_command_timeouts_total', 'Redis commands unanswered within redis.commandTimeout (the connection is then re-made).', [], (c) => c.inc(st.commandTimeouts));
-    counterFrom('uvs_redis_resyncs_total', 'Walks of the local table that queued every live flow again because Redis may have lost records (records dropped from the queue, another Redis server).', [], (c) => c.inc(st.resyncs));
+    counterFrom(
+      'uvs_redis_command_timeouts_total',
+      'Redis commands unanswered within redis.commandTimeout (the connection is then re-made).',
+      [],
+      (c) => c.inc(st.commandTimeouts),
+    );
+    counterFrom(
+      'uvs_redis_resyncs_total',
+      'Walks of the local table that queued every live flow again because Redis may have lost records (records dropped from the queue, another Redis server).',
+      [],
+      (c) => c.inc(st.resyncs),
+    );
     counterFrom('uvs_redis_records_resynced_total', 'Flow records queued again by those walks.', [], (c) => c.inc(st.resynced));
-    counterFrom('uvs_redis_shadows_superseded_total', "Shadows replaced by another node's record of a newer flow on the same client address and port.", [], (c) => c.inc(st.superseded));
+    counterFrom(
+      'uvs_redis_shadows_superseded_total',
+      "Shadows replaced by another node's record of a newer flow on the same client address and port.",
+      [],
+      (c) => c.inc(st.superseded),
+    );
     counterFrom('uvs_redis_records_refused_total', "Other nodes' flow records not believed, by reason.", ['reason'], (c) => {
       for (const [k, v] of Object.entries(st.refused)) c.inc({ reason: k }, v);
     });
     counterFrom('uvs_redis_counts_refused_total', "Other nodes' connection counts not believed, by reason.", ['reason'], (c) => {
       for (const [k, v] of Object.entries(st.countsRefused)) c.inc({ reason: k }, v);
     });
-    counterFrom('uvs_redis_nodes_refused_total', 'Entries of the Redis node list ignored, by reason (future: heartbeat ahead of this clock by more than 5 s, removed; cap: beyond redis.maxNodes).', ['reason'], (c) => {
-      for (const [k, v] of Object.entries(st.nodesRefused)) c.inc({ reason: k }, v);
-    });
-    gaugeFrom('uvs_cluster_nodes', 'uvs nodes seen in Redis in the last three count periods, this one included.', [], (g) => g.set(d.sync!.remoteNodes.length + 1));
+    counterFrom(
+      'uvs_redis_nodes_refused_total',
+      'Entries of the Redis node list ignored, by reason (future: heartbeat ahead of this clock by more than 5 s, removed; cap: beyond redis.maxNodes).',
+      ['reason'],
+      (c) => {
+        for (const [k, v] of Object.entries(st.nodesRefused)) c.inc({ reason: k }, v);
+      },
+    );
+    gaugeFrom('uvs_cluster_nodes', 'uvs nodes seen in Redis in the last three count periods, this one included.', [], (g) =>
+      g.set(d.sync!.remoteNodes.length + 1),
+    );
   }
   return reg;
 }
@@ -253,7 +389,9 @@ export function startMetrics(d: Daemon, address: string, token: string | undefin
   const reg = buildRegistry(d);
   return listenHttp(address, (req, res) => {
     if (!tokenOk(req, token)) {
-      res.writeHead(401, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'UVS_ERR_API_UNAUTHORIZED', message: 'missing or wrong bearer token' }));
+      res
+        .writeHead(401, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ code: 'UVS_ERR_API_UNAUTHORIZED', message: 'missing or wrong bearer token' }));
       return;
     }
     if (req.url !== '/metrics') {
@@ -281,8 +419,13 @@ export function startHealthz(d: Daemon, address: string, token: string | undefin
     const workers = d.dataplane.workerInfo();
     const healthy = workers.length > 0 && workers.every((w) => w.ready);
     const now = new Date().toISOString();
-    res
-      .writeHead(healthy ? 200 : 503, { 'content-type': 'application/json' })
-      .end(JSON.stringify({ lastUpdated: healthy ? now : new Date(d.lastSnapshotAt).toISOString(), currentTime: now, healthy, workers: workers.map((w) => ({ id: w.id, up: w.ready, restarts: w.restarts })) }));
+    res.writeHead(healthy ? 200 : 503, { 'content-type': 'application/json' }).end(
+      JSON.stringify({
+        lastUpdated: healthy ? now : new Date(d.lastSnapshotAt).toISOString(),
+        currentTime: now,
+        healthy,
+        workers: workers.map((w) => ({ id: w.id, up: w.ready, restarts: w.restarts })),
+      }),
+    );
   });
 }

@@ -15,7 +15,8 @@ const SUMMARY: Record<string, string> = {
   'DELETE /v1/services/{protocol}/{address}/{port}': 'Remove a virtual service (ipvsadm -D; TCP servers drain first)',
   'POST /v1/services/{protocol}/{address}/{port}/realservers': 'Add a real server (ipvsadm -a)',
   'PUT /v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}': 'Edit a real server (ipvsadm -e)',
-  'DELETE /v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}': 'Remove a real server (ipvsadm -d; drains TCP servers with connections)',
+  'DELETE /v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}':
+    'Remove a real server (ipvsadm -d; drains TCP servers with connections)',
   'POST /v1/services/{protocol}/{address}/{port}/preview': 'Disruption preview: share of table slots and tracked flows a change would move',
   'POST /v1/batch': 'Apply several edit operations atomically (uvsadm -R)',
   'GET /v1/connections': 'Connection entries, paged (ipvsadm -Lnc)',
@@ -38,7 +39,11 @@ const SUMMARY: Record<string, string> = {
 const ERROR = {
   type: 'object',
   required: ['code', 'message'],
-  properties: { code: { type: 'string', description: 'UVS_ERR_* (docs/errors.md)' }, message: { type: 'string' }, path: { type: 'string' } },
+  properties: {
+    code: { type: 'string', description: 'UVS_ERR_* (docs/errors.md)' },
+    message: { type: 'string' },
+    path: { type: 'string' },
+  },
 };
 
 export class OpenApiCollector {
@@ -53,15 +58,30 @@ export class OpenApiCollector {
     const paths: Record<string, Record<string, unknown>> = {};
     for (const r of this.routes) {
       const path = r.url.replace(/:([A-Za-z]+)/g, '{$1}');
-      const params = [...r.url.matchAll(/:([A-Za-z]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
+      const params = [...r.url.matchAll(/:([A-Za-z]+)/g)].map((m) => ({
+        name: m[1],
+        in: 'path',
+        required: true,
+        schema: { type: 'string' },
+      }));
       const s = (r.schema ?? {}) as { querystring?: { properties?: Record<string, unknown> }; body?: { required?: string[] } };
-      const query = Object.entries(s.querystring?.properties ?? {}).map(([name, schema]) => ({ name, in: 'query', required: false, schema }));
+      const query = Object.entries(s.querystring?.properties ?? {}).map(([name, schema]) => ({
+        name,
+        in: 'query',
+        required: false,
+        schema,
+      }));
       const op: Record<string, unknown> = {
         summary: SUMMARY[`${r.method} ${path}`] ?? `${r.method} ${path}`,
         operationId: `${r.method.toLowerCase()}${path.replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
         ...(params.length + query.length ? { parameters: [...params, ...query] } : {}),
         ...(s.body || ['POST', 'PUT'].includes(r.method)
-          ? { requestBody: { required: (s.body?.required?.length ?? 0) > 0, content: { 'application/json': { schema: s.body ?? { type: 'object' } } } } }
+          ? {
+              requestBody: {
+                required: (s.body?.required?.length ?? 0) > 0,
+                content: { 'application/json': { schema: s.body ?? { type: 'object' } } },
+              },
+            }
           : {}),
         responses: {
           '200': { description: 'OK', content: { 'application/json': { schema: { type: 'object' } } } },
@@ -73,7 +93,11 @@ export class OpenApiCollector {
     }
     return {
       openapi: '3.0.3',
-      info: { title: 'uvs admin API', version: '0.1.0', description: 'Administration of uvsd. Unix socket (root only) by default; the optional TCP listener needs a bearer token.' },
+      info: {
+        title: 'uvs admin API',
+        version: '0.1.0',
+        description: 'Administration of uvsd. Unix socket (root only) by default; the optional TCP listener needs a bearer token.',
+      },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       paths,
     };

@@ -63,7 +63,9 @@ class Pinger {
   private open(): RawSocket {
     if (this.sock) return this.sock;
     const r = rawSocket();
-    const s = this.v6 ? r.createSocket({ protocol: r.Protocol.ICMPv6, addressFamily: r.AddressFamily.IPv6 }) : r.createSocket({ protocol: r.Protocol.ICMP });
+    const s = this.v6
+      ? r.createSocket({ protocol: r.Protocol.ICMPv6, addressFamily: r.AddressFamily.IPv6 })
+      : r.createSocket({ protocol: r.Protocol.ICMP });
     s.on('message', (buf, source) => this.onMessage(buf, source));
     // raw-socket closes the socket after an error: fail what is waiting, reopen on the next ping.
     s.on('error', (e) => {

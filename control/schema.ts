@@ -95,7 +95,11 @@ export interface LeafOpts<T> {
  * `check` sees defaults too: a rule may involve another field (a health check's default timeout
  * of 1 s must still fit an interval of 0.5 s).
  */
-export function leaf<T>(json: JsonSchema, take: (v: unknown, path: string, scope: Scope | null) => T, o: LeafOpts<T> = {}): Schema<T, false> {
+export function leaf<T>(
+  json: JsonSchema,
+  take: (v: unknown, path: string, scope: Scope | null) => T,
+  o: LeafOpts<T> = {},
+): Schema<T, false> {
   const def = o.default;
   const out: JsonSchema = { ...json };
   if (o.doc) out.description = o.doc;
@@ -138,7 +142,11 @@ export function bool(o: LeafOpts<boolean> = {}): Schema<boolean, false> {
 
 /** A non-empty string; with `empty`, '' too (an "off" value: `metrics.address: ''`). */
 export function str(o: LeafOpts<string> & { empty?: boolean; minLength?: number; pattern?: string } = {}): Schema<string, false> {
-  const json: JsonSchema = { type: 'string', ...(o.empty ? {} : { minLength: o.minLength ?? 1 }), ...(o.pattern ? { pattern: o.pattern } : {}) };
+  const json: JsonSchema = {
+    type: 'string',
+    ...(o.empty ? {} : { minLength: o.minLength ?? 1 }),
+    ...(o.pattern ? { pattern: o.pattern } : {}),
+  };
   return leaf(json, (v, path) => takeStr(v, path, o.empty === true), o);
 }
 
@@ -151,7 +159,10 @@ export function takeStr(v: unknown, path: string, empty = false): string {
  * One of `values`. `strict`: anything else (a number too) gets `msg`; otherwise a non-string is
  * first refused as "must be a non-empty string", as a name field's value.
  */
-export function oneOf<const V extends string>(values: readonly V[], o: LeafOpts<V> & { msg: (got: unknown) => string; strict?: boolean }): Schema<V, false> {
+export function oneOf<const V extends string>(
+  values: readonly V[],
+  o: LeafOpts<V> & { msg: (got: unknown) => string; strict?: boolean },
+): Schema<V, false> {
   return leaf(
     { type: 'string', enum: [...values] },
     (v, path) => {
@@ -171,7 +182,12 @@ export function any<T = unknown>(json: JsonSchema, o: LeafOpts<T> = {}): Schema<
 // ── combinators ──────────────────────────────────────────────────────────────────────────────
 /** The field may be absent: parse gives undefined and the key is left out. */
 export function opt<T>(s: Schema<T>): Schema<T | undefined, true> {
-  return { json: s.json, optional: true, required: false, parse: (v, path, scope) => (v === undefined ? undefined : s.parse(v, path, scope)) };
+  return {
+    json: s.json,
+    optional: true,
+    required: false,
+    parse: (v, path, scope) => (v === undefined ? undefined : s.parse(v, path, scope)),
+  };
 }
 
 /** null (or absent) → null: a section that is off (`redis: null`). */
@@ -204,7 +220,12 @@ export function list<T>(
   } = {},
 ): Schema<T[], false> {
   const msg = o.msg ?? 'must be a list';
-  const json: JsonSchema = { type: 'array', items: item.json, ...(o.nonEmpty ? { minItems: 1 } : {}), ...(o.max !== undefined ? { maxItems: o.max } : {}) };
+  const json: JsonSchema = {
+    type: 'array',
+    items: item.json,
+    ...(o.nonEmpty ? { minItems: 1 } : {}),
+    ...(o.max !== undefined ? { maxItems: o.max } : {}),
+  };
   if (o.doc) json.description = o.doc;
   const def: Default<T[]> | undefined = o.nonEmpty || o.required ? undefined : (o.default ?? (() => []));
   if (def !== undefined && typeof def !== 'function') json.default = def;
@@ -229,7 +250,9 @@ type Fields = Record<string, Schema<unknown>>;
 type Flat<T> = { [K in keyof T]: T[K] } & {};
 /** The parsed object: optional fields become optional keys. */
 export type ObjOut<F extends Fields> = Flat<
-  { [K in keyof F as F[K]['optional'] extends true ? never : K]: Out<F[K]> } & { [K in keyof F as F[K]['optional'] extends true ? K : never]?: Out<F[K]> }
+  { [K in keyof F as F[K]['optional'] extends true ? never : K]: Out<F[K]> } & {
+    [K in keyof F as F[K]['optional'] extends true ? K : never]?: Out<F[K]>;
+  }
 >;
 
 export interface ObjOpts<F extends Fields> {

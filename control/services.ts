@@ -21,14 +21,15 @@
  * Slow start (`slowStart`, HAProxy's slowstart, Envoy's slow_start_config with aggression 1): a
  * server that comes back — health check up, added to a running service, weight raised from 0 —
  * gets the weight ceil(weight · elapsed / window), at least 1, instead of its whole weight at
- * once, so it is not handed every new connection of wlc/lc (it has none) or its full share of a
+ * once, so it is not handed every new connection of wlc/sed (it has none) or its full share of a
  * cold cache. The ramp is what the schedulers see (the snapshot's dest weight, RS_WEIGHT, mh's
  * last_weight) and what ipvsadm -Ln shows, applied as -e edits by rampTick(): every ramping
  * server of a service steps together, at most once per max(1 s, window / 20) (HAProxy's
  * server_warmup period), so mh and sh rebuild their tables at most once a second per service.
  * Weights are integers, as in IPVS: a server of weight w ramps in at most w steps (weight 1 does
- * not ramp at all); schedulers that ignore weights (rr, lc, dh) see no ramp. Servers present when
- * a service is created (and at start-up) do not ramp, as in HAProxy and Envoy.
+ * not ramp at all); schedulers that ignore weights other than 0 (rr, lc, dh; nq while the server
+ * is idle) see no ramp. Servers present when a service is created (and at start-up) do not ramp,
+ * as in HAProxy and Envoy.
  *
  * Real-server slots index the shared real-server region. A deleted server whose connections are
  * still in the table stays in the "trash" (slot kept, AVAILABLE cleared) until they are gone, and
@@ -240,8 +241,10 @@ export class ServiceModel {
       if (!this.services.has(key)) newSvcs++;
       for (const r of s.realServers) if (!this.rsSlots.has(`${key}|${r.address}:${r.port}`)) newRs++;
     }
-    if (newSvcs > this.freeSvc.length) throw new Error(`not enough service slots: ${newSvcs} needed, ${this.freeSvc.length} free (dataplane.maxServices)`);
-    if (newRs > this.freeRs.length) throw new Error(`not enough real-server slots: ${newRs} needed, ${this.freeRs.length} free (dataplane.maxRealServers)`);
+    if (newSvcs > this.freeSvc.length)
+      throw new Error(`not enough service slots: ${newSvcs} needed, ${this.freeSvc.length} free (dataplane.maxServices)`);
+    if (newRs > this.freeRs.length)
+      throw new Error(`not enough real-server slots: ${newRs} needed, ${this.freeRs.length} free (dataplane.maxRealServers)`);
   }
 
   private schedBase(svcSlot: number): number {
@@ -328,7 +331,13 @@ export class ServiceModel {
         // Re-added while draining: off the list, deleted and added back cleanly (kube-proxy's
         // MoveRSOutofGracefulDeleteList); the kernel revives the same server from the trash.
         const o = this.rsSlots.get(slotKey)!.slot * L.RS_WORDS;
-        this.onDrainEvent?.({ service: live.key, realServer: k, action: 'resurrected', activeConns: Atomics.load(this.rs, o + L.RS_ACTIVE), inactConns: Atomics.load(this.rs, o + L.RS_INACTIVE) });
+        this.onDrainEvent?.({
+          service: live.key,
+          realServer: k,
+          action: 'resurrected',
+          activeConns: Atomics.load(this.rs, o + L.RS_ACTIVE),
+          inactConns: Atomics.load(this.rs, o + L.RS_INACTIVE),
+        });
         this.draining.delete(slotKey);
         this.drainConfigs.delete(slotKey);
         this.delDest(live, k);
@@ -339,7 +348,13 @@ export class ServiceModel {
       const old = live.rsCfg.get(k);
       if (!old) continue;
       if (old.weight === 0 && r.weight > 0) this.startRamp(live, k, r);
-      if (old.weight !== r.weight || old.upperThreshold !== r.upperThreshold || old.lowerThreshold !== r.lowerThreshold || old.forwarding !== r.forwarding || old.proxyProtocol !== r.proxyProtocol) {
+      if (
+        old.weight !== r.weight ||
+        old.upperThreshold !== r.upperThreshold ||
+        old.lowerThreshold !== r.lowerThreshold ||
+        old.forwarding !== r.forwarding ||
+        old.proxyProtocol !== r.proxyProtocol
+      ) {
         this.editDest(live, k, r);
       }
     }
@@ -388,7 +403,13 @@ export class ServiceModel {
     if (drainsOnRemoval(live.cfg.protocol) && c.active + c.inactive > 0) {
       const now = this.clock();
       const max = live.cfg.maxDrainTime !== undefined ? live.cfg.maxDrainTime * 1000 : this.policy.maxDrainTime;
-      this.draining.set(slotKey, { service: live.key, realServer: k, protocol: live.cfg.protocol, since: now, deadline: max > 0 ? now + max : null });
+      this.draining.set(slotKey, {
+        service: live.key,
+        realServer: k,
+        protocol: live.cfg.protocol,
+        since: now,
+        deadline: max > 0 ? now + max : null,
+      });
       this.drainConfigs.set(slotKey, { svc: live.cfg, rs: live.rsCfg.get(k)! });
       this.refreshWeight(live, k);
       this.onDrainEvent?.({ service: live.key, realServer: k, action: 'draining', activeConns: c.active, inactConns: c.inactive });
@@ -418,7 +439,13 @@ export class ServiceModel {
         this.draining.delete(slotKey);
         this.drainConfigs.delete(slotKey);
         this.delDest(live, d.realServer);
-        this.onDrainEvent?.({ service: d.service, realServer: d.realServer, action: expired && c.active + c.inactive > 0 ? 'deadline' : 'deleted', activeConns: c.active, inactConns: c.inactive });
+        this.onDrainEvent?.({
+          service: d.service,
+          realServer: d.realServer,
+          action: expired && c.active + c.inactive > 0 ? 'deadline' : 'deleted',
+          activeConns: c.active,
+          inactConns: c.inactive,
+        });
         changed = true;
       }
     }
@@ -440,7 +467,11 @@ export class ServiceModel {
 
   /** The drain list as it must survive a restart. */
   persistedDrains(): PersistedDrain[] {
-    return [...this.draining.entries()].map(([k, d]) => ({ ...d, serviceConfig: this.drainConfigs.get(k)!.svc, realServerConfig: this.drainConfigs.get(k)!.rs }));
+    return [...this.draining.entries()].map(([k, d]) => ({
+      ...d,
+      serviceConfig: this.drainConfigs.get(k)!.svc,
+      realServerConfig: this.drainConfigs.get(k)!.rs,
+    }));
   }
 
   /**
@@ -465,7 +496,13 @@ export class ServiceModel {
         live.removing = true;
       }
       if (!live.rsCfg.has(d.realServer)) this.addDest(live, d.realServerConfig);
-      this.draining.set(slotKey, { service: d.service, realServer: d.realServer, protocol: d.protocol, since: d.since, deadline: d.deadline });
+      this.draining.set(slotKey, {
+        service: d.service,
+        realServer: d.realServer,
+        protocol: d.protocol,
+        since: d.since,
+        deadline: d.deadline,
+      });
       this.drainConfigs.set(slotKey, { svc: d.serviceConfig, rs: d.realServerConfig });
       this.refreshWeight(live, d.realServer);
     }
@@ -565,7 +602,9 @@ export class ServiceModel {
     const sched = getScheduler(live.cfg.scheduler)!;
     live.compiled.data = sched.prepare?.(live.compiled) ?? null;
     if (sched.update) {
-      this.withSchedLock(live.slot, () => sched.update!(live.compiled, this.sched, this.schedBase(live.slot), { kind, rs, position, before }));
+      this.withSchedLock(live.slot, () =>
+        sched.update!(live.compiled, this.sched, this.schedBase(live.slot), { kind, rs, position, before }),
+      );
     }
   }
 
@@ -596,7 +635,16 @@ export class ServiceModel {
     // __ip_vs_update_dest: last_weight = weight on add.
     const a6 = parseIPv6(r.address);
     const addr = a6 ? a6[0]! ^ a6[1]! ^ a6[2]! ^ a6[3]! : parseIPv4(r.address)!;
-    const d: CompiledDest = { rs: info.slot, addr, addr6: a6, port: r.port, weight, lastWeight: weight, fwd: FWD[r.forwarding]!, pp: PP[r.proxyProtocol ?? ''] ?? 0 };
+    const d: CompiledDest = {
+      rs: info.slot,
+      addr,
+      addr6: a6,
+      port: r.port,
+      weight,
+      lastWeight: weight,
+      fwd: FWD[r.forwarding]!,
+      pp: PP[r.proxyProtocol ?? ''] ?? 0,
+    };
     live.compiled.dests = [d, ...before]; // list_add_rcu: at the head
     this.change(live, 'add', info.slot, -1, before);
   }
@@ -612,7 +660,15 @@ export class ServiceModel {
     const position = before.findIndex((d) => d.rs === info.slot);
     live.compiled.dests = before.map((d, i) =>
       // last_weight follows the weight unless the new weight is 0 (mh keeps its table on quiesce).
-      i === position ? { ...d, weight, lastWeight: weight !== 0 ? weight : (d.lastWeight ?? d.weight), fwd: FWD[r.forwarding]!, pp: PP[r.proxyProtocol ?? ''] ?? 0 } : d,
+      i === position
+        ? {
+            ...d,
+            weight,
+            lastWeight: weight !== 0 ? weight : (d.lastWeight ?? d.weight),
+            fwd: FWD[r.forwarding]!,
+            pp: PP[r.proxyProtocol ?? ''] ?? 0,
+          }
+        : d,
     );
     this.change(live, 'upd', info.slot, position, before);
   }
@@ -630,13 +686,16 @@ export class ServiceModel {
       Atomics.store(this.rs, info.slot * L.RS_WORDS + L.RS_WEIGHT, weight);
       const before = live.compiled.dests.slice();
       const position = before.findIndex((d) => d.rs === info.slot);
-      live.compiled.dests = before.map((d, i) => (i === position ? { ...d, weight, lastWeight: weight !== 0 ? weight : (d.lastWeight ?? d.weight) } : d));
+      live.compiled.dests = before.map((d, i) =>
+        i === position ? { ...d, weight, lastWeight: weight !== 0 ? weight : (d.lastWeight ?? d.weight) } : d,
+      );
       changes.push({ rs: info.slot, position, before });
     }
     const sched = getScheduler(live.cfg.scheduler)!;
     live.compiled.data = sched.prepare?.(live.compiled) ?? null;
     if (sched.update) {
-      for (const c of changes) this.withSchedLock(live.slot, () => sched.update!(live.compiled, this.sched, this.schedBase(live.slot), { kind: 'upd', ...c }));
+      for (const c of changes)
+        this.withSchedLock(live.slot, () => sched.update!(live.compiled, this.sched, this.schedBase(live.slot), { kind: 'upd', ...c }));
     }
   }
 
@@ -686,7 +745,8 @@ export class ServiceModel {
     for (const [k, info] of this.rsSlots) {
       if (info.listed) continue;
       const o = info.slot * L.RS_WORDS;
-      if (Atomics.load(this.rs, o + L.RS_ACTIVE) + Atomics.load(this.rs, o + L.RS_INACTIVE) + Atomics.load(this.rs, o + L.RS_PERSIST) !== 0) continue;
+      if (Atomics.load(this.rs, o + L.RS_ACTIVE) + Atomics.load(this.rs, o + L.RS_INACTIVE) + Atomics.load(this.rs, o + L.RS_PERSIST) !== 0)
+        continue;
       this.rsSlots.delete(k);
       this.rsBySlot.delete(info.slot);
       this.freeRs.push(info.slot);
@@ -716,7 +776,15 @@ export class ServiceModel {
     pool6.forEach((a, i) => fullnatAddrs6.set(a, i * 4));
     const proxyProtocol = new Uint8Array(this.maxRealServers);
     for (const l of services) for (const d of l.dests) proxyProtocol[d.rs] = d.pp;
-    return { version: ++this.version, services, lookup, lookupMask, vips, answerPing: this.answerPing, expireNodestConn: this.expireNodestConn, expireQuiescentTemplate: this.expireQuiescentTemplate,
+    return {
+      version: ++this.version,
+      services,
+      lookup,
+      lookupMask,
+      vips,
+      answerPing: this.answerPing,
+      expireNodestConn: this.expireNodestConn,
+      expireQuiescentTemplate: this.expireQuiescentTemplate,
       adopt: this.adopt,
       vips6,
       tunnelSrc: this.tunnelSrc,

@@ -53,7 +53,6 @@ import * as L from '../conntrack/layout';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_TIME_WAIT, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { MH_PRIMES } from '../schedulers/mh';
 import { DEFAULT_SCHEDULER, flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
-import { seedTwos } from '../schedulers/twos';
 import { flagBits, PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { fold, formatEndpoint, formatInet, maskPrefix, maskV4, parseEndpoint, parseInet, type Inet } from '../net/addr';
 import { SchedModel, type ModelServer } from './sched-model';
@@ -75,7 +74,8 @@ function fail(path: string, reason: string): never {
 
 function obj(v: unknown, path: string, allowed: string[]): Obj {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) fail(path, 'must be an object');
-  for (const k of Object.keys(v)) if (!allowed.includes(k)) fail(path ? `${path}.${k}` : k, `unknown field (allowed: ${allowed.join(', ')})`);
+  for (const k of Object.keys(v))
+    if (!allowed.includes(k)) fail(path ? `${path}.${k}` : k, `unknown field (allowed: ${allowed.join(', ')})`);
   return v as Obj;
 }
 
@@ -96,7 +96,8 @@ function flagList(v: unknown, path: string, scheduler: string): string[] {
   if (v === undefined) return [];
   if (!Array.isArray(v)) fail(path, 'must be a list');
   return v.map((f, i) => {
-    if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f)) fail(`${path}[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
+    if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f))
+      fail(`${path}[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
     const needs = flagScheduler(f);
     if (needs !== null && scheduler !== needs) fail(`${path}[${i}]`, `${f} needs scheduler ${needs} (the scheduler is ${scheduler})`);
     return f;
@@ -111,7 +112,8 @@ function schedulerName(v: unknown, path: string): string {
 
 function mhSize(v: unknown, path: string): number | undefined {
   if (v === undefined) return undefined;
-  if (typeof v !== 'number' || !MH_PRIMES.includes(v)) fail(path, `must be one of ${MH_PRIMES.join(', ')} (the kernel's mh table sizes), got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !MH_PRIMES.includes(v))
+    fail(path, `must be one of ${MH_PRIMES.join(', ')} (the kernel's mh table sizes), got ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -228,7 +230,7 @@ class Simulation {
     seed: number,
   ) {
     this.model = new SchedModel(scheduler, flagBits(flags), mhTableSize);
-    if (scheduler === 'twos') seedTwos(this.model.state, this.model.base, seed);
+    this.model.scheduler.seed?.(this.model.state, this.model.base, seed);
     const every = this.model.scheduler.tickInterval;
     if (every !== undefined) this.timers.push(every, K_COLLECTOR, null, 0);
   }
@@ -237,14 +239,15 @@ class Simulation {
     const e = parseEndpoint(str(text, path));
     if (!e) fail(path, `must be "address:port" ("[v6]:port" for IPv6), got ${JSON.stringify(text)}`);
     const s = this.model.servers.get(formatEndpoint(e.addr, e.port));
-    if (!s || !s.listed) fail(path, `${formatEndpoint(e.addr, e.port)} is not in the real-server list`);
+    if (!s?.listed) fail(path, `${formatEndpoint(e.addr, e.port)} is not in the real-server list`);
     return s;
   }
 
   address(v: unknown, path: string): Inet {
     const a = parseInet(str(v, path));
     if (!a) fail(path, `must be an IPv4 or IPv6 address, got ${JSON.stringify(v)}`);
-    if (a.family !== this.service.family) fail(path, `must be an IPv${this.service.family} address like the service's, got ${JSON.stringify(v)}`);
+    if (a.family !== this.service.family)
+      fail(path, `must be an IPv${this.service.family} address like the service's, got ${JSON.stringify(v)}`);
     return a;
   }
 
@@ -412,13 +415,20 @@ class Simulation {
     change.delete = list(p.delete, 'delete').map((d, i) => str(d, `${path}.delete[${i}]`));
     change.setWeight = list(p.setWeight, 'setWeight').map((x, i) => {
       const u = obj(x, `${path}.setWeight[${i}]`, ['realServer', 'weight']);
-      return { realServer: str(u.realServer, `${path}.setWeight[${i}].realServer`), weight: int(u.weight, `${path}.setWeight[${i}].weight`, 0, 65535) };
+      return {
+        realServer: str(u.realServer, `${path}.setWeight[${i}].realServer`),
+        weight: int(u.weight, `${path}.setWeight[${i}].weight`, 0, 65535),
+      };
     });
     change.add = list(p.add, 'add').map((x, i) => {
       const q = `${path}.add[${i}]`;
       const a = obj(x, q, ['address', 'port', 'weight']);
       const addr = this.address(a.address, `${q}.address`);
-      return { address: formatInet(addr), port: int(a.port, `${q}.port`, 0, 65535, this.port), weight: int(a.weight, `${q}.weight`, 0, 65535, 1) };
+      return {
+        address: formatInet(addr),
+        port: int(a.port, `${q}.port`, 0, 65535, this.port),
+        weight: int(a.weight, `${q}.weight`, 0, 65535, 1),
+      };
     });
     const m = this.model;
     const flows: PreviewFlow[] = [];
@@ -432,7 +442,13 @@ class Simulation {
       scheduler: this.scheduler,
       flags: this.flags,
       ...(this.mhTableSize === undefined ? {} : { mhTableSize: this.mhTableSize }),
-      realServers: m.listed().map((s) => ({ address: formatInet(s.addr), port: s.port, weight: s.weight, lastWeight: s.lastWeight, overloaded: m.overloaded(s) })),
+      realServers: m.listed().map((s) => ({
+        address: formatInet(s.addr),
+        port: s.port,
+        weight: s.weight,
+        lastWeight: s.lastWeight,
+        overloaded: m.overloaded(s),
+      })),
     };
     try {
       const r = previewDisruption(service, change, flows);
@@ -478,14 +494,31 @@ export function runScenario(doc: unknown): string[] {
     }
     mask = (a) => maskV4(a, word);
   } else {
-    const bits = root.netmask === undefined ? 128 : typeof root.netmask === 'string' && /^\/?\d+$/.test(root.netmask) ? Number(root.netmask.replace('/', '')) : root.netmask;
+    const bits =
+      root.netmask === undefined
+        ? 128
+        : typeof root.netmask === 'string' && /^\/?\d+$/.test(root.netmask)
+          ? Number(root.netmask.replace('/', ''))
+          : root.netmask;
     const b = int(bits, 'netmask', 1, 128);
     mask = (a) => maskPrefix(a, b);
   }
   const mhTableSize = mhSize(root.mhTableSize, 'mhTableSize');
   const seed = int(root.seed, 'seed', Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER, 0);
-  if (root.expireQuiescentTemplate !== undefined && typeof root.expireQuiescentTemplate !== 'boolean') fail('expireQuiescentTemplate', 'must be true or false');
-  const sim = new Simulation(scheduler, flags, mhTableSize, protocol === 'tcp', service, port, persistence * 1000, mask, root.expireQuiescentTemplate === true, seed);
+  if (root.expireQuiescentTemplate !== undefined && typeof root.expireQuiescentTemplate !== 'boolean')
+    fail('expireQuiescentTemplate', 'must be true or false');
+  const sim = new Simulation(
+    scheduler,
+    flags,
+    mhTableSize,
+    protocol === 'tcp',
+    service,
+    port,
+    persistence * 1000,
+    mask,
+    root.expireQuiescentTemplate === true,
+    seed,
+  );
 
   if (root.realServers !== undefined && !Array.isArray(root.realServers)) fail('realServers', 'must be a list');
   ((root.realServers as unknown[] | undefined) ?? []).forEach((r, i) => sim.add(r, `realServers[${i}]`));
@@ -495,7 +528,11 @@ export function runScenario(doc: unknown): string[] {
     const path = `events[${i}]`;
     if (typeof ev !== 'object' || ev === null || Array.isArray(ev)) fail(path, `must be an object with one of ${EVENT_TYPES.join(', ')}`);
     const keys = Object.keys(ev);
-    if (keys.length !== 1) fail(path, `must have exactly one event type (one of ${EVENT_TYPES.join(', ')}), got ${keys.length === 0 ? 'none' : keys.join(', ')}`);
+    if (keys.length !== 1)
+      fail(
+        path,
+        `must have exactly one event type (one of ${EVENT_TYPES.join(', ')}), got ${keys.length === 0 ? 'none' : keys.join(', ')}`,
+      );
     const type = keys[0]!;
     const arg = (ev as Obj)[type];
     const p = `${path}.${type}`;

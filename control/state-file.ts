@@ -27,26 +27,40 @@ function entry(v: unknown, path: string, cfg: UvsConfig): PersistedDrain {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error('must be a mapping');
   const e = v as Record<string, unknown>;
   if (typeof e.service !== 'string' || typeof e.realServer !== 'string') throw new Error('service and realServer must be strings');
-  if (typeof e.protocol !== 'string' || !isProtocol(e.protocol)) throw new Error(`protocol must be tcp, udp or sctp, got ${JSON.stringify(e.protocol)}`);
+  if (typeof e.protocol !== 'string' || !isProtocol(e.protocol))
+    throw new Error(`protocol must be tcp, udp or sctp, got ${JSON.stringify(e.protocol)}`);
   if (typeof e.since !== 'number' || !Number.isFinite(e.since)) throw new Error('since must be a time in ms');
-  if (e.deadline !== null && (typeof e.deadline !== 'number' || !Number.isFinite(e.deadline))) throw new Error('deadline must be a time in ms or null');
+  if (e.deadline !== null && (typeof e.deadline !== 'number' || !Number.isFinite(e.deadline)))
+    throw new Error('deadline must be a time in ms or null');
   const svc = validateService(e.serviceConfig, `${path}.serviceConfig`);
-  if (serviceKey(svc) !== e.service || svc.protocol !== e.protocol) throw new Error(`serviceConfig is ${serviceKey(svc)}, not ${e.service}`);
+  if (serviceKey(svc) !== e.service || svc.protocol !== e.protocol)
+    throw new Error(`serviceConfig is ${serviceKey(svc)}, not ${e.service}`);
   const vips = cfg.dataplane.vipCidrs;
   if (!inAnyCidr(svc.address, vips)) throw new Error(`${svc.address} is not inside dataplane.vipCidrs (${vips.join(', ')})`);
   const rs = validateRealServer(e.realServerConfig, `${path}.realServerConfig`, svc.port, svc.forwarding);
   if (`${rs.address}:${rs.port}` !== e.realServer) throw new Error(`realServerConfig is ${rs.address}:${rs.port}, not ${e.realServer}`);
   const v6 = svc.address.includes(':');
   if (rs.address.includes(':') !== v6) throw new Error(`${rs.address} is not of the service's address family`);
-  if (rs.forwarding === 'tunnel' && !(v6 ? cfg.dataplane.tunnelSource6 : cfg.dataplane.tunnelSource)) throw new Error('tunnel forwarding without dataplane.tunnelSource');
-  if (rs.forwarding === 'fullnat' && !cfg.dataplane.fullnat.addresses.some((a) => a.includes(':') === v6)) throw new Error('fullnat forwarding without a dataplane.fullnat address of its family');
-  return { service: e.service, realServer: e.realServer, protocol: e.protocol, since: e.since, deadline: e.deadline as number | null, serviceConfig: svc, realServerConfig: rs };
+  if (rs.forwarding === 'tunnel' && !(v6 ? cfg.dataplane.tunnelSource6 : cfg.dataplane.tunnelSource))
+    throw new Error('tunnel forwarding without dataplane.tunnelSource');
+  if (rs.forwarding === 'fullnat' && !cfg.dataplane.fullnat.addresses.some((a) => a.includes(':') === v6))
+    throw new Error('fullnat forwarding without a dataplane.fullnat address of its family');
+  return {
+    service: e.service,
+    realServer: e.realServer,
+    protocol: e.protocol,
+    since: e.since,
+    deadline: e.deadline as number | null,
+    serviceConfig: svc,
+    realServerConfig: rs,
+  };
 }
 
 /** The drain entries of a parsed state file that can be restored, and those skipped (with why). */
 export function validateStateDrains(doc: unknown, cfg: UvsConfig): { drains: PersistedDrain[]; skipped: SkippedEntry[] } {
   const skipped: SkippedEntry[] = [];
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return { drains: [], skipped: [{ path: '', reason: 'the state file must be a JSON object' }] };
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc))
+    return { drains: [], skipped: [{ path: '', reason: 'the state file must be a JSON object' }] };
   const list = (doc as { draining?: unknown }).draining;
   if (list === undefined) return { drains: [], skipped };
   if (!Array.isArray(list)) return { drains: [], skipped: [{ path: 'draining', reason: 'must be a list' }] };

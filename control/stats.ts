@@ -130,7 +130,13 @@ export class StatsReader {
     for (const base of bases) {
       const cur = this.block(base);
       const e = this.est.get(base);
-      const d = e && [cur.conns - e.last.conns, cur.inPkts - e.last.inPkts, cur.outPkts - e.last.outPkts, cur.inBytes - e.last.inBytes, cur.outBytes - e.last.outBytes];
+      const d = e && [
+        cur.conns - e.last.conns,
+        cur.inPkts - e.last.inPkts,
+        cur.outPkts - e.last.outPkts,
+        cur.inBytes - e.last.inBytes,
+        cur.outBytes - e.last.outBytes,
+      ];
       if (!e || !d || d.some((x) => x < 0)) {
         this.est.set(base, { last: cur, cps: 0, inpps: 0, outpps: 0, inbps: 0, outbps: 0 });
         continue;

@@ -261,7 +261,9 @@ async function capture(socket: string, args: string[]): Promise<number> {
       }
       body.flow = flow;
     } else {
-      err(`${PROGRAM}: --capture: unknown option ${JSON.stringify(a)}\nUsage: ${PROGRAM} --capture (--sample N | --flow K=V,...) [--seconds S] [--max-packets M] [--format pcap|jsonl] [-w FILE]\n`);
+      err(
+        `${PROGRAM}: --capture: unknown option ${JSON.stringify(a)}\nUsage: ${PROGRAM} --capture (--sample N | --flow K=V,...) [--seconds S] [--max-packets M] [--format pcap|jsonl] [-w FILE]\n`,
+      );
       return 255;
     }
   }
@@ -279,7 +281,9 @@ async function capture(socket: string, args: string[]): Promise<number> {
   }
   if (file) writeFileSync(file, r.body);
   else process.stdout.write(r.body);
-  err(`${PROGRAM}: captured ${r.headers['x-uvs-capture-packets'] ?? '?'} packets (${r.headers['x-uvs-capture-overruns'] ?? '?'} lost to full rings)\n`);
+  err(
+    `${PROGRAM}: captured ${r.headers['x-uvs-capture-packets'] ?? '?'} packets (${r.headers['x-uvs-capture-overruns'] ?? '?'} lost to full rings)\n`,
+  );
   return 0;
 }
 
@@ -361,7 +365,12 @@ const MAINTENANCE_WAIT_MAX_S = 300;
 
 function maintenanceLine(m: MaintenanceResponse): string {
   const mode = m.maintenance ? `maintenance on since ${m.since}` : 'maintenance off';
-  const ann = m.table === 0 ? 'announces nothing (no dataplane.announceTable)' : m.announced ? `announced (table ${m.table})` : `not announced (table ${m.table})`;
+  const ann =
+    m.table === 0
+      ? 'announces nothing (no dataplane.announceTable)'
+      : m.announced
+        ? `announced (table ${m.table})`
+        : `not announced (table ${m.table})`;
   return `${mode}; ${ann}; last packet ${m.idleSeconds.toFixed(1)} s ago\n`;
 }
 

@@ -9,7 +9,9 @@ export async function labCommand(args: string[]): Promise<number> {
   if (sub === 'up') {
     lab.up();
     await lab.waitServers();
-    console.log(`lab ${prefix} up: client ${lab.clientNs} (${lab.clientAddr}), LB node ${lab.lbNs}, real servers ${lab.rsNs.map((n, i) => `${n} (${lab.rsAddrs[i]})`).join(', ')}`);
+    console.log(
+      `lab ${prefix} up: client ${lab.clientNs} (${lab.clientAddr}), LB node ${lab.lbNs}, real servers ${lab.rsNs.map((n, i) => `${n} (${lab.rsAddrs[i]})`).join(', ')}`,
+    );
     console.log(`VIP range 10.200.0.0/24 routes from the client to the LB node; start uvsd there with:`);
     console.log(`  ip netns exec ${lab.lbNs} uvsd --config uvs.example.yaml`);
     return 0;

@@ -96,8 +96,33 @@ export interface EchoStreams {
  * `tools streams`: COUNT long TCP echo streams from ns to host:port, every echoed byte checked
  * (lab/tools.ts). SIGKILL after seconds + 60 s: bounded whatever happens.
  */
-export function echoStreams(ns: string, host: string, port: number, count: number, seconds: number, intervalMs = 100, chunk = 500): EchoStreams {
-  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, TOOLS, 'streams', host, String(port), String(count), String(seconds), String(intervalMs), String(chunk)], { stdio: ['ignore', 'pipe', 'ignore'] });
+export function echoStreams(
+  ns: string,
+  host: string,
+  port: number,
+  count: number,
+  seconds: number,
+  intervalMs = 100,
+  chunk = 500,
+): EchoStreams {
+  const child = spawn(
+    'ip',
+    [
+      'netns',
+      'exec',
+      ns,
+      process.execPath,
+      TOOLS,
+      'streams',
+      host,
+      String(port),
+      String(count),
+      String(seconds),
+      String(intervalMs),
+      String(chunk),
+    ],
+    { stdio: ['ignore', 'pipe', 'ignore'] },
+  );
   const t = setTimeout(() => child.kill('SIGKILL'), (seconds + 60) * 1000);
   let text = '';
   let readyResolve!: (v: { ready: number; ports: number[]; servers: string[] }) => void;

@@ -37,15 +37,28 @@ export async function ecmpDemo(): Promise<number> {
       process.exit(130);
     });
   }
-  const service = (vip: string, rs: string[]) => ({ protocol: 'tcp', address: vip, port: PORT, scheduler: 'mh', schedFlags: ['mh-fallback', 'mh-port'], forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) });
+  const service = (vip: string, rs: string[]) => ({
+    protocol: 'tcp',
+    address: vip,
+    port: PORT,
+    scheduler: 'mh',
+    schedFlags: ['mh-fallback', 'mh-port'],
+    forwarding: 'tunnel',
+    realServers: rs.map((a) => ({ address: a })),
+  });
   const services = [service(LAB_VIP, lab.rsAddrs), service(LAB_VIP6, lab.rsAddrs6)];
   const stats = async (k: number) => (await apiCall<StatsResponse>(lab.socket(k), 'GET', '/v1/stats')).body;
-  const adopted = async (ks: number[]) => Object.fromEntries(await Promise.all(ks.map(async (k) => [k, (await stats(k)).adopted] as const))) as Record<number, number>;
+  const adopted = async (ks: number[]) =>
+    Object.fromEntries(await Promise.all(ks.map(async (k) => [k, (await stats(k)).adopted] as const))) as Record<number, number>;
   const line = (label: string, nodes: number[], ks: number[]) => {
     const per = ks.map((k) => `lb${k} ${String(nodes.filter((n) => n === k).length).padStart(3)}`).join('   ');
     console.log(`  ${label.padEnd(34)} ${per}`);
   };
-  const route = () => `router: ${LAB_VIP.replace(/\.\d+$/, '.0/24')} → ${lab.nexthops().map((k) => `lb${k}`).join(', ')}`;
+  const route = () =>
+    `router: ${LAB_VIP.replace(/\.\d+$/, '.0/24')} → ${lab
+      .nexthops()
+      .map((k) => `lb${k}`)
+      .join(', ')}`;
   try {
     title('1. Lab: client → router (BIRD) → lb1 | lb2 | lb3 (BIRD + uvsd) → switch → three real servers and redis-server');
     lab.up(3);
@@ -99,13 +112,17 @@ export async function ecmpDemo(): Promise<number> {
     const a2 = await adopted([1, 3, 4]);
     const s4 = await stats(4);
     line('after lb4 joined', b2, [1, 2, 3, 4]);
-    console.log(`  adopted: lb1 ${a2[1]! - a1[1]!}, lb3 ${a2[3]! - a1[3]!}, lb4 ${a2[4]} (lb4: ${s4.redis!.lookups.hit} by a Redis lookup, the rest from records published since it subscribed)`);
+    console.log(
+      `  adopted: lb1 ${a2[1]! - a1[1]!}, lb3 ${a2[3]! - a1[3]!}, lb4 ${a2[4]} (lb4: ${s4.redis!.lookups.hit} by a Redis lookup, the rest from records published since it subscribed)`,
+    );
 
     title('6. The streams end');
     const ss = await st.done;
     const lost = ss.filter((s) => s.error !== null || s.bad !== 0 || s.echoed !== s.sent);
     const spanned = ss.filter((s) => s.firstAt < t0 && s.lastAt > t4 + 3000).length;
-    console.log(`  TCP streams: ${ss.length} started, ${ss.length - lost.length} completed byte-identical, ${lost.length} lost; ${spanned} of them ran across both events`);
+    console.log(
+      `  TCP streams: ${ss.length} started, ${ss.length - lost.length} completed byte-identical, ${lost.length} lost; ${spanned} of them ran across both events`,
+    );
     for (const s of lost.slice(0, 5)) console.log(`    lost: client port ${s.port} (${s.server}): ${s.error ?? `${s.bad} bad bytes`}`);
 
     title('7. Teardown');

@@ -59,7 +59,11 @@ export async function failoverDemo(): Promise<number> {
     // 16 MB at 2 MB/s: 8 s, far more than the socket buffers hold at the kill, so the surviving
     // node must carry every download to its end.
     const downloads = Array.from({ length: N }, (_, i) => blobDownload(lab.ns.cl, LAB_VIP, 80, 16 << 20, seedBase + i, '2M', 60));
-    const udp = runTool<{ sent: number; answered: number; probes: [number, number | null, string | null][] }>(lab.ns.cl, ['udp-probe', LAB_VIP, '53', '12', '10'], 60000).result;
+    const udp = runTool<{ sent: number; answered: number; probes: [number, number | null, string | null][] }>(
+      lab.ns.cl,
+      ['udp-probe', LAB_VIP, '53', '12', '10'],
+      60000,
+    ).result;
     const echo = runTool<{ error: string | null; times: number[] }>(lab.ns.cl, ['echo-probe', LAB_VIP, '7', '12', '20'], 60000).result;
     const base = (await stats(to)).adopted;
     const started = Date.now();
@@ -68,30 +72,47 @@ export async function failoverDemo(): Promise<number> {
     // the kill fall within the echo connection's first write period — its tool starts last — so
     // its record never left the master and the echo broke in 3 of 12 kills.)
     await lab.waitCarried(from, to, { 'tcp/80': N, 'tcp/7': 1, 'udp/53': 1 }, before, 20000);
-    console.log(`  ${N} downloads (16 MB at 2 MB/s), a UDP probe every 10 ms and a TCP echo line every 20 ms run through ${from}; after ${Date.now() - started} ms ${to} holds each of these flows (${(await stats(to)).shadows} shadow entries)`);
+    console.log(
+      `  ${N} downloads (16 MB at 2 MB/s), a UDP probe every 10 ms and a TCP echo line every 20 ms run through ${from}; after ${Date.now() - started} ms ${to} holds each of these flows (${(await stats(to)).shadows} shadow entries)`,
+    );
     console.log(`  ${from} (uvsadm -Ln):`);
     await list(from);
     const f = await lab.failover(kind);
     let adoptedMs = NaN;
-    await waitFor(async () => {
-      if ((await stats(to)).adopted - base < N) return false;
-      adoptedMs = Date.now() - f.killedAt;
-      return true;
-    }, 15000, `${to} did not adopt the downloads`).catch(() => undefined);
+    await waitFor(
+      async () => {
+        if ((await stats(to)).adopted - base < N) return false;
+        adoptedMs = Date.now() - f.killedAt;
+        return true;
+      },
+      15000,
+      `${to} did not adopt the downloads`,
+    ).catch(() => undefined);
     console.log(`  ${to} (uvsadm -Ln) after the adoptions:`);
     await list(to);
     const ok = await Promise.all(downloads.map((d) => d.done));
     const u = (await udp).out;
     const e = (await echo).out;
-    const bu = u ? blackout(u.probes.flatMap((p) => (p[1] === null ? [] : [p[1]])), f.killedAt) : null;
+    const bu = u
+      ? blackout(
+          u.probes.flatMap((p) => (p[1] === null ? [] : [p[1]])),
+          f.killedAt,
+        )
+      : null;
     const bt = e ? blackout(e.times, f.killedAt) : null;
     const kept = ok.filter(Boolean).length;
     allKept &&= kept === N && e?.error === null;
     const servers = u ? [...new Set(u.probes.map((p) => p[2]).filter((s) => s !== null))] : [];
     console.log(`  keepalived on ${to} MASTER (both families) ${f.vrrpMs} ms after the kill`);
-    console.log(`  blackout, UDP (kill → first answer through ${to}): ${bu ? `${bu.blackoutMs} ms` : 'no answer after the kill'}; ${u ? `${u.sent - u.answered} of ${u.sent} probes unanswered, answered by ${servers.join(', ')}` : ''}`);
-    console.log(`  blackout, TCP echo (kill → first echo through ${to}): ${bt ? `${bt.blackoutMs} ms` : 'no echo after the kill'}; connection ${e?.error === null ? 'kept' : `broken (${e?.error})`}`);
-    console.log(`  ${to} adopted all ${N} downloads ${Number.isNaN(adoptedMs) ? 'not within 15 s' : `${adoptedMs} ms after the kill (TCP retransmission brings each flow's next packet)`}`);
+    console.log(
+      `  blackout, UDP (kill → first answer through ${to}): ${bu ? `${bu.blackoutMs} ms` : 'no answer after the kill'}; ${u ? `${u.sent - u.answered} of ${u.sent} probes unanswered, answered by ${servers.join(', ')}` : ''}`,
+    );
+    console.log(
+      `  blackout, TCP echo (kill → first echo through ${to}): ${bt ? `${bt.blackoutMs} ms` : 'no echo after the kill'}; connection ${e?.error === null ? 'kept' : `broken (${e?.error})`}`,
+    );
+    console.log(
+      `  ${to} adopted all ${N} downloads ${Number.isNaN(adoptedMs) ? 'not within 15 s' : `${adoptedMs} ms after the kill (TCP retransmission brings each flow's next packet)`}`,
+    );
     console.log(`  downloads: ${N} started, ${kept} completed byte-identical, ${N - kept} lost`);
   };
 
@@ -99,16 +120,22 @@ export async function failoverDemo(): Promise<number> {
     title('1. Lab: client → router → br-front (lb1 | lb2) → br-back → three real servers and redis-server');
     lab.up();
     await lab.waitServers();
-    console.log(`  the router sends ${LAB_VIP}/24 to ${NEXT_HOP}; the servers' gateway is ${GATEWAY}: both are VRRP addresses (and their IPv6 twins)`);
+    console.log(
+      `  the router sends ${LAB_VIP}/24 to ${NEXT_HOP}; the servers' gateway is ${GATEWAY}: both are VRRP addresses (and their IPv6 twins)`,
+    );
 
     title('2. uvsd on both nodes (same services, same Redis), then keepalived on both');
     for (const n of ['lb1', 'lb2'] as const) await startUvsd(n);
     await lab.startVrrp('lb1');
-    console.log(`  keepalived: ${LAB_VRRP.advertSeconds * 1000} ms VRRPv3 adverts, track script on uvsd's /healthz every ${LAB_VRRP.scriptInterval} s (fall ${LAB_VRRP.scriptFall}), nopreempt`);
+    console.log(
+      `  keepalived: ${LAB_VRRP.advertSeconds * 1000} ms VRRPv3 adverts, track script on uvsd's /healthz every ${LAB_VRRP.scriptInterval} s (fall ${LAB_VRRP.scriptFall}), nopreempt`,
+    );
     console.log(`  lb1 ${lab.state('lb1')} holds ${lab.heldAddresses('lb1').join(' ')}; lb2 ${lab.state('lb2')}`);
-    console.log(`  keepalived.conf of lb1: ${join(lab.dir, 'lb1.keepalived.conf')} (examples/keepalived/keepalived.conf is the documented one)`);
+    console.log(
+      `  keepalived.conf of lb1: ${join(lab.dir, 'lb1.keepalived.conf')} (examples/keepalived/keepalived.conf is the documented one)`,
+    );
 
-    title('3. kill -9 uvsd on lb1 (the node lives): keepalived\'s track script fails, lb2 takes over');
+    title("3. kill -9 uvsd on lb1 (the node lives): keepalived's track script fails, lb2 takes over");
     await killUnderLoad('uvsd', 300);
 
     title('4. uvsd on lb1 again: its keepalived goes back to BACKUP and stays there (nopreempt)');

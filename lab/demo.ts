@@ -51,17 +51,58 @@ async function main(): Promise<number> {
     await lab.waitServers();
     console.log(`  client      ${lab.clientNs.padEnd(14)} ${lab.clientAddr}, ${lab.clientAddr6}`);
     console.log(`  LB node     ${lab.lbNs.padEnd(14)} runs uvsd; VIP ranges ${LAB_VIP_CIDR}, ${LAB_VIP6_CIDR} → TUN device uvs0`);
-    lab.rsNs.forEach((n, i) => console.log(`  real server ${n.padEnd(14)} ${lab.rsAddrs[i]}, ${lab.rsAddrs6[i]}  (HTTP :8080, UDP echo :5353, iperf3 :5201)`));
+    lab.rsNs.forEach((n, i) =>
+      console.log(`  real server ${n.padEnd(14)} ${lab.rsAddrs[i]}, ${lab.rsAddrs6[i]}  (HTTP :8080, UDP echo :5353, iperf3 :5201)`),
+    );
 
     const services = [
-      { name: 'web', protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 8080 })) },
-      { name: 'dns-ish', protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'wrr', realServers: lab.rsAddrs.map((a, i) => ({ address: a, port: 5353, weight: 3 - i })) },
-      { name: 'iperf', protocol: 'tcp', address: LAB_VIP, port: 5201, scheduler: 'rr', realServers: [{ address: lab.rsAddrs[0]!, port: 5201 }] },
-      { name: 'web6', protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'mh', realServers: lab.rsAddrs6.map((a) => ({ address: a, port: 8080 })) },
-      { name: 'web6-fullnat', protocol: 'tcp', address: LAB_VIP6, port: 82, scheduler: 'rr', forwarding: 'fullnat', realServers: lab.rsAddrs6.map((a) => ({ address: a, port: 8080 })) },
+      {
+        name: 'web',
+        protocol: 'tcp',
+        address: LAB_VIP,
+        port: 80,
+        scheduler: 'rr',
+        realServers: lab.rsAddrs.map((a) => ({ address: a, port: 8080 })),
+      },
+      {
+        name: 'dns-ish',
+        protocol: 'udp',
+        address: LAB_VIP,
+        port: 53,
+        scheduler: 'wrr',
+        realServers: lab.rsAddrs.map((a, i) => ({ address: a, port: 5353, weight: 3 - i })),
+      },
+      {
+        name: 'iperf',
+        protocol: 'tcp',
+        address: LAB_VIP,
+        port: 5201,
+        scheduler: 'rr',
+        realServers: [{ address: lab.rsAddrs[0]!, port: 5201 }],
+      },
+      {
+        name: 'web6',
+        protocol: 'tcp',
+        address: LAB_VIP6,
+        port: 80,
+        scheduler: 'mh',
+        realServers: lab.rsAddrs6.map((a) => ({ address: a, port: 8080 })),
+      },
+      {
+        name: 'web6-fullnat',
+        protocol: 'tcp',
+        address: LAB_VIP6,
+        port: 82,
+        scheduler: 'rr',
+        forwarding: 'fullnat',
+        realServers: lab.rsAddrs6.map((a) => ({ address: a, port: 8080 })),
+      },
     ];
     const cfgFile = lab.writeConfig(
-      lab.config(services, { log: { level: 'warn' }, dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: ['fd00:200:99::1'] } } }),
+      lab.config(services, {
+        log: { level: 'warn' },
+        dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: ['fd00:200:99::1'] } },
+      }),
     );
     title('2. uvsd: masq (VIP:80 → :8080, VIP:53 → :5353), rr and wrr 3/2/1; IPv6 mh and full-NAT; two worker threads');
     await lab.startUvsd(cfgFile);
@@ -89,7 +130,9 @@ async function main(): Promise<number> {
       try {
         const j = JSON.parse(lab.exec(lab.clientNs, 'iperf3', ['-c', LAB_VIP, '-p', '5201', '-t', '3', '-J'], 30000));
         const gbps = j.end.sum_received.bits_per_second / 1e9;
-        console.log(`  ${gbps.toFixed(2)} Gb/s received by ${lab.rsAddrs[0]} through uvs (retransmits: ${j.end.sum_sent.retransmits ?? 'n/a'})`);
+        console.log(
+          `  ${gbps.toFixed(2)} Gb/s received by ${lab.rsAddrs[0]} through uvs (retransmits: ${j.end.sum_sent.retransmits ?? 'n/a'})`,
+        );
       } catch (e) {
         console.log(`  iperf3 failed: ${(e as Error).message.split('\n')[0]}`);
       }
@@ -128,7 +171,11 @@ async function main(): Promise<number> {
     const left = Lab.existing('uvsdemo');
     console.log(left.length ? `  LEFT BEHIND: ${left.join(' ')}` : '  uvsd stopped, device, routes, rules and namespaces removed');
     const ok = (web.rs1 ?? 0) === 10 && (web.rs2 ?? 0) === 10 && (web.rs3 ?? 0) === 10 && (dns.rs1 ?? 0) === 15;
-    console.log(ok ? '\nDemo finished: traffic flowed through uvs as configured.' : '\nDemo finished, but the spread was not what the schedulers promise (see above).');
+    console.log(
+      ok
+        ? '\nDemo finished: traffic flowed through uvs as configured.'
+        : '\nDemo finished, but the spread was not what the schedulers promise (see above).',
+    );
     return ok && left.length === 0 ? 0 : 1;
   } catch (e) {
     console.error(`\ndemo failed: ${(e as Error).message}`);

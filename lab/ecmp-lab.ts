@@ -68,7 +68,13 @@ export class EcmpLab {
     if (!/^[a-z0-9]{1,8}$/.test(prefix)) throw new Error(`ECMP lab prefix must be 1–8 characters of a-z0-9, got ${JSON.stringify(prefix)}`);
     this.prefix = prefix;
     this.dir = join('/run/uvs-lab', prefix);
-    this.ns = { cl: `${prefix}-cl`, rt: `${prefix}-rt`, sw: `${prefix}-sw`, rd: `${prefix}-rd`, rs: [1, 2, 3].map((i) => `${prefix}-rs${i}`) };
+    this.ns = {
+      cl: `${prefix}-cl`,
+      rt: `${prefix}-rt`,
+      sw: `${prefix}-sw`,
+      rd: `${prefix}-rd`,
+      rs: [1, 2, 3].map((i) => `${prefix}-rs${i}`),
+    };
   }
 
   /** Whether BIRD 2 is installed (scripts/ensure-deps.sh installs the bird2 package). */
@@ -114,7 +120,12 @@ export class EcmpLab {
   }
 
   exec(ns: string, cmd: string, args: string[], timeoutMs = 60000): string {
-    return execFileSync('ip', ['netns', 'exec', ns, cmd, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs, maxBuffer: 64 << 20 });
+    return execFileSync('ip', ['netns', 'exec', ns, cmd, ...args], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: timeoutMs,
+      maxBuffer: 64 << 20,
+    });
   }
   spawn(ns: string, cmd: string, args: string[], opts: SpawnOptions = {}): ChildProcess {
     return spawn('ip', ['netns', 'exec', ns, cmd, ...args], { stdio: 'ignore', ...opts });
@@ -164,12 +175,29 @@ export class EcmpLab {
     });
     for (let k = 1; k <= nodes; k++) this.addNode(k);
     writeFileSync(join(this.dir, 'bird-rt.conf'), this.routerBirdConfig());
-    this.start('bird-rt', n.rt, 'bird', ['-f', '-c', join(this.dir, 'bird-rt.conf'), '-s', join(this.dir, 'bird-rt.ctl'), '-P', join(this.dir, 'bird-rt.pid')]);
+    this.start('bird-rt', n.rt, 'bird', [
+      '-f',
+      '-c',
+      join(this.dir, 'bird-rt.conf'),
+      '-s',
+      join(this.dir, 'bird-rt.ctl'),
+      '-P',
+      join(this.dir, 'bird-rt.pid'),
+    ]);
     // Every node that may join (1..MAX_NODES) tunnels from its address on the server switch.
-    const directors = Array.from({ length: MAX_NODES }, (_, k) => this.tunnelSource(k + 1)).flat().join(',');
+    const directors = Array.from({ length: MAX_NODES }, (_, k) => this.tunnelSource(k + 1))
+      .flat()
+      .join(',');
     n.rs.forEach((ns, i) => {
       this.start(`rs${i + 1}`, ns, process.execPath, [join(ROOT, 'dist', 'lab', 'servers.js'), '--name', `rs${i + 1}`]);
-      this.start(`decap${i + 1}`, ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', `${LAB_VIP},${LAB_VIP6}`, '--directors', directors]);
+      this.start(`decap${i + 1}`, ns, process.execPath, [
+        join(ROOT, 'dist', 'control', 'uvs.js'),
+        'decap',
+        '--vips',
+        `${LAB_VIP},${LAB_VIP6}`,
+        '--directors',
+        directors,
+      ]);
     });
     this.startRedis();
   }
@@ -179,7 +207,10 @@ export class EcmpLab {
     this.hashPolicy = p;
     const v = p === 'l4' ? ['3', '0x0037'] : ['1', null];
     for (const fam of ['ipv4', 'ipv6']) {
-      this.sysctl(this.ns.rt, [`net.${fam}.fib_multipath_hash_policy=${v[0]}`, ...(v[1] ? [`net.${fam}.fib_multipath_hash_fields=${v[1]}`] : [])]);
+      this.sysctl(this.ns.rt, [
+        `net.${fam}.fib_multipath_hash_policy=${v[0]}`,
+        ...(v[1] ? [`net.${fam}.fib_multipath_hash_fields=${v[1]}`] : []),
+      ]);
     }
   }
 
@@ -216,8 +247,12 @@ export class EcmpLab {
     const peers: string[] = [];
     for (let k = 1; k <= MAX_NODES; k++) {
       const [a4, a6] = this.uplink(k);
-      peers.push(`protocol bgp lb${k}v4 from lbs { neighbor ${a4} as ${AS_LB}; ipv4 { import where net ~ [ ${LAB_VIP_CIDR}+ ]; export none; }; }`);
-      peers.push(`protocol bgp lb${k}v6 from lbs { neighbor ${a6} as ${AS_LB}; ipv6 { import where net ~ [ ${LAB_VIP6_CIDR}+ ]; export none; }; }`);
+      peers.push(
+        `protocol bgp lb${k}v4 from lbs { neighbor ${a4} as ${AS_LB}; ipv4 { import where net ~ [ ${LAB_VIP_CIDR}+ ]; export none; }; }`,
+      );
+      peers.push(
+        `protocol bgp lb${k}v6 from lbs { neighbor ${a6} as ${AS_LB}; ipv6 { import where net ~ [ ${LAB_VIP6_CIDR}+ ]; export none; }; }`,
+      );
     }
     return [
       `# uvs ECMP lab router: BGP from every LB node, one multipath route per VIP range.`,
@@ -255,7 +290,15 @@ export class EcmpLab {
 
   startBird(k: number): void {
     const b = `bird-lb${k}`;
-    this.start(b, this.nodeNs(k), 'bird', ['-f', '-c', join(this.dir, `${b}.conf`), '-s', join(this.dir, `${b}.ctl`), '-P', join(this.dir, `${b}.pid`)]);
+    this.start(b, this.nodeNs(k), 'bird', [
+      '-f',
+      '-c',
+      join(this.dir, `${b}.conf`),
+      '-s',
+      join(this.dir, `${b}.ctl`),
+      '-P',
+      join(this.dir, `${b}.pid`),
+    ]);
   }
 
   /** birdc in the router's (k = 0) or node k's namespace. */
@@ -266,7 +309,18 @@ export class EcmpLab {
 
   // ── Redis ───────────────────────────────────────────────────────────────────────────────────
   startRedis(): void {
-    this.start('redis', this.ns.rd, 'redis-server', ['--port', '6379', '--bind', ECMP_REDIS, '--save', '', '--appendonly', 'no', '--protected-mode', 'no']);
+    this.start('redis', this.ns.rd, 'redis-server', [
+      '--port',
+      '6379',
+      '--bind',
+      ECMP_REDIS,
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--protected-mode',
+      'no',
+    ]);
   }
 
   readonly clusterPorts = [7000, 7001, 7002];
@@ -274,10 +328,30 @@ export class EcmpLab {
   /** Three masters on the Redis namespace (slots spread by redis-cli --cluster create). */
   async startRedisCluster(timeoutMs = 20000): Promise<void> {
     for (const port of this.clusterPorts) {
-      this.start(`redis${port}`, this.ns.rd, 'redis-server', ['--port', String(port), '--bind', ECMP_REDIS, '--cluster-enabled', 'yes', '--cluster-config-file', join(this.dir, `nodes-${port}.conf`), '--save', '', '--appendonly', 'no', '--protected-mode', 'no']);
+      this.start(`redis${port}`, this.ns.rd, 'redis-server', [
+        '--port',
+        String(port),
+        '--bind',
+        ECMP_REDIS,
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        join(this.dir, `nodes-${port}.conf`),
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--protected-mode',
+        'no',
+      ]);
     }
     for (const port of this.clusterPorts) await this.waitRedis(port, timeoutMs);
-    this.exec(this.ns.rd, 'redis-cli', ['--cluster', 'create', ...this.clusterPorts.map((p) => `${ECMP_REDIS}:${p}`), '--cluster-yes'], 30000);
+    this.exec(
+      this.ns.rd,
+      'redis-cli',
+      ['--cluster', 'create', ...this.clusterPorts.map((p) => `${ECMP_REDIS}:${p}`), '--cluster-yes'],
+      30000,
+    );
     const deadline = Date.now() + timeoutMs;
     while (!this.exec(this.ns.rd, 'redis-cli', ['-h', ECMP_REDIS, '-p', '7000', 'cluster', 'info']).includes('cluster_state:ok')) {
       if (Date.now() > deadline) throw new Error('the Redis cluster did not form');
@@ -328,10 +402,24 @@ export class EcmpLab {
   config(k: number, services: unknown[], o: { cluster?: boolean; redis?: boolean } = {}): Record<string, unknown> {
     const [ts4, ts6] = this.tunnelSource(k);
     const redisBase = { nodeId: `lb${k}`, countsInterval: 0.5, parkTimeout: 1 };
-    const redis = o.redis === false ? {} : { redis: o.cluster ? { ...redisBase, cluster: this.clusterPorts.map((port) => ({ host: ECMP_REDIS, port })) } : { ...redisBase, url: `redis://${ECMP_REDIS}:6379` } };
+    const redis =
+      o.redis === false
+        ? {}
+        : {
+            redis: o.cluster
+              ? { ...redisBase, cluster: this.clusterPorts.map((port) => ({ host: ECMP_REDIS, port })) }
+              : { ...redisBase, url: `redis://${ECMP_REDIS}:6379` },
+          };
     return {
       // One worker: four uvsd instances share the lab machine's cores with everything else.
-      dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], workers: 1, tableSize: 65536, tunnelSource: ts4, tunnelSource6: ts6, announceTable: ANNOUNCE_TABLE },
+      dataplane: {
+        vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR],
+        workers: 1,
+        tableSize: 65536,
+        tunnelSource: ts4,
+        tunnelSource6: ts6,
+        announceTable: ANNOUNCE_TABLE,
+      },
       api: { socket: this.socket(k) },
       stateFile: join(this.dir, `lb${k}.state.json`),
       log: { level: 'info' },
@@ -420,7 +508,8 @@ export class EcmpLab {
     for (;;) {
       const now = this.nexthops(v6).join(',');
       if (now === key) return Date.now() - t0;
-      if (Date.now() - t0 > timeoutMs) throw new Error(`router next hops for ${v6 ? LAB_VIP6_CIDR : LAB_VIP_CIDR}: [${now}], wanted [${key}]`);
+      if (Date.now() - t0 > timeoutMs)
+        throw new Error(`router next hops for ${v6 ? LAB_VIP6_CIDR : LAB_VIP_CIDR}: [${now}], wanted [${key}]`);
       await sleep(20);
     }
   }
@@ -435,7 +524,11 @@ export class EcmpLab {
     const vip = v6 ? LAB_VIP6 : LAB_VIP;
     const src = v6 ? this.clientAddr6 : this.clientAddr;
     const cmds = sports.map((s) => `route get ${vip} from ${src} iif ${this.prefix}c1 ipproto tcp sport ${s} dport ${dport}\n`).join('');
-    const out = execFileSync('ip', ['-n', this.ns.rt, ...(v6 ? ['-6'] : []), '-force', '-batch', '-'], { input: cmds, encoding: 'utf8', stdio: ['pipe', 'pipe', 'ignore'] });
+    const out = execFileSync('ip', ['-n', this.ns.rt, ...(v6 ? ['-6'] : []), '-force', '-batch', '-'], {
+      input: cmds,
+      encoding: 'utf8',
+      stdio: ['pipe', 'pipe', 'ignore'],
+    });
     const re = new RegExp(`dev ${this.prefix}u(\\d)a`);
     return out
       .split('\n')

@@ -170,12 +170,19 @@ export class FailoverLab {
   active: LbNode = 'lb1';
 
   constructor(prefix: string, nodes = 2) {
-    if (!/^[a-z0-9]{1,8}$/.test(prefix)) throw new Error(`failover lab prefix must be 1–8 characters of a-z0-9, got ${JSON.stringify(prefix)}`);
+    if (!/^[a-z0-9]{1,8}$/.test(prefix))
+      throw new Error(`failover lab prefix must be 1–8 characters of a-z0-9, got ${JSON.stringify(prefix)}`);
     if (!(nodes >= 2 && nodes <= 9)) throw new Error(`failover lab nodes must be 2–9, got ${nodes}`);
     this.prefix = prefix;
     this.dir = join('/run/uvs-lab', prefix);
     this.nodes = Array.from({ length: nodes }, (_, i) => `lb${i + 1}` as LbNode);
-    this.ns = { cl: `${prefix}-cl`, rt: `${prefix}-rt`, sw: `${prefix}-sw`, rd: `${prefix}-rd`, rs: [1, 2, 3].map((i) => `${prefix}-rs${i}`) };
+    this.ns = {
+      cl: `${prefix}-cl`,
+      rt: `${prefix}-rt`,
+      sw: `${prefix}-sw`,
+      rd: `${prefix}-rd`,
+      rs: [1, 2, 3].map((i) => `${prefix}-rs${i}`),
+    };
   }
 
   /** The namespace of LB node n, one of this.nodes. */
@@ -238,7 +245,16 @@ export class FailoverLab {
       // A node death takes its links down and up again: keep their IPv6 addresses meanwhile. No
       // DAD: keepalived's IPv6 adverts need the link-local address usable at once (a tentative
       // one cannot send), and the lab's addresses are unique by construction.
-      sh('ip', ['netns', 'exec', ns, 'sysctl', '-qw', 'net.ipv6.conf.all.keep_addr_on_down=1', 'net.ipv6.conf.default.accept_dad=0', 'net.ipv6.conf.all.accept_dad=0']);
+      sh('ip', [
+        'netns',
+        'exec',
+        ns,
+        'sysctl',
+        '-qw',
+        'net.ipv6.conf.all.keep_addr_on_down=1',
+        'net.ipv6.conf.default.accept_dad=0',
+        'net.ipv6.conf.all.accept_dad=0',
+      ]);
     }
     // client — router
     this.veth(`${p}c0`, n.cl, `${p}c1`, n.rt);
@@ -280,7 +296,10 @@ export class FailoverLab {
     // real services and Redis
     n.rs.forEach((ns, i) => {
       const log = openSync(join(this.dir, `rs${i + 1}.log`), 'a');
-      this.spawn(ns, process.execPath, [join(ROOT, 'dist', 'lab', 'servers.js'), '--name', `rs${i + 1}`], { stdio: ['ignore', log, log], detached: true }).unref();
+      this.spawn(ns, process.execPath, [join(ROOT, 'dist', 'lab', 'servers.js'), '--name', `rs${i + 1}`], {
+        stdio: ['ignore', log, log],
+        detached: true,
+      }).unref();
     });
     this.startRedis();
   }
@@ -292,7 +311,12 @@ export class FailoverLab {
 
   startRedis(): void {
     const log = openSync(join(this.dir, 'redis.log'), 'a');
-    this.redis = this.spawn(this.ns.rd, 'redis-server', ['--port', '6379', '--bind', REDIS_ADDR, '--save', '', '--appendonly', 'no', '--protected-mode', 'no'], { stdio: ['ignore', log, log] });
+    this.redis = this.spawn(
+      this.ns.rd,
+      'redis-server',
+      ['--port', '6379', '--bind', REDIS_ADDR, '--save', '', '--appendonly', 'no', '--protected-mode', 'no'],
+      { stdio: ['ignore', log, log] },
+    );
   }
 
   /** Kills Redis (SIGKILL), as a crash would. */
@@ -302,18 +326,24 @@ export class FailoverLab {
   }
 
   async waitRedis(timeoutMs = 10000): Promise<void> {
-    await waitFor(() => {
-      try {
-        return this.exec(this.ns.rd, 'redis-cli', ['-h', REDIS_ADDR, 'ping']).trim() === 'PONG';
-      } catch {
-        return false;
-      }
-    }, timeoutMs, 'redis-server did not come up');
+    await waitFor(
+      () => {
+        try {
+          return this.exec(this.ns.rd, 'redis-cli', ['-h', REDIS_ADDR, 'ping']).trim() === 'PONG';
+        } catch {
+          return false;
+        }
+      },
+      timeoutMs,
+      'redis-server did not come up',
+    );
   }
 
   /** A counter of the client namespace's /proc/net/snmp, e.g. ('Tcp', 'OutRsts'). */
   clientSnmp(group: string, name: string): number {
-    const lines = this.exec(this.ns.cl, 'cat', ['/proc/net/snmp']).split('\n').filter((l) => l.startsWith(`${group}: `));
+    const lines = this.exec(this.ns.cl, 'cat', ['/proc/net/snmp'])
+      .split('\n')
+      .filter((l) => l.startsWith(`${group}: `));
     const names = lines[0]!.split(' ');
     return Number(lines[1]!.split(' ')[names.indexOf(name)]);
   }
@@ -325,14 +355,18 @@ export class FailoverLab {
 
   async waitServers(timeoutMs = 10000): Promise<void> {
     for (const a of this.rsAddrs) {
-      await waitFor(() => {
-        try {
-          this.exec(this.nodeNs('lb1'), 'curl', ['-s', '-m', '1', `http://${a}:8080/`]);
-          return true;
-        } catch {
-          return false;
-        }
-      }, timeoutMs, `real server ${a} did not come up`);
+      await waitFor(
+        () => {
+          try {
+            this.exec(this.nodeNs('lb1'), 'curl', ['-s', '-m', '1', `http://${a}:8080/`]);
+            return true;
+          } catch {
+            return false;
+          }
+        },
+        timeoutMs,
+        `real server ${a} did not come up`,
+      );
     }
     await this.waitRedis(timeoutMs);
   }
@@ -345,7 +379,12 @@ export class FailoverLab {
   }
 
   exec(ns: string, cmd: string, args: string[], timeoutMs = 60000): string {
-    return execFileSync('ip', ['netns', 'exec', ns, cmd, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs, maxBuffer: 64 << 20 });
+    return execFileSync('ip', ['netns', 'exec', ns, cmd, ...args], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: timeoutMs,
+      maxBuffer: 64 << 20,
+    });
   }
 
   spawn(ns: string, cmd: string, args: string[], opts: SpawnOptions = {}): ChildProcess {
@@ -355,7 +394,13 @@ export class FailoverLab {
   config(node: LbNode, services: unknown[], extra: Record<string, unknown> = {}): Record<string, unknown> {
     return {
       // UVS_LAB_IO=poll|io_uring: the worker I/O path (dataplane.io), as in lab.ts.
-      dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], workers: 2, tableSize: 65536, ...(process.env.UVS_LAB_IO ? { io: process.env.UVS_LAB_IO } : {}) },
+      dataplane: {
+        device: 'uvs0',
+        vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR],
+        workers: 2,
+        tableSize: 65536,
+        ...(process.env.UVS_LAB_IO ? { io: process.env.UVS_LAB_IO } : {}),
+      },
       api: { socket: this.socket(node) },
       stateFile: join(this.dir, `${node}.state.json`),
       redis: { url: `redis://${REDIS_ADDR}:6379`, nodeId: node, countsInterval: 0.5, parkTimeout: 1 },
@@ -370,12 +415,18 @@ export class FailoverLab {
     writeFileSync(file, stringify(cfg));
     const log = openSync(join(this.dir, `${node}.log`), 'a');
     rmSync(this.socket(node), { force: true }); // a killed uvsd leaves its socket behind
-    const child = this.spawn(this.nodeNs(node), process.execPath, [join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', file], { stdio: ['ignore', log, log] });
+    const child = this.spawn(this.nodeNs(node), process.execPath, [join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', file], {
+      stdio: ['ignore', log, log],
+    });
     this.uvsd[node] = child;
-    await waitFor(() => {
-      if (child.exitCode !== null) throw new Error(`uvsd ${node} exited with ${child.exitCode}; see ${join(this.dir, `${node}.log`)}`);
-      return existsSync(this.socket(node));
-    }, timeoutMs, `uvsd ${node} did not start; see ${join(this.dir, `${node}.log`)}`);
+    await waitFor(
+      () => {
+        if (child.exitCode !== null) throw new Error(`uvsd ${node} exited with ${child.exitCode}; see ${join(this.dir, `${node}.log`)}`);
+        return existsSync(this.socket(node));
+      },
+      timeoutMs,
+      `uvsd ${node} did not start; see ${join(this.dir, `${node}.log`)}`,
+    );
     return child;
   }
 
@@ -448,7 +499,12 @@ export class FailoverLab {
     // "daemon is already running". A node runs one keepalived, and none runs here: remove them.
     for (const f of [`${node}.keepalived.pid`, `${node}.vrrp.pid`]) rmSync(join(d, f), { force: true });
     const log = openSync(join(d, `${node}.keepalived.log`), 'a');
-    const child = this.spawn(this.nodeNs(node), 'keepalived', ['-n', '-l', '-D', '-P', '-f', conf, '-p', join(d, `${node}.keepalived.pid`), '-r', join(d, `${node}.vrrp.pid`)], { stdio: ['ignore', log, log] });
+    const child = this.spawn(
+      this.nodeNs(node),
+      'keepalived',
+      ['-n', '-l', '-D', '-P', '-f', conf, '-p', join(d, `${node}.keepalived.pid`), '-r', join(d, `${node}.vrrp.pid`)],
+      { stdio: ['ignore', log, log] },
+    );
     this.keepalived[node] = child;
     return child;
   }
@@ -475,18 +531,34 @@ export class FailoverLab {
 
   async waitState(node: LbNode, state: 'MASTER' | 'BACKUP' | 'FAULT', timeoutMs = 15000): Promise<void> {
     try {
-      await waitFor(() => this.state(node) === state, timeoutMs, `keepalived on ${node} did not reach ${state} (last: ${this.state(node)})`);
+      await waitFor(
+        () => this.state(node) === state,
+        timeoutMs,
+        `keepalived on ${node} did not reach ${state} (last: ${this.state(node)})`,
+      );
     } catch (e) {
       // The lab directory is removed with the lab: say here what keepalived said and reported.
       let log = '';
       try {
-        log = readFileSync(join(this.dir, `${node}.keepalived.log`), 'utf8').split('\n').slice(-25).join('\n');
+        log = readFileSync(join(this.dir, `${node}.keepalived.log`), 'utf8')
+          .split('\n')
+          .slice(-25)
+          .join('\n');
       } catch {
         /* no log */
       }
-      const ev = (this.events[node] ?? []).slice(-12).map((x) => `${x.kind} ${x.name} ${x.state}`).join('; ');
+      const ev = (this.events[node] ?? [])
+        .slice(-12)
+        .map((x) => `${x.kind} ${x.name} ${x.state}`)
+        .join('; ');
       const k = this.keepalived[node];
-      log += `\nkeepalived child: pid ${k?.pid} exit ${k?.exitCode} signal ${k?.signalCode}; processes in ${this.nodeNs(node)}: ${sh('ip', ['netns', 'pids', this.nodeNs(node)], true).split('\n').join(' ')}`;
+      log += `\nkeepalived child: pid ${k?.pid} exit ${k?.exitCode} signal ${k?.signalCode}; processes in ${this.nodeNs(node)}: ${sh(
+        'ip',
+        ['netns', 'pids', this.nodeNs(node)],
+        true,
+      )
+        .split('\n')
+        .join(' ')}`;
       throw new Error(`${(e as Error).message}; notify events: ${ev}; keepalived log (last lines):\n${log}`);
     }
   }
@@ -510,7 +582,11 @@ export class FailoverLab {
       this.startKeepalived(n, timing);
       await this.waitState(n, 'BACKUP', timeoutMs);
     }
-    await waitFor(() => this.heldAddresses(master).length === 4, timeoutMs, `${master} does not hold the VRRP addresses: ${this.heldAddresses(master).join(' ')}`);
+    await waitFor(
+      () => this.heldAddresses(master).length === 4,
+      timeoutMs,
+      `${master} does not hold the VRRP addresses: ${this.heldAddresses(master).join(' ')}`,
+    );
     this.active = master;
   }
 
@@ -540,7 +616,13 @@ export class FailoverLab {
    * downloads' records in the demo, a readiness probe's shadow in the tunnel test), and both used
    * to kill the master within a new flow's first write period.
    */
-  async waitCarried(from: LbNode, to: LbNode, want: Record<string, number>, ignore: ReadonlySet<string> = new Set(), timeoutMs = 20000): Promise<number> {
+  async waitCarried(
+    from: LbNode,
+    to: LbNode,
+    want: Record<string, number>,
+    ignore: ReadonlySet<string> = new Set(),
+    timeoutMs = 20000,
+  ): Promise<number> {
     const kind = (f: string) => f.slice(0, f.indexOf(' '));
     const deadline = Date.now() + timeoutMs;
     for (;;) {
@@ -550,7 +632,9 @@ export class FailoverLab {
       const missing = have.filter((f) => !held.has(f));
       if (short.length === 0 && missing.length === 0) return have.length;
       if (Date.now() > deadline) {
-        throw new Error(`${from} carries ${have.length} flows (wanted: ${JSON.stringify(want)})${missing.length ? `; ${to} does not hold ${missing.join(', ')}` : ''}`);
+        throw new Error(
+          `${from} carries ${have.length} flows (wanted: ${JSON.stringify(want)})${missing.length ? `; ${to} does not hold ${missing.join(', ')}` : ''}`,
+        );
       }
       await sleep(20);
     }
@@ -577,7 +661,10 @@ export class FailoverLab {
     // Both links in one `ip` process, so they go down together; the cut is timed from just before
     // it (spawning `ip` takes some ms on a busy machine, the link change itself next to nothing).
     const cut = Date.now();
-    execFileSync('ip', ['-n', this.nodeNs(node), '-batch', '-'], { input: `link set ${this.frontDev(node)} down\nlink set ${this.backDev(node)} down\n`, stdio: ['pipe', 'ignore', 'pipe'] });
+    execFileSync('ip', ['-n', this.nodeNs(node), '-batch', '-'], {
+      input: `link set ${this.frontDev(node)} down\nlink set ${this.backDev(node)} down\n`,
+      stdio: ['pipe', 'ignore', 'pipe'],
+    });
     const kids = [this.uvsd[node], this.keepalived[node]];
     for (const pid of sh('ip', ['netns', 'pids', this.nodeNs(node)], true).split('\n')) {
       if (!pid.trim()) continue;
@@ -604,7 +691,11 @@ export class FailoverLab {
     if (kind === 'uvsd') await this.killUvsd(dead);
     else killedAt = await this.killNode(dead);
     let node: LbNode | null = null;
-    await waitFor(() => (node = this.nodes.find((n) => n !== dead && this.enteredAt(n, 'MASTER', killedAt) !== null) ?? null) !== null, timeoutMs, `no node took over from ${dead} in ${timeoutMs} ms`);
+    await waitFor(
+      () => (node = this.nodes.find((n) => n !== dead && this.enteredAt(n, 'MASTER', killedAt) !== null) ?? null) !== null,
+      timeoutMs,
+      `no node took over from ${dead} in ${timeoutMs} ms`,
+    );
     const live = node as unknown as LbNode;
     this.active = live;
     return { node: live, killedAt, vrrpMs: this.enteredAt(live, 'MASTER', killedAt)! - killedAt };
@@ -615,7 +706,12 @@ export class FailoverLab {
    * held (a SIGKILLed keepalived leaves them on the downed links), with its routes.
    */
   revive(node: LbNode): void {
-    for (const [a, dev] of [[`${NEXT_HOP}/24`, this.frontDev(node)], [`${NEXT_HOP6}/64`, this.frontDev(node)], [`${GATEWAY}/24`, this.backDev(node)], [`${GATEWAY6}/64`, this.backDev(node)]] as const) {
+    for (const [a, dev] of [
+      [`${NEXT_HOP}/24`, this.frontDev(node)],
+      [`${NEXT_HOP6}/64`, this.frontDev(node)],
+      [`${GATEWAY}/24`, this.backDev(node)],
+      [`${GATEWAY6}/64`, this.backDev(node)],
+    ] as const) {
       sh('ip', ['-n', this.nodeNs(node), 'addr', 'del', a, 'dev', dev], true);
     }
     for (const dev of [this.frontDev(node), this.backDev(node)]) this.ip(this.nodeNs(node), ['link', 'set', dev, 'up']);

@@ -149,7 +149,12 @@ export class Lab {
 
   /** Runs a command in a namespace and returns its stdout (throws on a non-zero exit). */
   exec(ns: string, cmd: string, args: string[], timeoutMs = 60000): string {
-    return execFileSync('ip', ['netns', 'exec', ns, cmd, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs, maxBuffer: 64 << 20 });
+    return execFileSync('ip', ['netns', 'exec', ns, cmd, ...args], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: timeoutMs,
+      maxBuffer: 64 << 20,
+    });
   }
 
   spawn(ns: string, cmd: string, args: string[], opts: SpawnOptions = {}): ChildProcess {
@@ -161,7 +166,10 @@ export class Lab {
   /** Starts lab/servers.js (HTTP, UDP echo, TCP echo) in real-server namespace i (0-based). */
   startServer(i: number): void {
     const log = openSync(join(this.dir, `rs${i + 1}.log`), 'a');
-    const p = this.spawn(this.rsNs[i]!, process.execPath, [join(ROOT, 'dist', 'lab', 'servers.js'), '--name', `rs${i + 1}`], { stdio: ['ignore', log, log], detached: true });
+    const p = this.spawn(this.rsNs[i]!, process.execPath, [join(ROOT, 'dist', 'lab', 'servers.js'), '--name', `rs${i + 1}`], {
+      stdio: ['ignore', log, log],
+      detached: true,
+    });
     p.unref();
     this.serverPids[i] = p.pid;
   }
@@ -210,7 +218,14 @@ export class Lab {
     const { dataplane, ...rest } = extra as { dataplane?: Record<string, unknown> };
     return {
       // UVS_LAB_IO=poll|io_uring runs every lab test on one worker I/O path (dataplane.io).
-      dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR], workers: 2, tableSize: 65536, ...(process.env.UVS_LAB_IO ? { io: process.env.UVS_LAB_IO } : {}), ...(dataplane ?? {}) },
+      dataplane: {
+        device: 'uvs0',
+        vipCidrs: [LAB_VIP_CIDR],
+        workers: 2,
+        tableSize: 65536,
+        ...(process.env.UVS_LAB_IO ? { io: process.env.UVS_LAB_IO } : {}),
+        ...(dataplane ?? {}),
+      },
       api: { socket: this.socket },
       stateFile: join(this.dir, 'state.json'),
       log: { level: 'info' },

@@ -38,7 +38,13 @@ const http = (req: import('node:http').IncomingMessage, res: import('node:http')
   const url = new URL(req.url ?? '/', 'http://x');
   if (url.pathname === '/whoami') {
     res.setHeader('content-type', 'application/json');
-    res.end(JSON.stringify({ name: o.name, client: `${req.socket.remoteAddress}:${req.socket.remotePort}`, server: `${req.socket.localAddress}:${req.socket.localPort}` }) + '\n');
+    res.end(
+      JSON.stringify({
+        name: o.name,
+        client: `${req.socket.remoteAddress}:${req.socket.remotePort}`,
+        server: `${req.socket.localAddress}:${req.socket.localPort}`,
+      }) + '\n',
+    );
     return;
   }
   if (url.pathname === '/blob') {

@@ -57,7 +57,11 @@ function holdEcho(host: string, port: number, seconds: number, intervalMs: numbe
     const finish = (error: string | null) => {
       if (timer) clearInterval(timer);
       sock.destroy();
-      out(timeline ? { server, sent, echoed, bad, error, ms: Date.now() - started, started, times } : { server, sent, echoed, bad, error, ms: Date.now() - started });
+      out(
+        timeline
+          ? { server, sent, echoed, bad, error, ms: Date.now() - started, started, times }
+          : { server, sent, echoed, bad, error, ms: Date.now() - started },
+      );
       resolve(error === null && bad === 0 && echoed === sent ? 0 : 1);
     };
     sock.setNoDelay(true);
@@ -299,7 +303,23 @@ function streams(host: string, port: number, count: number, seconds: number, int
     };
     for (let i = 0; i < count; i++) {
       const sock = connect({ host, port });
-      const s: StreamState = { sock, seed: 1000 + i, port: 0, server: '', banner: '', sent: 0, echoed: 0, bad: 0, error: null, closed: false, firstAt: 0, lastAt: 0, maxGapMs: 0, gapAt: 0, gaps: [] };
+      const s: StreamState = {
+        sock,
+        seed: 1000 + i,
+        port: 0,
+        server: '',
+        banner: '',
+        sent: 0,
+        echoed: 0,
+        bad: 0,
+        error: null,
+        closed: false,
+        firstAt: 0,
+        lastAt: 0,
+        maxGapMs: 0,
+        gapAt: 0,
+        gaps: [],
+      };
       ss.push(s);
       sock.setNoDelay(true);
       sock.on('connect', () => (s.port = sock.localPort ?? 0));
@@ -344,7 +364,19 @@ function streams(host: string, port: number, count: number, seconds: number, int
         if (s.error === null && s.server === '') s.error = 'no banner';
         if (s.error === null && s.echoed < s.sent) s.error = 'missing echoes';
         s.sock.destroy();
-        return { port: s.port, server: s.server, sent: s.sent, echoed: s.echoed, bad: s.bad, error: s.error, maxGapMs: s.maxGapMs, gapAt: s.gapAt, gaps: s.gaps, firstAt: s.firstAt, lastAt: s.lastAt };
+        return {
+          port: s.port,
+          server: s.server,
+          sent: s.sent,
+          echoed: s.echoed,
+          bad: s.bad,
+          error: s.error,
+          maxGapMs: s.maxGapMs,
+          gapAt: s.gapAt,
+          gaps: s.gaps,
+          firstAt: s.firstAt,
+          lastAt: s.lastAt,
+        };
       });
       out({ streams: result });
       resolve(result.every((r) => r.error === null && r.bad === 0) ? 0 : 1);
@@ -469,7 +501,11 @@ async function main(argv: string[]): Promise<number> {
       return streams(a[0]!, Number(a[1]), Number(a[2] ?? 10), Number(a[3] ?? 10), Number(a[4] ?? 100), Number(a[5] ?? 1000));
     case 'inject': {
       const [ifname, count, seed, vip, client] = a;
-      process.stdout.write(execFileSync('python3', ['-c', INJECT_PY, ifname!, count!, seed!, vip ?? '10.200.0.10', client ?? '10.200.1.2'], { encoding: 'utf8' }));
+      process.stdout.write(
+        execFileSync('python3', ['-c', INJECT_PY, ifname!, count!, seed!, vip ?? '10.200.0.10', client ?? '10.200.1.2'], {
+          encoding: 'utf8',
+        }),
+      );
       return 0;
     }
     case 'spoof': {
@@ -479,7 +515,13 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'syn-flood': {
       const [ifname, vip, port, rate, seconds, count, seed] = a;
-      process.stdout.write(execFileSync('python3', ['-c', SYN_FLOOD_PY, ifname!, vip!, port ?? '80', rate ?? '100', seconds ?? '10', count ?? '1000', seed ?? '1'], { encoding: 'utf8' }));
+      process.stdout.write(
+        execFileSync(
+          'python3',
+          ['-c', SYN_FLOOD_PY, ifname!, vip!, port ?? '80', rate ?? '100', seconds ?? '10', count ?? '1000', seed ?? '1'],
+          { encoding: 'utf8' },
+        ),
+      );
       return 0;
     }
     default:

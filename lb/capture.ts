@@ -123,8 +123,12 @@ export class CaptureTap {
     const ported = (proto === P.IPPROTO_TCP || proto === P.IPPROTO_UDP || proto === P.IPPROTO_SCTP) && l4 + 4 <= off + len;
     const sport = ported ? P.u16(b, l4) : -2;
     const dport = ported ? P.u16(b, l4 + 2) : -2;
-    return (this.side(b, src, n, sport, L.CAP_F_HAS_A, L.CAP_F_ADDR_A, L.CAP_F_PORT_A) && this.side(b, dst, n, dport, L.CAP_F_HAS_B, L.CAP_F_ADDR_B, L.CAP_F_PORT_B)) ||
-      (this.side(b, dst, n, dport, L.CAP_F_HAS_A, L.CAP_F_ADDR_A, L.CAP_F_PORT_A) && this.side(b, src, n, sport, L.CAP_F_HAS_B, L.CAP_F_ADDR_B, L.CAP_F_PORT_B));
+    return (
+      (this.side(b, src, n, sport, L.CAP_F_HAS_A, L.CAP_F_ADDR_A, L.CAP_F_PORT_A) &&
+        this.side(b, dst, n, dport, L.CAP_F_HAS_B, L.CAP_F_ADDR_B, L.CAP_F_PORT_B)) ||
+      (this.side(b, dst, n, dport, L.CAP_F_HAS_A, L.CAP_F_ADDR_A, L.CAP_F_PORT_A) &&
+        this.side(b, src, n, sport, L.CAP_F_HAS_B, L.CAP_F_ADDR_B, L.CAP_F_PORT_B))
+    );
   }
 
   /** Whether the address of n words at b[at] and port match one endpoint of the filter. */

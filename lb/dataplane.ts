@@ -110,7 +110,20 @@ function ruleArgs(r: ReplyRule, o: DataplaneOptions): string[] {
   const v6 = r.addr.includes(':');
   const ports = r.proto === 'icmp' ? [] : ['sport', String(r.port)];
   const proto = r.proto === 'icmp' && v6 ? 'ipv6-icmp' : r.proto;
-  return [...(v6 ? ['-6'] : []), 'rule', 'add', 'pref', String(o.rulePriority), 'from', `${r.addr}/${v6 ? 128 : 32}`, 'ipproto', proto, ...ports, 'lookup', String(o.routeTable)];
+  return [
+    ...(v6 ? ['-6'] : []),
+    'rule',
+    'add',
+    'pref',
+    String(o.rulePriority),
+    'from',
+    `${r.addr}/${v6 ? 128 : 32}`,
+    'ipproto',
+    proto,
+    ...ports,
+    'lookup',
+    String(o.routeTable),
+  ];
 }
 
 /** `ip rule del` for what ruleArgs added. */
@@ -151,7 +164,11 @@ export function routeMtus(addrs: string[]): Map<string, RouteMtu> {
   if (addrs.length === 0) return out;
   let text = '';
   try {
-    text = execFileSync('ip', ['-j', '-force', '-batch', '-'], { input: addrs.map((a) => `route get ${a}\n`).join(''), encoding: 'utf8', stdio: ['pipe', 'pipe', 'ignore'] });
+    text = execFileSync('ip', ['-j', '-force', '-batch', '-'], {
+      input: addrs.map((a) => `route get ${a}\n`).join(''),
+      encoding: 'utf8',
+      stdio: ['pipe', 'pipe', 'ignore'],
+    });
   } catch (e) {
     text = String((e as { stdout?: string }).stdout ?? ''); // some addresses had no route
   }
@@ -215,7 +232,16 @@ export class Dataplane {
         this.closeQueues();
         throw new DataplaneError('UVS_ERR_TUN', `cannot open queue ${i} of ${o.device}: ${(e as Error).message}`);
       }
-      this.slots.push({ id: i, fd, ctl: new Int32Array(new SharedArrayBuffer(CTL_WORDS * 4)), port: null, worker: null, restarts: 0, ready: false, io: null });
+      this.slots.push({
+        id: i,
+        fd,
+        ctl: new Int32Array(new SharedArrayBuffer(CTL_WORDS * 4)),
+        port: null,
+        worker: null,
+        restarts: 0,
+        ready: false,
+        io: null,
+      });
     }
     try {
       ip(['link', 'set', 'dev', o.device, 'mtu', String(o.mtu), 'up']);
@@ -274,7 +300,8 @@ export class Dataplane {
       this.log.info({ io: 'io_uring', mode }, 'worker I/O: io_uring');
       return 'io_uring';
     }
-    if (mode === 'io_uring') throw new DataplaneError('UVS_ERR_DATAPLANE_SETUP', `dataplane.io is io_uring but this kernel or process does not allow it: ${why}`);
+    if (mode === 'io_uring')
+      throw new DataplaneError('UVS_ERR_DATAPLANE_SETUP', `dataplane.io is io_uring but this kernel or process does not allow it: ${why}`);
     this.log.warn({ io: 'poll', mode, reason: why }, 'worker I/O: io_uring unavailable, using poll + read + write');
     return 'poll';
   }
@@ -312,7 +339,8 @@ export class Dataplane {
         if (m.type === 'ready') {
           s.ready = true;
           s.io = m.io ?? 'poll';
-          if (s.io !== this.ioPath) this.log.warn({ worker: s.id, io: s.io, reason: m.ioReason }, 'worker could not set up io_uring; it runs on poll');
+          if (s.io !== this.ioPath)
+            this.log.warn({ worker: s.id, io: s.io, reason: m.ioReason }, 'worker could not set up io_uring; it runs on poll');
           if (!settled) {
             settled = true;
             resolve();
@@ -422,7 +450,9 @@ export class Dataplane {
 }
 
 /** Removes every route and rule uvsd installs for these options (idempotent). */
-export function cleanupRouting(o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'> & { fullnatAddrs?: string[] }): void {
+export function cleanupRouting(
+  o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'> & { fullnatAddrs?: string[] },
+): void {
   const pref = String(o.rulePriority);
   for (const fam of [['-4'], ['-6']]) {
     ip([...fam, 'rule', 'del', 'pref', String(o.rulePriority - 1)], true);

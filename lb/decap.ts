@@ -86,7 +86,10 @@ addresses) and puts back on exit (SIGINT, SIGTERM) every value it changed and re
 VIP addresses it added.`;
 
 function parseList(v: string | undefined): string[] {
-  return (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+  return (v ?? '')
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
 }
 
 /** An rp_filter sysctl's current value, or null if it cannot be read. */
@@ -128,7 +131,9 @@ export async function decapCommand(args: string[]): Promise<number> {
   const d4 = directors.filter((v) => !v.includes(':'));
   const d6 = directors.filter((v) => v.includes(':'));
   if ((v4.length > 0 && d4.length === 0) || (v6.length > 0 && d6.length === 0)) {
-    console.error(`uvs decap: ${v4.length > 0 && d4.length === 0 ? 'IPv4' : 'IPv6'} VIPs need a director address of that family in --directors`);
+    console.error(
+      `uvs decap: ${v4.length > 0 && d4.length === 0 ? 'IPv4' : 'IPv6'} VIPs need a director address of that family in --directors`,
+    );
     return 2;
   }
   // The VIPs as the words inner destinations are compared with (network order, as P.u32 reads).
@@ -238,7 +243,9 @@ export async function decapCommand(args: string[]): Promise<number> {
     for (const sig of ['SIGINT', 'SIGTERM'] as const) process.off(sig, onSignal);
     cleanup();
   }
-  console.log(`uvs decap: stopped after ${packets} packets; dropped ${JSON.stringify(drops)}; restored ${sysctls.length} rp_filter value(s), removed ${added.length} address(es) from lo`);
+  console.log(
+    `uvs decap: stopped after ${packets} packets; dropped ${JSON.stringify(drops)}; restored ${sysctls.length} rp_filter value(s), removed ${added.length} address(es) from lo`,
+  );
   return 0;
 }
 

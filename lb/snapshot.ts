@@ -112,7 +112,14 @@ export function buildLookup(services: CompiledService[]): { lookup: Int32Array; 
  * Index into snap.services, or -1. IPv6 (proto with PROTO_V6): vaddr is the VIP's last word and
  * hi[hiOff, hiOff+3) its first three.
  */
-export function findService(snap: Snapshot, proto: number, vaddr: number, vport: number, hi: ArrayLike<number> | null = null, hiOff = 0): number {
+export function findService(
+  snap: Snapshot,
+  proto: number,
+  vaddr: number,
+  vport: number,
+  hi: ArrayLike<number> | null = null,
+  hiOff = 0,
+): number {
   const lookup = snap.lookup;
   const mask = snap.lookupMask;
   const key = (proto << 16) | vport;
@@ -133,7 +140,13 @@ export function findService(snap: Snapshot, proto: number, vaddr: number, vport:
 export function inVipRange6(snap: Snapshot, w: ArrayLike<number>, off: number): boolean {
   const v = snap.vips6;
   for (let i = 0; i < v.length; i += 8) {
-    if ((w[off]! & v[i + 4]!) === v[i] && (w[off + 1]! & v[i + 5]!) === v[i + 1] && (w[off + 2]! & v[i + 6]!) === v[i + 2] && (w[off + 3]! & v[i + 7]!) === v[i + 3]) return true;
+    if (
+      (w[off]! & v[i + 4]!) === v[i] &&
+      (w[off + 1]! & v[i + 5]!) === v[i + 1] &&
+      (w[off + 2]! & v[i + 6]!) === v[i + 2] &&
+      (w[off + 3]! & v[i + 7]!) === v[i + 3]
+    )
+      return true;
   }
   return false;
 }

@@ -32,7 +32,16 @@ export interface TunAddon {
    * each wait's packets; io (≥ 3) accumulates write results: packets, bytes, errors. Throws
    * UVS_ERR_TUN with the reason when the ring cannot be set up.
    */
-  uringOpen(fd: number, buf: Uint8Array, lens: Int32Array, slots: Int32Array, io: Float64Array, slot: number, nbufs: number, outSlot: number): UringHandle;
+  uringOpen(
+    fd: number,
+    buf: Uint8Array,
+    lens: Int32Array,
+    slots: Int32Array,
+    io: Float64Array,
+    slot: number,
+    nbufs: number,
+    outSlot: number,
+  ): UringHandle;
   /**
    * Gives back the slots of the last wait, submits queued writes and, with `wait`, waits up to
    * timeoutMs for packets (else only takes those there). Packet k is in slot slots[k], lens[k]

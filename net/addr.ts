@@ -134,7 +134,6 @@ export function familyOf(s: string): Family | null {
   return null;
 }
 
-
 export interface Cidr6 {
   net: Int32Array;
   mask: Int32Array;

@@ -26,7 +26,15 @@ const V2_TCP6 = 0x21; // AF_INET6, STREAM
  * v1 is the text line `PROXY TCP4 <src> <dst> <sport> <dport>\r\n` (IPv6 in RFC 5952 form);
  * v2 the 16-byte binary header and the 12- or 36-byte address block (no TLVs).
  */
-export function writeProxyHeader(dst: Uint8Array, at: number, version: number, v6: boolean, w: ArrayLike<number>, sport: number, dport: number): number {
+export function writeProxyHeader(
+  dst: Uint8Array,
+  at: number,
+  version: number,
+  v6: boolean,
+  w: ArrayLike<number>,
+  sport: number,
+  dport: number,
+): number {
   let o = at;
   if (version === PP_V2) {
     for (let i = 0; i < 12; i++) dst[o + i] = V2_SIG[i]!;

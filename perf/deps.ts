@@ -75,13 +75,20 @@ export function ensureTools(names: string[], install: boolean, log: (s: string) 
   log(`installing Debian packages: ${pkgs.join(' ')} (apt-get update first; services are not started)`);
   const policy = '/usr/sbin/policy-rc.d';
   const ours = !existsSync(policy);
-  if (ours) writeFileSync(policy, '#!/bin/sh\n# written by uvs perf while it installs packages: start no services\nexit 101\n', { mode: 0o755 });
+  if (ours)
+    writeFileSync(policy, '#!/bin/sh\n# written by uvs perf while it installs packages: start no services\nexit 101\n', { mode: 0o755 });
   try {
     const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
     execFileSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'ignore', 'pipe'], env, timeout: 300000 });
-    execFileSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...pkgs], { stdio: ['ignore', 'ignore', 'pipe'], env, timeout: 600000 });
+    execFileSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...pkgs], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env,
+      timeout: 600000,
+    });
   } catch (e) {
-    log(`apt-get failed: ${((e as { stderr?: Buffer }).stderr?.toString() ?? (e as Error).message).trim().split('\n').slice(-2).join(' | ')}`);
+    log(
+      `apt-get failed: ${((e as { stderr?: Buffer }).stderr?.toString() ?? (e as Error).message).trim().split('\n').slice(-2).join(' | ')}`,
+    );
   } finally {
     if (ours && existsSync(policy) && readFileSync(policy, 'utf8').includes('uvs perf')) unlinkSync(policy);
   }
@@ -94,9 +101,19 @@ export function ensureTools(names: string[], install: boolean, log: (s: string) 
 export function toolVersion(cmd: string, args: string[]): string {
   try {
     const out = execFileSync('sh', ['-c', `${cmd} ${args.join(' ')} 2>&1`], { encoding: 'utf8', timeout: 5000 });
-    return out.split('\n').find((l) => l.trim())?.trim() ?? '?';
+    return (
+      out
+        .split('\n')
+        .find((l) => l.trim())
+        ?.trim() ?? '?'
+    );
   } catch (e) {
     const o = (e as { stdout?: string }).stdout ?? '';
-    return o.split('\n').find((l) => l.trim())?.trim() ?? 'not installed';
+    return (
+      o
+        .split('\n')
+        .find((l) => l.trim())
+        ?.trim() ?? 'not installed'
+    );
   }
 }

@@ -121,7 +121,8 @@ export function model(p: ModelParams): ModelResult {
   const beyond = lastLookupMsOnKill <= p.parkTimeoutMs ? 0 : Math.round(lookupsOnKill * (1 - p.parkTimeoutMs / lastLookupMsOnKill));
   let tableSizeForAllShadows = 16;
   // The cap must hold every other node's flows, and the table this node's own besides.
-  while (Math.floor(tableSizeForAllShadows * p.maxShadowShare) < shadowsWanted || tableSizeForAllShadows < shadowsWanted + Math.ceil(f / n)) tableSizeForAllShadows *= 2;
+  while (Math.floor(tableSizeForAllShadows * p.maxShadowShare) < shadowsWanted || tableSizeForAllShadows < shadowsWanted + Math.ceil(f / n))
+    tableSizeForAllShadows *= 2;
   return {
     nodes: n,
     flows: f,
@@ -154,7 +155,8 @@ function main(argv: string[]): void {
       const d = model({ ...DEFAULT_PARAMS, nodes, flows });
       rows.push(d);
       // …and with dataplane.tableSize raised until every shadow fits.
-      if (d.tableSizeForAllShadows > d.tableSize) rows.push(model({ ...DEFAULT_PARAMS, nodes, flows, tableSize: d.tableSizeForAllShadows }));
+      if (d.tableSizeForAllShadows > d.tableSize)
+        rows.push(model({ ...DEFAULT_PARAMS, nodes, flows, tableSize: d.tableSizeForAllShadows }));
     }
   }
   if (argv.includes('--json')) {
@@ -162,7 +164,9 @@ function main(argv: string[]): void {
     return;
   }
   const out: string[] = [];
-  out.push('| nodes | flows | tableSize | moved on kill (middle node) | moved on join | shadows per node (held / wanted) | shadow memory | kill: lookups to Redis | kill: last lookup answered | kill: first packet dropped (park timeout) |');
+  out.push(
+    '| nodes | flows | tableSize | moved on kill (middle node) | moved on join | shadows per node (held / wanted) | shadow memory | kill: lookups to Redis | kill: last lookup answered | kill: first packet dropped (park timeout) |',
+  );
   out.push('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
     out.push(
@@ -170,9 +174,15 @@ function main(argv: string[]): void {
     );
   }
   out.push('');
-  out.push(`Resilient hashing instead (only the dead node's flows move): ${[3, 4, 10, 20].map((n) => `${n} nodes ${(100 * movedShare(n, 'kill', { resilient: true })).toFixed(0)} %`).join(', ')}.`);
-  out.push(`Records each node receives through pub/sub at 10 k new connections/s: ${[3, 4, 10, 20].map((n) => `${n} nodes ${fmt(Math.round(recordsInPerNode(10_000, n)))}/s`).join(', ')}.`);
-  out.push(`Assumed: Redis ${fmt(DEFAULT_PARAMS.redisOpsPerSecond)} commands/s per master, ${DEFAULT_PARAMS.redisRttMs} ms round trip, maxLookups ${DEFAULT_PARAMS.maxLookups}, maxShadowShare ${DEFAULT_PARAMS.maxShadowShare}, parkTimeout ${DEFAULT_PARAMS.parkTimeoutMs} ms.`);
+  out.push(
+    `Resilient hashing instead (only the dead node's flows move): ${[3, 4, 10, 20].map((n) => `${n} nodes ${(100 * movedShare(n, 'kill', { resilient: true })).toFixed(0)} %`).join(', ')}.`,
+  );
+  out.push(
+    `Records each node receives through pub/sub at 10 k new connections/s: ${[3, 4, 10, 20].map((n) => `${n} nodes ${fmt(Math.round(recordsInPerNode(10_000, n)))}/s`).join(', ')}.`,
+  );
+  out.push(
+    `Assumed: Redis ${fmt(DEFAULT_PARAMS.redisOpsPerSecond)} commands/s per master, ${DEFAULT_PARAMS.redisRttMs} ms round trip, maxLookups ${DEFAULT_PARAMS.maxLookups}, maxShadowShare ${DEFAULT_PARAMS.maxShadowShare}, parkTimeout ${DEFAULT_PARAMS.parkTimeoutMs} ms.`,
+  );
   process.stdout.write(out.join('\n') + '\n');
 }
 

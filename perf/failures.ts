@@ -93,7 +93,11 @@ const LB_KILL: Defs = {
   udpLost: { label: 'UDP probes unanswered (one every 10 ms)', unit: '', better: 'lower' },
   echoBroken: { label: 'TCP echo connection broken', unit: '', better: 'lower' },
   switchMs: { label: 'keepalived on lb2 MASTER for both families (VRRP timeout), after the kill', unit: 'ms', better: 'lower' },
-  adoptedMs: { label: 'lb2\'s adoptions reached the number of downloads, after the kill (uvsd; any flow counts)', unit: 'ms', better: 'lower' },
+  adoptedMs: {
+    label: "lb2's adoptions reached the number of downloads, after the kill (uvsd; any flow counts)",
+    unit: 'ms',
+    better: 'lower',
+  },
   adopted: { label: 'flows lb2 adopted in all (downloads, echo, UDP when carried over)', unit: '', better: null },
 };
 
@@ -120,7 +124,9 @@ export function blackout(arrivals: number[], tKill: number): { blackoutMs: numbe
 
 /** Load records around an event at t (ms) on server `name`: what the figures count. */
 export function classifyLoad(records: LoadRecord[], name: string, tBefore: number, tAfter: number) {
-  const inFlight = records.filter((r) => r.start < tBefore && r.end > tAfter && (r.server === name || (r.server === null && r.error !== null)));
+  const inFlight = records.filter(
+    (r) => r.start < tBefore && r.end > tAfter && (r.server === name || (r.server === null && r.error !== null)),
+  );
   const after = records.filter((r) => r.start > tAfter + 20); // the request's own connect
   return {
     requests: records.length,
@@ -143,13 +149,29 @@ async function waitWorkers(socket: string, workers: number): Promise<void> {
   }
 }
 
-const web = (rs: string[], extra: Record<string, unknown> = {}) => [{ name: 'http', protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: rs.map((address) => ({ address, port: 8080 })), ...extra }];
+const web = (rs: string[], extra: Record<string, unknown> = {}) => [
+  {
+    name: 'http',
+    protocol: 'tcp',
+    address: LAB_VIP,
+    port: 80,
+    scheduler: 'rr',
+    realServers: rs.map((address) => ({ address, port: 8080 })),
+    ...extra,
+  },
+];
 /** Short TIME_WAIT and a 1 s drain check, as the graceful-termination tests use. */
-const FAST = { timeouts: { tcpFin: 2, tcpStates: { TIME_WAIT: 2, CLOSE: 2, CLOSE_WAIT: 2, LAST_ACK: 2 } }, gracefulTermination: { checkInterval: 1 } };
+const FAST = {
+  timeouts: { tcpFin: 2, tcpStates: { TIME_WAIT: 2, CLOSE: 2, CLOSE_WAIT: 2, LAST_ACK: 2 } },
+  gracefulTermination: { checkInterval: 1 },
+};
 
 async function startUvsd(env: FailureEnv, services: unknown[], extra: Record<string, unknown> = {}): Promise<string> {
   const lab = env.lab;
-  const file = lab.writeConfig(lab.config(services, { log: { level: 'warn' }, dataplane: { workers: env.workers }, ...extra }), 'uvs-failures.yaml');
+  const file = lab.writeConfig(
+    lab.config(services, { log: { level: 'warn' }, dataplane: { workers: env.workers }, ...extra }),
+    'uvs-failures.yaml',
+  );
   await lab.startUvsd(file);
   await waitWorkers(lab.socket, env.workers);
   return file;
@@ -182,12 +204,21 @@ async function drainRound(env: FailureEnv): Promise<Record<string, number>> {
     const result = load(lab, 7);
     await sleep(2500);
     const tBefore = Date.now();
-    lab.writeConfig(lab.config(web(rs.slice(1)), { log: { level: 'warn' }, dataplane: { workers: env.workers }, ...FAST }), 'uvs-failures.yaml');
+    lab.writeConfig(
+      lab.config(web(rs.slice(1)), { log: { level: 'warn' }, dataplane: { workers: env.workers }, ...FAST }),
+      'uvs-failures.yaml',
+    );
     const r = await apiCall(lab.socket, 'POST', '/v1/reload');
     const tAfter = Date.now();
     if (r.status !== 200) throw new Error(`reload refused: ${JSON.stringify(r.body)}`);
     const c = classifyLoad(await result, 'rs1', tBefore, tAfter);
-    return { requests: c.requests, failed: c.failed, inFlight: c.inFlight, inFlightCompleted: c.inFlightCompleted, newToRemoved: c.newToName };
+    return {
+      requests: c.requests,
+      failed: c.failed,
+      inFlight: c.inFlight,
+      inFlightCompleted: c.inFlightCompleted,
+      newToRemoved: c.newToName,
+    };
   } finally {
     await lab.stopUvsd();
   }
@@ -216,7 +247,14 @@ async function rsKillRound(env: FailureEnv): Promise<Record<string, number>> {
     // After the kill only rs1 fails: a failed request that started after it went to rs1.
     const c = classifyLoad(await result, 'rs1', tKill, tKill);
     const lastToDead = c.failedNew.reduce((m, r) => Math.max(m, r.start - tKill), 0);
-    return { requests: c.requests, failed: c.failed, brokenInFlight: c.brokenInFlight, failedNew: c.failedNew.length, lastToDeadMs: lastToDead, detectMs };
+    return {
+      requests: c.requests,
+      failed: c.failed,
+      brokenInFlight: c.brokenInFlight,
+      failedNew: c.failedNew.length,
+      lastToDeadMs: lastToDead,
+      detectMs,
+    };
   } finally {
     lab.startServer(0);
     await lab.waitServers().catch((e) => env.log(`rs1 did not come back: ${(e as Error).message}`));
@@ -256,7 +294,11 @@ async function lbKillRound(env: FailureEnv, flab: FailoverLab, notes: string[], 
     // must carry every download to its end (the failover test's reasoning).
     const N = 6;
     const downloads = Array.from({ length: N }, (_, i) => blobDownload(flab.ns.cl, LAB_VIP, 80, 16 << 20, 500 + i, '2M', 40));
-    const udp = runTool<{ sent: number; answered: number; probes: [number, number | null, string | null][] }>(flab.ns.cl, ['udp-probe', LAB_VIP, '53', '10', '10'], 40000).result;
+    const udp = runTool<{ sent: number; answered: number; probes: [number, number | null, string | null][] }>(
+      flab.ns.cl,
+      ['udp-probe', LAB_VIP, '53', '10', '10'],
+      40000,
+    ).result;
     const echo = runTool<{ error: string | null; times: number[] }>(flab.ns.cl, ['echo-probe', LAB_VIP, '7', '10', '20'], 40000).result;
     await sleep(2500);
     const { killedAt: tKill, vrrpMs: switchMs } = await flab.failover('node');
@@ -271,10 +313,18 @@ async function lbKillRound(env: FailureEnv, flab: FailoverLab, notes: string[], 
     const dl = await Promise.all(downloads.map((d) => d.result));
     const ok = dl.map((d) => d.ok);
     const broken = dl.filter((d) => !d.ok);
-    if (broken.length) notes.push(`round ${round}: ${broken.length} of ${N} downloads broken (curl exit ${broken.map((d) => d.curlExit ?? '?').join(', ')}; 18 = body cut short, 28 = timed out, 56 = connection reset, 0 = complete but different bytes)`);
+    if (broken.length)
+      notes.push(
+        `round ${round}: ${broken.length} of ${N} downloads broken (curl exit ${broken.map((d) => d.curlExit ?? '?').join(', ')}; 18 = body cut short, 28 = timed out, 56 = connection reset, 0 = complete but different bytes)`,
+      );
     const u = (await udp).out;
     const e = (await echo).out;
-    const bu = u ? blackout(u.probes.flatMap((p) => (p[1] === null ? [] : [p[1]])), tKill) : null;
+    const bu = u
+      ? blackout(
+          u.probes.flatMap((p) => (p[1] === null ? [] : [p[1]])),
+          tKill,
+        )
+      : null;
     const bt = e ? blackout(e.times, tKill) : null;
     const adopted = (await stats('lb2').catch(() => null))?.adopted ?? NaN;
     const r: Record<string, number> = { streams: N, streamsBroken: ok.filter((x) => !x).length, switchMs, adoptedMs, adopted };
@@ -309,7 +359,7 @@ const HOW = {
   rsKill:
     'Single-node lab, uvsd with the same service and the README\'s health check `{ type: http, path: /healthz }` (every 2 s, 1 s timeout, down after 3 failures). The same load for 12 s (the short loop starts a new connection every few ms: the resolution of the client-side figures); after 3 s rs1\'s HTTP server is SIGKILLed (the host stays up, so new connections to it are refused at once). A failed request that started after the kill went to rs1 (the others are healthy); "last new connection" is the start of the last of them.',
   lbKill:
-    'Two-node lab (lab/failover-lab.ts): uvsd and keepalived on lb1 and lb2, one redis-server; keepalived (one VRRPv3 instance per family in a sync group, 100 ms adverts, a track script on uvsd\'s /healthz) holds the router\'s next hop for the VIP ranges and the servers\' gateway on lb1. Six curl downloads of 16 MB at 2 MB/s (checked with sha256 against the generated bytes), a UDP probe every 10 ms (lab/tools.js udp-probe, one source port) and a TCP echo line every 20 ms (echo-probe) run through lb1; after 2.5 s lb1 dies whole: its links go down, then every process in it gets SIGKILL, and lb2\'s keepalived takes the addresses by VRRP timeout (3 adverts plus skew, about 330 ms for priority 190) and sends gratuitous ARP / unsolicited NA. "keepalived MASTER" is when lb2\'s notify FIFO reported both instances master. Blackout: from the kill to the end of the largest gap in arrivals (answers, echoes) that spans it, measured by the clients\' own clocks. TCP\'s figure includes the senders\' retransmission timeouts (at least 200 ms); UDP has none.',
+    "Two-node lab (lab/failover-lab.ts): uvsd and keepalived on lb1 and lb2, one redis-server; keepalived (one VRRPv3 instance per family in a sync group, 100 ms adverts, a track script on uvsd's /healthz) holds the router's next hop for the VIP ranges and the servers' gateway on lb1. Six curl downloads of 16 MB at 2 MB/s (checked with sha256 against the generated bytes), a UDP probe every 10 ms (lab/tools.js udp-probe, one source port) and a TCP echo line every 20 ms (echo-probe) run through lb1; after 2.5 s lb1 dies whole: its links go down, then every process in it gets SIGKILL, and lb2's keepalived takes the addresses by VRRP timeout (3 adverts plus skew, about 330 ms for priority 190) and sends gratuitous ARP / unsolicited NA. \"keepalived MASTER\" is when lb2's notify FIFO reported both instances master. Blackout: from the kill to the end of the largest gap in arrivals (answers, echoes) that spans it, measured by the clients' own clocks. TCP's figure includes the senders' retransmission timeouts (at least 200 ms); UDP has none.",
 };
 
 /** Runs every scenario `rounds` times; per-round errors become notes, never exceptions. */
@@ -342,7 +392,12 @@ export async function runFailures(env: FailureEnv): Promise<FailureFigures> {
       try {
         const r = await fn();
         keep(k, r);
-        if (k !== 'lbKill') env.log(`round ${round}/${env.rounds} · failures · ${k.padEnd(6)}  ${Object.entries(r).map(([m, v]) => `${m} ${Number.isFinite(v) ? Math.round(v) : '—'}`).join(', ')}`);
+        if (k !== 'lbKill')
+          env.log(
+            `round ${round}/${env.rounds} · failures · ${k.padEnd(6)}  ${Object.entries(r)
+              .map(([m, v]) => `${m} ${Number.isFinite(v) ? Math.round(v) : '—'}`)
+              .join(', ')}`,
+          );
         else env.log(`round ${round}/${env.rounds} · failures · lbKill done`);
       } catch (e) {
         const msg = (e as Error).message;
@@ -352,7 +407,8 @@ export async function runFailures(env: FailureEnv): Promise<FailureFigures> {
     }
   }
   if (flab) flab.down();
-  if (Object.keys(vals.rsKill).length && !vals.rsKill.detectMs) notes.rsKill.push('health check: uvsd did not mark rs1 down within 15 s in any round');
+  if (Object.keys(vals.rsKill).length && !vals.rsKill.detectMs)
+    notes.rsKill.push('health check: uvsd did not mark rs1 down within 15 s in any round');
   const scenarios: FailureScenarioResult[] = [
     { key: 'drain', title: TITLES.drain, how: HOW.drain, figures: figures(DRAIN, vals.drain), notes: notes.drain },
     { key: 'rsKill', title: TITLES.rsKill, how: HOW.rsKill, figures: figures(RS_KILL, vals.rsKill), notes: notes.rsKill },

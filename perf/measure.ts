@@ -67,7 +67,14 @@ export function cpuMetrics(w: Window, units: number, scale: number, suffix: stri
  * switches (active window) of the LB processes' threads, per packet or connection. Absent for
  * targets without a process (direct, nftables).
  */
-export function ioMetrics(whole: Window, active: Window, sys: SyscallCounts | null, units: (w: Window) => number, per: 'Pkt' | 'Conn', hasProcs: boolean): Metrics {
+export function ioMetrics(
+  whole: Window,
+  active: Window,
+  sys: SyscallCounts | null,
+  units: (w: Window) => number,
+  per: 'Pkt' | 'Conn',
+  hasProcs: boolean,
+): Metrics {
   const out: Metrics = {};
   if (!hasProcs) return out;
   const uw = units(whole);
@@ -89,7 +96,11 @@ export function ioMetrics(whole: Window, active: Window, sys: SyscallCounts | nu
  * is taken over `active`, so that sockperf's 2 s pause after its warm-up and the tools' start-up
  * and exit do not dilute it with other programs' background CPU.
  */
-async function sampled<T>(env: MeasureEnv, fn: () => Promise<T>, work: (w: Window) => number): Promise<{ r: T; whole: Window; active: Window; sys: SyscallCounts | null; hasProcs: boolean }> {
+async function sampled<T>(
+  env: MeasureEnv,
+  fn: () => Promise<T>,
+  work: (w: Window) => number,
+): Promise<{ r: T; whole: Window; active: Window; sys: SyscallCounts | null; hasProcs: boolean }> {
   const probe = env.probe;
   const pids = await probe.lbPids();
   const counter = env.syscalls ? SyscallCount.start(pids, limitMs(env) + 5000) : null;
@@ -116,7 +127,11 @@ async function sampled<T>(env: MeasureEnv, fn: () => Promise<T>, work: (w: Windo
 export async function udpPps(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
   const { r, whole, active, sys, hasProcs } = await sampled(
     env,
-    () => run('sockperf', ['throughput', '-i', ep.host, '-p', String(ep.port), '-m', '64', '-t', String(env.duration), '--mps=max'], { ns: env.lab.clientNs, timeoutMs: limitMs(env) }),
+    () =>
+      run('sockperf', ['throughput', '-i', ep.host, '-p', String(ep.port), '-m', '64', '-t', String(env.duration), '--mps=max'], {
+        ns: env.lab.clientNs,
+        timeoutMs: limitMs(env),
+      }),
     (w) => w.rsUdp,
   );
   if (r.code !== 0) throw failed('sockperf throughput', r);
@@ -135,7 +150,11 @@ export async function rr(env: MeasureEnv, ep: Endpoint, tcp: boolean): Promise<M
   const args = ['ping-pong', '-i', ep.host, '-p', String(ep.port), '-m', '64', '-t', String(env.duration), '--full-rtt'];
   if (tcp) args.push('--tcp');
   const pkts = (w: Window) => w.clientRxPackets + w.clientTxPackets;
-  const { r, whole, active, sys, hasProcs } = await sampled(env, () => run('sockperf', args, { ns: env.lab.clientNs, timeoutMs: limitMs(env) }), pkts);
+  const { r, whole, active, sys, hasProcs } = await sampled(
+    env,
+    () => run('sockperf', args, { ns: env.lab.clientNs, timeoutMs: limitMs(env) }),
+    pkts,
+  );
   if (r.code !== 0) throw failed('sockperf ping-pong', r);
   const pp = parseSockperfPp(r.stdout + r.stderr);
   if (pp.received === 0) throw new Error(`sockperf ping-pong to ${ep.host}:${ep.port}: no answers`);
@@ -212,7 +231,11 @@ export async function tcpCps(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
 export async function tcpBulk(env: MeasureEnv, ep: Endpoint): Promise<Metrics> {
   const { r, active } = await sampled(
     env,
-    () => run('iperf3', ['-c', ep.host, '-p', String(ep.port), '-t', String(env.duration), '-J'], { ns: env.lab.clientNs, timeoutMs: limitMs(env) }),
+    () =>
+      run('iperf3', ['-c', ep.host, '-p', String(ep.port), '-t', String(env.duration), '-J'], {
+        ns: env.lab.clientNs,
+        timeoutMs: limitMs(env),
+      }),
     (w) => w.clientTxBytes,
   );
   const p = parseIperf3(r.stdout); // iperf3 -J reports its errors in the JSON
@@ -244,7 +267,8 @@ export function measure(env: MeasureEnv, m: MeasurementName, eps: Endpoints): Pr
 export async function udpFlows(env: MeasureEnv, ep: Endpoint, flows: number, lbMac: string, clientIf: string): Promise<Metrics> {
   // One client address has source ports for up to 45 000 flows (20000–65534); more flows use a
   // second address of the client's subnet (trafgen sends the two packets in turn).
-  const addrs = flows > 45000 ? [env.lab.clientAddr, env.lab.clientAddr.replace(/\.\d+$/, (x) => `.${Number(x.slice(1)) + 1}`)] : [env.lab.clientAddr];
+  const addrs =
+    flows > 45000 ? [env.lab.clientAddr, env.lab.clientAddr.replace(/\.\d+$/, (x) => `.${Number(x.slice(1)) + 1}`)] : [env.lab.clientAddr];
   const per = Math.ceil(flows / addrs.length);
   const sp = per <= 1 ? '20000' : `dinc(20000, ${20000 + per - 1})`;
   const cfg = join(env.lab.dir, `trafgen-${flows}.cfg`);
@@ -259,11 +283,15 @@ export async function udpFlows(env: MeasureEnv, ep: Endpoint, flows: number, lbM
   const leadMs = 400;
   const windowMs = env.duration * 1000;
   const pids = await env.probe.lbPids();
-  const gen = run('trafgen', ['--dev', clientIf, '--conf', cfg, '--cpus', '1', '--no-sock-mem', '--notouch-irq', '--num', String(50_000_000), '--no-cpu-stats'], {
-    ns: env.lab.clientNs,
-    interruptAfterMs: leadMs + windowMs + 300,
-    timeoutMs: limitMs(env),
-  });
+  const gen = run(
+    'trafgen',
+    ['--dev', clientIf, '--conf', cfg, '--cpus', '1', '--no-sock-mem', '--notouch-irq', '--num', String(50_000_000), '--no-cpu-stats'],
+    {
+      ns: env.lab.clientNs,
+      interruptAfterMs: leadMs + windowMs + 300,
+      timeoutMs: limitMs(env),
+    },
+  );
   await new Promise((r) => setTimeout(r, leadMs));
   const a = env.probe.snap(pids);
   await new Promise((r) => setTimeout(r, windowMs));

@@ -327,7 +327,26 @@ export function activeWindow(values: number[], frac = 0.1): [number, number] | n
  * small part of a run of thousands of packets a second. Counting costs a little per syscall
  * (the tracepoint fires), so it is on only where it is asked for.
  */
-export const SYSCALL_NAMES = ['io_uring_enter', 'read', 'write', 'readv', 'writev', 'poll', 'ppoll', 'epoll_wait', 'epoll_pwait', 'recvfrom', 'sendto', 'recvmsg', 'sendmsg', 'recvmmsg', 'sendmmsg', 'accept4', 'connect', 'futex'] as const;
+export const SYSCALL_NAMES = [
+  'io_uring_enter',
+  'read',
+  'write',
+  'readv',
+  'writev',
+  'poll',
+  'ppoll',
+  'epoll_wait',
+  'epoll_pwait',
+  'recvfrom',
+  'sendto',
+  'recvmsg',
+  'sendmsg',
+  'recvmmsg',
+  'sendmmsg',
+  'accept4',
+  'connect',
+  'futex',
+] as const;
 
 export interface SyscallCounts {
   /** Every syscall of the processes' threads. */
@@ -338,14 +357,20 @@ export interface SyscallCounts {
 
 /** Whether perf can count syscall tracepoints here: '' if so, else why not. */
 export function syscallCountingUnavailable(): string {
-  if (!existsSync('/sys/kernel/tracing/events/raw_syscalls/sys_enter') && !existsSync('/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter')) {
+  if (
+    !existsSync('/sys/kernel/tracing/events/raw_syscalls/sys_enter') &&
+    !existsSync('/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter')
+  ) {
     return 'no syscall tracepoints (tracefs not mounted)';
   }
   return '';
 }
 
 function tracepointExists(name: string): boolean {
-  return existsSync(`/sys/kernel/tracing/events/syscalls/sys_enter_${name}`) || existsSync(`/sys/kernel/debug/tracing/events/syscalls/sys_enter_${name}`);
+  return (
+    existsSync(`/sys/kernel/tracing/events/syscalls/sys_enter_${name}`) ||
+    existsSync(`/sys/kernel/debug/tracing/events/syscalls/sys_enter_${name}`)
+  );
 }
 
 /** Parses `perf stat -x,` output: "count,unit,event,…" lines; "<not counted>" is 0. */
@@ -373,7 +398,10 @@ export class SyscallCount {
     if (pids.length === 0) return null;
     const events = ['raw_syscalls:sys_enter', ...SYSCALL_NAMES.filter(tracepointExists).map((n) => `syscalls:sys_enter_${n}`)];
     let child: ChildProcess | null = null;
-    const done = run('perf', ['stat', '-x', ',', '--no-big-num', '-e', events.join(','), '-p', pids.join(',')], { timeoutMs: limitMs, onSpawn: (c) => (child = c) });
+    const done = run('perf', ['stat', '-x', ',', '--no-big-num', '-e', events.join(','), '-p', pids.join(',')], {
+      timeoutMs: limitMs,
+      onSpawn: (c) => (child = c),
+    });
     const sc = new SyscallCount(done);
     sc.child = child;
     return sc;

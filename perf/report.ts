@@ -113,7 +113,18 @@ export interface ReportData {
   mode: 'default' | 'quick' | 'custom';
   command: string;
   wallSeconds: number;
-  options: { rounds: number; duration: number; targets: TargetName[]; measurements: MeasurementName[]; workers: number; conns: number; scaling: string[]; flows: number[]; tables: number[]; uvsIo?: string };
+  options: {
+    rounds: number;
+    duration: number;
+    targets: TargetName[];
+    measurements: MeasurementName[];
+    workers: number;
+    conns: number;
+    scaling: string[];
+    flows: number[];
+    tables: number[];
+    uvsIo?: string;
+  };
   machine: Record<string, string | number>;
   tools: Record<string, string>;
   method: string[];
@@ -206,7 +217,9 @@ function syscallSection(r: ReportData): string[] {
         .sort((a, b) => b[1] - a[1])
         .slice(0, 5)
         .map(([n, v]) => `${n} ${fmt(v)}`);
-      rows.push(`| ${MEASUREMENTS[m].title} | per ${per === 'Pkt' ? 'packet' : 'connection'} | ${t} | ${cell(x[`syscallsPer${per}`])} | ${parts.join(', ') || '—'} | ${cell(x[`wakeupsPer${per}`])} | ${cell(x[`switchesPer${per}`])} |`);
+      rows.push(
+        `| ${MEASUREMENTS[m].title} | per ${per === 'Pkt' ? 'packet' : 'connection'} | ${t} | ${cell(x[`syscallsPer${per}`])} | ${parts.join(', ') || '—'} | ${cell(x[`wakeupsPer${per}`])} | ${cell(x[`switchesPer${per}`])} |`,
+      );
     }
   }
   if (!rows.length) return [];
@@ -233,7 +246,7 @@ export function renderMarkdown(r: ReportData): string {
     `Generated ${date} by \`${r.command}\` — mode **${r.mode}**: ${r.options.rounds} round${r.options.rounds > 1 ? 's' : ''}, ${r.options.duration} s per run, targets interleaved in every round; the whole run took ${Math.round(r.wallSeconds)} s.`,
     `Machine: ${r.machine.cpuModel}, ${r.machine.nproc} CPUs, ${r.machine.memGiB} GiB, Linux ${r.machine.kernel}, Node.js ${r.machine.node}. uvs, HAProxy and nginx each ran with ${r.options.workers} worker thread(s)/process(es).`,
     '',
-    'Every figure is the **median over rounds, with the min–max in parentheses**. ↑ higher is better, ↓ lower is better, — not measured (see the end). The generators are third-party tools (sockperf, wrk, iperf3, trafgen); generator, LB and real servers all share this machine\'s CPUs, so these are figures for *this* machine, not the LBs\' ceilings. How each figure is made: [Method](#method) and `perf/README.md`.',
+    "Every figure is the **median over rounds, with the min–max in parentheses**. ↑ higher is better, ↓ lower is better, — not measured (see the end). The generators are third-party tools (sockperf, wrk, iperf3, trafgen); generator, LB and real servers all share this machine's CPUs, so these are figures for *this* machine, not the LBs' ceilings. How each figure is made: [Method](#method) and `perf/README.md`.",
     '',
     '![results chart](report.svg)',
     '',
@@ -262,7 +275,14 @@ export function renderMarkdown(r: ReportData): string {
   // Ratios
   const peers = T.filter((t) => t !== 'uvs');
   if (T.includes('uvs') && peers.length) {
-    L.push('## Ratios', '', '### uvs ÷ each peer', '', 'Medians divided. For ↑ metrics above 1× means uvs is ahead; for ↓ metrics (latency, CPU) below 1× means uvs is ahead. — where the peer\'s figure was zero in some round (within the noise: no ratio can be made of it).', '');
+    L.push(
+      '## Ratios',
+      '',
+      '### uvs ÷ each peer',
+      '',
+      "Medians divided. For ↑ metrics above 1× means uvs is ahead; for ↓ metrics (latency, CPU) below 1× means uvs is ahead. — where the peer's figure was zero in some round (within the noise: no ratio can be made of it).",
+      '',
+    );
     L.push(`| Measurement | Metric | ${peers.map((p) => `uvs ÷ ${p}`).join(' | ')} |`, `|---|---|${peers.map(() => '---:').join('|')}|`);
     for (const m of M) {
       for (const d of MEASUREMENTS[m].metrics.filter((x) => x.headline)) {
@@ -286,7 +306,12 @@ export function renderMarkdown(r: ReportData): string {
       ] as const) {
         const q = r.ratios.uvsVs[m]?.ctun?.[k];
         if (!u?.[k] && !c?.[k]) continue;
-        const verdict = q === undefined ? '— (no ratio: ctun\'s figure was 0 in some round)' : q <= 2 ? `${ratio(q)} — within 2×` : `${ratio(q)} — not within 2×`;
+        const verdict =
+          q === undefined
+            ? "— (no ratio: ctun's figure was 0 in some round)"
+            : q <= 2
+              ? `${ratio(q)} — within 2×`
+              : `${ratio(q)} — not within 2×`;
         rows.push(`| ${MEASUREMENTS[m].title} | ${what} | ${cell(u?.[k])} | ${cell(c?.[k])} | ${verdict} |`);
       }
     }
@@ -294,7 +319,7 @@ export function renderMarkdown(r: ReportData): string {
       L.push(
         '### uvs against the C TUN forwarder: CPU per packet',
         '',
-        '`ctun` (perf/peers/ctun.c) is the minimal TUN-based forwarder: stateless NAT in C, one packet per 1500-byte read() and write(). The goal (issue 8) is uvs\'s LB CPU per packet within 2× of it.',
+        "`ctun` (perf/peers/ctun.c) is the minimal TUN-based forwarder: stateless NAT in C, one packet per 1500-byte read() and write(). The goal (issue 8) is uvs's LB CPU per packet within 2× of it.",
         '',
         '| Measurement | CPU per packet (ns) ↓ | uvs | ctun | uvs ÷ ctun |',
         '|---|---|---:|---:|---|',
@@ -307,8 +332,16 @@ export function renderMarkdown(r: ReportData): string {
 
   const others = T.filter((t) => t !== 'direct');
   if (T.includes('direct') && others.length) {
-    L.push('### Each target ÷ direct', '', '`direct` is the client talking to the real server itself, routed by the LB node\'s kernel with nothing else in the path: the physical limit of the lab\'s path. LB CPU figures have no ratio to `direct` (its LB CPU is zero by definition).', '');
-    L.push(`| Measurement | Metric | ${others.map((p) => `${p} ÷ direct`).join(' | ')} |`, `|---|---|${others.map(() => '---:').join('|')}|`);
+    L.push(
+      '### Each target ÷ direct',
+      '',
+      "`direct` is the client talking to the real server itself, routed by the LB node's kernel with nothing else in the path: the physical limit of the lab's path. LB CPU figures have no ratio to `direct` (its LB CPU is zero by definition).",
+      '',
+    );
+    L.push(
+      `| Measurement | Metric | ${others.map((p) => `${p} ÷ direct`).join(' | ')} |`,
+      `|---|---|${others.map(() => '---:').join('|')}|`,
+    );
     for (const m of M) {
       for (const d of MEASUREMENTS[m].metrics.filter((x) => x.headline && !x.key.startsWith('lbCpu'))) {
         const row = others.map((p) => ratio(r.ratios.vsDirect[m]?.[p]?.[d.key]));
@@ -324,12 +357,15 @@ export function renderMarkdown(r: ReportData): string {
     L.push(
       '## uvs alone: workers, concurrent flows, table size, memory',
       '',
-      'UDP, 64-byte payloads, to a uvs UDP service balanced rr over the three real servers: trafgen writes N flows (source ports cycling over N values) as fast as one CPU can from the client\'s veth (the main table\'s sockperf flood is one flow from one socket, at the pace of the socket API). Packets/s = datagrams that reached the real servers. LB CPU = uvsd\'s own CPU time (all threads) per forwarded packet.',
+      "UDP, 64-byte payloads, to a uvs UDP service balanced rr over the three real servers: trafgen writes N flows (source ports cycling over N values) as fast as one CPU can from the client's veth (the main table's sockperf flood is one flow from one socket, at the pace of the socket API). Packets/s = datagrams that reached the real servers. LB CPU = uvsd's own CPU time (all threads) per forwarded packet.",
       '',
     );
     const row = (x: ScalingRun) =>
       `| ${x.workers} | ${x.tableSize.toLocaleString('en-US')} | ${x.flows.toLocaleString('en-US')} | ${x.generator} | ${cell(x.metrics.pps)} | ${cell(x.metrics.sentPps)} | ${cell(x.metrics.lossPct)} | ${cell(x.metrics.lbProcNsPerPkt)} | ${cell(x.metrics.tableEntries)} | ${cell(x.metrics.rssMb)} |`;
-    const head = ['| workers | tableSize | flows | generator | packets/s at real servers ↑ | packets/s sent | lost (%) ↓ | uvsd CPU ns/packet ↓ | table entries after | uvsd RSS after (MB) |', '|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|'];
+    const head = [
+      '| workers | tableSize | flows | generator | packets/s at real servers ↑ | packets/s sent | lost (%) ↓ | uvsd CPU ns/packet ↓ | table entries after | uvsd RSS after (MB) |',
+      '|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|',
+    ];
     for (const [g, title] of [
       ['workers', 'Worker threads'],
       ['flows', 'Concurrent flows'],
@@ -340,8 +376,16 @@ export function renderMarkdown(r: ReportData): string {
       L.push(`### ${title}`, '', ...head, ...runs.map(row), '');
     }
     if (r.scaling.memory.length) {
-      L.push('### Memory (uvsd RSS)', '', '| workers | tableSize | RSS idle, after start (MB) | RSS after its runs (MB) | peak RSS, VmHWM (MB) |', '|---:|---:|---:|---:|---:|');
-      for (const x of r.scaling.memory) L.push(`| ${x.workers} | ${x.tableSize.toLocaleString('en-US')} | ${cell(x.rssIdleMb)} | ${cell(x.rssAfterMb)} | ${cell(x.hwmMb)} |`);
+      L.push(
+        '### Memory (uvsd RSS)',
+        '',
+        '| workers | tableSize | RSS idle, after start (MB) | RSS after its runs (MB) | peak RSS, VmHWM (MB) |',
+        '|---:|---:|---:|---:|---:|',
+      );
+      for (const x of r.scaling.memory)
+        L.push(
+          `| ${x.workers} | ${x.tableSize.toLocaleString('en-US')} | ${cell(x.rssIdleMb)} | ${cell(x.rssAfterMb)} | ${cell(x.hwmMb)} |`,
+        );
       L.push('');
     }
   }
@@ -422,7 +466,18 @@ function niceMax(v: number): number {
   return 10 * p;
 }
 
-function panel(x: number, y: number, w: number, h: number, title: string, unitLabel: string, cats: string[], series: Series[], colorByCat: boolean, log = false): string {
+function panel(
+  x: number,
+  y: number,
+  w: number,
+  h: number,
+  title: string,
+  unitLabel: string,
+  cats: string[],
+  series: Series[],
+  colorByCat: boolean,
+  log = false,
+): string {
   const out: string[] = [];
   const padL = 52;
   const padR = 8;
@@ -453,7 +508,9 @@ function panel(x: number, y: number, w: number, h: number, title: string, unitLa
   out.push(`<text x="${x + 8}" y="${y + 29}" font-size="10" fill="#666">${esc(unitLabel)}${log ? ' — log scale' : ''}</text>`);
   ticks.forEach((v, i) => {
     const yy = Y(v);
-    out.push(`<line x1="${x + padL}" x2="${x + padL + pw}" y1="${yy.toFixed(1)}" y2="${yy.toFixed(1)}" stroke="${i === 0 ? '#999' : '#eee'}"/>`);
+    out.push(
+      `<line x1="${x + padL}" x2="${x + padL + pw}" y1="${yy.toFixed(1)}" y2="${yy.toFixed(1)}" stroke="${i === 0 ? '#999' : '#eee'}"/>`,
+    );
     out.push(`<text x="${x + padL - 4}" y="${(yy + 3).toFixed(1)}" font-size="9.5" text-anchor="end" fill="#555">${esc(fmt(v))}</text>`);
   });
   const gw = pw / Math.max(1, cats.length);
@@ -463,21 +520,34 @@ function panel(x: number, y: number, w: number, h: number, title: string, unitLa
     series.forEach((s, si) => {
       const v = s.values[ci];
       const bx = gx + si * bw;
-      const color = colorByCat ? TARGET_COLORS[c] ?? '#888' : s.color ?? SERIES_COLORS[si % SERIES_COLORS.length]!;
+      const color = colorByCat ? (TARGET_COLORS[c] ?? '#888') : (s.color ?? SERIES_COLORS[si % SERIES_COLORS.length]!);
       if (!v) {
-        out.push(`<text x="${(bx + bw / 2).toFixed(1)}" y="${(base - 4).toFixed(1)}" font-size="9" text-anchor="middle" fill="#999">${si === 0 || colorByCat ? 'n/a' : ''}</text>`);
+        out.push(
+          `<text x="${(bx + bw / 2).toFixed(1)}" y="${(base - 4).toFixed(1)}" font-size="9" text-anchor="middle" fill="#999">${si === 0 || colorByCat ? 'n/a' : ''}</text>`,
+        );
         return;
       }
       const yTop = Y(v.median);
-      out.push(`<rect x="${bx.toFixed(1)}" y="${yTop.toFixed(1)}" width="${(bw - 2).toFixed(1)}" height="${Math.max(0, base - yTop).toFixed(1)}" fill="${color}"><title>${esc(`${c} ${s.name}: ${fmt(v.median)} (${fmt(v.min)}–${fmt(v.max)})`)}</title></rect>`);
+      out.push(
+        `<rect x="${bx.toFixed(1)}" y="${yTop.toFixed(1)}" width="${(bw - 2).toFixed(1)}" height="${Math.max(0, base - yTop).toFixed(1)}" fill="${color}"><title>${esc(`${c} ${s.name}: ${fmt(v.median)} (${fmt(v.min)}–${fmt(v.max)})`)}</title></rect>`,
+      );
       if (v.n > 1 && v.max > v.min) {
         const cx = bx + (bw - 2) / 2;
-        out.push(`<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${Y(v.min).toFixed(1)}" y2="${Y(v.max).toFixed(1)}" stroke="#222" stroke-width="1"/>`);
-        for (const yy of [Y(v.min), Y(v.max)]) out.push(`<line x1="${(cx - 3).toFixed(1)}" x2="${(cx + 3).toFixed(1)}" y1="${yy.toFixed(1)}" y2="${yy.toFixed(1)}" stroke="#222"/>`);
+        out.push(
+          `<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${Y(v.min).toFixed(1)}" y2="${Y(v.max).toFixed(1)}" stroke="#222" stroke-width="1"/>`,
+        );
+        for (const yy of [Y(v.min), Y(v.max)])
+          out.push(
+            `<line x1="${(cx - 3).toFixed(1)}" x2="${(cx + 3).toFixed(1)}" y1="${yy.toFixed(1)}" y2="${yy.toFixed(1)}" stroke="#222"/>`,
+          );
       }
-      out.push(`<text x="${(bx + (bw - 2) / 2).toFixed(1)}" y="${(Math.min(yTop, Y(v.max)) - 3).toFixed(1)}" font-size="9" text-anchor="middle" fill="#222">${esc(fmt(v.median))}</text>`);
+      out.push(
+        `<text x="${(bx + (bw - 2) / 2).toFixed(1)}" y="${(Math.min(yTop, Y(v.max)) - 3).toFixed(1)}" font-size="9" text-anchor="middle" fill="#222">${esc(fmt(v.median))}</text>`,
+      );
     });
-    out.push(`<text x="${(x + padL + gw * ci + gw / 2).toFixed(1)}" y="${(y + padT + ph + 14).toFixed(1)}" font-size="10" text-anchor="middle">${esc(c)}</text>`);
+    out.push(
+      `<text x="${(x + padL + gw * ci + gw / 2).toFixed(1)}" y="${(y + padT + ph + 14).toFixed(1)}" font-size="10" text-anchor="middle">${esc(c)}</text>`,
+    );
   });
   if (series.length > 1) {
     let lx = x + w - padR;
@@ -485,7 +555,9 @@ function panel(x: number, y: number, w: number, h: number, title: string, unitLa
       const s = series[si]!;
       const tw = 8 + s.name.length * 5.6;
       lx -= tw + 12;
-      out.push(`<rect x="${lx.toFixed(1)}" y="${y + 8}" width="9" height="9" fill="${s.color ?? SERIES_COLORS[si % SERIES_COLORS.length]}"/>`);
+      out.push(
+        `<rect x="${lx.toFixed(1)}" y="${y + 8}" width="9" height="9" fill="${s.color ?? SERIES_COLORS[si % SERIES_COLORS.length]}"/>`,
+      );
       out.push(`<text x="${(lx + 12).toFixed(1)}" y="${y + 16}" font-size="10">${esc(s.name)}</text>`);
     }
   }
@@ -498,9 +570,30 @@ export function renderSvg(r: ReportData): string {
   const get = (m: MeasurementName, k: string) => T.map((t) => r.results[m]?.[t]?.[k] ?? null);
   const panels: { title: string; unit: string; cats: string[]; series: Series[]; byCat: boolean; span?: number; log?: boolean }[] = [];
   const M = r.options.measurements;
-  if (M.includes('udp_pps')) panels.push({ title: 'UDP 64 B packets/s at real servers ↑', unit: 'packets/s, sockperf, 1 flow', cats: T, series: [{ name: 'pps', values: get('udp_pps', 'pps') }], byCat: true });
-  if (M.includes('tcp_cps')) panels.push({ title: 'TCP connections/s ↑', unit: 'wrk, Connection: close', cats: T, series: [{ name: 'cps', values: get('tcp_cps', 'cps') }], byCat: true });
-  if (M.includes('tcp_bulk')) panels.push({ title: 'Bulk TCP Gb/s ↑', unit: 'iperf3, 1 stream', cats: T, series: [{ name: 'Gb/s', values: get('tcp_bulk', 'gbps') }], byCat: true });
+  if (M.includes('udp_pps'))
+    panels.push({
+      title: 'UDP 64 B packets/s at real servers ↑',
+      unit: 'packets/s, sockperf, 1 flow',
+      cats: T,
+      series: [{ name: 'pps', values: get('udp_pps', 'pps') }],
+      byCat: true,
+    });
+  if (M.includes('tcp_cps'))
+    panels.push({
+      title: 'TCP connections/s ↑',
+      unit: 'wrk, Connection: close',
+      cats: T,
+      series: [{ name: 'cps', values: get('tcp_cps', 'cps') }],
+      byCat: true,
+    });
+  if (M.includes('tcp_bulk'))
+    panels.push({
+      title: 'Bulk TCP Gb/s ↑',
+      unit: 'iperf3, 1 stream',
+      cats: T,
+      series: [{ name: 'Gb/s', values: get('tcp_bulk', 'gbps') }],
+      byCat: true,
+    });
   const latency = (m: 'udp_rr' | 'tcp_rr') => {
     if (!M.includes(m)) return;
     panels.push({
@@ -527,7 +620,14 @@ export function renderSvg(r: ReportData): string {
   latency('tcp_rr');
   const runs = r.scaling.runs;
   const flows = runs.filter((x) => x.group === 'flows');
-  if (flows.length) panels.push({ title: 'uvs: concurrent UDP flows ↑', unit: 'packets/s at real servers, trafgen', cats: flows.map((x) => `${x.flows.toLocaleString('en-US')}`), series: [{ name: 'pps', color: '#d62728', values: flows.map((x) => x.metrics.pps) }], byCat: false });
+  if (flows.length)
+    panels.push({
+      title: 'uvs: concurrent UDP flows ↑',
+      unit: 'packets/s at real servers, trafgen',
+      cats: flows.map((x) => `${x.flows.toLocaleString('en-US')}`),
+      series: [{ name: 'pps', color: '#d62728', values: flows.map((x) => x.metrics.pps) }],
+      byCat: false,
+    });
   const workers = runs.filter((x) => x.group === 'workers');
   if (workers.length) {
     const ws = [...new Set(workers.map((x) => x.workers))].sort((a, b) => a - b);
@@ -536,7 +636,11 @@ export function renderSvg(r: ReportData): string {
       title: 'uvs: worker threads ↑',
       unit: 'packets/s at real servers',
       cats: ws.map((w) => `${w} worker${w > 1 ? 's' : ''}`),
-      series: fl.map((f, i) => ({ name: `${f.toLocaleString('en-US')} flow${f > 1 ? 's' : ''}`, color: SERIES_COLORS[i * 2 % SERIES_COLORS.length], values: ws.map((w) => workers.find((x) => x.workers === w && x.flows === f)?.metrics.pps ?? null) })),
+      series: fl.map((f, i) => ({
+        name: `${f.toLocaleString('en-US')} flow${f > 1 ? 's' : ''}`,
+        color: SERIES_COLORS[(i * 2) % SERIES_COLORS.length],
+        values: ws.map((w) => workers.find((x) => x.workers === w && x.flows === f)?.metrics.pps ?? null),
+      })),
       byCat: false,
     });
   }
@@ -546,10 +650,16 @@ export function renderSvg(r: ReportData): string {
     panels.push({
       title: 'uvs: table size ↑ / RSS',
       unit: 'packets/s (k) and uvsd RSS (MB)',
-      cats: tables.map((x) => (x.tableSize >= 1 << 20 ? `${x.tableSize / (1 << 20)}Mi` : x.tableSize >= 1024 ? `${x.tableSize / 1024}Ki` : String(x.tableSize))),
+      cats: tables.map((x) =>
+        x.tableSize >= 1 << 20 ? `${x.tableSize / (1 << 20)}Mi` : x.tableSize >= 1024 ? `${x.tableSize / 1024}Ki` : String(x.tableSize),
+      ),
       series: [
         { name: 'kpps', color: '#d62728', values: tables.map((x) => scale(x.metrics.pps, 1e-3)) },
-        { name: 'RSS MB', color: '#8c8c8c', values: tables.map((x) => mem.find((m) => m.tableSize === x.tableSize && m.workers === x.workers)?.rssAfterMb ?? null) },
+        {
+          name: 'RSS MB',
+          color: '#8c8c8c',
+          values: tables.map((x) => mem.find((m) => m.tableSize === x.tableSize && m.workers === x.workers)?.rssAfterMb ?? null),
+        },
       ],
       byCat: false,
     });
@@ -575,17 +685,25 @@ export function renderSvg(r: ReportData): string {
   const W = cols * pw + (cols + 1) * gap;
   const H = 44 + rows * phh + (rows + 1) * gap + 18;
   const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="Helvetica, Arial, sans-serif">`);
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="Helvetica, Arial, sans-serif">`,
+  );
   out.push(`<rect width="${W}" height="${H}" fill="#f7f7f7"/>`);
-  out.push(`<text x="${gap}" y="24" font-size="16" font-weight="bold">uvs benchmark — ${esc(r.generatedAt.slice(0, 10))}, ${esc(String(r.machine.nproc))} CPUs, ${esc(String(r.machine.cpuModel))}, Linux ${esc(String(r.machine.kernel))}</text>`);
-  out.push(`<text x="${gap}" y="40" font-size="11" fill="#555">median of ${r.options.rounds} round(s), ${r.options.duration} s each; whiskers: min–max over rounds; ${esc(T.join(', '))}</text>`);
+  out.push(
+    `<text x="${gap}" y="24" font-size="16" font-weight="bold">uvs benchmark — ${esc(r.generatedAt.slice(0, 10))}, ${esc(String(r.machine.nproc))} CPUs, ${esc(String(r.machine.cpuModel))}, Linux ${esc(String(r.machine.kernel))}</text>`,
+  );
+  out.push(
+    `<text x="${gap}" y="40" font-size="11" fill="#555">median of ${r.options.rounds} round(s), ${r.options.duration} s each; whiskers: min–max over rounds; ${esc(T.join(', '))}</text>`,
+  );
   panels.forEach((p, i) => {
     const span = p.span ?? 1;
     const cx = gap + place[i]!.col * (pw + gap);
     const cy = 44 + gap + place[i]!.row * (phh + gap);
     out.push(panel(cx, cy, span * pw + (span - 1) * gap, phh, p.title, p.unit, p.cats, p.series, p.byCat, p.log ?? false));
   });
-  out.push(`<text x="${gap}" y="${H - 8}" font-size="10" fill="#777">Failure figures: ${r.failures.scenarios ? 'in REPORT.md and report.json' : 'not measured in this run (--failures)'}. Generated by uvs perf (perf/run.ts).</text>`);
+  out.push(
+    `<text x="${gap}" y="${H - 8}" font-size="10" fill="#777">Failure figures: ${r.failures.scenarios ? 'in REPORT.md and report.json' : 'not measured in this run (--failures)'}. Generated by uvs perf (perf/run.ts).</text>`,
+  );
   out.push('</svg>');
   return out.join('\n') + '\n';
 }

@@ -110,7 +110,10 @@ Options:
   -h, --help              this text`;
 
 function list<T extends string>(v: string, allowed: readonly T[], what: string): T[] {
-  const xs = v.split(',').map((s) => s.trim()).filter(Boolean);
+  const xs = v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const x of xs) if (!allowed.includes(x as T)) throw new Error(`unknown ${what} ${JSON.stringify(x)} (one of ${allowed.join(', ')})`);
   return xs as T[];
 }
@@ -331,14 +334,14 @@ const METHOD = [
   'Lab: network namespaces client ↔ LB node ↔ three real servers, veth pairs, addresses 10.200.x (lab/lab.ts). The real servers route back via the LB node. Generators run in the client namespace; every load is bounded by its duration and a hard kill.',
   "Targets: `direct` = the client addresses the real servers itself, the LB node only routes (ip_forward, no conntrack, no rules) — the physical limit of the path (short connections go to all three real servers, like through an LB; the other measurements to rs1); `uvs` = uvsd, masq, rr over the three real servers (VIP 10.200.0.10 routed into its multi-queue TUN device); `ctun` = perf/peers/ctun.c, the minimal C TUN forwarder a TUN-based LB is measured against: stateless NAT (the real server chosen by a hash of the client's address and port, so a flow sticks; replies rewritten back), incremental checksums, one packet per 1500-byte read() and write(), one thread per queue, compiled with `cc -O2` at run time and set up exactly as uvsd sets up its device (multi-queue TUN, one queue per worker, rp_filter 0, ip_forward 1, VIP 10.200.0.50 routed into it, a `from RIP ipproto P sport PORT` policy rule per real server into a table that routes to it); `nftables` = `dnat to numgen inc mod 3 map {…}` in prerouting of the LB namespace (VIP 10.200.0.20); `haproxy` = HAProxy `mode tcp`, roundrobin (VIP 10.200.0.30 on lo of the LB node); `nginx` = nginx `stream`, TCP and UDP (`reuseport`), round robin (VIP 10.200.0.40 on lo). Every LB gets the same number of worker threads/processes. Bulk TCP always goes to rs1 only (iperf3 needs its two connections on one server).",
   'Interleaving: in every round each target is set up, measured with every generator, and torn down, in an order that rotates from round to round; the figure is the median over rounds, with min–max.',
-  'UDP packets/s: `sockperf throughput --mps=max -m 64` (one socket, one flow, 64-byte payload, 92-byte IP packets) for the run\'s duration. Counted at the real servers: the growth of InDatagrams + InErrors + NoPorts in each real server namespace\'s /proc/net/snmp (what reached their UDP layer, including what their sockets had no room for), divided by sockperf\'s own send time.',
+  "UDP packets/s: `sockperf throughput --mps=max -m 64` (one socket, one flow, 64-byte payload, 92-byte IP packets) for the run's duration. Counted at the real servers: the growth of InDatagrams + InErrors + NoPorts in each real server namespace's /proc/net/snmp (what reached their UDP layer, including what their sockets had no room for), divided by sockperf's own send time.",
   'Latency: `sockperf ping-pong --full-rtt -m 64` (UDP, and `--tcp` over one connection): one message in flight, round trip measured by sockperf, p50/p99/p99.9 over all messages of the run after its warm-up.',
   `Connections/s: \`wrk -H "Connection: close"\` against the lab's HTTP servers (:8080; VIP :80), ${WRK_THREADS} threads, \`--conns\` connections (default 33: 11 per thread): every request is a new TCP connection, so requests/s = connections/s. For \`direct\` wrk's thread i connects to real server i (a wrk script that only sets each thread's address), so direct reaches the same three single-threaded HTTP servers as every LB — with rs1 alone, that one server's share of the 2 CPUs was the limit. Also counted, per 1000 connections: the client's SYN retransmits (TcpExt TCPSynRetrans; each such connection waited at least 1 s) and the packets the real servers rejected in TIME_WAIT for an old timestamp (TcpExt PAWSTimewait; a rejected SYN is what makes a SYN retransmit here) — SYN retransmits are 0 when the method is right.`,
   `Client addresses and TCP settings: every target's connections leave the client from an address of its own (${CLIENT_SOURCES}; a /32 route per VIP, for direct per real server, with that source). Linux starts a connection's TCP timestamps at an offset drawn per (source, destination) address pair, and direct, uvs, ctun and nftables reach the real servers with the client's own address and port: with one client address, a client port reused within TIME_WAIT's 60 s of another target's connection on the same 4-tuple carried older timestamps whenever that target's offset was lower, and the server rejected the SYN (PAWS) — 10–21 % of those targets' connections waited a 1 s SYN retransmit, depending on the order of the targets. With its own address, a target only meets its own TIME_WAIT sockets, whose timestamps are older, and the server takes the new SYN (port reuse at thousands of connections/s is then the same for every target). Every namespace of the lab gets the same settings, written out: ${SYSCTLS}. nftables' conntrack table is the kernel's (nf_conntrack_max, global, cannot be set from a namespace): after nftables' runs the harness checks that it held every connection (its entries stay 120 s in TIME_WAIT) and that nothing was dropped (drop, early_drop, insert_failed of /proc/net/stat/nf_conntrack), and lists a failure under errors otherwise.`,
   'Bulk: `iperf3 -c … -t D -J`, one TCP stream, Gb/s received by the server (end.sum_received).',
-  'CPU per unit of work. While a generator runs, every counter is sampled every 200 ms (no process is spawned to read them); CPU is taken over the *active window* — the sampling intervals in which the unit of work grew by more than 10 % of its largest growth in one interval — so that sockperf\'s 2 s pause after its warm-up and the tools\' start-up do not add other programs\' background CPU. Three figures: (a) LB processes = utime+stime from /proc/<pid>/stat of every process in the LB namespace (uvsd with all its worker threads; haproxy; nginx master and workers) — zero for direct and nftables, which have no process; (b) softirq = the machine-wide softirq time from /proc/stat (the kernel\'s packet processing: routing, conntrack/DNAT, TUN, veth, TCP receive) — it also contains the client\'s and the real servers\' share, which is why direct\'s softirq serves as the baseline; (c) busy = all non-idle CPU time of the machine, generator and servers included. The headline **LB CPU = (a) + max(0, (b) − (b) of direct in the same round)**: the LB\'s own processes plus the kernel work it adds over plain routing; for nftables that is all softirq. Units: packets reaching the real servers (UDP flood), packets on the client\'s veth in both directions (request/response), TCP connections the client opened (/proc/net/snmp ActiveOpens; connections/s), GB the client sent (bulk). Clock ticks are 1/CLK_TCK s (10 ms), a small error on runs of seconds.',
+  "CPU per unit of work. While a generator runs, every counter is sampled every 200 ms (no process is spawned to read them); CPU is taken over the *active window* — the sampling intervals in which the unit of work grew by more than 10 % of its largest growth in one interval — so that sockperf's 2 s pause after its warm-up and the tools' start-up do not add other programs' background CPU. Three figures: (a) LB processes = utime+stime from /proc/<pid>/stat of every process in the LB namespace (uvsd with all its worker threads; haproxy; nginx master and workers) — zero for direct and nftables, which have no process; (b) softirq = the machine-wide softirq time from /proc/stat (the kernel's packet processing: routing, conntrack/DNAT, TUN, veth, TCP receive) — it also contains the client's and the real servers' share, which is why direct's softirq serves as the baseline; (c) busy = all non-idle CPU time of the machine, generator and servers included. The headline **LB CPU = (a) + max(0, (b) − (b) of direct in the same round)**: the LB's own processes plus the kernel work it adds over plain routing; for nftables that is all softirq. Units: packets reaching the real servers (UDP flood), packets on the client's veth in both directions (request/response), TCP connections the client opened (/proc/net/snmp ActiveOpens; connections/s), GB the client sent (bulk). Clock ticks are 1/CLK_TCK s (10 ms), a small error on runs of seconds.",
   `Warm-up: after a target is set up, 1 s of wrk short connections (${WRK_THREADS} threads, ${3 * WRK_THREADS} connections) goes through it and is not counted, the same for every target (uvsd's JavaScript is otherwise measured before the JIT has compiled its packet path).`,
-  'uvs alone: trafgen (netsniff-ng) writing UDP frames with N source ports (N concurrent flows, 64-byte payload) from the client\'s veth to the LB node, as fast as one CPU allows, to a uvs UDP service whose real servers have no listener (the datagrams are counted as NoPorts). Counted over a window of the run\'s duration that starts 0.4 s after trafgen; trafgen is stopped with SIGINT and bounded to 50 M packets. uvsd is restarted for every (workers, tableSize) pair and warmed up with 1 s of one flow (the first flow of every run, so the table holds exactly the flows of the runs); table entries from GET /v1/stats; memory = VmRSS / VmHWM of uvsd from /proc/<pid>/status (idle right after start, and after its runs).',
+  "uvs alone: trafgen (netsniff-ng) writing UDP frames with N source ports (N concurrent flows, 64-byte payload) from the client's veth to the LB node, as fast as one CPU allows, to a uvs UDP service whose real servers have no listener (the datagrams are counted as NoPorts). Counted over a window of the run's duration that starts 0.4 s after trafgen; trafgen is stopped with SIGINT and bounded to 50 M packets. uvsd is restarted for every (workers, tableSize) pair and warmed up with 1 s of one flow (the first flow of every run, so the table holds exactly the flows of the runs); table entries from GET /v1/stats; memory = VmRSS / VmHWM of uvsd from /proc/<pid>/status (idle right after start, and after its runs).",
   'Everything shares one machine: generator, LB and real servers compete for the same CPUs (with 2 CPUs, a generator sending as fast as it can takes one of them), and other programs running at the same time (see otherLabsAtStart, otherLabsDuringRun and loadavg under Machine) add noise — the min–max shows how much.',
 ];
 
@@ -365,7 +368,9 @@ export async function perfCommand(argv: string[]): Promise<number> {
     return 1;
   }
 
-  log(`uvs perf, mode ${o.mode}: ${o.rounds} round(s) × ${o.duration} s per run; targets ${o.targets.join(',') || 'none'}; measurements ${o.measurements.join(',') || 'none'}; uvs scaling ${o.scaling.join(',') || 'none'}; failures ${o.failures ? 'yes' : 'no'}`);
+  log(
+    `uvs perf, mode ${o.mode}: ${o.rounds} round(s) × ${o.duration} s per run; targets ${o.targets.join(',') || 'none'}; measurements ${o.measurements.join(',') || 'none'}; uvs scaling ${o.scaling.join(',') || 'none'}; failures ${o.failures ? 'yes' : 'no'}`,
+  );
 
   // Tools.
   const need = new Set<string>(['curl', 'wrk']); // wrk also warms every target up
@@ -380,8 +385,19 @@ export async function perfCommand(argv: string[]): Promise<number> {
   if (o.failures) need.add('redis').add('keepalived');
   if (o.syscalls) need.add('perf');
   const missing = new Set(ensureTools([...need], o.install, log));
-  const toolFor: Record<MeasurementName, string> = { udp_pps: 'sockperf', udp_rr: 'sockperf', tcp_rr: 'sockperf', tcp_cps: 'wrk', tcp_bulk: 'iperf3' };
-  const targetTool: Partial<Record<TargetName, string[]>> = { ctun: ['cc'], nftables: ['nft'], haproxy: ['haproxy'], nginx: ['nginx', 'nginxStream'] };
+  const toolFor: Record<MeasurementName, string> = {
+    udp_pps: 'sockperf',
+    udp_rr: 'sockperf',
+    tcp_rr: 'sockperf',
+    tcp_cps: 'wrk',
+    tcp_bulk: 'iperf3',
+  };
+  const targetTool: Partial<Record<TargetName, string[]>> = {
+    ctun: ['cc'],
+    nftables: ['nft'],
+    haproxy: ['haproxy'],
+    nginx: ['nginx', 'nginxStream'],
+  };
 
   const machine = machineInfo(o.prefix);
   const hz = clockTicks();
@@ -461,10 +477,11 @@ export async function perfCommand(argv: string[]): Promise<number> {
       notMeasured.push({ target: 'all', measurement: m, reason: `${toolFor[m]} not installed` });
       return false;
     });
-    for (const t of targets) for (const m of measurements) {
-      const why = (t.unsupported as Partial<Record<MeasurementName, string>>)[m];
-      if (why) notMeasured.push({ target: t.name, measurement: m, reason: why });
-    }
+    for (const t of targets)
+      for (const m of measurements) {
+        const why = (t.unsupported as Partial<Record<MeasurementName, string>>)[m];
+        if (why) notMeasured.push({ target: t.name, measurement: m, reason: why });
+      }
     let scaling = o.scaling;
     if (scaling.length && missing.has('trafgen')) {
       notMeasured.push({ target: 'uvs', measurement: 'scaling', reason: 'trafgen (netsniff-ng) not installed' });
@@ -489,14 +506,19 @@ export async function perfCommand(argv: string[]): Promise<number> {
       return {
         workers: w,
         tableSize: t,
-        points: points.filter((p) => p.workers === w && p.tableSize === t).sort((a, b) => (a.generator === b.generator ? a.flows - b.flows : a.generator === 'sockperf' ? -1 : 1)),
+        points: points
+          .filter((p) => p.workers === w && p.tableSize === t)
+          .sort((a, b) => (a.generator === b.generator ? a.flows - b.flows : a.generator === 'sockperf' ? -1 : 1)),
       };
     });
 
-    const perRound = targets.reduce((n, t) => n + measurements.filter((m) => !(t.unsupported as Record<string, string>)[m]).length, 0) + points.length;
+    const perRound =
+      targets.reduce((n, t) => n + measurements.filter((m) => !(t.unsupported as Record<string, string>)[m]).length, 0) + points.length;
     const total = perRound * o.rounds;
     const failureSeconds = o.failures ? 10 + o.rounds * (flab ? 60 : 35) : 0;
-    log(`plan: ${total} generator runs (${perRound} per round)${o.failures ? ' and the failure figures' : ''}, about ${Math.round((total * (o.duration + 0.8) + o.rounds * (targets.length * 1.5 + configs.length * 2.5) + 10 + failureSeconds) / 60)} min`);
+    log(
+      `plan: ${total} generator runs (${perRound} per round)${o.failures ? ' and the failure figures' : ''}, about ${Math.round((total * (o.duration + 0.8) + o.rounds * (targets.length * 1.5 + configs.length * 2.5) + 10 + failureSeconds) / 60)} min`,
+    );
 
     // Lab.
     log(`lab ${o.prefix}: client, LB node, three real servers`);
@@ -515,7 +537,9 @@ export async function perfCommand(argv: string[]): Promise<number> {
     const clientAnchor = await Anchor.start(lab.clientNs);
     const clientIf = `${lab.prefix}c0`;
     const probe = new Probe(lab.lbNs, clientAnchor, clientIf, rsAnchors, hz, []);
-    const lbMac = (JSON.parse((await run('ip', ['-j', '-n', lab.lbNs, 'link', 'show', `${lab.prefix}c1`])).stdout) as { address: string }[])[0]!.address;
+    const lbMac = (
+      JSON.parse((await run('ip', ['-j', '-n', lab.lbNs, 'link', 'show', `${lab.prefix}c1`])).stdout) as { address: string }[]
+    )[0]!.address;
     if (!missing.has('sockperf')) {
       // Both sockperf servers listening in every real server.
       for (const ns of lab.rsNs) {
@@ -560,7 +584,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
             const label = `round ${round}/${o.rounds} · ${t.name.padEnd(8)} · ${m.padEnd(8)} ${tag()}`;
             try {
               const x = await measure(menv, m, t.endpoints());
-              ((roundVals[m] ??= {})[t.name] = x);
+              (roundVals[m] ??= {})[t.name] = x;
               log(`${label}  ${headline(m, x)}`);
             } catch (e) {
               const msg = (e as Error).message;
@@ -609,7 +633,12 @@ export async function perfCommand(argv: string[]): Promise<number> {
           const msg = (e as Error).message;
           log(`uvs workers=${c.workers} tableSize=${c.tableSize}: setup failed: ${msg}`);
           for (const p of c.points) {
-            errors.push({ round, target: 'uvs', measurement: `scaling ${p.flows} flows, ${c.workers} workers, table ${c.tableSize}`, error: msg });
+            errors.push({
+              round,
+              target: 'uvs',
+              measurement: `scaling ${p.flows} flows, ${c.workers} workers, table ${c.tableSize}`,
+              error: msg,
+            });
             done++;
           }
           await uvs.teardown().catch(() => undefined);
@@ -624,7 +653,10 @@ export async function perfCommand(argv: string[]): Promise<number> {
           for (const p of c.points) {
             const label = `round ${round}/${o.rounds} · uvs alone · ${c.workers} worker(s), table ${c.tableSize}, ${p.flows} flow(s) ${p.generator} ${tag()}`;
             try {
-              const x = p.generator === 'sockperf' ? await udpPps(menv, { host: UvsTarget.vip, port: SP_PORT }) : await udpFlows(menv, uvs.discard(), p.flows, lbMac, clientIf);
+              const x =
+                p.generator === 'sockperf'
+                  ? await udpPps(menv, { host: UvsTarget.vip, port: SP_PORT })
+                  : await udpFlows(menv, uvs.discard(), p.flows, lbMac, clientIf);
               const st = await uvs.stats();
               if (st) x.tableEntries = st.table.entries;
               const m = uvs.pid ? processMemKb(uvs.pid) : null;
@@ -633,7 +665,12 @@ export async function perfCommand(argv: string[]): Promise<number> {
               log(`${label}  ${headline('udp_pps', x)}, ${x.tableEntries ?? '?'} entries`);
             } catch (e) {
               const msg = (e as Error).message;
-              errors.push({ round, target: 'uvs', measurement: `scaling: ${p.flows} flows ${p.generator}, ${c.workers} workers, table ${c.tableSize}`, error: msg });
+              errors.push({
+                round,
+                target: 'uvs',
+                measurement: `scaling: ${p.flows} flows ${p.generator}, ${c.workers} workers, table ${c.tableSize}`,
+                error: msg,
+              });
               log(`${label}  FAILED: ${msg}`);
             }
             await sleep(200);
@@ -650,7 +687,13 @@ export async function perfCommand(argv: string[]): Promise<number> {
     }
     if (o.failures) {
       log(`── failure figures: ${o.rounds} round(s) of drain, real-server kill${flab ? ', LB-node kill' : ''}`);
-      failures = await runFailures({ lab, flab: flab ?? { missing: missing.has('redis') ? 'redis-server is not installed' : 'keepalived is not installed' }, rounds: o.rounds, workers: o.workers, log });
+      failures = await runFailures({
+        lab,
+        flab: flab ?? { missing: missing.has('redis') ? 'redis-server is not installed' : 'keepalived is not installed' },
+        rounds: o.rounds,
+        workers: o.workers,
+        log,
+      });
     }
   } catch (e) {
     log(`run failed: ${(e as Error).message}`);
@@ -675,16 +718,35 @@ export async function perfCommand(argv: string[]): Promise<number> {
       }
     }
   }
-  const sumRec = (r: Record<string, number[]>): Record<string, Summary> => Object.fromEntries(Object.entries(r).flatMap(([k, v]) => (summarize(v) ? [[k, summarize(v)!]] : [])));
+  const sumRec = (r: Record<string, number[]>): Record<string, Summary> =>
+    Object.fromEntries(Object.entries(r).flatMap(([k, v]) => (summarize(v) ? [[k, summarize(v)!]] : [])));
   const runs: ScalingRun[] = [];
   for (const g of ['workers', 'flows', 'table'] as const) {
     const order = (a: Point, b: Point) =>
-      g === 'table' ? a.tableSize - b.tableSize : g === 'flows' ? a.flows - b.flows : a.generator.localeCompare(b.generator) || a.flows - b.flows || a.workers - b.workers;
+      g === 'table'
+        ? a.tableSize - b.tableSize
+        : g === 'flows'
+          ? a.flows - b.flows
+          : a.generator.localeCompare(b.generator) || a.flows - b.flows || a.workers - b.workers;
     for (const p of points.filter((x) => x.groups.has(g)).sort(order)) {
-      runs.push({ group: g, label: `${p.workers} worker(s), table ${p.tableSize}, ${p.flows} flow(s), ${p.generator}`, workers: p.workers, tableSize: p.tableSize, flows: p.flows, generator: p.generator, metrics: sumRec(p.values) });
+      runs.push({
+        group: g,
+        label: `${p.workers} worker(s), table ${p.tableSize}, ${p.flows} flow(s), ${p.generator}`,
+        workers: p.workers,
+        tableSize: p.tableSize,
+        flows: p.flows,
+        generator: p.generator,
+        metrics: sumRec(p.values),
+      });
     }
   }
-  const memory: MemoryRow[] = [...mem.values()].map((x) => ({ workers: x.workers, tableSize: x.tableSize, rssIdleMb: summarize(x.idle), rssAfterMb: summarize(x.after), hwmMb: summarize(x.hwm) }));
+  const memory: MemoryRow[] = [...mem.values()].map((x) => ({
+    workers: x.workers,
+    tableSize: x.tableSize,
+    rssIdleMb: summarize(x.idle),
+    rssAfterMb: summarize(x.after),
+    hwmMb: summarize(x.hwm),
+  }));
   for (const n of otherNetns(o.prefix)) otherSeen.add(n);
   machine.otherLabsDuringRun = describeNetns(otherSeen);
   machine.loadavgAtEnd = loadavg()
@@ -696,7 +758,18 @@ export async function perfCommand(argv: string[]): Promise<number> {
     mode: o.mode,
     command: o.mode === 'default' ? 'npm run perf' : `npm run perf -- ${argv.join(' ')}`,
     wallSeconds: (Date.now() - t0) / 1000,
-    options: { rounds: o.rounds, duration: o.duration, targets: o.targets, measurements: o.measurements, workers: o.workers, conns: o.conns, scaling: o.scaling, flows: o.flows, tables: o.tables, ...(o.uvsIo ? { uvsIo: o.uvsIo } : {}) },
+    options: {
+      rounds: o.rounds,
+      duration: o.duration,
+      targets: o.targets,
+      measurements: o.measurements,
+      workers: o.workers,
+      conns: o.conns,
+      scaling: o.scaling,
+      flows: o.flows,
+      tables: o.tables,
+      ...(o.uvsIo ? { uvsIo: o.uvsIo } : {}),
+    },
     machine,
     tools,
     method: METHOD,

@@ -103,7 +103,11 @@ function main(): void {
   console.log(`\n| scheduler | ${sizes.map((n) => `${n} servers`).join(' | ')} |`);
   console.log(`|---|${sizes.map(() => '---:').join('|')}|`);
   const names = schedulerNames();
-  const variants: [string, string, number][] = [...names.map((n): [string, string, number] => [n, n, 0]), ['sh-fallback', 'sh', 1], ['mh-port', 'mh', 2]];
+  const variants: [string, string, number][] = [
+    ...names.map((n): [string, string, number] => [n, n, 0]),
+    ['sh-fallback', 'sh', 1],
+    ['mh-port', 'mh', 2],
+  ];
   for (const [label, name, flags] of variants) {
     const cells = sizes.map((n) => (decisionsPerSecond(build(name, n, flags), ins) / 1e6).toFixed(2));
     console.log(`| ${label} | ${cells.join(' | ')} |`);

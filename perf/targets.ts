@@ -148,7 +148,8 @@ async function waitListening(lab: Lab, addr: string, tcp: number[], udp: number[
     const u = (await run('ss', ['-Hlun'], { ns: lab.lbNs, timeoutMs: 5000 })).stdout;
     const ok = tcp.every((p) => t.includes(`${addr}:${p} `)) && udp.every((p) => u.includes(`${addr}:${p} `));
     if (ok) return;
-    if (Date.now() > deadline) throw new Error(`nothing listens on ${addr} ports tcp ${tcp.join(',')} udp ${udp.join(',')} after ${timeoutMs} ms`);
+    if (Date.now() > deadline)
+      throw new Error(`nothing listens on ${addr} ports tcp ${tcp.join(',')} udp ${udp.join(',')} after ${timeoutMs} ms`);
     await sleep(100);
   }
 }
@@ -216,10 +217,20 @@ export class UvsTarget implements Target {
       { name: 'sockperf-udp', protocol: 'udp', address: VIP.uvs, port: SP_PORT, scheduler: 'rr', realServers: rr(SP_PORT) },
       { name: 'sockperf-tcp', protocol: 'tcp', address: VIP.uvs, port: SP_PORT, scheduler: 'rr', realServers: rr(SP_PORT) },
       { name: 'http', protocol: 'tcp', address: VIP.uvs, port: 80, scheduler: 'rr', realServers: rr(HTTP_PORT) },
-      { name: 'iperf3', protocol: 'tcp', address: VIP.uvs, port: IPERF_PORT, scheduler: 'rr', realServers: [{ address: lab.rsAddrs[0]!, port: IPERF_PORT }] },
+      {
+        name: 'iperf3',
+        protocol: 'tcp',
+        address: VIP.uvs,
+        port: IPERF_PORT,
+        scheduler: 'rr',
+        realServers: [{ address: lab.rsAddrs[0]!, port: IPERF_PORT }],
+      },
       { name: 'discard', protocol: 'udp', address: VIP.uvs, port: DISCARD_PORT, scheduler: 'rr', realServers: rr(DISCARD_PORT) },
     ];
-    const cfg = lab.config(services, { log: { level: 'warn' }, dataplane: { workers: this.workers, tableSize: this.tableSize, ...(this.env.uvsIo ? { io: this.env.uvsIo } : {}) } });
+    const cfg = lab.config(services, {
+      log: { level: 'warn' },
+      dataplane: { workers: this.workers, tableSize: this.tableSize, ...(this.env.uvsIo ? { io: this.env.uvsIo } : {}) },
+    });
     const file = lab.writeConfig(cfg, 'uvs-perf.yaml');
     await lab.startUvsd(file);
     // Ready when every worker has its queue.
@@ -234,8 +245,16 @@ export class UvsTarget implements Target {
   get pid(): number | null {
     return this.env.lab.uvsdProcess?.pid ?? null;
   }
-  async stats(): Promise<{ table: { entries: number; capacity: number }; packets: Record<string, number>; drops: Record<string, number> } | null> {
-    const r = await apiCall<{ table: { entries: number; capacity: number }; packets: Record<string, number>; drops: Record<string, number> }>(this.env.lab.socket, 'GET', '/v1/stats').catch(() => null);
+  async stats(): Promise<{
+    table: { entries: number; capacity: number };
+    packets: Record<string, number>;
+    drops: Record<string, number>;
+  } | null> {
+    const r = await apiCall<{
+      table: { entries: number; capacity: number };
+      packets: Record<string, number>;
+      drops: Record<string, number>;
+    }>(this.env.lab.socket, 'GET', '/v1/stats').catch(() => null);
     return r?.status === 200 ? r.body : null;
   }
   async teardown(): Promise<void> {
@@ -289,29 +308,44 @@ export class CtunTarget implements Target {
     const t = String(CtunTarget.table);
     const bin = await this.build();
     await this.removeRouting();
-    const args = ['-d', dev, '-v', VIP.ctun, '-q', String(this.env.workers), ...this.services().map((s) => `${s.proto}:${s.vport}=${s.rs.map((r) => `${r.host}:${r.port}`).join(',')}`)];
+    const args = [
+      '-d',
+      dev,
+      '-v',
+      VIP.ctun,
+      '-q',
+      String(this.env.workers),
+      ...this.services().map((s) => `${s.proto}:${s.vport}=${s.rs.map((r) => `${r.host}:${r.port}`).join(',')}`),
+    ];
     const log = openSync(join(lab.dir, 'ctun.log'), 'w');
     this.child = spawnTracked(bin, args, ns, log);
     closeSync(log);
     // The device exists once ctun has opened its queues ("ready" in its log).
     const deadline = Date.now() + 5000;
     while (!readFileSync(join(lab.dir, 'ctun.log'), 'utf8').includes('ready')) {
-      if (this.child.exitCode !== null || Date.now() > deadline) throw new Error(`ctun did not start: ${readFileSync(join(lab.dir, 'ctun.log'), 'utf8').trim() || 'no output'}`);
+      if (this.child.exitCode !== null || Date.now() > deadline)
+        throw new Error(`ctun did not start: ${readFileSync(join(lab.dir, 'ctun.log'), 'utf8').trim() || 'no output'}`);
       await sleep(20);
     }
     const ip = (a: string[]) => runOk('ip', ['-n', ns, ...a], { timeoutMs: 5000 });
     await ip(['link', 'set', 'dev', dev, 'mtu', '1500', 'up']);
-    await runOk('sysctl', ['-qw', `net.ipv4.conf.${dev}.rp_filter=0`, `net.ipv4.conf.${dev}.send_redirects=0`, 'net.ipv4.ip_forward=1'], { ns, timeoutMs: 5000 });
+    await runOk('sysctl', ['-qw', `net.ipv4.conf.${dev}.rp_filter=0`, `net.ipv4.conf.${dev}.send_redirects=0`, 'net.ipv4.ip_forward=1'], {
+      ns,
+      timeoutMs: 5000,
+    });
     await ip(['route', 'replace', `${VIP.ctun}/32`, 'dev', dev]);
     await ip(['route', 'replace', 'default', 'dev', dev, 'table', t]);
     for (const s of this.services()) {
-      for (const r of s.rs) await ip(['rule', 'add', 'pref', t, 'from', `${r.host}/32`, 'ipproto', s.proto, 'sport', String(r.port), 'lookup', t]);
+      for (const r of s.rs)
+        await ip(['rule', 'add', 'pref', t, 'from', `${r.host}/32`, 'ipproto', s.proto, 'sport', String(r.port), 'lookup', t]);
     }
   }
   /** ctun's counters, from its log (written when it stops). */
   counters(): string | null {
     try {
-      return /ctun: (in \d+ out \d+ dropped \d+ write-errors \d+)/.exec(readFileSync(join(this.env.lab.dir, 'ctun.log'), 'utf8'))?.[1] ?? null;
+      return (
+        /ctun: (in \d+ out \d+ dropped \d+ write-errors \d+)/.exec(readFileSync(join(this.env.lab.dir, 'ctun.log'), 'utf8'))?.[1] ?? null
+      );
     } catch {
       return null;
     }

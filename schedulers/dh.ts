@@ -11,7 +11,7 @@
  *
  * data: the 256 buckets as list positions (-1 = empty).
  */
-import { RS_FLAGS, RS_WORDS, RSF_OVERLOAD } from '../conntrack/layout';
+import { unavailable } from './common';
 import { hash32 } from './hash';
 import type { SchedService, Scheduler } from './types';
 
@@ -36,11 +36,12 @@ export const dh: Scheduler = {
   prepare(svc) {
     return dhBuild(svc);
   },
+  lookupTable(data) {
+    return data.subarray(0, DH_TAB_SIZE);
+  },
   schedule(svc, _state, _base, rs, input) {
     const i = svc.data![dhBucket(input.vaddr)]!;
     if (i < 0) return -1;
-    const d = svc.dests[i]!;
-    if (d.weight <= 0 || (Atomics.load(rs, d.rs * RS_WORDS + RS_FLAGS) & RSF_OVERLOAD) !== 0) return -1;
-    return i;
+    return unavailable(svc.dests[i]!, rs) ? -1 : i;
   },
 };

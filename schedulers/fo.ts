@@ -5,7 +5,7 @@
  * counts are ignored. Strict comparison from 0: the first in list order wins ties and weight 0 is
  * never chosen. All weights 0 or all overloaded → none.
  */
-import { overloaded } from './lc';
+import { overloaded } from './common';
 import type { Scheduler } from './types';
 
 export const fo: Scheduler = {

@@ -19,7 +19,7 @@
  * not mistaken for it. With more destination addresses than entries (impossible with one virtual
  * address per service) the least recently used entry is replaced.
  */
-import { RS_ACTIVE, RS_WORDS } from '../conntrack/layout';
+import { activeConns } from './common';
 import { wlc } from './wlc';
 import type { SchedDest, SchedService, Scheduler } from './types';
 
@@ -42,10 +42,10 @@ export const LBLC_CACHE_ENTRIES = 12; // 1 + 12·5 = 61 of the 63 state words
 
 /** is_overloaded() of lblc/lblcr: busier than its weight while another server is under half. */
 export function lblcOverloaded(d: SchedDest, dests: SchedDest[], rs: Int32Array): boolean {
-  if (Atomics.load(rs, d.rs * RS_WORDS + RS_ACTIVE) <= d.weight) return false;
+  if (activeConns(rs, d.rs) <= d.weight) return false;
   for (let i = 0; i < dests.length; i++) {
     const m = dests[i]!;
-    if (Atomics.load(rs, m.rs * RS_WORDS + RS_ACTIVE) * 2 < m.weight) return true;
+    if (activeConns(rs, m.rs) * 2 < m.weight) return true;
   }
   return false;
 }

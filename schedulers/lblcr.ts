@@ -21,10 +21,9 @@
  * added — what the kernel does when allocating it fails. A second destination address (impossible
  * with one virtual address per service) replaces the entry.
  */
-import { RS_ACTIVE, RS_INACTIVE, RS_WEIGHT, RS_WORDS } from '../conntrack/layout';
+import { RS_WEIGHT, RS_WORDS } from '../conntrack/layout';
+import { overhead, overloaded, positionOf } from './common';
 import { collectorRun, LBLC_COLLECT_MS, LBLC_EXPIRATION_MS, lblcOverloaded } from './lblc';
-import { overloaded } from './lc';
-import { positionOf } from './rr';
 import { wlc } from './wlc';
 import { SCHED_STATE_WORDS, type SchedService, type Scheduler } from './types';
 
@@ -35,11 +34,6 @@ const LASTMOD = 4;
 const SIZE = 5;
 const MEMBERS = 6;
 export const LBLCR_SET_CAPACITY = SCHED_STATE_WORDS - MEMBERS; // 57
-
-function overhead(rs: Int32Array, slot: number): number {
-  const o = slot * RS_WORDS;
-  return Atomics.load(rs, o + RS_ACTIVE) * 256 + Atomics.load(rs, o + RS_INACTIVE);
-}
 
 /** A member's weight: from the list while listed, else the deleted server's last weight. */
 function weightOf(svc: SchedService, rs: Int32Array, slot: number, pos: number): number {

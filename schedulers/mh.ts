@@ -19,8 +19,8 @@
  *
  * data: [M, n, table[M] (list position or -1), slots[n] (real-server slot of each position)].
  */
-import { RS_FLAGS, RS_WORDS, RSF_OVERLOAD } from '../conntrack/layout';
 import { hsiphash4, sipInit } from '../net/siphash';
+import { gcd, unavailable } from './common';
 import type { SchedService, Scheduler } from './types';
 
 /** The kernel's table sizes (ip_vs_mh.c primes[]); CONFIG_IP_VS_MH_TAB_INDEX picks one. */
@@ -45,15 +45,6 @@ export function mhHash1(addr: number, port: number, offset: number): number {
 
 export function mhHash2(addr: number, port: number): number {
   return hsiphash4(HASH2, (port + addr) >>> 0);
-}
-
-function gcd(a: number, b: number): number {
-  while (b !== 0) {
-    const t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
 }
 
 /** Index of the highest set bit, 1-based; 0 for 0 (the kernel's fls). */
@@ -152,16 +143,13 @@ export function mhSlots(data: Int32Array): Int32Array {
   return data.subarray(D_TABLE, D_TABLE + data[D_M]!);
 }
 
-function unavailable(svc: SchedService, rs: Int32Array, i: number): boolean {
-  const d = svc.dests[i]!;
-  return d.weight <= 0 || (Atomics.load(rs, d.rs * RS_WORDS + RS_FLAGS) & RSF_OVERLOAD) !== 0;
-}
-
 export const mh: Scheduler = {
   name: 'mh',
+  flags: ['mh-fallback', 'mh-port'],
   prepare(svc) {
     return mhBuild(svc);
   },
+  lookupTable: mhSlots,
   schedule(svc, _state, _base, rs, input) {
     const data = svc.data!;
     const M = data[D_M]!;
@@ -169,13 +157,13 @@ export const mh: Scheduler = {
     const ihash = mhHash1(input.caddr, port, 0) % M;
     let i = data[D_TABLE + ihash]!;
     if (i < 0) return -1;
-    if (!unavailable(svc, rs, i)) return i;
+    if (!unavailable(svc.dests[i]!, rs)) return i;
     if ((svc.schedFlags & FALLBACK) === 0) return -1;
     for (let offset = 0; offset < M; offset++) {
       const roffset = (offset + ihash) % M;
       i = data[D_TABLE + (mhHash1(input.caddr, port, roffset) % M)]!;
       if (i < 0) return -1;
-      if (!unavailable(svc, rs, i)) return i;
+      if (!unavailable(svc.dests[i]!, rs)) return i;
     }
     return -1;
   },

@@ -6,8 +6,7 @@
  * (ActiveConn + 1) / weight by loh·w > doh·lw, strict, so the earlier server wins ties.
  * Invariant: weight 0 and OVERLOAD are never chosen; none eligible → none.
  */
-import { RS_ACTIVE, RS_WORDS } from '../conntrack/layout';
-import { overloaded } from './lc';
+import { activeConns, overloaded } from './common';
 import type { Scheduler } from './types';
 
 export const nq: Scheduler = {
@@ -19,7 +18,7 @@ export const nq: Scheduler = {
     for (let i = 0; i < dests.length; i++) {
       const d = dests[i]!;
       if (d.weight === 0 || overloaded(rs, d.rs)) continue;
-      const active = rs[d.rs * RS_WORDS + RS_ACTIVE]!; // plain read under the lock, as lc.ts
+      const active = activeConns(rs, d.rs);
       if (active === 0) return i;
       const doh = active + 1;
       if (least < 0 || loh * d.weight > doh * dests[least]!.weight) {

@@ -6,8 +6,7 @@
  * connections exceed its weight, then they overflow to the next-highest weight. Inactive
  * connections are not counted (UDP flows never fill a server). None eligible → none.
  */
-import { RS_ACTIVE, RS_WORDS } from '../conntrack/layout';
-import { overloaded } from './lc';
+import { activeConns, overloaded } from './common';
 import type { Scheduler } from './types';
 
 export const ovf: Scheduler = {
@@ -19,7 +18,7 @@ export const ovf: Scheduler = {
     for (let i = 0; i < dests.length; i++) {
       const d = dests[i]!;
       const w = d.weight;
-      if (w === 0 || overloaded(rs, d.rs) || Atomics.load(rs, d.rs * RS_WORDS + RS_ACTIVE) > w) continue;
+      if (w === 0 || overloaded(rs, d.rs) || activeConns(rs, d.rs) > w) continue;
       if (best < 0 || w > hw) {
         best = i;
         hw = w;

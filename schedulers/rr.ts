@@ -7,16 +7,10 @@
  * A, B, C the picks run C, B, A (newest first); deleting the server under the cursor moves the
  * cursor to the one before it, so the next pick is the one after the deleted server.
  */
-import { RS_FLAGS, RS_WORDS, RSF_OVERLOAD } from '../conntrack/layout';
-import type { DestListChange, SchedDest, Scheduler } from './types';
+import { overloaded, positionOf } from './common';
+import type { DestListChange, Scheduler } from './types';
 
 const LAST = 0; // state word: real-server slot of the last pick, -1 = head
-
-export function positionOf(dests: SchedDest[], rs: number): number {
-  if (rs < 0) return -1;
-  for (let i = 0; i < dests.length; i++) if (dests[i]!.rs === rs) return i;
-  return -1;
-}
 
 export const rr: Scheduler = {
   name: 'rr',
@@ -39,7 +33,7 @@ export const rr: Scheduler = {
     for (let k = 1; k <= n; k++) {
       const i = (p + k) % n;
       const d = dests[i]!;
-      if (d.weight > 0 && (Atomics.load(rs, d.rs * RS_WORDS + RS_FLAGS) & RSF_OVERLOAD) === 0) {
+      if (d.weight > 0 && !overloaded(rs, d.rs)) {
         state[base + LAST] = d.rs;
         return i;
       }

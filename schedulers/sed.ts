@@ -6,13 +6,13 @@
  * least loaded; each later server without OVERLOAD replaces it when loh·w > doh·lw (strict), so
  * ties keep the earlier server and a weight-0 server can never win (its side is 0).
  */
-import { RS_ACTIVE, RS_WORDS } from '../conntrack/layout';
+import { activeConns } from './common';
 import type { Scheduler } from './types';
 import { weightedLeast } from './wlc';
 
-/** ip_vs_sed_dest_overhead / ip_vs_nq_dest_overhead: ActiveConn + 1 (plain read under the lock, as lc.ts). */
+/** ip_vs_sed_dest_overhead / ip_vs_nq_dest_overhead: ActiveConn + 1. */
 export function expectedDelay(rs: Int32Array, slot: number): number {
-  return rs[slot * RS_WORDS + RS_ACTIVE]! + 1;
+  return activeConns(rs, slot) + 1;
 }
 
 export const sed: Scheduler = {

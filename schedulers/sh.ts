@@ -14,7 +14,7 @@
  *
  * data: the 256 buckets as list positions (-1 = empty).
  */
-import { RS_FLAGS, RS_WORDS, RSF_OVERLOAD } from '../conntrack/layout';
+import { unavailable } from './common';
 import { hash32 } from './hash';
 import type { SchedService, Scheduler } from './types';
 
@@ -47,15 +47,14 @@ export function shBuild(svc: SchedService): Int32Array {
   return table;
 }
 
-function unavailable(svc: SchedService, rs: Int32Array, i: number): boolean {
-  const d = svc.dests[i]!;
-  return d.weight <= 0 || (Atomics.load(rs, d.rs * RS_WORDS + RS_FLAGS) & RSF_OVERLOAD) !== 0;
-}
-
 export const sh: Scheduler = {
   name: 'sh',
+  flags: ['sh-fallback', 'sh-port'],
   prepare(svc) {
     return shBuild(svc);
+  },
+  lookupTable(data) {
+    return data.subarray(0, SH_TAB_SIZE);
   },
   schedule(svc, _state, _base, rs, input) {
     const table = svc.data!;
@@ -63,12 +62,12 @@ export const sh: Scheduler = {
     const ihash = shBucket(input.caddr, port, 0);
     let i = table[ihash]!;
     if (i < 0) return -1;
-    if (!unavailable(svc, rs, i)) return i;
+    if (!unavailable(svc.dests[i]!, rs)) return i;
     if ((svc.schedFlags & FALLBACK) === 0) return -1;
     for (let offset = 0; offset < SH_TAB_SIZE; offset++) {
       i = table[shBucket(input.caddr, port, (offset + ihash) % SH_TAB_SIZE)]!;
       if (i < 0) return -1;
-      if (!unavailable(svc, rs, i)) return i;
+      if (!unavailable(svc.dests[i]!, rs)) return i;
     }
     return -1;
   },

@@ -11,12 +11,11 @@
  * word (one stream per service, advanced under the scheduler lock), so runs are reproducible:
  * each draw a = a + 0x6D2B79F5 (mod 2^32), t = imul(a ^ a>>>15, a | 1),
  * t ^= t + imul(t ^ t>>>7, t | 61), value = (t ^ t>>>14) >>> 0. init() seeds it from the system's
- * random source; uvs simulate seeds it from the scenario (seedTwos).
+ * random source; uvs simulate seeds it from the scenario (seed(), i.e. seedTwos).
  * Invariant: weight 0 and OVERLOAD are never chosen.
  */
 import { randomBytes } from 'node:crypto';
-import { RS_ACTIVE, RS_INACTIVE, RS_WORDS } from '../conntrack/layout';
-import { overloaded } from './lc';
+import { overhead, overloaded } from './common';
 import type { Scheduler } from './types';
 
 const RNG = 0; // state word: mulberry32 counter
@@ -35,16 +34,12 @@ export function twosNext(state: Int32Array, base: number): number {
   return (t ^ (t >>> 14)) >>> 0;
 }
 
-function overhead(rs: Int32Array, slot: number): number {
-  const o = slot * RS_WORDS;
-  return ((Atomics.load(rs, o + RS_ACTIVE) << 8) + Atomics.load(rs, o + RS_INACTIVE)) | 0;
-}
-
 export const twos: Scheduler = {
   name: 'twos',
   init(_svc, state, base) {
     state[base + RNG] = randomBytes(4).readInt32LE(0);
   },
+  seed: seedTwos,
   schedule(svc, state, base, rs) {
     const dests = svc.dests;
     let total = 0;

@@ -4,7 +4,7 @@
  *
  *  - prepare(): control thread, whenever a service's real-server list or weights change (the
  *    kernel's init_service/add_dest/upd_dest/del_dest rebuilds). Returns immutable per-service
- *    data (sh/mh lookup tables, wrr's gcd and max weight) shipped to workers with the snapshot.
+ *    data (sh/dh/mh lookup tables, wrr's gcd and max weight) shipped to workers with the snapshot.
  *  - init(): control thread, once when the service is created (empty list), like init_service.
  *  - update(): control thread, same moments, under the service's scheduler lock: adjusts the
  *    mutable state words (rr's cursor, wrr's current weight) as the kernel's hooks do.
@@ -12,10 +12,17 @@
  *    lock. Returns an index into svc.dests or -1 ("no destination available"). It must not
  *    allocate, throw or use strings.
  *
+ * What a scheduler is, beyond those hooks, it says itself, so code outside schedulers/ asks the
+ * scheduler object and never branches on its name: the scheduler flags it gives a meaning
+ * (`flags`), the lookup table of the hashing schedulers (`lookupTable`), a seed for one that
+ * draws random numbers (`seed`), the period of a kernel timer (`tickInterval`).
+ *
  * Real servers are given in kernel list order: most recently added first. A real server is
  * eligible for a new flow only with weight > 0 and without OVERLOAD (schedulers that ignore
  * weights still skip weight 0). Mutable state lives in the shared scheduler region
  * (conntrack/layout.ts SCHED_*), never in the scheduler object, so every worker sees one rotation.
+ * The kernel helpers several schedulers share (connection overhead, OVERLOAD, gcd) are in
+ * common.ts.
  */
 import { SCHED_STATE, SCHED_WORDS } from '../conntrack/layout';
 
@@ -71,6 +78,14 @@ export interface DestListChange {
 
 export interface Scheduler {
   readonly name: string;
+  /**
+   * The names this scheduler gives the IP_VS_SVC_F_SCHED1..3 bits, in bit order (keys of
+   * SCHED_FLAG_BITS: sh's sh-fallback and sh-port, mh's mh-fallback and mh-port). ipvsadm.c's
+   * parse_sched_flags accepts such a name only with this scheduler and print_sched_flags prints
+   * them instead of flag-1..3 (a bit without a name here is not printed). Absent: the generic
+   * flag-1..3, which every scheduler accepts. The registry refuses a name another scheduler owns.
+   */
+  readonly flags?: readonly string[];
   /** Kernel init_service: the state words start as zeros; set the scheduler's initial state. */
   init?(svc: SchedService, state: Int32Array, base: number): void;
   /** svc.data still holds the previous result while prepare() runs (the first time: null). */
@@ -84,6 +99,20 @@ export interface Scheduler {
    */
   readonly tickInterval?: number;
   tick?(svc: SchedService, state: Int32Array, base: number, rs: Int32Array, now: number): void;
+  /**
+   * For a scheduler whose decision is a lookup in a table prepare() built (sh, dh: 256 buckets;
+   * mh: M slots): that table, as list positions per slot (-1 = empty), from what prepare()
+   * returned. schedule() is then a function of the packet, this table and the servers' weights
+   * and OVERLOAD only — no counters, no rotation state — which the disruption preview relies on
+   * (control/disruption.ts: slots moved, and each flow's next decision). Absent for the others.
+   */
+  lookupTable?(data: Int32Array): Int32Array;
+  /**
+   * For a scheduler that draws random numbers (twos): sets its stream from `seed` (any integer,
+   * taken mod 2^32) so runs are reproducible, as uvs simulate needs. Control thread, after
+   * init(), before any schedule().
+   */
+  seed?(state: Int32Array, base: number, seed: number): void;
 }
 
 /** Words of the scheduler state a scheduler may use, from `base` on (conntrack/layout.ts). */

@@ -6,7 +6,7 @@
  * is strictly smaller (overhead = 256·ActiveConn + InActConn). Ties keep the earlier server; a
  * weight-0 server can never win because its side of the comparison is 0.
  */
-import { overhead, overloaded } from './lc';
+import { overhead, overloaded } from './common';
 import type { SchedService, Scheduler } from './types';
 
 /**

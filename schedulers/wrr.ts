@@ -8,23 +8,13 @@
  * its weight: A=4, B=3, C=2 (list order) gives A A B A B C A B C. Any list change puts cl back at
  * the head and clamps cw (ip_vs_wrr_dest_changed). Weight 0 and OVERLOAD are never picked.
  */
-import { RS_FLAGS, RS_WORDS, RSF_OVERLOAD } from '../conntrack/layout';
-import { positionOf } from './rr';
+import { gcd, overloaded, positionOf } from './common';
 import type { SchedService, Scheduler } from './types';
 
 const CL = 0; // state word: slot of the current server, -1 = head
 const CW = 1; // state word: current weight
 const DATA_DI = 0;
 const DATA_MW = 1;
-
-function gcd(a: number, b: number): number {
-  while (b !== 0) {
-    const t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
 
 export const wrr: Scheduler = {
   name: 'wrr',
@@ -68,7 +58,7 @@ export const wrr: Scheduler = {
     for (;;) {
       for (let i = pos + 1; i < n; i++) {
         const d = dests[i]!;
-        if ((Atomics.load(rs, d.rs * RS_WORDS + RS_FLAGS) & RSF_OVERLOAD) === 0 && d.weight >= cw) {
+        if (!overloaded(rs, d.rs) && d.weight >= cw) {
           state[base + CL] = d.rs;
           state[base + CW] = cw;
           return i;

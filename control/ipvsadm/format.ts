@@ -10,6 +10,7 @@
 import type { DefenseView } from '../../conntrack/defense';
 import { hostPort, parseIPv4, parseIPv6, splitHostPort } from '../../net/addr';
 import { isProtocol, PROTO_LABEL, PROTO_NUMBER, PROTO_SWITCH } from '../../net/proto';
+import { schedFlagNames } from '../../schedulers/registry';
 import { SCHED_FLAG_BITS, schedFlagBits } from '../../schedulers/types';
 
 export interface FmtStats {
@@ -185,17 +186,16 @@ export function sortRealServers<T extends { address: string; port: number }>(rs:
   return glibcSort(rs, (x, y) => cmpAddr(x.address, y.address) || x.port - y.port);
 }
 
-/** print_sched_flags(): the names depend on the scheduler; sh and mh have no name for SCHED3. */
+/**
+ * print_sched_flags(): the names depend on the scheduler (schedFlagNames: sh's and mh's own, else
+ * flag-1..3); sh and mh have no name for SCHED3, so it is not printed for them.
+ */
 export function schedFlagsText(scheduler: string, flags: string[]): string {
   // IP_VS_SVC_F_SCHED1..3: the kernel keeps bits, so flag-1, sh-fallback and mh-fallback are one flag.
   const bits = schedFlagBits(flags);
-  const names =
-    scheduler === 'sh'
-      ? [bits & 1 && 'sh-fallback', bits & 2 && 'sh-port']
-      : scheduler === 'mh'
-        ? [bits & 1 && 'mh-fallback', bits & 2 && 'mh-port']
-        : [bits & 1 && 'flag-1', bits & 2 && 'flag-2', bits & 4 && 'flag-3'];
-  return names.filter(Boolean).join(',');
+  return schedFlagNames(scheduler)
+    .filter((f) => (bits & SCHED_FLAG_BITS[f]!) !== 0)
+    .join(',');
 }
 function hasFlags(flags: string[]): boolean {
   return flags.some((f) => SCHED_FLAG_BITS[f] !== undefined);
@@ -256,9 +256,16 @@ function title(o: ListOptions): string[] {
   if (o.rate) return [cols(['CPS', 'InPPS', 'OutPPS', 'InBPS', 'OutBPS'], (n) => right(n, 8)), '  -> RemoteAddress:Port'];
   if (o.thresholds) return [cols(['Uthreshold', 'Lthreshold', 'ActiveConn', 'InActConn'], (n) => left(n, 10)), '  -> RemoteAddress:Port'];
   if (o.persistentConn) {
-    return [`${left('Prot LocalAddress:Port', 33)} ${left('Weight', 9)} ${left('PersistConn', 11)} ${left('ActiveConn', 10)} ${left('InActConn', 10)}`, '  -> RemoteAddress:Port'];
+    return [
+      `${left('Prot LocalAddress:Port', 33)} ${left('Weight', 9)} ${left('PersistConn', 11)} ${left('ActiveConn', 10)} ${left('InActConn', 10)}`,
+      '  -> RemoteAddress:Port',
+    ];
   }
-  if (o.tunInfo) return ['Prot LocalAddress:Port Scheduler Flags', '  -> RemoteAddress:Port           Forward TunnelInfo    Weight ActiveConn InActConn'];
+  if (o.tunInfo)
+    return [
+      'Prot LocalAddress:Port Scheduler Flags',
+      '  -> RemoteAddress:Port           Forward TunnelInfo    Weight ActiveConn InActConn',
+    ];
   return ['Prot LocalAddress:Port Scheduler Flags', '  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn'];
 }
 
@@ -280,15 +287,23 @@ function serviceEntry(s: FmtService, o: ListOptions): string[] {
       const x = r.rates ?? ZERO_RATES;
       out.push(`  -> ${left(d, 28)} ${right(x.cps, 8)} ${right(x.inPps, 8)} ${right(x.outPps, 8)}${nums([x.inBps, x.outBps])}`);
     } else if (o.thresholds) {
-      out.push(`  -> ${left(d, 28)} ${left(r.upperThreshold ?? 0, 10)} ${left(r.lowerThreshold ?? 0, 10)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`);
+      out.push(
+        `  -> ${left(d, 28)} ${left(r.upperThreshold ?? 0, 10)} ${left(r.lowerThreshold ?? 0, 10)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`,
+      );
     } else if (o.persistentConn) {
-      out.push(`  -> ${left(d, 28)} ${left(r.weight, 9)} ${left(r.persistConns ?? 0, 11)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`);
+      out.push(
+        `  -> ${left(d, 28)} ${left(r.weight, 9)} ${left(r.persistConns ?? 0, 11)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`,
+      );
     } else if (o.tunInfo) {
       // Tunnel servers would show ipip; uvs has none yet, so every row is n/a.
       const ti = r.forwarding === 'tunnel' ? 'ipip' : 'n/a';
-      out.push(`  -> ${left(d, 28)} ${left(FWD_NAME[r.forwarding] ?? r.forwarding, 7)} ${left(ti, 13)} ${left(r.weight, 6)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`);
+      out.push(
+        `  -> ${left(d, 28)} ${left(FWD_NAME[r.forwarding] ?? r.forwarding, 7)} ${left(ti, 13)} ${left(r.weight, 6)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`,
+      );
     } else {
-      out.push(`  -> ${left(d, 28)} ${left(FWD_NAME[r.forwarding] ?? r.forwarding, 7)} ${left(r.weight, 6)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`);
+      out.push(
+        `  -> ${left(d, 28)} ${left(FWD_NAME[r.forwarding] ?? r.forwarding, 7)} ${left(r.weight, 6)} ${left(r.activeConns, 10)} ${left(r.inactConns, 10)}`,
+      );
     }
   }
   return out;
@@ -327,7 +342,9 @@ export function formatSave(services: FmtService[], names?: Names): string {
       const tun = r.forwarding === 'tunnel' ? ' --tun-type ipip' : '';
       const thresholds = `${r.upperThreshold ? ` -x ${r.upperThreshold}` : ''}${r.lowerThreshold ? ` -y ${r.lowerThreshold}` : ''}`;
       const pp = r.proxyProtocol ? ` --proxy-protocol ${r.proxyProtocol}` : '';
-      out.push(`-a ${name} -r ${addrPort(r.address, r.port, s.protocol, names)} ${FWD_SWITCH[r.forwarding] ?? '-g'} -w ${r.weight}${tun}${thresholds}${pp}`);
+      out.push(
+        `-a ${name} -r ${addrPort(r.address, r.port, s.protocol, names)} ${FWD_SWITCH[r.forwarding] ?? '-g'} -w ${r.weight}${tun}${thresholds}${pp}`,
+      );
     }
   }
   return out.map((l) => l + '\n').join('');
@@ -348,7 +365,9 @@ export function formatConnections(conns: FmtConnection[], opts: { persistentConn
     const secs = Math.max(0, Math.floor(c.expiresIn));
     const expire = `${String(Math.floor(secs / 60)).padStart(2, '0')}:${String(secs % 60).padStart(2, '0')}`;
     const n = opts.names;
-    out.push(`${left(c.protocol, 3)} ${left(expire, 6)} ${left(c.state, 11)} ${left(connName(c.client, c.protocol, n), 18)} ${left(connName(c.virtual, c.protocol, n), 18)} ${connName(c.realServer, c.protocol, n)}`);
+    out.push(
+      `${left(c.protocol, 3)} ${left(expire, 6)} ${left(c.state, 11)} ${left(connName(c.client, c.protocol, n), 18)} ${left(connName(c.virtual, c.protocol, n), 18)} ${connName(c.realServer, c.protocol, n)}`,
+    );
   }
   return out.join('\n') + '\n';
 }
@@ -368,12 +387,17 @@ export interface FmtDrain {
 
 /** uvs's own listing (`uvsadm -L --drain`): the servers being drained and what keeps them. */
 export function formatDrains(checkInterval: number, drains: FmtDrain[]): string {
-  const out = [`Draining real servers (checked every ${checkInterval} s)`, `${left('Prot LocalAddress:Port', 27)} ${left('-> RemoteAddress:Port', 28)} ${left('Since', 9)} ${left('ActiveConn', 10)} ${left('InActConn', 10)} Deadline`];
+  const out = [
+    `Draining real servers (checked every ${checkInterval} s)`,
+    `${left('Prot LocalAddress:Port', 27)} ${left('-> RemoteAddress:Port', 28)} ${left('Since', 9)} ${left('ActiveConn', 10)} ${left('InActConn', 10)} Deadline`,
+  ];
   for (const d of drains) {
     const [proto, addr] = d.service.split(' ');
     const s = Math.floor(d.drainingFor);
     const since = `${String(Math.floor(s / 3600)).padStart(2, '0')}:${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}:${String(s % 60).padStart(2, '0')}`;
-    out.push(`${left(`${left(proto!.toUpperCase(), 4)} ${addr}`, 27)} ${left(`-> ${d.realServer}`, 28)} ${left(since, 9)} ${left(d.activeConns, 10)} ${left(d.inactConns, 10)} ${d.deadline ?? '-'}`);
+    out.push(
+      `${left(`${left(proto!.toUpperCase(), 4)} ${addr}`, 27)} ${left(`-> ${d.realServer}`, 28)} ${left(since, 9)} ${left(d.activeConns, 10)} ${left(d.inactConns, 10)} ${d.deadline ?? '-'}`,
+    );
   }
   return out.join('\n') + '\n';
 }
@@ -402,17 +426,23 @@ export interface FmtWorker {
 export function formatWorkers(workers: FmtWorker[]): string {
   const out = [`${left('Worker', 7)} ${left('State', 6)} ${left('Restarts', 9)} ${left('I/O', 9)} ${left('RxPkts', 12)} TxPkts`];
   for (const w of workers) {
-    out.push(`${left(w.id, 7)} ${left(w.ready ? 'up' : 'DOWN', 6)} ${left(w.restarts, 9)} ${left(w.io ?? '-', 9)} ${left(w.rxPackets, 12)} ${w.txPackets}`);
+    out.push(
+      `${left(w.id, 7)} ${left(w.ready ? 'up' : 'DOWN', 6)} ${left(w.restarts, 9)} ${left(w.io ?? '-', 9)} ${left(w.rxPackets, 12)} ${w.txPackets}`,
+    );
   }
   return out.join('\n') + '\n';
 }
 
 /** uvs's own listing (`uvsadm -L --health`): health-check verdicts per real server. */
 export function formatHealth(checks: FmtHealth[]): string {
-  const out = [`${left('Prot LocalAddress:Port', 27)} ${left('-> RemoteAddress:Port', 28)} ${left('Health', 7)} ${left('Checks', 8)} Last error`];
+  const out = [
+    `${left('Prot LocalAddress:Port', 27)} ${left('-> RemoteAddress:Port', 28)} ${left('Health', 7)} ${left('Checks', 8)} Last error`,
+  ];
   for (const c of [...checks].sort((a, b) => (a.service + a.realServer).localeCompare(b.service + b.realServer))) {
     const [proto, addr] = c.service.split(' ');
-    out.push(`${left(`${left(proto!.toUpperCase(), 4)} ${addr}`, 27)} ${left(`-> ${c.realServer}`, 28)} ${left(c.healthy ? 'up' : 'DOWN', 7)} ${left(c.checks, 8)} ${c.lastError ?? '-'}`);
+    out.push(
+      `${left(`${left(proto!.toUpperCase(), 4)} ${addr}`, 27)} ${left(`-> ${c.realServer}`, 28)} ${left(c.healthy ? 'up' : 'DOWN', 7)} ${left(c.checks, 8)} ${c.lastError ?? '-'}`,
+    );
   }
   return out.join('\n') + '\n';
 }
@@ -423,7 +453,12 @@ export type FmtDefense = Omit<DefenseView, 'holdTime' | 'ticks' | 'nomemTicks'> 
 };
 
 /** The kernel's sysctl names for the defenses (uvs's own limit has none: its config name). */
-const DEFENSE_SYSCTL: Record<string, string> = { dropEntry: 'drop_entry', dropPacket: 'drop_packet', secureTcp: 'secure_tcp', halfOpenPerSource: 'half_open_per_source' };
+const DEFENSE_SYSCTL: Record<string, string> = {
+  dropEntry: 'drop_entry',
+  dropPacket: 'drop_packet',
+  secureTcp: 'secure_tcp',
+  halfOpenPerSource: 'half_open_per_source',
+};
 
 /** uvs's own listing (`uvsadm -L --defense`): the overload defenses as /proc/sys/net/ipv4/vs shows them, and what they did. */
 export function formatDefense(v: FmtDefense): string {
@@ -431,10 +466,15 @@ export function formatDefense(v: FmtDefense): string {
     `Overload defenses: ${v.freeEntries} of ${v.capacity} entries free, amemthresh ${v.amemthresh}: ${v.nomem ? 'SHORT OF ROOM' : 'room'}`,
     `${left('Defense', 21)} ${left('Set', 4)} ${left('Mode', 5)} Active`,
   ];
-  for (const d of v.defenses) out.push(`${left(DEFENSE_SYSCTL[d.name] ?? d.name, 21)} ${left(d.configured, 4)} ${left(d.mode, 5)} ${d.active ? 'yes' : 'no'}`);
-  out.push(`am_droprate ${v.amDroprate}, drop rate now ${v.dropRate === 0 ? '-' : `1/${v.dropRate}`}, secure_tcp half-open timeout ${v.secureTcpTimeout} s, half-open limit per source ${v.maxHalfOpenPerSource}`);
+  for (const d of v.defenses)
+    out.push(`${left(DEFENSE_SYSCTL[d.name] ?? d.name, 21)} ${left(d.configured, 4)} ${left(d.mode, 5)} ${d.active ? 'yes' : 'no'}`);
+  out.push(
+    `am_droprate ${v.amDroprate}, drop rate now ${v.dropRate === 0 ? '-' : `1/${v.dropRate}`}, secure_tcp half-open timeout ${v.secureTcpTimeout} s, half-open limit per source ${v.maxHalfOpenPerSource}`,
+  );
   out.push(`Dropped entries: ${v.droppedHalfOpen} half-open, ${v.droppedIdle} idle; secure_tcp shortened ${v.secureTcpShortened}`);
-  out.push(`Refused new flows: ${v.refused.dropPacket} drop_packet, ${v.refused.halfOpenPerSource} half-open limit, ${v.refused.tableFull} table full, ${v.refused.fullnatPortsExhausted} full-NAT ports exhausted`);
+  out.push(
+    `Refused new flows: ${v.refused.dropPacket} drop_packet, ${v.refused.halfOpenPerSource} half-open limit, ${v.refused.tableFull} table full, ${v.refused.fullnatPortsExhausted} full-NAT ports exhausted`,
+  );
   for (const p of v.fullnatPools) out.push(`Full-NAT pool ${p.realServer}: ${p.used} of ${p.capacity} address:port pairs in use`);
   return out.join('\n') + '\n';
 }

@@ -12,7 +12,21 @@ import { stringify } from 'yaml';
 import { apiCall } from '../../control/client';
 import { LAB_VIP } from '../../lab/lab';
 import { run, sleep, spawnTracked } from '../exec';
-import { apiProbe, client, getStats, labConfig, labServices, RssWatch, startEchoes, startUvsd, stopEchoes, uvsdAlive, waitFor, type ClientRun, type Ctx } from './common';
+import {
+  apiProbe,
+  client,
+  getStats,
+  labConfig,
+  labServices,
+  RssWatch,
+  startEchoes,
+  startUvsd,
+  stopEchoes,
+  uvsdAlive,
+  waitFor,
+  type ClientRun,
+  type Ctx,
+} from './common';
 import type { ApiSample, ScenarioResult, Value } from './report';
 
 const SECRET_REDIS = 'redis-secret-7f3a-5e0c91';
@@ -55,7 +69,9 @@ function raw(socket: string, method: string, path: string, body?: string | Buffe
     const req = request({ socketPath: socket, method, path, headers: h }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8').slice(0, 100000), ms: Date.now() - t }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8').slice(0, 100000), ms: Date.now() - t }),
+      );
     });
     req.setTimeout(60000, () => req.destroy(new Error('timeout')));
     req.on('error', (e: NodeJS.ErrnoException) => resolve({ status: 0, body: '', ms: Date.now() - t, error: e.code ?? e.message }));
@@ -66,7 +82,12 @@ function raw(socket: string, method: string, path: string, body?: string | Buffe
 
 const is4xx = (r: Raw) => r.status >= 400 && r.status < 500;
 /** A request refused at the door: a 4xx, or the connection cut for a body too large. */
-const refusedHttp = (r: Raw): Outcome => ({ outcome: r.status ? `HTTP ${r.status} in ${r.ms} ms${r.status >= 500 ? `: ${r.body.slice(0, 80)}` : ''}` : `connection ${r.error} after ${r.ms} ms`, refused: is4xx(r) || (r.status === 0 && /EPIPE|ECONNRESET/.test(r.error ?? '')) });
+const refusedHttp = (r: Raw): Outcome => ({
+  outcome: r.status
+    ? `HTTP ${r.status} in ${r.ms} ms${r.status >= 500 ? `: ${r.body.slice(0, 80)}` : ''}`
+    : `connection ${r.error} after ${r.ms} ms`,
+  refused: is4xx(r) || (r.status === 0 && /EPIPE|ECONNRESET/.test(r.error ?? '')),
+});
 
 export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: boolean): Promise<void> {
   const lab = ctx.lab;
@@ -78,12 +99,29 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
   r.how = `One uvsd (${ctx.workers} workers, default table) with the lab's services, an API TCP listener on ${API_TCP} with a token, a metrics token${haveRedis ? ', and Redis sync (node n1) against a redis-server with a password in the LB node' : ''}. The cases below run one after another; after each, the configuration is put back. "Refused" = a 4xx answer, a counted rejection, or the input not taken (checked in the API's own view: services, timeouts, shadows, drains). "Longest API wait" = the slowest GET /v1/info of the probe that asks every 20 ms, among those in flight while the case ran (expected < ${STALL_MS} ms). "Alive" = the uvsd process still running and its API answering afterwards.`;
   let redisProc = null as ReturnType<typeof spawnTracked> | null;
   if (haveRedis) {
-    redisProc = spawnTracked('redis-server', ['--port', '6379', '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--requirepass', SECRET_REDIS], lab.lbNs);
-    await waitFor(async () => (await run('redis-cli', ['-a', SECRET_REDIS, '--no-auth-warning', 'ping'], { ns: lab.lbNs, timeoutMs: 3000 })).stdout.trim() === 'PONG', 10000);
+    redisProc = spawnTracked(
+      'redis-server',
+      ['--port', '6379', '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--requirepass', SECRET_REDIS],
+      lab.lbNs,
+    );
+    await waitFor(
+      async () =>
+        (await run('redis-cli', ['-a', SECRET_REDIS, '--no-auth-warning', 'ping'], { ns: lab.lbNs, timeoutMs: 3000 })).stdout.trim() ===
+        'PONG',
+      10000,
+    );
   }
-  const redisCli = async (...args: string[]) => (await run('redis-cli', ['-a', SECRET_REDIS, '--no-auth-warning', ...args], { ns: lab.lbNs, timeoutMs: 20000 })).stdout.trim();
-  const base = { gracefulTermination: { checkInterval: 1 }, reload: { watch: false }, api: { socket: sock, listen: API_TCP, token: SECRET_API }, metrics: { address: '127.0.0.1:19249', token: SECRET_METRICS } };
-  const withRedis = haveRedis ? { redis: { url: REDIS_URL, password: SECRET_REDIS, nodeId: 'n1', countsInterval: 0.5, parkTimeout: 1 } } : {};
+  const redisCli = async (...args: string[]) =>
+    (await run('redis-cli', ['-a', SECRET_REDIS, '--no-auth-warning', ...args], { ns: lab.lbNs, timeoutMs: 20000 })).stdout.trim();
+  const base = {
+    gracefulTermination: { checkInterval: 1 },
+    reload: { watch: false },
+    api: { socket: sock, listen: API_TCP, token: SECRET_API },
+    metrics: { address: '127.0.0.1:19249', token: SECRET_METRICS },
+  };
+  const withRedis = haveRedis
+    ? { redis: { url: REDIS_URL, password: SECRET_REDIS, nodeId: 'n1', countsInterval: 0.5, parkTimeout: 1 } }
+    : {};
   const goodCfg = (svcOpts: Parameters<typeof labServices>[1] = {}, dropEcho?: string) => {
     const services = labServices(lab, svcOpts) as { name: string; realServers: { address: string }[] }[];
     if (dropEcho) for (const s of services) if (s.name === 'echo') s.realServers = s.realServers.filter((x) => x.address !== dropEcho);
@@ -100,18 +138,32 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     writeFileSync(cfgFile, text);
     return raw(sock, 'POST', '/v1/reload');
   };
-  const svcBody = (extra: Record<string, unknown> = {}) => ({ protocol: 'tcp', address: '10.200.0.21', port: 80, scheduler: 'rr', realServers: [{ address: lab.rsAddrs[0], port: 8080 }], ...extra });
+  const svcBody = (extra: Record<string, unknown> = {}) => ({
+    protocol: 'tcp',
+    address: '10.200.0.21',
+    port: 80,
+    scheduler: 'rr',
+    realServers: [{ address: lab.rsAddrs[0], port: 8080 }],
+    ...extra,
+  });
   const servicesList = async () => JSON.stringify((await apiCall(sock, 'GET', '/v1/services')).body);
   /** A service added anyway (2xx): does its health check run? Then it is removed again. */
   const healthRuns = async (r0: Raw, addr: string): Promise<Outcome> => {
     if (is4xx(r0)) return refusedHttp(r0);
     if (r0.status >= 300 || r0.status === 0) return { outcome: `HTTP ${r0.status || r0.error}`, refused: false };
-    const ran = await waitFor(async () => {
-      const h = await apiCall<{ checks: { service: string; checks: number }[] }>(sock, 'GET', '/v1/health');
-      return h.body.checks.some((c) => c.service.includes(addr) && c.checks > 1);
-    }, quick ? 3000 : 8000, 250);
+    const ran = await waitFor(
+      async () => {
+        const h = await apiCall<{ checks: { service: string; checks: number }[] }>(sock, 'GET', '/v1/health');
+        return h.body.checks.some((c) => c.service.includes(addr) && c.checks > 1);
+      },
+      quick ? 3000 : 8000,
+      250,
+    );
     await apiCall(sock, 'DELETE', `/v1/services/tcp/${addr}/80`).catch(() => undefined);
-    return { outcome: `accepted (HTTP ${r0.status}); health check ${ran !== null ? 'runs and is rescheduled' : `never ran twice in ${quick ? 3 : 8} s`}`, refused: ran !== null ? null : false };
+    return {
+      outcome: `accepted (HTTP ${r0.status}); health check ${ran !== null ? 'runs and is rescheduled' : `never ran twice in ${quick ? 3 : 8} s`}`,
+      refused: ran !== null ? null : false,
+    };
   };
 
   // Redis helpers: commands from a file, sent by client.ts in the LB node.
@@ -126,7 +178,10 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
   let realRecord: string | null = null;
   const getRecord = async (): Promise<string | null> => {
     if (realRecord) return realRecord;
-    await run(process.execPath, [join(__dirname, 'client.js'), 'connect-probe', LAB_VIP, '80', '0.5', '100', '2000'], { ns: lab.clientNs, timeoutMs: 10000 });
+    await run(process.execPath, [join(__dirname, 'client.js'), 'connect-probe', LAB_VIP, '80', '0.5', '100', '2000'], {
+      ns: lab.clientNs,
+      timeoutMs: 10000,
+    });
     await sleep(500);
     const keys = (await redisCli('--scan', '--pattern', 'uvs:c:*')).split('\n').filter(Boolean);
     for (const k of keys) {
@@ -142,87 +197,286 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     await sleep(1000);
     const after = await getStats(sock);
     const got = after.shadows - before.shadows;
-    const rej = Object.entries(after.redis ?? {}).filter(([k, v]) => typeof v === 'number' && /reject|invalid|refus|bad/i.test(k)).map(([k, v]) => `${k} +${(v as number) - Number((before.redis as Record<string, unknown> | null)?.[k] ?? 0)}`);
-    return { outcome: `${recs.length.toLocaleString('en-US')} published, ${got.toLocaleString('en-US')} installed as shadows${rej.length ? `; ${rej.join(', ')}` : ''}`, refused: got === 0 };
+    const rej = Object.entries(after.redis ?? {})
+      .filter(([k, v]) => typeof v === 'number' && /reject|invalid|refus|bad/i.test(k))
+      .map(([k, v]) => `${k} +${(v as number) - Number((before.redis as Record<string, unknown> | null)?.[k] ?? 0)}`);
+    return {
+      outcome: `${recs.length.toLocaleString('en-US')} published, ${got.toLocaleString('en-US')} installed as shadows${rej.length ? `; ${rej.join(', ')}` : ''}`,
+      refused: got === 0,
+    };
   };
-  const field = (rec: string, i: number, v: string | number) => rec.split('|').map((x, j) => (j === i ? String(v) : x)).join('|');
+  const field = (rec: string, i: number, v: string | number) =>
+    rec
+      .split('|')
+      .map((x, j) => (j === i ? String(v) : x))
+      .join('|');
 
   const cases: Case[] = [
     // ── API
-    { area: 'API', what: 'malformed JSON body (POST /v1/services)', expect: '4xx', run: async () => refusedHttp(await raw(sock, 'POST', '/v1/services', '{"protocol": "tcp", "address":')) },
-    { area: 'API', what: 'JSON nested 100,000 deep', expect: '4xx', run: async () => refusedHttp(await raw(sock, 'POST', '/v1/services', '['.repeat(100000) + ']'.repeat(100000))) },
-    { area: 'API', what: '20 MB body', expect: '4xx (413) or the connection cut', run: async () => refusedHttp(await raw(sock, 'POST', '/v1/services', Buffer.alloc(20 << 20, 0x20))) },
-    { area: 'API', what: '`__proto__` in a service body', expect: '4xx', run: async () => refusedHttp(await raw(sock, 'POST', '/v1/services', JSON.stringify(svcBody()).replace('{', '{"__proto__":{"polluted":true},'))) },
-    { area: 'API', what: 'wrong content type (text/plain, a valid service)', expect: '4xx (415)', run: async () => {
-      const x = await raw(sock, 'POST', '/v1/services', JSON.stringify(svcBody({ address: '10.200.0.22' })), { 'content-type': 'text/plain' });
-      if (!is4xx(x)) await apiCall(sock, 'DELETE', '/v1/services/tcp/10.200.0.22/80').catch(() => undefined);
-      return refusedHttp(x);
-    } },
-    { area: 'API', what: 'a service outside dataplane.vipCidrs (192.0.2.1)', expect: '4xx', run: async () => {
-      const x = await raw(sock, 'POST', '/v1/services', JSON.stringify(svcBody({ address: '192.0.2.1' })));
-      if (!is4xx(x)) await apiCall(sock, 'DELETE', '/v1/services/tcp/192.0.2.1/80').catch(() => undefined);
-      return refusedHttp(x);
-    } },
-    { area: 'API', what: 'POST /v1/batch with 20,000 addService operations', expect: '4xx, answered fast', run: async () => {
-      const ops = Array.from({ length: 20000 }, (_, i) => ({ op: 'addService', service: svcBody({ address: '10.200.0.30', port: 1000 + i }) }));
-      const x = await raw(sock, 'POST', '/v1/batch', JSON.stringify({ ops }));
-      if (!is4xx(x) && x.status < 300) await apiCall(sock, 'POST', '/v1/reload').catch(() => undefined);
-      return refusedHttp(x);
-    } },
-    { area: 'API', what: 'disruption preview with a malformed body', expect: '4xx', run: async () => refusedHttp(await raw(sock, 'POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, JSON.stringify({ realServers: 'everything', scheduler: 42 }))) },
-    { area: 'API', what: 'disruption preview adding 15,000 real servers', expect: '4xx, or answered fast', run: async () => {
-      const rs = Array.from({ length: 15000 }, (_, i) => ({ address: `10.${201 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, port: 8080 }));
-      const x = await raw(sock, 'POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, JSON.stringify({ realServers: rs }));
-      return x.status >= 200 && x.status < 300 ? { outcome: `HTTP ${x.status} in ${x.ms} ms`, refused: x.ms < STALL_MS ? null : false } : refusedHttp(x);
-    } },
-    { area: 'API', what: 'PUT /v1/timeouts with tcp = 25 days (past 32-bit milliseconds)', expect: '4xx, or a bounded value', run: async () => {
-      const x = await raw(sock, 'PUT', '/v1/timeouts', JSON.stringify({ tcp: 25 * 86400 }));
-      const t = (await apiCall<{ tcp: number }>(sock, 'GET', '/v1/timeouts')).body.tcp;
-      await apiCall(sock, 'PUT', '/v1/timeouts', { tcp: 900 }).catch(() => undefined);
-      if (is4xx(x)) return refusedHttp(x);
-      return { outcome: `HTTP ${x.status}; timeout now ${t} s`, refused: t * 1000 <= 2 ** 31 - 1 ? null : false };
-    } },
-    { area: 'API', what: 'a health check path with a space (`/a b`)', expect: '4xx, or encoded and checked', run: async () => healthRuns(await raw(sock, 'POST', '/v1/services', JSON.stringify(svcBody({ address: '10.200.0.23', healthCheck: { type: 'http', path: '/a b' } }))), '10.200.0.23') },
-    { area: 'API', what: 'a health check path with non-Latin-1 characters (`/ü€`)', expect: '4xx, or encoded and checked', run: async () => healthRuns(await raw(sock, 'POST', '/v1/services', JSON.stringify(svcBody({ address: '10.200.0.24', healthCheck: { type: 'http', path: '/ü€' } }))), '10.200.0.24') },
-    { area: 'API', what: 'GET /v1/config shows no secrets (Redis password, API and metrics tokens)', expect: 'none shown', run: async () => {
-      const x = await raw(sock, 'GET', '/v1/config');
-      const leaked = [SECRET_REDIS, SECRET_API, SECRET_METRICS].filter((s) => x.body.includes(s));
-      return { outcome: leaked.length ? `HTTP ${x.status}: shows ${leaked.length} of 3 secrets` : `HTTP ${x.status}: no secret in it`, refused: leaked.length === 0 };
-    } },
-    { area: 'API', what: 'TCP listener without the token', expect: '401', run: async () => {
-      const c = await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', `http://${API_TCP}/v1/info`], { ns: lab.lbNs, timeoutMs: 10000 });
-      const code = Number(c.stdout.trim());
-      return { outcome: `HTTP ${code}`, refused: code >= 400 && code < 500 };
-    } },
-    { area: 'API', what: 'TCP listener with the token and a foreign Host (DNS rebinding)', expect: '4xx', run: async () => {
-      const c = await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', '-H', `Authorization: Bearer ${SECRET_API}`, '-H', 'Host: rebind.example', `http://${API_TCP}/v1/info`], { ns: lab.lbNs, timeoutMs: 10000 });
-      const code = Number(c.stdout.trim());
-      return { outcome: `HTTP ${code}`, refused: code >= 400 && code < 500 };
-    } },
+    {
+      area: 'API',
+      what: 'malformed JSON body (POST /v1/services)',
+      expect: '4xx',
+      run: async () => refusedHttp(await raw(sock, 'POST', '/v1/services', '{"protocol": "tcp", "address":')),
+    },
+    {
+      area: 'API',
+      what: 'JSON nested 100,000 deep',
+      expect: '4xx',
+      run: async () => refusedHttp(await raw(sock, 'POST', '/v1/services', '['.repeat(100000) + ']'.repeat(100000))),
+    },
+    {
+      area: 'API',
+      what: '20 MB body',
+      expect: '4xx (413) or the connection cut',
+      run: async () => refusedHttp(await raw(sock, 'POST', '/v1/services', Buffer.alloc(20 << 20, 0x20))),
+    },
+    {
+      area: 'API',
+      what: '`__proto__` in a service body',
+      expect: '4xx',
+      run: async () =>
+        refusedHttp(await raw(sock, 'POST', '/v1/services', JSON.stringify(svcBody()).replace('{', '{"__proto__":{"polluted":true},'))),
+    },
+    {
+      area: 'API',
+      what: 'wrong content type (text/plain, a valid service)',
+      expect: '4xx (415)',
+      run: async () => {
+        const x = await raw(sock, 'POST', '/v1/services', JSON.stringify(svcBody({ address: '10.200.0.22' })), {
+          'content-type': 'text/plain',
+        });
+        if (!is4xx(x)) await apiCall(sock, 'DELETE', '/v1/services/tcp/10.200.0.22/80').catch(() => undefined);
+        return refusedHttp(x);
+      },
+    },
+    {
+      area: 'API',
+      what: 'a service outside dataplane.vipCidrs (192.0.2.1)',
+      expect: '4xx',
+      run: async () => {
+        const x = await raw(sock, 'POST', '/v1/services', JSON.stringify(svcBody({ address: '192.0.2.1' })));
+        if (!is4xx(x)) await apiCall(sock, 'DELETE', '/v1/services/tcp/192.0.2.1/80').catch(() => undefined);
+        return refusedHttp(x);
+      },
+    },
+    {
+      area: 'API',
+      what: 'POST /v1/batch with 20,000 addService operations',
+      expect: '4xx, answered fast',
+      run: async () => {
+        const ops = Array.from({ length: 20000 }, (_, i) => ({
+          op: 'addService',
+          service: svcBody({ address: '10.200.0.30', port: 1000 + i }),
+        }));
+        const x = await raw(sock, 'POST', '/v1/batch', JSON.stringify({ ops }));
+        if (!is4xx(x) && x.status < 300) await apiCall(sock, 'POST', '/v1/reload').catch(() => undefined);
+        return refusedHttp(x);
+      },
+    },
+    {
+      area: 'API',
+      what: 'disruption preview with a malformed body',
+      expect: '4xx',
+      run: async () =>
+        refusedHttp(
+          await raw(sock, 'POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, JSON.stringify({ realServers: 'everything', scheduler: 42 })),
+        ),
+    },
+    {
+      area: 'API',
+      what: 'disruption preview adding 15,000 real servers',
+      expect: '4xx, or answered fast',
+      run: async () => {
+        const rs = Array.from({ length: 15000 }, (_, i) => ({ address: `10.${201 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, port: 8080 }));
+        const x = await raw(sock, 'POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, JSON.stringify({ realServers: rs }));
+        return x.status >= 200 && x.status < 300
+          ? { outcome: `HTTP ${x.status} in ${x.ms} ms`, refused: x.ms < STALL_MS ? null : false }
+          : refusedHttp(x);
+      },
+    },
+    {
+      area: 'API',
+      what: 'PUT /v1/timeouts with tcp = 25 days (past 32-bit milliseconds)',
+      expect: '4xx, or a bounded value',
+      run: async () => {
+        const x = await raw(sock, 'PUT', '/v1/timeouts', JSON.stringify({ tcp: 25 * 86400 }));
+        const t = (await apiCall<{ tcp: number }>(sock, 'GET', '/v1/timeouts')).body.tcp;
+        await apiCall(sock, 'PUT', '/v1/timeouts', { tcp: 900 }).catch(() => undefined);
+        if (is4xx(x)) return refusedHttp(x);
+        return { outcome: `HTTP ${x.status}; timeout now ${t} s`, refused: t * 1000 <= 2 ** 31 - 1 ? null : false };
+      },
+    },
+    {
+      area: 'API',
+      what: 'a health check path with a space (`/a b`)',
+      expect: '4xx, or encoded and checked',
+      run: async () =>
+        healthRuns(
+          await raw(
+            sock,
+            'POST',
+            '/v1/services',
+            JSON.stringify(svcBody({ address: '10.200.0.23', healthCheck: { type: 'http', path: '/a b' } })),
+          ),
+          '10.200.0.23',
+        ),
+    },
+    {
+      area: 'API',
+      what: 'a health check path with non-Latin-1 characters (`/ü€`)',
+      expect: '4xx, or encoded and checked',
+      run: async () =>
+        healthRuns(
+          await raw(
+            sock,
+            'POST',
+            '/v1/services',
+            JSON.stringify(svcBody({ address: '10.200.0.24', healthCheck: { type: 'http', path: '/ü€' } })),
+          ),
+          '10.200.0.24',
+        ),
+    },
+    {
+      area: 'API',
+      what: 'GET /v1/config shows no secrets (Redis password, API and metrics tokens)',
+      expect: 'none shown',
+      run: async () => {
+        const x = await raw(sock, 'GET', '/v1/config');
+        const leaked = [SECRET_REDIS, SECRET_API, SECRET_METRICS].filter((s) => x.body.includes(s));
+        return {
+          outcome: leaked.length ? `HTTP ${x.status}: shows ${leaked.length} of 3 secrets` : `HTTP ${x.status}: no secret in it`,
+          refused: leaked.length === 0,
+        };
+      },
+    },
+    {
+      area: 'API',
+      what: 'TCP listener without the token',
+      expect: '401',
+      run: async () => {
+        const c = await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', `http://${API_TCP}/v1/info`], {
+          ns: lab.lbNs,
+          timeoutMs: 10000,
+        });
+        const code = Number(c.stdout.trim());
+        return { outcome: `HTTP ${code}`, refused: code >= 400 && code < 500 };
+      },
+    },
+    {
+      area: 'API',
+      what: 'TCP listener with the token and a foreign Host (DNS rebinding)',
+      expect: '4xx',
+      run: async () => {
+        const c = await run(
+          'curl',
+          [
+            '-s',
+            '-o',
+            '/dev/null',
+            '-w',
+            '%{http_code}',
+            '-m',
+            '5',
+            '-H',
+            `Authorization: Bearer ${SECRET_API}`,
+            '-H',
+            'Host: rebind.example',
+            `http://${API_TCP}/v1/info`,
+          ],
+          { ns: lab.lbNs, timeoutMs: 10000 },
+        );
+        const code = Number(c.stdout.trim());
+        return { outcome: `HTTP ${code}`, refused: code >= 400 && code < 500 };
+      },
+    },
     // ── YAML
-    { area: 'YAML', what: 'syntax error', expect: '4xx on reload, old configuration kept', run: async () => refusedHttp(await reloadWith('services: [ {')) },
-    { area: 'YAML', what: 'alias bomb ("billion laughs", 9 levels × 9)', expect: '4xx, fast', run: async () => {
-      let y = 'a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n';
-      for (let i = 1; i <= 9; i++) y += `a${i}: &a${i} [${Array(9).fill(`*a${i - 1}`).join(',')}]\n`;
-      return refusedHttp(await reloadWith(y + 'services: *a9\n'));
-    } },
-    { area: 'YAML', what: 'sequences nested 10,000 deep', expect: '4xx', run: async () => refusedHttp(await reloadWith(`services: ${'['.repeat(10000)}${']'.repeat(10000)}\n`)) },
-    { area: 'YAML', what: 'an unknown field', expect: '4xx', run: async () => refusedHttp(await reloadWith(stringify({ ...goodCfg(), frobnicate: true }))) },
-    { area: 'YAML', what: 'timeouts.tcp: 25d', expect: '4xx, or bounded', run: async () => {
-      const x = await reloadWith(stringify({ ...goodCfg(), timeouts: { tcp: '25d' } }));
-      if (is4xx(x)) return refusedHttp(x);
-      const t = (await apiCall<{ tcp: number }>(sock, 'GET', '/v1/timeouts')).body.tcp;
-      return { outcome: `HTTP ${x.status}; timeout now ${t} s`, refused: t * 1000 <= 2 ** 31 - 1 ? null : false };
-    } },
-    { area: 'YAML', what: 'a service outside dataplane.vipCidrs', expect: '4xx', run: async () => {
-      const c = goodCfg() as { services: unknown[] };
-      return refusedHttp(await reloadWith(stringify({ ...c, services: [...c.services, { name: 'x', protocol: 'tcp', address: '192.0.2.1', port: 80, realServers: [{ address: lab.rsAddrs[0], port: 8080 }] }] })));
-    } },
-    { area: 'YAML', what: 'a health check path with a space', expect: '4xx, or encoded and checked', run: async () => {
-      const c = goodCfg() as { services: unknown[] };
-      const x = await reloadWith(stringify({ ...c, services: [...c.services, { name: 'hc', protocol: 'tcp', address: '10.200.0.25', port: 80, realServers: [{ address: lab.rsAddrs[0], port: 8080 }], healthCheck: { type: 'http', path: '/a b' } }] }));
-      return healthRuns(x, '10.200.0.25');
-    } },
+    {
+      area: 'YAML',
+      what: 'syntax error',
+      expect: '4xx on reload, old configuration kept',
+      run: async () => refusedHttp(await reloadWith('services: [ {')),
+    },
+    {
+      area: 'YAML',
+      what: 'alias bomb ("billion laughs", 9 levels × 9)',
+      expect: '4xx, fast',
+      run: async () => {
+        let y = 'a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n';
+        for (let i = 1; i <= 9; i++)
+          y += `a${i}: &a${i} [${Array(9)
+            .fill(`*a${i - 1}`)
+            .join(',')}]\n`;
+        return refusedHttp(await reloadWith(y + 'services: *a9\n'));
+      },
+    },
+    {
+      area: 'YAML',
+      what: 'sequences nested 10,000 deep',
+      expect: '4xx',
+      run: async () => refusedHttp(await reloadWith(`services: ${'['.repeat(10000)}${']'.repeat(10000)}\n`)),
+    },
+    {
+      area: 'YAML',
+      what: 'an unknown field',
+      expect: '4xx',
+      run: async () => refusedHttp(await reloadWith(stringify({ ...goodCfg(), frobnicate: true }))),
+    },
+    {
+      area: 'YAML',
+      what: 'timeouts.tcp: 25d',
+      expect: '4xx, or bounded',
+      run: async () => {
+        const x = await reloadWith(stringify({ ...goodCfg(), timeouts: { tcp: '25d' } }));
+        if (is4xx(x)) return refusedHttp(x);
+        const t = (await apiCall<{ tcp: number }>(sock, 'GET', '/v1/timeouts')).body.tcp;
+        return { outcome: `HTTP ${x.status}; timeout now ${t} s`, refused: t * 1000 <= 2 ** 31 - 1 ? null : false };
+      },
+    },
+    {
+      area: 'YAML',
+      what: 'a service outside dataplane.vipCidrs',
+      expect: '4xx',
+      run: async () => {
+        const c = goodCfg() as { services: unknown[] };
+        return refusedHttp(
+          await reloadWith(
+            stringify({
+              ...c,
+              services: [
+                ...c.services,
+                { name: 'x', protocol: 'tcp', address: '192.0.2.1', port: 80, realServers: [{ address: lab.rsAddrs[0], port: 8080 }] },
+              ],
+            }),
+          ),
+        );
+      },
+    },
+    {
+      area: 'YAML',
+      what: 'a health check path with a space',
+      expect: '4xx, or encoded and checked',
+      run: async () => {
+        const c = goodCfg() as { services: unknown[] };
+        const x = await reloadWith(
+          stringify({
+            ...c,
+            services: [
+              ...c.services,
+              {
+                name: 'hc',
+                protocol: 'tcp',
+                address: '10.200.0.25',
+                port: 80,
+                realServers: [{ address: lab.rsAddrs[0], port: 8080 }],
+                healthCheck: { type: 'http', path: '/a b' },
+              },
+            ],
+          }),
+        );
+        return healthRuns(x, '10.200.0.25');
+      },
+    },
   ];
 
   // ── state files: uvsd restarted on each; it must start, and take nothing outside its VIP ranges.
@@ -252,7 +506,18 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     protocol: 'tcp',
     since: Date.now(),
     deadline: null,
-    serviceConfig: { name: 'forged', protocol: 'tcp', address: '192.0.2.1', port: 80, scheduler: 'rr', schedFlags: [], forwarding: 'masq', realServers: [], persistence: 0, netmask: '255.255.255.255' },
+    serviceConfig: {
+      name: 'forged',
+      protocol: 'tcp',
+      address: '192.0.2.1',
+      port: 80,
+      scheduler: 'rr',
+      schedFlags: [],
+      forwarding: 'masq',
+      realServers: [],
+      persistence: 0,
+      netmask: '255.255.255.255',
+    },
     realServerConfig: { address: lab.rsAddrs[0], port: 8080, weight: 1, forwarding: 'masq', upperThreshold: 0, lowerThreshold: 0 },
   };
   cases.push(
@@ -260,14 +525,24 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     stateCase('a JSON array instead of an object', '[1,2,3]'),
     stateCase('`draining` of the wrong type', '{"draining":"everything"}'),
     stateCase('drain entries of the wrong shape', '{"draining":[{"service":5},{"serviceConfig":null},null,7]}'),
-    stateCase('a drain entry whose service is outside dataplane.vipCidrs', JSON.stringify({ draining: [forgedDrain] }), async () => !(await servicesList()).includes('192.0.2.1')),
+    stateCase(
+      'a drain entry whose service is outside dataplane.vipCidrs',
+      JSON.stringify({ draining: [forgedDrain] }),
+      async () => !(await servicesList()).includes('192.0.2.1'),
+    ),
   );
 
   // ── Redis
   if (haveRedis) {
     const rec = async () => (await getRecord()) ?? '';
     const recCases: [string, (x: string) => string[]][] = [
-      ['garbage lines', () => Array.from({ length: 1000 }, (_, i) => (i % 3 === 0 ? 'x'.repeat(i) : i % 3 === 1 ? '|'.repeat(20) : `${i}|${i}|NaN|-1|1e99|||||||||`))],
+      [
+        'garbage lines',
+        () =>
+          Array.from({ length: 1000 }, (_, i) =>
+            i % 3 === 0 ? 'x'.repeat(i) : i % 3 === 1 ? '|'.repeat(20) : `${i}|${i}|NaN|-1|1e99|||||||||`,
+          ),
+      ],
       ['a record that names a real server but points the flow at another address', (x) => [field(field(x, 1, 12345), 4, 0x0a000001)]],
       ['a record for a VIP port without a service', (x) => [field(field(x, 1, 12346), 3, 0x0ac800fe)]],
       ['a record with the persistence-template flag', (x) => [field(field(x, 1, 12347), 7, Number(x.split('|')[7]) | 0x1000)]],
@@ -275,80 +550,134 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
       ['a record naming a real server with another protocol', (x) => [field(field(x, 1, 12349), 0, 17)]],
     ];
     for (const [what, make] of recCases) {
-      cases.push({ area: 'Redis', what: `published flow records: ${what}`, expect: 'not installed (counted)', run: async () => {
-        const x = await rec();
-        if (!x && what !== 'garbage lines') return { outcome: 'no real record found to forge from', refused: null };
-        return publishAndCount(make(x));
-      } });
+      cases.push({
+        area: 'Redis',
+        what: `published flow records: ${what}`,
+        expect: 'not installed (counted)',
+        run: async () => {
+          const x = await rec();
+          if (!x && what !== 'garbage lines') return { outcome: 'no real record found to forge from', refused: null };
+          return publishAndCount(make(x));
+        },
+      });
     }
-    cases.push({ area: 'Redis', what: `${forgedFlows.toLocaleString('en-US')} valid-looking flow records (more than the table holds)`, expect: 'shadows capped; local flows still get entries', run: async () => {
-      const x = await rec();
-      if (!x) return { outcome: 'no real record found to forge from', refused: null };
-      const before = await getStats(sock);
-      const recs = Array.from({ length: forgedFlows }, (_, i) => field(field(x, 1, 0x0b000000 + i), 12, Date.now() + 60000));
-      const o = await publishAndCount(recs);
-      const after = await getStats(sock);
-      const probe = await run(process.execPath, [join(__dirname, 'client.js'), 'connect-probe', LAB_VIP, '80', '1', '100', '2000'], { ns: lab.clientNs, timeoutMs: 10000 });
-      // The shadows would crowd out every case after this one: a fresh uvsd (an empty table).
-      await lab.stopUvsd();
-      pid = await startUvsd(ctx, goodCfg());
-      await waitFor(async () => (await getStats(sock).catch(() => null))?.redis?.connected === true, 15000);
-      const okN = probe.stdout.split('\n').filter((l) => l.includes('"e":null')).length;
-      const allN = probe.stdout.split('\n').filter((l) => l.startsWith('{')).length;
-      return { outcome: `${o.outcome}; table ${after.table.entries.toLocaleString('en-US')} of ${after.table.capacity.toLocaleString('en-US')} (was ${before.table.entries}); new real connections answered ${okN} of ${allN}`, refused: okN === allN && allN > 0 && after.shadows - before.shadows < after.table.capacity / 2 };
-    } });
+    cases.push({
+      area: 'Redis',
+      what: `${forgedFlows.toLocaleString('en-US')} valid-looking flow records (more than the table holds)`,
+      expect: 'shadows capped; local flows still get entries',
+      run: async () => {
+        const x = await rec();
+        if (!x) return { outcome: 'no real record found to forge from', refused: null };
+        const before = await getStats(sock);
+        const recs = Array.from({ length: forgedFlows }, (_, i) => field(field(x, 1, 0x0b000000 + i), 12, Date.now() + 60000));
+        const o = await publishAndCount(recs);
+        const after = await getStats(sock);
+        const probe = await run(process.execPath, [join(__dirname, 'client.js'), 'connect-probe', LAB_VIP, '80', '1', '100', '2000'], {
+          ns: lab.clientNs,
+          timeoutMs: 10000,
+        });
+        // The shadows would crowd out every case after this one: a fresh uvsd (an empty table).
+        await lab.stopUvsd();
+        pid = await startUvsd(ctx, goodCfg());
+        await waitFor(async () => (await getStats(sock).catch(() => null))?.redis?.connected === true, 15000);
+        const okN = probe.stdout.split('\n').filter((l) => l.includes('"e":null')).length;
+        const allN = probe.stdout.split('\n').filter((l) => l.startsWith('{')).length;
+        return {
+          outcome: `${o.outcome}; table ${after.table.entries.toLocaleString('en-US')} of ${after.table.capacity.toLocaleString('en-US')} (was ${before.table.entries}); new real connections answered ${okN} of ${allN}`,
+          refused: okN === allN && allN > 0 && after.shadows - before.shadows < after.table.capacity / 2,
+        };
+      },
+    });
     // Counts: a drain decided on forged numbers.
-    cases.push({ area: 'Redis', what: 'a forged huge connection count (10⁹) for a real server being removed', expect: 'ignored: the idle server is deleted', run: async () => {
-      const key = `tcp ${LAB_VIP}:7|${lab.rsAddrs[2]}:9007`;
-      const hb = await redisCmds([['SET', 'uvs:counts:n9', JSON.stringify({ [key]: [1e9, 0] }), 'PX', '3000'], ['ZADD', 'uvs:nodes', '$now', 'n9']], 12);
-      await sleep(1500);
-      writeFileSync(cfgFile, stringify(goodCfg({}, lab.rsAddrs[2])));
-      await apiCall(sock, 'POST', '/v1/reload');
-      await sleep(settleMs);
-      const d = (await apiCall<{ draining: { realServer: string; activeConns: number }[] }>(sock, 'GET', '/v1/drains')).body.draining;
-      const still = d.find((x) => x.realServer.startsWith(lab.rsAddrs[2]!));
-      await hb.stop();
-      await redisCli('DEL', 'uvs:counts:n9');
-      await redisCli('ZREM', 'uvs:nodes', 'n9');
-      await restore();
-      return { outcome: still ? `still draining after ${settleMs / 1000} s (activeConns ${still.activeConns})` : 'deleted (no local connections): the forged count was not used', refused: !still };
-    } });
-    cases.push({ area: 'Redis', what: 'a forged negative count (−1000) for a real server being removed with a live connection', expect: 'ignored: it keeps draining, the connection lives', run: async () => {
-      const streams = await startEchoes(lab.clientNs, LAB_VIP, 7, 3, 30, 200);
-      await sleep(1000);
-      const target = lab.rsAddrs[1]!;
-      const key = `tcp ${LAB_VIP}:7|${target}:9007`;
-      const hb = await redisCmds([['SET', 'uvs:counts:n9', JSON.stringify({ [key]: [-1000, -1000] }), 'PX', '3000'], ['ZADD', 'uvs:nodes', '$now', 'n9']], 12);
-      await sleep(1500);
-      writeFileSync(cfgFile, stringify(goodCfg({}, target)));
-      await apiCall(sock, 'POST', '/v1/reload');
-      await sleep(settleMs);
-      const d = (await apiCall<{ draining: { realServer: string }[] }>(sock, 'GET', '/v1/drains')).body.draining;
-      const draining = d.some((x) => x.realServer.startsWith(target));
-      await hb.stop();
-      await redisCli('DEL', 'uvs:counts:n9');
-      await redisCli('ZREM', 'uvs:nodes', 'n9');
-      const echo = await stopEchoes(streams);
-      await restore();
-      return { outcome: `${draining ? 'still draining' : 'deleted at once'} after ${settleMs / 1000} s; echo streams broken ${echo.broken} of 3`, refused: draining && echo.broken === 0 };
-    } });
-    cases.push({ area: 'Redis', what: `${fakeNodes.toLocaleString('en-US')} fake nodes with heartbeats from the future`, expect: 'ignored or capped, API unaffected', run: async () => {
-      const rss = new RssWatch(pid);
-      const cmds: (string | number)[][] = [];
-      for (let i = 0; i < fakeNodes; i += 1000) {
-        const c: (string | number)[] = ['ZADD', 'uvs:nodes'];
-        for (let j = i; j < Math.min(fakeNodes, i + 1000); j++) c.push('$now+1000000000', `fake${j}`);
-        cmds.push(c);
-      }
-      cmds.push(['SET', 'uvs:counts:fake1', '{"x":"not a count"}'], ['SET', 'uvs:counts:fake2', 'not json']);
-      await (await redisCmds(cmds)).done;
-      await sleep(quick ? 3000 : 6000); // several count exchanges (every 0.5 s)
-      const s = await getStats(sock);
-      rss.stop();
-      await redisCli('DEL', 'uvs:nodes', 'uvs:counts:fake1', 'uvs:counts:fake2');
-      const n = s.redis?.nodes?.length ?? 0;
-      return { outcome: `${n.toLocaleString('en-US')} nodes listed after ${quick ? 3 : 6} s; uvsd RSS ${Math.round(rss.firstMb ?? 0)} → peak ${Math.round(rss.peakMb)} MB`, refused: n < fakeNodes / 10 && rss.peakMb - (rss.firstMb ?? 0) < 100 };
-    } });
+    cases.push({
+      area: 'Redis',
+      what: 'a forged huge connection count (10⁹) for a real server being removed',
+      expect: 'ignored: the idle server is deleted',
+      run: async () => {
+        const key = `tcp ${LAB_VIP}:7|${lab.rsAddrs[2]}:9007`;
+        const hb = await redisCmds(
+          [
+            ['SET', 'uvs:counts:n9', JSON.stringify({ [key]: [1e9, 0] }), 'PX', '3000'],
+            ['ZADD', 'uvs:nodes', '$now', 'n9'],
+          ],
+          12,
+        );
+        await sleep(1500);
+        writeFileSync(cfgFile, stringify(goodCfg({}, lab.rsAddrs[2])));
+        await apiCall(sock, 'POST', '/v1/reload');
+        await sleep(settleMs);
+        const d = (await apiCall<{ draining: { realServer: string; activeConns: number }[] }>(sock, 'GET', '/v1/drains')).body.draining;
+        const still = d.find((x) => x.realServer.startsWith(lab.rsAddrs[2]!));
+        await hb.stop();
+        await redisCli('DEL', 'uvs:counts:n9');
+        await redisCli('ZREM', 'uvs:nodes', 'n9');
+        await restore();
+        return {
+          outcome: still
+            ? `still draining after ${settleMs / 1000} s (activeConns ${still.activeConns})`
+            : 'deleted (no local connections): the forged count was not used',
+          refused: !still,
+        };
+      },
+    });
+    cases.push({
+      area: 'Redis',
+      what: 'a forged negative count (−1000) for a real server being removed with a live connection',
+      expect: 'ignored: it keeps draining, the connection lives',
+      run: async () => {
+        const streams = await startEchoes(lab.clientNs, LAB_VIP, 7, 3, 30, 200);
+        await sleep(1000);
+        const target = lab.rsAddrs[1]!;
+        const key = `tcp ${LAB_VIP}:7|${target}:9007`;
+        const hb = await redisCmds(
+          [
+            ['SET', 'uvs:counts:n9', JSON.stringify({ [key]: [-1000, -1000] }), 'PX', '3000'],
+            ['ZADD', 'uvs:nodes', '$now', 'n9'],
+          ],
+          12,
+        );
+        await sleep(1500);
+        writeFileSync(cfgFile, stringify(goodCfg({}, target)));
+        await apiCall(sock, 'POST', '/v1/reload');
+        await sleep(settleMs);
+        const d = (await apiCall<{ draining: { realServer: string }[] }>(sock, 'GET', '/v1/drains')).body.draining;
+        const draining = d.some((x) => x.realServer.startsWith(target));
+        await hb.stop();
+        await redisCli('DEL', 'uvs:counts:n9');
+        await redisCli('ZREM', 'uvs:nodes', 'n9');
+        const echo = await stopEchoes(streams);
+        await restore();
+        return {
+          outcome: `${draining ? 'still draining' : 'deleted at once'} after ${settleMs / 1000} s; echo streams broken ${echo.broken} of 3`,
+          refused: draining && echo.broken === 0,
+        };
+      },
+    });
+    cases.push({
+      area: 'Redis',
+      what: `${fakeNodes.toLocaleString('en-US')} fake nodes with heartbeats from the future`,
+      expect: 'ignored or capped, API unaffected',
+      run: async () => {
+        const rss = new RssWatch(pid);
+        const cmds: (string | number)[][] = [];
+        for (let i = 0; i < fakeNodes; i += 1000) {
+          const c: (string | number)[] = ['ZADD', 'uvs:nodes'];
+          for (let j = i; j < Math.min(fakeNodes, i + 1000); j++) c.push('$now+1000000000', `fake${j}`);
+          cmds.push(c);
+        }
+        cmds.push(['SET', 'uvs:counts:fake1', '{"x":"not a count"}'], ['SET', 'uvs:counts:fake2', 'not json']);
+        await (await redisCmds(cmds)).done;
+        await sleep(quick ? 3000 : 6000); // several count exchanges (every 0.5 s)
+        const s = await getStats(sock);
+        rss.stop();
+        await redisCli('DEL', 'uvs:nodes', 'uvs:counts:fake1', 'uvs:counts:fake2');
+        const n = s.redis?.nodes?.length ?? 0;
+        return {
+          outcome: `${n.toLocaleString('en-US')} nodes listed after ${quick ? 3 : 6} s; uvsd RSS ${Math.round(rss.firstMb ?? 0)} → peak ${Math.round(rss.peakMb)} MB`,
+          refused: n < fakeNodes / 10 && rss.peakMb - (rss.firstMb ?? 0) < 100,
+        };
+      },
+    });
   }
 
   // ── run them, probing the API throughout
@@ -386,7 +715,15 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     if (stall !== null && stall > STALL_MS) stalls++;
     if (o.refused === true) refusedN++;
     if (o.refused === false) taken++;
-    rows.push([c.area, c.what, c.expect, o.outcome, o.refused === null ? 'n/a' : o.refused ? 'yes' : '**NO**', alive ? 'yes' : '**NO**', stall]);
+    rows.push([
+      c.area,
+      c.what,
+      c.expect,
+      o.outcome,
+      o.refused === null ? 'n/a' : o.refused ? 'yes' : '**NO**',
+      alive ? 'yes' : '**NO**',
+      stall,
+    ]);
     ctx.log(`abuse: ${c.area}: ${c.what}: ${o.outcome}${alive ? '' : ' — uvsd DIED'}${stall !== null ? `, API ${stall} ms` : ''}`);
     if (c.area !== 'state file' && c.area !== 'API') await restore();
   }
@@ -394,12 +731,26 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
   redisProc?.kill('SIGKILL');
   r.figures.push(
     { label: 'cases', value: cases.length },
-    { label: 'refused (4xx, counted, or not taken)', value: refusedN, unit: `of ${refusedN + taken} that apply`, expect: 'all', ok: taken === 0 },
+    {
+      label: 'refused (4xx, counted, or not taken)',
+      value: refusedN,
+      unit: `of ${refusedN + taken} that apply`,
+      expect: 'all',
+      ok: taken === 0,
+    },
     { label: 'uvsd crashed or stopped answering', value: crashes, expect: '0', ok: crashes === 0 },
     { label: `cases during which an API probe waited more than ${STALL_MS} ms`, value: stalls, expect: '0', ok: stalls === 0 },
     { label: 'longest API wait during any case', value: worstStall, unit: 'ms', expect: `< ${STALL_MS} ms`, ok: worstStall < STALL_MS },
   );
-  r.tables.push({ title: 'Cases', columns: ['area', 'input', 'expected', 'what happened', 'refused', 'uvsd alive', `longest API wait (ms)`], rows });
-  r.notes.push('"n/a" = accepted in a harmless form (e.g. a health-check path that is encoded and checked, a timeout kept within bounds) or not measurable in this run; the "what happened" column says which.');
-  r.notes.push('State-file cases restart uvsd (its API is down meanwhile), so they have no API-wait figure; they count as refused when uvsd starts and took nothing outside its VIP ranges.');
+  r.tables.push({
+    title: 'Cases',
+    columns: ['area', 'input', 'expected', 'what happened', 'refused', 'uvsd alive', `longest API wait (ms)`],
+    rows,
+  });
+  r.notes.push(
+    '"n/a" = accepted in a harmless form (e.g. a health-check path that is encoded and checked, a timeout kept within bounds) or not measurable in this run; the "what happened" column says which.',
+  );
+  r.notes.push(
+    'State-file cases restart uvsd (its API is down meanwhile), so they have no API-wait figure; they count as refused when uvsd starts and took nothing outside its VIP ranges.',
+  );
 }

@@ -120,10 +120,15 @@ export async function linkMac(ns: string, dev: string): Promise<string> {
 }
 
 /** A device's counters in a namespace (ip -s): rx/tx packets and drops. */
-export async function devStats(ns: string, dev: string): Promise<{ rxPackets: number; rxDropped: number; txPackets: number; txDropped: number } | null> {
+export async function devStats(
+  ns: string,
+  dev: string,
+): Promise<{ rxPackets: number; rxDropped: number; txPackets: number; txDropped: number } | null> {
   const r = await run('ip', ['-j', '-s', '-n', ns, 'link', 'show', dev], { timeoutMs: 5000 });
   try {
-    const s = (JSON.parse(r.stdout) as { stats64: { rx: { packets: number; dropped: number }; tx: { packets: number; dropped: number } } }[])[0]!.stats64;
+    const s = (
+      JSON.parse(r.stdout) as { stats64: { rx: { packets: number; dropped: number }; tx: { packets: number; dropped: number } } }[]
+    )[0]!.stats64;
     return { rxPackets: s.rx.packets, rxDropped: s.rx.dropped, txPackets: s.tx.packets, txDropped: s.tx.dropped };
   } catch {
     return null;
@@ -167,7 +172,10 @@ export interface ClientRun<T> {
 
 /** Runs `node client.js ARGS` in ns, bounded: SIGKILL after limitMs. */
 export function client<T>(ns: string, args: string[], limitMs: number): ClientRun<T> {
-  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, CLIENT, ...args], { stdio: ['ignore', 'pipe', 'ignore'], detached: true });
+  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, CLIENT, ...args], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+    detached: true,
+  });
   live.add(child);
   const lines: T[] = [];
   let buf = '';
@@ -216,8 +224,17 @@ export interface EchoResult {
 }
 
 /** n TCP echo streams to host:port (a line every intervalMs), each waited for until it is connected. */
-export async function startEchoes(ns: string, host: string, port: number, n: number, seconds: number, intervalMs = 200): Promise<ClientRun<EchoResult>[]> {
-  const runs = Array.from({ length: n }, () => client<EchoResult>(ns, ['echo', host, String(port), String(seconds), String(intervalMs)], (seconds + 30) * 1000));
+export async function startEchoes(
+  ns: string,
+  host: string,
+  port: number,
+  n: number,
+  seconds: number,
+  intervalMs = 200,
+): Promise<ClientRun<EchoResult>[]> {
+  const runs = Array.from({ length: n }, () =>
+    client<EchoResult>(ns, ['echo', host, String(port), String(seconds), String(intervalMs)], (seconds + 30) * 1000),
+  );
   await sleep(Math.max(500, intervalMs * 2));
   return runs;
 }
@@ -238,13 +255,36 @@ export interface DownloadResult {
 }
 
 /** A download of `bytes` read at bytesPerS (client.ts download): open for bytes / bytesPerS seconds. */
-export function download(ns: string, host: string, port: number, bytes: number, seed: number, bytesPerS: number, maxSeconds: number): { result: Promise<DownloadResult> } {
-  const c = client<DownloadResult>(ns, ['download', host, String(port), String(bytes), String(seed), String(bytesPerS), String(maxSeconds)], (maxSeconds + 10) * 1000);
+export function download(
+  ns: string,
+  host: string,
+  port: number,
+  bytes: number,
+  seed: number,
+  bytesPerS: number,
+  maxSeconds: number,
+): { result: Promise<DownloadResult> } {
+  const c = client<DownloadResult>(
+    ns,
+    ['download', host, String(port), String(bytes), String(seed), String(bytesPerS), String(maxSeconds)],
+    (maxSeconds + 10) * 1000,
+  );
   return { result: c.done.then((l) => l[l.length - 1] ?? { ok: false, bytes: 0, error: 'no output', ms: 0 }) };
 }
 
-export function connectProbe(ns: string, host: string, port: number, seconds: number, intervalMs: number, timeoutMs = 5000): ClientRun<Attempt> {
-  return client<Attempt>(ns, ['connect-probe', host, String(port), String(seconds), String(intervalMs), String(timeoutMs)], (seconds + 30) * 1000);
+export function connectProbe(
+  ns: string,
+  host: string,
+  port: number,
+  seconds: number,
+  intervalMs: number,
+  timeoutMs = 5000,
+): ClientRun<Attempt> {
+  return client<Attempt>(
+    ns,
+    ['connect-probe', host, String(port), String(seconds), String(intervalMs), String(timeoutMs)],
+    (seconds + 30) * 1000,
+  );
 }
 
 export function apiProbe(socket: string, ns: string, seconds: number, intervalMs = 20): ClientRun<ApiSample> {
@@ -313,4 +353,5 @@ export async function waitFor(cond: () => Promise<boolean> | boolean, timeoutMs:
   }
 }
 
-export const round = (v: number | null, d = 0): number | null => (v === null || !Number.isFinite(v) ? null : Math.round(v * 10 ** d) / 10 ** d);
+export const round = (v: number | null, d = 0): number | null =>
+  v === null || !Number.isFinite(v) ? null : Math.round(v * 10 ** d) / 10 ** d;

@@ -18,7 +18,25 @@ import { apiCall } from '../../control/client';
 import { LAB_VIP, LAB_VIP6 } from '../../lab/lab';
 import { sleep } from '../exec';
 import { attemptStats, defenseSettings, latencyStats, numericDiff, recovered, recoveryMs, type ScenarioResult, type Value } from './report';
-import { apiProbe, blackholeSpoofed, connectProbe, CpuWatch, devStats, getStats, labConfig, labServices, linkMac, relgen, round, startEchoes, startUvsd, stopEchoes, type Ctx, type GenResult, type Stats } from './common';
+import {
+  apiProbe,
+  blackholeSpoofed,
+  connectProbe,
+  CpuWatch,
+  devStats,
+  getStats,
+  labConfig,
+  labServices,
+  linkMac,
+  relgen,
+  round,
+  startEchoes,
+  startUvsd,
+  stopEchoes,
+  type Ctx,
+  type GenResult,
+  type Stats,
+} from './common';
 
 const SLOW_MS = 1000; // a connect slower than this waited for a SYN retransmission (1 s): not served
 
@@ -90,7 +108,18 @@ interface FloodRound {
  * have worked 2 s in a row (or postBoundS). Real clients: a connect-probe every intervalMs and
  * `echoes` echo streams through port 7.
  */
-async function floodRound(ctx: Ctx, o: { cfg: Record<string, unknown>; gen: Record<string, string | number>; floodS: number; postBoundS: number; intervalMs: number; echoes: number; v6?: boolean }): Promise<FloodRound> {
+async function floodRound(
+  ctx: Ctx,
+  o: {
+    cfg: Record<string, unknown>;
+    gen: Record<string, string | number>;
+    floodS: number;
+    postBoundS: number;
+    intervalMs: number;
+    echoes: number;
+    v6?: boolean;
+  },
+): Promise<FloodRound> {
   const lab = ctx.lab;
   const pid = await startUvsd(ctx, o.cfg);
   const vip = o.v6 ? LAB_VIP6 : LAB_VIP;
@@ -104,7 +133,12 @@ async function floodRound(ctx: Ctx, o: { cfg: Record<string, unknown>; gen: Reco
   const watch = new EntriesWatch(lab.socket);
   const cpu = new CpuWatch(pid, ctx.hz);
   const floodStart = Date.now();
-  const gen = await relgen(ctx, lab.clientNs, { if: `${lab.prefix}c0`, mac, vip4: LAB_VIP, vip6: LAB_VIP6, port: 80, seconds: o.floodS, ...o.gen }, o.floodS * 1000);
+  const gen = await relgen(
+    ctx,
+    lab.clientNs,
+    { if: `${lab.prefix}c0`, mac, vip4: LAB_VIP, vip6: LAB_VIP6, port: 80, seconds: o.floodS, ...o.gen },
+    o.floodS * 1000,
+  );
   const floodStop = Date.now();
   const cpuPct = cpu.read();
   const atStop = await getStats(lab.socket).catch(() => null);
@@ -151,7 +185,14 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
   for (const rate of rates) {
     const label = rate ? `${rate.toLocaleString('en-US')}/s` : 'max';
     ctx.log(`synflood: ${label} for ${floodS} s`);
-    const fr = await floodRound(ctx, { cfg: labConfig(ctx, labServices(lab)), gen: { mode: 'syn4', pps: rate }, floodS, postBoundS, intervalMs: 50, echoes: 3 });
+    const fr = await floodRound(ctx, {
+      cfg: labConfig(ctx, labServices(lab)),
+      gen: { mode: 'syn4', pps: rate },
+      floodS,
+      postBoundS,
+      intervalMs: 50,
+      echoes: 3,
+    });
     if (!defense) defense = await defenseNote(ctx);
     await ctx.lab.stopUvsd();
     const during = attemptStats(fr.attempts, fr.floodStart, fr.floodStop);
@@ -176,17 +217,51 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
     broken += fr.echoBroken;
     if (fr.recoveryMs === null) notRecovered = true;
     else if (worstRecovery !== null) worstRecovery = Math.max(worstRecovery, fr.recoveryMs);
-    ctx.log(`synflood: ${label}: ${Math.round(achieved)} SYN/s sent, peak ${fr.peakEntries} entries, real clients ${pct(during.okRate)} % ok, p99 connect ${during.connectP99} ms, recovery ${fr.recoveryMs === null ? 'not seen' : `${fr.recoveryMs} ms`}`);
+    ctx.log(
+      `synflood: ${label}: ${Math.round(achieved)} SYN/s sent, peak ${fr.peakEntries} entries, real clients ${pct(during.okRate)} % ok, p99 connect ${during.connectP99} ms, recovery ${fr.recoveryMs === null ? 'not seen' : `${fr.recoveryMs} ms`}`,
+    );
   }
   r.figures.push(
-    { label: 'real clients\' new connections answered during the flood, worst rate', value: pct(worstOk), unit: '%', expect: '≥ 99 %', ok: worstOk === null ? null : worstOk >= 0.99 },
-    { label: 'real clients\' p99 connect time during the flood, worst rate', value: worstP99, unit: 'ms', expect: `< ${SLOW_MS} ms (no SYN retransmission)`, ok: worstP99 === null ? null : worstP99 < SLOW_MS },
+    {
+      label: "real clients' new connections answered during the flood, worst rate",
+      value: pct(worstOk),
+      unit: '%',
+      expect: '≥ 99 %',
+      ok: worstOk === null ? null : worstOk >= 0.99,
+    },
+    {
+      label: "real clients' p99 connect time during the flood, worst rate",
+      value: worstP99,
+      unit: 'ms',
+      expect: `< ${SLOW_MS} ms (no SYN retransmission)`,
+      ok: worstP99 === null ? null : worstP99 < SLOW_MS,
+    },
     { label: 'established echo streams broken (3 per rate)', value: broken, expect: '0', ok: broken === 0 },
-    { label: 'recovery after the flood, worst rate', value: notRecovered ? `not within ${postBoundS} s` : round((worstRecovery ?? 0) / 1000, 1), unit: notRecovered ? undefined : 's', expect: '≤ 5 s', ok: !notRecovered && (worstRecovery ?? 0) <= 5000 },
+    {
+      label: 'recovery after the flood, worst rate',
+      value: notRecovered ? `not within ${postBoundS} s` : round((worstRecovery ?? 0) / 1000, 1),
+      unit: notRecovered ? undefined : 's',
+      expect: '≤ 5 s',
+      ok: !notRecovered && (worstRecovery ?? 0) <= 5000,
+    },
   );
   r.tables.push({
     title: 'Per rate',
-    columns: ['offered', 'sent SYN/s', 'SYNs sent', 'peak table entries', 'dropped at the device (queue full)', 'real clients answered during the flood (%)', 'connect p50 (ms)', 'connect p99 (ms)', 'echo streams broken', 'recovery (s)', 'uvsd CPU (% of one CPU)', 'drops counted during the flood', 'other counters that moved'],
+    columns: [
+      'offered',
+      'sent SYN/s',
+      'SYNs sent',
+      'peak table entries',
+      'dropped at the device (queue full)',
+      'real clients answered during the flood (%)',
+      'connect p50 (ms)',
+      'connect p99 (ms)',
+      'echo streams broken',
+      'recovery (s)',
+      'uvsd CPU (% of one CPU)',
+      'drops counted during the flood',
+      'other counters that moved',
+    ],
     rows,
   });
   r.notes.push(defense);
@@ -199,8 +274,22 @@ export async function hashFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
   const floodS = count / rate;
   r.how = `The IPv6 hash-flooding pattern: ${count.toLocaleString('en-US')} TCP SYNs at ${rate.toLocaleString('en-US')}/s to [${LAB_VIP6}]:80 from one /64 (2001:db8:1:2::/64, random interface identifiers and ports), against the same number from random addresses all over 2001:db8::/32 — each against a fresh uvsd (${ctx.workers} workers, default table). Meanwhile a real client opens a new IPv6 connection with one HTTP GET every 100 ms (its time to the answer is the "legitimate request" figure) and api-probe asks GET /v1/info every 20 ms. uvsd CPU = its process's CPU time over the flood.`;
   await blackholeSpoofed(lab.lbNs);
-  const res: Record<string, { cpu: number | null; legit: ReturnType<typeof latencyStats>; ok: number | null; api: ReturnType<typeof latencyStats>; devDrops: number | null; peak: number; drops: string }> = {};
-  for (const [name, mode] of [['random', 'syn6'], ['one /64', 'syn6net']] as const) {
+  const res: Record<
+    string,
+    {
+      cpu: number | null;
+      legit: ReturnType<typeof latencyStats>;
+      ok: number | null;
+      api: ReturnType<typeof latencyStats>;
+      devDrops: number | null;
+      peak: number;
+      drops: string;
+    }
+  > = {};
+  for (const [name, mode] of [
+    ['random', 'syn6'],
+    ['one /64', 'syn6net'],
+  ] as const) {
     ctx.log(`hashflood: ${name}, ${count} SYNs at ${rate}/s`);
     const pid = await startUvsd(ctx, labConfig(ctx, labServices(lab)));
     const mac = await linkMac(lab.lbNs, `${lab.prefix}c1`);
@@ -211,7 +300,12 @@ export async function hashFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
     const dev0 = await devStats(lab.lbNs, 'uvs0');
     const cpu = new CpuWatch(pid, ctx.hz);
     const t0 = Date.now();
-    await relgen(ctx, lab.clientNs, { mode, if: `${lab.prefix}c0`, mac, vip6: LAB_VIP6, port: 80, pps: rate, count }, floodS * 1000 + 10000);
+    await relgen(
+      ctx,
+      lab.clientNs,
+      { mode, if: `${lab.prefix}c0`, mac, vip6: LAB_VIP6, port: 80, pps: rate, count },
+      floodS * 1000 + 10000,
+    );
     const t1 = Date.now();
     const cpuPct = cpu.read();
     const after = await getStats(lab.socket).catch(() => null);
@@ -232,20 +326,67 @@ export async function hashFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
   }
   const a = res['one /64'];
   const b = res.random;
-  const within = (x: number | null | undefined, y: number | null | undefined, slack: number) => (x == null || y == null ? null : x <= y * 1.5 + slack);
+  const within = (x: number | null | undefined, y: number | null | undefined, slack: number) =>
+    x == null || y == null ? null : x <= y * 1.5 + slack;
   r.tables.push({
     title: 'One /64 against random addresses',
-    columns: ['sources', 'uvsd CPU (% of one CPU)', 'legitimate request p50 (ms)', 'p99 (ms)', 'max (ms)', 'answered (%)', 'API p50 (ms)', 'API p99 (ms)', 'API max (ms)', 'dropped at the device', 'table entries after', 'drops counted'],
+    columns: [
+      'sources',
+      'uvsd CPU (% of one CPU)',
+      'legitimate request p50 (ms)',
+      'p99 (ms)',
+      'max (ms)',
+      'answered (%)',
+      'API p50 (ms)',
+      'API p99 (ms)',
+      'API max (ms)',
+      'dropped at the device',
+      'table entries after',
+      'drops counted',
+    ],
     rows: ['random', 'one /64'].map((k) => {
       const x = res[k]!;
-      return [k, round(x.cpu), x.legit.p50, x.legit.p99, x.legit.max, pct(x.ok), x.api.p50, x.api.p99, x.api.max, x.devDrops, x.peak, x.drops];
+      return [
+        k,
+        round(x.cpu),
+        x.legit.p50,
+        x.legit.p99,
+        x.legit.max,
+        pct(x.ok),
+        x.api.p50,
+        x.api.p99,
+        x.api.max,
+        x.devDrops,
+        x.peak,
+        x.drops,
+      ];
     }),
   });
   r.figures.push(
-    { label: 'uvsd CPU, one /64 (random addresses)', value: `${round(a?.cpu ?? null)} % (${round(b?.cpu ?? null)} %)`, expect: 'within 1.5× + 10 points', ok: within(a?.cpu, b?.cpu, 10) },
-    { label: 'legitimate request p99, one /64 (random addresses)', value: `${a?.legit.p99 ?? '—'} ms (${b?.legit.p99 ?? '—'} ms)`, expect: 'within 1.5× + 20 ms', ok: within(a?.legit.p99, b?.legit.p99, 20) },
-    { label: 'API p99, one /64 (random addresses)', value: `${a?.api.p99 ?? '—'} ms (${b?.api.p99 ?? '—'} ms)`, expect: 'within 1.5× + 20 ms', ok: within(a?.api.p99, b?.api.p99, 20) },
-    { label: 'packets dropped at the device, one /64 (random addresses)', value: `${a?.devDrops ?? '—'} (${b?.devDrops ?? '—'})`, expect: '0 (0)', ok: a && b ? a.devDrops === 0 && b.devDrops === 0 : null },
+    {
+      label: 'uvsd CPU, one /64 (random addresses)',
+      value: `${round(a?.cpu ?? null)} % (${round(b?.cpu ?? null)} %)`,
+      expect: 'within 1.5× + 10 points',
+      ok: within(a?.cpu, b?.cpu, 10),
+    },
+    {
+      label: 'legitimate request p99, one /64 (random addresses)',
+      value: `${a?.legit.p99 ?? '—'} ms (${b?.legit.p99 ?? '—'} ms)`,
+      expect: 'within 1.5× + 20 ms',
+      ok: within(a?.legit.p99, b?.legit.p99, 20),
+    },
+    {
+      label: 'API p99, one /64 (random addresses)',
+      value: `${a?.api.p99 ?? '—'} ms (${b?.api.p99 ?? '—'} ms)`,
+      expect: 'within 1.5× + 20 ms',
+      ok: within(a?.api.p99, b?.api.p99, 20),
+    },
+    {
+      label: 'packets dropped at the device, one /64 (random addresses)',
+      value: `${a?.devDrops ?? '—'} (${b?.devDrops ?? '—'})`,
+      expect: '0 (0)',
+      ok: a && b ? a.devDrops === 0 && b.devDrops === 0 : null,
+    },
   );
 }
 
@@ -257,7 +398,10 @@ export async function tableFullScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
   const postBoundS = ctx.quick ? 10 : 80;
   r.how = `uvsd with a ${tableSize}-entry table (TIME_WAIT, CLOSE and FIN_WAIT 2 s so that the real clients' own closed connections do not fill it; SYN_RECV at its default) and 8 established TCP echo streams. relgen sends ${rate} SYN/s for ${floodS} s from random sources (${(rate * floodS).toLocaleString('en-US')} SYNs: far more than the table holds); a real client opens a new connection with one HTTP GET every 200 ms throughout. Recovery = from the end of the flood to the first connection after which every new one worked within ${SLOW_MS} ms, observed for at most ${postBoundS} s — nobody steps in.`;
   await blackholeSpoofed(lab.lbNs);
-  const cfg = labConfig(ctx, labServices(lab), { dataplane: { tableSize }, timeouts: { tcpFin: 2, tcpStates: { TIME_WAIT: 2, CLOSE: 2, CLOSE_WAIT: 2, LAST_ACK: 2 } } });
+  const cfg = labConfig(ctx, labServices(lab), {
+    dataplane: { tableSize },
+    timeouts: { tcpFin: 2, tcpStates: { TIME_WAIT: 2, CLOSE: 2, CLOSE_WAIT: 2, LAST_ACK: 2 } },
+  });
   const fr = await floodRound(ctx, { cfg, gen: { mode: 'syn4', pps: rate }, floodS, postBoundS, intervalMs: 200, echoes: 8 });
   r.notes.push(await defenseNote(ctx));
   const refusals = fr.atStop ? (fr.atStop.drops.table_full ?? 0) - (fr.before.drops.table_full ?? 0) : null;
@@ -266,11 +410,22 @@ export async function tableFullScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
     { label: 'SYNs sent', value: fr.gen.sent },
     { label: 'peak table entries', value: fr.peakEntries, unit: `of ${tableSize}` },
     { label: 'dropped at the device (queue full)', value: fr.devDrops },
-    { label: 'refusals counted (drops table_full)', value: refusals, expect: '> 0: the flood was refused, counted', ok: refusals === null ? null : refusals > 0 },
+    {
+      label: 'refusals counted (drops table_full)',
+      value: refusals,
+      expect: '> 0: the flood was refused, counted',
+      ok: refusals === null ? null : refusals > 0,
+    },
     { label: 'established echo streams broken (of 8)', value: fr.echoBroken, expect: '0', ok: fr.echoBroken === 0 },
     { label: 'longest wait for an echo on them', value: fr.echoMaxGapMs, unit: 'ms' },
     { label: 'real clients answered during the flood', value: pct(during.okRate), unit: '%' },
-    { label: 'recovery after the flood', value: fr.recoveryMs === null ? `not within ${postBoundS} s` : round(fr.recoveryMs / 1000, 1), unit: fr.recoveryMs === null ? undefined : 's', expect: `automatic, ≤ 61 s (SYN_RECV 60 s + a sweep)`, ok: fr.recoveryMs !== null ? fr.recoveryMs <= 61000 : postBoundS >= 61 ? false : null },
+    {
+      label: 'recovery after the flood',
+      value: fr.recoveryMs === null ? `not within ${postBoundS} s` : round(fr.recoveryMs / 1000, 1),
+      unit: fr.recoveryMs === null ? undefined : 's',
+      expect: `automatic, ≤ 61 s (SYN_RECV 60 s + a sweep)`,
+      ok: fr.recoveryMs !== null ? fr.recoveryMs <= 61000 : postBoundS >= 61 ? false : null,
+    },
     { label: 'drops counted during the flood', value: dropsMoved(fr.before, fr.atStop) },
   );
   const other = otherCounters(fr.before, fr.atStop);

@@ -8,7 +8,23 @@
 import { LAB_VIP } from '../../lab/lab';
 import { sleep } from '../exec';
 import { balance, numericDiff, type Figure, type ScenarioResult, type Table } from './report';
-import { blackholeSpoofed, CpuWatch, devStats, getStats, labConfig, labServices, relgen, round, startEchoes, startUvsd, stopEchoes, uvsdAlive, waitFor, type Ctx, type GenResult } from './common';
+import {
+  blackholeSpoofed,
+  CpuWatch,
+  devStats,
+  getStats,
+  labConfig,
+  labServices,
+  relgen,
+  round,
+  startEchoes,
+  startUvsd,
+  stopEchoes,
+  uvsdAlive,
+  waitFor,
+  type Ctx,
+  type GenResult,
+} from './common';
 
 /** Every TCP state 3 s but ESTABLISHED (the echo stream's), UDP and SCTP 3 s: the expiry check is quick. */
 const SHORT = {
@@ -17,7 +33,23 @@ const SHORT = {
     tcpFin: 3,
     udp: 3,
     tcpStates: { SYN_RECV: 3, SYN_SENT: 3, TIME_WAIT: 3, CLOSE: 3, CLOSE_WAIT: 3, LAST_ACK: 3, LISTEN: 3, SYNACK: 3 },
-    sctp: Object.fromEntries(['NONE', 'INIT1', 'INIT', 'COOKIE_SENT', 'COOKIE_REPLIED', 'COOKIE_WAIT', 'COOKIE_ECHOED', 'ESTABLISHED', 'SHUTDOWN_SENT', 'SHUTDOWN_RECEIVED', 'SHUTDOWN_ACK_SENT', 'REJECTED', 'CLOSED'].map((k) => [k, 3])),
+    sctp: Object.fromEntries(
+      [
+        'NONE',
+        'INIT1',
+        'INIT',
+        'COOKIE_SENT',
+        'COOKIE_REPLIED',
+        'COOKIE_WAIT',
+        'COOKIE_ECHOED',
+        'ESTABLISHED',
+        'SHUTDOWN_SENT',
+        'SHUTDOWN_RECEIVED',
+        'SHUTDOWN_ACK_SENT',
+        'REJECTED',
+        'CLOSED',
+      ].map((k) => [k, 3]),
+    ),
   },
 };
 
@@ -47,7 +79,23 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
     // the device queue overflows less and the CPU goes to uvsd rather than to frames it never sees.
     const r0 = received;
     const tr = Date.now();
-    const g: GenResult = await relgen(ctx, lab.lbNs, { mode: 'fuzz', if: 'uvs0', count: chunk, pps, seed: 1000 + rounds, vip4: LAB_VIP, port: 80, uport: 53, sport: 5000, seconds: boundS }, boundS * 1000);
+    const g: GenResult = await relgen(
+      ctx,
+      lab.lbNs,
+      {
+        mode: 'fuzz',
+        if: 'uvs0',
+        count: chunk,
+        pps,
+        seed: 1000 + rounds,
+        vip4: LAB_VIP,
+        port: 80,
+        uport: 53,
+        sport: 5000,
+        seconds: boundS,
+      },
+      boundS * 1000,
+    );
     rounds++;
     sent += g.sent;
     refused += g.refused;
@@ -58,7 +106,9 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
     received = (await getStats(lab.socket)).packets.rxPackets! - before.packets.rxPackets!;
     const rate = ((received - r0) / (Date.now() - tr)) * 1000;
     pps = Math.max(10000, Math.round(rate * 1.2));
-    ctx.log(`fuzz: round ${rounds}: ${sent.toLocaleString('en-US')} sent, ${received.toLocaleString('en-US')} read by uvsd (${Math.round(rate / 1000)} k/s; next round offered at ${Math.round(pps / 1000)} k/s)`);
+    ctx.log(
+      `fuzz: round ${rounds}: ${sent.toLocaleString('en-US')} sent, ${received.toLocaleString('en-US')} read by uvsd (${Math.round(rate / 1000)} k/s; next round offered at ${Math.round(pps / 1000)} k/s)`,
+    );
   }
   const genS = (Date.now() - t0) / 1000;
   const cpuPct = cpu.read();
@@ -80,11 +130,15 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   // Expiry: every entry gone (the echo stream closed: its TIME_WAIT is 3 s too).
   let left: number | null = null;
   const expiryMs = alive
-    ? await waitFor(async () => {
-        const s = await getStats(lab.socket).catch(() => null);
-        left = s ? s.table.entries + (s.shadows ?? 0) : null;
-        return left === 0;
-      }, 45000, 500)
+    ? await waitFor(
+        async () => {
+          const s = await getStats(lab.socket).catch(() => null);
+          left = s ? s.table.entries + (s.shadows ?? 0) : null;
+          return left === 0;
+        },
+        45000,
+        500,
+      )
     : null;
   const finalAlive = await uvsdAlive(lab);
   const deviceDrops = dev0 && dev1 ? dev1.txDropped - dev0.txDropped : null;
@@ -93,21 +147,50 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
     { label: 'frames written by the generator', value: sent },
     { label: 'refused by the kernel at send (virtio headers it rejects, full socket buffer)', value: refused },
     { label: 'dropped by the TUN device (its queue full: uvsd slower than the generator)', value: deviceDrops },
-    { label: 'frames read by uvsd', value: bal?.received ?? received, expect: `≥ ${target.toLocaleString('en-US')}`, ok: (bal?.received ?? received) >= target },
-    { label: 'rate read by uvsd while the generator ran', value: round(((bal?.received ?? received) / genS) / 1000, 1), unit: 'k frames/s' },
+    {
+      label: 'frames read by uvsd',
+      value: bal?.received ?? received,
+      expect: `≥ ${target.toLocaleString('en-US')}`,
+      ok: (bal?.received ?? received) >= target,
+    },
+    { label: 'rate read by uvsd while the generator ran', value: round((bal?.received ?? received) / genS / 1000, 1), unit: 'k frames/s' },
     { label: 'uvsd CPU while the generator ran (both workers and the control thread)', value: round(cpuPct), unit: '% of one CPU' },
     { label: 'uvsd crashed (process gone or API silent)', value: !finalAlive, expect: 'no', ok: finalAlive },
     { label: 'worker restarts', value: restarts, expect: '0', ok: restarts === 0 },
-    { label: 'counted drops (a refusal that is answered — RST, ICMP unreachable — counts here and is also written)', value: bal?.counted_drops ?? null },
+    {
+      label: 'counted drops (a refusal that is answered — RST, ICMP unreachable — counts here and is also written)',
+      value: bal?.counted_drops ?? null,
+    },
     { label: 'written to the device (forwarded, answered, segments)', value: bal?.written ?? null },
     { label: 'parked for a Redis lookup (none: no Redis here)', value: bal?.parked ?? null },
-    { label: 'read but in no counter: received − (counted drops + parked + written + write errors), if above 0', value: bal?.uncounted ?? null, expect: '0', ok: bal ? bal.uncounted === 0 : null },
-    { label: 'written beyond one per packet read (written − received, if above 0)', value: bal?.extraWritten ?? null, expect: '0', ok: bal ? bal.extraWritten === 0 : null },
-    { label: 'frames/s read by uvsd in 2 s of quiet after the generator and the echo stream stopped (a packet loop keeps it reading)', value: quietRate, unit: '/s', expect: '< 500 (the real servers\' SYN-ACK retransmissions to spoofed SYNs)', ok: quietRate !== null ? quietRate < 500 : null },
+    {
+      label: 'read but in no counter: received − (counted drops + parked + written + write errors), if above 0',
+      value: bal?.uncounted ?? null,
+      expect: '0',
+      ok: bal ? bal.uncounted === 0 : null,
+    },
+    {
+      label: 'written beyond one per packet read (written − received, if above 0)',
+      value: bal?.extraWritten ?? null,
+      expect: '0',
+      ok: bal ? bal.extraWritten === 0 : null,
+    },
+    {
+      label: 'frames/s read by uvsd in 2 s of quiet after the generator and the echo stream stopped (a packet loop keeps it reading)',
+      value: quietRate,
+      unit: '/s',
+      expect: "< 500 (the real servers' SYN-ACK retransmissions to spoofed SYNs)",
+      ok: quietRate !== null ? quietRate < 500 : null,
+    },
     { label: 'table entries when the generator stopped', value: entriesAtEnd },
     { label: 'entries left after expiry', value: left, expect: '0', ok: left === 0 },
     { label: 'time until the table was empty', value: expiryMs === null ? null : round(expiryMs / 1000, 1), unit: 's' },
-    { label: 'echo stream: lines lost or broken', value: echo.results[0] ? echo.results[0].sent - echo.results[0].echoed + echo.results[0].bad : null, expect: '0', ok: echo.broken === 0 },
+    {
+      label: 'echo stream: lines lost or broken',
+      value: echo.results[0] ? echo.results[0].sent - echo.results[0].echoed + echo.results[0].bad : null,
+      expect: '0',
+      ok: echo.broken === 0,
+    },
     { label: 'echo stream: lines sent', value: echo.results[0]?.sent ?? null },
     { label: 'echo stream: longest wait for an echo', value: echo.maxGapMs, unit: 'ms' },
   ];
@@ -116,7 +199,12 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   const t1: Table = { title: 'Frames written, by kind', columns: ['kind', 'frames'], rows: Object.entries(kinds).map(([k, v]) => [k, v]) };
   const t2: Table = { title: 'Drops counted by uvsd during the run, by reason', columns: ['reason', 'count'], rows: dropRows };
   r.tables.push(t1, t2);
-  if (deviceIn !== null) r.notes.push(`The TUN device passed ${deviceIn.toLocaleString('en-US')} frames to uvsd's queues in the run and dropped ${deviceDrops?.toLocaleString('en-US')} (queue full); relgen ran ${rounds} round(s) in ${genS.toFixed(0)} s.`);
+  if (deviceIn !== null)
+    r.notes.push(
+      `The TUN device passed ${deviceIn.toLocaleString('en-US')} frames to uvsd's queues in the run and dropped ${deviceDrops?.toLocaleString('en-US')} (queue full); relgen ran ${rounds} round(s) in ${genS.toFixed(0)} s.`,
+    );
   if (!vnet) r.notes.push('PACKET_VNET_HDR was not available: no frames with a virtio header were written.');
-  r.notes.push('The accounting is one-sided: a refusal that uvs answers (RST, ICMP unreachable) bumps its drop reason and is also written, and uvs has no counter of answers, so "received = counted drops + forwarded" is checked as "every packet read is in some counter" (uncounted = 0) and "no more written than read" (extra = 0; a worker segmenting a GSO super-packet itself, or a packet loop, shows there).');
+  r.notes.push(
+    'The accounting is one-sided: a refusal that uvs answers (RST, ICMP unreachable) bumps its drop reason and is also written, and uvs has no counter of answers, so "received = counted drops + forwarded" is checked as "every packet read is in some counter" (uncounted = 0) and "no more written than read" (extra = 0; a worker segmenting a GSO super-packet itself, or a packet loop, shows there).',
+  );
 }

@@ -13,7 +13,20 @@ import { LAB_VIP, LAB_VIP_CIDR } from '../../lab/lab';
 import type { FailoverLab, LbNode } from '../../lab/failover-lab';
 import { sleep } from '../exec';
 import type { LoadRecord } from '../failures';
-import { blackholeSpoofed, client, download, getStats, relgen, round, RssWatch, stopEchoes, waitFor, waitWorkers, type Ctx, type EchoResult } from './common';
+import {
+  blackholeSpoofed,
+  client,
+  download,
+  getStats,
+  relgen,
+  round,
+  RssWatch,
+  stopEchoes,
+  waitFor,
+  waitWorkers,
+  type Ctx,
+  type EchoResult,
+} from './common';
 import { numericDiff, type ScenarioResult } from './report';
 
 type Download = ReturnType<typeof download>;
@@ -28,15 +41,34 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   await blackholeSpoofed(flab.nodeNs('lb1'));
   await blackholeSpoofed(flab.nodeNs('lb2'));
   const services = [
-    { name: 'http', protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: flab.rsAddrs.map((address) => ({ address, port: 8080 })) },
-    { name: 'echo', protocol: 'tcp', address: LAB_VIP, port: 7, scheduler: 'rr', realServers: flab.rsAddrs.map((address) => ({ address, port: 9007 })) },
+    {
+      name: 'http',
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 80,
+      scheduler: 'rr',
+      realServers: flab.rsAddrs.map((address) => ({ address, port: 8080 })),
+    },
+    {
+      name: 'echo',
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 7,
+      scheduler: 'rr',
+      realServers: flab.rsAddrs.map((address) => ({ address, port: 9007 })),
+    },
   ];
-  const cfg = (n: LbNode) => flab.config(n, services, { log: { level: 'warn' }, dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR], workers: ctx.workers, tableSize: 65536 } });
+  const cfg = (n: LbNode) =>
+    flab.config(n, services, {
+      log: { level: 'warn' },
+      dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR], workers: ctx.workers, tableSize: 65536 },
+    });
   const lb1 = await flab.startUvsd('lb1', cfg('lb1'));
   await flab.startUvsd('lb2', cfg('lb2'));
   await waitWorkers(flab.socket('lb1'), ctx.workers);
   await waitWorkers(flab.socket('lb2'), ctx.workers);
-  const connected = (n: LbNode) => waitFor(async () => (await getStats(flab.socket(n)).catch(() => null))?.redis?.connected === true, 15000);
+  const connected = (n: LbNode) =>
+    waitFor(async () => (await getStats(flab.socket(n)).catch(() => null))?.redis?.connected === true, 15000);
   await connected('lb1');
   await connected('lb2');
   // keepalived (VRRPv3) holds the pair's addresses on lb1; the failover below kills lb1's uvsd and
@@ -65,7 +97,12 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   await sleep(3000);
   const rssLoad = rss.phasePeak(); // under load, before the outages
   const s0 = await getStats(flab.socket('lb1'));
-  const ack = relgen(ctx, flab.nodeNs('lb1'), { mode: 'ack4', if: 'uvs0', vip4: LAB_VIP, port: 80, pps: ackPps, seconds: 2 * outS + 8 }, (2 * outS + 8) * 1000).catch((e: Error) => ({ sent: 0, refused: 0, ms: 0, kinds: {}, error: e.message }));
+  const ack = relgen(
+    ctx,
+    flab.nodeNs('lb1'),
+    { mode: 'ack4', if: 'uvs0', vip4: LAB_VIP, port: 80, pps: ackPps, seconds: 2 * outS + 8 },
+    (2 * outS + 8) * 1000,
+  ).catch((e: Error) => ({ sent: 0, refused: 0, ms: 0, kinds: {}, error: e.message }));
 
   // Killed.
   const tKill = Date.now();
@@ -122,25 +159,65 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const broken = results.filter((x) => !x.ok).length;
   const diff = numericDiff(s0, s1);
   r.figures.push(
-    { label: `HTTP requests failed while Redis was down (${outS} s)`, value: failedIn(tKill, tBack), expect: '0', ok: failedIn(tKill, tBack) === 0 },
-    { label: `HTTP requests failed while Redis was hung (${outS} s)`, value: failedIn(tStop, tCont), expect: '0', ok: failedIn(tStop, tCont) === 0 },
-    { label: 'HTTP requests failed from the first outage to the failover', value: failedIn(tKill, tFail), expect: '0', ok: failedIn(tKill, tFail) === 0 },
+    {
+      label: `HTTP requests failed while Redis was down (${outS} s)`,
+      value: failedIn(tKill, tBack),
+      expect: '0',
+      ok: failedIn(tKill, tBack) === 0,
+    },
+    {
+      label: `HTTP requests failed while Redis was hung (${outS} s)`,
+      value: failedIn(tStop, tCont),
+      expect: '0',
+      ok: failedIn(tStop, tCont) === 0,
+    },
+    {
+      label: 'HTTP requests failed from the first outage to the failover',
+      value: failedIn(tKill, tFail),
+      expect: '0',
+      ok: failedIn(tKill, tFail) === 0,
+    },
     { label: 'HTTP requests in that time', value: records.filter((x) => x.start >= tKill && x.start < tFail).length },
     { label: 'uvsd on lb1 alive through both outages', value: lb1Alive, expect: 'yes', ok: lb1Alive },
     { label: 'lb1 uvsd RSS before the outages', value: round(rss.firstMb, 0), unit: 'MB' },
-    { label: 'lb1 uvsd peak RSS', value: round(rss.peakMb, 0), unit: 'MB', expect: '≤ start + 100 MB (bounded)', ok: rss.firstMb !== null ? rss.peakMb <= rss.firstMb + 100 : null },
+    {
+      label: 'lb1 uvsd peak RSS',
+      value: round(rss.peakMb, 0),
+      unit: 'MB',
+      expect: '≤ start + 100 MB (bounded)',
+      ok: rss.firstMb !== null ? rss.peakMb <= rss.firstMb + 100 : null,
+    },
     { label: 'mid-flow ACKs written into lb1 during the outages', value: ackOut.sent },
-    { label: 'sync caught up after the kill (Redis back → queue empty)', value: catchUpKill === null ? 'not within 30 s' : round(catchUpKill / 1000, 1), unit: catchUpKill === null ? undefined : 's', expect: '≤ 5 s', ok: catchUpKill !== null && catchUpKill <= 5000 },
-    { label: 'sync caught up after the hang (continued → queue empty)', value: catchUpHang === null ? 'not within 30 s' : round(catchUpHang / 1000, 1), unit: catchUpHang === null ? undefined : 's', expect: '≤ 5 s', ok: catchUpHang !== null && catchUpHang <= 5000 },
+    {
+      label: 'sync caught up after the kill (Redis back → queue empty)',
+      value: catchUpKill === null ? 'not within 30 s' : round(catchUpKill / 1000, 1),
+      unit: catchUpKill === null ? undefined : 's',
+      expect: '≤ 5 s',
+      ok: catchUpKill !== null && catchUpKill <= 5000,
+    },
+    {
+      label: 'sync caught up after the hang (continued → queue empty)',
+      value: catchUpHang === null ? 'not within 30 s' : round(catchUpHang / 1000, 1),
+      unit: catchUpHang === null ? undefined : 's',
+      expect: '≤ 5 s',
+      ok: catchUpHang !== null && catchUpHang <= 5000,
+    },
     { label: 'downloads running through lb1 at the failover', value: runningAtFailover, unit: `of ${downloads.length}` },
     { label: 'downloads broken (cut or corrupted), in all', value: broken, unit: `of ${downloads.length}`, expect: '0', ok: broken === 0 },
     { label: '— of those started before the outages', value: brokenBy('before'), unit: 'of 3' },
-    { label: '— started while Redis was down (their records written after it came back)', value: brokenBy('during the kill'), unit: 'of 3' },
+    {
+      label: '— started while Redis was down (their records written after it came back)',
+      value: brokenBy('during the kill'),
+      unit: 'of 3',
+    },
     { label: '— started while Redis was hung', value: brokenBy('during the hang'), unit: 'of 3' },
     { label: 'echo streams broken (across the outages and the failover), of 2', value: echo.broken, expect: '0', ok: echo.broken === 0 },
-    { label: 'longest wait for an echo (the failover\'s blackout included)', value: echo.maxGapMs, unit: 'ms' },
-    { label: 'flows lb2 held from lb1\'s records before the failover (shadows)', value: lb2Before.shadows },
-    { label: 'flows lb2 adopted after the failover', value: lb2After ? Number(lb2After.adopted ?? 0) - Number(lb2Before.adopted ?? 0) : null },
+    { label: "longest wait for an echo (the failover's blackout included)", value: echo.maxGapMs, unit: 'ms' },
+    { label: "flows lb2 held from lb1's records before the failover (shadows)", value: lb2Before.shadows },
+    {
+      label: 'flows lb2 adopted after the failover',
+      value: lb2After ? Number(lb2After.adopted ?? 0) - Number(lb2Before.adopted ?? 0) : null,
+    },
   );
   r.tables.push({
     title: 'lb1 counters that moved from the first outage to the failover (GET /v1/stats)',
@@ -158,11 +235,18 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
         .map(([k, v]) => [k, v]),
     });
   }
-  r.notes.push(`lb1 uvsd peak RSS by phase: under load before the outages ${round(rssLoad, 0)} MB; Redis killed and the catch-up after it ${round(rssKill, 0)} MB; hung and the catch-up after it ${round(rssHang, 0)} MB.`);
+  r.notes.push(
+    `lb1 uvsd peak RSS by phase: under load before the outages ${round(rssLoad, 0)} MB; Redis killed and the catch-up after it ${round(rssKill, 0)} MB; hung and the catch-up after it ${round(rssHang, 0)} MB.`,
+  );
   const dlErrs = results.filter((x) => !x.ok).map((x) => `${x.error} after ${x.bytes} bytes`);
   if (dlErrs.length) r.notes.push(`Broken downloads: ${dlErrs.join('; ')}.`);
   const errs = records.filter((x) => x.error !== null && x.start >= tKill && x.start < tFail).map((x) => x.error);
-  if (errs.length) r.notes.push(`HTTP errors before the failover: ${[...new Set(errs)].map((e) => `${e} ×${errs.filter((x) => x === e).length}`).join(', ')}.`);
+  if (errs.length)
+    r.notes.push(
+      `HTTP errors before the failover: ${[...new Set(errs)].map((e) => `${e} ×${errs.filter((x) => x === e).length}`).join(', ')}.`,
+    );
   if ('error' in ackOut) r.notes.push(`The ACK generator failed: ${String((ackOut as { error: string }).error)}.`);
-  r.notes.push(`HTTP requests failed after the failover (lb1 killed mid-request, the switch): ${failedIn(tFail, Infinity)} of ${records.filter((x) => x.start >= tFail).length}.`);
+  r.notes.push(
+    `HTTP requests failed after the failover (lb1 killed mid-request, the switch): ${failedIn(tFail, Infinity)} of ${records.filter((x) => x.start >= tFail).length}.`,
+  );
 }

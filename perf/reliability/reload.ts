@@ -42,13 +42,47 @@ export async function reloadScenario(ctx: Ctx, r: ScenarioResult): Promise<void>
   const bytes = rateKiB * 1024 * (spanS + 2);
   r.how = `uvsd (${ctx.workers} workers) with the lab's services. Load for ${spanS} s: 4 downloads of ${(bytes / 2 ** 20).toFixed(1)} MiB read at ${rateKiB} KiB/s through ${LAB_VIP}:80 (client.ts download, checked with sha256), 4 TCP echo streams through ${LAB_VIP}:7 and 2 through [${LAB_VIP6}]:7 (a line every 100 ms each), and lab/tools.js \`load\`: 2 loops of one-connection HTTP requests. After 2 s, every ${gapMs / 1000} s a new configuration file is written and POST /v1/reload applies it — ${VARIANTS.map((v, i) => `(${i + 1}) ${v.what}`).join(', ')}; then each worker thread is killed in turn (POST /v1/workers/N/kill), ${2.5} s apart.`;
   const cfg = (v: Variant) =>
-    labConfig(ctx, labServices(lab, { scheduler: v.scheduler, weights: v.weights, extra: v.extra === 'udp' ? [{ name: 'extra', protocol: 'udp', address: LAB_VIP, port: 54, scheduler: 'rr', realServers: lab.rsAddrs.map((address) => ({ address, port: 5353 })) }] : v.extra === 'tcp' ? [{ name: 'extra', protocol: 'tcp', address: LAB_VIP, port: 81, scheduler: 'rr', realServers: lab.rsAddrs.map((address) => ({ address, port: 8080 })) }] : [] }), {
-      reload: { watch: false },
-    });
+    labConfig(
+      ctx,
+      labServices(lab, {
+        scheduler: v.scheduler,
+        weights: v.weights,
+        extra:
+          v.extra === 'udp'
+            ? [
+                {
+                  name: 'extra',
+                  protocol: 'udp',
+                  address: LAB_VIP,
+                  port: 54,
+                  scheduler: 'rr',
+                  realServers: lab.rsAddrs.map((address) => ({ address, port: 5353 })),
+                },
+              ]
+            : v.extra === 'tcp'
+              ? [
+                  {
+                    name: 'extra',
+                    protocol: 'tcp',
+                    address: LAB_VIP,
+                    port: 81,
+                    scheduler: 'rr',
+                    realServers: lab.rsAddrs.map((address) => ({ address, port: 8080 })),
+                  },
+                ]
+              : [],
+      }),
+      {
+        reload: { watch: false },
+      },
+    );
   await startUvsd(ctx, cfg({ what: 'start' }));
   const before = await getStats(lab.socket);
   const downloads = Array.from({ length: 4 }, (_, i) => download(lab.clientNs, LAB_VIP, 80, bytes, 100 + i, rateKiB * 1024, spanS + 60));
-  const echoes = [...(await startEchoes(lab.clientNs, LAB_VIP, 7, 4, spanS, 100)), ...(await startEchoes(lab.clientNs, LAB_VIP6, 7, 2, spanS, 100))];
+  const echoes = [
+    ...(await startEchoes(lab.clientNs, LAB_VIP, 7, 4, spanS, 100)),
+    ...(await startEchoes(lab.clientNs, LAB_VIP6, 7, 2, spanS, 100)),
+  ];
   type Out = { requests: number; errors: number; records: LoadRecord[] };
   const load = runTool<Out>(lab.clientNs, ['load', LAB_VIP, '80', String(spanS - 1), '2', '0', '0'], (spanS + 30) * 1000).result;
   await sleep(2000);
@@ -87,22 +121,54 @@ export async function reloadScenario(ctx: Ctx, r: ScenarioResult): Promise<void>
   const restarts = after ? after.workers.reduce((s, w) => s + w.restarts, 0) - before.workers.reduce((s, w) => s + w.restarts, 0) : null;
   const dlBroken = dl.filter((x) => !x.ok).length;
   r.figures.push(
-    { label: 'reloads applied (HTTP 200)', value: reloads.filter((x) => x.status === 200).length, unit: `of ${VARIANTS.length}`, expect: `${VARIANTS.length}`, ok: reloads.every((x) => x.status === 200) },
+    {
+      label: 'reloads applied (HTTP 200)',
+      value: reloads.filter((x) => x.status === 200).length,
+      unit: `of ${VARIANTS.length}`,
+      expect: `${VARIANTS.length}`,
+      ok: reloads.every((x) => x.status === 200),
+    },
     { label: 'slowest reload (POST /v1/reload answered)', value: Math.max(...reloads.map((x) => x.ms)), unit: 'ms' },
-    { label: 'workers killed and back (ready)', value: kills.filter((k) => k.status === 202 && k.readyMs !== null).length, unit: `of ${ctx.workers}`, expect: `${ctx.workers}`, ok: kills.every((k) => k.status === 202 && k.readyMs !== null) },
+    {
+      label: 'workers killed and back (ready)',
+      value: kills.filter((k) => k.status === 202 && k.readyMs !== null).length,
+      unit: `of ${ctx.workers}`,
+      expect: `${ctx.workers}`,
+      ok: kills.every((k) => k.status === 202 && k.readyMs !== null),
+    },
     { label: 'worker restarts counted by uvsd', value: restarts, expect: `${ctx.workers}`, ok: restarts === ctx.workers },
     { label: 'downloads broken (cut or corrupted), of 4', value: dlBroken, expect: '0', ok: dlBroken === 0 },
     { label: 'echo streams broken, of 6', value: echo.broken, expect: '0', ok: echo.broken === 0 },
     { label: 'longest wait for an echo', value: echo.maxGapMs, unit: 'ms' },
     { label: 'HTTP requests (one connection each)', value: records.length },
-    { label: 'HTTP requests failed during the reloads', value: failedIn(tReload, tCrash), expect: '0', ok: failedIn(tReload, tCrash) === 0 },
+    {
+      label: 'HTTP requests failed during the reloads',
+      value: failedIn(tReload, tCrash),
+      expect: '0',
+      ok: failedIn(tReload, tCrash) === 0,
+    },
     { label: 'HTTP requests failed during the worker kills', value: failedIn(tCrash, tEnd), expect: '0', ok: failedIn(tCrash, tEnd) === 0 },
-    { label: 'HTTP requests failed in all', value: records.filter((x) => x.error !== null).length, expect: '0', ok: records.every((x) => x.error === null) },
+    {
+      label: 'HTTP requests failed in all',
+      value: records.filter((x) => x.error !== null).length,
+      expect: '0',
+      ok: records.every((x) => x.error === null),
+    },
   );
-  r.tables.push({ title: 'Reloads', columns: ['#', 'change', 'HTTP status', 'answered in (ms)'], rows: reloads.map((x, i) => [i + 1, x.what, x.status, x.ms]) });
+  r.tables.push({
+    title: 'Reloads',
+    columns: ['#', 'change', 'HTTP status', 'answered in (ms)'],
+    rows: reloads.map((x, i) => [i + 1, x.what, x.status, x.ms]),
+  });
   const errs = records.filter((x) => x.error !== null).map((x) => x.error);
   if (errs.length) r.notes.push(`HTTP errors: ${[...new Set(errs)].map((e) => `${e} ×${errs.filter((x) => x === e).length}`).join(', ')}.`);
   const dlErrs = dl.filter((x) => !x.ok).map((x) => `${x.error} after ${x.bytes} bytes`);
   if (dlErrs.length) r.notes.push(`Broken downloads: ${dlErrs.join('; ')}.`);
-  if (echo.broken) r.notes.push(`Broken echo streams: ${echo.results.filter((x) => x.error !== null).map((x) => `${x.server || '?'}: ${x.error}`).join('; ')}.`);
+  if (echo.broken)
+    r.notes.push(
+      `Broken echo streams: ${echo.results
+        .filter((x) => x.error !== null)
+        .map((x) => `${x.server || '?'}: ${x.error}`)
+        .join('; ')}.`,
+    );
 }

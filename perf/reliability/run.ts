@@ -72,7 +72,14 @@ Options:
   -h, --help          this text`;
 
 export function parseOptions(argv: string[]): Options | 'help' {
-  const o: Options = { quick: false, only: [...SCENARIOS], out: join(ROOT, 'perf', 'reliability'), prefix: 'uvrel', install: true, workers: 2 };
+  const o: Options = {
+    quick: false,
+    only: [...SCENARIOS],
+    out: join(ROOT, 'perf', 'reliability'),
+    prefix: 'uvrel',
+    install: true,
+    workers: 2,
+  };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const val = (): string => {
@@ -88,8 +95,13 @@ export function parseOptions(argv: string[]): Options | 'help' {
         o.quick = true;
         break;
       case '--only': {
-        const xs = val().split(',').map((s) => s.trim()).filter(Boolean);
-        for (const x of xs) if (!(SCENARIOS as readonly string[]).includes(x)) throw new Error(`unknown scenario ${JSON.stringify(x)} (one of ${SCENARIOS.join(', ')})`);
+        const xs = val()
+          .split(',')
+          .map((s) => s.trim())
+          .filter(Boolean);
+        for (const x of xs)
+          if (!(SCENARIOS as readonly string[]).includes(x))
+            throw new Error(`unknown scenario ${JSON.stringify(x)} (one of ${SCENARIOS.join(', ')})`);
         o.only = SCENARIOS.filter((s) => xs.includes(s));
         break;
       }
@@ -138,7 +150,9 @@ function machineInfo(prefix: string): Record<string, Value> {
     kernel: release(),
     os,
     node: process.version,
-    loadavgAtStart: loadavg().map((x) => x.toFixed(2)).join(' '),
+    loadavgAtStart: loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' '),
     otherNamespacesAtStart: others.length ? `${others.length} (other programs sharing the CPUs: the figures are then noisier)` : 'none',
   };
 }
@@ -163,10 +177,10 @@ function clockTicks(): number {
 }
 
 const METHOD = [
-  'Labs (lab/lab.ts): network namespaces client ↔ LB node ↔ three real servers over veth pairs; uvsd runs in the LB node on its multi-queue TUN device with the lab\'s real servers (lab/servers.ts: HTTP 8080, TCP echo 9007, UDP echo 5353). The Redis scenario uses the two-node lab (lab/failover-lab.ts): client → router → lb1 or lb2, real servers and redis-server on a shared switch. Both labs are created for the run and removed at its end, also on failure and Ctrl-C.',
-  'Attack traffic comes from relgen (perf/reliability/relgen.c, compiled with cc at run time): an AF_PACKET sender (sendmmsg, 32 frames per call, paced by a token schedule when a rate is given). Fuzz frames go straight into uvsd\'s TUN device from the LB node (so malformed packets the kernel\'s IP input would refuse still reach uvsd); floods leave the client\'s veth with the LB node\'s MAC and are routed into the device as real traffic is. Spoofed sources are in 198.18.0.0/15 and 2001:db8::/32, blackholed in the LB node, so answers to them vanish as they would on the Internet.',
-  'Real clients (perf/reliability/client.ts, in the client namespace): connect-probe opens a new TCP connection every interval and sends one HTTP GET (success = a 200 answer within 5 s; connect time = SYN to established, as the client saw it, so a dropped SYN costs the kernel\'s 1 s retransmission); echo streams keep one TCP connection each and check every numbered line that comes back; lab/clients.ts\'s curl downloads are checked byte for byte (sha256) against the generated content. API latency: api-probe sends GET /v1/info over uvsd\'s unix socket, one at a time, every 20 ms — what the control thread\'s event loop makes a request wait.',
-  'uvsd\'s own figures come from its API (GET /v1/stats: packet counters, drops by reason, table entries, worker restarts, Redis sync state) and /proc (CPU = utime+stime of the uvsd process, all threads, over the window; RSS sampled every 200 ms).',
+  "Labs (lab/lab.ts): network namespaces client ↔ LB node ↔ three real servers over veth pairs; uvsd runs in the LB node on its multi-queue TUN device with the lab's real servers (lab/servers.ts: HTTP 8080, TCP echo 9007, UDP echo 5353). The Redis scenario uses the two-node lab (lab/failover-lab.ts): client → router → lb1 or lb2, real servers and redis-server on a shared switch. Both labs are created for the run and removed at its end, also on failure and Ctrl-C.",
+  "Attack traffic comes from relgen (perf/reliability/relgen.c, compiled with cc at run time): an AF_PACKET sender (sendmmsg, 32 frames per call, paced by a token schedule when a rate is given). Fuzz frames go straight into uvsd's TUN device from the LB node (so malformed packets the kernel's IP input would refuse still reach uvsd); floods leave the client's veth with the LB node's MAC and are routed into the device as real traffic is. Spoofed sources are in 198.18.0.0/15 and 2001:db8::/32, blackholed in the LB node, so answers to them vanish as they would on the Internet.",
+  "Real clients (perf/reliability/client.ts, in the client namespace): connect-probe opens a new TCP connection every interval and sends one HTTP GET (success = a 200 answer within 5 s; connect time = SYN to established, as the client saw it, so a dropped SYN costs the kernel's 1 s retransmission); echo streams keep one TCP connection each and check every numbered line that comes back; lab/clients.ts's curl downloads are checked byte for byte (sha256) against the generated content. API latency: api-probe sends GET /v1/info over uvsd's unix socket, one at a time, every 20 ms — what the control thread's event loop makes a request wait.",
+  "uvsd's own figures come from its API (GET /v1/stats: packet counters, drops by reason, table entries, worker restarts, Redis sync state) and /proc (CPU = utime+stime of the uvsd process, all threads, over the window; RSS sampled every 200 ms).",
   'Percentiles are nearest-rank over every sample of the window. "Expected" is what a load balancer that holds up shows; "met" compares this run against it. Nothing here is a pass/fail test: the figures are measured and reported as they came out, on a shared machine whose load is recorded under Machine.',
 ];
 
@@ -273,12 +287,24 @@ export async function reliabilityCommand(argv: string[]): Promise<number> {
         await lab.stopUvsd(5000).catch(() => undefined);
         r.seconds = (Date.now() - s0) / 1000;
       }
-      for (const f of r.figures.filter((x) => x.ok === false)) log(`${name}: NOT MET: ${f.label}: ${JSON.stringify(f.value)} (expected ${f.expect})`);
-      log(`${name}: done in ${Math.round(r.seconds)} s, ${r.figures.filter((x) => x.ok === true).length} of ${r.figures.filter((x) => x.ok === true || x.ok === false).length} checks met`);
+      for (const f of r.figures.filter((x) => x.ok === false))
+        log(`${name}: NOT MET: ${f.label}: ${JSON.stringify(f.value)} (expected ${f.expect})`);
+      log(
+        `${name}: done in ${Math.round(r.seconds)} s, ${r.figures.filter((x) => x.ok === true).length} of ${r.figures.filter((x) => x.ok === true || x.ok === false).length} checks met`,
+      );
     }
   } catch (e) {
     log(`run failed: ${(e as Error).message}`);
-    results.push({ key: 'harness', title: 'Harness', how: 'The run itself.', figures: [], tables: [], notes: [], seconds: 0, error: (e as Error).message });
+    results.push({
+      key: 'harness',
+      title: 'Harness',
+      how: 'The run itself.',
+      figures: [],
+      tables: [],
+      notes: [],
+      seconds: 0,
+      error: (e as Error).message,
+    });
   } finally {
     log(`removing the labs ${o.prefix}, ${o.prefix}f`);
     await cleanup();
@@ -288,7 +314,9 @@ export async function reliabilityCommand(argv: string[]): Promise<number> {
   }
   const left = [...Lab.existing(o.prefix), ...Lab.existing(`${o.prefix}f`)];
   if (left.length) log(`WARNING: namespaces left behind: ${left.join(' ')}`);
-  machine.loadavgAtEnd = loadavg().map((x) => x.toFixed(2)).join(' ');
+  machine.loadavgAtEnd = loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
   machine.clockTicksPerSecond = hz;
   const report: ReliabilityReport = {
     tool: 'uvs reliability (perf/reliability/run.ts)',

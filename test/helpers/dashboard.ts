@@ -33,7 +33,8 @@ export function allPanels(dash: Json): Json[] {
 function labelsOf(expr: string, legend = ''): string[] {
   const out = new Set<string>();
   for (const m of expr.matchAll(/\b(?:by|without)\s*\(([^)]*)\)/g)) for (const l of m[1]!.split(',')) if (l.trim()) out.add(l.trim());
-  for (const sel of expr.matchAll(/\{([^}]*)\}/g)) for (const m of sel[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*"/g)) out.add(m[1]!);
+  for (const sel of expr.matchAll(/\{([^}]*)\}/g))
+    for (const m of sel[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*"/g)) out.add(m[1]!);
   for (const m of legend.matchAll(/\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}/g)) out.add(m[1]!);
   const lv = /label_values\((?:[^,()]*(?:\{[^}]*\})?\s*,\s*)?([A-Za-z_][A-Za-z0-9_]*)\s*\)/.exec(expr);
   if (lv) out.add(lv[1]!);
@@ -42,9 +43,18 @@ function labelsOf(expr: string, legend = ''): string[] {
 
 export function dashboardQueries(dash: Json): DashQuery[] {
   const out: DashQuery[] = [];
-  const add = (where: string, expr: string, legend?: string) => out.push({ where, expr, metrics: [...new Set(expr.match(/\b(?:node_ipvs|uvs)_[A-Za-z0-9_]+/g) ?? [])], labels: labelsOf(expr, legend) });
-  for (const p of allPanels(dash)) for (const t of (p.targets as Json[] | undefined) ?? []) add(`${p.title} ${t.refId}`, t.expr as string, t.legendFormat as string | undefined);
-  for (const v of dash.templating.list as Json[]) if (v.type === 'query') add(`$${v.name}`, typeof v.query === 'string' ? v.query : (v.query.query as string));
+  const add = (where: string, expr: string, legend?: string) =>
+    out.push({
+      where,
+      expr,
+      metrics: [...new Set(expr.match(/\b(?:node_ipvs|uvs)_[A-Za-z0-9_]+/g) ?? [])],
+      labels: labelsOf(expr, legend),
+    });
+  for (const p of allPanels(dash))
+    for (const t of (p.targets as Json[] | undefined) ?? [])
+      add(`${p.title} ${t.refId}`, t.expr as string, t.legendFormat as string | undefined);
+  for (const v of dash.templating.list as Json[])
+    if (v.type === 'query') add(`$${v.name}`, typeof v.query === 'string' ? v.query : (v.query.query as string));
   return out;
 }
 

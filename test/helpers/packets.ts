@@ -47,7 +47,11 @@ export function tcp(s: PacketSpec): Uint8Array {
   ipHeader(b, b.length, P.IPPROTO_TCP, s);
   const t = 20;
   tcpSegment(b, t, s, payload);
-  P.put16(b, t + P.TCP_CSUM, P.checksum(b, t, 20 + payload.length, P.pseudoSum(P.u32(b, P.IP_SRC), P.u32(b, P.IP_DST), P.IPPROTO_TCP, 20 + payload.length)));
+  P.put16(
+    b,
+    t + P.TCP_CSUM,
+    P.checksum(b, t, 20 + payload.length, P.pseudoSum(P.u32(b, P.IP_SRC), P.u32(b, P.IP_DST), P.IPPROTO_TCP, 20 + payload.length)),
+  );
   return b;
 }
 
@@ -196,7 +200,11 @@ export function tcp6(s: PacketSpec): Uint8Array {
   ip6Header(b, 20 + payload.length, P.IPPROTO_TCP, s);
   const t = 40;
   tcpSegment(b, t, s, payload);
-  P.put16(b, t + P.TCP_CSUM, P.checksum(b, t, 20 + payload.length, P.pseudoSum6(b, P.IP6_SRC, P.IP6_DST, P.IPPROTO_TCP, 20 + payload.length)));
+  P.put16(
+    b,
+    t + P.TCP_CSUM,
+    P.checksum(b, t, 20 + payload.length, P.pseudoSum6(b, P.IP6_SRC, P.IP6_DST, P.IPPROTO_TCP, 20 + payload.length)),
+  );
   return b;
 }
 
@@ -276,7 +284,9 @@ export function partial(pkt: Uint8Array, gsoSize = 0): Uint8Array {
   const proto = v6 ? pkt[P.IP6_NEXT]! : pkt[P.IP_PROTO]!;
   const l4len = v6 ? P.u16(pkt, P.IP6_PLEN) : P.u16(pkt, P.IP_TOTLEN) - hl;
   const fieldOff = proto === P.IPPROTO_TCP ? P.TCP_CSUM : P.UDP_CSUM;
-  const ps = v6 ? P.pseudoSum6(pkt, P.IP6_SRC, P.IP6_DST, proto, l4len) : P.pseudoSum(P.u32(pkt, P.IP_SRC), P.u32(pkt, P.IP_DST), proto, l4len);
+  const ps = v6
+    ? P.pseudoSum6(pkt, P.IP6_SRC, P.IP6_DST, proto, l4len)
+    : P.pseudoSum(P.u32(pkt, P.IP_SRC), P.u32(pkt, P.IP_DST), proto, l4len);
   P.put16(b, V + hl + fieldOff, P.fold16(ps));
   b[P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
   P.putLe16(b, P.VNET_CSUM_START, hl);

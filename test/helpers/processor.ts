@@ -103,3 +103,30 @@ export function makeProcessor(doc: Record<string, unknown>, o: ProcessorOptions 
   };
 }
 export type Processor = ReturnType<typeof makeProcessor>;
+
+/** The IPv6 lab of the processor tests: one service on VIP6 over RS6, forwarding as given. */
+export const VIP6 = 'fd00:96::10';
+export const CLIENT6 = '2001:db8:1::100';
+export const RS6 = ['fd00:10::1', 'fd00:10::2', 'fd00:10::3'];
+
+export function setup6(forwarding: string, protocol = 'tcp', offload = true, extra: Record<string, unknown> = {}) {
+  return makeProcessor(
+    {
+      dataplane: { vipCidrs: ['fd00:96::/64'], tunnelSource6: 'fd00:1::1', fullnat: { addresses: ['fd00:99::1'] } },
+      services: [
+        {
+          protocol,
+          address: VIP6,
+          port: 80,
+          scheduler: 'rr',
+          forwarding,
+          realServers: RS6.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
+          ...extra,
+        },
+      ],
+    },
+    { offload, outBytes: 1 << 18 },
+  );
+}
+
+export const payload = (n: number) => Uint8Array.from({ length: n }, (_, i) => (i * 7 + 3) & 255);

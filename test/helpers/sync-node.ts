@@ -66,7 +66,15 @@ export function syncNode(id: string, o: NodeOptions) {
   const tableSize = o.tableSize ?? 4096;
   const doc = (servers: string[]) => ({
     dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize, maxRealServers: 16, maxServices: 8 },
-    services: [{ protocol: o.protocol ?? 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: servers.map((a) => ({ address: a, port: 8080 })) }],
+    services: [
+      {
+        protocol: o.protocol ?? 'tcp',
+        address: VIP,
+        port: 80,
+        scheduler: 'rr',
+        realServers: servers.map((a) => ({ address: a, port: 8080 })),
+      },
+    ],
     redis: { nodeId: id, ...o.redis },
   });
   const p = makeProcessor(doc(o.realServers ?? RS), { capacity: tableSize, ring: true, liveClock: true });

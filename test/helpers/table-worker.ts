@@ -4,7 +4,14 @@ import { ConnTable } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCPF_ACK, TCPF_SYN, TCPF_FIN } from '../../conntrack/state';
 import { newFlow } from '../../conntrack/flow';
 
-const { table, rs, id, ops, keys, seed } = workerData as { table: SharedArrayBuffer; rs: SharedArrayBuffer; id: number; ops: number; keys: number; seed: number };
+const { table, rs, id, ops, keys, seed } = workerData as {
+  table: SharedArrayBuffer;
+  rs: SharedArrayBuffer;
+  id: number;
+  ops: number;
+  keys: number;
+  seed: number;
+};
 const t = new ConnTable(table, rs, id + 1);
 let a = seed >>> 0;
 const next = (): number => {

@@ -22,7 +22,13 @@ const TOKEN = 'uvs-test-token-0123456789';
 const HEALTHZ_TOKEN = 'uvs-healthz-token-0123456789';
 
 /** One request over the unix socket with the headers given (apiCall always sends JSON). */
-function rawCall(socketPath: string, method: string, path: string, headers: Record<string, string>, body: string): Promise<{ status: number; body: { code?: string } }> {
+function rawCall(
+  socketPath: string,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body: string,
+): Promise<{ status: number; body: { code?: string } }> {
   return new Promise((resolve, reject) => {
     const req = request({ socketPath, method, path, headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
       let text = '';
@@ -41,11 +47,22 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
   // is refused at once, so detection does not wait for it).
   const hc = { type: 'http', path: '/', interval: 1, timeout: 1, rise: 2, fall: 2 };
   const services = (web: string[] = rs, extra: Record<string, unknown> = {}) => [
-    { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', healthCheck: hc, realServers: web.map((a) => ({ address: a, port: 8080 })), ...extra },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 80,
+      scheduler: 'rr',
+      healthCheck: hc,
+      realServers: web.map((a) => ({ address: a, port: 8080 })),
+      ...extra,
+    },
     { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
   ];
   let configFile = '';
-  const listeners = () => ({ api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN }, healthz: { address: '127.0.0.1:10256', token: HEALTHZ_TOKEN } });
+  const listeners = () => ({
+    api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN },
+    healthz: { address: '127.0.0.1:10256', token: HEALTHZ_TOKEN },
+  });
   const api = <T>(method: string, path: string, body?: unknown) => apiCall<T>(lab.socket, method, path, body);
   const web = async () => (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === 80)!.realServers;
   const curlMany = (n: number): Record<string, number> => {
@@ -75,7 +92,11 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
   });
 
   test('a killed real server is quiesced by its health check and restored when it comes back', async () => {
-    await waitFor('first health checks', async () => (await api<HealthResponse>('GET', '/v1/health')).body.checks.every((c) => c.checks > 0), 20000);
+    await waitFor(
+      'first health checks',
+      async () => (await api<HealthResponse>('GET', '/v1/health')).body.checks.every((c) => c.checks > 0),
+      20000,
+    );
     lab.stopServer(1);
     await waitFor('rs2 to be marked down', async () => (await web()).find((r) => r.address === rs[1])!.healthy === false, 20000);
     const down = (await web()).find((r) => r.address === rs[1])!;
@@ -83,7 +104,12 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
     const during = curlMany(12);
     assert.deepEqual(during, { rs1: 6, rs3: 6 }, 'no request reached the dead server and none failed');
     const metrics = lab.exec(lab.lbNs, 'curl', ['-s', 'http://127.0.0.1:10249/metrics']);
-    assert.match(metrics, new RegExp(`uvs_realserver_healthy\\{local_address="${LAB_VIP}",local_port="80",remote_address="${rs[1]}",remote_port="8080",proto="TCP",local_mark=""\\} 0`));
+    assert.match(
+      metrics,
+      new RegExp(
+        `uvs_realserver_healthy\\{local_address="${LAB_VIP}",local_port="80",remote_address="${rs[1]}",remote_port="8080",proto="TCP",local_mark=""\\} 0`,
+      ),
+    );
     const listing = lab.exec(lab.lbNs, process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, '--health']);
     assert.match(listing, new RegExp(`-> ${rs[1]!.replace(/\./g, '\\.')}:8080 +DOWN`));
     lab.startServer(1);
@@ -138,14 +164,22 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
       'post /v1/workers/{id}/kill',
     ];
     type Body = { content: { 'application/json': { schema: { properties?: Record<string, { items?: { required?: string[] } }> } } } };
-    const r = await api<{ openapi: string; info: { title: string }; paths: Record<string, Record<string, { responses: Record<string, unknown>; operationId: string; requestBody?: Body }>> }>('GET', '/v1/openapi.json');
+    const r = await api<{
+      openapi: string;
+      info: { title: string };
+      paths: Record<string, Record<string, { responses: Record<string, unknown>; operationId: string; requestBody?: Body }>>;
+    }>('GET', '/v1/openapi.json');
     assert.equal(r.status, 200);
     assert.match(r.body.openapi, /^3\.0\.\d$/);
     assert.ok(r.body.info.title);
     // Request bodies are the schema uvsd checks them with (control/api-bodies.ts, control/config.ts).
     const svcBody = r.body.paths['/v1/services']!.post!.requestBody!.content['application/json'].schema;
     assert.deepEqual(svcBody.properties!.realServers!.items!.required, ['address']);
-    assert.deepEqual(Object.keys(r.body.paths['/v1/timeouts']!.put!.requestBody!.content['application/json'].schema.properties!), ['tcp', 'tcpFin', 'udp']);
+    assert.deepEqual(Object.keys(r.body.paths['/v1/timeouts']!.put!.requestBody!.content['application/json'].schema.properties!), [
+      'tcp',
+      'tcpFin',
+      'udp',
+    ]);
     const ops = Object.entries(r.body.paths).flatMap(([p, m]) => Object.entries(m).map(([method, op]) => ({ p, method, op })));
     assert.deepEqual(ops.map((o) => `${o.method} ${o.p}`).sort(), [...ROUTES].sort(), 'the document lists exactly the routes uvsd has');
     const ids = new Set<string>();
@@ -160,11 +194,19 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
     const raw = (method: string, path: string, body?: unknown) =>
       new Promise<{ status: number; text: string }>((resolve, reject) => {
         const data = body === undefined ? undefined : JSON.stringify(body);
-        const req = request({ socketPath: lab.socket, method, path, headers: data === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } }, (res) => {
-          let text = '';
-          res.on('data', (d: Buffer) => (text += d.toString()));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        });
+        const req = request(
+          {
+            socketPath: lab.socket,
+            method,
+            path,
+            headers: data === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) },
+          },
+          (res) => {
+            let text = '';
+            res.on('data', (d: Buffer) => (text += d.toString()));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+          },
+        );
         req.on('error', reject);
         req.end(data);
       });
@@ -177,9 +219,27 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
       ['put /v1/services/{protocol}/{address}/{port}', 'PUT', `/v1/services/${none}`, { scheduler: 'rr' }, 404],
       ['delete /v1/services/{protocol}/{address}/{port}', 'DELETE', `/v1/services/${none}`, undefined, 404],
       ['post /v1/services/{protocol}/{address}/{port}/preview', 'POST', `/v1/services/${none}/preview`, { delete: [] }, 404],
-      ['post /v1/services/{protocol}/{address}/{port}/realservers', 'POST', `/v1/services/${none}/realservers`, { address: rs[0], port: 8080 }, 404],
-      ['put /v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}', 'PUT', `/v1/services/${none}/realservers/${rs[0]}/8080`, { weight: 1 }, 404],
-      ['delete /v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}', 'DELETE', `/v1/services/${none}/realservers/${rs[0]}/8080`, undefined, 404],
+      [
+        'post /v1/services/{protocol}/{address}/{port}/realservers',
+        'POST',
+        `/v1/services/${none}/realservers`,
+        { address: rs[0], port: 8080 },
+        404,
+      ],
+      [
+        'put /v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}',
+        'PUT',
+        `/v1/services/${none}/realservers/${rs[0]}/8080`,
+        { weight: 1 },
+        404,
+      ],
+      [
+        'delete /v1/services/{protocol}/{address}/{port}/realservers/{raddr}/{rport}',
+        'DELETE',
+        `/v1/services/${none}/realservers/${rs[0]}/8080`,
+        undefined,
+        404,
+      ],
       ['post /v1/batch', 'POST', '/v1/batch', { ops: [{ op: 'noSuchOp' }] }, 400],
       ['get /v1/connections', 'GET', '/v1/connections', undefined, 200],
       ['get /v1/stats', 'GET', '/v1/stats', undefined, 200],
@@ -196,7 +256,11 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
       ['post /v1/reload', 'POST', '/v1/reload', undefined, 200],
       ['post /v1/workers/{id}/kill', 'POST', '/v1/workers/99/kill', undefined, 404],
     ];
-    assert.deepEqual(probes.map((x) => x[0]).sort(), ROUTES.filter((x) => x !== 'delete /v1/services').sort(), 'one probe per route (DELETE /v1/services below)');
+    assert.deepEqual(
+      probes.map((x) => x[0]).sort(),
+      ROUTES.filter((x) => x !== 'delete /v1/services').sort(),
+      'one probe per route (DELETE /v1/services below)',
+    );
     for (const [route, m, p, body, want] of probes) {
       const a = await raw(m, p, body);
       assert.equal(a.status, want, `${route}: ${a.status} ${a.text.slice(0, 200)}`);
@@ -209,9 +273,18 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
     assert.equal((await raw('DELETE', '/v1/services')).status, 200);
     // Services whose servers still have connections stay listed while they drain (weight 0).
     const cleared = (await api<ServicesResponse>('GET', '/v1/services')).body.services;
-    assert.ok(cleared.every((x) => x.realServers.every((r) => r.weight === 0)), `nothing takes new connections: ${JSON.stringify(cleared)}`);
+    assert.ok(
+      cleared.every((x) => x.realServers.every((r) => r.weight === 0)),
+      `nothing takes new connections: ${JSON.stringify(cleared)}`,
+    );
     assert.equal((await api('POST', '/v1/reload')).status, 200);
-    for (const [m, p] of [['PATCH', '/v1/services'], ['POST', '/v1/info'], ['GET', '/v1/nothing'], ['DELETE', '/v1/stats'], ['PUT', '/v1/zero']] as const) {
+    for (const [m, p] of [
+      ['PATCH', '/v1/services'],
+      ['POST', '/v1/info'],
+      ['GET', '/v1/nothing'],
+      ['DELETE', '/v1/stats'],
+      ['PUT', '/v1/zero'],
+    ] as const) {
       const a = await raw(m, p);
       assert.equal(a.status, 404, `${m} ${p} is not a route: ${a.text}`);
       assert.match(a.text, /no route/);
@@ -220,7 +293,8 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
   });
 
   test('the TCP API listener needs the bearer token: none 401, wrong 401, right 200', () => {
-    const code = (args: string[]) => lab.exec(lab.clientNs, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', ...args, 'http://10.200.1.1:8443/v1/info']);
+    const code = (args: string[]) =>
+      lab.exec(lab.clientNs, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', ...args, 'http://10.200.1.1:8443/v1/info']);
     assert.equal(code([]), '401');
     assert.equal(code(['-H', 'Authorization: Bearer wrong-token-wrong-token']), '401');
     assert.equal(code(['-H', `Authorization: Bearer ${TOKEN}x`]), '401');
@@ -228,22 +302,41 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
   });
 
   test('GET /v1/config shows the configuration without its secrets (API and healthz tokens)', async () => {
-    const r = await api<{ document: { api: { token: string }; healthz: { token: string } }; effective: { api: { token: string }; healthz: { token: string } } }>('GET', '/v1/config');
+    const r = await api<{
+      document: { api: { token: string }; healthz: { token: string } };
+      effective: { api: { token: string }; healthz: { token: string } };
+    }>('GET', '/v1/config');
     assert.equal(r.status, 200);
     const text = JSON.stringify(r.body);
     assert.ok(!text.includes(TOKEN) && !text.includes(HEALTHZ_TOKEN), 'no token in the answer');
-    assert.deepEqual([r.body.document.api.token, r.body.effective.api.token, r.body.document.healthz.token, r.body.effective.healthz.token], ['<redacted>', '<redacted>', '<redacted>', '<redacted>']);
+    assert.deepEqual(
+      [r.body.document.api.token, r.body.effective.api.token, r.body.document.healthz.token, r.body.effective.healthz.token],
+      ['<redacted>', '<redacted>', '<redacted>', '<redacted>'],
+    );
   });
 
   test('TCP listeners refuse a Host header naming something else (DNS rebinding): API 403 even with the token, metrics 403', () => {
     const call = (host: string | null, url: string, ns = lab.clientNs, auth = true) =>
-      lab.exec(ns, 'curl', ['-s', '-m', '5', '-w', ' %{http_code}', ...(auth ? ['-H', `Authorization: Bearer ${TOKEN}`] : []), ...(host ? ['-H', `Host: ${host}`] : []), url]);
+      lab.exec(ns, 'curl', [
+        '-s',
+        '-m',
+        '5',
+        '-w',
+        ' %{http_code}',
+        ...(auth ? ['-H', `Authorization: Bearer ${TOKEN}`] : []),
+        ...(host ? ['-H', `Host: ${host}`] : []),
+        url,
+      ]);
     const rebound = call('rebind.attacker.test:8443', 'http://10.200.1.1:8443/v1/info');
     assert.match(rebound, / 403$/);
     assert.equal(JSON.parse(rebound.slice(0, -4)).code, 'UVS_ERR_API_HOST');
     assert.match(call(null, 'http://10.200.1.1:8443/v1/info'), / 200$/, 'its own address is fine');
     assert.match(call('rebind.attacker.test:10249', 'http://127.0.0.1:10249/metrics', lab.lbNs, false), / 403$/);
-    assert.match(call('localhost:10249', 'http://127.0.0.1:10249/metrics', lab.lbNs, false), / 200$/, 'loopback metrics stay open for Prometheus, as kube-proxy');
+    assert.match(
+      call('localhost:10249', 'http://127.0.0.1:10249/metrics', lab.lbNs, false),
+      / 200$/,
+      'loopback metrics stay open for Prometheus, as kube-proxy',
+    );
   });
 
   test('request bodies must be application/json: a text/plain POST is refused with 415 and changes nothing', async () => {
@@ -252,7 +345,20 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
     assert.deepEqual([plain.status, plain.body.code], [415, 'UVS_ERR_API_CONTENT_TYPE']);
     const none = await rawCall(lab.socket, 'POST', '/v1/services', {}, body);
     assert.deepEqual([none.status, none.body.code], [415, 'UVS_ERR_API_CONTENT_TYPE'], 'a body without a content type too');
-    const tcp = lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', '-w', ' %{http_code}', '-H', `Authorization: Bearer ${TOKEN}`, '-H', 'Content-Type: text/plain', '--data', body, 'http://10.200.1.1:8443/v1/services']);
+    const tcp = lab.exec(lab.clientNs, 'curl', [
+      '-s',
+      '-m',
+      '5',
+      '-w',
+      ' %{http_code}',
+      '-H',
+      `Authorization: Bearer ${TOKEN}`,
+      '-H',
+      'Content-Type: text/plain',
+      '--data',
+      body,
+      'http://10.200.1.1:8443/v1/services',
+    ]);
     assert.match(tcp, / 415$/);
     const list = (await api<ServicesResponse>('GET', '/v1/services')).body.services;
     assert.ok(!list.some((s) => s.port === 8082), 'nothing was added');
@@ -263,11 +369,18 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
 
   test('a batch over the limits is refused before any work (413), a malformed operation is a 400, and nothing changes', async () => {
     const before = (await api<ServicesResponse>('GET', '/v1/services')).body.services.length;
-    const ops = Array.from({ length: 5000 }, (_, i) => ({ op: 'addService', service: { protocol: 'tcp', address: LAB_VIP, port: 10000 + i } }));
+    const ops = Array.from({ length: 5000 }, (_, i) => ({
+      op: 'addService',
+      service: { protocol: 'tcp', address: LAB_VIP, port: 10000 + i },
+    }));
     const big = await api<ApiError>('POST', '/v1/batch', { ops });
     assert.deepEqual([big.status, big.body.code, big.body.path], [413, 'UVS_ERR_API_TOO_LARGE', 'ops'], JSON.stringify(big.body));
     assert.match(big.body.message, /more than dataplane\.maxServices \(1024\)/);
-    const rsOps = Array.from({ length: 4097 }, (_, i) => ({ op: 'addRealServer', ref: { protocol: 'tcp', address: LAB_VIP, port: 80 }, realServer: { address: `10.201.${i >> 8}.${i & 255}`, port: 8080 } }));
+    const rsOps = Array.from({ length: 4097 }, (_, i) => ({
+      op: 'addRealServer',
+      ref: { protocol: 'tcp', address: LAB_VIP, port: 80 },
+      realServer: { address: `10.201.${i >> 8}.${i & 255}`, port: 8080 },
+    }));
     const rsBig = await api<ApiError>('POST', '/v1/batch', { ops: rsOps });
     assert.deepEqual([rsBig.status, rsBig.body.code], [413, 'UVS_ERR_API_TOO_LARGE'], JSON.stringify(rsBig.body));
     assert.match(rsBig.body.message, /maxRealServers \(4096\)/);
@@ -296,7 +409,13 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
   });
 
   test('runtime edits through the API: add, conflict, schema errors naming the field, delete', async () => {
-    const add = await api<AppliedResponse>('POST', '/v1/services', { protocol: 'tcp', address: LAB_VIP, port: 8081, scheduler: 'wrr', realServers: [{ address: rs[0], port: 8080, weight: 2 }] });
+    const add = await api<AppliedResponse>('POST', '/v1/services', {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 8081,
+      scheduler: 'wrr',
+      realServers: [{ address: rs[0], port: 8080, weight: 2 }],
+    });
     assert.equal(add.status, 200, JSON.stringify(add.body));
     assert.equal(lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', `http://${LAB_VIP}:8081/`]).trim(), 'rs1');
     const dup = await api<ApiError>('POST', '/v1/services', { protocol: 'tcp', address: LAB_VIP, port: 8081 });
@@ -313,7 +432,11 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
     } catch (e) {
       out = (e as { stdout: string }).stdout;
     }
-    assert.deepEqual(JSON.parse(out), { connected: false, error: 'ECONNREFUSED' }, 'new connections are refused once the service is removed (its servers drain)');
+    assert.deepEqual(
+      JSON.parse(out),
+      { connected: false, error: 'ECONNREFUSED' },
+      'new connections are refused once the service is removed (its servers drain)',
+    );
   });
 
   test('editing the configuration file reloads it without a signal', async () => {
@@ -344,8 +467,13 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
   test('a state file of the wrong shape or with foreign entries does not stop uvsd: bad entries are skipped, logged and counted', async () => {
     const stateFile = join(lab.dir, 'state.json');
     const entry = (vip: string, port: number) => ({
-      service: `tcp ${vip}:${port}`, realServer: `${rs[0]}:8080`, protocol: 'tcp', since: Date.now(), deadline: null,
-      serviceConfig: { protocol: 'tcp', address: vip, port, scheduler: 'rr' }, realServerConfig: { address: rs[0], port: 8080, weight: 1 },
+      service: `tcp ${vip}:${port}`,
+      realServer: `${rs[0]}:8080`,
+      protocol: 'tcp',
+      since: Date.now(),
+      deadline: null,
+      serviceConfig: { protocol: 'tcp', address: vip, port, scheduler: 'rr' },
+      realServerConfig: { address: rs[0], port: 8080, weight: 1 },
     });
     await lab.stopUvsd();
     writeFileSync(stateFile, JSON.stringify({ version: 1, draining: { not: 'a list' } }));
@@ -361,12 +489,20 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
     assert.equal(st.body.stateFileSkipped, 1);
     const svcs = (await api<ServicesResponse>('GET', '/v1/services')).body.services;
     assert.ok(!svcs.some((x) => x.address === '192.0.2.10'), 'no service outside vipCidrs');
-    assert.ok(svcs.some((x) => x.address === LAB_VIP && x.port === 8090), 'the valid drain entry was restored');
-    assert.match(readFileSync(join(lab.dir, 'uvsd.log'), 'utf8'), /state file entry skipped.*not inside dataplane\.vipCidrs|not inside dataplane\.vipCidrs.*state file entry skipped/);
+    assert.ok(
+      svcs.some((x) => x.address === LAB_VIP && x.port === 8090),
+      'the valid drain entry was restored',
+    );
+    assert.match(
+      readFileSync(join(lab.dir, 'uvsd.log'), 'utf8'),
+      /state file entry skipped.*not inside dataplane\.vipCidrs|not inside dataplane\.vipCidrs.*state file entry skipped/,
+    );
   });
 
   test('hot reload under traffic breaks no connection: servers added, reweighted and removed while long requests run', async () => {
-    const load = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'load', LAB_VIP, '80', '6', '6', '3', '800'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const load = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'load', LAB_VIP, '80', '6', '6', '3', '800'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let text = '';
     load.stdout.on('data', (d: Buffer) => (text += d.toString()));
     const steps = [

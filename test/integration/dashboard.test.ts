@@ -20,7 +20,10 @@ const hasRedis = (() => {
   }
 })();
 
-describe('the Grafana dashboard against a live uvsd', { skip: !isRoot ? 'integration tests need root (network namespaces, TUN)' : !hasRedis ? 'redis-server missing' : false, timeout: 300_000 }, () => {
+describe('the Grafana dashboard against a live uvsd', {
+  skip: !isRoot ? 'integration tests need root (network namespaces, TUN)' : !hasRedis ? 'redis-server missing' : false,
+  timeout: 300_000,
+}, () => {
   const lab = new Lab({ prefix: `uvg${process.pid % 100000}` });
   const scrape = () => lab.exec(lab.lbNs, 'curl', ['-s', '-m', '5', 'http://127.0.0.1:10249/metrics']);
 

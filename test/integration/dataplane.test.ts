@@ -24,13 +24,38 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
   const rs = lab.rsAddrs;
   const rs6 = lab.rsAddrs6;
   const services = (weights: { web?: number[]; echo?: number[] } = {}) => [
-    { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: weights.web?.[i] ?? 1 })) },
-    { protocol: 'tcp', address: LAB_VIP, port: 81, scheduler: 'wrr', realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: 3 - i })) },
-    { protocol: 'tcp', address: LAB_VIP, port: 7, scheduler: 'rr', realServers: rs.map((a, i) => ({ address: a, port: 9007, weight: weights.echo?.[i] ?? 1 })) },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 80,
+      scheduler: 'rr',
+      realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: weights.web?.[i] ?? 1 })),
+    },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 81,
+      scheduler: 'wrr',
+      realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: 3 - i })),
+    },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 7,
+      scheduler: 'rr',
+      realServers: rs.map((a, i) => ({ address: a, port: 9007, weight: weights.echo?.[i] ?? 1 })),
+    },
     { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
     { protocol: 'tcp', address: LAB_VIP, port: 90, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 8080, weight: 0 })) },
     { protocol: 'udp', address: LAB_VIP, port: 54, scheduler: 'rr', realServers: [] },
-    { protocol: 'tcp', address: LAB_VIP, port: 82, scheduler: 'rr', forwarding: 'fullnat', realServers: rs.map((a) => ({ address: a, port: 8080 })) },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 82,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      realServers: rs.map((a) => ({ address: a, port: 8080 })),
+    },
     { protocol: 'tcp', address: LAB_VIP, port: 8080, scheduler: 'rr', forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) },
     // Path MTU: rs1's echo service behind a 1400-byte link (see the test).
     { protocol: 'tcp', address: LAB_VIP, port: 84, scheduler: 'rr', realServers: [{ address: rs[0], port: 9007 }] },
@@ -39,22 +64,69 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     // IPv6, the same services beside them (dual stack).
     { protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'rr', realServers: rs6.map((a) => ({ address: a, port: 8080 })) },
     { protocol: 'udp', address: LAB_VIP6, port: 53, scheduler: 'rr', realServers: rs6.map((a) => ({ address: a, port: 5353 })) },
-    { protocol: 'tcp', address: LAB_VIP6, port: 82, scheduler: 'rr', forwarding: 'fullnat', realServers: rs6.map((a) => ({ address: a, port: 8080 })) },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP6,
+      port: 82,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      realServers: rs6.map((a) => ({ address: a, port: 8080 })),
+    },
     { protocol: 'udp', address: LAB_VIP6, port: 55, scheduler: 'rr', realServers: [{ address: rs6[0], port: 5999 }] },
-    { protocol: 'tcp', address: LAB_VIP6, port: 8080, scheduler: 'rr', forwarding: 'tunnel', realServers: rs6.map((a) => ({ address: a })) },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP6,
+      port: 8080,
+      scheduler: 'rr',
+      forwarding: 'tunnel',
+      realServers: rs6.map((a) => ({ address: a })),
+    },
     // Uploads through the tunnel (the echo service): GSO super-packets cut into segments by uvs.
     { protocol: 'tcp', address: LAB_VIP, port: 9007, scheduler: 'rr', forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) },
-    { protocol: 'tcp', address: LAB_VIP6, port: 9007, scheduler: 'rr', forwarding: 'tunnel', realServers: rs6.map((a) => ({ address: a })) },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP6,
+      port: 9007,
+      scheduler: 'rr',
+      forwarding: 'tunnel',
+      realServers: rs6.map((a) => ({ address: a })),
+    },
     { protocol: 'tcp', address: LAB_VIP6, port: 84, scheduler: 'rr', realServers: [{ address: rs6[0], port: 9007 }] },
     // UDP through full-NAT and the tunnel, both families.
-    { protocol: 'udp', address: LAB_VIP, port: 57, scheduler: 'rr', forwarding: 'fullnat', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
-    { protocol: 'udp', address: LAB_VIP6, port: 57, scheduler: 'rr', forwarding: 'fullnat', realServers: rs6.map((a) => ({ address: a, port: 5353 })) },
+    {
+      protocol: 'udp',
+      address: LAB_VIP,
+      port: 57,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      realServers: rs.map((a) => ({ address: a, port: 5353 })),
+    },
+    {
+      protocol: 'udp',
+      address: LAB_VIP6,
+      port: 57,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      realServers: rs6.map((a) => ({ address: a, port: 5353 })),
+    },
     { protocol: 'udp', address: LAB_VIP, port: 5454, scheduler: 'rr', forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) },
-    { protocol: 'udp', address: LAB_VIP6, port: 5454, scheduler: 'rr', forwarding: 'tunnel', realServers: rs6.map((a) => ({ address: a })) },
+    {
+      protocol: 'udp',
+      address: LAB_VIP6,
+      port: 5454,
+      scheduler: 'rr',
+      forwarding: 'tunnel',
+      realServers: rs6.map((a) => ({ address: a })),
+    },
   ];
   const labConfig = (svcs: unknown[], ports: [number, number] = [30000, 30999]) =>
     lab.config(svcs, {
-      dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: ['10.200.99.1', 'fd00:200:99::1'], portMin: ports[0], portMax: ports[1] }, tunnelSource: '10.200.1.1', tunnelSource6: 'fd00:200:1::1' },
+      dataplane: {
+        vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR],
+        fullnat: { addresses: ['10.200.99.1', 'fd00:200:99::1'], portMin: ports[0], portMax: ports[1] },
+        tunnelSource: '10.200.1.1',
+        tunnelSource6: 'fd00:200:1::1',
+      },
     });
   let configFile = '';
 
@@ -85,14 +157,20 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
   const startDecap = async (args: string[]) => {
     await Promise.all(
       lab.rsNs.map((ns) => {
-        const p = lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', ...args], { detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
+        const p = lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', ...args], {
+          detached: true,
+          stdio: ['ignore', 'pipe', 'inherit'],
+        });
         p.unref();
         (p.stdout as unknown as { unref?: () => void }).unref?.();
         return waitForLine(p, /^uvs decap: /, `uvs decap in ${ns}`);
       }),
     );
   };
-  const activeOn = async (port: number) => (await api<ServicesResponse>('GET', '/v1/services')).body.services.filter((x) => x.port === port).reduce((n, x) => n + x.realServers.reduce((a, r) => a + r.activeConns, 0), 0);
+  const activeOn = async (port: number) =>
+    (await api<ServicesResponse>('GET', '/v1/services')).body.services
+      .filter((x) => x.port === port)
+      .reduce((n, x) => n + x.realServers.reduce((a, r) => a + r.activeConns, 0), 0);
   /** The real server of the ESTABLISHED connection to VIP port 7 (hold-echo), once uvs tracks it. */
   const echoConnection = async () => {
     let found: { virtual: string; realServer: string; state: string } | undefined;
@@ -172,7 +250,9 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     const who = JSON.parse(client('curl', ['-s', '-m', '5', `http://[${LAB_VIP6}]:82/whoami`]));
     assert.match(who.client, /^fd00:200:99::1:30\d\d\d$/);
     const bytes = 20 * 1024 * 1024;
-    const sum = client('sh', ['-c', `curl -s -m 60 "http://[${LAB_VIP6}]:82/blob?bytes=${bytes}&seed=14" | sha256sum`], 90000).split(' ')[0];
+    const sum = client('sh', ['-c', `curl -s -m 60 "http://[${LAB_VIP6}]:82/blob?bytes=${bytes}&seed=14" | sha256sum`], 90000).split(
+      ' ',
+    )[0];
     assert.equal(sum, blobSha256(14, bytes));
   });
 
@@ -187,15 +267,27 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     }
     assert.equal(seen.size, 3, 'rr over the three tunnelled servers');
     const bytes = 20 * 1024 * 1024;
-    const sum = client('sh', ['-c', `curl -s -m 60 "http://[${LAB_VIP6}]:8080/blob?bytes=${bytes}&seed=15" | sha256sum`], 90000).split(' ')[0];
+    const sum = client('sh', ['-c', `curl -s -m 60 "http://[${LAB_VIP6}]:8080/blob?bytes=${bytes}&seed=15" | sha256sum`], 90000).split(
+      ' ',
+    )[0];
     assert.equal(sum, blobSha256(15, bytes));
   });
 
   test('uploads through the tunnel, IPv4 and IPv6: 8 MB each way arrive intact (super-packets segmented by uvs)', () => {
     for (const vip of [LAB_VIP, LAB_VIP6]) {
       const p = lab.prefix;
-      const out = client('sh', ['-c', `head -c 8000000 /dev/urandom > /tmp/${p}-tu && sha256sum < /tmp/${p}-tu && timeout 40 nc -N ${vip} 9007 < /tmp/${p}-tu | tail -c +5 | sha256sum; rm -f /tmp/${p}-tu`], 60000);
-      const [sent, echoed] = out.trim().split('\n').map((l) => l.split(' ')[0]);
+      const out = client(
+        'sh',
+        [
+          '-c',
+          `head -c 8000000 /dev/urandom > /tmp/${p}-tu && sha256sum < /tmp/${p}-tu && timeout 40 nc -N ${vip} 9007 < /tmp/${p}-tu | tail -c +5 | sha256sum; rm -f /tmp/${p}-tu`,
+        ],
+        60000,
+      );
+      const [sent, echoed] = out
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' ')[0]);
       assert.equal(echoed, sent, `${vip}: the echo of 8 MB sent through the tunnel is identical`);
     }
   });
@@ -204,15 +296,26 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     // Direct return over UDP: the server must answer from the VIP, so it binds the VIP (on lo,
     // put there by uvs decap) — a socket on 0.0.0.0 would answer from its own address.
     lab.rsNs.forEach((ns, i) => {
-      for (const [fam, vip] of [['AF_INET', LAB_VIP], ['AF_INET6', LAB_VIP6]]) {
+      for (const [fam, vip] of [
+        ['AF_INET', LAB_VIP],
+        ['AF_INET6', LAB_VIP6],
+      ]) {
         const py = `import socket\ns=socket.socket(socket.${fam},socket.SOCK_DGRAM)\ns.bind(('${vip}',5454))\nwhile True:\n d,a=s.recvfrom(2048)\n s.sendto(b'rs${i + 1} '+d,a)`;
         lab.spawn(ns, 'python3', ['-c', py], { detached: true, stdio: 'ignore' }).unref();
       }
     });
     for (const ns of lab.rsNs) {
-      await waitFor(`the two UDP servers on port 5454 in ${ns}`, () => lab.exec(ns, 'ss', ['-Hlun', 'sport = :5454']).trim().split('\n').filter(Boolean).length === 2);
+      await waitFor(
+        `the two UDP servers on port 5454 in ${ns}`,
+        () => lab.exec(ns, 'ss', ['-Hlun', 'sport = :5454']).trim().split('\n').filter(Boolean).length === 2,
+      );
     }
-    for (const [vip, port] of [[LAB_VIP, '57'], [LAB_VIP6, '57'], [LAB_VIP, '5454'], [LAB_VIP6, '5454']] as const) {
+    for (const [vip, port] of [
+      [LAB_VIP, '57'],
+      [LAB_VIP6, '57'],
+      [LAB_VIP, '5454'],
+      [LAB_VIP6, '5454'],
+    ] as const) {
       const answers = new Set<string>();
       for (let i = 0; i < 3; i++) {
         const r = tool(['udp-ask', vip, port, `q${i}`]);
@@ -227,11 +330,22 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
   test('full-NAT port pool exhaustion: with 2 ports per server, the third open connection to it is refused and counted', async () => {
     // One real server and a pool of two ports. The pool cannot change on reload: this test runs
     // its own uvsd with a two-port range, then the suite's comes back.
-    const only = [{ protocol: 'tcp', address: LAB_VIP, port: 83, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: rs[0], port: 8080 }] }];
+    const only = [
+      {
+        protocol: 'tcp',
+        address: LAB_VIP,
+        port: 83,
+        scheduler: 'rr',
+        forwarding: 'fullnat',
+        realServers: [{ address: rs[0], port: 8080 }],
+      },
+    ];
     await lab.stopUvsd();
     await lab.startUvsd(lab.writeConfig(labConfig(only, [31000, 31001]), 'uvs-pool.yaml'));
     try {
-      const holds = [0, 1].map(() => spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '30', `http://${LAB_VIP}:83/hold?ms=8000`], { stdio: 'ignore' }));
+      const holds = [0, 1].map(() =>
+        spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '30', `http://${LAB_VIP}:83/hold?ms=8000`], { stdio: 'ignore' }),
+      );
       await waitFor('both held connections to be active', async () => (await activeOn(83)) === 2);
       const third = tool(['tcp-connect', LAB_VIP, '83', '1500']);
       assert.equal(third.connected, false, 'no port left for a third connection');
@@ -245,7 +359,7 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     }
   });
 
-  test('IPv6 UDP: answers rotate over the servers; a server\'s ICMPv6 port unreachable reaches the client; no service is refused', () => {
+  test("IPv6 UDP: answers rotate over the servers; a server's ICMPv6 port unreachable reaches the client; no service is refused", () => {
     const answers = new Set<string>();
     for (let i = 0; i < 6; i++) {
       const r = tool(['udp-ask', LAB_VIP6, '53', `six ${i}`]);
@@ -254,7 +368,11 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     }
     assert.equal(answers.size, 3);
     assert.deepEqual(tool(['udp-ask', LAB_VIP6, '55', 'anyone?', '3000']), { answer: null, error: 'ECONNREFUSED' });
-    assert.deepEqual(tool(['udp-ask', LAB_VIP6, '56', 'x']), { answer: null, error: 'ECONNREFUSED' }, 'no service: ICMPv6 port unreachable');
+    assert.deepEqual(
+      tool(['udp-ask', LAB_VIP6, '56', 'x']),
+      { answer: null, error: 'ECONNREFUSED' },
+      'no service: ICMPv6 port unreachable',
+    );
     assert.deepEqual(tool(['tcp-connect', LAB_VIP6, '22']), { connected: false, error: 'ECONNREFUSED' }, 'no service: TCP RST');
   });
 
@@ -280,7 +398,11 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
   test('50 concurrent connections are all carried and counted as active at once', async () => {
     // Each is held 15 s: the 50 are open together long enough to be seen even on a slow machine.
     const urls = Array.from({ length: 50 }, () => `http://${LAB_VIP}/hold?ms=15000`);
-    const child = spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '60', '-Z', '--parallel-immediate', '--parallel-max', '50', ...urls], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      'ip',
+      ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '60', '-Z', '--parallel-immediate', '--parallel-max', '50', ...urls],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let outText = '';
     child.stdout.on('data', (d: Buffer) => (outText += d.toString()));
     let active = 0;
@@ -292,7 +414,9 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
   });
 
   test('weight 0 keeps an open connection alive while new connections avoid the server', async () => {
-    const hold = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', '6', '100'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const hold = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', '6', '100'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let text = '';
     hold.stdout.on('data', (d: Buffer) => (text += d.toString()));
     const echoConn = await echoConnection();
@@ -319,7 +443,7 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     assert.deepEqual(tool(['udp-ask', LAB_VIP, '54', 'x']), { answer: null, error: 'ECONNREFUSED' });
   });
 
-  test('a real server\'s ICMP port unreachable is translated: the client\'s UDP socket gets ECONNREFUSED', () => {
+  test("a real server's ICMP port unreachable is translated: the client's UDP socket gets ECONNREFUSED", () => {
     // Untranslated, the error would quote RIP:5999 and the client's socket (connected to the VIP)
     // would never hear of it: the ask would time out instead.
     assert.deepEqual(tool(['udp-ask', LAB_VIP, '55', 'anyone?', '3000']), { answer: null, error: 'ECONNREFUSED' });
@@ -342,12 +466,25 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       for (const vip of [LAB_VIP, LAB_VIP6]) {
         const before = (await api<StatsResponse>('GET', '/v1/stats')).body.drops;
         const bytes = 8 * 1024 * 1024;
-        const out = client('sh', ['-c', `head -c ${bytes} /dev/urandom > /tmp/${p}-up && sha256sum < /tmp/${p}-up && timeout 40 nc -N ${vip} 84 < /tmp/${p}-up | tail -c +5 | sha256sum; rm -f /tmp/${p}-up`], 60000);
+        const out = client(
+          'sh',
+          [
+            '-c',
+            `head -c ${bytes} /dev/urandom > /tmp/${p}-up && sha256sum < /tmp/${p}-up && timeout 40 nc -N ${vip} 84 < /tmp/${p}-up | tail -c +5 | sha256sum; rm -f /tmp/${p}-up`,
+          ],
+          60000,
+        );
         // The echo server greets with "rs1\n" (4 bytes) before echoing.
-        const [sent, echoed] = out.trim().split('\n').map((l) => l.split(' ')[0]);
+        const [sent, echoed] = out
+          .trim()
+          .split('\n')
+          .map((l) => l.split(' ')[0]);
         assert.equal(echoed, sent, `${vip}: 8 MB went up through the narrow link and came back intact`);
         const after = (await api<StatsResponse>('GET', '/v1/stats')).body.drops;
-        assert.ok((after.too_big ?? 0) > (before.too_big ?? 0), `${vip}: uvs answered oversize segments with fragmentation needed / Packet Too Big`);
+        assert.ok(
+          (after.too_big ?? 0) > (before.too_big ?? 0),
+          `${vip}: uvs answered oversize segments with fragmentation needed / Packet Too Big`,
+        );
       }
     } finally {
       lab.ip(lab.rsNs[0]!, ['route', 'replace', 'default', 'via', '10.200.11.1']);
@@ -384,7 +521,9 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
   });
 
   test('a killed worker thread is restarted and the flows it carried continue', async () => {
-    const hold = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', '5', '50'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const hold = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', '5', '50'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let text = '';
     hold.stdout.on('data', (d: Buffer) => (text += d.toString()));
     await echoConnection();
@@ -400,7 +539,10 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       assert.equal(w.restarts, beforeW.find((b) => b.id === w.id)!.restarts + 1);
       assert.ok(w.ready);
     }
-    assert.equal(Object.values(curlMany(3, `http://${LAB_VIP}/`)).reduce((a, b) => a + b, 0), 3);
+    assert.equal(
+      Object.values(curlMany(3, `http://${LAB_VIP}/`)).reduce((a, b) => a + b, 0),
+      3,
+    );
   });
 
   test('an invalid configuration is rejected with the field and the old one keeps running', async () => {
@@ -415,20 +557,31 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     const failedBefore = (await api<StatsResponse>('GET', '/v1/stats')).body.reloads.failed;
     writeFileSync(configFile, 'services: [ {');
     execFileSync('kill', ['-HUP', String(lab.uvsdProcess!.pid)]);
-    await waitFor('the broken file to be refused', async () => (await api<StatsResponse>('GET', '/v1/stats')).body.reloads.failed > failedBefore);
+    await waitFor(
+      'the broken file to be refused',
+      async () => (await api<StatsResponse>('GET', '/v1/stats')).body.reloads.failed > failedBefore,
+    );
     assert.equal(lab.uvsdProcess?.exitCode, null);
     assert.deepEqual(curlMany(3, `http://${LAB_VIP}/`), { rs1: 1, rs2: 1, rs3: 1 });
     writeFileSync(configFile, stringify(good));
   });
 
   test('uvsadm -Ln shows the services in ipvsadm layout with live counts', () => {
-    const text = execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, '-Ln'], { encoding: 'utf8' });
+    const text = execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, '-Ln'], {
+      encoding: 'utf8',
+    });
     const lines = text.split('\n');
     assert.equal(lines[0], 'IP Virtual Server version 1.2.1 (size=65536)');
     assert.ok(lines.includes(`TCP  ${LAB_VIP}:80 rr`));
-    assert.ok(lines.some((l) => /^ {2}-> 10\.200\.11\.2:8080 {13}Masq {4}1 {6}\d+ +\d+ +$/.test(l)), text);
+    assert.ok(
+      lines.some((l) => /^ {2}-> 10\.200\.11\.2:8080 {13}Masq {4}1 {6}\d+ +\d+ +$/.test(l)),
+      text,
+    );
     assert.ok(lines.includes(`TCP  [${LAB_VIP6}]:80 rr`), text);
-    assert.ok(lines.some((l) => /^ {2}-> \[fd00:200:11::2\]:8080 +Masq +1 +\d+ +\d+ +$/.test(l)), text);
+    assert.ok(
+      lines.some((l) => /^ {2}-> \[fd00:200:11::2\]:8080 +Masq +1 +\d+ +\d+ +$/.test(l)),
+      text,
+    );
   });
 
   test('/metrics parses as Prometheus text with node_exporter IPVS names, types and labels; /healthz is up', () => {
@@ -449,15 +602,33 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       for (const kv of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[kv[1]!] = kv[2]!;
       samples.push({ name: m[1]!, labels, value: Number(m[3]) });
     }
-    for (const n of ['node_ipvs_connections_total', 'node_ipvs_incoming_packets_total', 'node_ipvs_outgoing_packets_total', 'node_ipvs_incoming_bytes_total', 'node_ipvs_outgoing_bytes_total']) {
+    for (const n of [
+      'node_ipvs_connections_total',
+      'node_ipvs_incoming_packets_total',
+      'node_ipvs_outgoing_packets_total',
+      'node_ipvs_incoming_bytes_total',
+      'node_ipvs_outgoing_bytes_total',
+    ]) {
       assert.equal(types.get(n), 'counter', n);
       assert.ok(samples.find((x) => x.name === n)!.value > 0, `${n} counts`);
     }
-    for (const n of ['node_ipvs_backend_connections_active', 'node_ipvs_backend_connections_inactive', 'node_ipvs_backend_weight']) assert.equal(types.get(n), 'gauge', n);
-    const w = samples.find((x) => x.name === 'node_ipvs_backend_weight' && x.labels.local_port === '81' && x.labels.remote_address === rs[0]);
-    assert.deepEqual(w?.labels, { local_address: LAB_VIP, local_port: '81', remote_address: rs[0], remote_port: '8080', proto: 'TCP', local_mark: '' });
+    for (const n of ['node_ipvs_backend_connections_active', 'node_ipvs_backend_connections_inactive', 'node_ipvs_backend_weight'])
+      assert.equal(types.get(n), 'gauge', n);
+    const w = samples.find(
+      (x) => x.name === 'node_ipvs_backend_weight' && x.labels.local_port === '81' && x.labels.remote_address === rs[0],
+    );
+    assert.deepEqual(w?.labels, {
+      local_address: LAB_VIP,
+      local_port: '81',
+      remote_address: rs[0],
+      remote_port: '8080',
+      proto: 'TCP',
+      local_mark: '',
+    });
     assert.equal(w?.value, 3);
-    const inact = samples.filter((x) => x.name === 'node_ipvs_backend_connections_inactive' && x.labels.local_port === '80').reduce((a, x) => a + x.value, 0);
+    const inact = samples
+      .filter((x) => x.name === 'node_ipvs_backend_connections_inactive' && x.labels.local_port === '80')
+      .reduce((a, x) => a + x.value, 0);
     assert.ok(inact > 0, 'TIME_WAIT entries of the curl requests are InActConn');
     assert.ok(samples.some((x) => x.name === 'uvs_drops_total' && x.labels.reason === 'bad_checksum' && x.value > 0));
     assert.equal(samples.find((x) => x.name === 'uvs_connection_table_capacity')!.value, 65536);

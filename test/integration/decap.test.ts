@@ -69,7 +69,13 @@ describe('uvs decap', { skip: isRoot ? false : 'needs root (network namespaces, 
     sh('ip', ['link', 'add', `${P}a`, 'netns', NS_D, 'type', 'veth', 'peer', 'name', `${P}b`, 'netns', NS_R]);
     for (const a of [DIRECTOR, ATTACKER]) inNs(NS_D, 'ip', ['addr', 'add', `${a}/24`, 'dev', `${P}a`]);
     inNs(NS_R, 'ip', ['addr', 'add', `${RS}/24`, 'dev', `${P}b`]);
-    for (const [ns, dev] of [[NS_D, `${P}a`], [NS_R, `${P}b`], [NS_D, 'lo'], [NS_R, 'lo']] as const) inNs(ns, 'ip', ['link', 'set', dev, 'up']);
+    for (const [ns, dev] of [
+      [NS_D, `${P}a`],
+      [NS_R, `${P}b`],
+      [NS_D, 'lo'],
+      [NS_R, 'lo'],
+    ] as const)
+      inNs(ns, 'ip', ['link', 'set', dev, 'up']);
     inNs(NS_R, 'ip', ['addr', 'add', `${VIP_KEPT}/32`, 'dev', 'lo']);
     inNs(NS_R, 'sh', ['-c', 'echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter']);
     listener = spawn('ip', ['netns', 'exec', NS_R, 'python3', '-c', LISTEN], { stdio: ['ignore', 'pipe', 'ignore'] });
@@ -90,7 +96,22 @@ describe('uvs decap', { skip: isRoot ? false : 'needs root (network namespaces, 
   });
 
   test('only a director tunnelling to a VIP gets through; rp_filter and lo are as before once it stops', async () => {
-    decap = spawn('ip', ['netns', 'exec', NS_R, process.execPath, join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', `${VIP},${VIP_KEPT}`, '--directors', DIRECTOR], { stdio: ['ignore', 'pipe', 'pipe'] });
+    decap = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        NS_R,
+        process.execPath,
+        join(ROOT, 'dist', 'control', 'uvs.js'),
+        'decap',
+        '--vips',
+        `${VIP},${VIP_KEPT}`,
+        '--directors',
+        DIRECTOR,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     decap.stdout!.on('data', (d: Buffer) => (decapOut += d.toString()));
     decap.stderr!.on('data', (d: Buffer) => (decapOut += d.toString()));
     await waitFor('uvs decap to start', () => decapOut.includes('uvs decap:'));
@@ -99,7 +120,7 @@ describe('uvs decap', { skip: isRoot ? false : 'needs root (network namespaces, 
     send(ATTACKER, VIP, 'spoofed-source');
     send(DIRECTOR, RS, 'foreign-destination'); // the real server's own address, not a VIP
     send(DIRECTOR, VIP, 'good');
-    await waitFor('the director\'s packet for the VIP', () => received.includes('good'));
+    await waitFor("the director's packet for the VIP", () => received.includes('good'));
     send(DIRECTOR, VIP, 'last');
     await waitFor('a second good packet (everything sent before it has been handled)', () => received.includes('last'));
     assert.ok(!received.includes('spoofed-source'), `a packet from a non-director was injected: ${received}`);

@@ -23,13 +23,27 @@ import { hasCommand, LAB_VIP, LAB_VIP6, sleep } from '../../lab/lab';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const isRoot = process.getuid?.() === 0;
-const skip = !isRoot ? 'integration tests need root' : !hasCommand('redis-server') ? 'redis-server missing' : !EcmpLab.available() ? 'BIRD 2 missing (apt-get install bird2)' : false;
+const skip = !isRoot
+  ? 'integration tests need root'
+  : !hasCommand('redis-server')
+    ? 'redis-server missing'
+    : !EcmpLab.available()
+      ? 'BIRD 2 missing (apt-get install bird2)'
+      : false;
 const PORT = 9007; // the lab servers' TCP echo
 
 describe('ECMP: LB nodes active-active behind BGP multipath, flows carried across re-hashes', { skip, timeout: 900_000 }, () => {
   const lab = new EcmpLab(`uve${process.pid % 10000}`);
   const killed = new Set<number>();
-  const service = (vip: string, rs: string[]) => ({ protocol: 'tcp', address: vip, port: PORT, scheduler: 'mh', schedFlags: ['mh-fallback', 'mh-port'], forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) });
+  const service = (vip: string, rs: string[]) => ({
+    protocol: 'tcp',
+    address: vip,
+    port: PORT,
+    scheduler: 'mh',
+    schedFlags: ['mh-fallback', 'mh-port'],
+    forwarding: 'tunnel',
+    realServers: rs.map((a) => ({ address: a })),
+  });
   const services = () => [service(LAB_VIP, lab.rsAddrs), service(LAB_VIP6, lab.rsAddrs6)];
   const stats = async (k: number) => (await apiCall<StatsResponse>(lab.socket(k), 'GET', '/v1/stats')).body;
   const figures: string[] = [];
@@ -53,7 +67,8 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     await lab.waitNexthops(all, true);
   };
 
-  const adoptedBy = async (ks: number[]) => Object.fromEntries(await Promise.all(ks.map(async (k) => [k, (await stats(k)).adopted] as const))) as Record<number, number>;
+  const adoptedBy = async (ks: number[]) =>
+    Object.fromEntries(await Promise.all(ks.map(async (k) => [k, (await stats(k)).adopted] as const))) as Record<number, number>;
 
   /** Flows per node (the router's hash), and the flows that moved between two such maps, by destination. */
   const perNode = (nodes: number[]) => {
@@ -99,7 +114,13 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
 
   const uvsadm = (k: number, args: string[]): { code: number; out: string } => {
     try {
-      return { code: 0, out: execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket(k), ...args], { encoding: 'utf8', timeout: 60000 }) };
+      return {
+        code: 0,
+        out: execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket(k), ...args], {
+          encoding: 'utf8',
+          timeout: 60000,
+        }),
+      };
     } catch (e) {
       const x = e as { status: number; stdout: string; stderr: string };
       return { code: x.status, out: x.stdout + x.stderr };
@@ -134,7 +155,15 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
    * The kill scenario, shared by (a), (c), (e) and the Cluster variant: `count` streams over the
    * VIP, node `victim` dies (links down, then SIGKILL of uvsd and BIRD); returns what was measured.
    */
-  const killScenario = async (o: { label: string; count: number; v6?: boolean; victim: number; how?: 'node' | 'freeze' | 'uvsd'; seconds?: number; beforeKill?: () => Promise<void> }) => {
+  const killScenario = async (o: {
+    label: string;
+    count: number;
+    v6?: boolean;
+    victim: number;
+    how?: 'node' | 'freeze' | 'uvsd';
+    seconds?: number;
+    beforeKill?: () => Promise<void>;
+  }) => {
     const v6 = o.v6 ?? false;
     const seconds = o.seconds ?? 12;
     const st = echoStreams(lab.ns.cl, v6 ? LAB_VIP6 : LAB_VIP, PORT, o.count, seconds);
@@ -144,7 +173,8 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const before = await lab.carriers([1, 2, 3], ready.ports);
     // IPv4: the router's hash, asked of its kernel, is what the nodes see. (IPv6's `ip route get`
     // hashes another way than forwarding does on this kernel: the nodes' view only.)
-    if (!v6) assert.deepEqual(lab.nodeOfFlows(ready.ports, PORT), before, 'the router\'s kernel and the nodes agree on who carries each flow');
+    if (!v6)
+      assert.deepEqual(lab.nodeOfFlows(ready.ports, PORT), before, "the router's kernel and the nodes agree on who carries each flow");
     assert.ok((perNode(before)[o.victim] ?? 0) > 0, 'the victim carries some of the streams');
     await o.beforeKill?.();
     const survivors = [1, 2, 3].filter((k) => k !== o.victim);
@@ -165,17 +195,33 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const adopted1 = await adoptedBy(survivors);
     const v = verdict(ss, t0, tConv + 2000);
     const adopted = Object.fromEntries(survivors.map((k) => [k, adopted1[k]! - adopted0[k]!]));
-    const b = blackout(ss, before.map((x, i) => x !== after[i]), t0);
+    const b = blackout(
+      ss,
+      before.map((x, i) => x !== after[i]),
+      t0,
+    );
     figure(
       `${o.label}: ${o.count} streams, ${how === 'uvsd' ? `node ${o.victim}'s uvsd killed` : `node ${o.victim} ${how === 'freeze' ? 'frozen' : 'killed'}`}, carrying ${perNode(before)[o.victim]}; kept ${ss.length - v.lost.length}, lost ${v.lost.length}; ` +
         `flows per node before ${JSON.stringify(perNode(before))} after ${JSON.stringify(perNode(after))}; moved to ${JSON.stringify(moved)}; adopted ${JSON.stringify(adopted)}; ` +
         `router converged ${converged} ms after the ${how === 'freeze' ? 'freeze' : 'kill'}; blackout of moved flows median ${b.median} ms, max ${b.max} ms`,
     );
-    assert.deepEqual(v.lost.map((s) => ({ port: s.port, error: s.error, bad: s.bad })), [], 'no stream lost');
-    assert.deepEqual(v.notSpanning.map((s) => s.port), [], 'every stream was running before the kill and after the router converged');
-    assert.ok(after.every((k) => survivors.includes(k)), `every flow is carried by a surviving node now: ${JSON.stringify(perNode(after))}`);
-    for (const k of survivors) assert.ok(adopted[k]! >= (moved[k] ?? 0), `node ${k} adopted the ${moved[k] ?? 0} flows that moved to it (adopted ${adopted[k]})`);
-    assert.ok(sum(moved) >= (perNode(before)[o.victim] ?? 0), 'at least the dead node\'s flows moved');
+    assert.deepEqual(
+      v.lost.map((s) => ({ port: s.port, error: s.error, bad: s.bad })),
+      [],
+      'no stream lost',
+    );
+    assert.deepEqual(
+      v.notSpanning.map((s) => s.port),
+      [],
+      'every stream was running before the kill and after the router converged',
+    );
+    assert.ok(
+      after.every((k) => survivors.includes(k)),
+      `every flow is carried by a surviving node now: ${JSON.stringify(perNode(after))}`,
+    );
+    for (const k of survivors)
+      assert.ok(adopted[k]! >= (moved[k] ?? 0), `node ${k} adopted the ${moved[k] ?? 0} flows that moved to it (adopted ${adopted[k]})`);
+    assert.ok(sum(moved) >= (perNode(before)[o.victim] ?? 0), "at least the dead node's flows moved");
     return { ss, before, after, ready };
   };
 
@@ -194,7 +240,9 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
       const idle = (((s1.c[cmd] ?? 0) - (s0.c[cmd] ?? 0)) * (s2.t - s1.t)) / (s1.t - s0.t);
       return (((s2.c[cmd] ?? 0) - (s1.c[cmd] ?? 0) - idle) / 100).toFixed(2);
     };
-    figure(`Redis commands per new connection (single server, 3 nodes, first ${((s2.t - s1.t) / 1000).toFixed(1)} s of each flow): SET ${per('set')}, PUBLISH ${per('publish')}, GET ${per('get')}`);
+    figure(
+      `Redis commands per new connection (single server, 3 nodes, first ${((s2.t - s1.t) / 1000).toFixed(1)} s of each flow): SET ${per('set')}, PUBLISH ${per('publish')}, GET ${per('get')}`,
+    );
   });
 
   test('(b) a fourth node joins mid-stream: the router re-hashes flows onto it, it adopts them, none lost', async () => {
@@ -217,17 +265,32 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const ss = await st.done;
     const adopted1 = await adoptedBy([1, 2, 3]);
     const s4 = await stats(4);
-    const adopted: Record<number, number> = { ...Object.fromEntries([1, 2, 3].map((k) => [k, adopted1[k]! - adopted0[k]!])), 4: s4.adopted };
+    const adopted: Record<number, number> = {
+      ...Object.fromEntries([1, 2, 3].map((k) => [k, adopted1[k]! - adopted0[k]!])),
+      4: s4.adopted,
+    };
     const v = verdict(ss, t0, tConv + 2000);
-    const b = blackout(ss, before.map((x, i) => x !== after[i]), tConv);
+    const b = blackout(
+      ss,
+      before.map((x, i) => x !== after[i]),
+      tConv,
+    );
     figure(
       `(b) node 4 joins: 60 streams; kept ${ss.length - v.lost.length}, lost ${v.lost.length}; flows per node before ${JSON.stringify(perNode(before))} after ${JSON.stringify(perNode(after))}; ` +
         `moved to ${JSON.stringify(moved)}; adopted ${JSON.stringify(adopted)} (node 4: ${s4.redis!.lookups.hit} by Redis lookup); announced ${converged} ms after uvsd started; blackout of moved flows median ${b.median} ms, max ${b.max} ms`,
     );
-    assert.deepEqual(v.lost.map((s) => ({ port: s.port, error: s.error })), []);
-    assert.deepEqual(v.notSpanning.map((s) => s.port), [], 'every stream ran across the join');
+    assert.deepEqual(
+      v.lost.map((s) => ({ port: s.port, error: s.error })),
+      [],
+    );
+    assert.deepEqual(
+      v.notSpanning.map((s) => s.port),
+      [],
+      'every stream ran across the join',
+    );
     assert.ok((moved[4] ?? 0) > 0, 'the router moved flows onto node 4');
-    for (const k of [1, 2, 3, 4]) assert.ok(adopted[k]! >= (moved[k] ?? 0), `node ${k} adopted the ${moved[k] ?? 0} flows that moved to it (${adopted[k]})`);
+    for (const k of [1, 2, 3, 4])
+      assert.ok(adopted[k]! >= (moved[k] ?? 0), `node ${k} adopted the ${moved[k] ?? 0} flows that moved to it (${adopted[k]})`);
   });
 
   test('(c) a real server drained to weight 0 before the kill: its streams survive the re-hash too, new ones avoid it', async () => {
@@ -239,7 +302,9 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
       victim: 2,
       beforeKill: async () => {
         for (const k of [1, 2, 3]) {
-          const r = await apiCall(lab.socket(k), 'PUT', `/v1/services/tcp/${LAB_VIP}/${PORT}/realservers/${drained}/${PORT}`, { weight: 0 });
+          const r = await apiCall(lab.socket(k), 'PUT', `/v1/services/tcp/${LAB_VIP}/${PORT}/realservers/${drained}/${PORT}`, {
+            weight: 0,
+          });
           assert.equal(r.status, 200, JSON.stringify(r.body));
         }
         // New flows now avoid rs1 on every node (mh rebuilt without it).
@@ -293,11 +358,21 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
         `flows per node before ${JSON.stringify(perNode(before))}, in maintenance ${JSON.stringify(perNode(during))}, after the rejoin ${JSON.stringify(perNode(back))}; ` +
         `idle (uvsadm --maintenance wait) after ${idleAfter} ms; announced again ${tRejoin - tStart} ms after uvsd started (Redis first); adopted by 1, 3 during maintenance ${adopted1[1]! - adopted0[1]!}, ${adopted1[3]! - adopted0[3]!}; by the restarted node 2 ${adopted1[2]}`,
     );
-    assert.deepEqual(v.lost.map((s) => ({ port: s.port, error: s.error })), []);
-    assert.deepEqual(v.notSpanning.map((s) => s.port), [], 'every stream ran across maintenance, stop, restart and rejoin');
+    assert.deepEqual(
+      v.lost.map((s) => ({ port: s.port, error: s.error })),
+      [],
+    );
+    assert.deepEqual(
+      v.notSpanning.map((s) => s.port),
+      [],
+      'every stream ran across maintenance, stop, restart and rejoin',
+    );
     assert.equal(during.filter((k) => k === 2).length, 0, 'in maintenance the router sends node 2 nothing');
     for (const k of [1, 3]) assert.ok(adopted1[k]! - adopted0[k]! >= (movedAway[k] ?? 0), `node ${k} adopted what moved to it`);
-    assert.ok((movedBack[2] ?? 0) > 0 && adopted1[2]! >= movedBack[2]!, `the restarted node 2 adopted the ${movedBack[2]} flows that came back (${adopted1[2]})`);
+    assert.ok(
+      (movedBack[2] ?? 0) > 0 && adopted1[2]! >= movedBack[2]!,
+      `the restarted node 2 adopted the ${movedBack[2]} flows that came back (${adopted1[2]})`,
+    );
     assert.ok(rejoined >= 0);
   });
 
@@ -316,7 +391,10 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
       how: 'freeze',
       beforeKill: async () => {
         const keys = lab.clusterPorts.map((p) => lab.redisKeys(p));
-        assert.ok(keys.every((n) => n > 0), `flow keys on every master: ${keys.join(', ')}`);
+        assert.ok(
+          keys.every((n) => n > 0),
+          `flow keys on every master: ${keys.join(', ')}`,
+        );
       },
     });
   });
@@ -324,10 +402,14 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
   test('uvsd alone dies (SIGKILL; node, links and BIRD live): its device goes, BIRD withdraws the node, none lost', async () => {
     await startNodes([1, 2, 3]);
     await killScenario({ label: 'uvsd alone killed', count: 40, victim: 3, how: 'uvsd' });
-    assert.equal(lab.birdc(3, ['show', 'route', 'table', 'master4', 'count']).match(/(\d+) of \d+ routes/)?.[1], '0', "node 3's BIRD has nothing left to announce");
+    assert.equal(
+      lab.birdc(3, ['show', 'route', 'table', 'master4', 'count']).match(/(\d+) of \d+ routes/)?.[1],
+      '0',
+      "node 3's BIRD has nothing left to announce",
+    );
   });
 
-  test('(g) the router hashing with policy 1 as configured (in a lab: the socket\'s own hash, re-drawn at each timeout): none lost', async () => {
+  test("(g) the router hashing with policy 1 as configured (in a lab: the socket's own hash, re-drawn at each timeout): none lost", async () => {
     lab.setHashPolicy('policy1');
     await startNodes([1, 2, 3]);
     const st = echoStreams(lab.ns.cl, LAB_VIP, PORT, 40, 10);
@@ -345,9 +427,17 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const adopted1 = await adoptedBy([2, 3]);
     const v = verdict(ss, t0, tConv + 2000);
     const adopted = adopted1[2]! - adopted0[2]! + adopted1[3]! - adopted0[3]!;
-    figure(`(g) policy 1: 40 streams, node 1 killed carrying ${own0[0]}; kept ${ss.length - v.lost.length}, lost ${v.lost.length}; adopted by nodes 2 and 3: ${adopted}`);
-    assert.deepEqual(v.lost.map((s) => ({ port: s.port, error: s.error })), []);
-    assert.deepEqual(v.notSpanning.map((s) => s.port), []);
+    figure(
+      `(g) policy 1: 40 streams, node 1 killed carrying ${own0[0]}; kept ${ss.length - v.lost.length}, lost ${v.lost.length}; adopted by nodes 2 and 3: ${adopted}`,
+    );
+    assert.deepEqual(
+      v.lost.map((s) => ({ port: s.port, error: s.error })),
+      [],
+    );
+    assert.deepEqual(
+      v.notSpanning.map((s) => s.port),
+      [],
+    );
     assert.ok(own0[0]! > 0 && adopted >= own0[0]!, `nodes 2 and 3 adopted at least node 1's ${own0[0]} flows (${adopted})`);
   });
 
@@ -363,7 +453,10 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const after = lab.nodeOfFlows(ready.ports, PORT);
     const ss = await st.done;
     const movedPorts = ready.ports.filter((_p, i) => before[i] !== after[i]).sort();
-    const lostPorts = ss.filter((s) => s.error !== null || s.echoed !== s.sent).map((s) => s.port).sort();
+    const lostPorts = ss
+      .filter((s) => s.error !== null || s.echoed !== s.sent)
+      .map((s) => s.port)
+      .sort();
     figure(`control without Redis: 40 streams, ${movedPorts.length} moved by the kill, ${lostPorts.length} lost`);
     assert.ok(movedPorts.length > 0);
     assert.deepEqual(lostPorts, movedPorts, 'the moved flows, and only they, are lost: what Redis saves in the tests above');

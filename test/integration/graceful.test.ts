@@ -41,12 +41,19 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
   };
   const drains = async () => (await api<DrainsResponse>('GET', '/v1/drains')).body.draining;
   const webServers = async (port = 80) =>
-    (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === port && s.protocol === 'tcp')?.realServers ?? [];
+    (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === port && s.protocol === 'tcp')?.realServers ??
+    [];
   const holdEcho = (seconds: number) => {
-    const p = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', String(seconds), '100'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'hold-echo', LAB_VIP, '7', String(seconds), '100'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let text = '';
     p.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    return { done: new Promise<{ code: number | null; r: { server: string; sent: number; echoed: number; error: string | null } }>((res) => p.on('exit', (code) => res({ code, r: JSON.parse(text || '{}') }))) };
+    return {
+      done: new Promise<{ code: number | null; r: { server: string; sent: number; echoed: number; error: string | null } }>((res) =>
+        p.on('exit', (code) => res({ code, r: JSON.parse(text || '{}') })),
+      ),
+    };
   };
   /** The real server of the held echo connection, once uvs tracks it as ESTABLISHED. */
   const echoServer = async (): Promise<string> => {
@@ -81,7 +88,9 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
   });
 
   test('a rolling removal of each real server under load resets and stalls no connection, and no new connection reaches a draining server', async () => {
-    const loadProc = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'load', LAB_VIP, '80', '13', '6', '4', '1500'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const loadProc = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'load', LAB_VIP, '80', '13', '6', '4', '1500'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let text = '';
     loadProc.stdout.on('data', (d: Buffer) => (text += d.toString()));
     const windows: { server: string; from: number; to: number }[] = [];
@@ -103,14 +112,22 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
     windows[windows.length - 1]!.to = await apply(svc(rs));
     const code = await new Promise<number | null>((r) => loadProc.on('exit', r));
     assert.equal(code, 0);
-    const result = JSON.parse(text) as { requests: number; errors: number; records: { start: number; end: number; server: string | null; error: string | null; hold: boolean }[] };
+    const result = JSON.parse(text) as {
+      requests: number;
+      errors: number;
+      records: { start: number; end: number; server: string | null; error: string | null; hold: boolean }[];
+    };
     const errors = result.records.filter((r) => r.error);
     assert.equal(errors.length, 0, `connections reset or stalled: ${JSON.stringify(errors.slice(0, 5))}`);
     assert.ok(result.requests > 120, `enough load (${result.requests} requests)`);
     // Publishing is synchronous with the reload answer; 20 ms covers the request's own connect.
     for (const w of windows) {
       const bad = result.records.filter((r) => r.server === `rs${rs.indexOf(w.server) + 1}` && r.start > w.from + 20 && r.start < w.to);
-      assert.equal(bad.length, 0, `new connections reached draining ${w.server}: ${JSON.stringify(bad.slice(0, 3))} (window ${w.from - t0}..${w.to - t0} ms)`);
+      assert.equal(
+        bad.length,
+        0,
+        `new connections reached draining ${w.server}: ${JSON.stringify(bad.slice(0, 3))} (window ${w.from - t0}..${w.to - t0} ms)`,
+      );
     }
     assert.ok(sawDraining.size >= 2, `long-lived connections kept servers draining: ${[...sawDraining].join(', ')}`);
     const holds = result.records.filter((r) => r.hold).length;
@@ -148,7 +165,9 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
     await apply(svc(rs));
     // 40 datagrams 200 ms apart: the removal below lands well inside the session even when
     // this machine is slow, and the check below makes sure it did.
-    const p = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'udp-session', LAB_VIP, '53', '40', '200'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, TOOLS, 'udp-session', LAB_VIP, '53', '40', '200'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let text = '';
     let running = true;
     p.stdout.on('data', (d: Buffer) => (text += d.toString()));
@@ -159,7 +178,13 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
       first = conns.find((c) => c.virtual.endsWith(':53'))?.realServer.split(':')[0] ?? '';
       return first !== '';
     });
-    await apply(svc(rs, {}, rs.filter((a) => a !== first)));
+    await apply(
+      svc(
+        rs,
+        {},
+        rs.filter((a) => a !== first),
+      ),
+    );
     assert.ok(running, 'the removal happened while the session was still sending');
     const udpList = (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === 53)!.realServers;
     assert.ok(!udpList.some((r) => r.address === first), 'deleted from the list at once');
@@ -168,8 +193,14 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
     const answers = JSON.parse(text).answers as (string | null)[];
     const firstName = `rs${rs.indexOf(first) + 1}`;
     assert.equal(answers[0], firstName);
-    assert.ok(answers.slice(-5).every((a) => a !== null && a !== firstName), `the flow moved: ${answers.join(' ')}`);
-    assert.ok(answers.every((a) => a !== null), `no datagram lost: ${answers.join(' ')}`);
+    assert.ok(
+      answers.slice(-5).every((a) => a !== null && a !== firstName),
+      `the flow moved: ${answers.join(' ')}`,
+    );
+    assert.ok(
+      answers.every((a) => a !== null),
+      `no datagram lost: ${answers.join(' ')}`,
+    );
     await apply(svc(rs));
   });
 
@@ -182,15 +213,24 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
     await lab.stopUvsd();
     await hold.done; // cut by the restart: no table survives a restart without Redis
     const state = JSON.parse(readFileSync(join(lab.dir, 'state.json'), 'utf8'));
-    assert.ok(state.draining.some((d: { realServer: string }) => d.realServer === `${server}:9007`), 'the drain list was saved');
-    writeFileSync(configFile, stringify(lab.config(svc(rs.filter((a) => a !== server)), { ...fast, gracefulTermination: { checkInterval: 3 } })));
+    assert.ok(
+      state.draining.some((d: { realServer: string }) => d.realServer === `${server}:9007`),
+      'the drain list was saved',
+    );
+    writeFileSync(
+      configFile,
+      stringify(lab.config(svc(rs.filter((a) => a !== server)), { ...fast, gracefulTermination: { checkInterval: 3 } })),
+    );
     await lab.startUvsd(configFile);
     const resumed = (await drains()).find((d) => d.realServer === `${server}:9007`);
     assert.ok(resumed, 'the drain resumed after the restart');
     assert.equal(resumed.since, before.since);
     const echo = await webServers(7);
     assert.equal(echo.find((r) => r.address === server)!.weight, 0);
-    assert.ok(echo.filter((r) => r.address !== server).every((r) => r.weight === 1), 'configured servers have their configured weight');
+    assert.ok(
+      echo.filter((r) => r.address !== server).every((r) => r.weight === 1),
+      'configured servers have their configured weight',
+    );
     await waitFor('the resumed drain to finish', async () => !(await webServers(7)).some((x) => x.address === server), 10000);
     await apply(svc(rs));
   });
@@ -199,15 +239,27 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
     await apply(svc(rs, { maxDrainTime: 2 }));
     const hold = holdEcho(8);
     const server = await echoServer();
-    const removed = await apply(svc(rs.filter((a) => a !== server), { maxDrainTime: 2 }));
+    const removed = await apply(
+      svc(
+        rs.filter((a) => a !== server),
+        { maxDrainTime: 2 },
+      ),
+    );
     const d = (await drains()).find((x) => x.realServer === `${server}:9007`)!;
     assert.ok(d.deadline, 'the drain has a deadline');
-    const gone = await waitFor('the deadline to delete the server', async () => !(await webServers(7)).some((x) => x.address === server), 8000);
+    const gone = await waitFor(
+      'the deadline to delete the server',
+      async () => !(await webServers(7)).some((x) => x.address === server),
+      8000,
+    );
     assert.ok(gone - removed >= 2000, `not before the deadline (${gone - removed} ms)`);
     const { r } = await hold.done;
     assert.notEqual(r.error, null, 'the connection left on it was cut');
     const log = readFileSync(join(lab.dir, 'uvsd.log'), 'utf8');
-    assert.match(log, /"activeConnection":1,"inactiveConnection":0,"msg":"maximum drain time reached: deleted real server with connections left"/);
+    assert.match(
+      log,
+      /"activeConnection":1,"inactiveConnection":0,"msg":"maximum drain time reached: deleted real server with connections left"/,
+    );
     assert.match(log, /"msg":"skip deleting real server till all connections have expired"/);
     await apply(svc(rs));
   });

@@ -38,7 +38,11 @@ function uringFds(pid: number): number {
 }
 
 for (const path of ['io_uring', 'poll'] as const) {
-  const skip = !isRoot ? 'integration tests need root (network namespaces, TUN)' : path === 'io_uring' && uringWhy ? `io_uring unavailable here: ${uringWhy}` : false;
+  const skip = !isRoot
+    ? 'integration tests need root (network namespaces, TUN)'
+    : path === 'io_uring' && uringWhy
+      ? `io_uring unavailable here: ${uringWhy}`
+      : false;
   describe(`the ${path} worker I/O path carries real traffic`, { skip, timeout: 300_000 }, () => {
     // One lab at a time (the two describes run in turn): the uvt<pid> name test/run.sh cleans up.
     const lab = new Lab({ prefix: `uvt${process.pid % 100000}` });
@@ -49,14 +53,26 @@ for (const path of ['io_uring', 'poll'] as const) {
     const services = [
       { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 8080 })) },
       { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
-      { protocol: 'tcp', address: LAB_VIP, port: 9007, scheduler: 'rr', forwarding: 'tunnel', realServers: rs.map((a) => ({ address: a })) },
+      {
+        protocol: 'tcp',
+        address: LAB_VIP,
+        port: 9007,
+        scheduler: 'rr',
+        forwarding: 'tunnel',
+        realServers: rs.map((a) => ({ address: a })),
+      },
     ];
 
     before(async () => {
       lab.up();
       await lab.waitServers();
       // This kernel has no ipip driver: each real server decapsulates with `uvs decap`.
-      for (const ns of lab.rsNs) lab.spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP, '--directors', '10.200.1.1'], { detached: true }).unref();
+      for (const ns of lab.rsNs)
+        lab
+          .spawn(ns, process.execPath, [join(ROOT, 'dist', 'control', 'uvs.js'), 'decap', '--vips', LAB_VIP, '--directors', '10.200.1.1'], {
+            detached: true,
+          })
+          .unref();
       const cfg = lab.config(services, { dataplane: { io: path, tunnelSource: '10.200.1.1' } });
       await lab.startUvsd(lab.writeConfig(cfg));
       const deadline = Date.now() + 15000;
@@ -79,11 +95,21 @@ for (const path of ['io_uring', 'poll'] as const) {
       for (const id of ['0', '1']) {
         for (const p of ['io_uring', 'poll']) {
           const m = new RegExp(`^uvs_worker_io_path\\{worker="${id}",path="${p}"\\} (\\d+)$`, 'm').exec(text);
-          assert.ok(m, `uvs_worker_io_path for worker ${id}, ${p}:\n${text.split('\n').filter((l) => l.includes('io_path')).join('\n')}`);
+          assert.ok(
+            m,
+            `uvs_worker_io_path for worker ${id}, ${p}:\n${text
+              .split('\n')
+              .filter((l) => l.includes('io_path'))
+              .join('\n')}`,
+          );
           assert.equal(m[1], p === path ? '1' : '0', `worker ${id} ${p}`);
         }
       }
-      const listing = execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, '-L', '--workers'], { encoding: 'utf8' }).split('\n');
+      const listing = execFileSync(
+        process.execPath,
+        [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, '-L', '--workers'],
+        { encoding: 'utf8' },
+      ).split('\n');
       assert.match(listing[0]!, /^Worker +State +Restarts +I\/O +RxPkts +TxPkts$/);
       for (const id of [0, 1]) assert.match(listing[id + 1]!, new RegExp(`^${id} +up +0 +${path} +\\d+ +\\d+$`), listing.join('\n'));
       // The kernel's view: one ring per worker on io_uring, none on poll.
@@ -104,8 +130,18 @@ for (const path of ['io_uring', 'poll'] as const) {
 
     test('an 8 MB upload through the tunnel is echoed intact (super-packets cut into segments by the worker)', () => {
       const p = lab.prefix;
-      const out = client('sh', ['-c', `head -c 8000000 /dev/urandom > /tmp/${p}-up && sha256sum < /tmp/${p}-up && timeout 40 nc -N ${LAB_VIP} 9007 < /tmp/${p}-up | tail -c +5 | sha256sum; rm -f /tmp/${p}-up`], 60000);
-      const [sent, echoed] = out.trim().split('\n').map((l) => l.split(' ')[0]);
+      const out = client(
+        'sh',
+        [
+          '-c',
+          `head -c 8000000 /dev/urandom > /tmp/${p}-up && sha256sum < /tmp/${p}-up && timeout 40 nc -N ${LAB_VIP} 9007 < /tmp/${p}-up | tail -c +5 | sha256sum; rm -f /tmp/${p}-up`,
+        ],
+        60000,
+      );
+      const [sent, echoed] = out
+        .trim()
+        .split('\n')
+        .map((l) => l.split(' ')[0]);
       assert.equal(echoed, sent);
     });
 
@@ -121,9 +157,14 @@ for (const path of ['io_uring', 'poll'] as const) {
       // One socket, one datagram every 10 ms: each is read, rewritten and written on its own. The
       // socket closes 10 ms after the last one, so on a loaded machine the last answer or two
       // may come too late to count; a path that loses or holds packets loses many more.
-      const r = JSON.parse(client(process.execPath, [TOOLS, 'udp-session', LAB_VIP, '53', '300', '10'], 30000)) as { answers: (string | null)[] };
+      const r = JSON.parse(client(process.execPath, [TOOLS, 'udp-session', LAB_VIP, '53', '300', '10'], 30000)) as {
+        answers: (string | null)[];
+      };
       const lost = r.answers.map((x, i) => (x === null ? i : -1)).filter((i) => i >= 0);
-      assert.ok(lost.every((i) => i >= 298), `unanswered: ${lost.join(',')}`);
+      assert.ok(
+        lost.every((i) => i >= 298),
+        `unanswered: ${lost.join(',')}`,
+      );
       assert.equal(new Set(r.answers.filter((x) => x !== null)).size, 1, 'one flow, one server');
     });
 

@@ -23,11 +23,16 @@ const OTHER_VIP6 = 'fd00:200::77';
 const SYN = 2;
 const RST = 4;
 
-describe('one spoofed packet sets off no packet loop', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 120_000 }, () => {
+describe('one spoofed packet sets off no packet loop', {
+  skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)',
+  timeout: 120_000,
+}, () => {
   const lab = new Lab({ prefix: `uvl${process.pid % 100000}`, realServers: 1 });
   const stats = async () => (await apiCall<StatsResponse>(lab.socket, 'GET', '/v1/stats')).body;
   const spoof = (src: string, dst: string, sport: number, dport: number, flags: number) =>
-    JSON.parse(lab.exec(lab.lbNs, process.execPath, [TOOLS, 'spoof', 'uvs0', src, dst, String(sport), String(dport), String(flags)])) as { sent: number };
+    JSON.parse(lab.exec(lab.lbNs, process.execPath, [TOOLS, 'spoof', 'uvs0', src, dst, String(sport), String(dport), String(flags)])) as {
+      sent: number;
+    };
 
   before(async () => {
     lab.up();

@@ -16,7 +16,10 @@ const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
 const isRoot = process.getuid?.() === 0;
 const run = promisify(execFile);
 
-describe('operator features: ping checks, slow start, flow sampling', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 600_000 }, () => {
+describe('operator features: ping checks, slow start, flow sampling', {
+  skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)',
+  timeout: 600_000,
+}, () => {
   const lab = new Lab({ prefix: `uvo${process.pid % 100000}` });
   const rs = lab.rsAddrs;
   const rs6 = lab.rsAddrs6;
@@ -26,7 +29,8 @@ describe('operator features: ping checks, slow start, flow sampling', { skip: is
   const ping = { type: 'ping', interval: 0.3, timeout: 0.25, rise: 2, fall: 2 };
   const api = <T>(method: string, path: string, body?: unknown) => apiCall<T>(lab.socket, method, path, body);
   const servers = async (port: number, v6 = false) =>
-    (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === port && s.address.includes(':') === v6)!.realServers;
+    (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === port && s.address.includes(':') === v6)!
+      .realServers;
   const checks = async () => (await api<HealthResponse>('GET', '/v1/health')).body.checks;
   const waitFor = async (what: string, fn: () => Promise<boolean>, timeoutMs: number) => {
     const deadline = Date.now() + timeoutMs;
@@ -50,9 +54,37 @@ describe('operator features: ping checks, slow start, flow sampling', { skip: is
     await lab.waitServers();
     const cfg = lab.config(
       [
-        { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'wrr', slowStart: 6, healthCheck: ping, realServers: rs.map((a) => ({ address: a, port: 8080, weight: 20 })) },
-        { protocol: 'tcp', address: LAB_VIP, port: 81, scheduler: 'rr', healthCheck: ping, realServers: [{ address: rs[0], port: 8080 }, { address: silent, port: 8080 }] },
-        { protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'rr', healthCheck: ping, realServers: [{ address: rs6[0], port: 8080 }, { address: silent6, port: 8080 }] },
+        {
+          protocol: 'tcp',
+          address: LAB_VIP,
+          port: 80,
+          scheduler: 'wrr',
+          slowStart: 6,
+          healthCheck: ping,
+          realServers: rs.map((a) => ({ address: a, port: 8080, weight: 20 })),
+        },
+        {
+          protocol: 'tcp',
+          address: LAB_VIP,
+          port: 81,
+          scheduler: 'rr',
+          healthCheck: ping,
+          realServers: [
+            { address: rs[0], port: 8080 },
+            { address: silent, port: 8080 },
+          ],
+        },
+        {
+          protocol: 'tcp',
+          address: LAB_VIP6,
+          port: 80,
+          scheduler: 'rr',
+          healthCheck: ping,
+          realServers: [
+            { address: rs6[0], port: 8080 },
+            { address: silent6, port: 8080 },
+          ],
+        },
       ],
       { dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR] } },
     );
@@ -74,7 +106,10 @@ describe('operator features: ping checks, slow start, flow sampling', { skip: is
   test('ping checks: real servers that answer echo (IPv4 and IPv6) stay up, addresses that do not are quiesced', async () => {
     await waitFor('the silent addresses to be marked down', async () => (await checks()).filter((c) => !c.healthy).length === 2, 10_000);
     const all = await checks();
-    const down = all.filter((c) => !c.healthy).map((c) => c.realServer).sort();
+    const down = all
+      .filter((c) => !c.healthy)
+      .map((c) => c.realServer)
+      .sort();
     assert.deepEqual(down, [`${silent}:8080`, `${silent6}:8080`].sort());
     for (const c of all.filter((x) => !x.healthy)) assert.equal(c.lastError, 'no echo reply within 250 ms');
     for (const c of all.filter((x) => x.healthy)) assert.equal(c.lastError, null, `${c.realServer} answers`);
@@ -85,7 +120,11 @@ describe('operator features: ping checks, slow start, flow sampling', { skip: is
   });
 
   test('a real server whose echo stops is quiesced; when it answers again its weight ramps over slowStart and so does its share', async () => {
-    await waitFor('port 80 checks', async () => (await checks()).filter((c) => c.realServer.endsWith(':8080') && c.checks > 2).length >= 3, 10_000);
+    await waitFor(
+      'port 80 checks',
+      async () => (await checks()).filter((c) => c.realServer.endsWith(':8080') && c.checks > 2).length >= 3,
+      10_000,
+    );
     echoIgnore(2, true);
     await waitFor('rs3 down', async () => (await servers(80)).find((r) => r.address === rs[2])!.weight === 0, 10_000);
     assert.deepEqual(Object.keys(curlMany(6)).sort(), ['rs1', 'rs2']);
@@ -100,23 +139,45 @@ describe('operator features: ping checks, slow start, flow sampling', { skip: is
     // Early share (weights about 1–8 of 48) against the share once the ramp is over (20 of 60).
     const early = curlMany(24);
     const seen = new Set<number>();
-    await waitFor('the end of the ramp', async () => {
-      const w = (await servers(80)).find((r) => r.address === rs[2])!;
-      seen.add(w.weight);
-      return w.slowStartUntil === null && w.weight === 20;
-    }, 20_000);
+    await waitFor(
+      'the end of the ramp',
+      async () => {
+        const w = (await servers(80)).find((r) => r.address === rs[2])!;
+        seen.add(w.weight);
+        return w.slowStartUntil === null && w.weight === 20;
+      },
+      20_000,
+    );
     assert.ok(seen.size >= 3, `the weight went up in steps: ${[...seen].join(' ')}`);
     const late = curlMany(24);
     assert.ok((early.rs3 ?? 0) < (late.rs3 ?? 0), `ramping share ${JSON.stringify(early)} below the full one ${JSON.stringify(late)}`);
     assert.ok((early.rs3 ?? 0) <= 5, `early: ${JSON.stringify(early)}`);
     assert.equal(late.rs3, 8, `full weight: a third (${JSON.stringify(late)})`);
     const metrics = lab.exec(lab.lbNs, 'curl', ['-s', 'http://127.0.0.1:10249/metrics']);
-    assert.match(metrics, new RegExp(`uvs_realserver_configured_weight\\{local_address="${LAB_VIP}",local_port="80",remote_address="${rs[2]}",remote_port="8080",proto="TCP",local_mark=""\\} 20`));
+    assert.match(
+      metrics,
+      new RegExp(
+        `uvs_realserver_configured_weight\\{local_address="${LAB_VIP}",local_port="80",remote_address="${rs[2]}",remote_port="8080",proto="TCP",local_mark=""\\} 20`,
+      ),
+    );
   });
 
-  test('a flow capture of a curl reads back with tcpdump: both directions, nothing else', { skip: hasCommand('tcpdump') ? false : 'tcpdump is not installed (scripts/ensure-deps.sh)' }, async () => {
+  test('a flow capture of a curl reads back with tcpdump: both directions, nothing else', {
+    skip: hasCommand('tcpdump') ? false : 'tcpdump is not installed (scripts/ensure-deps.sh)',
+  }, async () => {
     const file = join(lab.dir, 'flow.pcap');
-    const cap = run(process.execPath, [UVSADM, '--socket', lab.socket, '--capture', '--flow', `protocol=tcp,address=${lab.clientAddr},port=41234`, '--seconds', '4', '-w', file]);
+    const cap = run(process.execPath, [
+      UVSADM,
+      '--socket',
+      lab.socket,
+      '--capture',
+      '--flow',
+      `protocol=tcp,address=${lab.clientAddr},port=41234`,
+      '--seconds',
+      '4',
+      '-w',
+      file,
+    ]);
     await sleep(700);
     assert.match(lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', '--local-port', '41234', `http://${LAB_VIP}/`]), /^rs\d/);
     curlMany(3); // other flows: not captured
@@ -124,29 +185,64 @@ describe('operator features: ping checks, slow start, flow sampling', { skip: is
     assert.match(stderr, /captured \d+ packets \(0 lost to full rings\)/);
     const text = execFileSync('tcpdump', ['-nn', '-r', file], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
     const lines = text.trim().split('\n');
-    assert.match(lines[0]!, new RegExp(`IP ${lab.clientAddr.replace(/\./g, '\\.')}\\.41234 > ${LAB_VIP.replace(/\./g, '\\.')}\\.80: Flags \\[S\\]`), text);
-    assert.ok(lines.some((l) => / IP 10\.200\.1\d\.2\.8080 > 10\.200\.1\.2\.41234: Flags \[S\.\]/.test(l)), `the server's SYN-ACK as it came back: ${text}`);
-    assert.ok(lines.some((l) => /HTTP: GET \/ HTTP\/1\.1/.test(l) || /Flags \[P\.\]/.test(l)), text);
-    assert.ok(lines.every((l) => l.includes('.41234')), `only the one flow: ${text}`);
+    assert.match(
+      lines[0]!,
+      new RegExp(`IP ${lab.clientAddr.replace(/\./g, '\\.')}\\.41234 > ${LAB_VIP.replace(/\./g, '\\.')}\\.80: Flags \\[S\\]`),
+      text,
+    );
+    assert.ok(
+      lines.some((l) => / IP 10\.200\.1\d\.2\.8080 > 10\.200\.1\.2\.41234: Flags \[S\.\]/.test(l)),
+      `the server's SYN-ACK as it came back: ${text}`,
+    );
+    assert.ok(
+      lines.some((l) => /HTTP: GET \/ HTTP\/1\.1/.test(l) || /Flags \[P\.\]/.test(l)),
+      text,
+    );
+    assert.ok(
+      lines.every((l) => l.includes('.41234')),
+      `only the one flow: ${text}`,
+    );
   });
 
   test('a 1-in-1 sample as JSON lines carries the decision: service, real server, state; a VIP port without service is answered', async () => {
-    const cap = run(process.execPath, [UVSADM, '--socket', lab.socket, '--capture', '--sample', '1', '--format', 'jsonl', '--seconds', '3', '--max-packets', '200']);
+    const cap = run(process.execPath, [
+      UVSADM,
+      '--socket',
+      lab.socket,
+      '--capture',
+      '--sample',
+      '1',
+      '--format',
+      'jsonl',
+      '--seconds',
+      '3',
+      '--max-packets',
+      '200',
+    ]);
     await sleep(700);
     curlMany(1);
     lab.exec(lab.clientNs, 'sh', ['-c', `curl -s -m 2 http://${LAB_VIP}:82/ || true`]);
     const { stdout } = await cap;
-    const recs = stdout.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const recs = stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     const syn = recs.find((r) => r.dport === 80 && r.tcpFlags === 'SYN' && r.src === lab.clientAddr)!;
     assert.ok(syn, stdout);
     assert.equal(syn.verdict, 'forward');
     assert.equal(syn.service, `tcp ${LAB_VIP}:80`);
     assert.match(String(syn.realServer), /^10\.200\.1[123]\.2:8080$/);
     assert.equal(syn.state, 'SYN_RECV');
-    assert.ok(recs.some((r) => r.state === 'ESTABLISHED' && r.verdict === 'forward'), 'later packets of the flow');
+    assert.ok(
+      recs.some((r) => r.state === 'ESTABLISHED' && r.verdict === 'forward'),
+      'later packets of the flow',
+    );
     const noSvc = recs.find((r) => r.dport === 82)!;
     assert.deepEqual([noSvc.verdict, noSvc.reason], ['reply', 'no_service'], JSON.stringify(noSvc));
-    const busy = await Promise.all([api('POST', '/v1/capture', { sample: 1, seconds: 1 }), api<ApiError>('POST', '/v1/capture', { sample: 1, seconds: 1 })]);
+    const busy = await Promise.all([
+      api('POST', '/v1/capture', { sample: 1, seconds: 1 }),
+      api<ApiError>('POST', '/v1/capture', { sample: 1, seconds: 1 }),
+    ]);
     assert.deepEqual(busy.map((b) => b.status).sort(), [200, 409], 'one capture at a time');
     const bad = await api<ApiError>('POST', '/v1/capture', { sample: 1, seconds: 0 });
     assert.deepEqual([bad.status, bad.body.code], [400, 'UVS_ERR_API_BAD_REQUEST']);

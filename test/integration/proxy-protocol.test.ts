@@ -16,7 +16,11 @@ import { apiCall } from '../../control/client';
 import { hasCommand, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
 
 const isRoot = process.getuid?.() === 0;
-const skip = !isRoot ? 'integration tests need root (network namespaces, TUN)' : !hasCommand('nginx') ? 'nginx is not installed (scripts/ensure-deps.sh installs it)' : false;
+const skip = !isRoot
+  ? 'integration tests need root (network namespaces, TUN)'
+  : !hasCommand('nginx')
+    ? 'nginx is not installed (scripts/ensure-deps.sh installs it)'
+    : false;
 const POOL = '10.200.99.1';
 const POOL6 = 'fd00:200:99::1';
 const MB = 1 << 20;
@@ -30,10 +34,41 @@ describe('PROXY protocol to nginx through full-NAT', { skip, timeout: 600_000 },
   let nginx: ChildProcess | null = null;
 
   const services = [
-    { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', forwarding: 'fullnat', proxyProtocol: 'v2', realServers: [{ address: rs, port: 8081 }] },
-    { protocol: 'tcp', address: LAB_VIP, port: 81, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: rs, port: 8081, proxyProtocol: 'v1' }] },
-    { protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'rr', forwarding: 'fullnat', proxyProtocol: 'v2', realServers: [{ address: rs6, port: 8081 }] },
-    { protocol: 'tcp', address: LAB_VIP6, port: 81, scheduler: 'rr', forwarding: 'fullnat', proxyProtocol: 'v1', realServers: [{ address: rs6, port: 8081 }] },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 80,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      proxyProtocol: 'v2',
+      realServers: [{ address: rs, port: 8081 }],
+    },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 81,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      realServers: [{ address: rs, port: 8081, proxyProtocol: 'v1' }],
+    },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP6,
+      port: 80,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      proxyProtocol: 'v2',
+      realServers: [{ address: rs6, port: 8081 }],
+    },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP6,
+      port: 81,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      proxyProtocol: 'v1',
+      realServers: [{ address: rs6, port: 8081 }],
+    },
   ];
 
   // One line per request: what the header said, who nginx's peer was, and what moved.
@@ -69,7 +104,11 @@ http {
     const [port, code] = out.trim().split(' ');
     return { port: Number(port), code: Number(code) };
   };
-  const logLines = () => readFileSync(accessLog, 'utf8').split('\n').filter(Boolean).map((l) => l.split(' '));
+  const logLines = () =>
+    readFileSync(accessLog, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => l.split(' '));
   const sha256 = (file: string) => lab.exec(lab.clientNs, 'sha256sum', [file]).split(' ')[0]!;
   const headers = async () => (await apiCall<StatsResponse>(lab.socket, 'GET', '/v1/stats')).body;
 
@@ -87,7 +126,9 @@ http {
       if (Date.now() > deadline) throw new Error(`nginx did not listen; see ${join(lab.dir, 'nginx-error.log')}`);
       await sleep(100);
     }
-    const cfg = lab.config(services, { dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: [POOL, POOL6], portMin: 30000, portMax: 30999 } } });
+    const cfg = lab.config(services, {
+      dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: [POOL, POOL6], portMin: 30000, portMax: 30999 } },
+    });
     await lab.startUvsd(lab.writeConfig(cfg));
     // The API socket is up before the first snapshot reaches the workers: wait for a first answer.
     const until = Date.now() + 15_000;
@@ -150,11 +191,17 @@ http {
     assert.equal(sha256(dst), want);
     client('rm', ['-f', dst]);
     const puts = logLines().filter((l) => l[5] === 'PUT');
-    assert.deepEqual(puts.map((l) => [l[0], l[1], l[7]]), [
-      [lab.clientAddr, String(up.port), '201'],
-      [lab.clientAddr6, String(up6.port), '201'],
-    ]);
+    assert.deepEqual(
+      puts.map((l) => [l[0], l[1], l[7]]),
+      [
+        [lab.clientAddr, String(up.port), '201'],
+        [lab.clientAddr6, String(up6.port), '201'],
+      ],
+    );
     const st = await headers();
-    assert.ok(st.proxyProtocolHeaders - before >= 4, `a header for each of the 4 connections (${st.proxyProtocolHeaders - before}; more only if one was resent)`);
+    assert.ok(
+      st.proxyProtocolHeaders - before >= 4,
+      `a header for each of the 4 connections (${st.proxyProtocolHeaders - before}; more only if one was resent)`,
+    );
   });
 });

@@ -101,15 +101,31 @@ function node(id: string, o: NodeOpts) {
 type Node = ReturnType<typeof node>;
 
 /** A record as nodes write it; every field overridable (numbers are int32 words, as in the table). */
-function record(o: { caddr?: number; cport?: number; vaddr?: number; vport?: number; daddr?: number; dport?: number; laddr?: number; lport?: number; fwd?: number; rs?: string; state?: number; inactive?: number; expiresIn?: number } = {}): string {
+function record(
+  o: {
+    caddr?: number;
+    cport?: number;
+    vaddr?: number;
+    vport?: number;
+    daddr?: number;
+    dport?: number;
+    laddr?: number;
+    lport?: number;
+    fwd?: number;
+    rs?: string;
+    state?: number;
+    inactive?: number;
+    expiresIn?: number;
+  } = {},
+): string {
   const cport = o.cport ?? 41000;
   return [
     6,
     o.caddr ?? ip('192.0.2.7'),
-    ((cport << 16) | (o.vport ?? 80)) | 0,
+    (cport << 16) | (o.vport ?? 80) | 0,
     o.vaddr ?? ip(VIP),
     o.daddr ?? ip(RS[0]!),
-    (((o.dport ?? 8080) << 16) | (o.lport ?? cport)) | 0,
+    ((o.dport ?? 8080) << 16) | (o.lport ?? cport) | 0,
     o.laddr ?? o.caddr ?? ip('192.0.2.7'),
     o.fwd ?? L.FWD_MASQ,
     SERVICE,
@@ -176,7 +192,7 @@ test('forged records, published or stored, are refused and counted by reason; a 
 
     // The lookup path: a record stored under a flow's key that describes another flow.
     const cport = 42000;
-    const inKey = `${P}c:{6.${ip('192.0.2.8')}.${((cport << 16) | 80) | 0}.${ip(VIP)}}`;
+    const inKey = `${P}c:{6.${ip('192.0.2.8')}.${(cport << 16) | 80 | 0}.${ip(VIP)}}`;
     await w.set(inKey, record({ caddr: ip('192.0.2.9'), cport }), 'PX', 60_000);
     b.run(tcp({ src: '192.0.2.8', dst: VIP, sport: cport, dport: 80, flags: TCPF_ACK }));
     await waitFor('the lookup answered', () => b.sync.stats.lookups.refused === 1);
@@ -238,14 +254,17 @@ test('shadow entries take at most redis.maxShadowShare of the table: local flows
     await waitFor('the refresh', () => b.sync.stats.received === 257);
     // The other 768 slots are local flows'.
     let ok = 0;
-    for (let i = 0; i < 760; i++) if (b.run(tcp({ src: `203.0.113.${1 + (i % 250)}`, dst: VIP, sport: 30000 + i, dport: 80, flags: TCPF_SYN })) === FORWARD) ok++;
+    for (let i = 0; i < 760; i++)
+      if (b.run(tcp({ src: `203.0.113.${1 + (i % 250)}`, dst: VIP, sport: 30000 + i, dport: 80, flags: TCPF_SYN })) === FORWARD) ok++;
     assert.equal(ok, 760, 'every new local flow got a slot');
   } finally {
     await b.stop();
   }
 });
 
-test('record authentication: with a shared key, signed records are adopted and unsigned or wrongly signed ones refused', { skip }, async () => {
+test('record authentication: with a shared key, signed records are adopted and unsigned or wrongly signed ones refused', {
+  skip,
+}, async () => {
   const P = 't3:';
   const a = node('a', { prefix: P, redis: { recordKey: KEY } });
   const b = node('b', { prefix: P, redis: { recordKey: KEY } });
@@ -297,7 +316,9 @@ test('record authentication: with a shared key, signed records are adopted and u
   }
 });
 
-test('forged counts and node lists: bad values refuse their node alone, future heartbeats are removed, the node count is capped and read in batches', { skip }, async (t) => {
+test('forged counts and node lists: bad values refuse their node alone, future heartbeats are removed, the node count is capped and read in batches', {
+  skip,
+}, async (t) => {
   const P = 't4:';
   const b = node('b', { prefix: P, redis: { countsInterval: 3600, maxNodes: 5 } });
   const k = `${SERVICE}|${RS[0]}:8080`;
@@ -349,7 +370,10 @@ test('forged counts and node lists: bad values refuse their node alone, future h
   }
 });
 
-test('a hung Redis (SIGSTOP) under a flood of mid-flow packets: lookups capped and deduplicated, commands time out, nothing grows; adoption works after SIGCONT', { skip, timeout: 120_000 }, async (t) => {
+test('a hung Redis (SIGSTOP) under a flood of mid-flow packets: lookups capped and deduplicated, commands time out, nothing grows; adoption works after SIGCONT', {
+  skip,
+  timeout: 120_000,
+}, async (t) => {
   const P = 't5:';
   const hung = await startRedis(HUNG_PORT);
   const MAX = 32;
@@ -382,7 +406,9 @@ test('a hung Redis (SIGSTOP) under a flood of mid-flow packets: lookups capped a
       maxWaiting = Math.max(maxWaiting, b.sync.stats.parkedWaiting);
     }
     const st = b.sync.stats;
-    t.diagnostic(`in flight ≤ ${maxInFlight}, unanswered commands ≤ ${maxQueue}, waiting packets ≤ ${maxWaiting}, timeouts ${st.commandTimeouts}, lookups ${JSON.stringify(st.lookups)}`);
+    t.diagnostic(
+      `in flight ≤ ${maxInFlight}, unanswered commands ≤ ${maxQueue}, waiting packets ≤ ${maxWaiting}, timeouts ${st.commandTimeouts}, lookups ${JSON.stringify(st.lookups)}`,
+    );
     assert.ok(maxInFlight <= MAX, `lookups in flight stayed ≤ ${MAX}: ${maxInFlight}`);
     // One MGET per lookup (both keys), and the odd counts exchange or write round.
     assert.ok(maxQueue <= MAX + 16, `unanswered commands stayed bounded: ${maxQueue}`);
@@ -401,7 +427,12 @@ test('a hung Redis (SIGSTOP) under a flood of mid-flow packets: lookups capped a
     const wr = new Redis(HUNG_PORT, '127.0.0.1');
     try {
       const cport = 45000;
-      await wr.set(`${P}c:{6.${ip('192.0.2.70')}.${((cport << 16) | 80) | 0}.${ip(VIP)}}`, record({ caddr: ip('192.0.2.70'), cport, daddr: ip(RS[2]!), rs: `${RS[2]}:8080` }), 'PX', 60_000);
+      await wr.set(
+        `${P}c:{6.${ip('192.0.2.70')}.${(cport << 16) | 80 | 0}.${ip(VIP)}}`,
+        record({ caddr: ip('192.0.2.70'), cport, daddr: ip(RS[2]!), rs: `${RS[2]}:8080` }),
+        'PX',
+        60_000,
+      );
     } finally {
       wr.disconnect();
     }

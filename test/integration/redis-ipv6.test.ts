@@ -86,7 +86,9 @@ after(() => {
   redis?.kill('SIGKILL');
 });
 
-test('an IPv6 flow written by one node is adopted by the other and keeps its real server', { skip: needTool(hasRedis, 'redis-server') }, async () => {
+test('an IPv6 flow written by one node is adopted by the other and keeps its real server', {
+  skip: needTool(hasRedis, 'redis-server'),
+}, async () => {
   const a = node('a');
   const b = node('b');
   a.sync.start();

@@ -53,7 +53,10 @@ async function storedPorts(prefix: string, port = PORT): Promise<number[]> {
   }
 }
 
-test('Redis down: the write queue keeps the newest maxQueue records, drops the oldest (counted), writes them after the reconnect, then the dropped ones from the table', { skip, timeout: 60_000 }, async () => {
+test('Redis down: the write queue keeps the newest maxQueue records, drops the oldest (counted), writes them after the reconnect, then the dropped ones from the table', {
+  skip,
+  timeout: 60_000,
+}, async () => {
   const P = 'q:';
   // Nothing listens on LATE_PORT yet: the node starts with Redis down.
   const a = syncNode('a', { redis: { url: url(LATE_PORT), keyPrefix: P, maxQueue: 100 } });
@@ -72,7 +75,11 @@ test('Redis down: the write queue keeps the newest maxQueue records, drops the o
     // live flow again (redis-outage.test.ts), the 50 dropped ones included.
     await waitFor('every live flow in Redis', async () => (await storedPorts(P, LATE_PORT)).length === 150, 30_000);
     await waitFor('the walk to end', () => a.allWritten() && !a.sync.stats.resyncing);
-    assert.deepEqual(await storedPorts(P, LATE_PORT), Array.from({ length: 150 }, (_, i) => 20000 + i), 'every live flow is in Redis, the 50 dropped from the queue too');
+    assert.deepEqual(
+      await storedPorts(P, LATE_PORT),
+      Array.from({ length: 150 }, (_, i) => 20000 + i),
+      'every live flow is in Redis, the 50 dropped from the queue too',
+    );
     assert.equal(a.sync.stats.resyncs, 1);
     assert.equal(a.sync.stats.resynced, 150);
     assert.ok(a.sync.stats.written >= 150);
@@ -99,14 +106,20 @@ test('writes Redis refuses (out of memory) stay queued and are written once it a
     await w.config('SET', 'maxmemory', '0');
     await waitFor('written', () => a.allWritten());
     assert.equal(a.sync.stats.written, 20);
-    assert.deepEqual(await storedPorts(P), Array.from({ length: 20 }, (_, i) => 21000 + i));
+    assert.deepEqual(
+      await storedPorts(P),
+      Array.from({ length: 20 }, (_, i) => 21000 + i),
+    );
   } finally {
     await w.config('SET', 'maxmemory', '0');
     await a.stop();
   }
 });
 
-test('parked packets: a hit is installed and the packet replayed to the recorded server, a miss dropped (counted); a SYN never waits', { skip, timeout: 60_000 }, async () => {
+test('parked packets: a hit is installed and the packet replayed to the recorded server, a miss dropped (counted); a SYN never waits', {
+  skip,
+  timeout: 60_000,
+}, async () => {
   const P = 'p:';
   const a = syncNode('a', { redis: { url: url(), keyPrefix: P } });
   a.sync.start();
@@ -150,7 +163,10 @@ test('parked packets: a hit is installed and the packet replayed to the recorded
   }
 });
 
-test('a drain waits for the connections other nodes report: the server is deleted only once the cluster-wide count is 0', { skip, timeout: 60_000 }, async () => {
+test('a drain waits for the connections other nodes report: the server is deleted only once the cluster-wide count is 0', {
+  skip,
+  timeout: 60_000,
+}, async () => {
   const P = 'd:';
   const a = syncNode('a', { redis: { url: url(), keyPrefix: P, countsInterval: 0.2 } });
   const b = syncNode('b', { redis: { url: url(), keyPrefix: P, countsInterval: 0.2 } });
@@ -161,29 +177,39 @@ test('a drain waits for the connections other nodes report: the server is delete
     // a carries one established connection to X; b carries none.
     const x = open(a, '192.0.2.20', 45000);
     const service = a.model.list()[0]!.key;
-    await waitFor('b to see a\'s count', () => b.sync.remoteCounts(service, `${x}:8080`)[0] === 1);
+    await waitFor("b to see a's count", () => b.sync.remoteCounts(service, `${x}:8080`)[0] === 1);
     assert.equal(b.model.list()[0]!.realServers.find((r) => r.address === x)!.activeConns, 0, 'b has no connection of its own to X');
 
     // X is removed from b's configuration: kept at weight 0 and drained, because a still uses it.
     b.apply(RS.filter((r) => r !== x));
-    assert.deepEqual(b.model.drains().map((d) => d.realServer), [`${x}:8080`]);
+    assert.deepEqual(
+      b.model.drains().map((d) => d.realServer),
+      [`${x}:8080`],
+    );
     assert.equal(b.model.list()[0]!.realServers.find((r) => r.address === x)!.weight, 0);
     assert.equal(b.model.checkDrains(), false, 'still a connection on another node');
     assert.equal(b.model.drains().length, 1);
 
     // a's connection ends (its entry expires): once a reports 0, b's next check deletes X.
     a.table.expire((a.table.now() + 3600_000) | 0);
-    await waitFor('b to see a\'s count drop', () => b.sync.remoteCounts(service, `${x}:8080`)[0] === 0);
+    await waitFor("b to see a's count drop", () => b.sync.remoteCounts(service, `${x}:8080`)[0] === 0);
     assert.equal(b.model.checkDrains(), true);
     assert.equal(b.model.drains().length, 0);
-    assert.equal(b.model.list()[0]!.realServers.some((r) => r.address === x), false, 'X deleted');
+    assert.equal(
+      b.model.list()[0]!.realServers.some((r) => r.address === x),
+      false,
+      'X deleted',
+    );
   } finally {
     await a.stop();
     await b.stop();
   }
 });
 
-test('a client reuses its port for a new flow to another server: the other node replaces the old flow\'s shadow and carries the new one there', { skip, timeout: 60_000 }, async () => {
+test("a client reuses its port for a new flow to another server: the other node replaces the old flow's shadow and carries the new one there", {
+  skip,
+  timeout: 60_000,
+}, async () => {
   const P = 'u:';
   const a = syncNode('a', { redis: { url: url(), keyPrefix: P } });
   const b = syncNode('b', { redis: { url: url(), keyPrefix: P } });
@@ -200,8 +226,8 @@ test('a client reuses its port for a new flow to another server: the other node 
     const rip2 = open(a, '192.0.2.50', 40000);
     assert.notEqual(rip2, rip1, 'round robin: flow 2 goes to another server');
     await waitFor('a to write flow 2', () => a.allWritten() && a.sync.stats.written === 2);
-    await waitFor('b to take flow 2\'s record', () => b.sync.stats.received + b.sync.stats.refused.not_installed === 2);
-    assert.equal(b.sync.stats.refused.not_installed, 0, 'flow 2\'s record replaced flow 1\'s shadow');
+    await waitFor("b to take flow 2's record", () => b.sync.stats.received + b.sync.stats.refused.not_installed === 2);
+    assert.equal(b.sync.stats.refused.not_installed, 0, "flow 2's record replaced flow 1's shadow");
     assert.equal(b.sync.stats.superseded, 1);
     assert.equal(b.table.shadows(), 1);
 

@@ -19,18 +19,36 @@ describe('every scheduler carries real traffic', { skip: needTool(isRoot, 'root 
   const rs = lab.rsAddrs;
   let configFile = '';
   const useService = async (svc: Record<string, unknown>, weights = [1, 2, 3]) => {
-    const s = { protocol: 'tcp', address: LAB_VIP, port: 80, realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: weights[i] })), ...svc };
+    const s = {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 80,
+      realServers: rs.map((a, i) => ({ address: a, port: 8080, weight: weights[i] })),
+      ...svc,
+    };
     // A fresh service port per case, so each scheduler starts from empty counts. TIME_WAIT 60 s
     // (curl closes first, so every finished connection ends in TIME_WAIT): no entry of a case
     // expires while the case runs, so the inactive counts the schedulers read are exact.
-    writeFileSync(configFile, stringify(lab.config([s], { timeouts: { tcpStates: { TIME_WAIT: 60 } }, gracefulTermination: { checkInterval: 1 }, reload: { watch: false } })));
+    writeFileSync(
+      configFile,
+      stringify(
+        lab.config([s], {
+          timeouts: { tcpStates: { TIME_WAIT: 60 } },
+          gracefulTermination: { checkInterval: 1 },
+          reload: { watch: false },
+        }),
+      ),
+    );
     const r = await apiCall(lab.socket, 'POST', '/v1/reload');
     assert.equal(r.status, 200, JSON.stringify(r.body));
   };
   const conns = async (port: number) => {
     const r = await apiCall<ServicesResponse>(lab.socket, 'GET', '/v1/services');
     const svc = r.body.services.find((x) => x.port === port);
-    return { active: svc?.realServers.reduce((a, x) => a + x.activeConns, 0) ?? -1, inactive: svc?.realServers.reduce((a, x) => a + x.inactConns, 0) ?? -1 };
+    return {
+      active: svc?.realServers.reduce((a, x) => a + x.activeConns, 0) ?? -1,
+      inactive: svc?.realServers.reduce((a, x) => a + x.inactConns, 0) ?? -1,
+    };
   };
   /**
    * n connections one after another; before each, the previous one is seen closed by uvs (no
@@ -64,7 +82,11 @@ describe('every scheduler carries real traffic', { skip: needTool(isRoot, 'root 
   const hold = async (k: number, port: number): Promise<ChildProcess[]> => {
     const held: ChildProcess[] = [];
     for (let i = 0; i < k; i++) {
-      held.push(spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '90', `http://${LAB_VIP}:${port}/hold?ms=60000`], { stdio: 'ignore' }));
+      held.push(
+        spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '90', `http://${LAB_VIP}:${port}/hold?ms=60000`], {
+          stdio: 'ignore',
+        }),
+      );
       const deadline = Date.now() + 15000;
       while ((await conns(port)).active !== i + 1) {
         if (Date.now() > deadline) throw new Error(`held connection ${i + 1} not seen active`);
@@ -130,7 +152,17 @@ describe('every scheduler carries real traffic', { skip: needTool(isRoot, 'root 
     // twos draws its two candidates from a random stream seeded per service at creation, so the
     // exact spread is not fixed here (schedulers-twos.test.ts checks it with a fixed seed). What is
     // fixed: a weight-0 server is never a candidate.
-    ['twos', {}, (q) => assert.deepEqual(Object.keys(count(q)).filter((k) => k !== 'rs2' && k !== 'rs3'), [], 'rs1 (weight 0) is never chosen'), [0, 2, 3]],
+    [
+      'twos',
+      {},
+      (q) =>
+        assert.deepEqual(
+          Object.keys(count(q)).filter((k) => k !== 'rs2' && k !== 'rs3'),
+          [],
+          'rs1 (weight 0) is never chosen',
+        ),
+      [0, 2, 3],
+    ],
     ['rr', { persistence: 60 }, (q) => assert.equal(Object.keys(count(q)).length, 1, 'persistence pins the client')],
   ];
   test('SIGHUP applies a good configuration file (the file is not watched here): counted, and traffic follows it; a broken one is refused', async () => {
@@ -147,7 +179,14 @@ describe('every scheduler carries real traffic', { skip: needTool(isRoot, 'root 
     const ports = async () => (await apiCall<ServicesResponse>(lab.socket, 'GET', '/v1/services')).body.services.map((x) => x.port);
     const before = await reloads();
     const p = 190;
-    writeFileSync(configFile, stringify(lab.config([{ protocol: 'tcp', address: LAB_VIP, port: p, scheduler: 'rr', realServers: [{ address: rs[1], port: 8080 }] }], { reload: { watch: false } })));
+    writeFileSync(
+      configFile,
+      stringify(
+        lab.config([{ protocol: 'tcp', address: LAB_VIP, port: p, scheduler: 'rr', realServers: [{ address: rs[1], port: 8080 }] }], {
+          reload: { watch: false },
+        }),
+      ),
+    );
     process.kill(lab.uvsdProcess!.pid!, 'SIGHUP');
     const after = await waitReloads((r) => r.ok === before.ok + 1, 'the SIGHUP reload');
     assert.equal(after.failed, before.failed);

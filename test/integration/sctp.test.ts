@@ -155,36 +155,62 @@ interface Answer extends Seen {
   value: string;
 }
 
-describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)', { skip: needTool(isRoot, 'root (network namespaces, TUN)'), timeout: 300_000 }, () => {
+describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)', {
+  skip: needTool(isRoot, 'root (network namespaces, TUN)'),
+  timeout: 300_000,
+}, () => {
   const lab = new Lab({ prefix: `uvsc${process.pid % 100000}`, realServers: 2 });
   const rs = lab.rsAddrs;
   const services = (members = rs) => [
     { protocol: 'sctp', address: LAB_VIP, port: VPORT, scheduler: 'rr', realServers: members.map((a) => ({ address: a, port: RPORT })) },
-    { protocol: 'sctp', address: LAB_VIP, port: FNPORT, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: rs[0], port: RPORT }] },
+    {
+      protocol: 'sctp',
+      address: LAB_VIP,
+      port: FNPORT,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      realServers: [{ address: rs[0], port: RPORT }],
+    },
   ];
-  const labConfig = (members = rs) => lab.config(services(members), { dataplane: { workers: 2, fullnat: { addresses: [POOL], portMin: 30000, portMax: 30999 } }, reload: { watch: false } });
+  const labConfig = (members = rs) =>
+    lab.config(services(members), {
+      dataplane: { workers: 2, fullnat: { addresses: [POOL], portMin: 30000, portMax: 30999 } },
+      reload: { watch: false },
+    });
   let configFile = '';
   let clientPy = '';
 
   const api = <T>(method: string, path: string) => apiCall<T>(lab.socket, method, path);
   const step = (vport: number, sport: number, name: string, mytag = 0, peertag = 0) =>
-    JSON.parse(lab.exec(lab.clientNs, 'python3', [clientPy, LAB_VIP, String(vport), String(sport), name, String(mytag), String(peertag)], 30000)) as { answers: (Answer | null)[]; peerTag?: number };
+    JSON.parse(
+      lab.exec(lab.clientNs, 'python3', [clientPy, LAB_VIP, String(vport), String(sport), name, String(mytag), String(peertag)], 30000),
+    ) as { answers: (Answer | null)[]; peerTag?: number };
   const seen = (i: number): Seen[] =>
     readFileSync(join(lab.dir, `sctp-rs${i + 1}.log`), 'utf8')
       .split('\n')
       .filter((l) => l.startsWith('{'))
       .map((l) => JSON.parse(l) as Seen);
   /** What the real servers' responders saw from the client's port, and where. */
-  const seenFrom = (sport: number) => rs.flatMap((addr, i) => seen(i).filter((p) => p.src === lab.clientAddr && p.sport === sport).map((p) => ({ ...p, at: addr })));
+  const seenFrom = (sport: number) =>
+    rs.flatMap((addr, i) =>
+      seen(i)
+        .filter((p) => p.src === lab.clientAddr && p.sport === sport)
+        .map((p) => ({ ...p, at: addr })),
+    );
   const realServers = async (port: number) =>
     (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.protocol === 'sctp' && s.port === port)!.realServers;
   const conn = async (sport: number) =>
     (await api<ConnectionsResponse>('GET', '/v1/connections')).body.connections.find((c) => c.client === `${lab.clientAddr}:${sport}`);
   const drops = async () => (await api<StatsResponse>('GET', '/v1/stats')).body.drops;
-  const uvsadm = (args: string[]) => execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, ...args], { encoding: 'utf8' });
+  const uvsadm = (args: string[]) =>
+    execFileSync(process.execPath, [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, ...args], { encoding: 'utf8' });
   /** The answers of a step: each from VIP:vport to the client's port with a valid CRC32c. */
   const fromVip = (answers: (Answer | null)[], vport: number, sport: number, types: number[]) => {
-    assert.deepEqual(answers.map((a) => a?.type ?? null), types, 'chunk types answered');
+    assert.deepEqual(
+      answers.map((a) => a?.type ?? null),
+      types,
+      'chunk types answered',
+    );
     for (const a of answers) {
       assert.deepEqual([a!.src, a!.sport, a!.dst, a!.dport], [LAB_VIP, vport, lab.clientAddr, sport], 'the answer comes from the VIP');
       assert.equal(a!.crcOk, true, 'CRC32c valid after uvs rewrote the source');
@@ -220,10 +246,18 @@ describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)
     assert.equal(Buffer.from(r.answers[2]!.value, 'hex').subarray(12).toString(), 'hello through uvs');
     peerTag = r.peerTag!;
     const got = seenFrom(41000);
-    assert.deepEqual(got.map((p) => p.type), [1, 10, 0], 'INIT, COOKIE ECHO, DATA arrived once each');
+    assert.deepEqual(
+      got.map((p) => p.type),
+      [1, 10, 0],
+      'INIT, COOKIE ECHO, DATA arrived once each',
+    );
     firstRs = got[0]!.at;
     for (const p of got) {
-      assert.deepEqual([p.src, p.sport, p.dst, p.dport, p.at], [lab.clientAddr, 41000, firstRs, RPORT, firstRs], 'masq: RIP:port, the real client address');
+      assert.deepEqual(
+        [p.src, p.sport, p.dst, p.dport, p.at],
+        [lab.clientAddr, 41000, firstRs, RPORT, firstRs],
+        'masq: RIP:port, the real client address',
+      );
       assert.equal(p.crcOk, true, 'CRC32c valid after uvs rewrote the destination port');
     }
     const c = await conn(41000);
@@ -240,7 +274,14 @@ describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)
     assert.match(uvsadm(['-Sn']), new RegExp(`^-A --sctp-service ${LAB_VIP.replace(/\./g, '\\.')}:${VPORT} -s rr$`, 'm'));
     assert.match(uvsadm(['-Lnc']), new RegExp(`^SCTP \\d\\d:\\d\\d  ESTABLISHED +${lab.clientAddr.replace(/\./g, '\\.')}:41000 `, 'm'));
     const text = lab.exec(lab.lbNs, 'curl', ['-s', '-m', '5', 'http://127.0.0.1:10249/metrics']);
-    const line = text.split('\n').find((l) => l.startsWith('node_ipvs_backend_connections_active{') && l.includes(`remote_address="${firstRs}"`) && l.includes(`local_port="${VPORT}"`));
+    const line = text
+      .split('\n')
+      .find(
+        (l) =>
+          l.startsWith('node_ipvs_backend_connections_active{') &&
+          l.includes(`remote_address="${firstRs}"`) &&
+          l.includes(`local_port="${VPORT}"`),
+      );
     assert.ok(line, 'a backend series for the SCTP service');
     assert.match(line!, /proto="SCTP"/);
     assert.match(line!, / 1$/);
@@ -263,7 +304,10 @@ describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)
     assert.ok(c!.expiresIn <= 61 && c!.expiresIn > 55);
     const me = (await realServers(VPORT)).find((x) => x.address === firstRs)!;
     assert.deepEqual([me.activeConns, me.inactConns], [0, 1]);
-    assert.deepEqual(seenFrom(41000).map((p) => p.type), [1, 10, 0, 7, 14]);
+    assert.deepEqual(
+      seenFrom(41000).map((p) => p.type),
+      [1, 10, 0, 7, 14],
+    );
   });
 
   test('DATA without an association and an INIT with a wrong CRC32c are dropped (counted), never forwarded', async () => {
@@ -282,7 +326,10 @@ describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)
     const r = step(FNPORT, 41004, 'open', 0x44444444);
     fromVip(r.answers, FNPORT, 41004, [2, 11, 0]);
     const got = seen(0).filter((p) => p.src === POOL);
-    assert.deepEqual(got.map((p) => p.type), [1, 10, 0]);
+    assert.deepEqual(
+      got.map((p) => p.type),
+      [1, 10, 0],
+    );
     assert.ok(got.every((p) => p.sport >= 30000 && p.sport <= 30999 && p.dst === rs[0] && p.dport === RPORT && p.crcOk));
   });
 
@@ -292,7 +339,10 @@ describe('SCTP through uvs (crafted packets on raw sockets: no SCTP module here)
     writeFileSync(configFile, stringify(labConfig([firstRs])));
     const r = await api<AppliedResponse>('POST', '/v1/reload');
     assert.equal(r.status, 200, JSON.stringify(r.body));
-    assert.deepEqual((await realServers(VPORT)).map((x) => x.address), [firstRs]);
+    assert.deepEqual(
+      (await realServers(VPORT)).map((x) => x.address),
+      [firstRs],
+    );
     assert.deepEqual((await api<DrainsResponse>('GET', '/v1/drains')).body.draining, []);
   });
 });

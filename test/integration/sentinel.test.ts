@@ -62,7 +62,10 @@ async function storedPorts(port: number, prefix: string): Promise<Set<number>> {
   }
 }
 
-test('Sentinel failover during traffic: forwarding goes on, the nodes follow the new master, flows opened since the kill are written there and adopted', { skip, timeout: 120_000 }, async (t) => {
+test('Sentinel failover during traffic: forwarding goes on, the nodes follow the new master, flows opened since the kill are written there and adopted', {
+  skip,
+  timeout: 120_000,
+}, async (t) => {
   const master = await startRedis(MASTER, ['--dir', dir]); // a replica's full sync writes an RDB there
   procs.push(master);
   procs.push(await startRedis(REPLICA, ['--dir', dir, '--replicaof', '127.0.0.1', String(MASTER)]));
@@ -107,14 +110,19 @@ test('Sentinel failover during traffic: forwarding goes on, the nodes follow the
       for (let i = 0; i < 2; i++) if (a.run(tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_ACK })) !== FORWARD) refused++;
       opened.push({ sport, at: Date.now(), rip: field(syn).dst });
       const old = opened[Math.floor(Math.random() * opened.length)]!;
-      if (a.run(tcp({ src: client, dst: VIP, sport: old.sport, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(100) })) !== FORWARD) refused++;
+      if (a.run(tcp({ src: client, dst: VIP, sport: old.sport, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(100) })) !== FORWARD)
+        refused++;
     };
     traffic = setInterval(tick, 10);
     await waitFor('flows written to the master', async () => (await storedPorts(MASTER, P)).size >= 20);
 
     const killedAt = Date.now();
     master.kill('SIGKILL');
-    await waitFor('Sentinel to promote the replica', async () => ((await sentinel('get-master-addr-by-name', NAME)) as string[])[1] === String(REPLICA), 60_000);
+    await waitFor(
+      'Sentinel to promote the replica',
+      async () => ((await sentinel('get-master-addr-by-name', NAME)) as string[])[1] === String(REPLICA),
+      60_000,
+    );
     const promotedAt = Date.now();
     await waitFor('a to reconnect to the new master', () => a.sync.stats.connected, 60_000);
     const reconnectedAt = Date.now();
@@ -122,8 +130,10 @@ test('Sentinel failover during traffic: forwarding goes on, the nodes follow the
     await sleep(500);
     clearInterval(traffic);
     traffic = null;
-    await waitFor('a\'s queue flushed', () => a.allWritten(), 30_000);
-    t.diagnostic(`promoted ${promotedAt - killedAt} ms after the kill, a reconnected after ${reconnectedAt - killedAt} ms; ${opened.length} connections opened, ${a.sync.stats.errors} Redis errors seen`);
+    await waitFor("a's queue flushed", () => a.allWritten(), 30_000);
+    t.diagnostic(
+      `promoted ${promotedAt - killedAt} ms after the kill, a reconnected after ${reconnectedAt - killedAt} ms; ${opened.length} connections opened, ${a.sync.stats.errors} Redis errors seen`,
+    );
 
     assert.equal(refused, 0, 'every packet was forwarded from local state, during the failover too');
     const since = opened.filter((f) => f.at >= killedAt);

@@ -23,7 +23,10 @@ const TABLE = 1024;
 const FLOOD_RATE = 50; // SYN/s: 1024 / 50 ≈ 20 s to fill the table without defenses
 const FLOOD_SECONDS = 45;
 
-describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)', timeout: 600_000 }, () => {
+describe('a spoofed SYN flood against one node', {
+  skip: isRoot ? false : 'integration tests need root (network namespaces, TUN)',
+  timeout: 600_000,
+}, () => {
   const lab = new Lab({ prefix: `uvsf${process.pid % 100000}` });
   const services = [
     { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 8080 })) },
@@ -33,9 +36,24 @@ describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integ
   const api = async <T>(path: string) => (await apiCall<T>(lab.socket, 'GET', path)).body;
 
   const startFlood = (seed: number): Promise<string> => {
-    flood = lab.spawn(lab.lbNs, process.execPath, [TOOLS, 'syn-flood', 'uvs0', LAB_VIP, '80', String(FLOOD_RATE), String(FLOOD_SECONDS), String(FLOOD_RATE * FLOOD_SECONDS), String(seed)], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    flood = lab.spawn(
+      lab.lbNs,
+      process.execPath,
+      [
+        TOOLS,
+        'syn-flood',
+        'uvs0',
+        LAB_VIP,
+        '80',
+        String(FLOOD_RATE),
+        String(FLOOD_SECONDS),
+        String(FLOOD_RATE * FLOOD_SECONDS),
+        String(seed),
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
     flood.stdout!.on('data', (d: Buffer) => (out += d.toString()));
     return new Promise((r) => flood!.once('exit', () => r(out)));
@@ -47,7 +65,9 @@ describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integ
   /** An echo flow held open (a line every 200 ms) for `seconds`; resolves with what it saw. */
   const holdEcho = (seconds: number): Promise<{ sent: number; echoed: number; bad: number; error: string | null }> =>
     new Promise((resolve) => {
-      const c = lab.spawn(lab.clientNs, process.execPath, [TOOLS, 'hold-echo', LAB_VIP, '7', String(seconds), '200'], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const c = lab.spawn(lab.clientNs, process.execPath, [TOOLS, 'hold-echo', LAB_VIP, '7', String(seconds), '200'], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
       let out = '';
       c.stdout!.on('data', (d: Buffer) => (out += d.toString()));
       c.once('exit', () => resolve(JSON.parse(out || '{"sent":0,"echoed":0,"bad":0,"error":"no output"}')));
@@ -55,7 +75,23 @@ describe('a spoofed SYN flood against one node', { skip: isRoot ? false : 'integ
   /** One real client's HTTP request through the VIP: true when it got an answer. */
   const curlOk = (timeoutS: number): boolean => {
     try {
-      const body = lab.exec(lab.clientNs, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--connect-timeout', String(timeoutS), '-m', String(timeoutS + 2), `http://${LAB_VIP}/`], (timeoutS + 5) * 1000);
+      const body = lab.exec(
+        lab.clientNs,
+        'curl',
+        [
+          '-s',
+          '-o',
+          '/dev/null',
+          '-w',
+          '%{http_code}',
+          '--connect-timeout',
+          String(timeoutS),
+          '-m',
+          String(timeoutS + 2),
+          `http://${LAB_VIP}/`,
+        ],
+        (timeoutS + 5) * 1000,
+      );
       return body.trim() === '200';
     } catch {
       return false;

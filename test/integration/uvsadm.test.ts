@@ -16,14 +16,21 @@ const ROOT = join(__dirname, '..', '..', '..');
 const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
 const isRoot = process.getuid?.() === 0;
 
-describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: needTool(isRoot, 'root (network namespaces, TUN)'), timeout: 600_000 }, () => {
+describe('uvsadm drives uvsd like ipvsadm drives IPVS', {
+  skip: needTool(isRoot, 'root (network namespaces, TUN)'),
+  timeout: 600_000,
+}, () => {
   const lab = new Lab({ prefix: `uva${process.pid % 100000}` });
   const [rs1, rs2, rs3] = lab.rsAddrs as [string, string, string];
   const web = `${LAB_VIP}:80`;
 
   /** Runs uvsadm (stdin optional) and returns what it printed and its exit status. */
   const uvsadm = (args: string, input?: string) => {
-    const r = spawnSync(process.execPath, [UVSADM, '--socket', lab.socket, ...args.split(' ').filter(Boolean)], { encoding: 'utf8', input, timeout: 30000 });
+    const r = spawnSync(process.execPath, [UVSADM, '--socket', lab.socket, ...args.split(' ').filter(Boolean)], {
+      encoding: 'utf8',
+      input,
+      timeout: 30000,
+    });
     return { status: r.status, stdout: r.stdout, stderr: r.stderr };
   };
   /**
@@ -33,7 +40,10 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: needTool(isRoot,
    */
   const uvsadmNoNet = (args: string) => {
     const t0 = Date.now();
-    const r = spawnSync('unshare', ['-n', process.execPath, UVSADM, '--socket', lab.socket, ...args.split(' ').filter(Boolean)], { encoding: 'utf8', timeout: 30000 });
+    const r = spawnSync('unshare', ['-n', process.execPath, UVSADM, '--socket', lab.socket, ...args.split(' ').filter(Boolean)], {
+      encoding: 'utf8',
+      timeout: 30000,
+    });
     return { status: r.status, stdout: r.stdout, stderr: r.stderr, ms: Date.now() - t0 };
   };
   /** uvsadm that must succeed: its stdout. */
@@ -63,7 +73,10 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: needTool(isRoot,
   });
 
   test('-A and -a build a service that carries traffic; -Ln shows it in ipvsadm layout', () => {
-    assert.equal(ok('-Ln'), 'IP Virtual Server version 1.2.1 (size=65536)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n');
+    assert.equal(
+      ok('-Ln'),
+      'IP Virtual Server version 1.2.1 (size=65536)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n',
+    );
     ok(`-A -t ${web} -s rr`);
     for (const rs of [rs1, rs2, rs3]) ok(`-a -t ${web} -r ${rs}:8080 -m`);
     assert.deepEqual(curlMany(6), { rs1: 2, rs2: 2, rs3: 2 });
@@ -74,11 +87,15 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: needTool(isRoot,
       lines.slice(4, 7).map((l) => l.slice(0, 48)),
       [rs1, rs2, rs3].map((rs) => `  -> ${`${rs}:8080`.padEnd(28)} Masq    ${'1'.padEnd(6)}`),
     );
-    for (const rs of [rs1, rs2, rs3]) assert.match(destLine(list, rs)!, /^ {2}-> \S+ +Masq {4}1 {6}\d+ +2 +$/, 'two finished connections each (TIME_WAIT → InActConn)');
+    for (const rs of [rs1, rs2, rs3])
+      assert.match(destLine(list, rs)!, /^ {2}-> \S+ +Masq {4}1 {6}\d+ +2 +$/, 'two finished connections each (TIME_WAIT → InActConn)');
     // -L <service>: no version line; -Lnc: the connection entries.
     assert.equal(ok(`-L -n -t ${web}`).split('\n')[0], 'Prot LocalAddress:Port Scheduler Flags');
     const conns = ok('-Lnc').split('\n');
-    assert.deepEqual(conns.slice(0, 2), ['IPVS connection entries', 'pro expire state       source             virtual            destination']);
+    assert.deepEqual(conns.slice(0, 2), [
+      'IPVS connection entries',
+      'pro expire state       source             virtual            destination',
+    ]);
     assert.ok(conns.filter((l) => l.startsWith('TCP ') && l.includes(` ${web} `)).length >= 6);
   });
 
@@ -134,10 +151,17 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: needTool(isRoot,
     assert.ok(nums[1]! >= 30 * 5 && nums[2]! >= 30 * 4 && nums[3]! > 0 && nums[4]! > 0, svc);
     const rate = ok('-Ln --rate').split('\n');
     assert.equal(rate[1], 'Prot LocalAddress:Port                 CPS    InPPS   OutPPS    InBPS   OutBPS');
-    const rateNums = rate.find((l) => l.startsWith(`TCP  ${web}`))!.slice(33).trim().split(/\s+/).map(Number);
+    const rateNums = rate
+      .find((l) => l.startsWith(`TCP  ${web}`))!
+      .slice(33)
+      .trim()
+      .split(/\s+/)
+      .map(Number);
     assert.ok(rateNums[1]! > 0 && rateNums[3]! > 0, `packets and bytes per second estimated: ${rateNums}`);
     ok('-Z');
-    const zeroed = ok('-Ln --stats --exact').split('\n').find((l) => l.startsWith(`TCP  ${web}`))!;
+    const zeroed = ok('-Ln --stats --exact')
+      .split('\n')
+      .find((l) => l.startsWith(`TCP  ${web}`))!;
     assert.deepEqual(zeroed.slice(33).trim().split(/\s+/).map(Number), [0, 0, 0, 0, 0]);
     ok(`-Z -t ${web}`);
     await sleep(10);
@@ -181,7 +205,7 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: needTool(isRoot,
     assert.equal(ok('-Sn'), saved);
   });
 
-  test('refusals: ipvsadm\'s message, then uvsd\'s code and reason; usage errors exit 255, bad values 2', () => {
+  test("refusals: ipvsadm's message, then uvsd's code and reason; usage errors exit 255, bad values 2", () => {
     const dup = uvsadm(`-A -t ${web} -s rr`);
     assert.equal(dup.status, 255);
     assert.equal(dup.stderr.split('\n')[0], 'Service already exists');
@@ -279,7 +303,7 @@ describe('uvsadm drives uvsd like ipvsadm drives IPVS', { skip: needTool(isRoot,
     assert.equal(noRs.stderr.split('\n')[1], `uvsadm: UVS_ERR_API_NOT_FOUND: no real server 10.200.11.99:8080 in tcp ${web}`);
   });
 
-  test('uvs\'s own options keep working next to the classic ones', () => {
+  test("uvs's own options keep working next to the classic ones", () => {
     assert.match(ok('-L --drain'), /^Draining real servers \(checked every \d+(\.\d+)? s\)\n/);
     assert.match(ok('--health'), /^Prot LocalAddress:Port +-> RemoteAddress:Port +Health/);
     assert.match(ok('-h'), /default forwarding method is masquerading \(-m\)/);

@@ -23,7 +23,11 @@ const ROOT = join(__dirname, '..', '..', '..');
 const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
 const UVSD = join(ROOT, 'dist', 'control', 'uvsd.js');
 const isRoot = process.getuid?.() === 0;
-const skip = !isRoot ? 'integration tests need root (network namespaces, TUN)' : !hasCommand('redis-server') ? 'redis-server missing' : false;
+const skip = !isRoot
+  ? 'integration tests need root (network namespaces, TUN)'
+  : !hasCommand('redis-server')
+    ? 'redis-server missing'
+    : false;
 
 /** The metric names the README's "Metrics and health" section lists (labels in braces dropped). */
 function readmeMetricNames(): string[] {
@@ -41,19 +45,35 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
   const rs = lab.rsAddrs;
   const hc = { type: 'tcp', interval: 0.3, timeout: 0.3, rise: 2, fall: 2 };
   const baseServices = [
-    { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', healthCheck: hc, realServers: rs.map((a) => ({ address: a, port: 8080 })) },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 80,
+      scheduler: 'rr',
+      healthCheck: hc,
+      realServers: rs.map((a) => ({ address: a, port: 8080 })),
+    },
     { protocol: 'udp', address: LAB_VIP, port: 53, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 5353 })) },
     // No SCTP client exists here; the check is TCP, on the servers' TCP echo port.
-    { protocol: 'sctp', address: LAB_VIP, port: 3868, scheduler: 'rr', healthCheck: { ...hc, port: 9007 }, realServers: rs.map((a) => ({ address: a, port: 3868 })) },
+    {
+      protocol: 'sctp',
+      address: LAB_VIP,
+      port: 3868,
+      scheduler: 'rr',
+      healthCheck: { ...hc, port: 9007 },
+      realServers: rs.map((a) => ({ address: a, port: 3868 })),
+    },
   ];
   const redis = { url: 'redis://127.0.0.1:6379', nodeId: 'life' };
   let configFile = '';
-  const write = (services: unknown[], extra: Record<string, unknown> = {}) => writeFileSync(configFile, stringify(lab.config(services, { redis, reload: { watch: false }, ...extra })));
+  const write = (services: unknown[], extra: Record<string, unknown> = {}) =>
+    writeFileSync(configFile, stringify(lab.config(services, { redis, reload: { watch: false }, ...extra })));
 
   const api = <T>(method: string, path: string, body?: unknown) => apiCall<T>(lab.socket, method, path, body);
   const services = async () => (await api<ServicesResponse>('GET', '/v1/services')).body.services;
   const hasService = async (address: string, port: number) => (await services()).some((s) => s.address === address && s.port === port);
-  const uvsadm = (...args: string[]) => spawnSync(process.execPath, [UVSADM, '--socket', lab.socket, ...args], { encoding: 'utf8', timeout: 30_000 });
+  const uvsadm = (...args: string[]) =>
+    spawnSync(process.execPath, [UVSADM, '--socket', lab.socket, ...args], { encoding: 'utf8', timeout: 30_000 });
   const scrape = () => lab.exec(lab.lbNs, 'curl', ['-s', '-m', '5', 'http://127.0.0.1:10249/metrics']);
   const sample = (text: string, re: string) => Number(new RegExp(`^${re} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
   const waitFor = async (what: string, fn: () => boolean | Promise<boolean>, timeoutMs = 20_000) => {
@@ -64,7 +84,11 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     }
   };
   const curl = () => lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', `http://${LAB_VIP}/`]).split('\n')[0];
-  const rules = (pref: number) => lab.ip(lab.lbNs, ['rule', 'show', 'pref', String(pref)]).split('\n').filter(Boolean);
+  const rules = (pref: number) =>
+    lab
+      .ip(lab.lbNs, ['rule', 'show', 'pref', String(pref)])
+      .split('\n')
+      .filter(Boolean);
 
   before(async () => {
     lab.up();
@@ -87,9 +111,17 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     assert.ok(listed.length >= 60, `${listed.length} names found in the README`);
     const text = scrape();
     const exported = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]!));
-    assert.deepEqual(listed.filter((n) => !exported.has(n)), [], 'listed in the README but not exported');
+    assert.deepEqual(
+      listed.filter((n) => !exported.has(n)),
+      [],
+      'listed in the README but not exported',
+    );
     const ours = [...exported].filter((n) => n.startsWith('uvs_') || n.startsWith('node_ipvs_'));
-    assert.deepEqual(ours.filter((n) => !listed.includes(n)), [], 'exported but not in the README');
+    assert.deepEqual(
+      ours.filter((n) => !listed.includes(n)),
+      [],
+      'exported but not in the README',
+    );
   });
 
   test('uvsadm --reload applies a changed file (a file change alone does nothing with the watch off) and refuses a bad one', async () => {
@@ -105,7 +137,11 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     assert.match(r.stdout, /configuration reloaded/);
     assert.equal(await hasService(LAB_VIP, 81), true);
     assert.match(uvsadm('-Ln').stdout, /TCP {2}10\.200\.0\.10:81 wrr/);
-    assert.equal(lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', `http://${LAB_VIP}:81/`]).split('\n')[0], 'rs1', 'the new service carries traffic');
+    assert.equal(
+      lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', `http://${LAB_VIP}:81/`]).split('\n')[0],
+      'rs1',
+      'the new service carries traffic',
+    );
 
     // A bad file: refused with the field and the reason; the running configuration stays.
     const bad = structuredClone(baseServices) as { realServers: { weight?: number }[] }[];
@@ -160,7 +196,13 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     assert.equal(down.healthy, false);
     assert.deepEqual(down.workers.find((w) => w.id === 0)!.up, false);
     const up = seen[2]![1];
-    assert.deepEqual(up.workers.map((w) => [w.id, w.up, w.restarts]), [[0, true, 1], [1, true, 0]]);
+    assert.deepEqual(
+      up.workers.map((w) => [w.id, w.up, w.restarts]),
+      [
+        [0, true, 1],
+        [1, true, 0],
+      ],
+    );
     assert.equal(sample(scrape(), 'uvs_worker_restarts_total\\{worker="0"\\}'), 1);
     for (let i = 0; i < 4; i++) assert.match(curl() ?? '', /^rs\d$/, 'traffic after the restart');
   });
@@ -172,7 +214,11 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     lab.stopServer(0); // rs1's HTTP (8080) and TCP echo (9007) refuse from now on
     await waitFor('rs1 quiesced in both services', async () => !(await view(80)).healthy && !(await view(3868)).healthy);
     assert.deepEqual([(await view(80)).weight, (await view(3868)).weight], [0, 0]);
-    assert.equal((await services()).find((s) => s.port === 53)!.realServers.find((r) => r.address === rs[0])!.weight, 1, 'a service without checks is untouched');
+    assert.equal(
+      (await services()).find((s) => s.port === 53)!.realServers.find((r) => r.address === rs[0])!.weight,
+      1,
+      'a service without checks is untouched',
+    );
     for (let i = 0; i < 6; i++) assert.notEqual(curl(), 'rs1');
     lab.startServer(0);
     await waitFor('rs1 restored', async () => (await view(80)).healthy && (await view(3868)).healthy);
@@ -212,7 +258,10 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     await new Promise((r) => child.once('exit', r));
     assert.equal(rules(4711).length, fresh, 'a killed uvsd leaves its rules behind');
 
-    const c = spawnSync('ip', ['netns', 'exec', lab.lbNs, process.execPath, UVSD, '--cleanup', '--config', configFile], { encoding: 'utf8', timeout: 60_000 });
+    const c = spawnSync('ip', ['netns', 'exec', lab.lbNs, process.execPath, UVSD, '--cleanup', '--config', configFile], {
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     assert.equal(c.status, 0, c.stderr);
     assert.match(c.stdout, /removed uvs0/);
     assert.deepEqual([rules(4711), rules(4710)], [[], []]);

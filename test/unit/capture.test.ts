@@ -46,7 +46,10 @@ function offer(tap: CaptureTap, p: Uint8Array, verdict = FORWARD, drop = -1): bo
   return took;
 }
 
-const names = { service: (s: number) => (s === 3 ? 'tcp 10.200.0.10:80' : null), realServer: (s: number) => (s === 5 ? '10.200.11.2:8080' : null) };
+const names = {
+  service: (s: number) => (s === 3 ? 'tcp 10.200.0.10:80' : null),
+  realServer: (s: number) => (s === 5 ? '10.200.11.2:8080' : null),
+};
 
 test('nothing is captured while CAP_ON is 0: the worker asks once per batch', () => {
   const { h, taps } = setup();
@@ -166,7 +169,14 @@ test('the pcap file is what tcpdump reads: raw IP link type, timestamps, lengths
   try {
     const p = tcp4('10.0.0.1', 40000, '10.200.0.10', 80, 0x02);
     const file = join(dir, 'c.pcap');
-    writeFileSync(file, Buffer.concat([pcapHeader(), pcapRecord(1_700_000_000_123, p.length, p), pcapRecord(1_700_000_001_000, 3000, tcp4('10.200.0.10', 80, '10.0.0.1', 40000, 0x12))]));
+    writeFileSync(
+      file,
+      Buffer.concat([
+        pcapHeader(),
+        pcapRecord(1_700_000_000_123, p.length, p),
+        pcapRecord(1_700_000_001_000, 3000, tcp4('10.200.0.10', 80, '10.0.0.1', 40000, 0x12)),
+      ]),
+    );
     const hdr = pcapHeader();
     assert.equal(hdr.readUInt32LE(0), 0xa1b2c3d4);
     assert.equal(hdr.readUInt32LE(20), 101);
@@ -188,7 +198,12 @@ test('the pcap file is what tcpdump reads: raw IP link type, timestamps, lengths
 
 test('capture requests are validated: one of sample or flow, bounded time and packets, known fields', () => {
   assert.deepEqual(validateCaptureRequest({ sample: 10 }), { sample: 10, seconds: 10, maxPackets: 1000, format: 'pcap' });
-  assert.deepEqual(validateCaptureRequest({ flow: { address: '10.0.0.1', port: 40000 }, format: 'jsonl', seconds: 3 }), { flow: { address: '10.0.0.1', port: 40000 }, seconds: 3, maxPackets: 1000, format: 'jsonl' });
+  assert.deepEqual(validateCaptureRequest({ flow: { address: '10.0.0.1', port: 40000 }, format: 'jsonl', seconds: 3 }), {
+    flow: { address: '10.0.0.1', port: 40000 },
+    seconds: 3,
+    maxPackets: 1000,
+    format: 'jsonl',
+  });
   const bad = (v: unknown, path: RegExp) =>
     assert.throws(
       () => validateCaptureRequest(v),

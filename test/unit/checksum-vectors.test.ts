@@ -95,7 +95,10 @@ interface Captured {
   note: string;
   hex: string;
 }
-const FIXTURE = JSON.parse(readFileSync(join(__dirname, '..', '..', '..', 'test', 'fixtures', 'kernel-packets.json'), 'utf8')) as { kernel: string; packets: Captured[] };
+const FIXTURE = JSON.parse(readFileSync(join(__dirname, '..', '..', '..', 'test', 'fixtures', 'kernel-packets.json'), 'utf8')) as {
+  kernel: string;
+  packets: Captured[];
+};
 
 test('the fixture holds the packets the checksum tests need', () => {
   assert.deepEqual(
@@ -133,9 +136,14 @@ for (const pkt of FIXTURE.packets) {
     const dst = b.subarray(v6 ? P.IP6_DST : P.IP_DST, v6 ? P.IP6_DST + 16 : P.IP_DST + 4);
     const ph = proto === P.IPPROTO_ICMP ? [] : v6 ? pseudo6(src, dst, proto, len) : pseudo4(src, dst, proto, len);
     assert.equal(refChecksum([...ph, ...zeroed]), stored, 'reference: L4 checksum');
-    const initial = proto === P.IPPROTO_ICMP ? 0 : v6 ? P.pseudoSum6(b, P.IP6_SRC, P.IP6_DST, proto, len) : P.pseudoSum(P.u32(b, P.IP_SRC), P.u32(b, P.IP_DST), proto, len);
+    const initial =
+      proto === P.IPPROTO_ICMP
+        ? 0
+        : v6
+          ? P.pseudoSum6(b, P.IP6_SRC, P.IP6_DST, proto, len)
+          : P.pseudoSum(P.u32(b, P.IP_SRC), P.u32(b, P.IP_DST), proto, len);
     assert.equal(P.checksum(withZeroAt(b, at), off, len, initial), stored, 'packet.ts: L4 checksum');
-    assert.equal(P.sum16(b, off, len, initial), 0xffff, 'packet.ts: the kernel\'s packet verifies');
+    assert.equal(P.sum16(b, off, len, initial), 0xffff, "packet.ts: the kernel's packet verifies");
   });
 }
 

@@ -58,7 +58,8 @@ test('every query reads at least one uvs metric, every one of them registered by
 
 test('rate() and increase() are applied to counters (_total) only, gauges are read as they are', () => {
   for (const q of dashboardQueries(dash)) {
-    for (const m of q.expr.matchAll(/\b(rate|increase|irate)\(\s*([A-Za-z0-9_]+)/g)) assert.match(m[2]!, /_total$/, `${q.where}: ${m[1]}(${m[2]})`);
+    for (const m of q.expr.matchAll(/\b(rate|increase|irate)\(\s*([A-Za-z0-9_]+)/g))
+      assert.match(m[2]!, /_total$/, `${q.where}: ${m[1]}(${m[2]})`);
     for (const m of q.metrics) if (!m.endsWith('_total')) assert.doesNotMatch(q.expr, new RegExp(`(rate|increase)\\(\\s*${m}\\b`), q.where);
   }
 });

@@ -35,7 +35,9 @@ import { makeProcessor } from '../helpers/processor';
 import { newFlow } from '../../conntrack/flow';
 
 const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
-const C = 0x0a000002, V = 0x0a600001, D = 0x0a0b0002;
+const C = 0x0a000002,
+  V = 0x0a600001,
+  D = 0x0a0b0002;
 const DP = (8080 << 16) | 40000;
 const state = (t: ConnTable, e: number) => TCP_STATE_NAMES[t.i32[t.base(e) + L.E_STATE]!];
 
@@ -46,12 +48,25 @@ function fresh(capacity = 1024) {
 }
 
 function settings(o: Partial<DefenseSettings> = {}): DefenseSettings {
-  return { amemthresh: 64, amDroprate: 10, dropEntry: 0, dropPacket: 0, secureTcp: 0, secureTcpTimeout: 10, halfOpenPerSource: 0, maxHalfOpenPerSource: 256, holdTime: 0, ...o };
+  return {
+    amemthresh: 64,
+    amDroprate: 10,
+    dropEntry: 0,
+    dropPacket: 0,
+    secureTcp: 0,
+    secureTcpTimeout: 10,
+    halfOpenPerSource: 0,
+    maxHalfOpenPerSource: 256,
+    holdTime: 0,
+    ...o,
+  };
 }
 
 /** A TCP flow from client c:port, touched by `flags` in order (each [dir, flags]) at `at`. */
 function flow(t: ConnTable, c: number, port: number, at: number, steps: [number, number][], fwd = 0) {
-  const e = t.insert(newFlow({ proto: 6, caddr: c, cports: (port << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: c, flags: fwd, rs: 1, now: at }));
+  const e = t.insert(
+    newFlow({ proto: 6, caddr: c, cports: (port << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: c, flags: fwd, rs: 1, now: at }),
+  );
   assert.ok(e >= 0);
   for (const [dir, f] of steps) t.touch(e, dir, f, at);
   return e;
@@ -70,7 +85,8 @@ test('each defense follows the kernel sysctl modes: 0 off, 1 → 2 under pressur
     [3, false, 3, true],
     [3, true, 3, true],
   ];
-  for (const [mode, nomem, next, active] of cases) assert.deepEqual(defenseStep(mode, nomem), { mode: next, active }, `mode ${mode}, nomem ${nomem}`);
+  for (const [mode, nomem, next, active] of cases)
+    assert.deepEqual(defenseStep(mode, nomem), { mode: next, active }, `mode ${mode}, nomem ${nomem}`);
 });
 
 test("drop_packet's automatic rate is amemthresh / (amemthresh − free), 1 when nothing is free", () => {
@@ -83,10 +99,16 @@ test("drop_packet's automatic rate is amemthresh / (amemthresh − free), 1 when
 
 test('the automatic defenses switch on when free entries fall below amemthresh and off when room is back', () => {
   const { t } = fresh(1024);
-  const d = new Defense(t, settings({ amemthresh: 64, dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, maxHalfOpenPerSource: 5 }));
+  const d = new Defense(
+    t,
+    settings({ amemthresh: 64, dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, maxHalfOpenPerSource: 5 }),
+  );
   const now = t.now();
   const udp: number[] = [];
-  for (let i = 0; i < 960; i++) udp.push(t.insert(newFlow({ proto: 17, caddr: C + i, cports: (1000 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 1, now })));
+  for (let i = 0; i < 960; i++)
+    udp.push(
+      t.insert(newFlow({ proto: 17, caddr: C + i, cports: (1000 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 1, now })),
+    );
   d.update();
   assert.equal(d.freeEntries, 64);
   assert.equal(d.nomem, false, '64 free is not below 64');
@@ -111,7 +133,10 @@ test('with a hold, an automatic defense stays on until no tick has been short of
   const { t } = fresh(1024);
   const now = t.now();
   const udp: number[] = [];
-  for (let i = 0; i < 1000; i++) udp.push(t.insert(newFlow({ proto: 17, caddr: C + i, cports: (1000 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 1, now })));
+  for (let i = 0; i < 1000; i++)
+    udp.push(
+      t.insert(newFlow({ proto: 17, caddr: C + i, cports: (1000 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 1, now })),
+    );
   const d = new Defense(t, settings({ amemthresh: 64, dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, holdTime: 60 }));
   d.update(now);
   assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 2, secureTcp: 2, halfOpenPerSource: 2 });
@@ -144,20 +169,54 @@ test('drop_entry removes half-open TCP and SCTP INIT entries, never templates, e
   const synRecv = flow(t, C + 1, 1001, now, [[DIR_INPUT, TCPF_SYN]]);
   const synAck = flow(t, C + 2, 1002, now, [[DIR_INPUT, TCPF_SYN]]);
   t.i32[t.base(synAck) + L.E_STATE] = 10; // SYNACK, as secure_tcp makes it
-  const established = flow(t, C + 3, 1003, now, [[DIR_INPUT, TCPF_SYN], [DIR_OUTPUT, TCPF_SYN | TCPF_ACK], [DIR_INPUT, TCPF_ACK]]);
-  const finWait = flow(t, C + 4, 1004, now, [[DIR_INPUT, TCPF_SYN], [DIR_OUTPUT, TCPF_SYN | TCPF_ACK], [DIR_INPUT, TCPF_ACK], [DIR_OUTPUT, TCPF_FIN | TCPF_ACK]]);
-  const tmpl = t.insert(newFlow({ proto: 6, caddr: C + 5, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: C + 5, flags: L.F_TEMPLATE, rs: 1, now, templateMs: 300_000 }));
-  const udp = t.insert(newFlow({ proto: 17, caddr: C + 6, cports: (1006 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + 6, rs: 1, now }));
+  const established = flow(t, C + 3, 1003, now, [
+    [DIR_INPUT, TCPF_SYN],
+    [DIR_OUTPUT, TCPF_SYN | TCPF_ACK],
+    [DIR_INPUT, TCPF_ACK],
+  ]);
+  const finWait = flow(t, C + 4, 1004, now, [
+    [DIR_INPUT, TCPF_SYN],
+    [DIR_OUTPUT, TCPF_SYN | TCPF_ACK],
+    [DIR_INPUT, TCPF_ACK],
+    [DIR_OUTPUT, TCPF_FIN | TCPF_ACK],
+  ]);
+  const tmpl = t.insert(
+    newFlow({
+      proto: 6,
+      caddr: C + 5,
+      cports: 80,
+      vaddr: V,
+      daddr: D,
+      dports: 8080 << 16,
+      laddr: C + 5,
+      flags: L.F_TEMPLATE,
+      rs: 1,
+      now,
+      templateMs: 300_000,
+    }),
+  );
+  const udp = t.insert(
+    newFlow({ proto: 17, caddr: C + 6, cports: (1006 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + 6, rs: 1, now }),
+  );
   t.touch(udp, DIR_INPUT, 0, now);
-  const sctpInit = t.insert(newFlow({ proto: 132, caddr: C + 7, cports: (1007 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 7, rs: 1, now }));
+  const sctpInit = t.insert(
+    newFlow({ proto: 132, caddr: C + 7, cports: (1007 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 7, rs: 1, now }),
+  );
   t.i32[t.base(sctpInit) + L.E_STATE] = SCTP_S_INIT1;
-  const sctpInit2 = t.insert(newFlow({ proto: 132, caddr: C + 8, cports: (1008 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 8, rs: 1, now }));
+  const sctpInit2 = t.insert(
+    newFlow({ proto: 132, caddr: C + 8, cports: (1008 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 8, rs: 1, now }),
+  );
   t.i32[t.base(sctpInit2) + L.E_STATE] = SCTP_S_INIT;
-  const sctpCookie = t.insert(newFlow({ proto: 132, caddr: C + 9, cports: (1009 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 9, rs: 1, now }));
+  const sctpCookie = t.insert(
+    newFlow({ proto: 132, caddr: C + 9, cports: (1009 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 9, rs: 1, now }),
+  );
   t.i32[t.base(sctpCookie) + L.E_STATE] = SCTP_S_COOKIE_ECHOED;
   const d = new Defense(t, settings({ dropEntry: 3 }));
   // Every live entry sits in slots 0..9: one scan of capacity/32 = 32 slots from slot 0 sees all.
-  assert.equal(d.randomDropEntry(now + 1000, () => 0), 4);
+  assert.equal(
+    d.randomDropEntry(now + 1000, () => 0),
+    4,
+  );
   const live = (e: number) => (t.i32[t.base(e) + L.E_FLAGS]! & L.F_IN_USE) !== 0;
   assert.deepEqual([synRecv, synAck, sctpInit, sctpInit2].map(live), [false, false, false, false]);
   assert.deepEqual([established, finWait, tmpl, udp, sctpCookie].map(live), [true, true, true, true, true]);
@@ -170,7 +229,9 @@ test('todrop_entry drops flows idle for 60 s with 1–8 client packets, every n-
   const now = t.now();
   const long = now - 70_000; // last packet 70 s ago: idle long enough
   const mk = (i: number, pkts: number, at: number) => {
-    const e = t.insert(newFlow({ proto: 17, caddr: C + i, cports: ((2000 + i) << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 1, now: at }));
+    const e = t.insert(
+      newFlow({ proto: 17, caddr: C + i, cports: ((2000 + i) << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 1, now: at }),
+    );
     for (let k = 0; k < pkts; k++) t.touch(e, DIR_INPUT, 0, at);
     return e;
   };
@@ -178,7 +239,12 @@ test('todrop_entry drops flows idle for 60 s with 1–8 client packets, every n-
   const two = [mk(2, 2, long), mk(3, 2, long), mk(4, 2, long)];
   const nine = mk(5, 9, long);
   const recent = mk(6, 1, now - 30_000);
-  const est = flow(t, C + 7, 1007, long, [[DIR_INPUT, TCPF_SYN], [DIR_OUTPUT, TCPF_SYN | TCPF_ACK], [DIR_INPUT, TCPF_ACK], [DIR_INPUT, TCPF_ACK]]);
+  const est = flow(t, C + 7, 1007, long, [
+    [DIR_INPUT, TCPF_SYN],
+    [DIR_OUTPUT, TCPF_SYN | TCPF_ACK],
+    [DIR_INPUT, TCPF_ACK],
+    [DIR_INPUT, TCPF_ACK],
+  ]);
   const d = new Defense(t, settings({ dropEntry: 3 }));
   d.randomDropEntry(now, () => 0);
   const live = (e: number) => (t.i32[t.base(e) + L.E_FLAGS]! & L.F_IN_USE) !== 0;
@@ -195,14 +261,22 @@ test('drop_entry scans capacity/32 slots a tick from a random start; automatic, 
     const { t } = fresh(1024);
     const now = t.now();
     for (let i = 0; i < 1024; i++) flow(t, C + i, 3000, now, [[DIR_INPUT, TCPF_SYN]]);
-    assert.equal(t.insert(newFlow({ proto: 6, caddr: 0x0b000001, cports: 1 << 16, vaddr: V, daddr: D, dports: DP, laddr: 0x0b000001, rs: 1, now })), -1, 'full');
+    assert.equal(
+      t.insert(newFlow({ proto: 6, caddr: 0x0b000001, cports: 1 << 16, vaddr: V, daddr: D, dports: DP, laddr: 0x0b000001, rs: 1, now })),
+      -1,
+      'full',
+    );
     const d = new Defense(t, settings({ dropEntry: mode, amemthresh: 64 }));
     assert.equal(d.modes.dropEntry, mode === 1 ? 2 : 3);
     let seq = 0;
     const next = () => ((seq++ * 32) % 1024) / 1024;
     d.tick(now, next);
     assert.equal(t.count(), 1024 - 32, 'one tick: 32 slots');
-    assert.ok(t.insert(newFlow({ proto: 6, caddr: 0x0b000001, cports: 1 << 16, vaddr: V, daddr: D, dports: DP, laddr: 0x0b000001, rs: 1, now })) >= 0, 'a new client finds room');
+    assert.ok(
+      t.insert(newFlow({ proto: 6, caddr: 0x0b000001, cports: 1 << 16, vaddr: V, daddr: D, dports: DP, laddr: 0x0b000001, rs: 1, now })) >=
+        0,
+      'a new client finds room',
+    );
     for (let i = 0; i < 31; i++) d.tick(now, next);
     if (mode === 3) assert.equal(t.count(), 1, 'always on: 32 ticks cover the table; only the new client (state NONE) is left');
     else {
@@ -225,7 +299,9 @@ test("secure_tcp's table is the kernel's tcp_states_dos: exactly the 15 cells it
     [idx(0, 3, S.SYNACK!), S.CLOSE!],
     [idx(1, 0, S.SYN_RECV!), S.SYNACK!],
     [idx(1, 0, S.SYNACK!), S.SYNACK!],
-    ...['NONE', 'FIN_WAIT', 'TIME_WAIT', 'CLOSE', 'CLOSE_WAIT', 'LAST_ACK', 'LISTEN', 'SYNACK'].map((n) => [idx(2, 0, S[n]!), S.SYNACK!] as [number, number]),
+    ...['NONE', 'FIN_WAIT', 'TIME_WAIT', 'CLOSE', 'CLOSE_WAIT', 'LAST_ACK', 'LISTEN', 'SYNACK'].map(
+      (n) => [idx(2, 0, S[n]!), S.SYNACK!] as [number, number],
+    ),
   ]);
   let differ = 0;
   for (let i = 0; i < TCP_TRANSITIONS.length; i++) {
@@ -267,7 +343,11 @@ test('secure_tcp shortens entries already half-open, counted from their last pac
   const now = t.now();
   const old = flow(t, C, 1000, now - 15_000, [[DIR_INPUT, TCPF_SYN]]); // SYN_RECV, 45 s left
   const young = flow(t, C + 1, 1001, now - 4_000, [[DIR_INPUT, TCPF_SYN]]); // 56 s left
-  const est = flow(t, C + 2, 1002, now - 15_000, [[DIR_INPUT, TCPF_SYN], [DIR_OUTPUT, TCPF_SYN | TCPF_ACK], [DIR_INPUT, TCPF_ACK]]);
+  const est = flow(t, C + 2, 1002, now - 15_000, [
+    [DIR_INPUT, TCPF_SYN],
+    [DIR_OUTPUT, TCPF_SYN | TCPF_ACK],
+    [DIR_INPUT, TCPF_ACK],
+  ]);
   const d = new Defense(t, settings({ secureTcp: 3 }));
   d.tick(now, () => 0.5);
   assert.equal(d.counts.secureTcpShortened, 2);
@@ -302,7 +382,20 @@ test("a source's half-open count follows its entries: +1 at insert, −1 on ESTA
   assert.equal(t.sourceSlot(true, a[3]!, a[0]!, a[1]!), t.sourceSlot(true, b[3]!, b[0]!, b[1]!), 'one /64, one counter');
   const hi = new Int32Array(L.HI_WORDS);
   hi.set(a.subarray(0, 3), 0);
-  const e6 = t.insert(newFlow({ proto: 6 | L.PROTO_V6, caddr: a[3]!, cports: (1000 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: a[3]!, rs: 1, now, hi }));
+  const e6 = t.insert(
+    newFlow({
+      proto: 6 | L.PROTO_V6,
+      caddr: a[3]!,
+      cports: (1000 << 16) | 80,
+      vaddr: V,
+      daddr: D,
+      dports: DP,
+      laddr: a[3]!,
+      rs: 1,
+      now,
+      hi,
+    }),
+  );
   assert.equal(t.halfOpenAt(t.sourceSlot(true, b[3]!, b[0]!, b[1]!)), 1);
   t.remove(e6, false, now);
   assert.equal(t.halfOpenAt(t.sourceSlot(true, b[3]!, b[0]!, b[1]!)), 0);
@@ -330,7 +423,16 @@ test('half-open counts are kept only while the per-source limit is on; an entry 
 const VIP = '10.96.0.10';
 const svcDoc = (o: Record<string, unknown> = {}) => ({
   dataplane: { vipCidrs: ['10.96.0.0/24'], ...((o.dataplane as Record<string, unknown>) ?? {}) },
-  services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: o.forwarding ?? 'masq', realServers: [{ address: '10.1.0.1', port: 8080 }] }],
+  services: [
+    {
+      protocol: 'tcp',
+      address: VIP,
+      port: 80,
+      scheduler: 'rr',
+      forwarding: o.forwarding ?? 'masq',
+      realServers: [{ address: '10.1.0.1', port: 8080 }],
+    },
+  ],
   ...(o.defense ? { defense: o.defense } : {}),
 });
 
@@ -359,10 +461,22 @@ test('drop_packet refuses 1 of every am_droprate new flows (counted) and never a
 });
 
 test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_entry frees the pool ports for real clients', () => {
-  const { run, drops, table, cfg, rs, setNow, now } = makeProcessor(svcDoc({ forwarding: 'fullnat', dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } }, defense: { holdTime: 0 } }));
+  const { run, drops, table, cfg, rs, setNow, now } = makeProcessor(
+    svcDoc({
+      forwarding: 'fullnat',
+      dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } },
+      defense: { holdTime: 0 },
+    }),
+  );
   // What uvsd feeds the defense: the server's entries against its 1 × 8 address:port pairs.
   const rsSlot = 0;
-  const pools = () => [{ realServer: 'tcp 10.1.0.1:8080', used: rs[rsSlot * L.RS_WORDS + L.RS_ACTIVE]! + rs[rsSlot * L.RS_WORDS + L.RS_INACTIVE]!, capacity: 8 }];
+  const pools = () => [
+    {
+      realServer: 'tcp 10.1.0.1:8080',
+      used: rs[rsSlot * L.RS_WORDS + L.RS_ACTIVE]! + rs[rsSlot * L.RS_WORDS + L.RS_INACTIVE]!,
+      capacity: 8,
+    },
+  ];
   const d = new Defense(table, cfg.defense, pools);
   for (let i = 0; i < 8; i++) assert.equal(run(tcp({ src: `198.51.100.${i + 1}`, dst: VIP, sport: 1234, flags: TCPF_SYN })).v, FORWARD);
   assert.equal(run(tcp({ src: '192.0.2.50', dst: VIP, sport: 40000, flags: TCPF_SYN })).v, DROP);
@@ -375,7 +489,11 @@ test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_en
   // The client retransmits its SYN after its RTO (1 s on Linux); the processor remembers a full
   // pool for FULLNAT_FULL_MS, far less than that.
   setNow(now() + Math.max(1000, FULLNAT_FULL_MS + 1));
-  assert.equal(run(tcp({ src: '192.0.2.50', dst: VIP, sport: 40000, flags: TCPF_SYN })).v, FORWARD, "the client's retransmitted SYN gets a port");
+  assert.equal(
+    run(tcp({ src: '192.0.2.50', dst: VIP, sport: 40000, flags: TCPF_SYN })).v,
+    FORWARD,
+    "the client's retransmitted SYN gets a port",
+  );
   d.tick(table.now(), () => 0.5);
   assert.equal(d.modes.dropEntry, 1, 'room again: back to automatic-idle');
 });
@@ -395,7 +513,11 @@ test('defense settings default to the automatic modes with amemthresh = tableSiz
     holdTime: 60,
   });
   const bad = (defense: Record<string, unknown>, path: string) =>
-    assert.throws(() => validateConfig({ ...base, defense }), (e: unknown) => e instanceof UvsError && e.path === path, path);
+    assert.throws(
+      () => validateConfig({ ...base, defense }),
+      (e: unknown) => e instanceof UvsError && e.path === path,
+      path,
+    );
   bad({ dropEntry: 4 }, 'defense.dropEntry');
   bad({ secureTcp: -1 }, 'defense.secureTcp');
   bad({ amemthresh: 5000 }, 'defense.amemthresh');

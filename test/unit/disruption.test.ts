@@ -4,7 +4,13 @@ import assert from 'node:assert/strict';
 import { PreviewError, previewDisruption, previewServices, type PreviewService } from '../../control/disruption';
 
 const servers = (n: number) => Array.from({ length: n }, (_, i) => ({ address: `10.0.0.${n - i}`, port: 80, weight: 1 }));
-const svc = (scheduler: string, n: number, extra: Partial<PreviewService> = {}): PreviewService => ({ address: '10.96.0.10', port: 80, scheduler, realServers: servers(n), ...extra });
+const svc = (scheduler: string, n: number, extra: Partial<PreviewService> = {}): PreviewService => ({
+  address: '10.96.0.10',
+  port: 80,
+  scheduler,
+  realServers: servers(n),
+  ...extra,
+});
 
 test('removing one of ten mh servers moves about a tenth of the slots', () => {
   const p = previewDisruption(svc('mh', 10, { mhTableSize: 65521 }), { delete: ['10.0.0.4:80'] });
@@ -59,10 +65,20 @@ test('a scheduler change is previewed on the same list; slots compare only betwe
 });
 
 test('unknown real servers and bad weights are reported with their path', () => {
-  assert.throws(() => previewDisruption(svc('mh', 3), { delete: ['10.0.0.9:80'] }), (e: unknown) => e instanceof PreviewError && e.path === 'change.delete[0]');
-  assert.throws(() => previewDisruption(svc('mh', 3), { add: [{ address: '10.0.0.1', port: 80, weight: 1 }] }), (e: unknown) => e instanceof PreviewError && /already/.test(e.message));
   assert.throws(
-    () => previewServices([{ service: svc('mh', 3), change: {} }, { service: svc('mh', 3), change: { setWeight: [{ realServer: '10.0.0.1:80', weight: 1e6 }] } }]),
+    () => previewDisruption(svc('mh', 3), { delete: ['10.0.0.9:80'] }),
+    (e: unknown) => e instanceof PreviewError && e.path === 'change.delete[0]',
+  );
+  assert.throws(
+    () => previewDisruption(svc('mh', 3), { add: [{ address: '10.0.0.1', port: 80, weight: 1 }] }),
+    (e: unknown) => e instanceof PreviewError && /already/.test(e.message),
+  );
+  assert.throws(
+    () =>
+      previewServices([
+        { service: svc('mh', 3), change: {} },
+        { service: svc('mh', 3), change: { setWeight: [{ realServer: '10.0.0.1:80', weight: 1e6 }] } },
+      ]),
     (e: unknown) => e instanceof PreviewError && e.path === '[1].change.setWeight[0].weight',
   );
 });

@@ -11,7 +11,10 @@ import { DEFAULT_PARAMS, model, movedShare, owner } from '../../perf/ecmp-model'
 const close = (a: number, b: number) => assert.ok(Math.abs(a - b) < 1e-9, `${a} ≠ ${b}`);
 
 test('hash-threshold: next hop i of n owns [i/n, (i+1)/n)', () => {
-  assert.deepEqual([0, 0.33, 0.34, 0.66, 0.67, 0.999].map((h) => owner(h, 3)), [0, 0, 1, 1, 2, 2]);
+  assert.deepEqual(
+    [0, 0.33, 0.34, 0.66, 0.67, 0.999].map((h) => owner(h, 3)),
+    [0, 0, 1, 1, 2, 2],
+  );
 });
 
 test('a dead middle node of three moves only its own third; the first or last moves half of all flows', () => {
@@ -20,7 +23,7 @@ test('a dead middle node of three moves only its own third; the first or last mo
   close(movedShare(3, 'kill', { victim: 2 }), 1 / 2);
 });
 
-test('a death never moves less than the dead node\'s share, a join never less than the newcomer\'s', () => {
+test("a death never moves less than the dead node's share, a join never less than the newcomer's", () => {
   for (let n = 2; n <= 24; n++) {
     for (let v = 0; v < n; v++) assert.ok(movedShare(n, 'kill', { victim: v }) >= 1 / n - 1e-12, `n=${n} victim=${v}`);
     assert.ok(movedShare(n, 'join') >= 1 / (n + 1) - 1e-12);
@@ -28,7 +31,7 @@ test('a death never moves less than the dead node\'s share, a join never less th
   close(movedShare(3, 'join'), 1 / 2);
 });
 
-test('resilient groups move exactly the dead node\'s or the newcomer\'s share', () => {
+test("resilient groups move exactly the dead node's or the newcomer's share", () => {
   for (const n of [3, 4, 10, 20]) {
     close(movedShare(n, 'kill', { resilient: true }), 1 / n);
     close(movedShare(n, 'join', { resilient: true }), 1 / (n + 1));

@@ -65,7 +65,11 @@ test('a RST or SYN to an unused port of one VIP with another VIP as its source s
     assert.equal(answersSetOff(run, tcp6({ src: VIP6B, dst: VIP6, sport: 1234, dport: 22, flags })), 0, `IPv6 flags ${flags}`);
     // The same to a service port: no entry (mid-flow), or a SYN that starts a flow (forwarded, no answer).
     assert.equal(answersSetOff(run, tcp({ src: VIP2, dst: VIP, sport: 1235, dport: 80, flags })), 0, `IPv4 service port, flags ${flags}`);
-    assert.equal(answersSetOff(run, tcp6({ src: VIP6B, dst: VIP6, sport: 1235, dport: 80, flags })), 0, `IPv6 service port, flags ${flags}`);
+    assert.equal(
+      answersSetOff(run, tcp6({ src: VIP6B, dst: VIP6, sport: 1235, dport: 80, flags })),
+      0,
+      `IPv6 service port, flags ${flags}`,
+    );
   }
 });
 
@@ -105,7 +109,10 @@ test('nothing is sent to a VIP, the full-NAT pool, multicast, broadcast, loopbac
   }
   assert.equal(drops('unanswerable_source'), n);
   assert.equal(drops('no_service'), 0, 'each packet counted once, under the reason nothing was sent');
-  assert.equal(gen(counters, 'reset', 'bad_destination') + gen(counters, 'unreachable', 'bad_destination') + gen(counters, 'echo', 'bad_destination'), n);
+  assert.equal(
+    gen(counters, 'reset', 'bad_destination') + gen(counters, 'unreachable', 'bad_destination') + gen(counters, 'echo', 'bad_destination'),
+    n,
+  );
   // Fragmentation needed / Packet Too Big: a flow from a VIP source (its SYN is forwarded) gets none.
   setMtu(1000);
   const big = new Uint8Array(1400);
@@ -138,7 +145,11 @@ test('answers to one source are limited as icmp_ratelimit limits them: a burst o
   assert.equal(syn(CLIENT, 3101), REPLY, 'one more after a second');
   assert.equal(syn(CLIENT, 3102), DROP);
   setNow(t0 + 10_000);
-  assert.equal(Array.from({ length: 8 }, (_, i) => syn(CLIENT, 3200 + i)).filter((v) => v === REPLY).length, 6, 'the burst again, never more');
+  assert.equal(
+    Array.from({ length: 8 }, (_, i) => syn(CLIENT, 3200 + i)).filter((v) => v === REPLY).length,
+    6,
+    'the burst again, never more',
+  );
   // Other sources have their own budget (hashed into 4096 slots: a shared slot is possible, rare).
   const others = Array.from({ length: 20 }, (_, i) => syn(`192.168.7.${i + 1}`, 3300));
   assert.ok(others.filter((v) => v === REPLY).length >= 18, `other sources answered: ${others.filter((v) => v === REPLY).length}/20`);
@@ -153,7 +164,8 @@ test('echo replies and fragmentation needed are not limited by default (icmp_rat
   for (let i = 0; i < 30; i++) assert.equal(run(icmpEcho({ src: CLIENT, dst: VIP })).v, FORWARD);
   setMtu(1000);
   assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 4000, dport: 80, flags: TCPF_SYN })).v, FORWARD);
-  for (let i = 0; i < 30; i++) assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 4000, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(1400) })).v, REPLY);
+  for (let i = 0; i < 30; i++)
+    assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 4000, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(1400) })).v, REPLY);
   assert.equal(gen(counters, 'echo', 'sent'), 30);
   assert.equal(gen(counters, 'too_big', 'sent'), 30);
 });
@@ -186,7 +198,10 @@ test('the limited kinds are configurable and limits can be turned off', () => {
   const echo = setup({ kinds: ['echo'] });
   const pings = Array.from({ length: 10 }, () => echo.run(icmpEcho({ src: CLIENT, dst: VIP })).v);
   assert.equal(pings.filter((v) => v === FORWARD).length, 6);
-  const rsts = Array.from({ length: 10 }, (_, i) => echo.run(tcp({ src: CLIENT, dst: VIP, sport: 6000 + i, dport: 22, flags: TCPF_SYN })).v);
+  const rsts = Array.from(
+    { length: 10 },
+    (_, i) => echo.run(tcp({ src: CLIENT, dst: VIP, sport: 6000 + i, dport: 22, flags: TCPF_SYN })).v,
+  );
   assert.equal(rsts.filter((v) => v === REPLY).length, 10, 'RSTs no longer limited');
   const off = setup({ kinds: [] });
   const all = Array.from({ length: 50 }, (_, i) => off.run(tcp({ src: CLIENT, dst: VIP, sport: 6100 + i, dport: 22, flags: TCPF_SYN })).v);
@@ -210,5 +225,9 @@ test('dataplane.generatedLimit is validated with the field and the reason, and d
   bad({ perSecond: -1 }, 'dataplane.generatedLimit.perSecond');
   bad({ burst: 0 }, 'dataplane.generatedLimit.burst');
   bad({ ratemask: 6168 }, 'dataplane.generatedLimit.ratemask');
-  assert.equal(validateConfig({ dataplane: { ...base.dataplane, generatedLimit: { perSourceInterval: '500ms' } } }).dataplane.generatedLimit.perSourceInterval, 0.5);
+  assert.equal(
+    validateConfig({ dataplane: { ...base.dataplane, generatedLimit: { perSourceInterval: '500ms' } } }).dataplane.generatedLimit
+      .perSourceInterval,
+    0.5,
+  );
 });

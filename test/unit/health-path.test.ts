@@ -16,7 +16,10 @@ import { HealthChecker } from '../../control/health';
 
 const base = { dataplane: { vipCidrs: ['10.96.0.0/24'] } };
 const withPath = (path: string) =>
-  validateConfig({ ...base, services: [{ address: '10.96.0.10', port: 80, realServers: [{ address: '127.0.0.1' }], healthCheck: { type: 'http', path } }] }).services[0]!.healthCheck!.path;
+  validateConfig({
+    ...base,
+    services: [{ address: '10.96.0.10', port: 80, realServers: [{ address: '127.0.0.1' }], healthCheck: { type: 'http', path } }],
+  }).services[0]!.healthCheck!.path;
 
 test('a health-check path with a space or non-ASCII characters is percent-encoded as UTF-8; %XX is kept', () => {
   assert.equal(withPath('/health check'), '/health%20check');
@@ -58,7 +61,19 @@ async function withServer(fn: (port: number, seen: string[]) => Promise<void>): 
 }
 
 function service(port: number, hc: HealthCheckConfig): ServiceConfig {
-  return { name: 'web', protocol: 'tcp', address: '10.96.0.10', port: 80, scheduler: 'rr', schedFlags: [], forwarding: 'masq', persistence: 0, netmask: '255.255.255.255', realServers: [{ address: '127.0.0.1', port, weight: 1, forwarding: 'masq', upperThreshold: 0, lowerThreshold: 0 }], healthCheck: hc };
+  return {
+    name: 'web',
+    protocol: 'tcp',
+    address: '10.96.0.10',
+    port: 80,
+    scheduler: 'rr',
+    schedFlags: [],
+    forwarding: 'masq',
+    persistence: 0,
+    netmask: '255.255.255.255',
+    realServers: [{ address: '127.0.0.1', port, weight: 1, forwarding: 'masq', upperThreshold: 0, lowerThreshold: 0 }],
+    healthCheck: hc,
+  };
 }
 
 test('a check that throws (a path the HTTP client refuses) counts as a failure, quiesces the server after fall, and keeps being rescheduled', async () => {
@@ -83,7 +98,17 @@ test('a check that throws (a path the HTTP client refuses) counts as a failure, 
 test('an encoded path reaches the server as encoded and the server stays healthy', async () => {
   await withServer(async (port, seen) => {
     const h = new HealthChecker(pino({ level: 'silent' }), () => {});
-    h.sync([service(port, { type: 'http', path: withPath('/health check/ü'), expectStatus: 200, interval: 0.05, timeout: 0.05, rise: 1, fall: 1 })]);
+    h.sync([
+      service(port, {
+        type: 'http',
+        path: withPath('/health check/ü'),
+        expectStatus: 200,
+        interval: 0.05,
+        timeout: 0.05,
+        rise: 1,
+        fall: 1,
+      }),
+    ]);
     try {
       await until('two checks', () => (h.states()[0]?.checks ?? 0) >= 2);
       assert.equal(h.states()[0]!.healthy, true);

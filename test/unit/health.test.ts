@@ -139,7 +139,10 @@ test('HTTP check: a status other than expectStatus fails; the expected one passe
     assert.equal(bad.events[0]!.healthy, false);
     assert.equal(bad.weight(port), 0);
     assert.match(bad.state(port).lastError ?? '', /204/, 'the answered status is in the reason');
-    assert.ok(hits.every((h) => h === 'GET /healthz'), `requests: ${[...new Set(hits)].join(', ')}`);
+    assert.ok(
+      hits.every((h) => h === 'GET /healthz'),
+      `requests: ${[...new Set(hits)].join(', ')}`,
+    );
   } finally {
     ok.h.stop();
     bad.h.stop();
@@ -174,7 +177,14 @@ test('timeout: an HTTP answer slower than the timeout fails, the same answer wit
  * hangs until the checker's timeout.
  */
 async function blackHole(): Promise<{ port: number; close: () => void }> {
-  const py = spawn('python3', ['-c', 'import socket,sys,time\ns=socket.socket()\ns.bind(("127.0.0.1",0))\ns.listen(0)\nprint(s.getsockname()[1],flush=True)\ntime.sleep(60)'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const py = spawn(
+    'python3',
+    [
+      '-c',
+      'import socket,sys,time\ns=socket.socket()\ns.bind(("127.0.0.1",0))\ns.listen(0)\nprint(s.getsockname()[1],flush=True)\ntime.sleep(60)',
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   const port = await new Promise<number>((resolve, reject) => {
     py.stdout.once('data', (d: Buffer) => resolve(Number(d.toString().trim())));
     py.once('error', reject);

@@ -48,8 +48,15 @@ test('every admin API TCP listener needs a token, loopback included; metrics and
     (e: unknown) => e instanceof UvsError && e.path === 'api.token' && /required with a TCP listener/.test(e.message),
   );
   assert.equal(validateConfig({ ...base, api: { listen: '127.0.0.1:8443', token: 'x'.repeat(16) } }).api.listen, '127.0.0.1:8443');
-  assert.equal(validateConfig({ ...base, metrics: { address: '127.0.0.1:10249' } }).metrics.token, undefined, "kube-proxy's open loopback metrics port");
-  assert.throws(() => validateConfig({ ...base, metrics: { address: '0.0.0.0:10249' } }), (e: unknown) => e instanceof UvsError && e.path === 'metrics.token');
+  assert.equal(
+    validateConfig({ ...base, metrics: { address: '127.0.0.1:10249' } }).metrics.token,
+    undefined,
+    "kube-proxy's open loopback metrics port",
+  );
+  assert.throws(
+    () => validateConfig({ ...base, metrics: { address: '0.0.0.0:10249' } }),
+    (e: unknown) => e instanceof UvsError && e.path === 'metrics.token',
+  );
 });
 
 test('redaction replaces every listed secret in the document and the effective configuration, and a password in a redis URL', () => {
@@ -58,13 +65,22 @@ test('redaction replaces every listed secret in the document and the effective c
     api: { listen: '127.0.0.1:8443', token: 'api-secret-0123456789' },
     metrics: { address: '0.0.0.0:10249', token: 'metrics-secret-0123456789' },
     healthz: { address: '127.0.0.1:10256', token: 'healthz-secret-0123456789' },
-    redis: { url: 'redis://user:url-secret-0123@10.0.0.5:6379/0', password: 'redis-secret-0123456789', recordKey: 'record-secret-0123456789' },
+    redis: {
+      url: 'redis://user:url-secret-0123@10.0.0.5:6379/0',
+      password: 'redis-secret-0123456789',
+      recordKey: 'record-secret-0123456789',
+    },
   };
   const cfg = validateConfig(doc);
   for (const v of [redactSecrets(doc), redactSecrets(cfg)]) {
     const text = JSON.stringify(v);
     assert.doesNotMatch(text, /secret/, text);
-    const o = v as unknown as { api: { token: string }; metrics: { token: string }; healthz: { token: string }; redis: { password: string; url: string } };
+    const o = v as unknown as {
+      api: { token: string };
+      metrics: { token: string };
+      healthz: { token: string };
+      redis: { password: string; url: string };
+    };
     assert.deepEqual([o.api.token, o.metrics.token, o.healthz.token, o.redis.password], [REDACTED, REDACTED, REDACTED, REDACTED]);
     assert.equal(o.redis.url, `redis://${REDACTED}@10.0.0.5:6379/0`);
   }

@@ -1,10 +1,12 @@
 /**
- * ICMP errors about tracked flows are translated as ip_vs_in_icmp / ip_vs_out_icmp do, and a DF
- * packet larger than the route to its real server is answered with fragmentation needed from the
- * VIP (path-MTU discovery through uvs).
+ * ICMP errors about tracked flows are translated as ip_vs_in_icmp / ip_vs_out_icmp do (ICMPv6:
+ * icmp6.test.ts), a damaged one is dropped rather than given a fresh checksum, a translated one
+ * counts in the service's out counters, and a DF packet larger than the route to its real server
+ * is answered with fragmentation needed from the VIP (path-MTU discovery through uvs).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { parseIPv4 } from '../../net/addr';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
@@ -20,7 +22,16 @@ const RS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
 function setup(forwarding: 'masq' | 'tunnel' | 'fullnat', protocol: 'tcp' | 'udp') {
   return makeProcessor({
     dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1', fullnat: { addresses: ['10.2.0.1'] } },
-    services: [{ protocol, address: VIP, port: 80, scheduler: 'rr', forwarding, realServers: RS.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })) }],
+    services: [
+      {
+        protocol,
+        address: VIP,
+        port: 80,
+        scheduler: 'rr',
+        forwarding,
+        realServers: RS.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
+      },
+    ],
   });
 }
 
@@ -61,13 +72,13 @@ test('masq: an error from the client side about a reply goes to the real server,
   const f = field(err.pkt);
   assert.deepEqual([f.src, f.dst, f.icmpType, f.icmpCode], [ROUTER, rip, 3, 4]);
   const q = quoted(err.pkt);
-  assert.deepEqual([q.src, q.sport, q.dst, q.dport], [rip, 8080, CLIENT, 40000], 'the quoted packet is the server\'s own');
+  assert.deepEqual([q.src, q.sport, q.dst, q.dport], [rip, 8080, CLIENT, 40000], "the quoted packet is the server's own");
   assert.equal(P.u16(err.pkt, 26), 1400, 'next-hop MTU unchanged');
   assert.ok(checksumsValid(err.pkt), 'outer header and ICMP checksums');
   assert.ok(quotedHeaderValid(err.pkt), 'quoted IP header checksum');
 });
 
-test('masq: a real server\'s port unreachable about a UDP flow reaches the client from the VIP', () => {
+test("masq: a real server's port unreachable about a UDP flow reaches the client from the VIP", () => {
   const { run } = setup('masq', 'udp');
   const q = run(udp({ src: CLIENT, dst: VIP, sport: 5353, dport: 80, payload: new Uint8Array(10) }));
   const rip = field(q.pkt).dst;
@@ -131,7 +142,10 @@ test('errors about no flow of ours: to a VIP dropped, from a server passed on, t
   const before = pass.slice();
   assert.equal(run(pass).v, FORWARD);
   assert.deepEqual([...pass], [...before], 'untouched');
-  assert.equal(run(icmpError(RS[0]!, '10.2.0.1', P.ICMP_DEST_UNREACH, 3, tcp({ src: '10.2.0.1', dst: RS[0]!, sport: 1, dport: 8080 }))).v, DROP);
+  assert.equal(
+    run(icmpError(RS[0]!, '10.2.0.1', P.ICMP_DEST_UNREACH, 3, tcp({ src: '10.2.0.1', dst: RS[0]!, sport: 1, dport: 8080 }))).v,
+    DROP,
+  );
   assert.equal(drops('icmp_ignored'), 2);
 });
 
@@ -151,7 +165,9 @@ test('a DF packet larger than the route to its real server gets fragmentation ne
     assert.ok(checksumsValid(r.reply!));
     assert.equal(drops('too_big'), 1);
     // What fits goes through; without DF the kernel may fragment, as IPVS lets it.
-    const fits = run(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_ACK, payload: new Uint8Array(method === 'tunnel' ? 1340 : 1360) }));
+    const fits = run(
+      tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_ACK, payload: new Uint8Array(method === 'tunnel' ? 1340 : 1360) }),
+    );
     assert.notEqual(fits.v, DROP);
     assert.ok(fits.v === FORWARD || (fits.reply && field(fits.reply).proto === 4));
     const noDf = tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_ACK, payload: new Uint8Array(1400), frag: 0 });
@@ -159,4 +175,29 @@ test('a DF packet larger than the route to its real server gets fragmentation ne
     assert.ok(nd.v === FORWARD || (nd.reply && field(nd.reply).proto === 4), 'no DF: forwarded');
     assert.equal(drops('too_big'), 1);
   }
+});
+
+test('ICMP errors with a bad ICMP checksum are dropped, not re-checksummed into valid ones (ip_vs_in_icmp / handle_response_icmp)', () => {
+  const { run } = setup('masq', 'udp');
+  const q = run(udp({ src: CLIENT, dst: VIP, sport: 5353, dport: 80, payload: new Uint8Array(10) }));
+  const f = field(q.pkt);
+  const err = icmpError(f.dst, f.src, P.ICMP_DEST_UNREACH, P.ICMP_PORT_UNREACH, q.pkt);
+  err[40]! ^= 0x55; // damage a quoted byte: the ICMP checksum no longer verifies
+  assert.notEqual(P.sum16(err, 20, err.length - 20, 0), 0xffff);
+  const r = run(err);
+  assert.equal(r.v, DROP, 'a damaged ICMP error was forwarded with a freshly computed (valid) checksum');
+});
+
+test('a translated ICMP error from a real server counts in the service out counters too (ip_vs_out_stats)', () => {
+  const { run, counters } = setup('masq', 'udp');
+  const q = run(udp({ src: CLIENT, dst: VIP, sport: 5353, dport: 80, payload: new Uint8Array(10) }));
+  const f = field(q.pkt);
+  const err = icmpError(f.dst, f.src, P.ICMP_DEST_UNREACH, P.ICMP_PORT_UNREACH, q.pkt);
+  assert.equal(run(err).v, FORWARD);
+  // service slot 0 (the only one), maxRealServers 16
+  const sb = L.svcCounterBase(16, 0);
+  let rsOut = 0;
+  for (let rs = 0; rs < 16; rs++) rsOut += counters[L.rsCounterBase(rs) + L.RSC_OUTPKTS]!;
+  assert.equal(rsOut, 1, 'real server out packets');
+  assert.equal(counters[sb + L.RSC_OUTPKTS], 1, 'service out packets');
 });

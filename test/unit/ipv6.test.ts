@@ -27,12 +27,32 @@ function setup(forwarding = 'masq', protocol = 'tcp', extra: Record<string, unkn
 }
 
 test('config: IPv6 services and CIDRs are accepted and spelled one way; families must match', () => {
-  const cfg = validateConfig({ dataplane: { vipCidrs: ['FD00:96::/64'] }, services: [{ address: 'FD00:96:0::10', port: 80, realServers: [{ address: 'fd00:10:0::1', port: 8080 }] }] });
+  const cfg = validateConfig({
+    dataplane: { vipCidrs: ['FD00:96::/64'] },
+    services: [{ address: 'FD00:96:0::10', port: 80, realServers: [{ address: 'fd00:10:0::1', port: 8080 }] }],
+  });
   assert.equal(cfg.services[0]!.address, 'fd00:96::10');
   assert.equal(cfg.services[0]!.realServers[0]!.address, 'fd00:10::1');
-  assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['fd00:96::/64'] }, services: [{ address: VIP, port: 80, realServers: [{ address: '10.0.0.1' }] }] }), /not of the service's address family/);
-  assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['fd00:96::/64'] }, services: [{ address: 'fd00:97::1', port: 80 }] }), /not inside dataplane.vipCidrs/);
-  assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['fd00:96::/64'] }, services: [{ address: VIP, port: 80, persistence: 60, netmask: '255.255.255.0' }] }), /prefix length/);
+  assert.throws(
+    () =>
+      validateConfig({
+        dataplane: { vipCidrs: ['fd00:96::/64'] },
+        services: [{ address: VIP, port: 80, realServers: [{ address: '10.0.0.1' }] }],
+      }),
+    /not of the service's address family/,
+  );
+  assert.throws(
+    () => validateConfig({ dataplane: { vipCidrs: ['fd00:96::/64'] }, services: [{ address: 'fd00:97::1', port: 80 }] }),
+    /not inside dataplane.vipCidrs/,
+  );
+  assert.throws(
+    () =>
+      validateConfig({
+        dataplane: { vipCidrs: ['fd00:96::/64'] },
+        services: [{ address: VIP, port: 80, persistence: 60, netmask: '255.255.255.0' }],
+      }),
+    /prefix length/,
+  );
 });
 
 test('IPv6 masq: a SYN goes to a real server, the reply comes back from [VIP]:80, checksums valid', () => {
@@ -119,7 +139,7 @@ test('IPv6 path MTU: larger than the route to the server → Packet Too Big from
   const g = field6(t.pkt);
   assert.equal(g.dst, rip);
   const q = field6(t.pkt, 48);
-  assert.deepEqual([q.src, q.sport, q.dst, q.dport], [rip, 8080, CLIENT, 40002], 'the quoted packet is the server\'s own');
+  assert.deepEqual([q.src, q.sport, q.dst, q.dport], [rip, 8080, CLIENT, 40002], "the quoted packet is the server's own");
   assert.ok(checksumsValid6(t.pkt));
 });
 
@@ -129,7 +149,11 @@ test('IPv6 persistence: one template per client prefix (-M as a prefix length)',
   const first = server('2001:db8:1::1', 42000);
   // The whole /64 sticks, down to its last interface-identifier bit.
   const inPrefix = ['2001:db8:1::2', '2001:db8:1::6', '2001:db8:1:0:ffff:ffff:ffff:ffff', '2001:db8:1:0:8000::'];
-  assert.deepEqual(inPrefix.map((c, i) => server(c, 42001 + i)), inPrefix.map(() => first), 'the whole /64 sticks to one server');
+  assert.deepEqual(
+    inPrefix.map((c, i) => server(c, 42001 + i)),
+    inPrefix.map(() => first),
+    'the whole /64 sticks to one server',
+  );
   // The neighbouring /64 (differs in bit 63 only) gets its own template: rr's next server.
   const next = server('2001:db8:1:1::1', 43000);
   assert.ok(RS.includes(next));
@@ -154,6 +178,10 @@ test('SCTP over IPv6: an INIT goes to a real server and the INIT ACK comes back 
 });
 
 test('kube-proxy excludeCIDRs of both families are kept (net-addr.test.ts: matched per family)', () => {
-  const cfg = validateConfig({ ipvs: { excludeCIDRs: ['10.96.0.0/12', 'fd00:96::/64'] }, dataplane: { vipCidrs: ['fd00:96::/64'] }, services: [] });
+  const cfg = validateConfig({
+    ipvs: { excludeCIDRs: ['10.96.0.0/12', 'fd00:96::/64'] },
+    dataplane: { vipCidrs: ['fd00:96::/64'] },
+    services: [],
+  });
   assert.deepEqual(cfg.kubeProxy?.excludeCIDRs, ['10.96.0.0/12', 'fd00:96::/64']);
 });

@@ -16,12 +16,23 @@ import { UvsError } from '../../control/errors';
 import { newFlow } from '../../conntrack/flow';
 
 const base = { dataplane: { vipCidrs: ['10.96.0.0/24'] } };
-const svc = (extra: Record<string, unknown> = {}) => ({ protocol: 'tcp', address: '10.96.0.10', port: 80, realServers: [{ address: '10.0.0.1' }], ...extra });
+const svc = (extra: Record<string, unknown> = {}) => ({
+  protocol: 'tcp',
+  address: '10.96.0.10',
+  port: 80,
+  realServers: [{ address: '10.0.0.1' }],
+  ...extra,
+});
 
 function refused(doc: unknown, path: string): void {
   assert.throws(
     () => validateConfig(doc),
-    (e: unknown) => e instanceof UvsError && e.code === 'UVS_ERR_CONFIG_INVALID' && e.path === path && /at most|between 0 and 2147483 seconds/.test(e.message) && /32-bit/.test(e.message),
+    (e: unknown) =>
+      e instanceof UvsError &&
+      e.code === 'UVS_ERR_CONFIG_INVALID' &&
+      e.path === path &&
+      /at most|between 0 and 2147483 seconds/.test(e.message) &&
+      /32-bit/.test(e.message),
     `${path} is refused with its path and the reason`,
   );
 }
@@ -55,11 +66,37 @@ test('the longest allowed timeout keeps an established entry and a template aliv
   assert.equal(cfg.services[0]!.persistence, MAX_TIMEOUT);
   const t = new ConnTable(ConnTable.create(64, tableTimeouts(cfg)), createRealServerRegion(4), L.OWNER_CONTROL);
   const now = t.now();
-  const e = t.insert(newFlow({ proto: 6, caddr: 0x0a000002, cports: (40000 << 16) | 80, vaddr: 0x0a60000a, daddr: 0x0a000001, dports: (80 << 16) | 40000, laddr: 0x0a000002, rs: 1, now }));
+  const e = t.insert(
+    newFlow({
+      proto: 6,
+      caddr: 0x0a000002,
+      cports: (40000 << 16) | 80,
+      vaddr: 0x0a60000a,
+      daddr: 0x0a000001,
+      dports: (80 << 16) | 40000,
+      laddr: 0x0a000002,
+      rs: 1,
+      now,
+    }),
+  );
   t.touch(e, DIR_INPUT, TCPF_SYN, now);
   t.touch(e, DIR_INPUT, TCPF_ACK, now);
   assert.equal(TCP_STATE_NAMES[t.i32[t.base(e) + L.E_STATE]!], TCP_STATE_NAMES[TCP_ESTABLISHED]);
-  const tmpl = t.insert(newFlow({ proto: 6, caddr: 0x0a000002, cports: 80, vaddr: 0x0a60000a, daddr: 0x0a000001, dports: 80 << 16, laddr: 0x0a000002, flags: L.F_TEMPLATE, rs: 1, now, templateMs: cfg.services[0]!.persistence * 1000 }));
+  const tmpl = t.insert(
+    newFlow({
+      proto: 6,
+      caddr: 0x0a000002,
+      cports: 80,
+      vaddr: 0x0a60000a,
+      daddr: 0x0a000001,
+      dports: 80 << 16,
+      laddr: 0x0a000002,
+      flags: L.F_TEMPLATE,
+      rs: 1,
+      now,
+      templateMs: cfg.services[0]!.persistence * 1000,
+    }),
+  );
   assert.ok(tmpl >= 0);
   assert.equal(t.expire(now + 1000), 0, 'nothing is swept a second later');
   assert.equal(t.expire(now + 20 * 86400 * 1000), 0, 'nor 20 days later');

@@ -15,7 +15,8 @@ const base = (dp: Record<string, unknown>) => ({ dataplane: { vipCidrs: ['10.96.
 function rejects(doc: unknown, reason: RegExp): void {
   assert.throws(
     () => validateConfig(doc),
-    (e: unknown) => e instanceof UvsError && e.code === 'UVS_ERR_CONFIG_INVALID' && e.path === 'dataplane.announceTable' && reason.test(e.message),
+    (e: unknown) =>
+      e instanceof UvsError && e.code === 'UVS_ERR_CONFIG_INVALID' && e.path === 'dataplane.announceTable' && reason.test(e.message),
   );
 }
 

@@ -17,9 +17,23 @@ const servicesFile = join(dir, 'services');
 const hostsFile = join(dir, 'hosts');
 writeFileSync(
   servicesFile,
-  ['# comment', 'http\t\t80/tcp\t\twww\t\t# WorldWideWeb HTTP', 'domain\t\t53/tcp', 'domain\t\t53/udp', 'http-alt\t8080/tcp\twebcache', 'webcache2\t8080/tcp', 'mdns\t\t5353/udp', ''].join('\n'),
+  [
+    '# comment',
+    'http\t\t80/tcp\t\twww\t\t# WorldWideWeb HTTP',
+    'domain\t\t53/tcp',
+    'domain\t\t53/udp',
+    'http-alt\t8080/tcp\twebcache',
+    'webcache2\t8080/tcp',
+    'mdns\t\t5353/udp',
+    '',
+  ].join('\n'),
 );
-writeFileSync(hostsFile, ['127.0.0.1 localhost', '10.200.0.10 web.lb.example web', '10.200.0.10 second-line-loses', 'FD00:200:0::10 web6.lb.example', ''].join('\n'));
+writeFileSync(
+  hostsFile,
+  ['127.0.0.1 localhost', '10.200.0.10 web.lb.example web', '10.200.0.10 second-line-loses', 'FD00:200:0::10 web6.lb.example', ''].join(
+    '\n',
+  ),
+);
 
 /** PTR answers by query name; an unknown name gets NXDOMAIN. */
 const PTR: Record<string, string> = { '2.11.200.10.in-addr.arpa': 'rs1.lb.example' };
@@ -97,12 +111,20 @@ test('service names: the first services line for the port and protocol, its offi
 
 test('host names come from the hosts file first, then reverse DNS; no answer leaves the number', async () => {
   asked = [];
-  const n = await resolveNames(['10.200.0.10', '10.200.11.2', '10.200.12.2', 'fd00:200::10', '10.200.11.2'], { servicesFile, hostsFile, resolver: resolverAt(serverPort, 2000) });
+  const n = await resolveNames(['10.200.0.10', '10.200.11.2', '10.200.12.2', 'fd00:200::10', '10.200.11.2'], {
+    servicesFile,
+    hostsFile,
+    resolver: resolverAt(serverPort, 2000),
+  });
   assert.equal(n.host('10.200.0.10'), 'web.lb.example', "the hosts file's first line and first name");
   assert.equal(n.host('fd00:200:0:0::10'), 'web6.lb.example', 'IPv6 in any spelling');
   assert.equal(n.host('10.200.11.2'), 'rs1.lb.example', 'PTR record');
   assert.equal(n.host('10.200.12.2'), null, 'NXDOMAIN: numeric');
-  assert.deepEqual(asked.sort(), ['2.11.200.10.in-addr.arpa', '2.12.200.10.in-addr.arpa'], 'DNS asked once per address, never for what the hosts file has');
+  assert.deepEqual(
+    asked.sort(),
+    ['2.11.200.10.in-addr.arpa', '2.12.200.10.in-addr.arpa'],
+    'DNS asked once per address, never for what the hosts file has',
+  );
   assert.equal(n.service(80, 'tcp'), 'http');
   assert.equal(n.service(5353, 'tcp'), null);
 });

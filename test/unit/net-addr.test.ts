@@ -32,7 +32,8 @@ test('IPv4 text: dotted quads only, no octet above 255 nor with a leading zero; 
   assert.equal(parseIPv4('255.255.255.255'), -1, 'the first octet in the top byte of a signed 32-bit word');
   assert.equal(formatIPv4(parseIPv4('192.168.0.1')!), '192.168.0.1');
   assert.equal(formatIPv4(0xc0a80001 >>> 0), '192.168.0.1', 'unsigned words print the same');
-  for (const bad of ['256.0.0.1', '010.0.0.1', '1.2.3', '1.2.3.4.5', ' 1.2.3.4', '1.2.3.4 ', 'a.b.c.d', '']) assert.equal(parseIPv4(bad), null, bad);
+  for (const bad of ['256.0.0.1', '010.0.0.1', '1.2.3', '1.2.3.4.5', ' 1.2.3.4', '1.2.3.4 ', 'a.b.c.d', ''])
+    assert.equal(parseIPv4(bad), null, bad);
 });
 
 test('IPv6 text forms parse and print as RFC 4291 / RFC 5952 say', () => {
@@ -46,7 +47,8 @@ test('IPv6 text forms parse and print as RFC 4291 / RFC 5952 say', () => {
     ['1:2:3:4:5:6:7:8', '1:2:3:4:5:6:7:8'],
   ];
   for (const [inp, want] of cases) assert.equal(formatIPv6(parseIPv6(inp)!), want, inp);
-  for (const bad of ['1::2::3', '1:2:3:4:5:6:7', '1:2:3:4:5:6:7:8:9', 'g::1', '12345::', '::1.2.3']) assert.equal(parseIPv6(bad), null, bad);
+  for (const bad of ['1::2::3', '1:2:3:4:5:6:7', '1:2:3:4:5:6:7:8:9', 'g::1', '12345::', '::1.2.3'])
+    assert.equal(parseIPv6(bad), null, bad);
   assert.equal(canonAddr('FD00:0::1'), 'fd00::1');
   assert.equal(canonAddr('10.0.0.1'), '10.0.0.1');
 });
@@ -55,7 +57,8 @@ test('CIDRs: prefix lengths 0–32 / 0–128 in decimal, the network part kept; 
   assert.equal(formatCidr(parseCidr('10.1.2.3/8')!), '10.0.0.0/8');
   assert.equal(parseCidr('10.1.2.3')!.bits, 32);
   assert.equal(parseCidr('0.0.0.0/0')!.mask, 0);
-  for (const bad of ['10.0.0.0/33', '10.0.0.0/-1', '10.0.0.0/', '10.0.0.0/8/8', '10.0.0.0/0x8', 'fd00::/64']) assert.equal(parseCidr(bad), null, bad);
+  for (const bad of ['10.0.0.0/33', '10.0.0.0/-1', '10.0.0.0/', '10.0.0.0/8/8', '10.0.0.0/0x8', 'fd00::/64'])
+    assert.equal(parseCidr(bad), null, bad);
   assert.equal(parseCidr6('fd00:96::10/64')!.bits, 64);
   assert.equal(formatIPv6(parseCidr6('fd00:96::10/64')!.net), 'fd00:96::');
   for (const bad of ['fd00::/129', 'fd00::/', '10.0.0.0/8']) assert.equal(parseCidr6(bad), null, bad);
@@ -77,9 +80,14 @@ test('splitHostPort: host:port, IPv6 in brackets, port 0–65535', () => {
   assert.deepEqual(splitHostPort('[::1]:10249'), { host: '::1', port: 10249, bracketed: true });
   assert.deepEqual(splitHostPort('localhost:0'), { host: 'localhost', port: 0, bracketed: false });
   assert.deepEqual(splitHostPort('[fe80::1%eth0]:80'), { host: 'fe80::1%eth0', port: 80, bracketed: true }, 'the host is not checked');
-  for (const bad of ['::1:80', '127.0.0.1', '127.0.0.1:', ':80', '[::1]', '[::1]80', 'host:65536', 'host:-1', 'host:8o']) assert.equal(splitHostPort(bad), null, bad);
+  for (const bad of ['::1:80', '127.0.0.1', '127.0.0.1:', ':80', '[::1]', '[::1]80', 'host:65536', 'host:-1', 'host:8o'])
+    assert.equal(splitHostPort(bad), null, bad);
   // What uvsadm and the API print splits back.
-  for (const [a, p] of [['10.0.0.1', 80], ['fd00::1', 443], ['::ffff:10.0.0.1', 53]] as const) {
+  for (const [a, p] of [
+    ['10.0.0.1', 80],
+    ['fd00::1', 443],
+    ['::ffff:10.0.0.1', 53],
+  ] as const) {
     assert.deepEqual(splitHostPort(hostPort(a, p)), { host: a, port: p, bracketed: a.includes(':') });
   }
 });
@@ -99,7 +107,8 @@ test('Inet endpoints: the family matches the form, at most five port digits; wor
   assert.deepEqual(e, { addr: { family: 6, words: [0x20010db8, 0, 0, 1] }, port: 8080 });
   assert.equal(formatEndpoint(e.addr, e.port), '[2001:db8::1]:8080');
   assert.deepEqual(parseEndpoint('255.1.2.3:80'), { addr: { family: 4, words: [0xff010203] }, port: 80 });
-  for (const bad of ['[1.2.3.4]:80', '::1:80', '1.2.3.4:000080', '1.2.3.4:65536', '1.2.3.4', '[::1]', 'host:80', '[::1]:80]:90']) assert.equal(parseEndpoint(bad), null, bad);
+  for (const bad of ['[1.2.3.4]:80', '::1:80', '1.2.3.4:000080', '1.2.3.4:65536', '1.2.3.4', '[::1]', 'host:80', '[::1]:80]:90'])
+    assert.equal(parseEndpoint(bad), null, bad);
   assert.equal(parseInet('10.0.0.1:80'), null);
   assert.equal(formatInet(parseInet('::ffff:10.0.0.1')!), '::ffff:10.0.0.1');
 });

@@ -31,8 +31,15 @@ function doc(protocol: string, servers: { address: string; weight?: number }[], 
 
 /** A processor for the service, and `change` to apply another configuration to it (as a reload). */
 function setup(protocol: string, expireNodestConn: boolean) {
-  const p = makeProcessor(doc(protocol, RS.map((address) => ({ address })), expireNodestConn));
-  const change = (servers: { address: string; weight?: number }[]) => p.proc.setSnapshot(p.model.apply(validateConfig(doc(protocol, servers, expireNodestConn))));
+  const p = makeProcessor(
+    doc(
+      protocol,
+      RS.map((address) => ({ address })),
+      expireNodestConn,
+    ),
+  );
+  const change = (servers: { address: string; weight?: number }[]) =>
+    p.proc.setSnapshot(p.model.apply(validateConfig(doc(protocol, servers, expireNodestConn))));
   const nodestExpired = () => p.counters[L.C_NODEST_EXPIRED];
   const live = () => {
     let n = 0;
@@ -57,7 +64,7 @@ test('expire_nodest_conn: a UDP flow of a deleted server moves to another server
   assert.equal(field(run(udp({ src: CLIENT, dst: VIP, sport: 40000, dport: 80 })).pkt).dst, other(rip), 'and stays there');
 });
 
-test('expire_nodest_conn off: the datagrams of a deleted server\'s flow are dropped (counted) and the entry waits for its timer', () => {
+test("expire_nodest_conn off: the datagrams of a deleted server's flow are dropped (counted) and the entry waits for its timer", () => {
   const { run, change, nodestExpired, drops, live } = setup('udp', false);
   const rip = field(run(udp({ src: CLIENT, dst: VIP, sport: 40001, dport: 80 })).pkt).dst;
   change([{ address: other(rip) }]);
@@ -128,7 +135,7 @@ test('a SYN on the entry of a quiesced (weight 0) server is a new connection to 
   assert.equal(live(), 1, 'the old entry was replaced');
 });
 
-test('expire_nodest_conn off: a SYN on a quiesced server\'s established entry stays on that server', () => {
+test("expire_nodest_conn off: a SYN on a quiesced server's established entry stays on that server", () => {
   const { run, change } = setup('tcp', false);
   const rip = field(run(tcp({ src: CLIENT, dst: VIP, sport: 41001, flags: TCPF_SYN })).pkt).dst;
   run(tcp({ src: rip, dst: CLIENT, sport: 8080, dport: 41001, flags: TCPF_SYN | TCPF_ACK }));

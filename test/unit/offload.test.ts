@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_SYN } from '../../conntrack/state';
-import { DROP, FORWARD, REPLY } from '../../lb/verdict';
+import { DROP, FORWARD, MAX_OUT, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid, complete, field, icmpEcho, partial, tcp, udp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
@@ -21,7 +21,16 @@ function setup(forwarding: 'masq' | 'tunnel' | 'fullnat', protocol = 'tcp') {
   return makeProcessor(
     {
       dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1', fullnat: { addresses: ['10.2.0.1'] } },
-      services: [{ protocol, address: VIP, port: 80, scheduler: 'rr', forwarding, realServers: RS.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })) }],
+      services: [
+        {
+          protocol,
+          address: VIP,
+          port: 80,
+          scheduler: 'rr',
+          forwarding,
+          realServers: RS.map((a) => (forwarding === 'tunnel' ? { address: a } : { address: a, port: 8080 })),
+        },
+      ],
     },
     { offload: true, outBytes: 1 << 18 },
   );
@@ -122,4 +131,33 @@ test('offload metadata the dataplane cannot honour is dropped and counted', () =
   const reply = q.subarray(V);
   assert.equal(field(reply).icmpType, P.ICMP_ECHOREPLY);
   assert.ok(checksumsValid(reply));
+});
+
+test('tunnel: a super-packet of MAX_OUT segments is segmented; one of more is dropped and counted (uvsd sets gso_max_segs so the kernel never sends one)', () => {
+  // Measured on this kernel: without gso_max_segs a TUN with TSO hands over GSO packets of 742
+  // segments at MSS 88 and 163 at MSS 400.
+  const { run, drops } = setup('tunnel', 'tcp');
+  const frame = (pkt: Uint8Array, g: number) => {
+    const b = new Uint8Array(V + pkt.length);
+    b.set(pkt, V);
+    P.put16(b, V + 20 + P.TCP_CSUM, P.fold16(P.pseudoSum(P.u32(pkt, P.IP_SRC), P.u32(pkt, P.IP_DST), 6, pkt.length - 20)));
+    b[P.VNET_FLAGS] = P.VNET_F_NEEDS_CSUM;
+    P.putLe16(b, P.VNET_CSUM_START, 20);
+    P.putLe16(b, P.VNET_CSUM_OFFSET, P.TCP_CSUM);
+    if (g) {
+      b[P.VNET_GSO_TYPE] = P.VNET_GSO_TCPV4;
+      P.putLe16(b, P.VNET_GSO_SIZE, g);
+      P.putLe16(b, P.VNET_HDR_LEN, 40);
+    }
+    return b;
+  };
+  assert.equal(run(frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_SYN }), 0)).v, REPLY);
+  const r = run(
+    frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_ACK, payload: payload(MAX_OUT * 400) }), 400),
+  );
+  assert.equal(r.v, REPLY);
+  assert.equal(r.outs.length, MAX_OUT);
+  const over = run(frame(tcp({ src: '192.168.1.100', dst: '10.96.0.10', sport: 40000, flags: TCPF_ACK, payload: payload(60000) }), 400));
+  assert.equal(over.v, DROP, '150 segments: more than a worker can write for one packet');
+  assert.equal(drops('output_full'), 1, 'output_full, not truncated: the packet was whole');
 });

@@ -56,7 +56,16 @@ function setup6(protocol: 'tcp' | 'udp', forwarding = 'masq', dataplane: Record<
   return makeProcessor(
     {
       dataplane: { vipCidrs: ['fd00:96::/64'], tunnelSource6: 'fd00:1::1', ...dataplane },
-      services: [{ protocol, address: VIP6, port: 80, scheduler: 'rr', forwarding, realServers: [forwarding === 'tunnel' ? { address: RS6 } : { address: RS6, port: 8080 }] }],
+      services: [
+        {
+          protocol,
+          address: VIP6,
+          port: 80,
+          scheduler: 'rr',
+          forwarding,
+          realServers: [forwarding === 'tunnel' ? { address: RS6 } : { address: RS6, port: 8080 }],
+        },
+      ],
     },
     { outBytes: 1 << 17 },
   );
@@ -103,7 +112,7 @@ test('ICMP source quench about a flow is translated both ways, as destination un
   const g = field(toServer.pkt);
   assert.deepEqual([g.dst, g.icmpType], [RS, P.ICMP_SOURCE_QUENCH]);
   const r = field(toServer.pkt.subarray(28));
-  assert.deepEqual([r.src, r.sport, r.dst, r.dport], [RS, 8080, CLIENT, 40000], 'the quoted datagram is the server\'s own');
+  assert.deepEqual([r.src, r.sport, r.dst, r.dport], [RS, 8080, CLIENT, 40000], "the quoted datagram is the server's own");
   assert.equal(refSum([arr(toServer.pkt, 20, toServer.pkt.length)]), 0xffff);
 });
 
@@ -122,7 +131,11 @@ function withExt(pkt: Uint8Array, kind: number, len8: number, fill: (h: Uint8Arr
   return b;
 }
 /** Hop-by-hop: one PadN option filling the header (RFC 8200 §4.3). */
-const hopByHop = (pkt: Uint8Array) => withExt(pkt, P.IPPROTO_HOPOPTS, 0, (h) => ((h[2] = 1), (h[3] = 4)));
+const hopByHop = (pkt: Uint8Array) =>
+  withExt(pkt, P.IPPROTO_HOPOPTS, 0, (h) => {
+    h[2] = 1; // PadN
+    h[3] = 4; // its length
+  });
 /** A segment routing header (type 4) with segments left 0 and one segment, the VIP: a packet at its last hop. */
 const routing = (pkt: Uint8Array) =>
   withExt(pkt, P.IPPROTO_ROUTING, 2, (h) => {
@@ -157,11 +170,16 @@ test('IPv6 hop-by-hop and routing headers are stepped over: the flow is forwarde
 test('IPv6 fragments are dropped and counted, as IPv4 fragments are, and create no entry', () => {
   const { run, drops, table } = setup6('udp');
   // Fragment header (44): next header, reserved, offset 0 + M flag, identification.
-  const first = withExt(udp6({ src: CLIENT6, dst: VIP6, sport: 42000, dport: 80, payload: new Uint8Array(64) }), P.IPPROTO_FRAGMENT, 0, (h) => {
-    h[1] = 0; // reserved (the length field of other headers)
-    h[3] = 1; // offset 0, more fragments
-    P.put32(h, 4, 0x1234);
-  });
+  const first = withExt(
+    udp6({ src: CLIENT6, dst: VIP6, sport: 42000, dport: 80, payload: new Uint8Array(64) }),
+    P.IPPROTO_FRAGMENT,
+    0,
+    (h) => {
+      h[1] = 0; // reserved (the length field of other headers)
+      h[3] = 1; // offset 0, more fragments
+      P.put32(h, 4, 0x1234);
+    },
+  );
   assert.equal(run(first).v, DROP);
   // Behind a hop-by-hop header too.
   assert.equal(run(hopByHop(first)).v, DROP);

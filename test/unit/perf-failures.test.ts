@@ -20,7 +20,13 @@ test('blackout: kill to the end of the largest gap that spans the kill', () => {
 });
 
 test('classifyLoad: in flight at the event, completed or broken; new ones after it', () => {
-  const r = (start: number, end: number, server: string | null, error: string | null): LoadRecord => ({ start, end, server, error, hold: end - start > 100 });
+  const r = (start: number, end: number, server: string | null, error: string | null): LoadRecord => ({
+    start,
+    end,
+    server,
+    error,
+    hold: end - start > 100,
+  });
   const records = [
     r(0, 5, 'rs1', null),
     r(100, 1600, 'rs1', null), // open across the event, completed
@@ -39,10 +45,13 @@ test('classifyLoad: in flight at the event, completed or broken; new ones after 
   assert.equal(c.inFlightCompleted, 1);
   assert.equal(c.brokenInFlight, 2);
   assert.equal(c.newToName, 1);
-  assert.deepEqual(c.failedNew.map((x) => x.start), [1100]);
+  assert.deepEqual(
+    c.failedNew.map((x) => x.start),
+    [1100],
+  );
 });
 
-test('failoverPrefix: the two-node lab never shares the run\'s prefix, within FailoverLab\'s 8 characters', () => {
+test("failoverPrefix: the two-node lab never shares the run's prefix, within FailoverLab's 8 characters", () => {
   assert.equal(failoverPrefix('uvph'), 'uvphf');
   assert.equal(failoverPrefix('uvperf'), 'uvperff');
   assert.equal(failoverPrefix('abcdefghi'), 'abcdefgf');
@@ -76,7 +85,16 @@ test('the report has a failure table when measured, and says how to get one when
       note: 'n',
       rounds: 3,
       scenarios: [
-        { key: 'lbKill', title: 'LB-node kill', how: 'how', figures: [{ key: 'blackoutUdpMs', label: 'blackout, UDP', unit: 'ms', better: 'lower', value: s }, { key: 'x', label: 'not there', unit: '', better: null, value: null }], notes: ['round 2 failed: x'] },
+        {
+          key: 'lbKill',
+          title: 'LB-node kill',
+          how: 'how',
+          figures: [
+            { key: 'blackoutUdpMs', label: 'blackout, UDP', unit: 'ms', better: 'lower', value: s },
+            { key: 'x', label: 'not there', unit: '', better: null, value: null },
+          ],
+          notes: ['round 2 failed: x'],
+        },
       ],
     },
   });

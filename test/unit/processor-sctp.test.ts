@@ -53,8 +53,10 @@ function setup(services: unknown[] = [service()], extra: { dataplane?: Record<st
 }
 
 // Packets of one association: client 192.168.1.100:cport ↔ VIP:3868 (the server side from rip:13868).
-const fromClient = (cport: number, chunks: SctpChunk[], vtag = 0x5eed) => sctp({ src: CLIENT, dst: VIP, sport: cport, dport: PORT, vtag, chunks });
-const fromServer = (rip: string, cport: number, chunks: SctpChunk[], vtag = 0x1111) => sctp({ src: rip, dst: CLIENT, sport: RPORT, dport: cport, vtag, chunks });
+const fromClient = (cport: number, chunks: SctpChunk[], vtag = 0x5eed) =>
+  sctp({ src: CLIENT, dst: VIP, sport: cport, dport: PORT, vtag, chunks });
+const fromServer = (rip: string, cport: number, chunks: SctpChunk[], vtag = 0x1111) =>
+  sctp({ src: rip, dst: CLIENT, sport: RPORT, dport: cport, vtag, chunks });
 const INIT: SctpChunk = { type: S.SCTP_CID_INIT, value: initValue(0x1111) };
 const INIT_ACK: SctpChunk = { type: S.SCTP_CID_INIT_ACK, value: initValue(0x2222, new Uint8Array([0, 7, 0, 12, 1, 2, 3, 4, 5, 6, 7, 8])) };
 const COOKIE_ECHO: SctpChunk = { type: S.SCTP_CID_COOKIE_ECHO, value: new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]) };
@@ -186,7 +188,9 @@ test('timeouts.sctp sets the per-state timers', () => {
 });
 
 test('full-NAT: the server sees a pool address and port, the CRC32c is valid both ways', () => {
-  const { run, entry } = setup([service({ forwarding: 'fullnat' })], { dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20009 } } });
+  const { run, entry } = setup([service({ forwarding: 'fullnat' })], {
+    dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20009 } },
+  });
   const r = run(fromClient(5009, [INIT]));
   assert.equal(r.v, FORWARD);
   const f = field(r.pkt);
@@ -203,7 +207,9 @@ test('full-NAT: the server sees a pool address and port, the CRC32c is valid bot
 });
 
 test('tunnel: the INIT goes unchanged inside IPIP; one direction seen, COOKIE ECHO makes it ESTABLISHED', () => {
-  const { run, entry } = setup([service({ forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) })], { dataplane: { tunnelSource: '10.1.1.1' } });
+  const { run, entry } = setup([service({ forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) })], {
+    dataplane: { tunnelSource: '10.1.1.1' },
+  });
   const init = fromClient(5010, [INIT]);
   const original = init.slice();
   const r = run(init);
@@ -238,6 +244,6 @@ test('an ICMP error from the client side about an SCTP flow reaches its real ser
   const r = run(icmp);
   assert.equal(r.v, FORWARD);
   assert.equal(field(r.pkt).dst, rip);
-  assert.equal(P.u16(r.pkt, 48), RPORT, 'quoted source port: the real server\'s');
+  assert.equal(P.u16(r.pkt, 48), RPORT, "quoted source port: the real server's");
   assert.ok(checksumsValid(r.pkt));
 });

@@ -285,7 +285,14 @@ test('a persistent client keeps its weight-0 server (expire_quiescent_template=0
 
 test('a template whose server was deleted is never matched again', () => {
   // UDP: removal deletes at once (a TCP server with connections would drain at weight 0 instead).
-  const svc = { protocol: 'udp', address: VIP, port: 53, scheduler: 'rr', persistence: 300, realServers: RS.map((a) => ({ address: a, port: 5353 })) };
+  const svc = {
+    protocol: 'udp',
+    address: VIP,
+    port: 53,
+    scheduler: 'rr',
+    persistence: 300,
+    realServers: RS.map((a) => ({ address: a, port: 5353 })),
+  };
   const { run, model, cfg, proc } = setup([svc]);
   const first = field(run(udp({ src: CLIENT, dst: VIP, sport: 48000, dport: 53 })).pkt).dst;
   assert.equal(field(run(udp({ src: CLIENT, dst: VIP, sport: 48001, dport: 53 })).pkt).dst, first, 'persistent before the delete');
@@ -370,7 +377,9 @@ test('a nearly full full-NAT pool still finds its last free ports: the scan afte
 test('tunnel forwarding wraps the unchanged packet in IPIP to the real server and tracks the flow one way', () => {
   const { run, table } = makeProcessor({
     dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' },
-    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) }],
+    services: [
+      { protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) },
+    ],
   });
   const syn = tcp({ src: CLIENT, dst: VIP, sport: 51000, flags: TCPF_SYN, payload: new Uint8Array([1, 2, 3]) });
   const original = syn.slice();
@@ -391,8 +400,18 @@ test('tunnel forwarding wraps the unchanged packet in IPIP to the real server an
   assert.equal(again.v, REPLY);
   assert.equal(field(again.reply!).dst, f.dst, 'the flow stays on its server');
   assert.equal(table.i32[o + L.E_STATE], 1, 'SYN then ACK: ESTABLISHED without seeing the server');
-  assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' }, services: [{ address: VIP, port: 80, forwarding: 'tunnel', realServers: [{ address: RS[0], port: 8080 }] }] }), /cannot map ports/);
-  assert.throws(() => validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services: [{ address: VIP, port: 80, forwarding: 'tunnel' }] }), /tunnelSource/);
+  assert.throws(
+    () =>
+      validateConfig({
+        dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' },
+        services: [{ address: VIP, port: 80, forwarding: 'tunnel', realServers: [{ address: RS[0], port: 8080 }] }],
+      }),
+    /cannot map ports/,
+  );
+  assert.throws(
+    () => validateConfig({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services: [{ address: VIP, port: 80, forwarding: 'tunnel' }] }),
+    /tunnelSource/,
+  );
 });
 
 test('a tunnel flow whose family has no tunnel source is dropped as no_tunnel_source, not as truncated', () => {
@@ -400,7 +419,9 @@ test('a tunnel flow whose family has no tunnel source is dropped as no_tunnel_so
   // (as a reload racing a flow could leave) must still say what happened.
   const { run, proc, model, cfg, drops } = makeProcessor({
     dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' },
-    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) }],
+    services: [
+      { protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: RS.map((a) => ({ address: a })) },
+    ],
   });
   proc.setSnapshot({ ...model.apply(cfg), tunnelSrc: 0 });
   assert.equal(run(tcp({ src: CLIENT, dst: VIP, sport: 51001, flags: TCPF_SYN })).v, DROP);

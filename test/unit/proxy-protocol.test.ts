@@ -68,12 +68,28 @@ function segment(s: Seg): Uint8Array {
   const data = [...(s.data ?? [])];
   const opts: number[] = [1, 1, 8, 10, ...be(4, 0x01020304), ...be(4, 0x05060708)]; // NOP NOP timestamps
   if (s.sack) opts.push(1, 1, 5, 2 + 8 * s.sack.length, ...s.sack.flatMap(([l, r]) => [...be(4, l), ...be(4, r)]));
-  const tcp = [...be(2, s.sport), ...be(2, s.dport), ...be(4, s.seq >>> 0), ...be(4, (s.ack ?? 0) >>> 0), ((20 + opts.length) / 4) << 4, s.flags, ...be(2, 64000), 0, 0, 0, 0, ...opts, ...data];
+  const tcp = [
+    ...be(2, s.sport),
+    ...be(2, s.dport),
+    ...be(4, s.seq >>> 0),
+    ...be(4, (s.ack ?? 0) >>> 0),
+    ((20 + opts.length) / 4) << 4,
+    s.flags,
+    ...be(2, 64000),
+    0,
+    0,
+    0,
+    0,
+    ...opts,
+    ...data,
+  ];
   const ip = v6
     ? [0x60, 0, 0, 0, ...be(2, tcp.length), 6, 64, ...addrBytes(s.src), ...addrBytes(s.dst)]
     : [0x45, 0, ...be(2, 20 + tcp.length), 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, ...addrBytes(s.src), ...addrBytes(s.dst)];
   if (!v6) ip.splice(10, 2, ...be(2, ~sum(ip) & 0xffff));
-  const pseudo = v6 ? [...addrBytes(s.src), ...addrBytes(s.dst), ...be(4, tcp.length), 0, 0, 0, 6] : [...addrBytes(s.src), ...addrBytes(s.dst), 0, 6, ...be(2, tcp.length)];
+  const pseudo = v6
+    ? [...addrBytes(s.src), ...addrBytes(s.dst), ...be(4, tcp.length), 0, 0, 0, 6]
+    : [...addrBytes(s.src), ...addrBytes(s.dst), 0, 6, ...be(2, tcp.length)];
   tcp.splice(16, 2, ...be(2, ~sum([...pseudo, ...tcp]) & 0xffff));
   return Uint8Array.from([...ip, ...tcp]);
 }
@@ -92,7 +108,8 @@ function parse(pkt: Uint8Array) {
     if (pkt[o] === 5) for (let e = o + 2; e < o + pkt[o + 1]!; e += 8) sack.push([P.u32(pkt, e) >>> 0, P.u32(pkt, e + 4) >>> 0]);
     o += pkt[o + 1]!;
   }
-  const fmt = (at: number) => (v6 ? [...Array(8)].map((_, i) => P.u16(pkt, at + 2 * i).toString(16)).join(':') : [...pkt.subarray(at, at + 4)].join('.'));
+  const fmt = (at: number) =>
+    v6 ? [...Array(8)].map((_, i) => P.u16(pkt, at + 2 * i).toString(16)).join(':') : [...pkt.subarray(at, at + 4)].join('.');
   return {
     src: fmt(v6 ? 8 : 12),
     dst: fmt(v6 ? 24 : 16),
@@ -115,7 +132,15 @@ function setup(o: { v6?: boolean; pp?: string; offload?: boolean } = {}) {
   const p = makeProcessor(
     {
       dataplane: { vipCidrs: ['10.96.0.0/24', 'fd00:96::/64'], fullnat: { addresses: [POOL, POOL6], portMin: 20000, portMax: 20099 } },
-      services: [{ address: v6 ? VIP6 : VIP, port: 80, forwarding: 'fullnat', proxyProtocol: o.pp ?? 'v2', realServers: [{ address: v6 ? RS6 : RS, port: 8080 }] }],
+      services: [
+        {
+          address: v6 ? VIP6 : VIP,
+          port: 80,
+          forwarding: 'fullnat',
+          proxyProtocol: o.pp ?? 'v2',
+          realServers: [{ address: v6 ? RS6 : RS, port: 8080 }],
+        },
+      ],
     },
     { offload: o.offload ?? false, outBytes: 1 << 18 },
   );
@@ -187,7 +212,7 @@ function header(version: number, src: string, dst: string, sport: number, dport:
   return b.slice(10, 10 + n);
 }
 
-test('PROXY v1 lines are the spec\'s text: TCP4 dotted quads, TCP6 in RFC 5952 form, decimal ports, CRLF', () => {
+test("PROXY v1 lines are the spec's text: TCP4 dotted quads, TCP6 in RFC 5952 form, decimal ports, CRLF", () => {
   assert.equal(ascii(header(PP_V1, '192.0.2.7', '10.96.0.10', 40000, 80)), 'PROXY TCP4 192.0.2.7 10.96.0.10 40000 80\r\n');
   assert.equal(ascii(header(PP_V1, '255.255.255.255', '0.0.0.0', 65535, 1)), 'PROXY TCP4 255.255.255.255 0.0.0.0 65535 1\r\n');
   const six: [string, string][] = [
@@ -211,14 +236,17 @@ test('PROXY v1 lines are the spec\'s text: TCP4 dotted quads, TCP6 in RFC 5952 f
 });
 
 test('PROXY v2 headers are the signature, 0x21, family/transport, the address block length and the addresses in network order', () => {
-  assert.deepEqual([...header(PP_V2, '192.0.2.7', '10.96.0.10', 40000, 80)], [...V2_SIG, 0x21, 0x11, 0, 12, 192, 0, 2, 7, 10, 96, 0, 10, 0x9c, 0x40, 0, 80]);
+  assert.deepEqual(
+    [...header(PP_V2, '192.0.2.7', '10.96.0.10', 40000, 80)],
+    [...V2_SIG, 0x21, 0x11, 0, 12, 192, 0, 2, 7, 10, 96, 0, 10, 0x9c, 0x40, 0, 80],
+  );
   const h6 = header(PP_V2, '2001:db8::7', 'fd00:96::10', 40000, 443);
   assert.deepEqual([...h6], [...V2_SIG, 0x21, 0x21, 0, 36, ...addrBytes('2001:db8::7'), ...addrBytes('fd00:96::10'), 0x9c, 0x40, 1, 187]);
   assert.equal(h6.length, 52);
 });
 
 // ── flows ────────────────────────────────────────────────────────────────────────────────────
-test('the client\'s handshake ACK becomes the header segment: at the SYN + 1, ACK|PSH, options kept, checksums valid (IPv4, v2)', () => {
+test("the client's handshake ACK becomes the header segment: at the SYN + 1, ACK|PSH, options kept, checksums valid (IPv4, v2)", () => {
   const f = setup();
   const h = handshake(f);
   const s = parse(h);
@@ -245,9 +273,20 @@ test('client→server sequence numbers move by the header length, server→clien
   assert.equal(parse(d2.outs[0]!).seq, ISN + 101 + 28);
   assert.ok(tcpValid(d2.outs[0]!));
   // The server acknowledges the header and the first 100 bytes, SACKs two later ranges.
-  const r = f.fromServer({ seq: SISN + 1, ack: ISN + 1 + 28 + 100, flags: TCPF_ACK, sack: [[ISN + 1 + 28 + 150, ISN + 1 + 28 + 200], [ISN + 1 + 28 + 300, ISN + 1 + 28 + 400]] });
+  const r = f.fromServer({
+    seq: SISN + 1,
+    ack: ISN + 1 + 28 + 100,
+    flags: TCPF_ACK,
+    sack: [
+      [ISN + 1 + 28 + 150, ISN + 1 + 28 + 200],
+      [ISN + 1 + 28 + 300, ISN + 1 + 28 + 400],
+    ],
+  });
   assert.equal(r.ack, ISN + 101);
-  assert.deepEqual(r.sack, [[ISN + 151, ISN + 201], [ISN + 301, ISN + 401]]);
+  assert.deepEqual(r.sack, [
+    [ISN + 151, ISN + 201],
+    [ISN + 301, ISN + 401],
+  ]);
   assert.equal(r.seq, SISN + 1, "the server's own numbers are not touched");
   assert.deepEqual([r.src, r.dst, r.sport], [VIP, CLIENT, 80]);
   const back = segment({ src: VIP, dst: CLIENT, sport: 80, dport: 40000, seq: r.seq, ack: r.ack, flags: TCPF_ACK, sack: r.sack });
@@ -267,7 +306,17 @@ test('a reply with a partial checksum from the server keeps it partial; SACK edg
   f.fromServer({ seq: SISN, ack: ISN + 1, flags: TCPF_SYN | TCPF_ACK });
   f.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK });
   // A server data super-packet with a partial checksum (the pseudo-header sum in the field).
-  const seg = segment({ src: RS, dst: POOL, sport: 8080, dport: f.port(), seq: SISN + 1, ack: ISN + 1 + 28, flags: TCPF_ACK, data: bytes(3000), sack: [[ISN + 1 + 28 + 10, ISN + 1 + 28 + 20]] });
+  const seg = segment({
+    src: RS,
+    dst: POOL,
+    sport: 8080,
+    dport: f.port(),
+    seq: SISN + 1,
+    ack: ISN + 1 + 28,
+    flags: TCPF_ACK,
+    data: bytes(3000),
+    sack: [[ISN + 1 + 28 + 10, ISN + 1 + 28 + 20]],
+  });
   const pkt = frame(seg);
   const ps = P.pseudoSum(P.u32(seg, 12), P.u32(seg, 16), 6, seg.length - 20);
   P.put16(pkt, V + 20 + 16, P.fold16(ps));
@@ -297,7 +346,11 @@ test('a retransmission of the first data while the header is unacknowledged carr
   const again = f.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK | TCPF_PSH, data: bytes(1400) });
   assert.equal(again.v, REPLY);
   assert.equal(again.outs.length, 2);
-  assert.deepEqual([...again.outs[0]!], [...h].map((x, i) => (i === 4 || i === 5 || i === 10 || i === 11 ? again.outs[0]![i]! : x)), 'the same header segment (only the IP id and its checksum differ)');
+  assert.deepEqual(
+    [...again.outs[0]!],
+    [...h].map((x, i) => (i === 4 || i === 5 || i === 10 || i === 11 ? again.outs[0]![i]! : x)),
+    'the same header segment (only the IP id and its checksum differ)',
+  );
   assert.ok(tcpValid(again.outs[0]!));
   const d = parse(again.outs[1]!);
   assert.equal(d.seq, ISN + 1 + 28);
@@ -306,7 +359,10 @@ test('a retransmission of the first data while the header is unacknowledged carr
   assert.equal(f.headers(), 2);
   // A server ACK that covers only part of the header says nothing about the client's bytes.
   assert.equal(f.fromServer({ seq: SISN + 1, ack: ISN + 1 + 10, flags: TCPF_ACK }).ack, ISN + 1);
-  assert.equal(f.fromServer({ seq: SISN + 1, ack: ISN + 1, flags: TCPF_ACK, sack: [[ISN + 1 + 28, ISN + 1 + 28 + 1400]] }).sack[0]![0], ISN + 1);
+  assert.equal(
+    f.fromServer({ seq: SISN + 1, ack: ISN + 1, flags: TCPF_ACK, sack: [[ISN + 1 + 28, ISN + 1 + 28 + 1400]] }).sack[0]![0],
+    ISN + 1,
+  );
   // Once the server has the header, a retransmission at the same place is only shifted.
   assert.equal(f.fromServer({ seq: SISN + 1, ack: ISN + 1 + 28, flags: TCPF_ACK }).ack, ISN + 1);
   const late = f.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK | TCPF_PSH, data: bytes(1400) });
@@ -338,10 +394,13 @@ test('data before any bare ACK (the ACK lost before uvs) gets the header in fron
   f.fromServer({ seq: SISN, ack: ISN + 1, flags: TCPF_SYN | TCPF_ACK });
   const d = f.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK | TCPF_PSH, data: bytes(10) });
   assert.equal(d.v, REPLY);
-  assert.deepEqual(d.outs.map((x) => [parse(x).seq, parse(x).data.length]), [
-    [ISN + 1, 28],
-    [ISN + 1 + 28, 10],
-  ]);
+  assert.deepEqual(
+    d.outs.map((x) => [parse(x).seq, parse(x).data.length]),
+    [
+      [ISN + 1, 28],
+      [ISN + 1 + 28, 10],
+    ],
+  );
   assert.ok(d.outs.every(tcpValid));
 });
 
@@ -390,7 +449,12 @@ test('once the header is acknowledged, the shift is plain across the 2^32 wrap a
   // 3 GiB later (numbers relative to the header's place are "negative" as signed 32-bit).
   const far = (0xfffffff1 + 3 * 2 ** 30) % 2 ** 32;
   assert.equal(parse(f.fromClient({ seq: far, ack: SISN + 1, flags: TCPF_ACK, data: bytes(10) }).outs[0]!).seq, (far + 28) % 2 ** 32);
-  const r = f.fromServer({ seq: SISN + 1, ack: (far + 28) % 2 ** 32, flags: TCPF_ACK, sack: [[(far + 28 + 100) % 2 ** 32, (far + 28 + 200) % 2 ** 32]] });
+  const r = f.fromServer({
+    seq: SISN + 1,
+    ack: (far + 28) % 2 ** 32,
+    flags: TCPF_ACK,
+    sack: [[(far + 28 + 100) % 2 ** 32, (far + 28 + 200) % 2 ** 32]],
+  });
   assert.equal(r.ack, far);
   assert.deepEqual(r.sack, [[(far + 100) % 2 ** 32, (far + 200) % 2 ** 32]]);
 });
@@ -406,7 +470,12 @@ test('IPv6 with PROXY v1: the TCP6 line, shifts by its length, IPv6 checksums va
   const d = f.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK, data: bytes(500) });
   assert.equal(parse(d.outs[0]!).seq, ISN + 1 + line.length);
   assert.ok(tcpValid(d.outs[0]!));
-  const r = f.fromServer({ seq: SISN + 1, ack: ISN + 1 + line.length + 500, flags: TCPF_ACK, sack: [[ISN + 1 + line.length + 600, ISN + 1 + line.length + 700]] });
+  const r = f.fromServer({
+    seq: SISN + 1,
+    ack: ISN + 1 + line.length + 500,
+    flags: TCPF_ACK,
+    sack: [[ISN + 1 + line.length + 600, ISN + 1 + line.length + 700]],
+  });
   assert.equal(r.ack, ISN + 501);
   assert.deepEqual(r.sack, [[ISN + 601, ISN + 701]]);
 });
@@ -459,7 +528,7 @@ test('a new SYN with another ISN on the entry (port reused after a RST) starts t
   assert.equal(parse(h.outs[0]!).seq, 0x70000001);
 });
 
-test('an ICMP error from the server side quoting a shifted segment quotes it in the client\'s numbering', () => {
+test("an ICMP error from the server side quoting a shifted segment quotes it in the client's numbering", () => {
   const f = setup();
   handshake(f);
   const d = f.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK, data: bytes(1400) });
@@ -479,7 +548,15 @@ test('an ICMP error from the server side quoting a shifted segment quotes it in 
 test('flows of real servers without proxyProtocol, and UDP, are untouched', () => {
   const p = makeProcessor({
     dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: [POOL] } },
-    services: [{ address: VIP, port: 80, forwarding: 'fullnat', proxyProtocol: 'v2', realServers: [{ address: RS, port: 8080, proxyProtocol: 'none' }] }],
+    services: [
+      {
+        address: VIP,
+        port: 80,
+        forwarding: 'fullnat',
+        proxyProtocol: 'v2',
+        realServers: [{ address: RS, port: 8080, proxyProtocol: 'none' }],
+      },
+    ],
   });
   p.run(segment({ src: CLIENT, dst: VIP, sport: 1, dport: 80, seq: ISN, flags: TCPF_SYN }));
   const a = segment({ src: CLIENT, dst: VIP, sport: 1, dport: 80, seq: ISN + 1, ack: 5, flags: TCPF_ACK });
@@ -498,7 +575,22 @@ test('a flow adopted by another node from its Redis record keeps its shift and i
   let rec = '';
   a.table.forEach((_e, o) => {
     const x = a.table.i32;
-    const f = [x[o + L.E_PROTO], x[o + L.E_CADDR], x[o + L.E_CPORTS], x[o + L.E_VADDR], x[o + L.E_DADDR], x[o + L.E_DPORTS], x[o + L.E_LADDR], x[o + L.E_FLAGS]! & L.FWD_MASK, 'tcp 10.96.0.10:80', `${RS}:8080`, x[o + L.E_STATE], 0, Date.now() + 600_000, ''];
+    const f = [
+      x[o + L.E_PROTO],
+      x[o + L.E_CADDR],
+      x[o + L.E_CPORTS],
+      x[o + L.E_VADDR],
+      x[o + L.E_DADDR],
+      x[o + L.E_DPORTS],
+      x[o + L.E_LADDR],
+      x[o + L.E_FLAGS]! & L.FWD_MASK,
+      'tcp 10.96.0.10:80',
+      `${RS}:8080`,
+      x[o + L.E_STATE],
+      0,
+      Date.now() + 600_000,
+      '',
+    ];
     rec = f.join('|') + ppField(x[o + L.E_PP]!, x[o + L.E_PP_SEQ]!);
   });
   const r = parseRecord(rec, null) as FlowRecord;
@@ -506,9 +598,33 @@ test('a flow adopted by another node from its Redis record keeps its shift and i
   assert.equal(r.pp & (L.PP_SENT | L.PP_DATA | L.PP_ACKED), L.PP_SENT | L.PP_DATA | L.PP_ACKED);
   const b = setup();
   const t = b.model.flowTarget(r.service, r.realServer);
-  assert.equal(checkRecord(r, t, Date.now(), () => 900_000), null);
-  const shadow = { proto: r.proto, caddr: r.caddr, cports: r.cports, vaddr: r.vaddr, daddr: r.daddr, dports: r.dports, laddr: r.laddr, rs: t!.slot, svc: t!.svcSlot };
-  assert.ok(b.table.putShadow(newFlow({ ...shadow, flags: r.fwd | (r.inactive ? L.F_INACTIVE : 0), state: r.state, expires: b.table.now() + 600_000, pp: r.pp, ppSeq: r.ppSeq })) >= 0);
+  assert.equal(
+    checkRecord(r, t, Date.now(), () => 900_000),
+    null,
+  );
+  const shadow = {
+    proto: r.proto,
+    caddr: r.caddr,
+    cports: r.cports,
+    vaddr: r.vaddr,
+    daddr: r.daddr,
+    dports: r.dports,
+    laddr: r.laddr,
+    rs: t!.slot,
+    svc: t!.svcSlot,
+  };
+  assert.ok(
+    b.table.putShadow(
+      newFlow({
+        ...shadow,
+        flags: r.fwd | (r.inactive ? L.F_INACTIVE : 0),
+        state: r.state,
+        expires: b.table.now() + 600_000,
+        pp: r.pp,
+        ppSeq: r.ppSeq,
+      }),
+    ) >= 0,
+  );
   const d = b.fromClient({ seq: ISN + 101, ack: SISN + 1, flags: TCPF_ACK, data: bytes(10) });
   assert.equal(d.v, FORWARD);
   assert.equal(b.counters[L.C_ADOPTED], 1);

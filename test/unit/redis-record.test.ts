@@ -36,11 +36,32 @@ const OTHER_RS = ip('10.1.0.2');
 const POOL = ip('10.9.0.1');
 const timeoutMs = (slot: number) => (slot < 11 ? TCP_DEFAULT_TIMEOUTS[slot]! : slot === L.TIMEOUT_UDP ? UDP_DEFAULT_TIMEOUT : 60) * 1000;
 
-const masq: FlowTarget = { slot: 3, svcSlot: 1, proto: 6, vaddr: VIP, vaddr6: null, vport: 80, daddr: RS, daddr6: null, dport: 8080, fwd: L.FWD_MASQ, pool: [POOL], portMin: 20000, portMax: 29999 };
+const masq: FlowTarget = {
+  slot: 3,
+  svcSlot: 1,
+  proto: 6,
+  vaddr: VIP,
+  vaddr6: null,
+  vport: 80,
+  daddr: RS,
+  daddr6: null,
+  dport: 8080,
+  fwd: L.FWD_MASQ,
+  pool: [POOL],
+  portMin: 20000,
+  portMax: 29999,
+};
 const fullnat: FlowTarget = { ...masq, fwd: L.FWD_FULLNAT };
 
 /** The fields of a record as a node writes them (strings, as they travel). */
-function fields(o: Partial<Record<'proto' | 'caddr' | 'cport' | 'vaddr' | 'vport' | 'daddr' | 'dport' | 'laddr' | 'lport' | 'fwd' | 'state' | 'inactive' | 'expiresAt', number>> & { service?: string; realServer?: string; hi?: string } = {}): string[] {
+function fields(
+  o: Partial<
+    Record<
+      'proto' | 'caddr' | 'cport' | 'vaddr' | 'vport' | 'daddr' | 'dport' | 'laddr' | 'lport' | 'fwd' | 'state' | 'inactive' | 'expiresAt',
+      number
+    >
+  > & { service?: string; realServer?: string; hi?: string } = {},
+): string[] {
   const cport = o.cport ?? 40000;
   const x = {
     proto: 6,
@@ -60,10 +81,10 @@ function fields(o: Partial<Record<'proto' | 'caddr' | 'cport' | 'vaddr' | 'vport
   return [
     x.proto,
     x.caddr,
-    ((cport << 16) | x.vport) | 0,
+    (cport << 16) | x.vport | 0,
     x.vaddr,
     x.daddr,
-    ((x.dport << 16) | x.lport) | 0,
+    (x.dport << 16) | x.lport | 0,
     x.laddr,
     x.fwd,
     o.service ?? 'tcp 10.0.0.10:80',
@@ -175,7 +196,11 @@ test('PROXY protocol: a full-NAT record carries its shift (pp=word,seq), signed 
   assert.equal(verdict(signed, t, k), 'ok');
   assert.equal(verdict(signed, t, null), 'ok', 'read without a key: the MAC is not checked, the pp field still is');
   assert.equal(verdict(signed.replace(`pp=${word},`, `pp=${word + 1},`), t, k), 'auth', 'the shift is under the MAC');
-  assert.equal(verdict(text(base) + ppField((PP_V1 << L.PP_VER_SHIFT) | 41, 7), t), 'ok', 'v1: "PROXY TCP4 192.0.2.7 10.0.0.10 40000 80\\r\\n" is 41 bytes');
+  assert.equal(
+    verdict(text(base) + ppField((PP_V1 << L.PP_VER_SHIFT) | 41, 7), t),
+    'ok',
+    'v1: "PROXY TCP4 192.0.2.7 10.0.0.10 40000 80\\r\\n" is 41 bytes',
+  );
 });
 
 test('PROXY protocol: a shift this node would not have made is refused', () => {
@@ -198,7 +223,7 @@ test('PROXY protocol: a shift this node would not have made is refused', () => {
   for (const [rec, want, target] of cases) assert.equal(verdict(rec, target), want, rec.slice(-60));
 });
 
-test('PROXY protocol over IPv6: the length is checked with the record\'s high words (v1 text depends on them)', () => {
+test("PROXY protocol over IPv6: the length is checked with the record's high words (v1 text depends on them)", () => {
   const v = parseIPv6('fd00:96::10')!;
   const d = parseIPv6('fd00:10::1')!;
   const c = parseIPv6('2001:db8:1::100')!;
@@ -216,7 +241,7 @@ test('a lookup answer matches the parked packet by either direction, and nothing
   const r = parseRecord(text(), null) as FlowRecord;
   const none = new Int32Array(12);
   assert.ok(recordMatches(r, 6, CLIENT, (40000 << 16) | 80, VIP, none), 'client → VIP');
-  assert.ok(recordMatches(r, 6, RS, ((8080 << 16) | 40000) | 0, CLIENT, none), 'real server → client');
+  assert.ok(recordMatches(r, 6, RS, (8080 << 16) | 40000 | 0, CLIENT, none), 'real server → client');
   assert.ok(!recordMatches(r, 6, CLIENT, (40001 << 16) | 80, VIP, none), 'another client port');
   assert.ok(!recordMatches(r, 17, CLIENT, (40000 << 16) | 80, VIP, none), 'another protocol');
 });
@@ -226,14 +251,25 @@ test('counts: sane non-negative integers are believed; a negative, huge, fractio
   const k = 'tcp 10.0.0.10:80|10.1.0.1:8080';
   const ok = parseCounts(JSON.stringify({ [k]: [3, 4], 'tcp 10.0.0.99:80|10.1.0.1:8080': [1, 1] }), 'n1', null, known, 1e6, NOW, 6000);
   assert.deepEqual(ok, new Map([[k, [3, 4]]]), 'unknown keys are skipped');
-  for (const bad of [[-1, 0], [0, -5], [MAX_COUNT + 1, 0], [1e308, 0], [1.5, 0], ['3', 0], [null, 0]]) {
+  for (const bad of [
+    [-1, 0],
+    [0, -5],
+    [MAX_COUNT + 1, 0],
+    [1e308, 0],
+    [1.5, 0],
+    ['3', 0],
+    [null, 0],
+  ]) {
     assert.equal(parseCounts(JSON.stringify({ [k]: bad }), 'n1', null, known, 1e6, NOW, 6000), 'value', JSON.stringify(bad));
   }
   for (const bad of ['{', '[]', 'null', '7', JSON.stringify({ [k]: [1] }), JSON.stringify({ [k]: 5 })]) {
     assert.equal(parseCounts(bad, 'n1', null, known, 1e6, NOW, 6000), 'malformed', bad);
   }
   assert.equal(parseCounts(JSON.stringify({ [k]: [1, 1] }), 'n1', null, known, 10, NOW, 6000), 'too_large');
-  assert.deepEqual(parseCounts(JSON.stringify({ __proto__: [1, 1], [k]: [0, 0] }), 'n1', null, known, 1e6, NOW, 6000), new Map([[k, [0, 0]]]));
+  assert.deepEqual(
+    parseCounts(JSON.stringify({ __proto__: [1, 1], [k]: [0, 0] }), 'n1', null, known, 1e6, NOW, 6000),
+    new Map([[k, [0, 0]]]),
+  );
 });
 
 test('counts with a key: the MAC binds them to their node and time; unsigned, wrong-key, replayed-as-another-node and old counts are refused', () => {
@@ -245,20 +281,42 @@ test('counts with a key: the MAC binds them to their node and time; unsigned, wr
   assert.equal(parseCounts(json, 'n1', key, known, 1e6, NOW, 6000), 'auth');
   assert.equal(parseCounts(signCounts(key, 'n1', json, NOW), 'n2', key, known, 1e6, NOW, 6000), 'auth');
   assert.equal(parseCounts(signCounts(macKey('another-key-of-16+chars'), 'n1', json, NOW), 'n1', key, known, 1e6, NOW, 6000), 'auth');
-  assert.equal(parseCounts(signCounts(key, 'n1', json, NOW).replace(`\n${NOW}\n`, `\n${NOW + 1}\n`), 'n1', key, known, 1e6, NOW, 6000), 'auth', 'time changed');
+  assert.equal(
+    parseCounts(signCounts(key, 'n1', json, NOW).replace(`\n${NOW}\n`, `\n${NOW + 1}\n`), 'n1', key, known, 1e6, NOW, 6000),
+    'auth',
+    'time changed',
+  );
   assert.equal(parseCounts(signCounts(key, 'n1', json, NOW - 6001), 'n1', key, known, 1e6, NOW, 6000), 'stale', 'an old report replayed');
   assert.equal(parseCounts(signCounts(key, 'n1', json, NOW + 60_000), 'n1', key, known, 1e6, NOW, 6000), 'stale', 'from the future');
 });
 
 test('node list: this node, bad ids, heartbeats from the future (beyond 5 s of skew) and nodes beyond the cap are not read', () => {
-  const flat = ['self', String(NOW), 'ahead', String(NOW + 60_000), 'skewed', String(NOW + 4000), 'a b', String(NOW), 'n1', String(NOW - 1), 'n2', String(NOW - 2), 'n3', String(NOW - 3)];
+  const flat = [
+    'self',
+    String(NOW),
+    'ahead',
+    String(NOW + 60_000),
+    'skewed',
+    String(NOW + 4000),
+    'a b',
+    String(NOW),
+    'n1',
+    String(NOW - 1),
+    'n2',
+    String(NOW - 2),
+    'n3',
+    String(NOW - 3),
+  ];
   const r = selectNodes(flat, 10, 'self', NOW, 2);
   assert.deepEqual(r.nodes, ['skewed', 'n1']);
   assert.deepEqual(r.refused, { future: 1, cap: 2 + 3, bad_id: 1 }, '2 not read beyond the cap, 3 not fetched at all');
 });
 
 test('the redis limits have defaults and are validated with field and reason', () => {
-  const doc = (redis: Record<string, unknown>) => ({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, redis: { url: 'redis://127.0.0.1:6379', ...redis } });
+  const doc = (redis: Record<string, unknown>) => ({
+    dataplane: { vipCidrs: ['10.96.0.0/24'] },
+    redis: { url: 'redis://127.0.0.1:6379', ...redis },
+  });
   const r = validateConfig(doc({})).redis!;
   assert.deepEqual([r.maxShadowShare, r.maxNodes, r.maxLookups, r.commandTimeout, r.recordKey], [0.5, 64, 1024, 1, undefined]);
   assert.equal(validateConfig(doc({ recordKey: 'k'.repeat(16), commandTimeout: '250ms' })).redis!.commandTimeout, 0.25);

@@ -5,7 +5,21 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { anchor, attemptStats, balance, defenseSettings, fmtValue, numericDiff, parseJsonLines, percentile, recovered, recoveryMs, renderMarkdown, type Attempt, type ReliabilityReport } from '../../perf/reliability/report';
+import {
+  anchor,
+  attemptStats,
+  balance,
+  defenseSettings,
+  fmtValue,
+  numericDiff,
+  parseJsonLines,
+  percentile,
+  recovered,
+  recoveryMs,
+  renderMarkdown,
+  type Attempt,
+  type ReliabilityReport,
+} from '../../perf/reliability/report';
 import { parseOptions, SCENARIOS } from '../../perf/reliability/run';
 
 const ok = (t: number, c = 5): Attempt => ({ t, c, d: c + 2, e: null });
@@ -54,9 +68,19 @@ test('recovered: the last n attempts since a time were all good', () => {
 });
 
 test('balance: every packet read in some counter; writes beyond one per read show apart', () => {
-  const before = { packets: { rxPackets: 100, txPackets: 50, txErrors: 0 }, drops: { truncated: 10, no_service: 5 }, parked: 0, parkFull: 0 };
+  const before = {
+    packets: { rxPackets: 100, txPackets: 50, txErrors: 0 },
+    drops: { truncated: 10, no_service: 5 },
+    parked: 0,
+    parkFull: 0,
+  };
   // 1000 read: 600 dropped (200 of them answered: also written), 500 forwarded, 100 parked.
-  const after = { packets: { rxPackets: 1100, txPackets: 50 + 700, txErrors: 0 }, drops: { truncated: 410, no_service: 205, new_reason: 0 }, parked: 100, parkFull: 0 };
+  const after = {
+    packets: { rxPackets: 1100, txPackets: 50 + 700, txErrors: 0 },
+    drops: { truncated: 410, no_service: 205, new_reason: 0 },
+    parked: 100,
+    parkFull: 0,
+  };
   const b = balance(before, after);
   assert.equal(b.received, 1000);
   assert.equal(b.counted_drops, 600);
@@ -64,7 +88,12 @@ test('balance: every packet read in some counter; writes beyond one per read sho
   assert.equal(b.uncounted, 0);
   assert.equal(b.extraWritten, 0);
   // 50 packets vanished without a counter.
-  const lost = balance(before, { ...after, packets: { ...after.packets, txPackets: 50 + 200 }, drops: { truncated: 410, no_service: 105 }, parked: 150 });
+  const lost = balance(before, {
+    ...after,
+    packets: { ...after.packets, txPackets: 50 + 200 },
+    drops: { truncated: 410, no_service: 105 },
+    parked: 150,
+  });
   assert.equal(lost.uncounted, 1000 - 500 - 150 - 200);
   // A loop or a segmented GSO packet: more written than read.
   assert.equal(balance(before, { ...after, packets: { ...after.packets, txPackets: 50 + 1300 } }).extraWritten, 300);
@@ -85,7 +114,12 @@ test('defenseSettings finds the SYN-flood defense knobs by name, wherever they a
     synFlood: { perSourceHalfOpen: 64 },
     services: [{ name: 'defense', port: 80 }],
   };
-  assert.deepEqual(defenseSettings(cfg), ['dataplane.defense.dropEntry = 1', 'dataplane.defense.secureTcp = 0', 'dataplane.defense.amemthresh = 1024', 'synFlood.perSourceHalfOpen = 64']);
+  assert.deepEqual(defenseSettings(cfg), [
+    'dataplane.defense.dropEntry = 1',
+    'dataplane.defense.secureTcp = 0',
+    'dataplane.defense.amemthresh = 1024',
+    'synFlood.perSourceHalfOpen = 64',
+  ]);
   assert.deepEqual(defenseSettings({ dataplane: { tableSize: 1 } }), []);
   assert.deepEqual(defenseSettings(null), []);
 });

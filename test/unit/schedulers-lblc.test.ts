@@ -31,7 +31,10 @@ test('lblc keeps sending a destination to its cached server while it is not over
 });
 
 test('lblc: a busy cached server stays when no other server is under half its weight', () => {
-  const m = service('lblc', [{ address: A, weight: 2 }, { address: B, weight: 2 }]);
+  const m = service('lblc', [
+    { address: A, weight: 2 },
+    { address: B, weight: 2 },
+  ]);
   assert.equal(pick(m, at(0)), B);
   load(m, B, 5, 0);
   load(m, A, 1, 0); // 2·1 < 2 is false

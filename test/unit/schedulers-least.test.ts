@@ -51,7 +51,11 @@ test('nq sends to the first idle server even when a busier one has a larger weig
 });
 
 test('fo sends everything to the highest weight, the first in list order on ties, skipping OVERLOAD', () => {
-  const m = service('fo', [{ address: A, weight: 5 }, { address: B, weight: 5 }, { address: '10.0.0.3', weight: 2 }]);
+  const m = service('fo', [
+    { address: A, weight: 5 },
+    { address: B, weight: 5 },
+    { address: '10.0.0.3', weight: 2 },
+  ]);
   assert.equal(pick(m), B);
   load(m, B, 1000, 0);
   assert.equal(pick(m), B); // connection counts do not matter

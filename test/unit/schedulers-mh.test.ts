@@ -94,7 +94,10 @@ test('with equal weights slot counts differ by at most one, for every table size
   for (const M of MH_PRIMES) {
     const servers = Array.from({ length: 7 }, (_, i) => ({ address: `10.1.0.${i + 1}` }));
     const c = [...counts(service('mh', servers, 0, M)).values()];
-    assert.equal(c.reduce((a, b) => a + b, 0), M);
+    assert.equal(
+      c.reduce((a, b) => a + b, 0),
+      M,
+    );
     assert.ok(Math.max(...c) - Math.min(...c) <= 1, `M=${M}: ${c.join(',')}`);
   }
 });
@@ -123,18 +126,39 @@ test('the table depends on list order: the same servers added in reverse order d
 test('large weights are shifted down by fls(max/gcd) − (index of the prime + 8)/2 bits', () => {
   // M = 251 (index 0): 4 bits. Weights 1000 and 1: fls(1000) = 10 → shift 6 → turns 15 and 1.
   // Rounds of 16 slots: 15 full rounds = 240, then the first server (the 1000, added last) takes 11.
-  const m = service('mh', [{ address: '10.0.0.1', weight: 1 }, { address: '10.0.0.2', weight: 1000 }], 0, 251);
+  const m = service(
+    'mh',
+    [
+      { address: '10.0.0.1', weight: 1 },
+      { address: '10.0.0.2', weight: 1000 },
+    ],
+    0,
+    251,
+  );
   const c = counts(m);
   assert.equal(c.get('10.0.0.2'), 15 * 15 + 11);
   assert.equal(c.get('10.0.0.1'), 15);
   // M = 131071 (index 9): 8 bits, so 1000 is shifted by 2 → 250 turns against 1.
-  const big = counts(service('mh', [{ address: '10.0.0.1', weight: 1 }, { address: '10.0.0.2', weight: 1000 }], 0, 131071));
+  const big = counts(
+    service(
+      'mh',
+      [
+        { address: '10.0.0.1', weight: 1 },
+        { address: '10.0.0.2', weight: 1000 },
+      ],
+      0,
+      131071,
+    ),
+  );
   assert.equal(big.get('10.0.0.1'), Math.floor(131071 / 251));
 });
 
 test('the table is built from last_weight: weight 0 keeps the weight-2 table, weight 5 rebuilds with 5', () => {
   // List .2 (w1), .1 (w2): rounds of 3 slots, 1364 rounds + 1 slot for the first in list.
-  const m = service('mh', [{ address: '10.0.0.1', weight: 2 }, { address: '10.0.0.2', weight: 1 }]);
+  const m = service('mh', [
+    { address: '10.0.0.1', weight: 2 },
+    { address: '10.0.0.2', weight: 1 },
+  ]);
   const s = server(m, '10.0.0.1');
   assert.equal(counts(m).get('10.0.0.1'), 2 * 1364);
   const before = owners(m);

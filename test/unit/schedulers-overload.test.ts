@@ -30,7 +30,10 @@ test('rr skips an OVERLOADed server and takes it back once the flag clears', () 
 test('wrr skips an OVERLOADed server whatever its weight, and gives none when all are overloaded', () => {
   // Added B=1 then A=2: list A, B; gcd 1, max weight 2. The hooks leave the current weight at 1
   // (set to B's 1 when B was added, kept when A came), so one plain pass A B, then A at cw 2.
-  const m = service('wrr', [{ address: B, weight: 1 }, { address: A, weight: 2 }]);
+  const m = service('wrr', [
+    { address: B, weight: 1 },
+    { address: A, weight: 2 },
+  ]);
   assert.deepEqual(picks(m, 3), [A, B, A]);
   load(m, A, 0, 0, true);
   // A is skipped at every current weight; B (weight 1) qualifies only at cw = 1: B every time.
@@ -57,12 +60,15 @@ test('sh: the bucket of an OVERLOADed server gives none, or a re-hash with sh-fa
   assert.equal(pick(plain, input(client)), A, 'the flag cleared: the bucket is usable again');
 });
 
-test('dh: the server of the virtual address\'s bucket, when OVERLOADed, gives none for every client', () => {
+test("dh: the server of the virtual address's bucket, when OVERLOADed, gives none for every client", () => {
   // dh hashes the VIP 10.96.0.10 to bucket 242 → list index 242 % 3 = 2 → A.
   const m = service('dh', ABC);
   assert.equal(pick(m, input('1.2.3.4')), A);
   load(m, B, 0, 0, true);
-  assert.equal(pick(m, input('1.2.3.4')), A, 'another server\'s OVERLOAD does not matter');
+  assert.equal(pick(m, input('1.2.3.4')), A, "another server's OVERLOAD does not matter");
   load(m, A, 0, 0, true);
-  assert.deepEqual(['1.2.3.4', '192.168.1.100'].map((c) => pick(m, input(c))), [null, null]);
+  assert.deepEqual(
+    ['1.2.3.4', '192.168.1.100'].map((c) => pick(m, input(c))),
+    [null, null],
+  );
 });

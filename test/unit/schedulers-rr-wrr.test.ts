@@ -29,16 +29,27 @@ test('wrr with A=4, B=3, C=2 added C, B, A runs one plain pass A B C, then A A B
     { address: '10.0.0.1', weight: 4 },
   ]);
   const name = (k: string | null) => ({ '10.0.0.1': 'A', '10.0.0.2': 'B', '10.0.0.3': 'C' })[k!];
-  assert.equal(picks(m, 3 + 18).map(name).join(''), 'ABC' + 'AABABCABC'.repeat(2));
+  assert.equal(
+    picks(m, 3 + 18)
+      .map(name)
+      .join(''),
+    'ABC' + 'AABABCABC'.repeat(2),
+  );
 });
 
 test('wrr with A=4, B=2 (gcd 2, max 3) runs A B, then A A B repeating', () => {
-  const m = service('wrr', [{ address: '10.0.0.2', weight: 2 }, { address: '10.0.0.1', weight: 4 }]);
+  const m = service('wrr', [
+    { address: '10.0.0.2', weight: 2 },
+    { address: '10.0.0.1', weight: 4 },
+  ]);
   assert.deepEqual(picks(m, 8), ['10.0.0.1', '10.0.0.2', '10.0.0.1', '10.0.0.1', '10.0.0.2', '10.0.0.1', '10.0.0.1', '10.0.0.2']);
 });
 
 test('wrr restarts at the head after an edit and never picks weight 0', () => {
-  const m = service('wrr', [{ address: '10.0.0.2', weight: 1 }, { address: '10.0.0.1', weight: 1 }]);
+  const m = service('wrr', [
+    { address: '10.0.0.2', weight: 1 },
+    { address: '10.0.0.1', weight: 1 },
+  ]);
   assert.deepEqual(picks(m, 1), ['10.0.0.1']);
   m.edit(server(m, '10.0.0.1'), 0, 0, 0);
   assert.deepEqual(picks(m, 3), ['10.0.0.2', '10.0.0.2', '10.0.0.2']);

@@ -28,7 +28,9 @@ test('sh buckets: each server takes weight consecutive buckets, a weight-0 serve
     { address: '10.0.0.2', weight: 1 },
     { address: '10.0.0.3', weight: 3 },
   ]);
-  const C = '10.0.0.3', B = '10.0.0.2', A = '10.0.0.1';
+  const C = '10.0.0.3',
+    B = '10.0.0.2',
+    A = '10.0.0.1';
   assert.deepEqual(bucketOwners(m).slice(0, 8), [C, C, C, B, A, C, C, C]);
   assert.equal(pick(m, input(clientInBucket(4))), null); // bucket of A (weight 0): none
   assert.equal(pick(m, input(clientInBucket(3))), B);
@@ -57,13 +59,20 @@ test('sh-fallback re-hashes a client of an unavailable server from offset ihash 
 });
 
 test('sh with a weight covering every bucket gives the whole table to the first server in list order', () => {
-  const m = service('sh', [{ address: '10.0.0.1', weight: 1 }, { address: '10.0.0.2', weight: 300 }]);
+  const m = service('sh', [
+    { address: '10.0.0.1', weight: 1 },
+    { address: '10.0.0.2', weight: 300 },
+  ]);
   assert.ok(bucketOwners(m).every((k) => k === '10.0.0.2'));
 });
 
 test('dh hashes the destination (the virtual address): every client of the service gets the same server', () => {
   assert.equal(dhBucket(fold(parseInet(VIP)!)), 242);
-  const m = service('dh', [{ address: '10.0.0.1', weight: 1 }, { address: '10.0.0.2', weight: 50 }, { address: '10.0.0.3', weight: 1 }]);
+  const m = service('dh', [
+    { address: '10.0.0.1', weight: 1 },
+    { address: '10.0.0.2', weight: 50 },
+    { address: '10.0.0.3', weight: 1 },
+  ]);
   // one bucket per server whatever the weights: bucket 242 → list index 242 % 3 = 2 → 10.0.0.1
   const chosen = new Set(['1.2.3.4', '192.168.1.100', '172.16.0.5'].map((c) => pick(m, input(c))));
   assert.deepEqual([...chosen], ['10.0.0.1']);

@@ -28,7 +28,10 @@ test('each decision draws exactly two numbers, and none when no server is eligib
 });
 
 test('with equal loads choice 1 wins: the first of weights 3, 1 in list order is chosen (3+1)/(4+1) of the time', () => {
-  const m = service('twos', [{ address: '10.0.0.1', weight: 1 }, { address: '10.0.0.2', weight: 3 }]);
+  const m = service('twos', [
+    { address: '10.0.0.1', weight: 1 },
+    { address: '10.0.0.2', weight: 3 },
+  ]);
   seedTwos(m.state, m.base, 42);
   let first = 0;
   const n = 20000;
@@ -37,7 +40,10 @@ test('with equal loads choice 1 wins: the first of weights 3, 1 in list order is
 });
 
 test('choice 2 wins when weight2·overhead1 > weight1·overhead2', () => {
-  const m = service('twos', [{ address: '10.0.0.1', weight: 1 }, { address: '10.0.0.2', weight: 1 }]);
+  const m = service('twos', [
+    { address: '10.0.0.1', weight: 1 },
+    { address: '10.0.0.2', weight: 1 },
+  ]);
   seedTwos(m.state, m.base, 3);
   load(m, '10.0.0.2', 10, 0); // the list's first server is loaded
   let loaded = 0;
@@ -48,7 +54,11 @@ test('choice 2 wins when weight2·overhead1 > weight1·overhead2', () => {
 
 test('the same seed gives the same decisions', () => {
   const run = () => {
-    const m = service('twos', [{ address: '10.0.0.1', weight: 2 }, { address: '10.0.0.2', weight: 5 }, { address: '10.0.0.3', weight: 1 }]);
+    const m = service('twos', [
+      { address: '10.0.0.1', weight: 2 },
+      { address: '10.0.0.2', weight: 5 },
+      { address: '10.0.0.3', weight: 1 },
+    ]);
     seedTwos(m.state, m.base, 99);
     return Array.from({ length: 50 }, () => pick(m));
   };

@@ -13,7 +13,11 @@ test('every kernel scheduler is registered', () => {
 
 for (const name of ALL) {
   test(`${name} never chooses a weight-0 server for a new flow, and none when all weights are 0`, () => {
-    const m = service(name, [{ address: '10.0.0.1', weight: 2 }, { address: '10.0.0.2', weight: 0 }, { address: '10.0.0.3', weight: 1 }]);
+    const m = service(name, [
+      { address: '10.0.0.1', weight: 2 },
+      { address: '10.0.0.2', weight: 0 },
+      { address: '10.0.0.3', weight: 1 },
+    ]);
     const zero = m.servers.get('10.0.0.2:80')!;
     let chosen = 0;
     for (let i = 0; i < 500; i++) {
@@ -25,7 +29,10 @@ for (const name of ALL) {
       }
     }
     assert.ok(chosen > 0);
-    const off = service(name, [{ address: '10.0.0.1', weight: 0 }, { address: '10.0.0.2', weight: 0 }]);
+    const off = service(name, [
+      { address: '10.0.0.1', weight: 0 },
+      { address: '10.0.0.2', weight: 0 },
+    ]);
     for (let i = 0; i < 50; i++) assert.equal(off.schedule(input(`172.16.0.${i}`, 1024 + i, i)), null);
   });
 }

@@ -18,9 +18,39 @@ import { newFlow } from '../../conntrack/flow';
 
 // The kernel's enum order (IP_VS_SCTP_S_*): the columns of every row below.
 const COLUMNS = 'NO I1 IN CS CR CW CO CE ES SS SR SA RJ CL'.split(' ');
-const KERNEL_NAMES = ['NONE', 'INIT1', 'INIT', 'C-SENT', 'C-REPLIED', 'C-WAIT', 'COOKIE', 'C-ECHOED', 'ESTABLISHED', 'S-SENT', 'S-RECEIVED', 'S-ACK-SENT', 'REJECTED', 'CLOSED'];
+const KERNEL_NAMES = [
+  'NONE',
+  'INIT1',
+  'INIT',
+  'C-SENT',
+  'C-REPLIED',
+  'C-WAIT',
+  'COOKIE',
+  'C-ECHOED',
+  'ESTABLISHED',
+  'S-SENT',
+  'S-RECEIVED',
+  'S-ACK-SENT',
+  'REJECTED',
+  'CLOSED',
+];
 const MAX_RTO = 60 + 1;
-const KERNEL_TIMEOUT_S = [2, 0 + 3 + 1, MAX_RTO, MAX_RTO, MAX_RTO, MAX_RTO, MAX_RTO, MAX_RTO, 15 * 60, MAX_RTO, MAX_RTO, MAX_RTO, 0 + 3 + 1, MAX_RTO];
+const KERNEL_TIMEOUT_S = [
+  2,
+  0 + 3 + 1,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  15 * 60,
+  MAX_RTO,
+  MAX_RTO,
+  MAX_RTO,
+  0 + 3 + 1,
+  MAX_RTO,
+];
 // The kernel's event enum order and the chunk type that makes each (sctp_events[]).
 const EVENTS = ['d', 'i', 'i_a', 'c_e', 'c_a', 's', 's_a', 's_c', 'err', 'ab'];
 const CHUNK_OF_EVENT: Record<string, number> = { d: 0, i: 1, i_a: 2, c_e: 10, c_a: 11, s: 7, s_a: 8, s_c: 14, err: 9, ab: 6 };
@@ -73,18 +103,27 @@ const ENTRIES = (Object.keys(KERNEL_SCTP_STATES) as ('in' | 'out' | 'io')[]).fla
 );
 const idx = (c: string) => COLUMNS.indexOf(c);
 
-test('the transcribed kernel SCTP table has 420 entries; names, timeouts and chunk events are the kernel\'s', () => {
+test("the transcribed kernel SCTP table has 420 entries; names, timeouts and chunk events are the kernel's", () => {
   assert.equal(ENTRIES.length, 3 * 10 * 14);
   assert.equal(S.SCTP_STATE_COUNT, 14);
   assert.deepEqual([...S.SCTP_STATE_NAMES], KERNEL_NAMES);
   assert.deepEqual(S.SCTP_DEFAULT_TIMEOUTS, KERNEL_TIMEOUT_S);
-  assert.deepEqual(EVENTS.map((e) => S.sctpChunkEvent(CHUNK_OF_EVENT[e]!)), EVENTS.map((_, i) => i));
+  assert.deepEqual(
+    EVENTS.map((e) => S.sctpChunkEvent(CHUNK_OF_EVENT[e]!)),
+    EVENTS.map((_, i) => i),
+  );
   for (const other of [3, 4, 5, 12, 13, 15, 64, 255]) assert.equal(S.sctpChunkEvent(other), 0, `chunk ${other} is "data"`);
-  assert.deepEqual(COLUMNS.filter((_, i) => S.SCTP_ACTIVE[i] === 1), ['ES']);
+  assert.deepEqual(
+    COLUMNS.filter((_, i) => S.SCTP_ACTIVE[i] === 1),
+    ['ES'],
+  );
 });
 
 test('sctpNextState follows every one of the 420 kernel entries', () => {
-  const wrong = ENTRIES.filter((e) => S.sctpNextState(DIR[e.dir], EVENTS.indexOf(e.event), idx(e.from)) !== idx(e.to)).map((e) => `${e.dir} ${e.event} in ${e.from}: ${COLUMNS[S.sctpNextState(DIR[e.dir], EVENTS.indexOf(e.event), idx(e.from))]}, kernel ${e.to}`);
+  const wrong = ENTRIES.filter((e) => S.sctpNextState(DIR[e.dir], EVENTS.indexOf(e.event), idx(e.from)) !== idx(e.to)).map(
+    (e) =>
+      `${e.dir} ${e.event} in ${e.from}: ${COLUMNS[S.sctpNextState(DIR[e.dir], EVENTS.indexOf(e.event), idx(e.from))]}, kernel ${e.to}`,
+  );
   assert.deepEqual(wrong, []);
 });
 
@@ -93,9 +132,26 @@ test('ConnTable.touch takes every kernel SCTP entry: next state, ActiveConn (EST
   for (const ent of ENTRIES) {
     const rsSab = createRealServerRegion(4);
     const rs = new Int32Array(rsSab);
-    const t = new ConnTable(ConnTable.create(16, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300, sctp: [...S.SCTP_DEFAULT_TIMEOUTS] }), rsSab, L.OWNER_CONTROL);
+    const t = new ConnTable(
+      ConnTable.create(16, { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300, sctp: [...S.SCTP_DEFAULT_TIMEOUTS] }),
+      rsSab,
+      L.OWNER_CONTROL,
+    );
     const now = t.now();
-    const e = t.insert(newFlow({ proto: 132, caddr: 0x0a000002, cports: (5000 << 16) | 80, vaddr: 0x0a600001, daddr: 0x0a0b0002, dports: (3868 << 16) | 5000, laddr: 0x0a000002, flags: ent.dir === 'io' ? L.F_NOOUTPUT : 0, rs: 1, now }));
+    const e = t.insert(
+      newFlow({
+        proto: 132,
+        caddr: 0x0a000002,
+        cports: (5000 << 16) | 80,
+        vaddr: 0x0a600001,
+        daddr: 0x0a0b0002,
+        dports: (3868 << 16) | 5000,
+        laddr: 0x0a000002,
+        flags: ent.dir === 'io' ? L.F_NOOUTPUT : 0,
+        rs: 1,
+        now,
+      }),
+    );
     const o = t.base(e);
     t.i32[o + L.E_STATE] = idx(ent.from);
     if (ent.from === 'ES') {

@@ -16,7 +16,15 @@ function cfgWith(rsList: string[], opts: { protocol?: string; maxDrainTime?: num
     services:
       opts.services === false
         ? []
-        : [{ protocol: opts.protocol ?? 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: rsList.map((a, i) => ({ address: a, port: 8080, weight: opts.weights?.[i] ?? 1 })) }],
+        : [
+            {
+              protocol: opts.protocol ?? 'tcp',
+              address: VIP,
+              port: 80,
+              scheduler: 'rr',
+              realServers: rsList.map((a, i) => ({ address: a, port: 8080, weight: opts.weights?.[i] ?? 1 })),
+            },
+          ],
   });
 }
 
@@ -41,7 +49,10 @@ function model() {
 test('real servers are listed newest first, as the kernel inserts them', () => {
   const { m, view } = model();
   m.apply(cfgWith(RS));
-  assert.deepEqual(view().map((r) => r.address), [RS[2], RS[1], RS[0]]);
+  assert.deepEqual(
+    view().map((r) => r.address),
+    [RS[2], RS[1], RS[0]],
+  );
   m.apply(cfgWith([...RS, '10.0.0.4']));
   assert.equal(view()[0]!.address, '10.0.0.4');
 });
@@ -50,7 +61,12 @@ test('removing a TCP real server without connections deletes it at once', () => 
   const { m, view, events } = model();
   m.apply(cfgWith(RS));
   m.apply(cfgWith([RS[0]!, RS[1]!]));
-  assert.deepEqual(view().map((r) => r.address).sort(), [RS[0], RS[1]]);
+  assert.deepEqual(
+    view()
+      .map((r) => r.address)
+      .sort(),
+    [RS[0], RS[1]],
+  );
   assert.equal(events.length, 0);
 });
 
@@ -62,13 +78,19 @@ test('removing a TCP real server with connections drains it: weight 0, listed, d
   const d = view().find((r) => r.address === RS[2])!;
   assert.deepEqual([d.weight, d.configuredWeight, d.draining], [0, 1, true]);
   assert.equal(snap.services[0]!.dests.find((x) => x.rs === d.slot)!.weight, 0, 'the snapshot the workers get has weight 0');
-  assert.deepEqual(events.map((e) => [e.action, e.activeConns, e.inactConns]), [['draining', 1, 2]]);
+  assert.deepEqual(
+    events.map((e) => [e.action, e.activeConns, e.inactConns]),
+    [['draining', 1, 2]],
+  );
   assert.equal(m.checkDrains(), false, 'still has connections');
   setConns(RS[2]!, 0, 1);
   assert.equal(m.checkDrains(), false, 'inactive connections count too');
   setConns(RS[2]!, 0, 0);
   assert.equal(m.checkDrains(), true);
-  assert.equal(view().find((r) => r.address === RS[2]), undefined);
+  assert.equal(
+    view().find((r) => r.address === RS[2]),
+    undefined,
+  );
   assert.equal(events.at(-1)!.action, 'deleted');
   assert.equal(m.drains().length, 0);
 });
@@ -88,7 +110,10 @@ test('UDP real servers are deleted at once even with flows', () => {
   m.apply(cfgWith(RS, { protocol: 'udp' }));
   setConns(RS[2]!, 0, 5);
   m.apply(cfgWith([RS[0]!, RS[1]!], { protocol: 'udp' }));
-  assert.equal(view().find((r) => r.address === RS[2]), undefined);
+  assert.equal(
+    view().find((r) => r.address === RS[2]),
+    undefined,
+  );
   assert.equal(events.length, 0);
   assert.equal(m.trash().length, 1, 'kept in the trash while its flows exist');
 });
@@ -116,7 +141,10 @@ test('the maximum drain time deletes a server with connections left', () => {
   assert.equal(m.checkDrains(), false);
   advance(1_000);
   assert.equal(m.checkDrains(), true);
-  assert.equal(view().find((r) => r.address === RS[0]), undefined);
+  assert.equal(
+    view().find((r) => r.address === RS[0]),
+    undefined,
+  );
   assert.deepEqual([events.at(-1)!.action, events.at(-1)!.activeConns], ['deadline', 1]);
 });
 
@@ -126,7 +154,10 @@ test('a removed TCP service stays, all weights 0, until its servers have drained
   setConns(RS[1]!, 1, 0);
   const snap = m.apply(cfgWith([], { services: false }));
   assert.equal(snap.services.length, 1);
-  assert.deepEqual(snap.services[0]!.dests.map((d) => d.weight), [0]);
+  assert.deepEqual(
+    snap.services[0]!.dests.map((d) => d.weight),
+    [0],
+  );
   assert.equal(m.list()[0]!.removing, true);
   setConns(RS[1]!, 0, 0);
   assert.equal(m.checkDrains(), true);
@@ -147,7 +178,12 @@ test('drains survive a restart: the persisted list puts unconfigured servers bac
   const r0 = b.view().find((r) => r.address === RS[0])!;
   assert.deepEqual([r0.weight, r0.draining], [0, true]);
   assert.equal(b.m.drains()[0]!.since, persisted[0].since, 'the drain keeps its start time');
-  assert.ok(b.view().filter((r) => r.address !== RS[0]).every((r) => r.weight === 1));
+  assert.ok(
+    b
+      .view()
+      .filter((r) => r.address !== RS[0])
+      .every((r) => r.weight === 1),
+  );
   assert.equal(b.m.checkDrains(), true, 'no connections on this node: deleted at the first check');
 
   const c = model();
@@ -176,7 +212,10 @@ test('changing the scheduler rebinds it on the current list without touching the
   c.services[0]!.scheduler = 'wrr';
   const snap = m.apply(c);
   assert.equal(snap.services[0]!.scheduler, 'wrr');
-  assert.deepEqual(view().map((r) => r.slot), slots);
+  assert.deepEqual(
+    view().map((r) => r.slot),
+    slots,
+  );
   assert.ok(snap.services[0]!.data, 'wrr prepared its gcd/max weight');
 });
 
@@ -184,14 +223,23 @@ test('SCTP real servers are deleted at once even with associations, like UDP (ku
   const { m, view, setConns, events } = model();
   m.apply(cfgWith(RS, { protocol: 'sctp' }));
   assert.deepEqual(
-    m.replyRules().filter((r) => r.proto !== 'icmp').map((r) => [r.proto, r.port]),
+    m
+      .replyRules()
+      .filter((r) => r.proto !== 'icmp')
+      .map((r) => [r.proto, r.port]),
     RS.map(() => ['sctp', 8080]),
-    'the servers\' SCTP replies are routed into the device like TCP and UDP ones',
+    "the servers' SCTP replies are routed into the device like TCP and UDP ones",
   );
   setConns(RS[2]!, 3, 5);
   m.apply(cfgWith([RS[0]!, RS[1]!], { protocol: 'sctp' }));
-  assert.equal(view().find((r) => r.address === RS[2]), undefined);
+  assert.equal(
+    view().find((r) => r.address === RS[2]),
+    undefined,
+  );
   assert.equal(events.length, 0, 'never drained');
   assert.equal(m.trash().length, 1, 'kept in the trash while its associations exist');
-  assert.ok(m.replyRules().some((r) => r.proto === 'sctp' && r.addr === RS[2] && r.port === 8080), 'a trashed server keeps its sctp reply rule');
+  assert.ok(
+    m.replyRules().some((r) => r.proto === 'sctp' && r.addr === RS[2] && r.port === 8080),
+    'a trashed server keeps its sctp reply rule',
+  );
 });

@@ -36,14 +36,19 @@ test('uvs simulate reads the scenario on stdin and prints one JSON line per conn
   };
   const r = simulate(JSON.stringify(scenario));
   assert.equal(r.status, 0, r.stderr);
-  const lines = r.stdout.trim().split('\n').map((l) => JSON.parse(l) as { event: number; realServer: string | null });
+  const lines = r.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { event: number; realServer: string | null });
   assert.equal(lines.length, 2);
   assert.deepEqual(lines[0], { event: 0, realServer: '10.0.0.3:80', connect: 0 });
   assert.equal(lines[1]!.event, 2);
 });
 
 test('a bad scenario exits 2, prints nothing on stdout and names the field on stderr', () => {
-  const r = simulate(JSON.stringify({ service: { address: '10.96.0.10', port: 80 }, realServers: [{ address: '10.0.0.1', weight: 70000 }], events: [] }));
+  const r = simulate(
+    JSON.stringify({ service: { address: '10.96.0.10', port: 80 }, realServers: [{ address: '10.0.0.1', weight: 70000 }], events: [] }),
+  );
   assert.equal(r.status, 2);
   assert.equal(r.stdout, '');
   assert.match(r.stderr, /realServers\[0\]\.weight: must be between 0 and 65535, got 70000/);

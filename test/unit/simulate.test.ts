@@ -31,7 +31,11 @@ function failure(s: Record<string, unknown>): ScenarioError {
 }
 
 test('one line per connect, with the event index, the real server and the connect number', () => {
-  const out = run({ scheduler: 'rr', realServers: rs('10.0.0.1', '10.0.0.2'), events: [connect('1.1.1.1', 1), { advance: 1 }, connect('1.1.1.1', 2)] });
+  const out = run({
+    scheduler: 'rr',
+    realServers: rs('10.0.0.1', '10.0.0.2'),
+    events: [connect('1.1.1.1', 1), { advance: 1 }, connect('1.1.1.1', 2)],
+  });
   assert.deepEqual(out, [
     { event: 0, realServer: '10.0.0.2:80', connect: 0 },
     { event: 2, realServer: '10.0.0.1:80', connect: 1 },
@@ -40,14 +44,22 @@ test('one line per connect, with the event index, the real server and the connec
 
 test('persistence with netmask 255.255.255.0 sends 10.1.2.3 and 10.1.2.99 to the same server, another /24 elsewhere', () => {
   const s = { scheduler: 'rr', persistence: 300, netmask: '255.255.255.0', realServers: rs('10.0.0.1', '10.0.0.2', '10.0.0.3') };
-  assert.deepEqual(servers({ ...s, events: [connect('10.1.2.3', 1000), connect('10.1.2.99', 1000), connect('10.1.3.3', 1000), connect('10.1.2.3', 1001)] }), [
-    '10.0.0.3',
-    '10.0.0.3',
-    '10.0.0.2',
-    '10.0.0.3',
-  ]);
+  assert.deepEqual(
+    servers({
+      ...s,
+      events: [connect('10.1.2.3', 1000), connect('10.1.2.99', 1000), connect('10.1.3.3', 1000), connect('10.1.2.3', 1001)],
+    }),
+    ['10.0.0.3', '10.0.0.3', '10.0.0.2', '10.0.0.3'],
+  );
   // without persistence each connect moves on
-  assert.deepEqual(servers({ scheduler: 'rr', realServers: rs('10.0.0.1', '10.0.0.2', '10.0.0.3'), events: [connect('10.1.2.3', 1000), connect('10.1.2.99', 1000)] }), ['10.0.0.3', '10.0.0.2']);
+  assert.deepEqual(
+    servers({
+      scheduler: 'rr',
+      realServers: rs('10.0.0.1', '10.0.0.2', '10.0.0.3'),
+      events: [connect('10.1.2.3', 1000), connect('10.1.2.99', 1000)],
+    }),
+    ['10.0.0.3', '10.0.0.2'],
+  );
 });
 
 test('a persistent client keeps reaching a weight-0 server, unless expireQuiescentTemplate is true', () => {
@@ -65,10 +77,17 @@ test('a template of a deleted server is never matched again, even after the serv
     { add: { address: '10.0.0.2', port: 80, weight: 1 } },
     connect('10.1.2.3', 3), // the new template (10.0.0.1) holds
   ];
-  assert.deepEqual(servers({ scheduler: 'rr', persistence: 300, realServers: rs('10.0.0.1', '10.0.0.2'), events }), ['10.0.0.2', '10.0.0.1', '10.0.0.1']);
+  assert.deepEqual(servers({ scheduler: 'rr', persistence: 300, realServers: rs('10.0.0.1', '10.0.0.2'), events }), [
+    '10.0.0.2',
+    '10.0.0.1',
+    '10.0.0.1',
+  ]);
   // deleted and re-added before any lookup: the template still holds
   const back = [connect('10.1.2.3', 1), { delete: '10.0.0.2:80' }, { add: { address: '10.0.0.2', port: 80 } }, connect('10.1.2.3', 2)];
-  assert.deepEqual(servers({ scheduler: 'rr', persistence: 300, realServers: rs('10.0.0.1', '10.0.0.2'), events: back }), ['10.0.0.2', '10.0.0.2']);
+  assert.deepEqual(servers({ scheduler: 'rr', persistence: 300, realServers: rs('10.0.0.1', '10.0.0.2'), events: back }), [
+    '10.0.0.2',
+    '10.0.0.2',
+  ]);
 });
 
 test('each connection through a template re-arms it to now + timeout', () => {
@@ -110,7 +129,10 @@ test('at the same instant connections expire before templates: a template whose 
   // TCP connection and template both due at t=900: the connection goes first, the template then
   // controls nothing and is freed instead of being re-armed.
   const events = [connect('10.1.2.3', 1), { advance: 900 }, connect('10.1.2.3', 2)];
-  assert.deepEqual(servers({ scheduler: 'rr', persistence: 900, realServers: rs('10.0.0.1', '10.0.0.2'), events }), ['10.0.0.2', '10.0.0.1']);
+  assert.deepEqual(servers({ scheduler: 'rr', persistence: 900, realServers: rs('10.0.0.1', '10.0.0.2'), events }), [
+    '10.0.0.2',
+    '10.0.0.1',
+  ]);
 });
 
 test('thresholds -x 2 -y 1: OVERLOAD from the 2nd connection until total connections drop below 1', () => {
@@ -129,7 +151,14 @@ test('thresholds -x 2 -y 1: OVERLOAD from the 2nd connection until total connect
     { expire: 1 }, // 0 < 1: cleared
     connect('1.1.1.1', 6), // A
   ];
-  assert.deepEqual(servers({ scheduler: 'fo', realServers, events }), ['10.0.0.1', '10.0.0.1', '10.0.0.2', '10.0.0.2', '10.0.0.2', '10.0.0.1']);
+  assert.deepEqual(servers({ scheduler: 'fo', realServers, events }), [
+    '10.0.0.1',
+    '10.0.0.1',
+    '10.0.0.2',
+    '10.0.0.2',
+    '10.0.0.2',
+    '10.0.0.1',
+  ]);
 });
 
 test('without a lower threshold OVERLOAD clears when total·4 < upper·3; raising upper clears it at once', () => {
@@ -170,23 +199,61 @@ test('delete then add revives the server from the trash with its connection coun
     connect('1.1.1.1', 5), // .1 has 2, .2 has 2: tie, .2 first
     connect('1.1.1.1', 6), // .2 has 3 now: .1
   ];
-  assert.deepEqual(servers({ scheduler: 'lc', realServers: rs('10.0.0.1', '10.0.0.2'), events }), ['10.0.0.2', '10.0.0.1', '10.0.0.2', '10.0.0.1', '10.0.0.2', '10.0.0.1']);
+  assert.deepEqual(servers({ scheduler: 'lc', realServers: rs('10.0.0.1', '10.0.0.2'), events }), [
+    '10.0.0.2',
+    '10.0.0.1',
+    '10.0.0.2',
+    '10.0.0.1',
+    '10.0.0.2',
+    '10.0.0.1',
+  ]);
 });
 
 test('TCP finish moves a connection to InActConn for 120 s; UDP connects count as inactive for 300 s', () => {
   const tcpEvents = [connect('1.1.1.1', 1), { finish: 0 }, connect('1.1.1.1', 2), connect('1.1.1.1', 3)];
   // lc: after finish .2 has overhead 1, .1 has 0 → .1; then .1 has 256 → .2
-  assert.deepEqual(servers({ scheduler: 'lc', realServers: rs('10.0.0.1', '10.0.0.2'), events: tcpEvents }), ['10.0.0.2', '10.0.0.1', '10.0.0.2']);
+  assert.deepEqual(servers({ scheduler: 'lc', realServers: rs('10.0.0.1', '10.0.0.2'), events: tcpEvents }), [
+    '10.0.0.2',
+    '10.0.0.1',
+    '10.0.0.2',
+  ]);
   // the finished connection is tracked until its TIME_WAIT ends
-  assert.match(failure({ scheduler: 'lc', realServers: rs('10.0.0.1'), events: [connect('1.1.1.1', 1), { finish: 0 }, { advance: 119 }, connect('1.1.1.1', 1)] }).path, /clientPort/);
-  assert.deepEqual(servers({ scheduler: 'lc', realServers: rs('10.0.0.1'), events: [connect('1.1.1.1', 1), { finish: 0 }, { advance: 120 }, connect('1.1.1.1', 1)] }), ['10.0.0.1', '10.0.0.1']);
+  assert.match(
+    failure({
+      scheduler: 'lc',
+      realServers: rs('10.0.0.1'),
+      events: [connect('1.1.1.1', 1), { finish: 0 }, { advance: 119 }, connect('1.1.1.1', 1)],
+    }).path,
+    /clientPort/,
+  );
+  assert.deepEqual(
+    servers({
+      scheduler: 'lc',
+      realServers: rs('10.0.0.1'),
+      events: [connect('1.1.1.1', 1), { finish: 0 }, { advance: 120 }, connect('1.1.1.1', 1)],
+    }),
+    ['10.0.0.1', '10.0.0.1'],
+  );
   // UDP: inactive (overhead 1), finish is a no-op, gone after 300 s
   const udp = [connect('1.1.1.1', 1), { finish: 0 }, connect('1.1.1.1', 2), connect('1.1.1.1', 3), { advance: 300 }, connect('1.1.1.1', 4)];
-  assert.deepEqual(servers({ scheduler: 'lc', protocol: 'udp', realServers: rs('10.0.0.1', '10.0.0.2'), events: udp }), ['10.0.0.2', '10.0.0.1', '10.0.0.2', '10.0.0.2']);
+  assert.deepEqual(servers({ scheduler: 'lc', protocol: 'udp', realServers: rs('10.0.0.1', '10.0.0.2'), events: udp }), [
+    '10.0.0.2',
+    '10.0.0.1',
+    '10.0.0.2',
+    '10.0.0.2',
+  ]);
 });
 
 test('finish and expire of a null or already expired connection are no-ops; K counts null connects too', () => {
-  const events = [connect('1.1.1.1', 1), { setWeight: { realServer: '10.0.0.1:80', weight: 1 } }, connect('1.1.1.1', 2), { expire: 1 }, { expire: 1 }, { finish: 1 }, { expire: 0 }];
+  const events = [
+    connect('1.1.1.1', 1),
+    { setWeight: { realServer: '10.0.0.1:80', weight: 1 } },
+    connect('1.1.1.1', 2),
+    { expire: 1 },
+    { expire: 1 },
+    { finish: 1 },
+    { expire: 0 },
+  ];
   const out = run({ scheduler: 'rr', realServers: [{ address: '10.0.0.1', weight: 0 }], events });
   assert.deepEqual(
     out.map((l) => l.realServer),
@@ -248,24 +315,48 @@ test('bad scenarios are rejected with the field that is wrong', () => {
   const cases: [Record<string, unknown>, string, RegExp][] = [
     [{ realServers: r, events: [{ add: { address: '10.0.0.1', port: 80 } }] }, 'events[0].add', /already in the real-server list/],
     [{ realServers: r, events: [{ delete: '10.0.0.9:80' }] }, 'events[0].delete', /not in the real-server list/],
-    [{ realServers: r, events: [{ delete: '10.0.0.1:80' }, { setWeight: { realServer: '10.0.0.1:80', weight: 1 } }] }, 'events[1].setWeight.realServer', /not in the real-server list/],
-    [{ realServers: r, events: [{ setWeight: { realServer: '10.0.0.1:80', weight: 65536 } }] }, 'events[0].setWeight.weight', /between 0 and 65535/],
+    [
+      { realServers: r, events: [{ delete: '10.0.0.1:80' }, { setWeight: { realServer: '10.0.0.1:80', weight: 1 } }] },
+      'events[1].setWeight.realServer',
+      /not in the real-server list/,
+    ],
+    [
+      { realServers: r, events: [{ setWeight: { realServer: '10.0.0.1:80', weight: 65536 } }] },
+      'events[0].setWeight.weight',
+      /between 0 and 65535/,
+    ],
     [{ realServers: [{ address: '10.0.0.1', weight: -1 }], events: [] }, 'realServers[0].weight', /between 0 and 65535/],
-    [{ realServers: r, events: [{ setThresholds: { realServer: '10.0.0.1:80', upper: -1, lower: 0 } }] }, 'events[0].setThresholds.upper', /between 0/],
-    [{ realServers: r, events: [{ setThresholds: { realServer: '10.0.0.1:80', upper: 1, lower: 2 } }] }, 'events[0].setThresholds.lower', /must not exceed upper/],
+    [
+      { realServers: r, events: [{ setThresholds: { realServer: '10.0.0.1:80', upper: -1, lower: 0 } }] },
+      'events[0].setThresholds.upper',
+      /between 0/,
+    ],
+    [
+      { realServers: r, events: [{ setThresholds: { realServer: '10.0.0.1:80', upper: 1, lower: 2 } }] },
+      'events[0].setThresholds.lower',
+      /must not exceed upper/,
+    ],
     [{ scheduler: 'mh', mhTableSize: 4096, realServers: r, events: [] }, 'mhTableSize', /251, 509/],
     [{ scheduler: 'rr', flags: ['mh-port'], realServers: r, events: [] }, 'flags[0]', /needs scheduler mh/],
     [{ scheduler: 'mh', flags: ['sh-fallback'], realServers: r, events: [] }, 'flags[0]', /needs scheduler sh/],
     [{ protocol: 'sctp', realServers: r, events: [] }, 'protocol', /tcp" or "udp/],
     [{ service: { address: '10.96.0.10', port: 0 }, realServers: r, events: [] }, 'service.port', /between 1 and 65535/],
-    [{ realServers: r, events: [connect('1.1.1.1', 7), connect('1.1.1.1', 7)] }, 'events[1].connect.clientPort', /already has a tracked connection \(connect 0\)/],
+    [
+      { realServers: r, events: [connect('1.1.1.1', 7), connect('1.1.1.1', 7)] },
+      'events[1].connect.clientPort',
+      /already has a tracked connection \(connect 0\)/,
+    ],
     [{ realServers: r, events: [{ jump: 1 }] }, 'events[0]', /unknown event type "jump"/],
     [{ realServers: r, events: [connect('1.1.1.1', 7), { finish: 1 }] }, 'events[1].finish', /1 connect event/],
     [{ realServers: r, events: [connect('2001:db8::1', 7)] }, 'events[0].connect.client', /IPv4 address like the service/],
     [{ realServers: r, events: [], bogus: 1 }, 'bogus', /unknown field/],
     [{ scheduler: 'nope', events: [] }, 'scheduler', /unknown scheduler "nope"/],
     [{ realServers: r, events: [{ preview: { delete: ['10.0.0.7:80'] } }] }, 'events[0].preview.delete[0]', /not a real server/],
-    [{ scheduler: 'mh', flags: ['mh-port'], realServers: r, events: [{ preview: { scheduler: 'sh' } }] }, 'events[0].preview.flags[0]', /needs scheduler mh/],
+    [
+      { scheduler: 'mh', flags: ['mh-port'], realServers: r, events: [{ preview: { scheduler: 'sh' } }] },
+      'events[0].preview.flags[0]',
+      /needs scheduler mh/,
+    ],
     [{ realServers: r, events: [{ advance: -1 }] }, 'events[0].advance', /seconds ≥ 0/],
   ];
   for (const [s, path, msg] of cases) {
@@ -276,5 +367,8 @@ test('bad scenarios are rejected with the field that is wrong', () => {
 });
 
 test('flag-1..3 are accepted with any scheduler', () => {
-  assert.deepEqual(servers({ scheduler: 'rr', flags: ['flag-1', 'flag-2', 'flag-3'], realServers: rs('10.0.0.1'), events: [connect('1.1.1.1', 1)] }), ['10.0.0.1']);
+  assert.deepEqual(
+    servers({ scheduler: 'rr', flags: ['flag-1', 'flag-2', 'flag-3'], realServers: rs('10.0.0.1'), events: [connect('1.1.1.1', 1)] }),
+    ['10.0.0.1'],
+  );
 });

@@ -21,7 +21,16 @@ type RsOpt = { address: string; weight?: number; slowStart?: number };
 function cfg(rs: RsOpt[], scheduler = 'wrr', slowStart: number | null = 30) {
   return validateConfig({
     dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: 16, maxServices: 4 },
-    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler, ...(slowStart !== null ? { slowStart } : {}), realServers: rs.map((r) => ({ port: 8080, weight: 100, ...r })) }],
+    services: [
+      {
+        protocol: 'tcp',
+        address: VIP,
+        port: 80,
+        scheduler,
+        ...(slowStart !== null ? { slowStart } : {}),
+        realServers: rs.map((r) => ({ port: 8080, weight: 100, ...r })),
+      },
+    ],
   });
 }
 
@@ -71,7 +80,11 @@ test('a server whose health check comes back ramps over slowStart in steps at mo
   }
   // 30 s / 20 = 1.5 s a step: 5, 10, … 100 (20 steps).
   assert.equal(steps.length, 20);
-  assert.deepEqual(steps.slice(0, 3), [[1500, 5], [3000, 10], [4500, 15]]);
+  assert.deepEqual(steps.slice(0, 3), [
+    [1500, 5],
+    [3000, 10],
+    [4500, 15],
+  ]);
   assert.deepEqual(steps.at(-1), [30_000, 100]);
   for (let i = 1; i < steps.length; i++) {
     assert.ok(steps[i]![0] - steps[i - 1]![0] >= 1500, 'steps at least window/20 apart');
@@ -111,7 +124,7 @@ test('a server added to a running service and a weight raised from 0 ramp; a new
   assert.deepEqual([view(RS[1]!).weight, view(RS[2]!).weight], [20, 50], 'both ramp in one step');
 });
 
-test('a real server\'s slowStart overrides its service\'s; 0 turns it off', () => {
+test("a real server's slowStart overrides its service's; 0 turns it off", () => {
   const { m, view, advance } = model();
   m.apply(cfg([{ address: RS[0]! }]));
   m.apply(cfg([{ address: RS[0]! }, { address: RS[1]!, slowStart: 10 }, { address: RS[2]!, slowStart: 0 }]));
@@ -154,7 +167,11 @@ test('mh rebuilds its table at most once a second per service however many serve
       }
     }
     assert.ok(rebuilds.length >= 9, `the ramp rebuilt the table (${rebuilds.length} times)`);
-    for (let i = 1; i < rebuilds.length; i++) assert.ok(rebuilds[i]! - rebuilds[i - 1]! >= SLOW_START_MIN_STEP_MS, `rebuilds ${rebuilds[i - 1]} and ${rebuilds[i]} less than 1 s apart`);
+    for (let i = 1; i < rebuilds.length; i++)
+      assert.ok(
+        rebuilds[i]! - rebuilds[i - 1]! >= SLOW_START_MIN_STEP_MS,
+        `rebuilds ${rebuilds[i - 1]} and ${rebuilds[i]} less than 1 s apart`,
+      );
     assert.ok(slots[0]! < slots.at(-1)!, `the returning server owns more slots as it ramps (${slots.join(' ')})`);
     assert.equal(view(RS[1]!).weight, 100);
     assert.equal(view(RS[2]!).weight, 100);
@@ -167,7 +184,7 @@ function input(i: number): SchedInput {
   return { caddr: (0x0a010000 + i) | 0, cport: 1024 + (i % 60000), vaddr: 0x0a60000a, vport: 80, now: 0 };
 }
 
-test('wrr gives a ramping server its ramp weight\'s share of new connections', () => {
+test("wrr gives a ramping server its ramp weight's share of new connections", () => {
   const { m, view, advance, rs } = model();
   m.apply(cfg(all));
   m.setHealthy(KEY, `${RS[2]}:8080`, false);
@@ -189,7 +206,7 @@ test('wrr gives a ramping server its ramp weight\'s share of new connections', (
   assert.ok(Math.abs(share() - 50 / 250) < 0.01, 'weight 50 against 100 + 100');
 });
 
-test('wlc sends a returning server (no connections) only its ramp weight\'s share of load, not every new connection', () => {
+test("wlc sends a returning server (no connections) only its ramp weight's share of load, not every new connection", () => {
   const run = (slowStart: number | null) => {
     const { m, view, rs } = model();
     m.apply(cfg(all, 'wlc', slowStart));
@@ -211,5 +228,5 @@ test('wlc sends a returning server (no connections) only its ramp weight\'s shar
   };
   assert.equal(run(null), 50, 'without slow start the empty server takes every new connection');
   // Weight 1 against 100: it is least loaded until it has 1 connection per 100 of the others'.
-  assert.ok(run(30) <= 2, 'with slow start it takes about its weight\'s share');
+  assert.ok(run(30) <= 2, "with slow start it takes about its weight's share");
 });

@@ -19,7 +19,13 @@ const good = (port = 80, vip = '10.96.0.10') => ({
 });
 
 test('a state file of the wrong shape restores nothing and says why, without throwing', () => {
-  for (const [doc, path] of [[[], ''], ['x', ''], [null, ''], [{ draining: {} }, 'draining'], [{ draining: 'all' }, 'draining']] as const) {
+  for (const [doc, path] of [
+    [[], ''],
+    ['x', ''],
+    [null, ''],
+    [{ draining: {} }, 'draining'],
+    [{ draining: 'all' }, 'draining'],
+  ] as const) {
     const r = validateStateDrains(doc, cfg);
     assert.deepEqual(r.drains, []);
     assert.equal(r.skipped.length, 1, JSON.stringify(doc));
@@ -46,9 +52,21 @@ test('each bad entry is skipped with its index and reason; good ones are kept', 
     },
     cfg,
   );
-  assert.deepEqual(r.drains.map((d) => d.service), ['tcp 10.96.0.10:80', 'tcp 10.96.0.10:88']);
+  assert.deepEqual(
+    r.drains.map((d) => d.service),
+    ['tcp 10.96.0.10:80', 'tcp 10.96.0.10:88'],
+  );
   const why = Object.fromEntries(r.skipped.map((s) => [s.path, s.reason]));
-  assert.deepEqual(Object.keys(why), ['draining[1]', 'draining[2]', 'draining[3]', 'draining[4]', 'draining[5]', 'draining[6]', 'draining[7]', 'draining[8]']);
+  assert.deepEqual(Object.keys(why), [
+    'draining[1]',
+    'draining[2]',
+    'draining[3]',
+    'draining[4]',
+    'draining[5]',
+    'draining[6]',
+    'draining[7]',
+    'draining[8]',
+  ]);
   assert.match(why['draining[2]']!, /not inside dataplane.vipCidrs/);
   assert.match(why['draining[3]']!, /serviceConfig is tcp 10.96.0.10:83/);
   assert.match(why['draining[4]']!, /realServerConfig.weight: must be between 0 and 65535/);

@@ -2,7 +2,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as S from '../../conntrack/state';
 
-const SYN = S.TCPF_SYN, ACK = S.TCPF_ACK, FIN = S.TCPF_FIN, RST = S.TCPF_RST;
+const SYN = S.TCPF_SYN,
+  ACK = S.TCPF_ACK,
+  FIN = S.TCPF_FIN,
+  RST = S.TCPF_RST;
 
 function walk(steps: [number, number][]): string[] {
   let st = S.TCP_NONE;
@@ -14,14 +17,27 @@ function walk(steps: [number, number][]): string[] {
 
 test('a masq connection walks SYN_RECV, ESTABLISHED, CLOSE_WAIT, TIME_WAIT as in the kernel walk-through', () => {
   assert.deepEqual(
-    walk([[S.DIR_INPUT, SYN], [S.DIR_OUTPUT, SYN | ACK], [S.DIR_INPUT, ACK], [S.DIR_INPUT, FIN | ACK], [S.DIR_OUTPUT, FIN | ACK], [S.DIR_INPUT, ACK]]),
+    walk([
+      [S.DIR_INPUT, SYN],
+      [S.DIR_OUTPUT, SYN | ACK],
+      [S.DIR_INPUT, ACK],
+      [S.DIR_INPUT, FIN | ACK],
+      [S.DIR_OUTPUT, FIN | ACK],
+      [S.DIR_INPUT, ACK],
+    ]),
     ['SYN_RECV', 'SYN_RECV', 'ESTABLISHED', 'CLOSE_WAIT', 'TIME_WAIT', 'TIME_WAIT'],
   );
 });
 
 test('a one-directional (tunnel/DR) connection walks SYN_RECV, ESTABLISHED, FIN_WAIT and RST closes it', () => {
   assert.deepEqual(
-    walk([[S.DIR_INPUT_ONLY, SYN], [S.DIR_INPUT_ONLY, ACK], [S.DIR_INPUT_ONLY, FIN | ACK], [S.DIR_INPUT_ONLY, ACK], [S.DIR_INPUT_ONLY, RST]]),
+    walk([
+      [S.DIR_INPUT_ONLY, SYN],
+      [S.DIR_INPUT_ONLY, ACK],
+      [S.DIR_INPUT_ONLY, FIN | ACK],
+      [S.DIR_INPUT_ONLY, ACK],
+      [S.DIR_INPUT_ONLY, RST],
+    ]),
     ['SYN_RECV', 'ESTABLISHED', 'FIN_WAIT', 'FIN_WAIT', 'CLOSE'],
   );
 });

@@ -22,11 +22,12 @@ const fresh = (capacity: number) => new ConnTable(ConnTable.create(capacity, tim
 // lib/siphash_kunit.c, BITS_PER_LONG != 64: hsiphash (HalfSipHash-1-3) of bytes 00 01 … n−1
 // under the key 03020100 07060504, for n = 0..63.
 const KERNEL_HSIPHASH32 = [
-  0x5814c896, 0xe7e864ca, 0xbc4b0e30, 0x01539939, 0x7e059ea6, 0x88e3d89b, 0xa0080b65, 0x9d38d9d6, 0x577999b1, 0xc839caed, 0xe4fa32cf, 0x959246ee, 0x6b28096c,
-  0x66dd9cd6, 0x16658a7c, 0xd0257b04, 0x8b31d501, 0x2b1cd04b, 0x06712339, 0x522aca67, 0x911bb605, 0x90a65f0e, 0xf826ef7b, 0x62512deb, 0x57150ad7, 0x5d473507,
-  0x1ec47442, 0xab64afd3, 0x0a4100d0, 0x6d2ce652, 0x2331b6a3, 0x08d8791a, 0xbc6dda8d, 0xe0f6c934, 0xb0652033, 0x9b9851cc, 0x7c46fb7f, 0x732ba8cb, 0xf142997a,
-  0xfcc9aa1b, 0x05327eb2, 0xe110131c, 0xf9e5e7c0, 0xa7d708a6, 0x11795ab1, 0x65671619, 0x9f5fff91, 0xd89c5267, 0x007783eb, 0x95766243, 0xab639262, 0x9c7e1390,
-  0xc368dda6, 0x38ddc455, 0xfa13d379, 0x979ea4e8, 0x53ecd77e, 0x2ee80657, 0x33dbb66a, 0xae3f0577, 0x88b4c4cc, 0x3e7f480b, 0x74c1ebf8, 0x87178304,
+  0x5814c896, 0xe7e864ca, 0xbc4b0e30, 0x01539939, 0x7e059ea6, 0x88e3d89b, 0xa0080b65, 0x9d38d9d6, 0x577999b1, 0xc839caed, 0xe4fa32cf,
+  0x959246ee, 0x6b28096c, 0x66dd9cd6, 0x16658a7c, 0xd0257b04, 0x8b31d501, 0x2b1cd04b, 0x06712339, 0x522aca67, 0x911bb605, 0x90a65f0e,
+  0xf826ef7b, 0x62512deb, 0x57150ad7, 0x5d473507, 0x1ec47442, 0xab64afd3, 0x0a4100d0, 0x6d2ce652, 0x2331b6a3, 0x08d8791a, 0xbc6dda8d,
+  0xe0f6c934, 0xb0652033, 0x9b9851cc, 0x7c46fb7f, 0x732ba8cb, 0xf142997a, 0xfcc9aa1b, 0x05327eb2, 0xe110131c, 0xf9e5e7c0, 0xa7d708a6,
+  0x11795ab1, 0x65671619, 0x9f5fff91, 0xd89c5267, 0x007783eb, 0x95766243, 0xab639262, 0x9c7e1390, 0xc368dda6, 0x38ddc455, 0xfa13d379,
+  0x979ea4e8, 0x53ecd77e, 0x2ee80657, 0x33dbb66a, 0xae3f0577, 0x88b4c4cc, 0x3e7f480b, 0x74c1ebf8, 0x87178304,
 ];
 
 test('HalfSipHash-1-3 matches all 64 self-test vectors of the kernel hsiphash on 32-bit machines', () => {
@@ -87,10 +88,19 @@ test('one client address with 65 536 source ports spreads evenly, and so do dest
   const t = fresh(65536);
   const c = parseIPv4('192.168.1.100')!;
   const v = parseIPv4('10.96.0.10')!;
-  assertUniform(spread(65536, 65536, (i) => t.bucket(6, c, (i << 16) | 80, v)), 'source ports');
-  assertUniform(spread(65536, 65536, (i) => t.bucket(6, c, (40000 << 16) | i, v)), 'destination ports');
+  assertUniform(
+    spread(65536, 65536, (i) => t.bucket(6, c, (i << 16) | 80, v)),
+    'source ports',
+  );
+  assertUniform(
+    spread(65536, 65536, (i) => t.bucket(6, c, (40000 << 16) | i, v)),
+    'destination ports',
+  );
   // IPv4 clients of one /16 with one port: the address words alone.
-  assertUniform(spread(65536, 65536, (i) => t.bucket(17, (c & 0xffff0000) | i, (40000 << 16) | 53, v)), 'IPv4 /16');
+  assertUniform(
+    spread(65536, 65536, (i) => t.bucket(17, (c & 0xffff0000) | i, (40000 << 16) | 53, v)),
+    'IPv4 /16',
+  );
 });
 
 test('each table has its own key, kept in its header: the same keys land elsewhere in another table, alike in every view of one', () => {
@@ -125,9 +135,39 @@ test('an insert into a chain already CHAIN_LIMIT long is refused (−3) and long
   const keys = colliding(t, CHAIN_LIMIT + 1, v, cports);
   for (let i = 0; i < CHAIN_LIMIT; i++) {
     // Out-keys spread by their own (random) address, so only the in-chain is long.
-    assert.ok(t.insert(newFlow({ proto: 6, caddr: keys[i]!, cports, vaddr: v, daddr: 0x0a0b0000 + i * 7919, dports: (8080 << 16) | 40000, laddr: keys[i]!, rs: 1, now: t.now() })) >= 0, `insert ${i}`);
+    assert.ok(
+      t.insert(
+        newFlow({
+          proto: 6,
+          caddr: keys[i]!,
+          cports,
+          vaddr: v,
+          daddr: 0x0a0b0000 + i * 7919,
+          dports: (8080 << 16) | 40000,
+          laddr: keys[i]!,
+          rs: 1,
+          now: t.now(),
+        }),
+      ) >= 0,
+      `insert ${i}`,
+    );
   }
-  assert.equal(t.insert(newFlow({ proto: 6, caddr: keys[CHAIN_LIMIT]!, cports, vaddr: v, daddr: 0x0a0c0001, dports: (8080 << 16) | 40000, laddr: keys[CHAIN_LIMIT]!, rs: 1, now: t.now() })), -3);
+  assert.equal(
+    t.insert(
+      newFlow({
+        proto: 6,
+        caddr: keys[CHAIN_LIMIT]!,
+        cports,
+        vaddr: v,
+        daddr: 0x0a0c0001,
+        dports: (8080 << 16) | 40000,
+        laddr: keys[CHAIN_LIMIT]!,
+        rs: 1,
+        now: t.now(),
+      }),
+    ),
+    -3,
+  );
   assert.equal(t.count(), CHAIN_LIMIT);
   assert.ok(t.longestWalk() >= CHAIN_LIMIT, `peak ${t.longestWalk()}`);
   assert.ok(t.longWalks() > 0 && CHAIN_ALARM < CHAIN_LIMIT);

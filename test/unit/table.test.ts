@@ -3,7 +3,16 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import * as L from '../../conntrack/layout';
-import { ConnTable, createRealServerRegion, FLOW_DEST_GONE, FLOW_HIT, FLOW_MISS, FLOW_REUSE, LOOKUP_EXPIRE_NODEST, LOOKUP_NEW } from '../../conntrack/table';
+import {
+  ConnTable,
+  createRealServerRegion,
+  FLOW_DEST_GONE,
+  FLOW_HIT,
+  FLOW_MISS,
+  FLOW_REUSE,
+  LOOKUP_EXPIRE_NODEST,
+  LOOKUP_NEW,
+} from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_SYN, TCP_STATE_NAMES } from '../../conntrack/state';
 import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
 
@@ -15,8 +24,11 @@ function fresh(capacity = 1024) {
   return { t, rs: new Int32Array(rs) };
 }
 
-const C = 0x0a000002, V = 0x0a600001, D = 0x0a0b0002;
-const CP = (40000 << 16) | 80, DP = (8080 << 16) | 40000;
+const C = 0x0a000002,
+  V = 0x0a600001,
+  D = 0x0a0b0002;
+const CP = (40000 << 16) | 80,
+  DP = (8080 << 16) | 40000;
 
 test('both directions of a flow find the same entry', () => {
   const { t } = fresh();
@@ -65,7 +77,8 @@ test('the sweeper removes an entry only once its timer is due and unbinds it', (
 test('a full table refuses new entries and keeps the existing ones', () => {
   const { t } = fresh(16);
   const now = t.now();
-  for (let i = 0; i < 16; i++) assert.ok(t.insert(newFlow({ proto: 6, caddr: C + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 0, now })) >= 0);
+  for (let i = 0; i < 16; i++)
+    assert.ok(t.insert(newFlow({ proto: 6, caddr: C + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 0, now })) >= 0);
   assert.equal(t.insert(newFlow({ proto: 6, caddr: C + 100, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 100, rs: 0, now })), -1);
   assert.equal(t.count(), 16);
   const b = t.bucket(6, C + 5, CP, V);
@@ -185,7 +198,9 @@ test('four workers inserting, touching and removing the same keys leave a consis
     [0, 1, 2, 3].map(
       (id) =>
         new Promise<{ inserted: number; removed: number; full: number }>((resolve, reject) => {
-          const w = new Worker(join(__dirname, '..', 'helpers', 'table-worker.js'), { workerData: { table: sab, rs: rsSab, id, ops: 40000, keys, seed: 1000 + id } });
+          const w = new Worker(join(__dirname, '..', 'helpers', 'table-worker.js'), {
+            workerData: { table: sab, rs: rsSab, id, ops: 40000, keys, seed: 1000 + id },
+          });
           w.once('message', resolve);
           w.once('error', reject);
         }),
@@ -241,21 +256,62 @@ test('releaseLocksOf frees exactly the locks a dead owner held', () => {
 test('a shadow entry carries its synced state and expiry from the start, is not counted, and is counted once adopted', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e = t.putShadow(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, state: 1 /* ESTABLISHED */, expires: (now + 500_000) | 0 }));
+  const e = t.putShadow(
+    newFlow({
+      proto: 6,
+      caddr: C,
+      cports: CP,
+      vaddr: V,
+      daddr: D,
+      dports: DP,
+      laddr: C,
+      rs: 2,
+      state: 1 /* ESTABLISHED */,
+      expires: (now + 500_000) | 0,
+    }),
+  );
   assert.ok(e >= 0);
   const o = t.base(e);
   assert.equal(t.i32[o + L.E_STATE], 1);
   assert.equal(t.i32[o + L.E_EXPIRES], (now + 500_000) | 0);
   assert.equal(t.shadows(), 1);
-  assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]], [0, 0], 'another node\'s flow is not counted here');
+  assert.deepEqual(
+    [rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]],
+    [0, 0],
+    "another node's flow is not counted here",
+  );
   assert.equal(t.expire(now + 499_999), 0, 'the sweeper keeps it until its synced expiry');
-  assert.equal(t.putShadow(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, flags: L.F_INACTIVE, rs: 2, state: 5, expires: (now + 600_000) | 0 })), e, 'a newer record refreshes it');
+  assert.equal(
+    t.putShadow(
+      newFlow({
+        proto: 6,
+        caddr: C,
+        cports: CP,
+        vaddr: V,
+        daddr: D,
+        dports: DP,
+        laddr: C,
+        flags: L.F_INACTIVE,
+        rs: 2,
+        state: 5,
+        expires: (now + 600_000) | 0,
+      }),
+    ),
+    e,
+    'a newer record refreshes it',
+  );
   assert.equal(t.i32[o + L.E_STATE], 5);
   assert.equal(t.adopt(e, now), true);
   assert.equal(t.adopt(e, now), false, 'adopted once');
   assert.equal(t.shadows(), 0);
   assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]], [0, 1], 'counted as the record said (inactive)');
-  assert.equal(t.putShadow(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, state: 1, expires: (now + 1000) | 0 })), -1, 'a local entry wins over a record');
+  assert.equal(
+    t.putShadow(
+      newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, state: 1, expires: (now + 1000) | 0 }),
+    ),
+    -1,
+    'a local entry wins over a record',
+  );
 });
 
 test('SCTP timeouts have their own header slots: TCP and UDP slots stay where they were, all inside the header', () => {
@@ -266,9 +322,15 @@ test('SCTP timeouts have their own header slots: TCP and UDP slots stay where th
   const sctp = Array.from({ length: 14 }, (_, i) => 1000 + i);
   const t = new ConnTable(ConnTable.create(64, { ...timeouts, sctp }), rs, L.OWNER_CONTROL);
   const a = t.i32;
-  assert.deepEqual([...a.subarray(L.H_TIMEOUTS, L.H_TIMEOUTS + 11)], TCP_DEFAULT_TIMEOUTS.map((s) => s * 1000));
+  assert.deepEqual(
+    [...a.subarray(L.H_TIMEOUTS, L.H_TIMEOUTS + 11)],
+    TCP_DEFAULT_TIMEOUTS.map((s) => s * 1000),
+  );
   assert.equal(a[L.H_TIMEOUTS + L.TIMEOUT_UDP], 300_000);
-  assert.deepEqual([...a.subarray(L.H_TIMEOUTS + L.TIMEOUT_SCTP, L.H_TIMEOUTS + L.TIMEOUT_SCTP + 14)], sctp.map((s) => s * 1000));
+  assert.deepEqual(
+    [...a.subarray(L.H_TIMEOUTS + L.TIMEOUT_SCTP, L.H_TIMEOUTS + L.TIMEOUT_SCTP + 14)],
+    sctp.map((s) => s * 1000),
+  );
   // An SCTP entry's timer comes from its state's slot; a UDP one's from the UDP slot.
   const now = t.now();
   const e = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));

@@ -25,8 +25,32 @@ import { newFlow } from '../../conntrack/flow';
 
 // The kernel's enum order (include/net/ip_vs.h IP_VS_TCP_S_*), the columns of every row below.
 const COLUMNS = 'NO ES SS SR FW TW CL CW LA LI SA'.split(' ');
-const KERNEL_NAMES = ['NONE', 'ESTABLISHED', 'SYN_SENT', 'SYN_RECV', 'FIN_WAIT', 'TIME_WAIT', 'CLOSE', 'CLOSE_WAIT', 'LAST_ACK', 'LISTEN', 'SYNACK'];
-const KERNEL_TIMEOUT_S = { NO: 2, ES: 15 * 60, SS: 2 * 60, SR: 60, FW: 2 * 60, TW: 2 * 60, CL: 10, CW: 60, LA: 30, LI: 2 * 60, SA: 120 } as Record<string, number>;
+const KERNEL_NAMES = [
+  'NONE',
+  'ESTABLISHED',
+  'SYN_SENT',
+  'SYN_RECV',
+  'FIN_WAIT',
+  'TIME_WAIT',
+  'CLOSE',
+  'CLOSE_WAIT',
+  'LAST_ACK',
+  'LISTEN',
+  'SYNACK',
+];
+const KERNEL_TIMEOUT_S = {
+  NO: 2,
+  ES: 15 * 60,
+  SS: 2 * 60,
+  SR: 60,
+  FW: 2 * 60,
+  TW: 2 * 60,
+  CL: 10,
+  CW: 60,
+  LA: 30,
+  LI: 2 * 60,
+  SA: 120,
+} as Record<string, number>;
 const KERNEL_ACTIVE = new Set(['ES', 'SS', 'SR', 'SA']);
 
 // tcp_states[], transcribed row by row: "<direction> <event>: next state for NO ES SS … SA".
@@ -61,7 +85,14 @@ const ENTRIES: Entry[] = KERNEL_TCP_STATES.trim()
     return next.map((to, i) => ({ dir, event, from: COLUMNS[i]!, to }));
   });
 
-const FIN = 0x01, SYN = 0x02, RST = 0x04, PSH = 0x08, ACK = 0x10, URG = 0x20, ECE = 0x40, CWR = 0x80;
+const FIN = 0x01,
+  SYN = 0x02,
+  RST = 0x04,
+  PSH = 0x08,
+  ACK = 0x10,
+  URG = 0x20,
+  ECE = 0x40,
+  CWR = 0x80;
 // Flag bytes that make each event (tcp_state_idx's priority rst > syn > fin > ack).
 const FLAGS: Record<Entry['event'], number[]> = {
   syn: [SYN, SYN | ACK, SYN | FIN, SYN | ECE | CWR, SYN | FIN | ACK | PSH],
@@ -78,8 +109,14 @@ test('the transcribed kernel table has 132 entries, and state.ts numbers and nam
   assert.equal(ENTRIES.length, 3 * 4 * 11);
   assert.equal(S.TCP_STATE_COUNT, 11);
   assert.deepEqual([...S.TCP_STATE_NAMES], KERNEL_NAMES);
-  assert.deepEqual(S.TCP_DEFAULT_TIMEOUTS, COLUMNS.map((c) => KERNEL_TIMEOUT_S[c]));
-  assert.deepEqual(COLUMNS.filter((_, i) => S.TCP_ACTIVE[i] === 1), ['ES', 'SS', 'SR', 'SA']);
+  assert.deepEqual(
+    S.TCP_DEFAULT_TIMEOUTS,
+    COLUMNS.map((c) => KERNEL_TIMEOUT_S[c]),
+  );
+  assert.deepEqual(
+    COLUMNS.filter((_, i) => S.TCP_ACTIVE[i] === 1),
+    ['ES', 'SS', 'SR', 'SA'],
+  );
 });
 
 test('tcpNextState follows every one of the 132 kernel entries, for every flag byte that makes the event', () => {
@@ -111,8 +148,11 @@ test('the two entries mutation testing found unguarded: server RST in ESTABLISHE
 });
 
 // ── The same 132 entries through ConnTable.touch ───────────────────────────────────────────────
-const CADDR = 0x0a000002, VADDR = 0x0a600001, DADDR = 0x0a0b0002;
-const CPORTS = (40000 << 16) | 80, DPORTS = (8080 << 16) | 40000;
+const CADDR = 0x0a000002,
+  VADDR = 0x0a600001,
+  DADDR = 0x0a0b0002;
+const CPORTS = (40000 << 16) | 80,
+  DPORTS = (8080 << 16) | 40000;
 const RS_SLOT = 1;
 
 /** A fresh table with one TCP entry put in state `from` (counted as the kernel counts it there). */
@@ -121,7 +161,20 @@ function entryIn(from: number, noOutput: boolean) {
   const rs = new Int32Array(rsSab);
   const t = new ConnTable(ConnTable.create(16, { tcp: S.TCP_DEFAULT_TIMEOUTS, udp: 300 }), rsSab, L.OWNER_CONTROL);
   const now = t.now();
-  const e = t.insert(newFlow({ proto: 6, caddr: CADDR, cports: CPORTS, vaddr: VADDR, daddr: DADDR, dports: DPORTS, laddr: CADDR, flags: noOutput ? L.F_NOOUTPUT : 0, rs: RS_SLOT, now }));
+  const e = t.insert(
+    newFlow({
+      proto: 6,
+      caddr: CADDR,
+      cports: CPORTS,
+      vaddr: VADDR,
+      daddr: DADDR,
+      dports: DPORTS,
+      laddr: CADDR,
+      flags: noOutput ? L.F_NOOUTPUT : 0,
+      rs: RS_SLOT,
+      now,
+    }),
+  );
   assert.ok(e >= 0);
   const o = t.base(e);
   const r = RS_SLOT * L.RS_WORDS;

@@ -21,15 +21,31 @@ function setup(service: Record<string, unknown>) {
   const run = (pkt: Uint8Array) => p.run(pkt).pkt;
   /** -Lnc's rows as the API gives them: template rows have client port 0. */
   const rows = () => connectionsView({ table } as unknown as Daemon, 100, 0).connections;
-  const templateState = () => rows().filter((r) => r.client.endsWith(':0')).map((r) => r.state);
+  const templateState = () =>
+    rows()
+      .filter((r) => r.client.endsWith(':0'))
+      .map((r) => r.state);
   return { run, rows, templateState };
 }
 
 test('a TCP template is NONE until its connection is ESTABLISHED, then ASSURED', () => {
-  const { run, rows, templateState } = setup({ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', persistence: 300, realServers: [{ address: '10.0.0.1', port: 8080 }] });
+  const { run, rows, templateState } = setup({
+    protocol: 'tcp',
+    address: VIP,
+    port: 80,
+    scheduler: 'rr',
+    persistence: 300,
+    realServers: [{ address: '10.0.0.1', port: 8080 }],
+  });
   const syn = run(tcp({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, flags: TCPF_SYN }));
   assert.deepEqual(templateState(), ['NONE']);
-  assert.deepEqual(rows().filter((r) => !r.client.endsWith(':0')).map((r) => r.state), ['SYN_RECV'], 'the connection keeps its TCP state name');
+  assert.deepEqual(
+    rows()
+      .filter((r) => !r.client.endsWith(':0'))
+      .map((r) => r.state),
+    ['SYN_RECV'],
+    'the connection keeps its TCP state name',
+  );
   run(tcp({ src: field(syn).dst, dst: CLIENT, sport: 8080, dport: 40000, flags: TCPF_SYN | TCPF_ACK }));
   assert.deepEqual(templateState(), ['NONE'], 'SYN_RECV is not ESTABLISHED');
   run(tcp({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, flags: TCPF_ACK }));
@@ -40,7 +56,14 @@ test('a TCP template is NONE until its connection is ESTABLISHED, then ASSURED',
 });
 
 test('a UDP template is NONE until a reply comes back, then ASSURED (not the protocol name UDP)', () => {
-  const { run, templateState } = setup({ protocol: 'udp', address: VIP, port: 53, scheduler: 'rr', persistence: 300, realServers: [{ address: '10.0.0.1', port: 5353 }] });
+  const { run, templateState } = setup({
+    protocol: 'udp',
+    address: VIP,
+    port: 53,
+    scheduler: 'rr',
+    persistence: 300,
+    realServers: [{ address: '10.0.0.1', port: 5353 }],
+  });
   run(udp({ src: CLIENT, dst: VIP, sport: 48000, dport: 53 }));
   run(udp({ src: CLIENT, dst: VIP, sport: 48000, dport: 53 }));
   assert.deepEqual(templateState(), ['NONE'], 'requests alone do not assure it');

@@ -35,23 +35,45 @@ const vip = { protocol: 'tcp', address: '10.200.0.10', port: 80 };
 
 test('-A/--add-service: scheduler default wlc, -s, -b flags, -p with optional timeout, -M', () => {
   assert.deepEqual(ops('-A -t 10.200.0.10:80'), [{ op: 'addService', service: { ...vip, scheduler: 'wlc' } }]);
-  assert.deepEqual(ops('--add-service --tcp-service 10.200.0.10:80 --scheduler rr'), [{ op: 'addService', service: { ...vip, scheduler: 'rr' } }]);
+  assert.deepEqual(ops('--add-service --tcp-service 10.200.0.10:80 --scheduler rr'), [
+    { op: 'addService', service: { ...vip, scheduler: 'rr' } },
+  ]);
   assert.deepEqual(ops('-A --tcp-service=10.200.0.10:80 --scheduler=sh --sched-flags=sh-port,sh-fallback'), [
     { op: 'addService', service: { ...vip, scheduler: 'sh', schedFlags: ['sh-port', 'sh-fallback'] } },
   ]);
-  assert.deepEqual(ops('-A -u 10.200.0.10:53 -s mh -b mh-fallback'), [{ op: 'addService', service: { protocol: 'udp', address: '10.200.0.10', port: 53, scheduler: 'mh', schedFlags: ['mh-fallback'] } }]);
+  assert.deepEqual(ops('-A -u 10.200.0.10:53 -s mh -b mh-fallback'), [
+    { op: 'addService', service: { protocol: 'udp', address: '10.200.0.10', port: 53, scheduler: 'mh', schedFlags: ['mh-fallback'] } },
+  ]);
   assert.deepEqual(ops('-A -t 10.200.0.10:80 -p'), [{ op: 'addService', service: { ...vip, scheduler: 'wlc', persistence: 360 } }]);
-  assert.deepEqual(ops('-A -t 10.200.0.10:80 -p 600 -s lc'), [{ op: 'addService', service: { ...vip, scheduler: 'lc', persistence: 600 } }]);
-  assert.deepEqual(ops('-A -t 10.200.0.10:80 -p -s lc'), [{ op: 'addService', service: { ...vip, scheduler: 'lc', persistence: 360 } }], '-p does not take an argument starting with -');
+  assert.deepEqual(ops('-A -t 10.200.0.10:80 -p 600 -s lc'), [
+    { op: 'addService', service: { ...vip, scheduler: 'lc', persistence: 600 } },
+  ]);
+  assert.deepEqual(
+    ops('-A -t 10.200.0.10:80 -p -s lc'),
+    [{ op: 'addService', service: { ...vip, scheduler: 'lc', persistence: 360 } }],
+    '-p does not take an argument starting with -',
+  );
   assert.deepEqual(ops('-A -t 10.200.0.10:80 -p60'), [{ op: 'addService', service: { ...vip, scheduler: 'wlc', persistence: 60 } }]);
-  assert.deepEqual(ops('-A -t 10.200.0.10:80 --persistent=90 -M 255.255.255.0'), [{ op: 'addService', service: { ...vip, scheduler: 'wlc', persistence: 90, netmask: '255.255.255.0' } }]);
-  assert.deepEqual(ops('-A -t 10.200.0.10 -p'), [{ op: 'addService', service: { ...vip, port: 0, scheduler: 'wlc', persistence: 360 } }], 'port 0 is allowed when persistent');
-  assert.deepEqual(ops('-A --sctp-service 10.200.0.10:80'), [{ op: 'addService', service: { ...vip, protocol: 'sctp', scheduler: 'wlc' } }], 'SCTP services go to uvsd like TCP and UDP ones');
+  assert.deepEqual(ops('-A -t 10.200.0.10:80 --persistent=90 -M 255.255.255.0'), [
+    { op: 'addService', service: { ...vip, scheduler: 'wlc', persistence: 90, netmask: '255.255.255.0' } },
+  ]);
+  assert.deepEqual(
+    ops('-A -t 10.200.0.10 -p'),
+    [{ op: 'addService', service: { ...vip, port: 0, scheduler: 'wlc', persistence: 360 } }],
+    'port 0 is allowed when persistent',
+  );
+  assert.deepEqual(
+    ops('-A --sctp-service 10.200.0.10:80'),
+    [{ op: 'addService', service: { ...vip, protocol: 'sctp', scheduler: 'wlc' } }],
+    'SCTP services go to uvsd like TCP and UDP ones',
+  );
 });
 
 test('combined short options as popt takes them: -At ADDR, -Ln, -mw3, -p=60', () => {
   assert.deepEqual(ops('-At 10.200.0.10:80 -s wrr'), [{ op: 'addService', service: { ...vip, scheduler: 'wrr' } }]);
-  assert.deepEqual(ops('-at 10.200.0.10:80 -r 10.200.11.2:8080 -mw3'), [{ op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 8080, weight: 3 } }]);
+  assert.deepEqual(ops('-at 10.200.0.10:80 -r 10.200.11.2:8080 -mw3'), [
+    { op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 8080, weight: 3 } },
+  ]);
   assert.deepEqual(ops('-A -t 10.200.0.10:80 -p=60'), [{ op: 'addService', service: { ...vip, scheduler: 'wlc', persistence: 60 } }]);
   const l = ok('-Lnc');
   assert.deepEqual([l.kind, l.kind === 'list' && l.what, l.kind === 'list' && l.format.numeric], ['list', 'connections', true]);
@@ -63,7 +85,9 @@ test('addresses: inet_aton forms, /etc/hosts names, /etc/services ports, IPv6 pa
   assert.equal(inetAton('1.2.3.256'), null);
   assert.equal(inetAton('09.1.1.1'), null);
   assert.deepEqual(ops('-A -t web:http'), [{ op: 'addService', service: { ...vip, scheduler: 'wlc' } }]);
-  assert.deepEqual(ops('-A -u 10.200.0.10:domain'), [{ op: 'addService', service: { protocol: 'udp', address: '10.200.0.10', port: 53, scheduler: 'wlc' } }]);
+  assert.deepEqual(ops('-A -u 10.200.0.10:domain'), [
+    { op: 'addService', service: { protocol: 'udp', address: '10.200.0.10', port: 53, scheduler: 'wlc' } },
+  ]);
   assert.deepEqual(ops('-A -t 10.200.10:80'), [{ op: 'addService', service: { ...vip, address: '10.200.0.10', scheduler: 'wlc' } }]);
   assert.deepEqual(ops('-A -t [2001:db8::1]:80'), [{ op: 'addService', service: { ...vip, address: '2001:db8::1', scheduler: 'wlc' } }]);
   bad('-A -t 1234', 'illegal virtual server address[:port] specified');
@@ -75,12 +99,16 @@ test('addresses: inet_aton forms, /etc/hosts names, /etc/services ports, IPv6 pa
 
 test('-E replaces the service settings: no -s means wlc, no -p means no persistence', () => {
   assert.deepEqual(ops('-E -t 10.200.0.10:80'), [{ op: 'editService', service: { ...vip, scheduler: 'wlc' } }]);
-  assert.deepEqual(ops('--edit-service -t 10.200.0.10:80 -s rr -b flag-1 -p 30'), [{ op: 'editService', service: { ...vip, scheduler: 'rr', schedFlags: ['flag-1'], persistence: 30 } }]);
+  assert.deepEqual(ops('--edit-service -t 10.200.0.10:80 -s rr -b flag-1 -p 30'), [
+    { op: 'editService', service: { ...vip, scheduler: 'rr', schedFlags: ['flag-1'], persistence: 30 } },
+  ]);
 });
 
 test('-D, -C, --set, -Z', () => {
   assert.deepEqual(ops('-D -t 10.200.0.10:80'), [{ op: 'deleteService', ref: vip }]);
-  assert.deepEqual(ops('--delete-service --udp-service 10.200.0.10:53'), [{ op: 'deleteService', ref: { protocol: 'udp', address: '10.200.0.10', port: 53 } }]);
+  assert.deepEqual(ops('--delete-service --udp-service 10.200.0.10:53'), [
+    { op: 'deleteService', ref: { protocol: 'udp', address: '10.200.0.10', port: 53 } },
+  ]);
   assert.deepEqual(ops('-C'), [{ op: 'clear' }]);
   assert.deepEqual(ops('--clear'), [{ op: 'clear' }]);
   assert.deepEqual(ops('--set 900 0 300'), [{ op: 'setTimeouts', tcp: 900, tcpFin: 0, udp: 300 }]);
@@ -89,36 +117,84 @@ test('-D, -C, --set, -Z', () => {
 });
 
 test('-a/-e/-d: -r without a port is the service port, -w -x -y, forwarding -m (default) -g -i', () => {
-  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2'), [{ op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 80, weight: 1 } }]);
+  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2'), [
+    { op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 80, weight: 1 } },
+  ]);
   assert.deepEqual(ops('-a -r rs1:8080 -t 10.200.0.10:80 -w 0 -x 100 -y 50'), [
-    { op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 8080, weight: 0, upperThreshold: 100, lowerThreshold: 50 } },
+    {
+      op: 'addRealServer',
+      ref: vip,
+      realServer: { address: '10.200.11.2', port: 8080, weight: 0, upperThreshold: 100, lowerThreshold: 50 },
+    },
   ]);
-  assert.deepEqual(ops('--add-server -t 10.200.0.10:80 --real-server 10.200.11.2:8080 --masquerading --weight 5 --u-threshold 9 --l-threshold 3'), [
-    { op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 8080, weight: 5, upperThreshold: 9, lowerThreshold: 3 } },
-  ]);
+  assert.deepEqual(
+    ops('--add-server -t 10.200.0.10:80 --real-server 10.200.11.2:8080 --masquerading --weight 5 --u-threshold 9 --l-threshold 3'),
+    [
+      {
+        op: 'addRealServer',
+        ref: vip,
+        realServer: { address: '10.200.11.2', port: 8080, weight: 5, upperThreshold: 9, lowerThreshold: 3 },
+      },
+    ],
+  );
   // -g and -i go to uvsd (which refuses them, saying why); their server port is the service's.
-  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2:8080 -g'), [{ op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 80, weight: 1, forwarding: 'route' } }]);
-  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2:8080 --ipip'), [{ op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 80, weight: 1, forwarding: 'tunnel' } }]);
+  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2:8080 -g'), [
+    { op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 80, weight: 1, forwarding: 'route' } },
+  ]);
+  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2:8080 --ipip'), [
+    { op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 80, weight: 1, forwarding: 'tunnel' } },
+  ]);
   // -e replaces every setting like the kernel: weight back to 1, thresholds to 0, masq.
   assert.deepEqual(ops('-e -t 10.200.0.10:80 -r 10.200.11.2:8080 -x 10'), [
-    { op: 'editRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 8080, weight: 1, forwarding: 'masq', upperThreshold: 10, lowerThreshold: 0 } },
+    {
+      op: 'editRealServer',
+      ref: vip,
+      realServer: { address: '10.200.11.2', port: 8080, weight: 1, forwarding: 'masq', upperThreshold: 10, lowerThreshold: 0 },
+    },
   ]);
   assert.deepEqual(ops('--edit-server -t 10.200.0.10:80 -r 10.200.11.2:8080 -w 0'), [
-    { op: 'editRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 8080, weight: 0, forwarding: 'masq', upperThreshold: 0, lowerThreshold: 0 } },
+    {
+      op: 'editRealServer',
+      ref: vip,
+      realServer: { address: '10.200.11.2', port: 8080, weight: 0, forwarding: 'masq', upperThreshold: 0, lowerThreshold: 0 },
+    },
   ]);
   assert.deepEqual(ops('-d -t 10.200.0.10:80 -r 10.200.11.2'), [{ op: 'deleteRealServer', ref: vip, address: '10.200.11.2', port: 80 }]);
-  assert.deepEqual(ops('--delete-server -t 10.200.0.10:80 -r 10.200.11.2:8080'), [{ op: 'deleteRealServer', ref: vip, address: '10.200.11.2', port: 8080 }]);
+  assert.deepEqual(ops('--delete-server -t 10.200.0.10:80 -r 10.200.11.2:8080'), [
+    { op: 'deleteRealServer', ref: vip, address: '10.200.11.2', port: 8080 },
+  ]);
 });
 
 test('listings: -L/-l, --list, no argument, a service, and every list option', () => {
-  const f = { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false };
+  const f = {
+    numeric: false,
+    stats: false,
+    rate: false,
+    thresholds: false,
+    persistentConn: false,
+    tunInfo: false,
+    exact: false,
+    nosort: false,
+  };
   assert.deepEqual(parseArgs([]), { ok: true, command: { kind: 'list', what: 'services', format: f } });
   assert.deepEqual(ok('-L'), { kind: 'list', what: 'services', format: f });
   assert.deepEqual(ok('-l'), { kind: 'list', what: 'services', format: f });
   assert.deepEqual(ok('--list -t 10.200.0.10:80'), { kind: 'list', what: 'services', format: f, service: vip });
-  assert.deepEqual(ok('-Ln --stats --exact'), { kind: 'list', what: 'services', format: { ...f, numeric: true, stats: true, exact: true } });
-  assert.deepEqual(ok('-L -X --rate --nosort --sort'), { kind: 'list', what: 'services', format: { ...f, rate: true, exact: true, nosort: true } });
-  assert.deepEqual(ok('-L --thresholds --persistent-conn --tun-info'), { kind: 'list', what: 'services', format: { ...f, thresholds: true, persistentConn: true, tunInfo: true } });
+  assert.deepEqual(ok('-Ln --stats --exact'), {
+    kind: 'list',
+    what: 'services',
+    format: { ...f, numeric: true, stats: true, exact: true },
+  });
+  assert.deepEqual(ok('-L -X --rate --nosort --sort'), {
+    kind: 'list',
+    what: 'services',
+    format: { ...f, rate: true, exact: true, nosort: true },
+  });
+  assert.deepEqual(ok('-L --thresholds --persistent-conn --tun-info'), {
+    kind: 'list',
+    what: 'services',
+    format: { ...f, thresholds: true, persistentConn: true, tunInfo: true },
+  });
   assert.deepEqual(ok('-L --connection --persistent-conn'), { kind: 'list', what: 'connections', format: { ...f, persistentConn: true } });
   assert.deepEqual(ok('-L --timeout'), { kind: 'list', what: 'timeout', format: f });
   assert.deepEqual(ok('-S'), { kind: 'save', numeric: false });
@@ -129,7 +205,16 @@ test('listings: -L/-l, --list, no argument, a service, and every list option', (
 });
 
 test('uvs additions keep working: --drain, --health, --timeout alone, --reload, --kill-worker, --socket', () => {
-  const f = { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false };
+  const f = {
+    numeric: false,
+    stats: false,
+    rate: false,
+    thresholds: false,
+    persistentConn: false,
+    tunInfo: false,
+    exact: false,
+    nosort: false,
+  };
   assert.deepEqual(ok('--drain'), { kind: 'list', what: 'drain', format: f });
   assert.deepEqual(ok('-L --health'), { kind: 'list', what: 'health', format: f });
   assert.deepEqual(ok('--timeout'), { kind: 'list', what: 'timeout', format: f });
@@ -143,7 +228,16 @@ test('uvs additions keep working: --drain, --health, --timeout alone, --reload, 
 });
 
 test('--workers lists the dataplane workers, alone or after -L, and conflicts like the other listings', () => {
-  const f = { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false };
+  const f = {
+    numeric: false,
+    stats: false,
+    rate: false,
+    thresholds: false,
+    persistentConn: false,
+    tunInfo: false,
+    exact: false,
+    nosort: false,
+  };
   assert.deepEqual(ok('--workers'), { kind: 'list', what: 'workers', format: f });
   assert.deepEqual(ok('-L --workers'), { kind: 'list', what: 'workers', format: f });
   bad('-L --workers --rate', 'options conflicts in the list command');
@@ -235,8 +329,14 @@ test('ipvsadm fail() messages, exit 2', () => {
 });
 
 test('what uvs cannot do fails clearly: fwmark, --pe, -o, the sync daemon', () => {
-  bad('-A -f 1', 'uvsadm: fwmark services (-f) are not supported: packets reach uvs through a TUN device, which does not carry netfilter marks');
-  bad('-a -f 1 -r 10.200.11.2:80', 'uvsadm: fwmark services (-f) are not supported: packets reach uvs through a TUN device, which does not carry netfilter marks');
+  bad(
+    '-A -f 1',
+    'uvsadm: fwmark services (-f) are not supported: packets reach uvs through a TUN device, which does not carry netfilter marks',
+  );
+  bad(
+    '-a -f 1 -r 10.200.11.2:80',
+    'uvsadm: fwmark services (-f) are not supported: packets reach uvs through a TUN device, which does not carry netfilter marks',
+  );
   bad('-A -t 10.200.0.10:80 -p --pe sip', 'uvsadm: persistence engines (--pe) are not supported');
   bad('-A -u 10.200.0.10:53 -o', 'uvsadm: one-packet scheduling (-o/--ops) is not supported yet');
   const sync = 'uvsadm: uvs has no IPVS connection-sync daemon: uvs instances share connection state through Redis instead';
@@ -245,15 +345,25 @@ test('what uvs cannot do fails clearly: fwmark, --pe, -o, the sync daemon', () =
 });
 
 test('-L --daemon is a listing (of no sync daemon: uvsadm prints nothing and exits 0)', () => {
-  const f = { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false };
+  const f = {
+    numeric: false,
+    stats: false,
+    rate: false,
+    thresholds: false,
+    persistentConn: false,
+    tunInfo: false,
+    exact: false,
+    nosort: false,
+  };
   assert.deepEqual(ok('-L --daemon'), { kind: 'list', what: 'daemon', format: f });
   assert.deepEqual(ok('-Ln --daemon'), { kind: 'list', what: 'daemon', format: { ...f, numeric: true } });
   bad('-L --daemon --stats', 'options conflicts in the list command');
   bad('-L --daemon --timeout', "The option 'daemon' conflicts with the 'timeout' option in the 'list' command");
 });
 
-test('--tun-type gue and gre are refused with exit 2 after ipvsadm\'s own checks, never silently made IPIP', () => {
-  const refused = (t: string) => `uvsadm: ${t} tunnels (--tun-type ${t}) are not supported: uvs encapsulates in IPIP (IPv6: ip6ip6) only, --tun-type ipip`;
+test("--tun-type gue and gre are refused with exit 2 after ipvsadm's own checks, never silently made IPIP", () => {
+  const refused = (t: string) =>
+    `uvsadm: ${t} tunnels (--tun-type ${t}) are not supported: uvs encapsulates in IPIP (IPv6: ip6ip6) only, --tun-type ipip`;
   bad('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gue --tun-port 6080', refused('gue'));
   bad('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gue --tun-port 6080 --tun-csum', refused('gue'));
   bad('-e -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gre --tun-nocsum', refused('gre'));
@@ -262,26 +372,53 @@ test('--tun-type gue and gre are refused with exit 2 after ipvsadm\'s own checks
   bad('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gue', "You need to supply the 'tun-port' option for the 'gue' tunnel type");
   bad('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type gre --tun-port 1', "Illegal 'tun-port' option with the 'gre' tunnel type");
   // ipip, the type uvs has, stays accepted.
-  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type ipip'), [{ op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 80, weight: 1, forwarding: 'tunnel' } }]);
+  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2 -i --tun-type ipip'), [
+    { op: 'addRealServer', ref: vip, realServer: { address: '10.200.11.2', port: 80, weight: 1, forwarding: 'tunnel' } },
+  ]);
 });
 
 test('an IPv6 service or server spelled any way becomes the one spelling uvsd keeps (every lookup finds it)', () => {
   const v6 = { protocol: 'tcp', address: 'fd00:200::10', port: 80 };
   for (const spelling of ['[FD00:200::10]:80', '[fd00:200:0:0:0:0:0:10]:80', '[fd00:0200:0000::0010]:80']) {
-    assert.deepEqual(ok(`-L -t ${spelling}`), { kind: 'list', what: 'services', service: v6, format: { numeric: false, stats: false, rate: false, thresholds: false, persistentConn: false, tunInfo: false, exact: false, nosort: false } });
+    assert.deepEqual(ok(`-L -t ${spelling}`), {
+      kind: 'list',
+      what: 'services',
+      service: v6,
+      format: {
+        numeric: false,
+        stats: false,
+        rate: false,
+        thresholds: false,
+        persistentConn: false,
+        tunInfo: false,
+        exact: false,
+        nosort: false,
+      },
+    });
     assert.deepEqual(ok(`-Z -t ${spelling}`), { kind: 'zero', service: v6 });
     assert.deepEqual(ops(`-D -t ${spelling}`), [{ op: 'deleteService', ref: v6 }]);
-    assert.deepEqual(ops(`-a -t ${spelling} -r [FD00:200:11:0::2]:8080`), [{ op: 'addRealServer', ref: v6, realServer: { address: 'fd00:200:11::2', port: 8080, weight: 1 } }]);
+    assert.deepEqual(ops(`-a -t ${spelling} -r [FD00:200:11:0::2]:8080`), [
+      { op: 'addRealServer', ref: v6, realServer: { address: 'fd00:200:11::2', port: 8080, weight: 1 } },
+    ]);
   }
 });
 
 test('the daemon\'s refusal loses the batch\'s ops[i] prefix, with no stray ": :"', () => {
   assert.equal(
-    daemonError({ code: 'UVS_ERR_API_NOT_FOUND', message: 'ops[0]: no real server 10.200.11.99:8080 in tcp 10.200.0.10:80', path: 'ops[0]' }, 404),
+    daemonError(
+      { code: 'UVS_ERR_API_NOT_FOUND', message: 'ops[0]: no real server 10.200.11.99:8080 in tcp 10.200.0.10:80', path: 'ops[0]' },
+      404,
+    ),
     'uvsadm: UVS_ERR_API_NOT_FOUND: no real server 10.200.11.99:8080 in tcp 10.200.0.10:80\n',
   );
-  assert.equal(daemonError({ code: 'UVS_ERR_CONFIG_INVALID', message: 'ops[12].realServer.weight: must be 0..65535' }, 400), 'uvsadm: UVS_ERR_CONFIG_INVALID: realServer.weight: must be 0..65535\n');
-  assert.equal(daemonError({ code: 'UVS_ERR_API_NOT_FOUND', message: 'service: no service tcp 10.0.0.1:80' }, 404), 'uvsadm: UVS_ERR_API_NOT_FOUND: service: no service tcp 10.0.0.1:80\n');
+  assert.equal(
+    daemonError({ code: 'UVS_ERR_CONFIG_INVALID', message: 'ops[12].realServer.weight: must be 0..65535' }, 400),
+    'uvsadm: UVS_ERR_CONFIG_INVALID: realServer.weight: must be 0..65535\n',
+  );
+  assert.equal(
+    daemonError({ code: 'UVS_ERR_API_NOT_FOUND', message: 'service: no service tcp 10.0.0.1:80' }, 404),
+    'uvsadm: UVS_ERR_API_NOT_FOUND: service: no service tcp 10.0.0.1:80\n',
+  );
   assert.equal(daemonError({}, 502), 'uvsadm: 502: request failed\n');
 });
 
@@ -297,11 +434,19 @@ test('string_to_number accepts what strtol accepts, whole and in range', () => {
 
 test('--proxy-protocol (uvs): on -a and -e, v1|v2|none; -e without it leaves the setting alone; anything else refused', () => {
   const rs = { address: '10.200.11.2', port: 8080 };
-  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat --proxy-protocol v2'), [{ op: 'addRealServer', ref: vip, realServer: { ...rs, weight: 1, forwarding: 'fullnat', proxyProtocol: 'v2' } }]);
-  assert.deepEqual(ops('-e -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat --proxy-protocol=none'), [
-    { op: 'editRealServer', ref: vip, realServer: { ...rs, weight: 1, forwarding: 'fullnat', upperThreshold: 0, lowerThreshold: 0, proxyProtocol: 'none' } },
+  assert.deepEqual(ops('-a -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat --proxy-protocol v2'), [
+    { op: 'addRealServer', ref: vip, realServer: { ...rs, weight: 1, forwarding: 'fullnat', proxyProtocol: 'v2' } },
   ]);
-  assert.deepEqual(ops('-e -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat -w 2'), [{ op: 'editRealServer', ref: vip, realServer: { ...rs, weight: 2, forwarding: 'fullnat', upperThreshold: 0, lowerThreshold: 0 } }]);
+  assert.deepEqual(ops('-e -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat --proxy-protocol=none'), [
+    {
+      op: 'editRealServer',
+      ref: vip,
+      realServer: { ...rs, weight: 1, forwarding: 'fullnat', upperThreshold: 0, lowerThreshold: 0, proxyProtocol: 'none' },
+    },
+  ]);
+  assert.deepEqual(ops('-e -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat -w 2'), [
+    { op: 'editRealServer', ref: vip, realServer: { ...rs, weight: 2, forwarding: 'fullnat', upperThreshold: 0, lowerThreshold: 0 } },
+  ]);
   bad('-a -t 10.200.0.10:80 -r 10.200.11.2:8080 --fullnat --proxy-protocol v3', 'illegal proxy protocol specified (v1, v2 or none)');
   assert.ok(!parseArgs(argv('-A -t 10.200.0.10:80 --proxy-protocol v2'), env).ok, 'a real-server option, not a service one');
   assert.match(usage('uvsadm'), /--proxy-protocol v1\|v2\|none/);

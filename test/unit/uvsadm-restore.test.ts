@@ -32,7 +32,17 @@ test('-R: one operation per command, a leading ipvsadm/uvsadm word dropped, blan
   assert.ok(r.ok);
   assert.deepEqual(
     r.ops.map((o) => o.op),
-    ['clear', 'addService', 'addRealServer', 'addRealServer', 'setTimeouts', 'editRealServer', 'deleteRealServer', 'editService', 'deleteService'],
+    [
+      'clear',
+      'addService',
+      'addRealServer',
+      'addRealServer',
+      'setTimeouts',
+      'editRealServer',
+      'deleteRealServer',
+      'editService',
+      'deleteService',
+    ],
   );
   assert.deepEqual(r.ops[3], { op: 'addRealServer', ref: vip, realServer: { address: '10.200.12.2', port: 8080, weight: 1 } });
   assert.deepEqual(
@@ -42,7 +52,7 @@ test('-R: one operation per command, a leading ipvsadm/uvsadm word dropped, blan
   assert.equal(r.lines[1]!.text, 'ipvsadm -A -t 10.200.0.10:80 -s rr');
 });
 
-test('-R: the first bad line stops everything, with ipvsadm\'s message and status', () => {
+test("-R: the first bad line stops everything, with ipvsadm's message and status", () => {
   const r = parseRestore('-A -t 10.200.0.10:80\n-a -t 10.200.0.10:80 -r 10.200.11.2 -w 70000\n-A -t 10.200.0.11:80\n');
   assert.deepEqual(r, { ok: false, stderr: 'illegal weight specified\n', exit: 2, line: 2 });
   const nested = parseRestore('-A -t 10.200.0.10:80\n-R\n');
@@ -103,7 +113,17 @@ test('-S output restores (-C; -R) to a table that saves identically, thresholds 
 test('-E keeps uvs-only settings of the running service; mhTableSize only while the scheduler stays mh', () => {
   const doc = {
     services: [
-      { address: '10.200.0.10', port: 80, scheduler: 'mh', mhTableSize: 251, name: 'web', healthCheck: { type: 'http' }, maxDrainTime: 30, schedFlags: ['mh-port'], realServers: [] },
+      {
+        address: '10.200.0.10',
+        port: 80,
+        scheduler: 'mh',
+        mhTableSize: 251,
+        name: 'web',
+        healthCheck: { type: 'http' },
+        maxDrainTime: 30,
+        schedFlags: ['mh-port'],
+        realServers: [],
+      },
       { protocol: 'udp', address: '10.200.0.10', port: 53, scheduler: 'rr' },
     ],
   };
@@ -113,7 +133,10 @@ test('-E keeps uvs-only settings of the running service; mhTableSize only while 
     { op: 'editService', service: { ...vip, port: 81, scheduler: 'rr' } },
   ];
   keepUvsSettings(ops, doc);
-  assert.deepEqual(ops[0], { op: 'editService', service: { ...vip, scheduler: 'mh', name: 'web', healthCheck: { type: 'http' }, maxDrainTime: 30, mhTableSize: 251 } });
+  assert.deepEqual(ops[0], {
+    op: 'editService',
+    service: { ...vip, scheduler: 'mh', name: 'web', healthCheck: { type: 'http' }, maxDrainTime: 30, mhTableSize: 251 },
+  });
   assert.deepEqual(ops[1], { op: 'editService', service: { protocol: 'udp', address: '10.200.0.10', port: 53, scheduler: 'wrr' } });
   assert.deepEqual(ops[2], { op: 'editService', service: { ...vip, port: 81, scheduler: 'rr' } });
   const rr: EditOp[] = [{ op: 'editService', service: { ...vip, scheduler: 'rr' } }];
@@ -121,7 +144,7 @@ test('-E keeps uvs-only settings of the running service; mhTableSize only while 
   assert.equal((rr[0] as { service: Record<string, unknown> }).service.mhTableSize, undefined);
 });
 
-test('refusals get ipvs_strerror\'s words where ipvsadm has them', () => {
+test("refusals get ipvs_strerror's words where ipvsadm has them", () => {
   const conflict = { code: 'UVS_ERR_API_CONFLICT', message: 'x already exists' };
   const noSvc = { code: 'UVS_ERR_API_NOT_FOUND', message: 'ops[0].ref: no service tcp 10.200.0.10:80' };
   const noRs = { code: 'UVS_ERR_API_NOT_FOUND', message: 'ops[0].realServer: no real server 10.200.11.2:80 in tcp 10.200.0.10:80' };
@@ -133,6 +156,13 @@ test('refusals get ipvs_strerror\'s words where ipvsadm has them', () => {
   assert.equal(classicError('addRealServer', noSvc), 'Service not defined');
   assert.equal(classicError('editRealServer', noRs), 'No such destination');
   assert.equal(classicError('deleteRealServer', noRs), 'No such destination');
-  assert.equal(classicError('addService', { code: 'UVS_ERR_CONFIG_INVALID', path: 'ops[0].service.scheduler', message: 'ops[0].service.scheduler: unknown scheduler "xx"' }), 'Scheduler or persistence engine not found');
+  assert.equal(
+    classicError('addService', {
+      code: 'UVS_ERR_CONFIG_INVALID',
+      path: 'ops[0].service.scheduler',
+      message: 'ops[0].service.scheduler: unknown scheduler "xx"',
+    }),
+    'Scheduler or persistence engine not found',
+  );
   assert.equal(classicError('addRealServer', { code: 'UVS_ERR_CONFIG_UNSUPPORTED', message: 'direct routing …' }), undefined);
 });
