@@ -529,10 +529,15 @@ export class FailoverLab {
     return v4 && v6 ? Math.max(v4.at, v6.at) : null;
   }
 
-  async waitState(node: LbNode, state: 'MASTER' | 'BACKUP' | 'FAULT', timeoutMs = 15000): Promise<void> {
+  /**
+   * Waits until both of the node's instances are in `state`; with `since` (ms), entered at or
+   * after it — the notify events of a keepalived that ran on the node before (killed or stopped
+   * in an earlier test) must not count as the new one's state.
+   */
+  async waitState(node: LbNode, state: 'MASTER' | 'BACKUP' | 'FAULT', timeoutMs = 15000, since?: number): Promise<void> {
     try {
       await waitFor(
-        () => this.state(node) === state,
+        () => this.state(node) === state && (since === undefined || this.enteredAt(node, state, since) !== null),
         timeoutMs,
         `keepalived on ${node} did not reach ${state} (last: ${this.state(node)})`,
       );
@@ -575,17 +580,28 @@ export class FailoverLab {
    * uvsd must already run on the nodes (the track script gates them).
    */
   async startVrrp(master: LbNode = 'lb1', timing: KeepalivedTiming = LAB_VRRP, timeoutMs = 20000): Promise<void> {
+    const t0 = Date.now();
     this.startKeepalived(master, timing);
-    await this.waitState(master, 'MASTER', timeoutMs);
+    await this.waitState(master, 'MASTER', timeoutMs, t0);
     for (const n of this.nodes) {
       if (n === master) continue;
+      const t = Date.now();
       this.startKeepalived(n, timing);
-      await this.waitState(n, 'BACKUP', timeoutMs);
+      await this.waitState(n, 'BACKUP', timeoutMs, t);
     }
     await waitFor(
       () => this.heldAddresses(master).length === 4,
       timeoutMs,
-      `${master} does not hold the VRRP addresses: ${this.heldAddresses(master).join(' ')}`,
+      () => {
+        const ev = this.nodes.map(
+          (n) =>
+            `${n}: ${(this.events[n] ?? [])
+              .slice(-6)
+              .map((x) => `${x.name} ${x.state}`)
+              .join(', ')}`,
+        );
+        return `${master} does not hold the VRRP addresses: ${this.heldAddresses(master).join(' ')}; notify events ${ev.join('; ')}`;
+      },
     );
     this.active = master;
   }
@@ -720,10 +736,10 @@ export class FailoverLab {
 }
 
 /** Polls `cond` every 20 ms until it holds; throws `what` after timeoutMs. */
-export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs: number, what: string | (() => string)): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(what);
+    if (Date.now() > deadline) throw new Error(typeof what === 'string' ? what : what());
     await sleep(20);
   }
 }
