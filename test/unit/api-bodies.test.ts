@@ -98,6 +98,32 @@ test('the OpenAPI document shows each kind of request body as the schema checks 
   assert.deepEqual(Object.keys(bodyOf(paths, 'post', '/v1/zero').properties!.service!.properties!), ['protocol', 'address', 'port']);
   assert.equal(bodyOf(paths, 'post', '/v1/services/{protocol}/{address}/{port}/preview').properties!.delete!.type, 'array');
   assert.deepEqual(bodyOf(paths, 'post', '/v1/reload').properties, {});
+  // A capture: sample or a flow filter, bounded, with its defaults.
+  const cap = bodyOf(paths, 'post', '/v1/capture');
+  assert.deepEqual(Object.keys(cap.properties!), ['sample', 'flow', 'seconds', 'maxPackets', 'format']);
+  assert.equal(cap.additionalProperties, false);
+  assert.deepEqual([cap.properties!.seconds!.maximum, cap.properties!.seconds!.default], [300, 10]);
+  assert.deepEqual(cap.properties!.format!.enum, ['pcap', 'jsonl']);
+  assert.deepEqual(Object.keys(cap.properties!.flow!.properties!), ['protocol', 'address', 'port', 'peer', 'peerPort']);
+  assert.equal(cap.properties!.flow!.additionalProperties, false);
+});
+
+test('POST /v1/capture refuses a malformed request before any capture runs', async () => {
+  const { app } = standIn(); // its capture.run fails the test if reached
+  const cases: [unknown, string, RegExp][] = [
+    [undefined, 'capture', /give either sample/],
+    [{ sample: 2, flow: { port: 1 } }, 'capture', /give either sample/],
+    [{ sample: 0 }, 'capture.sample', /must be an integer from 1 to/],
+    [{ flow: { colour: 'red' } }, 'capture.flow.colour', /unknown field/],
+    [{ flow: { address: '10.0.0.1', peer: 'fd00::1' } }, 'capture.flow.peer', /one family/],
+    [{ flow: {} }, 'capture.flow', /needs at least one of/],
+  ];
+  for (const [payload, path, message] of cases) {
+    const r = await app.inject({ method: 'POST', url: '/v1/capture', ...(payload === undefined ? {} : { payload: payload as object }) });
+    const b = r.json() as { code: string; path: string; message: string };
+    assert.deepEqual([r.statusCode, b.code, b.path], [400, 'UVS_ERR_API_BAD_REQUEST', path], JSON.stringify(payload));
+    assert.match(b.message, message);
+  }
 });
 
 test('every POST and PUT route refuses a body with an unknown field, naming it', async () => {
