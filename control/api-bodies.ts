@@ -8,9 +8,8 @@
  * where the edit runs (api.ts runEdits), with the operation's path: a single route and a batch
  * name a field alike (`ops[0].service.port`), and a PUT's path parameters join its body first.
  */
-import { MH_PRIMES } from '../schedulers/mh';
-import { SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { REAL_SERVER, SERVICE, timeout } from './config';
+import { PROPOSED_CHANGE } from './disruption';
 import { any, bool, fail, int, isObj, list, obj, oneOf, opt, str, type JsonSchema } from './schema';
 
 /** A service by its key (the path parameters of the service routes). */
@@ -111,42 +110,5 @@ export const MAINTENANCE = obj({
 /** A route that takes no body: any field is unknown. */
 export const NO_BODY = obj({});
 
-/**
- * The disruption preview's proposed change. Its fields are checked by control/disruption.ts (with
- * the scheduler's own rules); here only which fields there are, and what they hold.
- */
-export const PREVIEW = obj({
-  delete: opt(
-    any({ type: 'array', items: { type: 'string', description: 'address:port ([v6]:port)' }, description: 'Real servers to delete' }),
-  ),
-  setWeight: opt(
-    any({
-      type: 'array',
-      items: {
-        type: 'object',
-        properties: {
-          realServer: { type: 'string', description: 'address:port' },
-          weight: { type: 'integer', minimum: 0, maximum: 65535 },
-        },
-      },
-      description: 'New weights',
-    }),
-  ),
-  add: opt(
-    any({
-      type: 'array',
-      items: {
-        type: 'object',
-        properties: {
-          address: { type: 'string' },
-          port: { type: 'integer', minimum: 0, maximum: 65535 },
-          weight: { type: 'integer', minimum: 0, maximum: 65535 },
-        },
-      },
-      description: 'Real servers to add',
-    }),
-  ),
-  scheduler: opt(any({ type: 'string', enum: schedulerNames() })),
-  flags: opt(any({ type: 'array', items: { type: 'string', enum: [...SCHED_FLAG_NAMES] } })),
-  mhTableSize: opt(any({ type: 'integer', enum: [...MH_PRIMES] })),
-});
+/** The disruption preview's proposed change: its schema is control/disruption.ts's, which the preview relies on. */
+export const PREVIEW = PROPOSED_CHANGE;

@@ -108,6 +108,30 @@ test('the OpenAPI document shows each kind of request body as the schema checks 
   assert.equal(cap.properties!.flow!.additionalProperties, false);
 });
 
+test("a preview body is checked by its schema, with the preview's messages, before the service is looked up", async () => {
+  const { app } = standIn(); // it has no service: a body that passes would get a 404
+  const url = '/v1/services/tcp/10.96.0.10/80/preview';
+  const cases: [unknown, string, RegExp][] = [
+    [{ delete: 'x' }, 'change.delete', /must be a list/],
+    [{ delete: ['nope'] }, 'change.delete[0]', /must be "address:port"/],
+    [{ setWeight: [null] }, 'change.setWeight[0]', /must be a mapping/],
+    [{ setWeight: [{ realServer: '10.0.0.1:80', weight: 1e6 }] }, 'change.setWeight[0].weight', /integer between 0 and 65535, got 1000000/],
+    [{ add: [{ address: 1, port: 80, weight: 1 }] }, 'change.add[0].address', /must be an IPv4 or IPv6 address, got 1/],
+    [{ add: [{ address: '10.0.0.9', port: 'x', weight: 1 }] }, 'change.add[0].port', /integer between 0 and 65535/],
+    [{ scheduler: 'nope' }, 'change.scheduler', /unknown scheduler "nope" \(available: .*mh/],
+    [{ flags: ['mh-port', 'x'] }, 'change.flags[1]', /must be one of flag-1, .*mh-port, got "x"/],
+    [{ mhTableSize: 7 }, 'change.mhTableSize', /kernel's sizes 251, /],
+  ];
+  for (const [payload, path, message] of cases) {
+    const r = await app.inject({ method: 'POST', url, payload: payload as object });
+    const b = r.json() as { code: string; path: string; message: string };
+    assert.deepEqual([r.statusCode, b.code, b.path], [400, 'UVS_ERR_API_BAD_REQUEST', path], JSON.stringify(payload));
+    assert.match(b.message, message);
+  }
+  const ok = await app.inject({ method: 'POST', url, payload: { delete: ['10.0.0.1:80'], scheduler: 'mh', mhTableSize: 251 } });
+  assert.equal(ok.statusCode, 404, ok.body);
+});
+
 test('POST /v1/capture refuses a malformed request before any capture runs', async () => {
   const { app } = standIn(); // its capture.run fails the test if reached
   const cases: [unknown, string, RegExp][] = [
