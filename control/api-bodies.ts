@@ -10,17 +10,8 @@
  */
 import { REAL_SERVER, SERVICE, timeout } from './config';
 import { PROPOSED_CHANGE } from './disruption';
+import { type EditOp, SERVICE_REF } from './edits';
 import { any, bool, fail, int, isObj, list, obj, oneOf, opt, str, type JsonSchema } from './schema';
-
-/** A service by its key (the path parameters of the service routes). */
-const SERVICE_REF = obj(
-  {
-    protocol: str({ doc: 'tcp, udp or sctp' }),
-    address: str({ doc: 'The VIP (any spelling of an IPv6 address)' }),
-    port: int({ min: 0, max: 65535 }),
-  },
-  { mapping: true },
-);
 
 /** The JSON Schema of `s` without the fields a route's path gives (PUT: the service or server is named there). */
 function withoutPathFields(s: JsonSchema, fields: string[], why: string): JsonSchema {
@@ -52,7 +43,7 @@ export const SET_TIMEOUTS = obj({
 });
 
 /** The operations of a batch (control/edits.ts EditOp), with the fields each one needs. */
-const OP_FIELDS: Record<string, [string, 'object' | 'string' | 'number'][]> = {
+const OP_FIELDS = {
   addService: [['service', 'object']],
   editService: [['service', 'object']],
   deleteService: [['ref', 'object']],
@@ -71,8 +62,8 @@ const OP_FIELDS: Record<string, [string, 'object' | 'string' | 'number'][]> = {
     ['port', 'number'],
   ],
   setTimeouts: [],
-};
-const OPS = Object.keys(OP_FIELDS);
+} satisfies Record<EditOp['op'], [string, 'object' | 'string' | 'number'][]>;
+const OPS = Object.keys(OP_FIELDS) as EditOp['op'][];
 
 const EDIT_OP = obj(
   {
