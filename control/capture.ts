@@ -43,7 +43,7 @@ export interface CaptureRecord {
   proto: number;
 }
 
-const PROTOS: Record<string, number> = { ...PROTO_NUMBER, icmp: IPPROTO_ICMP, icmpv6: IPPROTO_ICMPV6 };
+const PROTOS: Record<NonNullable<FlowFilter['protocol']>, number> = { ...PROTO_NUMBER, icmp: IPPROTO_ICMP, icmpv6: IPPROTO_ICMPV6 };
 
 /** Refuses a non-object with the capture's own words ("must be an object"), then parses it. */
 function object<T>(s: Schema<T, false>, absent: 'empty' | 'refused'): Schema<T, false> {
