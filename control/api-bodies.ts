@@ -8,20 +8,10 @@
  * where the edit runs (api.ts runEdits), with the operation's path: a single route and a batch
  * name a field alike (`ops[0].service.port`), and a PUT's path parameters join its body first.
  */
-import { MH_PRIMES } from '../schedulers/mh';
-import { SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { REAL_SERVER, SERVICE, timeout } from './config';
+import { PROPOSED_CHANGE } from './disruption';
+import { type EditOp, SERVICE_REF } from './edits';
 import { any, bool, fail, int, isObj, list, obj, oneOf, opt, str, type JsonSchema } from './schema';
-
-/** A service by its key (the path parameters of the service routes). */
-const SERVICE_REF = obj(
-  {
-    protocol: str({ doc: 'tcp, udp or sctp' }),
-    address: str({ doc: 'The VIP (any spelling of an IPv6 address)' }),
-    port: int({ min: 0, max: 65535 }),
-  },
-  { mapping: true },
-);
 
 /** The JSON Schema of `s` without the fields a route's path gives (PUT: the service or server is named there). */
 function withoutPathFields(s: JsonSchema, fields: string[], why: string): JsonSchema {
@@ -53,7 +43,7 @@ export const SET_TIMEOUTS = obj({
 });
 
 /** The operations of a batch (control/edits.ts EditOp), with the fields each one needs. */
-const OP_FIELDS: Record<string, [string, 'object' | 'string' | 'number'][]> = {
+const OP_FIELDS = {
   addService: [['service', 'object']],
   editService: [['service', 'object']],
   deleteService: [['ref', 'object']],
@@ -72,8 +62,8 @@ const OP_FIELDS: Record<string, [string, 'object' | 'string' | 'number'][]> = {
     ['port', 'number'],
   ],
   setTimeouts: [],
-};
-const OPS = Object.keys(OP_FIELDS);
+} satisfies Record<EditOp['op'], [string, 'object' | 'string' | 'number'][]>;
+const OPS = Object.keys(OP_FIELDS) as EditOp['op'][];
 
 const EDIT_OP = obj(
   {
@@ -111,42 +101,5 @@ export const MAINTENANCE = obj({
 /** A route that takes no body: any field is unknown. */
 export const NO_BODY = obj({});
 
-/**
- * The disruption preview's proposed change. Its fields are checked by control/disruption.ts (with
- * the scheduler's own rules); here only which fields there are, and what they hold.
- */
-export const PREVIEW = obj({
-  delete: opt(
-    any({ type: 'array', items: { type: 'string', description: 'address:port ([v6]:port)' }, description: 'Real servers to delete' }),
-  ),
-  setWeight: opt(
-    any({
-      type: 'array',
-      items: {
-        type: 'object',
-        properties: {
-          realServer: { type: 'string', description: 'address:port' },
-          weight: { type: 'integer', minimum: 0, maximum: 65535 },
-        },
-      },
-      description: 'New weights',
-    }),
-  ),
-  add: opt(
-    any({
-      type: 'array',
-      items: {
-        type: 'object',
-        properties: {
-          address: { type: 'string' },
-          port: { type: 'integer', minimum: 0, maximum: 65535 },
-          weight: { type: 'integer', minimum: 0, maximum: 65535 },
-        },
-      },
-      description: 'Real servers to add',
-    }),
-  ),
-  scheduler: opt(any({ type: 'string', enum: schedulerNames() })),
-  flags: opt(any({ type: 'array', items: { type: 'string', enum: [...SCHED_FLAG_NAMES] } })),
-  mhTableSize: opt(any({ type: 'integer', enum: [...MH_PRIMES] })),
-});
+/** The disruption preview's proposed change: its schema is control/disruption.ts's, which the preview relies on. */
+export const PREVIEW = PROPOSED_CHANGE;

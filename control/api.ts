@@ -49,7 +49,7 @@ import {
 } from './api-bodies';
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
-import { validateCaptureRequest } from './capture';
+import { CAPTURE, type CaptureRequest } from './capture';
 import { ERRORS, UvsError, type ErrorCode } from './errors';
 import { badHostMessage, hostGuard, redactSecrets } from './http-guard';
 import { serviceKey } from './services';
@@ -429,8 +429,8 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
   });
   // Flow sampling: answers when the capture ends (seconds or maxPackets), with the pcap file or
   // the JSON lines as the body.
-  app.post('/v1/capture', async (req, reply) => {
-    const r = await d.capture.run(validateCaptureRequest(req.body ?? {}));
+  app.post('/v1/capture', body(CAPTURE, 'capture', 'UVS_ERR_API_BAD_REQUEST'), async (req, reply) => {
+    const r = await d.capture.run(req.body as CaptureRequest);
     reply.header('content-type', r.format === 'pcap' ? 'application/vnd.tcpdump.pcap' : 'application/x-ndjson');
     reply.header('x-uvs-capture-packets', String(r.packets));
     reply.header('x-uvs-capture-overruns', String(r.overruns));

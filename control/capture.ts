@@ -14,30 +14,12 @@ import { IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP } 
 import { PROTO_NUMBER } from '../net/proto';
 import { DROP, FORWARD } from '../lb/verdict';
 import { UvsError } from './errors';
+import { at, fail, isObj, leaf, obj, oneOf, opt, run, type LeafOpts, type Out, type Schema } from './schema';
 
 export const CAPTURE_MAX_SECONDS = 300;
 export const CAPTURE_MAX_PACKETS = 100_000;
 /** LINKTYPE_RAW (tcpdump.org linktypes): the packet begins with its IPv4 or IPv6 header. */
 export const LINKTYPE_RAW = 101;
-
-export interface FlowFilter {
-  protocol?: 'tcp' | 'udp' | 'sctp' | 'icmp' | 'icmpv6';
-  /** One endpoint: an address and/or a port (the client's, say). */
-  address?: string;
-  port?: number;
-  /** The other endpoint (the VIP or a real server), either direction. */
-  peer?: string;
-  peerPort?: number;
-}
-
-export interface CaptureRequest {
-  /** 1 in `sample` packets (per worker); or `flow`. */
-  sample?: number;
-  flow?: FlowFilter;
-  seconds: number;
-  maxPackets: number;
-  format: 'pcap' | 'jsonl';
-}
 
 export interface CaptureResult {
   format: 'pcap' | 'jsonl';
@@ -61,59 +43,99 @@ export interface CaptureRecord {
   proto: number;
 }
 
-const PROTOS: Record<string, number> = { ...PROTO_NUMBER, icmp: IPPROTO_ICMP, icmpv6: IPPROTO_ICMPV6 };
+const PROTOS: Record<NonNullable<FlowFilter['protocol']>, number> = { ...PROTO_NUMBER, icmp: IPPROTO_ICMP, icmpv6: IPPROTO_ICMPV6 };
 
-function bad(detail: string, path: string): never {
-  throw new UvsError('UVS_ERR_API_BAD_REQUEST', detail, path);
+/** Refuses a non-object with the capture's own words ("must be an object"), then parses it. */
+function object<T>(s: Schema<T, false>, absent: 'empty' | 'refused'): Schema<T, false> {
+  return {
+    ...s,
+    parse(v, path, scope) {
+      if (!isObj(v) && !(absent === 'empty' && (v === undefined || v === null))) fail(path, 'must be an object');
+      return s.parse(v, path, scope);
+    },
+  };
 }
 
-/** Validates a POST /v1/capture body (defaults: 10 s, 1000 packets, pcap). */
+/** A whole number in [min, max] (the capture's message names the range). */
+const count = (min: number, max: number, o: LeafOpts<number> = {}) =>
+  leaf(
+    { type: 'integer', minimum: min, maximum: max },
+    (x, path) => {
+      if (typeof x !== 'number' || !Number.isInteger(x) || x < min || x > max)
+        fail(path, `must be an integer from ${min} to ${max}, got ${JSON.stringify(x)}`);
+      return x;
+    },
+    o,
+  );
+
+/** An IPv4 or IPv6 address, kept as written (the filter matches the parsed bytes). */
+const ipAddr = (doc: string) =>
+  leaf(
+    { type: 'string', minLength: 1 },
+    (v, path) => {
+      if (typeof v !== 'string' || (parseIPv4(v) === null && parseIPv6(v) === null))
+        fail(path, `must be an IPv4 or IPv6 address, got ${JSON.stringify(v)}`);
+      return v;
+    },
+    { doc },
+  );
+
+const FLOW_FIELDS = ['protocol', 'address', 'port', 'peer', 'peerPort'] as const;
+const FLOW_PROTOCOLS = ['tcp', 'udp', 'sctp', 'icmp', 'icmpv6'] as const;
+
+/** A flow filter: every field given must match; at least one is given. */
+const FLOW = object(
+  obj(
+    {
+      protocol: opt(oneOf(FLOW_PROTOCOLS, { strict: true, msg: () => `must be one of ${FLOW_PROTOCOLS.join(', ')}` })),
+      address: opt(ipAddr("One endpoint's address (the client's, say)")),
+      port: opt(count(0, 65535, { doc: "One endpoint's port" })),
+      peer: opt(ipAddr('The other endpoint (the VIP or a real server), either direction')),
+      peerPort: opt(count(0, 65535, { doc: "The other endpoint's port" })),
+    },
+    {
+      mapping: true,
+      check: (f, path) => {
+        if (f.address && f.peer && f.address.includes(':') !== f.peer.includes(':'))
+          fail(at(path, 'peer'), 'address and peer must be of one family');
+        if (FLOW_FIELDS.every((k) => f[k] === undefined)) fail(path, `needs at least one of ${FLOW_FIELDS.join(', ')}`);
+      },
+    },
+  ),
+  'refused',
+);
+
+/** POST /v1/capture: 1 in `sample` packets (per worker) or one `flow`, bounded in time and packets. */
+export const CAPTURE = object(
+  obj(
+    {
+      sample: opt(count(1, 0x7fffffff, { doc: '1 in N packets, per worker' })),
+      flow: opt(FLOW),
+      seconds: count(1, CAPTURE_MAX_SECONDS, { default: 10, doc: 'The capture ends after this long' }),
+      maxPackets: count(1, CAPTURE_MAX_PACKETS, { default: 1000, doc: 'or after this many packets' }),
+      format: oneOf(['pcap', 'jsonl'], {
+        strict: true,
+        default: 'pcap',
+        msg: (v) => `must be pcap or jsonl, got ${JSON.stringify(v)}`,
+        doc: 'pcap (LINKTYPE_RAW) or one JSON line per packet with the decision taken',
+      }),
+    },
+    {
+      doc: 'Give either sample or flow',
+      check: (c, path) => {
+        if ((c.sample === undefined) === (c.flow === undefined)) fail(path, 'give either sample (1 in N packets) or flow (a flow filter)');
+      },
+    },
+  ),
+  'empty',
+);
+
+export type CaptureRequest = Out<typeof CAPTURE>;
+export type FlowFilter = NonNullable<CaptureRequest['flow']>;
+
+/** Validates a POST /v1/capture body (defaults: 10 s, 1000 packets, pcap); the route runs the same schema. */
 export function validateCaptureRequest(v: unknown): CaptureRequest {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) bad('must be an object', 'capture');
-  const o = v as Record<string, unknown>;
-  for (const k of Object.keys(o))
-    if (!['sample', 'flow', 'seconds', 'maxPackets', 'format'].includes(k)) bad('unknown field', `capture.${k}`);
-  const int = (x: unknown, path: string, def: number, min: number, max: number): number => {
-    if (x === undefined) return def;
-    if (typeof x !== 'number' || !Number.isInteger(x) || x < min || x > max)
-      bad(`must be an integer from ${min} to ${max}, got ${JSON.stringify(x)}`, path);
-    return x;
-  };
-  if ((o.sample === undefined) === (o.flow === undefined)) bad('give either sample (1 in N packets) or flow (a flow filter)', 'capture');
-  const format = o.format ?? 'pcap';
-  if (format !== 'pcap' && format !== 'jsonl') bad(`must be pcap or jsonl, got ${JSON.stringify(format)}`, 'capture.format');
-  const req: CaptureRequest = {
-    seconds: int(o.seconds, 'capture.seconds', 10, 1, CAPTURE_MAX_SECONDS),
-    maxPackets: int(o.maxPackets, 'capture.maxPackets', 1000, 1, CAPTURE_MAX_PACKETS),
-    format,
-  };
-  if (o.sample !== undefined) req.sample = int(o.sample, 'capture.sample', 1, 1, 0x7fffffff);
-  else {
-    const f = o.flow;
-    if (typeof f !== 'object' || f === null || Array.isArray(f)) bad('must be an object', 'capture.flow');
-    const fo = f as Record<string, unknown>;
-    for (const k of Object.keys(fo))
-      if (!['protocol', 'address', 'port', 'peer', 'peerPort'].includes(k)) bad('unknown field', `capture.flow.${k}`);
-    const flow: FlowFilter = {};
-    if (fo.protocol !== undefined) {
-      if (typeof fo.protocol !== 'string' || !(fo.protocol in PROTOS))
-        bad(`must be one of ${Object.keys(PROTOS).join(', ')}`, 'capture.flow.protocol');
-      flow.protocol = fo.protocol as FlowFilter['protocol'];
-    }
-    for (const k of ['address', 'peer'] as const) {
-      if (fo[k] === undefined) continue;
-      if (typeof fo[k] !== 'string' || (parseIPv4(fo[k] as string) === null && parseIPv6(fo[k] as string) === null))
-        bad(`must be an IPv4 or IPv6 address, got ${JSON.stringify(fo[k])}`, `capture.flow.${k}`);
-      flow[k] = fo[k] as string;
-    }
-    if (flow.address && flow.peer && flow.address.includes(':') !== flow.peer.includes(':'))
-      bad('address and peer must be of one family', 'capture.flow.peer');
-    if (fo.port !== undefined) flow.port = int(fo.port, 'capture.flow.port', 0, 0, 65535);
-    if (fo.peerPort !== undefined) flow.peerPort = int(fo.peerPort, 'capture.flow.peerPort', 0, 0, 65535);
-    if (Object.keys(flow).length === 0) bad('needs at least one of protocol, address, port, peer, peerPort', 'capture.flow');
-    req.flow = flow;
-  }
-  return req;
+  return run(CAPTURE, v, 'capture', 'UVS_ERR_API_BAD_REQUEST');
 }
 
 /** pcap global header (microsecond timestamps, little-endian). */

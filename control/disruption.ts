@@ -23,9 +23,10 @@
  */
 import { fold, formatEndpoint, parseEndpoint, parseInet, type Inet } from '../net/addr';
 import { MH_PRIMES } from '../schedulers/mh';
-import { getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
+import { SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { schedFlagBits } from '../schedulers/types';
 import { SchedModel } from './sched-model';
+import { fail, leaf, list, obj, oneOf, opt, SchemaError, type Out } from './schema';
 
 export interface PreviewRealServer {
   address: string;
@@ -55,16 +56,6 @@ export interface PreviewFlow {
   realServer: string;
 }
 
-export interface ProposedChange {
-  /** "a.b.c.d:port" of listed real servers. */
-  delete?: string[];
-  setWeight?: { realServer: string; weight: number }[];
-  add?: { address: string; port: number; weight: number }[];
-  scheduler?: string;
-  flags?: string[];
-  mhTableSize?: number;
-}
-
 export interface DisruptionPreview {
   /** Scheduler after the change. */
   scheduler: string;
@@ -83,6 +74,84 @@ export class PreviewError extends Error {
     readonly reason: string,
   ) {
     super(`${path}: ${reason}`);
+  }
+}
+
+/** A whole number in [min, max] (the preview's message names the range). */
+const whole = (min: number, max: number) =>
+  leaf({ type: 'integer', minimum: min, maximum: max }, (v, path) => {
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max)
+      fail(path, `must be an integer between ${min} and ${max}, got ${JSON.stringify(v)}`);
+    return v;
+  });
+
+/** A listed real server, "a.b.c.d:port" or "[v6]:port" (any spelling: the preview folds it). */
+const endpoint = (doc: string) =>
+  leaf({ type: 'string', description: doc }, (v, path) => {
+    if (typeof v !== 'string' || parseEndpoint(v) === null) fail(path, `must be "address:port" ("[v6]:port"), got ${JSON.stringify(v)}`);
+    return v;
+  });
+
+/**
+ * The proposed change (POST /v1/services/…/preview, control/api-bodies.ts PREVIEW): what there is
+ * to change and what each field holds. Whether a real server named is one of the service's is
+ * previewDisruption's to say (it needs the service).
+ */
+export const PROPOSED_CHANGE = obj({
+  delete: opt(list(endpoint('address:port ([v6]:port)'), { doc: 'Real servers to delete' })),
+  setWeight: opt(
+    list(obj({ realServer: endpoint('address:port'), weight: whole(0, 65535) }, { mapping: true }), {
+      doc: 'New weights',
+    }),
+  ),
+  add: opt(
+    list(
+      obj(
+        {
+          address: leaf({ type: 'string' }, (v, path) => {
+            if (typeof v !== 'string' || parseInet(v) === null) fail(path, `must be an IPv4 or IPv6 address, got ${JSON.stringify(v)}`);
+            return v;
+          }),
+          port: whole(0, 65535),
+          weight: whole(0, 65535),
+        },
+        { mapping: true },
+      ),
+      { doc: 'Real servers to add' },
+    ),
+  ),
+  scheduler: opt(
+    oneOf(schedulerNames(), {
+      strict: true,
+      msg: (v) => `unknown scheduler ${JSON.stringify(v)} (available: ${schedulerNames().join(', ')})`,
+    }),
+  ),
+  flags: opt(
+    list(
+      oneOf(SCHED_FLAG_NAMES, {
+        strict: true,
+        msg: (v) => `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(v)}`,
+      }),
+    ),
+  ),
+  mhTableSize: opt(
+    leaf({ type: 'integer', enum: [...MH_PRIMES] }, (v, path) => {
+      if (typeof v !== 'number' || !MH_PRIMES.includes(v))
+        fail(path, `must be one of the kernel's sizes ${MH_PRIMES.join(', ')}, got ${JSON.stringify(v)}`);
+      return v;
+    }),
+  ),
+});
+
+export type ProposedChange = Out<typeof PROPOSED_CHANGE>;
+
+/** Checks a proposed change given from outside (`path` names it in errors); throws PreviewError. */
+export function parseChange(v: unknown, path = 'change'): ProposedChange {
+  try {
+    return PROPOSED_CHANGE.parse(v, path, null);
+  } catch (e) {
+    if (e instanceof SchemaError) throw new PreviewError(e.path, e.reason);
+    throw e;
   }
 }
 
@@ -111,18 +180,6 @@ function keyOf(s: string, path: string): string {
   return formatEndpoint(e.addr, e.port);
 }
 
-/** A list field of the change (absent = empty); anything else is the caller's error, not a crash. */
-function list(v: unknown, path: string): unknown[] {
-  if (v === undefined) return [];
-  if (!Array.isArray(v)) throw new PreviewError(path, 'must be a list');
-  return v;
-}
-
-function item(v: unknown, path: string): Record<string, unknown> {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new PreviewError(path, 'must be a mapping');
-  return v as Record<string, unknown>;
-}
-
 function weightOk(w: unknown, path: string): number {
   if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535)
     throw new PreviewError(path, `must be an integer between 0 and 65535, got ${JSON.stringify(w)}`);
@@ -142,6 +199,7 @@ function model(scheduler: string, flags: number, mhTableSize: number | undefined
   return m;
 }
 
+/** `change` as PROPOSED_CHANGE gives it (parseChange, the API's body, uvs simulate's own checks). */
 export function previewDisruption(service: PreviewService, change: ProposedChange, flows: PreviewFlow[] = []): DisruptionPreview {
   const svcAddr = addrOf(service.address, 'service.address');
   const before: Entry[] = service.realServers.map((r, i) => {
@@ -160,30 +218,24 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
   // The daemon's order: -d, -e, -a. Indexed by key: 15 000 additions used to take seconds of
   // list scans and copies (each add went to the head of a fresh copy).
   const byKey = new Map(before.map((e) => [e.key, { ...e }]));
-  list(change.delete, 'change.delete').forEach((d, i) => {
-    const k = keyOf(d as string, `change.delete[${i}]`);
+  (change.delete ?? []).forEach((d, i) => {
+    const k = keyOf(d, `change.delete[${i}]`);
     if (!byKey.delete(k)) throw new PreviewError(`change.delete[${i}]`, `${k} is not a real server of the service`);
   });
-  list(change.setWeight, 'change.setWeight').forEach((x, i) => {
-    const u = item(x, `change.setWeight[${i}]`);
-    const k = keyOf(u.realServer as string, `change.setWeight[${i}].realServer`);
+  (change.setWeight ?? []).forEach((u, i) => {
+    const k = keyOf(u.realServer, `change.setWeight[${i}].realServer`);
     const e = byKey.get(k);
     if (!e) throw new PreviewError(`change.setWeight[${i}].realServer`, `${k} is not a real server of the service`);
-    e.weight = weightOk(u.weight, `change.setWeight[${i}].weight`);
+    e.weight = u.weight;
     if (e.weight !== 0) e.lastWeight = e.weight;
   });
   const kept = [...byKey.values()]; // list order of the survivors
   const added: Entry[] = [];
-  list(change.add, 'change.add').forEach((x, i) => {
-    const a = item(x, `change.add[${i}]`);
-    const addr = addrOf(a.address as string, `change.add[${i}].address`);
-    const port = a.port;
-    if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535)
-      throw new PreviewError(`change.add[${i}].port`, `must be an integer between 0 and 65535, got ${JSON.stringify(port)}`);
-    const k = formatEndpoint(addr, port);
+  (change.add ?? []).forEach((a, i) => {
+    const addr = addrOf(a.address, `change.add[${i}].address`);
+    const k = formatEndpoint(addr, a.port);
     if (byKey.has(k)) throw new PreviewError(`change.add[${i}]`, `${k} is already a real server of the service`);
-    const weight = weightOk(a.weight, `change.add[${i}].weight`);
-    const e = { key: k, addr, port, weight, lastWeight: weight, overloaded: false };
+    const e = { key: k, addr, port: a.port, weight: a.weight, lastWeight: a.weight, overloaded: false };
     byKey.set(k, e);
     added.push(e);
   });
@@ -191,24 +243,8 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
 
   const schedBefore = service.scheduler;
   const schedAfter = change.scheduler ?? schedBefore;
-  if (!getScheduler(schedAfter))
-    throw new PreviewError(
-      'change.scheduler',
-      `unknown scheduler ${JSON.stringify(schedAfter)} (available: ${schedulerNames().join(', ')})`,
-    );
-  if (change.flags !== undefined) {
-    list(change.flags, 'change.flags').forEach((f, i) => {
-      if (typeof f !== 'string' || !SCHED_FLAG_NAMES.includes(f))
-        throw new PreviewError(`change.flags[${i}]`, `must be one of ${SCHED_FLAG_NAMES.join(', ')}, got ${JSON.stringify(f)}`);
-    });
-  }
   const mhBefore = service.mhTableSize;
   const mhAfter = change.mhTableSize ?? mhBefore;
-  if (change.mhTableSize !== undefined && !MH_PRIMES.includes(change.mhTableSize))
-    throw new PreviewError(
-      'change.mhTableSize',
-      `must be one of the kernel's sizes ${MH_PRIMES.join(', ')}, got ${JSON.stringify(change.mhTableSize)}`,
-    );
   const mBefore = model(schedBefore, flagBits(service.flags), mhBefore, before);
   const mAfter = model(schedAfter, flagBits(change.flags ?? service.flags), mhAfter, after);
 
@@ -255,10 +291,10 @@ export function previewDisruption(service: PreviewService, change: ProposedChang
 }
 
 /** The preview for several services at once (one change each), e.g. from the API's service list. */
-export function previewServices(items: { service: PreviewService; change: ProposedChange; flows?: PreviewFlow[] }[]): DisruptionPreview[] {
+export function previewServices(items: { service: PreviewService; change: unknown; flows?: PreviewFlow[] }[]): DisruptionPreview[] {
   return items.map((it, i) => {
     try {
-      return previewDisruption(it.service, it.change, it.flows ?? []);
+      return previewDisruption(it.service, parseChange(it.change), it.flows ?? []);
     } catch (e) {
       if (e instanceof PreviewError) throw new PreviewError(`[${i}].${e.path}`, e.reason);
       throw e;

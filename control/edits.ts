@@ -7,13 +7,25 @@
 import { canonAddr } from '../net/addr';
 import { DEFAULT_PROTOCOL } from './config';
 import { UvsError } from './errors';
+import { int, obj, str, type Out } from './schema';
 
-export interface ServiceRef {
-  protocol: string;
-  address: string;
-  port: number;
-}
+/** A service by its key: the path parameters of the service routes, a batch operation's `ref`. */
+export const SERVICE_REF = obj(
+  {
+    protocol: str({ doc: 'tcp, udp or sctp' }),
+    address: str({ doc: 'The VIP (any spelling of an IPv6 address)' }),
+    port: int({ min: 0, max: 65535 }),
+  },
+  { mapping: true },
+);
+export type ServiceRef = Out<typeof SERVICE_REF>;
 
+/**
+ * One operation. Written by hand, not Out<typeof EDIT_OP> (control/api-bodies.ts): the kit has no
+ * tagged union, so the schema is one mapping with every operation's fields optional and a check
+ * that the operation has its own; derived, this type would lose which fields each one has.
+ * api-bodies.ts OP_FIELDS is typed against `EditOp['op']`, so the two name the same operations.
+ */
 export type EditOp =
   | { op: 'addService'; service: Record<string, unknown> }
   | { op: 'editService'; service: Record<string, unknown> }

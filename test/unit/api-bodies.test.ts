@@ -98,6 +98,56 @@ test('the OpenAPI document shows each kind of request body as the schema checks 
   assert.deepEqual(Object.keys(bodyOf(paths, 'post', '/v1/zero').properties!.service!.properties!), ['protocol', 'address', 'port']);
   assert.equal(bodyOf(paths, 'post', '/v1/services/{protocol}/{address}/{port}/preview').properties!.delete!.type, 'array');
   assert.deepEqual(bodyOf(paths, 'post', '/v1/reload').properties, {});
+  // A capture: sample or a flow filter, bounded, with its defaults.
+  const cap = bodyOf(paths, 'post', '/v1/capture');
+  assert.deepEqual(Object.keys(cap.properties!), ['sample', 'flow', 'seconds', 'maxPackets', 'format']);
+  assert.equal(cap.additionalProperties, false);
+  assert.deepEqual([cap.properties!.seconds!.maximum, cap.properties!.seconds!.default], [300, 10]);
+  assert.deepEqual(cap.properties!.format!.enum, ['pcap', 'jsonl']);
+  assert.deepEqual(Object.keys(cap.properties!.flow!.properties!), ['protocol', 'address', 'port', 'peer', 'peerPort']);
+  assert.equal(cap.properties!.flow!.additionalProperties, false);
+});
+
+test("a preview body is checked by its schema, with the preview's messages, before the service is looked up", async () => {
+  const { app } = standIn(); // it has no service: a body that passes would get a 404
+  const url = '/v1/services/tcp/10.96.0.10/80/preview';
+  const cases: [unknown, string, RegExp][] = [
+    [{ delete: 'x' }, 'change.delete', /must be a list/],
+    [{ delete: ['nope'] }, 'change.delete[0]', /must be "address:port"/],
+    [{ setWeight: [null] }, 'change.setWeight[0]', /must be a mapping/],
+    [{ setWeight: [{ realServer: '10.0.0.1:80', weight: 1e6 }] }, 'change.setWeight[0].weight', /integer between 0 and 65535, got 1000000/],
+    [{ add: [{ address: 1, port: 80, weight: 1 }] }, 'change.add[0].address', /must be an IPv4 or IPv6 address, got 1/],
+    [{ add: [{ address: '10.0.0.9', port: 'x', weight: 1 }] }, 'change.add[0].port', /integer between 0 and 65535/],
+    [{ scheduler: 'nope' }, 'change.scheduler', /unknown scheduler "nope" \(available: .*mh/],
+    [{ flags: ['mh-port', 'x'] }, 'change.flags[1]', /must be one of flag-1, .*mh-port, got "x"/],
+    [{ mhTableSize: 7 }, 'change.mhTableSize', /kernel's sizes 251, /],
+  ];
+  for (const [payload, path, message] of cases) {
+    const r = await app.inject({ method: 'POST', url, payload: payload as object });
+    const b = r.json() as { code: string; path: string; message: string };
+    assert.deepEqual([r.statusCode, b.code, b.path], [400, 'UVS_ERR_API_BAD_REQUEST', path], JSON.stringify(payload));
+    assert.match(b.message, message);
+  }
+  const ok = await app.inject({ method: 'POST', url, payload: { delete: ['10.0.0.1:80'], scheduler: 'mh', mhTableSize: 251 } });
+  assert.equal(ok.statusCode, 404, ok.body);
+});
+
+test('POST /v1/capture refuses a malformed request before any capture runs', async () => {
+  const { app } = standIn(); // its capture.run fails the test if reached
+  const cases: [unknown, string, RegExp][] = [
+    [undefined, 'capture', /give either sample/],
+    [{ sample: 2, flow: { port: 1 } }, 'capture', /give either sample/],
+    [{ sample: 0 }, 'capture.sample', /must be an integer from 1 to/],
+    [{ flow: { colour: 'red' } }, 'capture.flow.colour', /unknown field/],
+    [{ flow: { address: '10.0.0.1', peer: 'fd00::1' } }, 'capture.flow.peer', /one family/],
+    [{ flow: {} }, 'capture.flow', /needs at least one of/],
+  ];
+  for (const [payload, path, message] of cases) {
+    const r = await app.inject({ method: 'POST', url: '/v1/capture', ...(payload === undefined ? {} : { payload: payload as object }) });
+    const b = r.json() as { code: string; path: string; message: string };
+    assert.deepEqual([r.statusCode, b.code, b.path], [400, 'UVS_ERR_API_BAD_REQUEST', path], JSON.stringify(payload));
+    assert.match(b.message, message);
+  }
 });
 
 test('every POST and PUT route refuses a body with an unknown field, naming it', async () => {
