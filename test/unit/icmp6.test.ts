@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import * as P from '../../net/packet';
 import { checksumsValid6, field6, icmp6, udp6 } from '../helpers/packets';
-import { CLIENT6, RS6, setup6, VIP6 } from '../helpers/processor';
+import { CLIENT6, payload, setup6, VIP6 } from '../helpers/processor';
 
 test('ICMPv6 errors through full-NAT both ways, and tunnel', () => {
   const { run } = setup6('fullnat', 'udp', false);
