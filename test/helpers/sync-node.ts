@@ -9,7 +9,10 @@ import Redis from 'ioredis';
 import pino from 'pino';
 import * as L from '../../conntrack/layout';
 import { RedisSync } from '../../conntrack/redis-sync';
-import { field } from './packets';
+import assert from 'node:assert/strict';
+import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
+import { FORWARD } from '../../lb/verdict';
+import { field, tcp } from './packets';
 import { makeProcessor } from './processor';
 
 export function hasCommand(cmd: string): boolean {
@@ -108,3 +111,23 @@ export function syncNode(id: string, o: NodeOptions) {
   return { sync, table, model, proc, run, replayed, apply, counter, allWritten, stop: () => sync.stop() };
 }
 export type SyncNode = ReturnType<typeof syncNode>;
+
+/** A TCP connection's opening from a client: SYN, then two ACKs (its 3rd packet queues it for Redis). Returns the real server. */
+export function openFlow(n: SyncNode, client: string, sport: number): string {
+  const syn = tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_SYN });
+  assert.equal(n.run(syn), FORWARD);
+  for (let i = 0; i < 2; i++) assert.equal(n.run(tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_ACK })), FORWARD);
+  return field(syn).dst;
+}
+
+/** Client source ports of the flow records a Redis on `port` stores under a prefix (client→server keys). */
+export async function storedPorts(port: number, prefix: string): Promise<number[]> {
+  const c = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
+  try {
+    const keys = await c.keys(`${prefix}c:*`);
+    const recs = keys.length ? await c.mget(keys) : [];
+    return recs.map((r) => Number(r!.split('|')[2]) >>> 16).sort((x, y) => x - y);
+  } finally {
+    c.disconnect();
+  }
+}

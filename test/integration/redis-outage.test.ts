@@ -14,11 +14,10 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
-import Redis from 'ioredis';
-import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
+import { TCPF_ACK } from '../../conntrack/state';
 import { FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
-import { hasCommand, sleep, startRedis, syncNode, VIP, waitFor, type SyncNode } from '../helpers/sync-node';
+import { hasCommand, sleep, startRedis, syncNode, VIP, waitFor, openFlow, storedPorts, type SyncNode } from '../helpers/sync-node';
 
 const skip = hasCommand('redis-server') ? false : 'redis-server missing';
 const PORT = 41000 + (process.pid % 4000) * 2; // and PORT + 1 (restarted)
@@ -29,25 +28,6 @@ after(() => {
 });
 const url = (port = PORT) => `redis://127.0.0.1:${port}`;
 
-/** A TCP connection's opening from a client: SYN, then two ACKs (its 3rd packet queues it for Redis). */
-function open(n: SyncNode, client: string, sport: number): string {
-  const syn = tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_SYN });
-  assert.equal(n.run(syn), FORWARD);
-  for (let i = 0; i < 2; i++) assert.equal(n.run(tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_ACK })), FORWARD);
-  return field(syn).dst;
-}
-
-/** Client source ports of the flow records stored under a prefix (client→server keys). */
-async function storedPorts(prefix: string, port = PORT): Promise<number[]> {
-  const c = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
-  try {
-    const keys = await c.keys(`${prefix}c:*`);
-    const recs = keys.length ? await c.mget(keys) : [];
-    return recs.map((r) => Number(r!.split('|')[2]) >>> 16).sort((x, y) => x - y);
-  } finally {
-    c.disconnect();
-  }
-}
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 
 /**
@@ -81,7 +61,7 @@ test('Redis hung (SIGSTOP) while flows start and the write queue drops records: 
   let stopped = false;
   try {
     await waitFor('connected', () => a.sync.stats.connected && b.sync.stats.connected);
-    const rip0 = open(a, '192.0.2.30', 46000);
+    const rip0 = openFlow(a, '192.0.2.30', 46000);
     await waitFor('the first flow written', () => a.allWritten() && a.sync.stats.written === 1);
     redis.kill('SIGSTOP');
     stopped = true;
@@ -89,7 +69,7 @@ test('Redis hung (SIGSTOP) while flows start and the write queue drops records: 
     // connection, the rest wait in a queue of 100 that drops the oldest.
     const rips = new Map<number, string>();
     for (const sport of range(47000, 150)) {
-      rips.set(sport, open(a, '192.0.2.31', sport));
+      rips.set(sport, openFlow(a, '192.0.2.31', sport));
       if (sport % 10 === 0) await sleep(20);
     }
     await waitFor('records dropped from the queue', () => a.sync.stats.dropped >= 50);
@@ -98,15 +78,15 @@ test('Redis hung (SIGSTOP) while flows start and the write queue drops records: 
     redis.kill('SIGCONT');
     stopped = false;
     const tCont = Date.now();
-    await waitFor('every live flow in Redis', async () => (await storedPorts(P)).length === 151, 15_000).catch(async (e: Error) => {
+    await waitFor('every live flow in Redis', async () => (await storedPorts(PORT, P)).length === 151, 15_000).catch(async (e: Error) => {
       throw new Error(
-        `${e.message}: ${(await storedPorts(P)).length} of 151 stored; ${JSON.stringify({ dropped: a.sync.stats.dropped, resyncs: a.sync.stats.resyncs, resynced: a.sync.stats.resynced })}`,
+        `${e.message}: ${(await storedPorts(PORT, P)).length} of 151 stored; ${JSON.stringify({ dropped: a.sync.stats.dropped, resyncs: a.sync.stats.resyncs, resynced: a.sync.stats.resynced })}`,
       );
     });
     t.diagnostic(
       `every flow in Redis ${Date.now() - tCont} ms after SIGCONT; dropped ${a.sync.stats.dropped}, walks ${a.sync.stats.resyncs}, records they queued ${a.sync.stats.resynced}`,
     );
-    assert.deepEqual(await storedPorts(P), [46000, ...range(47000, 150)]);
+    assert.deepEqual(await storedPorts(PORT, P), [46000, ...range(47000, 150)]);
     assert.ok(a.sync.stats.resyncs >= 1);
     await waitFor('a caught up', () => a.allWritten() && !a.sync.stats.resyncing);
 
@@ -135,30 +115,30 @@ test('Redis restarted without its data: quiet flows are written again once it an
     await waitFor('a connected', () => a.sync.stats.connected);
     // 300 quiet flows: three packets each, then nothing (no sync rule writes them again soon).
     for (const sport of range(50000, 300)) {
-      open(a, '198.51.100.40', sport);
+      openFlow(a, '198.51.100.40', sport);
       if (sport % 50 === 0) await waitFor('written', () => a.allWritten());
     }
     await waitFor('all written', () => a.allWritten() && a.sync.stats.written === 300);
-    assert.equal((await storedPorts(P, port)).length, 300);
+    assert.equal((await storedPorts(port, P)).length, 300);
 
     redis.kill('SIGKILL');
     await waitFor('a disconnected', () => !a.sync.stats.connected);
     // 50 flows start while Redis is down: their records wait in the queue, the walk skips them.
-    for (const sport of range(51000, 50)) open(a, '198.51.100.40', sport);
+    for (const sport of range(51000, 50)) openFlow(a, '198.51.100.40', sport);
     await waitFor('queued', () => a.sync.stats.queueDepth === 50);
     redis = await startRedis(port); // empty: no persistence
     servers.push(redis);
     const tBack = Date.now();
-    await waitFor('every flow in Redis again', async () => (await storedPorts(P, port)).length === 350, 15_000).catch(async (e: Error) => {
+    await waitFor('every flow in Redis again', async () => (await storedPorts(port, P)).length === 350, 15_000).catch(async (e: Error) => {
       throw new Error(
-        `${e.message}: ${(await storedPorts(P, port)).length} of 350 stored; ${JSON.stringify({ resyncs: a.sync.stats.resyncs, resynced: a.sync.stats.resynced })}`,
+        `${e.message}: ${(await storedPorts(port, P)).length} of 350 stored; ${JSON.stringify({ resyncs: a.sync.stats.resyncs, resynced: a.sync.stats.resynced })}`,
       );
     });
     await waitFor('the walk to end', () => a.allWritten() && !a.sync.stats.resyncing);
     t.diagnostic(
       `every flow in Redis ${Date.now() - tBack} ms after the restart; walks ${a.sync.stats.resyncs}, records queued ${a.sync.stats.resynced}`,
     );
-    assert.deepEqual(await storedPorts(P, port), [...range(50000, 300), ...range(51000, 50)]);
+    assert.deepEqual(await storedPorts(port, P), [...range(50000, 300), ...range(51000, 50)]);
     assert.equal(a.sync.stats.resyncs, 1);
     assert.equal(a.sync.stats.resynced, 300, 'the walk queued the quiet flows, not those queued since the connection was lost');
     assert.equal(a.sync.stats.dropped, 0, 'the walk queued no more than the queue had room for');
@@ -179,7 +159,7 @@ test('a catch-up of 20,000 queued records holds one write round of commands at a
   try {
     assert.equal(a.sync.stats.connected, false);
     for (let i = 0; i < N; i++) {
-      open(a, `198.51.${100 + (i >> 8)}.${i & 255}`, 30000 + (i % 7));
+      openFlow(a, `198.51.${100 + (i >> 8)}.${i & 255}`, 30000 + (i % 7));
       if (i % 2000 === 1999) await sleep(60); // the worker's sync ring (2 events a flow) drained into the queue
     }
     await waitFor('the queue to be collected', () => a.sync.stats.queueDepth === N);
@@ -194,7 +174,7 @@ test('a catch-up of 20,000 queued records holds one write round of commands at a
     }
     t.diagnostic(`most commands waiting for Redis: ${most} (${samples} samples), records written ${a.sync.stats.written}`);
     assert.ok(a.sync.stats.written >= N);
-    assert.equal((await storedPorts(P, port)).length, N);
+    assert.equal((await storedPorts(port, P)).length, N);
     // One round: 1000 records × 2 SETs + 1 PUBLISH, and the odd counts exchange (a few commands).
     assert.ok(most <= 2 * 1000 + 1 + 16, `commands waiting for Redis stayed within one round: ${most}`);
     assert.ok(most >= 1000, `the catch-up was sampled while it ran: ${most}`);

@@ -15,7 +15,7 @@ import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
-import { hasCommand, RS, startRedis, syncNode, VIP, waitFor, type SyncNode } from '../helpers/sync-node';
+import { hasCommand, RS, startRedis, syncNode, VIP, waitFor, openFlow, storedPorts, type SyncNode } from '../helpers/sync-node';
 
 const skip = hasCommand('redis-server') ? false : 'redis-server missing';
 const PORT = 31000 + (process.pid % 4000) * 2; // and PORT + 1: below the Sentinel test's 36000+
@@ -34,24 +34,6 @@ after(() => {
 });
 
 const url = (port = PORT) => `redis://127.0.0.1:${port}`;
-/** A TCP connection's opening from a client: SYN, then two ACKs (its 3rd packet queues it for Redis). */
-function open(n: SyncNode, client: string, sport: number): string {
-  const syn = tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_SYN });
-  assert.equal(n.run(syn), FORWARD);
-  for (let i = 0; i < 2; i++) assert.equal(n.run(tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_ACK })), FORWARD);
-  return field(syn).dst;
-}
-/** Client source ports of the flow records stored under a prefix (client→server keys). */
-async function storedPorts(prefix: string, port = PORT): Promise<number[]> {
-  const c = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 1 });
-  try {
-    const keys = await c.keys(`${prefix}c:*`);
-    const recs = keys.length ? await c.mget(keys) : [];
-    return recs.map((r) => Number(r!.split('|')[2]) >>> 16).sort((x, y) => x - y);
-  } finally {
-    c.disconnect();
-  }
-}
 
 test('Redis down: the write queue keeps the newest maxQueue records, drops the oldest (counted), writes them after the reconnect, then the dropped ones from the table', {
   skip,
@@ -63,7 +45,7 @@ test('Redis down: the write queue keeps the newest maxQueue records, drops the o
   a.sync.start();
   try {
     assert.equal(a.sync.stats.connected, false);
-    for (let i = 0; i < 150; i++) open(a, '198.51.100.7', 20000 + i); // oldest first
+    for (let i = 0; i < 150; i++) openFlow(a, '198.51.100.7', 20000 + i); // oldest first
     await waitFor('the queue to be collected', () => a.sync.stats.dropped + a.sync.stats.queueDepth === 150);
     assert.equal(a.sync.stats.queueDepth, 100, 'bounded at maxQueue');
     assert.equal(a.sync.stats.dropped, 50, 'the rest dropped and counted');
@@ -73,10 +55,10 @@ test('Redis down: the write queue keeps the newest maxQueue records, drops the o
     servers.push(await startRedis(LATE_PORT));
     // The queued records first; then, records having been dropped, a walk of the table queues every
     // live flow again (redis-outage.test.ts), the 50 dropped ones included.
-    await waitFor('every live flow in Redis', async () => (await storedPorts(P, LATE_PORT)).length === 150, 30_000);
+    await waitFor('every live flow in Redis', async () => (await storedPorts(LATE_PORT, P)).length === 150, 30_000);
     await waitFor('the walk to end', () => a.allWritten() && !a.sync.stats.resyncing);
     assert.deepEqual(
-      await storedPorts(P, LATE_PORT),
+      await storedPorts(LATE_PORT, P),
       Array.from({ length: 150 }, (_, i) => 20000 + i),
       'every live flow is in Redis, the 50 dropped from the queue too',
     );
@@ -98,7 +80,7 @@ test('writes Redis refuses (out of memory) stay queued and are written once it a
     // noeviction and a 1-byte limit: every SET is refused with an OOM error, the connection stays up.
     await w.config('SET', 'maxmemory-policy', 'noeviction');
     await w.config('SET', 'maxmemory', '1');
-    for (let i = 0; i < 20; i++) open(a, '198.51.100.8', 21000 + i);
+    for (let i = 0; i < 20; i++) openFlow(a, '198.51.100.8', 21000 + i);
     await waitFor('refused writes', () => a.sync.stats.errors >= 2);
     assert.equal(a.sync.stats.connected, true, 'still connected: Redis answers, with errors');
     assert.equal(a.sync.stats.written, 0);
@@ -107,7 +89,7 @@ test('writes Redis refuses (out of memory) stay queued and are written once it a
     await waitFor('written', () => a.allWritten());
     assert.equal(a.sync.stats.written, 20);
     assert.deepEqual(
-      await storedPorts(P),
+      await storedPorts(PORT, P),
       Array.from({ length: 20 }, (_, i) => 21000 + i),
     );
   } finally {
@@ -126,8 +108,8 @@ test('parked packets: a hit is installed and the packet replayed to the recorded
   let b: SyncNode | null = null;
   try {
     await waitFor('a connected', () => a.sync.stats.connected);
-    const rip = open(a, '192.0.2.10', 43000);
-    await waitFor('a to write its flow', async () => (await storedPorts(P)).includes(43000));
+    const rip = openFlow(a, '192.0.2.10', 43000);
+    await waitFor('a to write its flow', async () => (await storedPorts(PORT, P)).includes(43000));
     // b starts after the write: it missed the change stream and must ask Redis.
     b = syncNode('b', { redis: { url: url(), keyPrefix: P } });
     b.sync.start();
@@ -175,7 +157,7 @@ test('a drain waits for the connections other nodes report: the server is delete
   try {
     await waitFor('connected', () => a.sync.stats.connected && b.sync.stats.connected);
     // a carries one established connection to X; b carries none.
-    const x = open(a, '192.0.2.20', 45000);
+    const x = openFlow(a, '192.0.2.20', 45000);
     const service = a.model.list()[0]!.key;
     await waitFor("b to see a's count", () => b.sync.remoteCounts(service, `${x}:8080`)[0] === 1);
     assert.equal(b.model.list()[0]!.realServers.find((r) => r.address === x)!.activeConns, 0, 'b has no connection of its own to X');
@@ -218,12 +200,12 @@ test("a client reuses its port for a new flow to another server: the other node 
   try {
     await waitFor('connected', () => a.sync.stats.connected && b.sync.stats.connected);
     // Flow 1 from 192.0.2.50:40000; b holds it as a shadow.
-    const rip1 = open(a, '192.0.2.50', 40000);
+    const rip1 = openFlow(a, '192.0.2.50', 40000);
     await waitFor('b to hold flow 1', () => b.table.shadows() === 1);
     // Flow 1 ends on a (its entry goes); b's shadow of it lives on until its own expiry, as a
     // closed flow's shadow lives its TIME_WAIT. The client opens flow 2 from the same port.
     a.table.expire((a.table.now() + 3600_000) | 0);
-    const rip2 = open(a, '192.0.2.50', 40000);
+    const rip2 = openFlow(a, '192.0.2.50', 40000);
     assert.notEqual(rip2, rip1, 'round robin: flow 2 goes to another server');
     await waitFor('a to write flow 2', () => a.allWritten() && a.sync.stats.written === 2);
     await waitFor("b to take flow 2's record", () => b.sync.stats.received + b.sync.stats.refused.not_installed === 2);
