@@ -74,11 +74,17 @@ export class FlowView {
   adopted = false;
   sync = false;
   /**
+   * SYN proxy (lb/synproxy.ts): the entry's L.F_SYNPROXY | L.F_SP_PENDING bits, 0 = not proxied;
+   * with F_SYNPROXY, its sequence and timestamp deltas and options (layout.ts SP_DELTA,
+   * SP_TSDELTA, SP_OPTS) in spDelta, spTsDelta, spOpts.
+   */
+  sp = 0;
+  /**
    * caddr, cports (cport << 16 | vport), vaddr, daddr, dports (rport << 16 | lport), laddr, and
    * the PROXY protocol word (layout.ts PP_*, 0 = none) with the client sequence number it sits
-   * at (ppSeq): int32 words, see WORDS at the top.
+   * at (ppSeq), the SYN proxy words: int32 words, see WORDS at the top.
    */
-  private readonly w = new Int32Array(8);
+  private readonly w = new Int32Array(11);
   get caddr(): number {
     return this.w[0]!;
   }
@@ -126,6 +132,24 @@ export class FlowView {
   }
   set ppSeq(v: number) {
     this.w[7] = v;
+  }
+  get spDelta(): number {
+    return this.w[8]!;
+  }
+  set spDelta(v: number) {
+    this.w[8] = v;
+  }
+  get spTsDelta(): number {
+    return this.w[9]!;
+  }
+  set spTsDelta(v: number) {
+    this.w[9] = v;
+  }
+  get spOpts(): number {
+    return this.w[10]!;
+  }
+  set spOpts(v: number) {
+    this.w[10] = v;
   }
 }
 

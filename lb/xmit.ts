@@ -55,19 +55,28 @@ export function forwardIn(c: PacketContext, b: Uint8Array, f: FlowView): number 
     if (size > mtu) return mayAnswer(c, L.GEN_TOO_BIG, Drop.TooBig) ? tooBig(c, b, mtu - outer) : DROP;
   }
   if (fwd === L.FWD_TUNNEL) return encapsulate(c, b, f.hi, f.daddr, mtu > 0);
-  const sport = f.cports >>> 16;
-  const dport = f.cports & 0xffff;
-  if (v6) {
-    rewrite6(c, b, P.IP6_DST, f.hi, f.daddr, 6, dport, f.dports >>> 16);
-    if (fwd === L.FWD_FULLNAT) rewrite6(c, b, P.IP6_SRC, f.hi, f.laddr, 9, sport, f.dports & 0xffff);
-  } else {
-    rewrite4(c, b, P.IP_DST, f.vaddr, dport, f.daddr, f.dports >>> 16);
-    if (fwd === L.FWD_FULLNAT) rewrite4(c, b, P.IP_SRC, f.caddr, sport, f.laddr, f.dports & 0xffff);
-  }
+  rewriteIn(c, b, f);
   if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + c.totlen);
   // f.pp was read under the lookup's lock: flags only gain bits, a stale one costs a duplicate header at most.
   if (fwd === L.FWD_FULLNAT && (proto & 0xff) === P.IPPROTO_TCP && f.pp !== 0) return proxyIn(c, b, f);
   return FORWARD;
+}
+
+/**
+ * The masq / full-NAT rewrite of a client's packet (the context's current packet, at b[c.off]):
+ * destination VIP:vport → real server, and for full-NAT source client → pool address and port.
+ * Also what the SYN proxy (./synproxy.ts) sends the server in the client's name.
+ */
+export function rewriteIn(c: PacketContext, b: Uint8Array, f: FlowView): void {
+  const sport = f.cports >>> 16;
+  const dport = f.cports & 0xffff;
+  if (c.v6) {
+    rewrite6(c, b, P.IP6_DST, f.hi, f.daddr, 6, dport, f.dports >>> 16);
+    if (f.fwd === L.FWD_FULLNAT) rewrite6(c, b, P.IP6_SRC, f.hi, f.laddr, 9, sport, f.dports & 0xffff);
+  } else {
+    rewrite4(c, b, P.IP_DST, f.vaddr, dport, f.daddr, f.dports >>> 16);
+    if (f.fwd === L.FWD_FULLNAT) rewrite4(c, b, P.IP_SRC, f.caddr, sport, f.laddr, f.dports & 0xffff);
+  }
 }
 
 /**

@@ -58,6 +58,8 @@ function settings(o: Partial<DefenseSettings> = {}): DefenseSettings {
     halfOpenPerSource: 0,
     maxHalfOpenPerSource: 256,
     holdTime: 0,
+    synProxy: 0,
+    synProxyWscale: 7,
     ...o,
   };
 }
@@ -511,6 +513,8 @@ test('defense settings default to the automatic modes with amemthresh = tableSiz
     halfOpenPerSource: 1,
     maxHalfOpenPerSource: 256,
     holdTime: 60,
+    synProxy: 1,
+    synProxyWscale: 7,
   });
   const bad = (defense: Record<string, unknown>, path: string) =>
     assert.throws(
@@ -526,6 +530,10 @@ test('defense settings default to the automatic modes with amemthresh = tableSiz
   bad({ amDroprate: 0 }, 'defense.amDroprate');
   bad({ dropentry: 1 }, 'defense.dropentry');
   bad({ holdTime: '2h' }, 'defense.holdTime');
+  bad({ synProxy: 5 }, 'defense.synProxy');
+  bad({ synProxyMss: 100 }, 'defense.synProxyMss');
+  bad({ synProxyWscale: 15 }, 'defense.synProxyWscale');
+  bad({ synProxyKey: 'short' }, 'defense.synProxyKey');
   assert.equal(validateConfig({ ...base, defense: { secureTcpTimeout: '3s', dropPacket: 3 } }).defense.secureTcpTimeout, 3);
 });
 
