@@ -391,11 +391,16 @@ export class RedisSync {
     this.stats.queueDepth = this.queue.size;
   }
 
-  /** Queues the record of the entry at word offset o (this node's flows only: no shadow or template); false if none. */
+  /**
+   * Queues the record of the entry at word offset o (this node's flows only: no shadow or
+   * template); false if none. A SYN-proxied flow (lb/synproxy.ts) is not published: its records
+   * do not carry its sequence and timestamp deltas, and a node adopting it without them would
+   * corrupt both streams — after a failover its client gets a RST (docs/defense.md).
+   */
   private enqueue(o: number, now: number): boolean {
     const a = this.table.i32;
     const flags = a[o + L.E_FLAGS]!;
-    if (!(flags & L.F_IN_USE) || flags & (L.F_SHADOW | L.F_TEMPLATE)) return false;
+    if (!(flags & L.F_IN_USE) || flags & (L.F_SHADOW | L.F_TEMPLATE | L.F_SYNPROXY)) return false;
     const names = this.resolver.names(a[o + L.E_SVC]!, a[o + L.E_RS]!);
     if (!names) return false;
     const proto = a[o + L.E_PROTO]!;
