@@ -171,6 +171,14 @@ export function defenseView(d: Daemon): DefenseResponse {
       tableFull: drops.table_full ?? 0,
       fullnatPortsExhausted: drops.fullnat_ports_exhausted ?? 0,
     },
+    synProxyCounts: {
+      cookies: d.stats.word(L.C_SP_COOKIES),
+      accepted: d.stats.word(L.C_SP_ACCEPTED),
+      badCookies: drops.bad_cookie ?? 0,
+      held: d.stats.word(L.C_SP_HELD),
+      heldRefused: d.stats.word(L.C_SP_HELD_REFUSED),
+      serverFailures: d.stats.word(L.C_SP_SERVER_FAIL),
+    },
   };
 }
 
