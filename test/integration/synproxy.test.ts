@@ -120,13 +120,20 @@ describe('the SYN proxy (defense.synProxy: 3) with real clients and servers', {
     }
   });
 
-  test("a closed port on the real server: the server's RST reaches the client at once", async () => {
+  test("a closed port on the real server: the server's RST reaches the client at once", async (t) => {
     const before = await counts();
     const t0 = Date.now();
-    const r = spawnSync('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '5', `http://${LAB_VIP}:83/`], { encoding: 'utf8' });
-    assert.equal(r.status, 7, `curl: connection refused (exit 7), got ${r.status}`);
-    assert.ok(Date.now() - t0 < 3000, 'refused, not timed out');
-    assert.ok((await counts()).serverFailures > before.serverFailures);
+    const r = spawnSync('ip', ['netns', 'exec', lab.clientNs, 'curl', '-sS', '-m', '5', `http://${LAB_VIP}:83/`], { encoding: 'utf8' });
+    const ms = Date.now() - t0;
+    const after = await counts();
+    const ctx = JSON.stringify({ status: r.status, stderr: r.stderr, ms, before, after });
+    t.diagnostic(ctx);
+    // The client's handshake is done with the proxy before the server is asked: it sees its
+    // connection reset (curl 56), where without the proxy it would be refused (curl 7).
+    assert.equal(r.status, 56, ctx);
+    assert.match(r.stderr, /reset by peer/, ctx);
+    assert.ok(ms < 3000, `reset at once, not timed out: ${ctx}`);
+    assert.equal(after.serverFailures - before.serverFailures, 1, ctx);
   });
 
   test('SYNs never acknowledged take no table entry', async () => {
@@ -152,6 +159,7 @@ describe('the SYN proxy (defense.synProxy: 3) with real clients and servers', {
       const failed: number[] = [];
       let tries = 0;
       let peak = 0;
+      const entries0 = (await api<StatsResponse>('/v1/stats')).table.entries;
       const started = Date.now();
       while (Date.now() - started < 15_000) {
         tries++;
@@ -162,11 +170,12 @@ describe('the SYN proxy (defense.synProxy: 3) with real clients and servers', {
       }
       await done;
       const c = await counts();
-      const ctx = JSON.stringify({ tries, failed, peak, flood: out, counts: c });
+      const ctx = JSON.stringify({ tries, failed, entries0, peak, flood: out, counts: c });
       t.diagnostic(ctx);
       assert.ok(JSON.parse(out).sent > 10_000, ctx);
       assert.deepEqual(failed, [], `every client connected: ${ctx}`);
-      assert.ok(peak < 64, `the flood took no entries: ${ctx}`);
+      // Each client's flow holds an entry (TIME_WAIT after it): the flood's 30 000 SYNs none.
+      assert.ok(peak <= entries0 + tries, `the flood took no entries: ${ctx}`);
       assert.equal((await api<StatsResponse>('/v1/stats')).drops.table_full ?? 0, 0);
     } finally {
       if (flood.exitCode === null) flood.kill('SIGTERM');
