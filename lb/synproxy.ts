@@ -590,6 +590,7 @@ function spServerReset(c: PacketContext, f: FlowView): number {
   x[tp + P.TCP_OFF] = 5 << 4;
   x[tp + P.TCP_FLAGS] = TCPF_RST;
   P.put16(x, tp + P.TCP_WIN, 0);
+  P.put16(x, tp + P.TCP_CSUM, 0);
   P.put16(x, tp + 18, 0);
   tcpChecksum(c, o, ih, 20);
   c.out.reason = Drop.NoConnection;
