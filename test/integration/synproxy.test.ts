@@ -60,7 +60,8 @@ describe('the SYN proxy (defense.synProxy: 3) with real clients and servers', {
         vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR],
         fullnat: { addresses: ['10.200.99.1', 'fd00:200:99::1'], portMin: 30000, portMax: 30999 },
       },
-      defense: { synProxy: 3 },
+      // Another window scale than the servers' (Linux: 7): every server segment's window is rescaled.
+      defense: { synProxy: 3, synProxyWscale: 5 },
     });
     await lab.startUvsd(lab.writeConfig(cfg));
     // The flood's spoofed sources are answered into nowhere, silently (no ICMP back into uvs0).
