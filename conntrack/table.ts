@@ -827,7 +827,17 @@ export class ConnTable {
    * flow's SP words to rebuild it. Returns SPH_* bits, or −1 when the flow is pending no more
    * (the caller looks it up again).
    */
-  spHold(v: FlowView, hold: boolean, b: Uint8Array, off: number, len: number, l4: number, w: Int32Array, resendMs: number, now: number): number {
+  spHold(
+    v: FlowView,
+    hold: boolean,
+    b: Uint8Array,
+    off: number,
+    len: number,
+    l4: number,
+    w: Int32Array,
+    resendMs: number,
+    now: number,
+  ): number {
     const e = v.entry;
     if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return -1;
     const a = this.i32;

@@ -309,10 +309,10 @@ export function buildRegistry(d: Daemon): Registry {
       c.inc({ result: 'refused' }, d.stats.word(L.C_SP_HELD_REFUSED));
     },
   );
-  counterFrom('uvs_synproxy_server_failures_total', 'Real servers that answered the SYN proxy\'s SYN with a RST.', [], (c) =>
+  counterFrom('uvs_synproxy_server_failures_total', "Real servers that answered the SYN proxy's SYN with a RST.", [], (c) =>
     c.inc(d.stats.word(L.C_SP_SERVER_FAIL)),
   );
-  gaugeFrom('uvs_synproxy_pending', 'SYN-proxied flows waiting for their real server\'s SYN-ACK.', [], (g) => g.set(d.table.spPending()));
+  gaugeFrom('uvs_synproxy_pending', "SYN-proxied flows waiting for their real server's SYN-ACK.", [], (g) => g.set(d.table.spPending()));
   gaugeFrom('uvs_synproxy_held_packets', 'Client packets held now (shared area of 512).', [], (g) => g.set(d.table.holdUsed()));
   counterFrom('uvs_adoptions_total', "Other nodes' flows taken over by this node (first packet seen here).", [], (c) =>
     c.inc(d.stats.word(L.C_ADOPTED)),

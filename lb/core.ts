@@ -42,7 +42,15 @@ import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
 import { SCTP_EV_INIT } from '../conntrack/sctp-state';
 import { TCPF_ACK, TCPF_RST, TCPF_SYN } from '../conntrack/state';
-import { type ConnTable, FLOW_DEST_GONE, FLOW_HIT, FLOW_REUSE, FLOW_SP_PENDING, LOOKUP_EXPIRE_NODEST, LOOKUP_NEW } from '../conntrack/table';
+import {
+  type ConnTable,
+  FLOW_DEST_GONE,
+  FLOW_HIT,
+  FLOW_REUSE,
+  FLOW_SP_PENDING,
+  LOOKUP_EXPIRE_NODEST,
+  LOOKUP_NEW,
+} from '../conntrack/table';
 import * as P from '../net/packet';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
@@ -101,7 +109,7 @@ export class PacketProcessor {
     // The SYN proxy's clocks: the cookie's minute counter and our timestamps (Unix ms, 32 bits).
     const unix = c.table.epoch + now;
     c.spMinute = Math.floor(unix / 60000) | 0;
-    c.tsNow = unix % 4294967296 | 0;
+    c.tsNow = (unix % 4294967296) | 0;
   }
 
   // ── parse ──────────────────────────────────────────────────────────────────────────────────

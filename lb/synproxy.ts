@@ -356,7 +356,7 @@ export function spOpen(c: PacketContext, b: Uint8Array, f: FlowView): number {
   if (!t.spBegin(f.entry, f, w, PENDING_MS, c.now)) return drop(c, Drop.NoConnection);
   c.counters[L.C_SP_ACCEPTED]!++;
   if (hasData(c, b)) hold(c, b, f, false);
-  return synToServer(c, b, f, w);
+  return synToServer(c, f, w);
 }
 
 /** The segment carries data or a FIN. */
@@ -381,7 +381,7 @@ function hold(c: PacketContext, b: Uint8Array, f: FlowView, resend: boolean): nu
  * (the client's addresses from the flow, its ISN, the options the cookie kept, its TSval), then
  * rewritten as any client packet of the flow (masq / full-NAT). Goes out as the answer.
  */
-function synToServer(c: PacketContext, b: Uint8Array, f: FlowView, w: Int32Array): number {
+function synToServer(c: PacketContext, f: FlowView, w: Int32Array): number {
   const opts = w[L.SP_OPTS]!;
   const ts = (opts & L.SPO_TS) !== 0;
   const ws = (opts >>> L.SPO_WS_SHIFT) & 0xf;
@@ -449,7 +449,7 @@ export function spPendingIn(c: PacketContext, b: Uint8Array, f: FlowView): numbe
   const r = data ? hold(c, b, f, true) : c.table.spHold(f, false, b, c.off, c.totlen, c.l4 - c.off, c.spW, RESEND_MS, c.now);
   if (r < 0) return -1;
   if (r & SPH_RESEND) {
-    const v = synToServer(c, b, f, c.spW);
+    const v = synToServer(c, f, c.spW);
     if (r & SPH_REFUSED) c.counters[L.C_DROP_BASE + Drop.SynProxyHoldFull]!++;
     return v;
   }

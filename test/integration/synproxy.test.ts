@@ -31,7 +31,14 @@ describe('the SYN proxy (defense.synProxy: 3) with real clients and servers', {
   const rs6 = lab.rsAddrs6;
   const services = [
     { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: rs.map((a) => ({ address: a, port: 8080 })) },
-    { protocol: 'tcp', address: LAB_VIP, port: 82, scheduler: 'rr', forwarding: 'fullnat', realServers: rs.map((a) => ({ address: a, port: 8080 })) },
+    {
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 82,
+      scheduler: 'rr',
+      forwarding: 'fullnat',
+      realServers: rs.map((a) => ({ address: a, port: 8080 })),
+    },
     // A real server port nobody listens on: the server's RST must reach the client.
     { protocol: 'tcp', address: LAB_VIP, port: 83, scheduler: 'rr', realServers: [{ address: rs[0], port: 8999 }] },
     { protocol: 'tcp', address: LAB_VIP6, port: 80, scheduler: 'rr', realServers: rs6.map((a) => ({ address: a, port: 8080 })) },

@@ -144,7 +144,11 @@ test('with a hold, an automatic defense stays on until no tick has been short of
   assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 2, secureTcp: 2, halfOpenPerSource: 2, synProxy: 0 });
   for (const e of udp) t.remove(e, false, now);
   d.update(now + 1000);
-  assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 1, secureTcp: 2, halfOpenPerSource: 2, synProxy: 0 }, 'room is back: held, but drop_packet');
+  assert.deepEqual(
+    d.modes,
+    { dropEntry: 2, dropPacket: 1, secureTcp: 2, halfOpenPerSource: 2, synProxy: 0 },
+    'room is back: held, but drop_packet',
+  );
   d.update(now + 59_999);
   assert.equal(d.modes.secureTcp, 2);
   d.update(now + 60_000);

@@ -103,7 +103,7 @@ function seg(s: Seg): Uint8Array {
     b[P.IP_PROTO] = P.IPPROTO_TCP;
     P.put32(b, P.IP_SRC, parseIPv4(s.src)!);
     P.put32(b, P.IP_DST, parseIPv4(s.dst)!);
-    P.put16(b, P.IP_CSUM, (~ocSum(words(b, 0, 20))) & 0xffff);
+    P.put16(b, P.IP_CSUM, ~ocSum(words(b, 0, 20)) & 0xffff);
   }
   const t = ih;
   P.put16(b, t, s.sport);
@@ -116,7 +116,7 @@ function seg(s: Seg): Uint8Array {
   b.set(opts, t + 20);
   b.set(payload, t + thl);
   const ps = v6 ? [...words(b, 8, 40), 0, thl + payload.length, 0, 6] : [...words(b, 12, 20), 6, thl + payload.length];
-  P.put16(b, t + 16, (~ocSum([...ps, ...words(b, t, b.length)])) & 0xffff);
+  P.put16(b, t + 16, ~ocSum([...ps, ...words(b, t, b.length)]) & 0xffff);
   return b;
 }
 interface TcpView {
@@ -222,8 +222,14 @@ test('a cookie is refused under another key, for another tuple or ISN, or when i
 });
 
 test('the MSS index is the largest table MSS not above the client MSS', () => {
-  assert.deepEqual([400, 536, 1299, 1300, 1459, 1460, 9000].map((m) => MSS_TABLE4[mssIndex(m, false)]), [536, 536, 536, 1300, 1440, 1460, 1460]);
-  assert.deepEqual([1000, 1220, 1440, 1500, 9000].map((m) => MSS_TABLE6[mssIndex(m, true)]), [1220, 1220, 1440, 1440, 8940]);
+  assert.deepEqual(
+    [400, 536, 1299, 1300, 1459, 1460, 9000].map((m) => MSS_TABLE4[mssIndex(m, false)]),
+    [536, 536, 536, 1300, 1440, 1460, 1460],
+  );
+  assert.deepEqual(
+    [1000, 1220, 1440, 1500, 9000].map((m) => MSS_TABLE6[mssIndex(m, true)]),
+    [1220, 1220, 1440, 1440, 8940],
+  );
 });
 
 test("our timestamp carries the client's window scale and SACK in its low 6 bits and is never ahead of now", () => {
@@ -255,7 +261,17 @@ function view(delta: number, tsDelta: number, ourWs: number, srvWs: number): Flo
 
 test('server → client: seq and TSval wrap around 2^32, the window is rescaled and clamped, checksums stay right', () => {
   const f = view(100, -50, 7, 9);
-  const b = seg({ src: '10.0.0.2', dst: '192.0.2.7', sport: 8080, dport: 40000, seq: 0xffffffc0 | 0, ack: 5, flags: TCPF_ACK, win: 300, opts: TS(20, 9) });
+  const b = seg({
+    src: '10.0.0.2',
+    dst: '192.0.2.7',
+    sport: 8080,
+    dport: 40000,
+    seq: 0xffffffc0 | 0,
+    ack: 5,
+    flags: TCPF_ACK,
+    win: 300,
+    opts: TS(20, 9),
+  });
   adjustOut(ctxFor(b), b, f);
   const t = tcpOf(b);
   assert.equal(t.seq, 0x24, '0xffffffc0 + 100 wraps');
@@ -264,11 +280,31 @@ test('server → client: seq and TSval wrap around 2^32, the window is rescaled 
   assert.equal(t.ack, 5, 'ack untouched');
   assert.equal(t.win, 1200, '300 << 9 >> 7');
   assert.ok(valid(b));
-  const big = seg({ src: '10.0.0.2', dst: '192.0.2.7', sport: 8080, dport: 40000, seq: 1, ack: 5, flags: TCPF_ACK, win: 40000, opts: TS(1, 1) });
+  const big = seg({
+    src: '10.0.0.2',
+    dst: '192.0.2.7',
+    sport: 8080,
+    dport: 40000,
+    seq: 1,
+    ack: 5,
+    flags: TCPF_ACK,
+    win: 40000,
+    opts: TS(1, 1),
+  });
   adjustOut(ctxFor(big), big, f);
   assert.equal(tcpOf(big).win, 65535, 'clamped');
   assert.ok(valid(big));
-  const down = seg({ src: '2001:db8::2', dst: '2001:db8::7', sport: 8080, dport: 40000, seq: 7, ack: 5, flags: TCPF_ACK, win: 1000, opts: TS(1, 1) });
+  const down = seg({
+    src: '2001:db8::2',
+    dst: '2001:db8::7',
+    sport: 8080,
+    dport: 40000,
+    seq: 7,
+    ack: 5,
+    flags: TCPF_ACK,
+    win: 1000,
+    opts: TS(1, 1),
+  });
   adjustOut(ctxFor(down), down, view(-8, 0, 7, 2));
   assert.deepEqual([tcpOf(down).seq, tcpOf(down).win], [u(-1), 31], 'IPv6: 1000 << 2 >> 7, seq 7 − 8 wraps');
   assert.ok(valid(down));
@@ -308,7 +344,14 @@ const doc = (forwarding: string, synProxy = 3) => ({
   },
   services: [
     { protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding, realServers: [{ address: RS, port: 8080 }] },
-    { protocol: 'tcp', address: 'fd00:96::10', port: 80, scheduler: 'rr', forwarding, realServers: [{ address: 'fd00:10::1', port: 8080 }] },
+    {
+      protocol: 'tcp',
+      address: 'fd00:96::10',
+      port: 80,
+      scheduler: 'rr',
+      forwarding,
+      realServers: [{ address: 'fd00:10::1', port: 8080 }],
+    },
     { protocol: 'tcp', address: VIP, port: 81, scheduler: 'rr', forwarding: 'tunnel', realServers: [{ address: RS }] },
   ],
   defense: { synProxy },
@@ -326,7 +369,18 @@ function handshake(forwarding: string, v6 = false) {
   const vip = v6 ? 'fd00:96::10' : VIP;
   const client = v6 ? '2001:db8::7' : CLIENT;
   const isn = 0xfffffff0 | 0; // the client's numbers wrap soon after
-  const syn = p.run(seg({ src: client, dst: vip, sport: 40000, dport: 80, seq: isn, flags: TCPF_SYN, win: 64240, opts: [...MSS(1460), ...SACKP, ...TS(5000, 0), ...WS(7)] }));
+  const syn = p.run(
+    seg({
+      src: client,
+      dst: vip,
+      sport: 40000,
+      dport: 80,
+      seq: isn,
+      flags: TCPF_SYN,
+      win: 64240,
+      opts: [...MSS(1460), ...SACKP, ...TS(5000, 0), ...WS(7)],
+    }),
+  );
   return { p, vip, client, isn, syn };
 }
 
@@ -343,7 +397,9 @@ test('a SYN is answered with a cookie SYN-ACK from the VIP, with the options it 
   assert.equal(p.table.count(), 0, 'no entry');
   assert.equal(p.counters[L.C_SP_COOKIES], 1);
   // Without timestamps only the MSS can come back: no window scale, no SACK offered.
-  const plain = p.run(seg({ src: CLIENT, dst: VIP, sport: 40001, dport: 80, seq: 9, flags: TCPF_SYN, opts: [...MSS(1300), ...SACKP, ...WS(7)] }));
+  const plain = p.run(
+    seg({ src: CLIENT, dst: VIP, sport: 40001, dport: 80, seq: 9, flags: TCPF_SYN, opts: [...MSS(1300), ...SACKP, ...WS(7)] }),
+  );
   const q = tcpOf(plain.reply!);
   assert.deepEqual([q.mss, q.ws, q.sackOk, q.tsval], [1300, undefined, undefined, undefined]);
   assert.ok(valid(plain.reply!));
@@ -367,7 +423,19 @@ for (const [forwarding, v6] of [
     const cookie = r.seq;
     const ours = r.tsval as number;
     // The client's ACK (its scale 7 in its window field), then its request right behind it.
-    const ack = p.run(seg({ src: client, dst: vip, sport: 40000, dport: 80, seq: isn + 1, ack: cookie + 1, flags: TCPF_ACK, win: 502, opts: TS(5001, ours) }));
+    const ack = p.run(
+      seg({
+        src: client,
+        dst: vip,
+        sport: 40000,
+        dport: 80,
+        seq: isn + 1,
+        ack: cookie + 1,
+        flags: TCPF_ACK,
+        win: 502,
+        opts: TS(5001, ours),
+      }),
+    );
     assert.equal(ack.v, REPLY);
     const s = tcpOf(ack.reply!);
     assert.ok(valid(ack.reply!), 'our SYN');
@@ -379,14 +447,37 @@ for (const [forwarding, v6] of [
     assert.equal(p.table.count(), 1);
     assert.equal(p.table.spPending(), 1);
     const req = new Uint8Array(100).fill(0x41);
-    const held = p.run(seg({ src: client, dst: vip, sport: 40000, dport: 80, seq: isn + 1, ack: cookie + 1, flags: TCPF_ACK | TCPF_PSH, win: 502, opts: TS(5002, ours), payload: req }));
+    const held = p.run(
+      seg({
+        src: client,
+        dst: vip,
+        sport: 40000,
+        dport: 80,
+        seq: isn + 1,
+        ack: cookie + 1,
+        flags: TCPF_ACK | TCPF_PSH,
+        win: 502,
+        opts: TS(5002, ours),
+        payload: req,
+      }),
+    );
     assert.equal(held.v, DROP);
     assert.equal(p.counters[L.C_SP_HELD], 1);
     assert.equal(p.table.holdUsed(), 1);
     // The server answers our SYN: scale 9, its own ISN and clock.
     const S = 0x40000000;
     const synack = p.run(
-      seg({ src: v6 ? 'fd00:10::1' : RS, dst: v6 ? (forwarding === 'fullnat' ? 'fd00:99::1' : client) : forwarding === 'fullnat' ? '10.99.0.1' : client, sport: 8080, dport: s.sport, seq: S, ack: isn + 1, flags: TCPF_SYN | TCPF_ACK, win: 65160, opts: [...MSS(1460), ...SACKP, ...TS(777, 5001), ...WS(9)] }),
+      seg({
+        src: v6 ? 'fd00:10::1' : RS,
+        dst: v6 ? (forwarding === 'fullnat' ? 'fd00:99::1' : client) : forwarding === 'fullnat' ? '10.99.0.1' : client,
+        sport: 8080,
+        dport: s.sport,
+        seq: S,
+        ack: isn + 1,
+        flags: TCPF_SYN | TCPF_ACK,
+        win: 65160,
+        opts: [...MSS(1460), ...SACKP, ...TS(777, 5001), ...WS(9)],
+      }),
     );
     assert.equal(synack.v, REPLY);
     assert.equal(synack.outs.length, 2, 'our ACK, then the held request');
@@ -398,19 +489,58 @@ for (const [forwarding, v6] of [
     assert.equal(p.table.holdUsed(), 0, 'the held slot is free again');
     // The server's data: into the client's numbers, window from scale 9 to our 7.
     const srvDst = v6 ? (forwarding === 'fullnat' ? 'fd00:99::1' : client) : forwarding === 'fullnat' ? '10.99.0.1' : client;
-    const data = p.run(seg({ src: v6 ? 'fd00:10::1' : RS, dst: srvDst, sport: 8080, dport: s.sport, seq: S + 1, ack: isn + 101, flags: TCPF_ACK, win: 100, opts: TS(800, 5002), payload: new Uint8Array(50) }));
+    const data = p.run(
+      seg({
+        src: v6 ? 'fd00:10::1' : RS,
+        dst: srvDst,
+        sport: 8080,
+        dport: s.sport,
+        seq: S + 1,
+        ack: isn + 101,
+        flags: TCPF_ACK,
+        win: 100,
+        opts: TS(800, 5002),
+        payload: new Uint8Array(50),
+      }),
+    );
     assert.equal(data.v, FORWARD);
     const o = tcpOf(data.pkt);
     assert.ok(valid(data.pkt));
-    assert.deepEqual([o.seq, o.ack, o.tsval, o.tsecr, o.win, o.sport, o.dport], [u(cookie + 1), u(isn + 101), u(ours + 23), 5002, 400, 80, 40000]);
+    assert.deepEqual(
+      [o.seq, o.ack, o.tsval, o.tsecr, o.win, o.sport, o.dport],
+      [u(cookie + 1), u(isn + 101), u(ours + 23), 5002, 400, 80, 40000],
+    );
     // The client's SACK of it, back into the server's numbers.
-    const sack = p.run(seg({ src: client, dst: vip, sport: 40000, dport: 80, seq: isn + 101, ack: cookie + 1, flags: TCPF_ACK, win: 502, opts: [...TS(5003, ours + 23), ...SACK(cookie + 11, cookie + 21)] }));
+    const sack = p.run(
+      seg({
+        src: client,
+        dst: vip,
+        sport: 40000,
+        dport: 80,
+        seq: isn + 101,
+        ack: cookie + 1,
+        flags: TCPF_ACK,
+        win: 502,
+        opts: [...TS(5003, ours + 23), ...SACK(cookie + 11, cookie + 21)],
+      }),
+    );
     assert.equal(sack.v, FORWARD);
     const k = tcpOf(sack.pkt);
     assert.ok(valid(sack.pkt));
     assert.deepEqual([k.ack, k.tsecr, k.sack], [S + 1, 800, [S + 11, S + 21]]);
     // A retransmitted SYN-ACK (our ACK lost) gets the ACK again, not forwarded to the client.
-    const again = p.run(seg({ src: v6 ? 'fd00:10::1' : RS, dst: srvDst, sport: 8080, dport: s.sport, seq: S, ack: isn + 1, flags: TCPF_SYN | TCPF_ACK, opts: TS(900, 5001) }));
+    const again = p.run(
+      seg({
+        src: v6 ? 'fd00:10::1' : RS,
+        dst: srvDst,
+        sport: 8080,
+        dport: s.sport,
+        seq: S,
+        ack: isn + 1,
+        flags: TCPF_SYN | TCPF_ACK,
+        opts: TS(900, 5001),
+      }),
+    );
     assert.equal(again.v, REPLY);
     assert.deepEqual([tcpOf(again.outs[0]!).flags, tcpOf(again.outs[0]!).ack], [TCPF_ACK, S + 1]);
   });
@@ -431,12 +561,27 @@ test("the server's RST to our SYN: the client gets a RST at its numbers and the 
   const cookie = tcpOf(syn.reply!).seq;
   const ours = tcpOf(syn.reply!).tsval as number;
   p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: cookie + 1, flags: TCPF_ACK, opts: TS(5001, ours) }));
-  p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: cookie + 1, flags: TCPF_ACK, opts: TS(5001, ours), payload: new Uint8Array(10) }));
+  p.run(
+    seg({
+      src: CLIENT,
+      dst: VIP,
+      sport: 40000,
+      dport: 80,
+      seq: isn + 1,
+      ack: cookie + 1,
+      flags: TCPF_ACK,
+      opts: TS(5001, ours),
+      payload: new Uint8Array(10),
+    }),
+  );
   const rst = p.run(seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq: 0, ack: isn + 1, flags: TCPF_RST | TCPF_ACK }));
   assert.equal(rst.v, REPLY);
   const r = tcpOf(rst.reply!);
   assert.ok(valid(rst.reply!));
-  assert.deepEqual([r.src, r.dst, r.sport, r.dport, r.flags, r.seq], [parseIPv4(VIP)! >>> 0, parseIPv4(CLIENT)! >>> 0, 80, 40000, TCPF_RST, u(cookie + 1)]);
+  assert.deepEqual(
+    [r.src, r.dst, r.sport, r.dport, r.flags, r.seq],
+    [parseIPv4(VIP)! >>> 0, parseIPv4(CLIENT)! >>> 0, 80, 40000, TCPF_RST, u(cookie + 1)],
+  );
   assert.equal(p.table.count(), 0);
   assert.equal(p.table.holdUsed(), 0);
   assert.equal(p.table.spPending(), 0);
@@ -448,8 +593,24 @@ test('a pending flow holds at most 3 packets; a client retransmission re-sends o
   const cookie = tcpOf(syn.reply!).seq;
   const ours = tcpOf(syn.reply!).tsval as number;
   p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: cookie + 1, flags: TCPF_ACK, opts: TS(5001, ours) }));
-  const data = (n: number) => p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1 + 10 * n, ack: cookie + 1, flags: TCPF_ACK, opts: TS(5001, ours), payload: new Uint8Array(10) }));
-  assert.deepEqual([0, 1, 2, 3].map((n) => data(n).v), [DROP, DROP, DROP, DROP]);
+  const data = (n: number) =>
+    p.run(
+      seg({
+        src: CLIENT,
+        dst: VIP,
+        sport: 40000,
+        dport: 80,
+        seq: isn + 1 + 10 * n,
+        ack: cookie + 1,
+        flags: TCPF_ACK,
+        opts: TS(5001, ours),
+        payload: new Uint8Array(10),
+      }),
+    );
+  assert.deepEqual(
+    [0, 1, 2, 3].map((n) => data(n).v),
+    [DROP, DROP, DROP, DROP],
+  );
   assert.equal(p.table.holdUsed(), 3);
   assert.equal(p.drops('synproxy_hold_full'), 1);
   p.setNow(p.now() + 1000);
