@@ -384,7 +384,7 @@ export class PacketProcessor {
       tmpl = t.templateFor(tk, tv, c.snapshot.expireQuiescentTemplate);
       if (tmpl < 0) {
         const di = this.schedule(svc, si);
-        if (di < 0) return mayAnswer(c, L.GEN_UNREACH, Drop.NoRealServer) ? unreachable(c, b) : DROP;
+        if (di < 0) return this.noRealServer(b, proxied);
         const d = svc.dests[di]!;
         const a6 = d.addr6;
         if (a6 !== null) for (let i = 0; i < 3; i++) thi[6 + i] = a6[i]!;
@@ -415,7 +415,7 @@ export class PacketProcessor {
       if (v6) for (let i = 0; i < 3; i++) r.hi[6 + i] = tv.hi[6 + i]!;
     } else {
       const di = this.schedule(svc, si);
-      if (di < 0) return mayAnswer(c, L.GEN_UNREACH, Drop.NoRealServer) ? unreachable(c, b) : DROP;
+      if (di < 0) return this.noRealServer(b, proxied);
       const d = svc.dests[di]!;
       const a6 = d.addr6;
       r.daddr = a6 !== null ? a6[3]! : d.addr;
@@ -486,6 +486,19 @@ export class PacketProcessor {
     }
     countIn(c, f.rs, svc.slot, c.totlen);
     return forwardIn(c, b, f);
+  }
+
+  /**
+   * No real server for a new flow (ip_vs_leave): ICMP port unreachable to the client — or, for a
+   * SYN-proxied client, whose handshake was done with uvs already, a RST at its numbers.
+   */
+  private noRealServer(b: Uint8Array, proxied: boolean): number {
+    const c = this.c;
+    if (proxied) {
+      c.ev = b[c.l4 + P.TCP_FLAGS]!; // the ACK it is (the first touch's SYN is no more): RST at its ack
+      return mayAnswer(c, L.GEN_RESET, Drop.NoRealServer) ? tcpReset(c, b) : DROP;
+    }
+    return mayAnswer(c, L.GEN_UNREACH, Drop.NoRealServer) ? unreachable(c, b) : DROP;
   }
 
   /** The service's scheduler picks a real server for the current client packet, under the service's lock (rr is one rotation across workers). */

@@ -206,14 +206,20 @@ function parseOptions(b: Uint8Array, l4: number, hl: number): void {
   }
 }
 
-/** A service may be proxied: TCP, and every real server masq or full-NAT without PROXY protocol. */
+/**
+ * A service may be proxied: TCP, every real server masq or full-NAT without PROXY protocol, and
+ * one of them with a weight (a service nobody can serve keeps answering SYNs with ICMP port
+ * unreachable, as ip_vs_leave: a proxied client would be connected first and reset after).
+ */
 export function eligible(s: Snapshot, svc: CompiledService): boolean {
   if ((svc.proto & 0xff) !== P.IPPROTO_TCP || svc.dests.length === 0) return false;
+  let weighted = false;
   for (const d of svc.dests) {
     if (d.fwd !== L.FWD_MASQ && d.fwd !== L.FWD_FULLNAT) return false;
     if (d.pp !== 0 || (s.proxyProtocol[d.rs] ?? 0) !== 0) return false;
+    if (d.weight > 0) weighted = true;
   }
-  return true;
+  return weighted;
 }
 
 // ── 1. the SYN ───────────────────────────────────────────────────────────────────────────────

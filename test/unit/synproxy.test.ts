@@ -630,3 +630,18 @@ test('mode 1 answers SYNs with cookies only while the table is short of room', (
   assert.equal(synAt(1001).v, REPLY, 'short of room: a cookie');
   assert.equal(p.table.count(), 1);
 });
+
+test('a service with no weighted server is not proxied (ICMP port unreachable); after a cookie, the ACK to one is reset', () => {
+  const { p } = proxied('masq');
+  const cookieOf = (sport: number) => tcpOf(p.run(seg({ src: CLIENT, dst: VIP, sport, dport: 80, seq: 99, flags: TCPF_SYN })).reply!).seq;
+  const cookie = cookieOf(40000);
+  const quiesced = doc('masq');
+  quiesced.services[0]!.realServers = [{ address: RS, port: 8080, weight: 0 } as (typeof quiesced.services)[0]['realServers'][0]];
+  p.apply(quiesced);
+  const syn = p.run(seg({ src: CLIENT, dst: VIP, sport: 40001, dport: 80, seq: 5, flags: TCPF_SYN }));
+  assert.equal(syn.reply![P.IP_PROTO], P.IPPROTO_ICMP, 'no cookie: port unreachable as before');
+  const ack = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: 100, ack: cookie + 1, flags: TCPF_ACK }));
+  const r = tcpOf(ack.reply!);
+  assert.deepEqual([r.flags, r.seq], [TCPF_RST, u(cookie + 1)], 'the client, connected to uvs, is reset at its numbers');
+  assert.equal(p.table.count(), 0);
+});
