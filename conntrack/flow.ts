@@ -174,8 +174,14 @@ export class NewFlow {
    */
   inBucket = -1;
   created = false;
-  /** caddr, cports, vaddr, daddr, dports, laddr, pp, ppSeq, now, expires: int32 words, see WORDS at the top. */
-  private readonly w = new Int32Array(10);
+  /**
+   * A SYN-proxied flow learnt from Redis (1; lb/synproxy.ts): the entry gets F_SYNPROXY and its
+   * SP words spDelta, spTsDelta, spOpts (layout.ts SP_DELTA, SP_TSDELTA, SP_OPTS). 0 otherwise;
+   * the packet path never sets it (its flows become proxied through ConnTable.spBegin).
+   */
+  sp = 0;
+  /** caddr, cports, vaddr, daddr, dports, laddr, pp, ppSeq, now, expires, and the SP words: int32 words, see WORDS at the top. */
+  private readonly w = new Int32Array(13);
   get caddr(): number {
     return this.w[0]!;
   }
@@ -235,6 +241,24 @@ export class NewFlow {
   }
   set expires(v: number) {
     this.w[9] = v;
+  }
+  get spDelta(): number {
+    return this.w[10]!;
+  }
+  set spDelta(v: number) {
+    this.w[10] = v;
+  }
+  get spTsDelta(): number {
+    return this.w[11]!;
+  }
+  set spTsDelta(v: number) {
+    this.w[11] = v;
+  }
+  get spOpts(): number {
+    return this.w[12]!;
+  }
+  set spOpts(v: number) {
+    this.w[12] = v;
   }
 }
 

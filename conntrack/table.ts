@@ -913,6 +913,22 @@ export class ConnTable {
     return held;
   }
 
+  /** Entry e's SP words from a record (its deltas and options; no handshake, no held packets). */
+  private spSet(e: number, r: NewFlow): void {
+    const a = this.i32;
+    const s = this.spWords + e * L.SP_WORDS;
+    for (let i = 0; i < L.SP_WORDS; i++) a[s + i] = 0;
+    a[s + L.SP_DELTA] = r.spDelta;
+    a[s + L.SP_TSDELTA] = r.spTsDelta;
+    a[s + L.SP_OPTS] = r.spOpts;
+  }
+
+  /** The SP words of entry e at word o (a SYN-proxied flow's record: delta, timestamp delta, options); control thread. */
+  spRecordWords(e: number): [number, number, number] {
+    const s = this.spWords + e * L.SP_WORDS;
+    return [this.i32[s + L.SP_DELTA]!, this.i32[s + L.SP_TSDELTA]!, this.i32[s + L.SP_OPTS]!];
+  }
+
   /** Flow v's SP words into w (a pending flow's handshake); false when it is gone or not proxied. */
   spRead(v: FlowView, w: Int32Array): boolean {
     const e = v.entry;
@@ -1067,6 +1083,10 @@ export class ConnTable {
         a[o + L.E_FLAGS] = (a[o + L.E_FLAGS]! & ~L.F_INACTIVE) | (r.flags & L.F_INACTIVE);
         a[o + L.E_PP] = r.pp;
         a[o + L.E_PP_SEQ] = r.ppSeq;
+        if (r.sp !== 0) {
+          this.spSet(found, r);
+          a[o + L.E_FLAGS] = a[o + L.E_FLAGS]! | L.F_SYNPROXY;
+        }
         this.unlockBucket(b1);
         return found;
       }
@@ -1187,7 +1207,10 @@ export class ConnTable {
     // per-source limit is on (hash + atomic add: ~100 ns a SYN, for nothing while it is off).
     const p8 = proto & 0xff;
     const halfOpen = !isTemplate && !isShadow && (p8 === IPPROTO_TCP || p8 === IPPROTO_SCTP) && a[L.H_SRC_LIMIT] !== 0;
-    a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | (halfOpen ? L.F_HALFOPEN : 0) | fwdFlags;
+    // A SYN-proxied flow from Redis: its words in place before it is linked (as E_PP above).
+    if (r.sp !== 0) this.spSet(e, r);
+    a[o + L.E_FLAGS] =
+      L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | (halfOpen ? L.F_HALFOPEN : 0) | (r.sp !== 0 ? L.F_SYNPROXY : 0) | fwdFlags;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
     a[o + L.E_NEXT_OUT] = a[this.outHeads + b2]!;
     a[this.inHeads + b1] = e + 1;

@@ -28,8 +28,9 @@
  *
  * Only masq and full-NAT (without PROXY protocol) can be proxied: both directions must pass
  * through uvs. A service with a tunnel or DR server, or a PROXY protocol one, keeps the normal
- * path (eligible(), decided per snapshot). Proxied flows are not published to Redis
- * (conntrack/redis-sync.ts): another node could not go on adjusting them.
+ * path (eligible(), decided per snapshot). A proxied flow's Redis record carries its SP words
+ * (conntrack/redis-record.ts `sp=`), so a node adopting it goes on adjusting; a pending one is
+ * not published.
  *
  * Everything is in place in the worker's buffers: no allocation, no exception per packet.
  */

@@ -9,8 +9,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Defense } from '../../conntrack/defense';
 import * as L from '../../conntrack/layout';
-import { FlowView } from '../../conntrack/flow';
-import { TCPF_ACK, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
+import { FlowView, newFlow } from '../../conntrack/flow';
+import { TCP_ESTABLISHED, TCPF_ACK, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import type { PacketContext } from '../../lb/context';
 import {
   adjustIn,
@@ -644,4 +644,38 @@ test('a service with no weighted server is not proxied (ICMP port unreachable); 
   const r = tcpOf(ack.reply!);
   assert.deepEqual([r.flags, r.seq], [TCPF_RST, u(cookie + 1)], 'the client, connected to uvs, is reset at its numbers');
   assert.equal(p.table.count(), 0);
+});
+
+test("another node's proxied flow (a Redis shadow with its SP words) is adopted and adjusted both ways", () => {
+  const { p } = proxied('masq');
+  const slot = p.model.rsSlotAddrs().find((r) => r.addr.startsWith(RS))!.slot;
+  const caddr = parseIPv4(CLIENT)!;
+  const opts = 1460 | L.SPO_TS | (7 << L.SPO_WS_SHIFT) | (7 << L.SPO_OURWS_SHIFT) | (9 << L.SPO_SRVWS_SHIFT);
+  const r = newFlow({
+    proto: 6,
+    caddr,
+    cports: (40000 << 16) | 80,
+    vaddr: parseIPv4(VIP)!,
+    daddr: parseIPv4(RS)!,
+    dports: (8080 << 16) | 40000,
+    laddr: caddr,
+    flags: L.FWD_MASQ,
+    rs: slot,
+    svc: 0,
+    state: TCP_ESTABLISHED,
+    expires: p.table.now() + 60_000,
+    sp: 1,
+    spDelta: 1000,
+    spTsDelta: -7,
+    spOpts: opts,
+  });
+  assert.ok(p.table.putShadow(r) >= 0);
+  const c = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: 5, ack: 3000, flags: TCPF_ACK, opts: TS(1, 100) }));
+  assert.equal(c.v, FORWARD);
+  assert.deepEqual([tcpOf(c.pkt).ack, tcpOf(c.pkt).tsecr], [2000, 107]);
+  assert.equal(p.counters[L.C_ADOPTED], 1);
+  const s = p.run(seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq: 2000, ack: 6, flags: TCPF_ACK, win: 10, opts: TS(107, 1) }));
+  assert.equal(s.v, FORWARD);
+  assert.deepEqual([tcpOf(s.pkt).seq, tcpOf(s.pkt).tsval, tcpOf(s.pkt).win], [3000, 100, 40]);
+  assert.ok(valid(c.pkt) && valid(s.pkt));
 });
