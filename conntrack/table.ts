@@ -800,23 +800,24 @@ export class ConnTable {
     }
   }
   /**
-   * A flow just made from a client's cookie ACK (its first touch done) becomes SYN-proxied and
-   * pending: the client's handshake in its SP words (w: SP_ISN … SP_CWIN as layout.ts orders
-   * them), its timer `pendingMs` away. False if it is no longer there.
+   * A flow just made pending from a client's cookie ACK (inserted with F_SYNPROXY |
+   * F_SP_PENDING, its first touch done) gets the client's handshake in its SP words (w: SP_ISN …
+   * SP_CWIN as layout.ts orders them), its timer `pendingMs` away. False if it is no longer there
+   * or no longer pending.
    */
   spBegin(e: number, v: FlowView, w: Int32Array, pendingMs: number, now: number): boolean {
     if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return false;
     const a = this.i32;
     const o = this.base(e);
-    const s = this.spWords + e * L.SP_WORDS;
-    for (let i = 0; i < L.SP_HELD; i++) a[s + i] = w[i]!;
-    a[s + L.SP_SYN_AT] = now;
-    a[s + L.SP_HELD] = 0;
-    a[o + L.E_FLAGS] = a[o + L.E_FLAGS]! | L.F_SYNPROXY | L.F_SP_PENDING;
-    a[o + L.E_EXPIRES] = (now + pendingMs) | 0;
+    const pending = (a[o + L.E_FLAGS]! & L.F_SP_PENDING) !== 0;
+    if (pending) {
+      const s = this.spWords + e * L.SP_WORDS;
+      for (let i = 0; i < L.SP_HELD; i++) a[s + i] = w[i]!;
+      a[s + L.SP_SYN_AT] = now;
+      a[o + L.E_EXPIRES] = (now + pendingMs) | 0;
+    }
     this.unlockPair(this.spB1, this.spB2);
-    Atomics.add(a, L.H_SP_PENDING, 1);
-    return true;
+    return pending;
   }
 
   /**
@@ -1207,8 +1208,11 @@ export class ConnTable {
     // per-source limit is on (hash + atomic add: ~100 ns a SYN, for nothing while it is off).
     const p8 = proto & 0xff;
     const halfOpen = !isTemplate && !isShadow && (p8 === IPPROTO_TCP || p8 === IPPROTO_SCTP) && a[L.H_SRC_LIMIT] !== 0;
-    // A SYN-proxied flow from Redis: its words in place before it is linked (as E_PP above).
+    // A SYN-proxied flow from Redis: its words in place before it is linked (as E_PP above). One
+    // made by a cookie ACK (F_SP_PENDING in its flags) is pending from the start: spBegin fills
+    // its handshake words next, and nothing may take it for a plain flow meanwhile (Redis sync).
     if (r.sp !== 0) this.spSet(e, r);
+    else if (fwdFlags & L.F_SP_PENDING) a[this.spWords + e * L.SP_WORDS + L.SP_HELD] = 0;
     a[o + L.E_FLAGS] =
       L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | (halfOpen ? L.F_HALFOPEN : 0) | (r.sp !== 0 ? L.F_SYNPROXY : 0) | fwdFlags;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
@@ -1223,6 +1227,7 @@ export class ConnTable {
       this.unlockPair(b1, b2);
     }
     Atomics.add(a, L.H_COUNT, 1);
+    if (fwdFlags & L.F_SP_PENDING) Atomics.add(a, L.H_SP_PENDING, 1);
     if (halfOpen) this.sourceAdd(o, 1);
     if (isShadow) Atomics.add(a, L.H_SHADOWS, 1);
     else this.bindRealServer(r.rs, isTemplate);

@@ -438,13 +438,15 @@ export class PacketProcessor {
     let ne: number;
     /** insertIn touched the flow with this packet already (masq, tunnel, DR). */
     let touched = false;
+    // A SYN-proxied flow is pending from its first moment: never published, held packets (./synproxy.ts).
+    const spf = proxied ? L.F_SYNPROXY | L.F_SP_PENDING : 0;
     if (fwd2 === L.FWD_FULLNAT) {
       // PROXY protocol: the flow's header length and version, fixed for its life (E_PP).
       const ver = (proto & 0xff) === P.IPPROTO_TCP ? c.snapshot.proxyProtocol[r.rs]! : 0;
       const pp = ver === 0 ? 0 : (ver << L.PP_VER_SHIFT) | proxyHeaderLength(c, ver);
       r.pp = pp;
       r.ppSeq = pp === 0 ? 0 : (P.u32(b, c.l4 + P.TCP_SEQ) + 1) | 0;
-      ne = insertFullnat(c, r, dport2);
+      ne = insertFullnat(c, r, dport2, spf);
       if (ne === -2) {
         if (tmpl >= 0) t.unreserve(tmpl);
         return drop(c, Drop.FullnatExhausted);
@@ -455,7 +457,7 @@ export class PacketProcessor {
       r.laddr = c.saddr;
       if (v6) for (let i = 0; i < 3; i++) r.hi[9 + i] = hi[i]!;
       // Tunnel: the server answers the client directly, so this node sees one direction only.
-      r.flags = fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2;
+      r.flags = (fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2) | spf;
       r.pp = 0;
       r.ppSeq = 0;
       ne = t.insertIn(r, f, c.ev, c.now);
@@ -469,7 +471,10 @@ export class PacketProcessor {
     if (ne < 0) return drop(c, ne === -3 ? Drop.ChainFull : Drop.TableFull);
     // f may show another server than chosen: another worker created the flow first.
     if (!touched) t.touchIn(ne, f, c.ev, c.now);
-    this.touched(f);
+    if (proxied) {
+      c.out.state = f.state; // no sync event: a pending flow is not published
+      c.out.proto = f.proto;
+    } else this.touched(f);
     if (created) {
       c.counters[L.C_CONNS_NEW]!++;
       c.counters[L.rsCounterBase(f.rs) + L.RSC_CONNS]!++;

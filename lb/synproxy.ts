@@ -41,7 +41,7 @@ import { TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '../conntrack/state';
 import { SPH_HELD, SPH_REFUSED, SPH_RESEND } from '../conntrack/table';
 import * as P from '../net/packet';
 import type { HalfSipHash } from '../net/siphash';
-import { countIn, drop, type PacketContext } from './context';
+import { countIn, drop, type PacketContext, pushSync } from './context';
 import { ip6Header, ipHeader, unanswerableSource } from './icmp';
 import { completePartial, plainVnet } from './offload';
 import type { CompiledService, Snapshot } from './snapshot';
@@ -567,7 +567,10 @@ function spServerSynAck(c: PacketContext, b: Uint8Array, f: FlowView): number {
     t.holdRelease(held);
   }
   out.count = n;
-  if (held !== -2) t.touchIn(f.entry, spView, TCPF_ACK, c.now); // our ACK: ESTABLISHED
+  if (held !== -2) {
+    t.touchIn(f.entry, spView, TCPF_ACK, c.now); // our ACK: ESTABLISHED
+    if (spView.sync) pushSync(c, f.entry); // published now, with its deltas
+  }
   return REPLY;
 }
 

@@ -330,9 +330,9 @@ function rewrite6(
  * allocated until a port looks free; a race lost on insert goes on with the next port. A (pool
  * address, server) found full is remembered for FULLNAT_FULL_MS, so a flood of new flows at a
  * full pool costs one memo check each instead of a scan of up to 64 k ports. Otherwise as
- * ConnTable.insert.
+ * ConnTable.insert; extraFlags go into the entry's flags with the method.
  */
-export function insertFullnat(c: PacketContext, r: NewFlow, rport: number): number {
+export function insertFullnat(c: PacketContext, r: NewFlow, rport: number, extraFlags = 0): number {
   const s = c.snapshot;
   const v6 = c.v6;
   const pool = v6 ? s.fullnatAddrs6 : s.fullnatAddrs;
@@ -347,7 +347,7 @@ export function insertFullnat(c: PacketContext, r: NewFlow, rport: number): numb
   } else {
     r.laddr = pool[pick % pool.length]!;
   }
-  r.flags = L.FWD_FULLNAT;
+  r.flags = L.FWD_FULLNAT | extraFlags; // | a SYN-proxied flow's F_SYNPROXY | F_SP_PENDING
   // The memo slot and tag (never 0) of (proto, pool address, server address and port): a keyed hash.
   const h = c.hash;
   h.begin(c.hashKey[0]!, c.hashKey[1]!);
