@@ -355,6 +355,7 @@ export class ConnTable {
       if (Atomics.compareExchange(a, this.base(e) + L.E_LOCK, owner, 0) === owner) released++;
     }
     if (Atomics.compareExchange(a, L.H_ALLOC_LOCK, owner, 0) === owner) released++;
+    if (Atomics.compareExchange(a, this.hold + L.HOLD_LOCK, owner, 0) === owner) released++;
     return released;
   }
 

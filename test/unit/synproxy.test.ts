@@ -679,3 +679,11 @@ test("another node's proxied flow (a Redis shadow with its SP words) is adopted 
   assert.deepEqual([tcpOf(s.pkt).seq, tcpOf(s.pkt).tsval, tcpOf(s.pkt).win], [3000, 100, 40]);
   assert.ok(valid(c.pkt) && valid(s.pkt));
 });
+
+test("a dead worker's lock on the held-packet area is released with its other locks", () => {
+  const { p } = proxied('masq');
+  const lock = L.holdOffset(p.table.capacity) + L.HOLD_LOCK;
+  Atomics.store(p.table.i32, lock, 7);
+  assert.equal(p.table.releaseLocksOf(7), 1);
+  assert.equal(p.table.i32[lock], 0);
+});
