@@ -312,10 +312,13 @@ export function synCookieReply(c: PacketContext, b: Uint8Array): number {
 }
 
 // ── 2. the client's ACK ──────────────────────────────────────────────────────────────────────
-/** Cookies went out in the last 2 minutes: an ACK without a flow is checked as one. */
+/**
+ * Cookies went out in the last 2 minutes: an ACK without a flow is checked as one. A little in
+ * the future counts too: the word is another worker's batch clock, which may run ahead of ours.
+ */
 export function cookiesRecent(c: PacketContext): boolean {
   const d = (c.now - c.table.i32[L.H_SP_LAST]!) | 0;
-  return d >= 0 && d < COOKIE_RECENT_MS;
+  return d > -COOKIE_RECENT_MS && d < COOKIE_RECENT_MS;
 }
 
 /**

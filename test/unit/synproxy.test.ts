@@ -554,6 +554,13 @@ test('an ACK with no flow and no valid cookie is dropped (bad_cookie), no RST; b
   assert.equal(stray().v, DROP);
   assert.equal(p.drops('bad_cookie'), 1);
   assert.equal(p.table.count(), 0);
+  // Another worker's clock a little ahead of this one's (it sent the cookie): still checked.
+  p.setNow(p.now() - 5);
+  assert.equal(stray().v, DROP);
+  assert.equal(p.drops('bad_cookie'), 2);
+  // 2 minutes after the last cookie ACKs are no longer checked: the RST of today again.
+  p.setNow(p.now() + 120_005);
+  assert.equal(stray().v, REPLY);
 });
 
 test("the server's RST to our SYN: the client gets a RST at its numbers and the flow is gone", () => {
