@@ -29,7 +29,10 @@
  *  - full-NAT TCP to a server with proxyProtocol: a PROXY protocol header segment goes first and
  *    the flow's sequence numbers are shifted both ways (./xmit.ts, lb/proxy-protocol.ts);
  *  - a mid-flow packet of no known flow is parked while the control thread asks Redis whether
- *    another node carried it (adoption), when Redis is configured.
+ *    another node carried it (adoption), when Redis is configured;
+ *  - with the SYN proxy on (uvs; ./synproxy.ts), a SYN to a masq/full-NAT TCP service is
+ *    answered with a cookie and makes no entry; the client's ACK with a valid cookie makes the
+ *    flow through newFlow, and the flow's packets are adjusted both ways.
  *
  * IPv4 and IPv6 take the same path: process6 parses IPv6 into the context's low address words
  * with the high words in key.hi (conntrack/flow.ts explains the keys). With device offloads, a
