@@ -599,7 +599,8 @@ export class ConnTable {
    * FLOW_DEST_GONE when its real server has left the service (expire_nodest_conn decides), or
    * FLOW_REUSE when `opts` has LOOKUP_NEW (a TCP SYN, an SCTP INIT) and the entry may be replaced
    * by a new connection (conn_reuse_mode=1): it is in TIME_WAIT (SCTP: CLOSED) and no template
-   * controls it, or (LOOKUP_EXPIRE_NODEST, ≥ 5.16) its server is quiesced. `ev` as for touch().
+   * controls it, or (LOOKUP_EXPIRE_NODEST, ≥ 5.16) its server is quiesced, or it is a SYN-proxied
+   * flow and the SYN (its number in k.seq) is not its client's (spReuse). `ev` as for touch().
    */
   lookupIn(k: FlowKey, v: FlowView, ev: number, opts: number, now: number): number {
     const b = this.bucketIn(k.proto, k.src, k.ports, k.dst, k.hi);
@@ -621,7 +622,8 @@ export class ConnTable {
     if (
       opts & LOOKUP_NEW &&
       ((a[o + L.E_STATE] === ((k.proto & 0xff) === IPPROTO_TCP ? TCP_TIME_WAIT : SCTP_S_CLOSED) && a[o + L.E_CONTROL] === 0) ||
-        (opts & LOOKUP_EXPIRE_NODEST && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0))
+        (opts & LOOKUP_EXPIRE_NODEST && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0) ||
+        this.spReuse(e, o, k.seq))
     ) {
       this.unlockBucket(b);
       return FLOW_REUSE;
@@ -913,6 +915,18 @@ export class ConnTable {
     this.unlockPair(this.spB1, this.spB2);
     Atomics.sub(a, L.H_SP_PENDING, 1);
     return held;
+  }
+
+  /**
+   * A TCP SYN with sequence number `seq` on entry e (at o) starts a new connection because the
+   * entry is a SYN-proxied flow past its handshake and the SYN is not its client's (another ISN):
+   * the proxy made the server's side of the old one, so the SYN must get a cookie of its own
+   * (a client reusing its port after a RST would otherwise meet the old flow's numbers). A late
+   * duplicate of the flow's own SYN keeps the flow.
+   */
+  private spReuse(e: number, o: number, seq: number): boolean {
+    const a = this.i32;
+    return (a[o + L.E_FLAGS]! & (L.F_SYNPROXY | L.F_SP_PENDING)) === L.F_SYNPROXY && a[this.spWords + e * L.SP_WORDS + L.SP_ISN] !== seq;
   }
 
   /** Entry e's SP words from a record (its deltas and options; no handshake, no held packets). */

@@ -694,3 +694,29 @@ test("a dead worker's lock on the held-packet area is released with its other lo
   assert.equal(p.table.releaseLocksOf(7), 1);
   assert.equal(p.table.i32[lock], 0);
 });
+
+test('a SYN with another ISN on a proxied flow (the port reused after a RST) gets a cookie of its own; a late duplicate keeps the flow', () => {
+  const { p, isn, syn } = handshake('masq');
+  const r = tcpOf(syn.reply!);
+  p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) }));
+  p.run(
+    seg({
+      src: RS,
+      dst: CLIENT,
+      sport: 8080,
+      dport: 40000,
+      seq: 77,
+      ack: isn + 1,
+      flags: TCPF_SYN | TCPF_ACK,
+      opts: [...TS(9, 5001), ...WS(7)],
+    }),
+  );
+  assert.equal(p.table.count(), 1);
+  const dup = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn, flags: TCPF_SYN, opts: TS(5000, 0) }));
+  assert.equal(dup.v, FORWARD, 'the flow’s own SYN, late: the flow stays');
+  assert.equal(p.table.count(), 1);
+  const fresh = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: 123456, flags: TCPF_SYN, opts: TS(6000, 0) }));
+  assert.equal(fresh.v, REPLY);
+  assert.deepEqual([tcpOf(fresh.reply!).flags, tcpOf(fresh.reply!).ack], [TCPF_SYN | TCPF_ACK, 123457], 'a cookie for the new ISN');
+  assert.equal(p.table.count(), 0, 'the old flow is gone');
+});
