@@ -1,0 +1,384 @@
+/**
+ * Where uvsd's time goes, per thread (issue 16 §1): `uvs perf --profile DIR` records
+ *
+ *   - with perf (linux-perf): `perf record -g` of every uvsd thread over each uvs measurement's
+ *     generator run — on-CPU samples only, kernel and user stacks, JS frames named through
+ *     node's --perf-basic-prof-only-functions map — folded into `DIR/r<round>-<measurement>.folded`
+ *     (one line per distinct stack, `thread;root;…;leaf count`: flamegraph.pl's input);
+ *   - `node --cpu-prof`: one .cpuprofile per thread (control thread and each worker) over uvsd's
+ *     whole life, in `DIR/uvsd-<n>/` (V8's sampler: wall time, so a worker blocked in its
+ *     io_uring wait shows as self time of the native `uringWait`), with `--trace-gc`'s lines in
+ *     `DIR/uvsd-<n>/uvsd.log`;
+ *
+ * and this file turns them into tables: `node dist/perf/profile.js DIR` writes `DIR/PROFILE.md`
+ * (and prints it): per thread, on-CPU time and its share of the window, the split into kernel
+ * (by syscall, and the softirq run inside it), JS, V8 builtins, GC, V8/Node C++, the addon and
+ * libc, and the top functions by self time; then the same from the .cpuprofile files (wall time:
+ * idle, GC, native calls, JS) and the GC pauses. No dependency.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+
+// ── perf record ──────────────────────────────────────────────────────────────────────────────
+/** Sampling frequency of perf record (Hz per thread on CPU): odd, so it does not beat with 1 ms timers. */
+export const PERF_HZ = 997;
+
+/** perf record of every thread of the given processes, with call stacks, until stop(). */
+export class PerfRecord {
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly out: string,
+    readonly pids: number[],
+    /** The processes are one uvsd: name its threads control / worker (else by command). */
+    readonly uvsd: boolean,
+    readonly startedAt: number,
+  ) {}
+
+  static start(pids: number[], out: string, uvsd: boolean): PerfRecord {
+    const child = spawn('perf', ['record', '-q', '-F', String(PERF_HZ), '-g', '-p', pids.join(','), '-o', out], { stdio: 'ignore' });
+    return new PerfRecord(child, out, pids, uvsd, Date.now());
+  }
+
+  /** Stops the recording (SIGINT: perf writes its file) and returns the window in ms. */
+  async stop(): Promise<number> {
+    const ms = Date.now() - this.startedAt;
+    if (this.child.exitCode === null && this.child.signalCode === null) {
+      const done = new Promise((r) => this.child.once('exit', r));
+      this.child.kill('SIGINT');
+      const t = setTimeout(() => this.child.kill('SIGKILL'), 10000);
+      await done;
+      clearTimeout(t);
+    }
+    return ms;
+  }
+}
+
+/**
+ * Folds a recording into stacks: `thread;root;…;leaf` → samples. uvsd's threads: `control` (the
+ * main thread, tid = pid), `worker <tid>` (a stack through node::worker::Worker::Run), else
+ * `<comm> <tid>` (V8's platform threads — concurrent GC —, libuv's pool, io_uring's iou-wrk).
+ * Other processes' threads by command alone (`haproxy`, `nginx`: all their threads together).
+ */
+export function foldPerf(rec: Pick<PerfRecord, 'out' | 'pids' | 'uvsd'>): Map<string, number> {
+  const r = spawnSync('perf', ['script', '-i', rec.out, '-F', 'comm,tid,ip,sym,dso'], { encoding: 'utf8', maxBuffer: 1 << 30 });
+  if (r.status !== 0) throw new Error(`perf script: ${r.stderr.trim().split('\n').slice(-1)[0] ?? r.status}`);
+  const pid = rec.uvsd ? rec.pids[0]! : -1;
+  const jsMap = rec.uvsd ? JitMap.read(`/tmp/perf-${pid}.map`) : undefined;
+  const samples: { comm: string; tid: number; frames: string[] }[] = [];
+  let head: { comm: string; tid: number } | null = null;
+  let frames: string[] = [];
+  const flush = (): void => {
+    if (head) samples.push({ ...head, frames: frames.reverse() });
+    head = null;
+    frames = [];
+  };
+  for (const line of r.stdout.split('\n')) {
+    if (line === '') {
+      flush();
+      continue;
+    }
+    if (!/^\s/.test(line)) {
+      flush();
+      const m = /^(.*?)\s+(\d+)\s*$/.exec(line);
+      head = m ? { comm: m[1]!.trim(), tid: Number(m[2]) } : { comm: line.trim(), tid: 0 };
+      continue;
+    }
+    // "\t    addr sym (dso)"
+    const m = /^\s*([0-9a-f]+)\s+(.*?)\s+\(([^)]*)\)\s*$/.exec(line);
+    if (!m) continue;
+    const js = /\/tmp\/perf-\d+\.map$/.test(m[3]!) ? jsMap?.find(parseInt(m[1]!, 16)) : undefined;
+    frames.push(js ?? frameName(m[2]!, m[3]!));
+  }
+  flush();
+  // A thread is a worker if any of its stacks runs through Worker::Run (some stacks are cut short).
+  const workers = new Set(samples.filter((x) => x.frames.some((f) => f.startsWith('node::worker::Worker::Run'))).map((x) => x.tid));
+  const folded = new Map<string, number>();
+  for (const x of samples) {
+    const thread = !rec.uvsd ? x.comm : x.tid === pid ? 'control' : workers.has(x.tid) ? `worker ${x.tid}` : `${x.comm} ${x.tid}`;
+    const key = [thread, ...x.frames].join(';');
+    folded.set(key, (folded.get(key) ?? 0) + 1);
+  }
+  return folded;
+}
+
+/**
+ * node's --perf-basic-prof map (`start size name` per line, appended as code is made). V8 reuses
+ * code space, so one address can have several entries: the latest is the live one. perf itself
+ * takes the first (a worker's io_uring loop came out as the table's link()), so JS frames are
+ * named here instead.
+ */
+class JitMap {
+  private constructor(
+    private readonly starts: number[],
+    private readonly ends: number[],
+    private readonly names: string[],
+  ) {}
+  static read(file: string): JitMap | undefined {
+    if (!existsSync(file)) return undefined;
+    const starts: number[] = [];
+    const ends: number[] = [];
+    const names: string[] = [];
+    for (const line of readFileSync(file, 'utf8').split('\n')) {
+      const m = /^([0-9a-f]+) ([0-9a-f]+) (.*)$/.exec(line);
+      if (!m) continue;
+      const a = parseInt(m[1]!, 16);
+      starts.push(a);
+      ends.push(a + parseInt(m[2]!, 16));
+      names.push(m[3]!.replace(/;/g, ':'));
+    }
+    return new JitMap(starts, ends, names);
+  }
+  /** The latest entry covering addr. */
+  find(addr: number): string | undefined {
+    for (let i = this.starts.length - 1; i >= 0; i--) if (addr >= this.starts[i]! && addr < this.ends[i]!) return this.names[i];
+    return undefined;
+  }
+}
+
+/** A frame as `sym [dso kind]`: JS frames keep V8's name, native ones get their library. */
+function frameName(sym: string, dso: string): string {
+  const s = sym.replace(/;/g, ':');
+  if (dso.includes('kernel.kallsyms') || dso === '[kernel]') return `${s} [k]`;
+  if (/\/tmp\/perf-\d+\.map$/.test(dso)) return s === '[unknown]' ? 'JS:[unknown]' : s;
+  const lib = basename(dso);
+  return `${s} [${lib}]`;
+}
+
+export function writeFolded(file: string, folded: Map<string, number>): void {
+  const lines = [...folded].sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${n}`);
+  writeFileSync(file, lines.join('\n') + '\n');
+}
+
+export function readFolded(file: string): Map<string, number> {
+  const m = new Map<string, number>();
+  for (const line of readFileSync(file, 'utf8').split('\n')) {
+    const i = line.lastIndexOf(' ');
+    if (i > 0) m.set(line.slice(0, i), (m.get(line.slice(0, i)) ?? 0) + Number(line.slice(i + 1)));
+  }
+  return m;
+}
+
+// ── categories ───────────────────────────────────────────────────────────────────────────────
+const GC_FRAME =
+  /(Heap::CollectGarbage|Heap::PerformGarbageCollection|ScavengerCollector|Scavenger::|MarkCompactCollector|ConcurrentMarking|MinorMarkCompact|Sweeper::|IncrementalMarking|Heap::MarkCompact|Heap::Scavenge|GCTracer|MemoryAllocator::Unmapper)/;
+const SYSCALL_FRAME = /^(?:__x64_sys_|__do_sys_|__se_sys_|__ia32_sys_)(\w+) \[k\]$/;
+
+/** What a sample's CPU was spent on, from its stack (leaf last). */
+export function category(frames: string[]): string {
+  if (frames.some((f) => GC_FRAME.test(f))) return 'GC';
+  const leaf = frames[frames.length - 1] ?? '';
+  if (leaf.endsWith(' [k]')) {
+    let sys = '';
+    for (let i = frames.length - 1; i >= 0; i--) {
+      const m = SYSCALL_FRAME.exec(frames[i]!);
+      if (m) {
+        sys = m[1]!;
+        break;
+      }
+    }
+    const softirq = frames.some((f) => f.startsWith('net_rx_action ') || f.startsWith('__do_softirq ') || f.startsWith('handle_softirqs '));
+    if (sys) return `kernel: ${sys}${softirq ? ' → softirq (network stack)' : ''}`;
+    return softirq ? 'kernel: softirq (network stack)' : 'kernel: other (interrupts, scheduler, page faults)';
+  }
+  if (leaf.startsWith('JS:') || leaf.startsWith('LazyCompile:') || leaf.startsWith('Function:')) return 'JS (uvs and Node.js code)';
+  if (leaf.startsWith('Builtins_') || leaf.startsWith('BytecodeHandler')) return 'V8 builtins and interpreter';
+  if (/\[[^\]]*\.node\]$/.test(leaf)) return 'addon (lb/native, C)';
+  if (/\[node\]$/.test(leaf)) return 'V8 / Node.js runtime (C++)';
+  return 'libc and other libraries';
+}
+
+interface ThreadSummary {
+  thread: string;
+  samples: number;
+  cats: Map<string, number>;
+  self: Map<string, number>;
+  /** JS functions, counted once per sample they are on the stack of. */
+  incl: Map<string, number>;
+}
+
+export function summarizeFolded(folded: Map<string, number>): ThreadSummary[] {
+  const by = new Map<string, ThreadSummary>();
+  for (const [key, n] of folded) {
+    const [thread, ...frames] = key.split(';');
+    let t = by.get(thread!);
+    if (!t) by.set(thread!, (t = { thread: thread!, samples: 0, cats: new Map(), self: new Map(), incl: new Map() }));
+    t.samples += n;
+    const c = category(frames);
+    t.cats.set(c, (t.cats.get(c) ?? 0) + n);
+    const leaf = frames[frames.length - 1] ?? '?';
+    t.self.set(leaf, (t.self.get(leaf) ?? 0) + n);
+    for (const f of new Set(frames)) if (f.startsWith('JS:')) t.incl.set(f, (t.incl.get(f) ?? 0) + n);
+  }
+  // Control first, then workers, then the rest by samples.
+  const rank = (t: ThreadSummary) => (t.thread === 'control' ? 0 : t.thread.startsWith('worker') ? 1 : 2);
+  return [...by.values()].sort((a, b) => rank(a) - rank(b) || b.samples - a.samples);
+}
+
+const pct = (n: number, d: number): string => (d > 0 ? `${((100 * n) / d).toFixed(1)} %` : '—');
+const short = (s: string, w = 90): string => (s.length > w ? `${s.slice(0, w - 1)}…` : s);
+const cell = (s: string): string => short(s).replace(/\|/g, '\\|');
+
+/** Markdown for one folded file: per thread, CPU and its categories, the top functions. */
+export function renderFolded(title: string, folded: Map<string, number>, windowMs: number | null, top = 12): string {
+  const threads = summarizeFolded(folded);
+  const all = threads.reduce((s, t) => s + t.samples, 0);
+  const ms = (n: number) => ((1000 * n) / PERF_HZ).toFixed(0);
+  let out = `### ${title}\n\n`;
+  out += `perf record -F ${PERF_HZ} -g, on-CPU samples of every uvsd thread${windowMs ? ` over ${(windowMs / 1000).toFixed(1)} s` : ''}: ${all} samples ≈ ${ms(all)} ms CPU.\n\n`;
+  out += `| thread | CPU ms | ${windowMs ? 'of the window | ' : ''}share of uvsd's CPU |\n|---|---:|${windowMs ? '---:|' : ''}---:|\n`;
+  for (const t of threads)
+    out += `| ${t.thread} | ${ms(t.samples)} | ${windowMs ? `${pct((1000 * t.samples) / PERF_HZ, windowMs)} | ` : ''}${pct(t.samples, all)} |\n`;
+  // Categories: one column per main thread group.
+  const groups: [string, ThreadSummary[]][] = [
+    ['control', threads.filter((t) => t.thread === 'control')],
+    ['workers', threads.filter((t) => t.thread.startsWith('worker'))],
+    ['other threads', threads.filter((t) => t.thread !== 'control' && !t.thread.startsWith('worker'))],
+  ];
+  const cats = new Map<string, number>();
+  for (const t of threads) for (const [c, n] of t.cats) cats.set(c, (cats.get(c) ?? 0) + n);
+  out += `\n| where the CPU went | all threads | ${groups.map((g) => g[0]).join(' | ')} |\n|---|---:|${groups.map(() => '---:|').join('')}\n`;
+  for (const [c, n] of [...cats].sort((a, b) => b[1] - a[1])) {
+    const cols = groups.map(([, ts]) => {
+      const tot = ts.reduce((s, t) => s + t.samples, 0);
+      const v = ts.reduce((s, t) => s + (t.cats.get(c) ?? 0), 0);
+      return tot ? pct(v, tot) : '—';
+    });
+    out += `| ${c} | ${pct(n, all)} | ${cols.join(' | ')} |\n`;
+  }
+  for (const [g, ts] of groups) {
+    if (!ts.length) continue;
+    const tot = ts.reduce((s, t) => s + t.samples, 0);
+    const self = new Map<string, number>();
+    const incl = new Map<string, number>();
+    for (const t of ts) {
+      for (const [f, n] of t.self) self.set(f, (self.get(f) ?? 0) + n);
+      for (const [f, n] of t.incl) incl.set(f, (incl.get(f) ?? 0) + n);
+    }
+    out += `\n${g}: top functions by self time (of ${ms(tot)} ms)\n\n| function | self |\n|---|---:|\n`;
+    for (const [f, n] of [...self].sort((a, b) => b[1] - a[1]).slice(0, top)) out += `| ${cell(f)} | ${pct(n, tot)} |\n`;
+    if (incl.size) {
+      out += `\n${g}: JS functions by inclusive time (on the stack)\n\n| function | inclusive |\n|---|---:|\n`;
+      for (const [f, n] of [...incl].sort((a, b) => b[1] - a[1]).slice(0, top)) out += `| ${cell(f)} | ${pct(n, tot)} |\n`;
+    }
+  }
+  return out;
+}
+
+// ── V8 .cpuprofile ───────────────────────────────────────────────────────────────────────────
+interface CpuNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface CpuProfile {
+  nodes: CpuNode[];
+  startTime: number;
+  endTime: number;
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** Wall time per category and per function (self) of one thread's .cpuprofile, in µs. */
+export function summarizeCpuProfile(p: CpuProfile): { totalUs: number; cats: Map<string, number>; self: Map<string, number> } {
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const selfById = new Map<number, number>();
+  for (let i = 0; i < p.samples.length; i++) {
+    const dt = p.timeDeltas[i + 1] ?? 0; // a sample's time runs until the next one
+    selfById.set(p.samples[i]!, (selfById.get(p.samples[i]!) ?? 0) + dt);
+  }
+  const cats = new Map<string, number>();
+  const self = new Map<string, number>();
+  let totalUs = 0;
+  for (const [id, us] of selfById) {
+    const n = byId.get(id);
+    if (!n || us <= 0) continue;
+    totalUs += us;
+    const { functionName: fn, url, lineNumber } = n.callFrame;
+    const c =
+      fn === '(idle)'
+        ? 'idle (event loop waiting)'
+        : fn === '(garbage collector)'
+          ? 'GC'
+          : fn === '(program)' || fn === '(root)'
+            ? 'V8/Node native, not in a JS call'
+            : url === ''
+              ? 'native calls from JS (addon, Node C++; a worker blocked in its wait shows here)'
+              : 'JS';
+    cats.set(c, (cats.get(c) ?? 0) + us);
+    const name = url ? `${fn || '(anonymous)'} ${basename(url)}:${lineNumber + 1}` : fn;
+    self.set(name, (self.get(name) ?? 0) + us);
+  }
+  return { totalUs, cats, self };
+}
+
+/** GC pauses from --trace-gc lines: `[pid:0x…] 1234 ms: Scavenge 5.1 (6.0) -> 4.2 (7.0) MB, 0.52 / 0.00 ms …`. */
+export function gcPauses(log: string): { isolate: string; kind: string; ms: number }[] {
+  const out: { isolate: string; kind: string; ms: number }[] = [];
+  for (const line of log.split('\n')) {
+    const m = /^\[\d+:(0x[0-9a-f]+)\]\s+\d+ ms: ([\w-]+(?: \([^)]*\))?)[^,]*, ([\d.]+) \/ [\d.]+ ms/.exec(line);
+    if (m) out.push({ isolate: m[1]!, kind: m[2]!.replace(/ \(.*\)$/, ''), ms: Number(m[3]) });
+  }
+  return out;
+}
+
+/** Markdown for one uvsd start's .cpuprofile files and GC log. */
+export function renderCpuProfiles(dir: string, top = 10): string {
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith('.cpuprofile'))
+    .sort();
+  let out = `### ${basename(dir)}: node --cpu-prof (wall time over uvsd's life)\n\n`;
+  if (!files.length) return out + 'No .cpuprofile files (uvsd did not stop cleanly?).\n';
+  for (const f of files) {
+    // CPU.<date>.<time>.<pid>.<threadId>.<seq>.cpuprofile: thread 0 is the main (control) thread.
+    const tid = Number(f.split('.')[4]);
+    const s = summarizeCpuProfile(JSON.parse(readFileSync(join(dir, f), 'utf8')) as CpuProfile);
+    out += `${tid === 0 ? 'control thread' : `worker thread ${tid}`} (${(s.totalUs / 1e6).toFixed(1)} s sampled)\n\n| where the time went | share |\n|---|---:|\n`;
+    for (const [c, us] of [...s.cats].sort((a, b) => b[1] - a[1])) out += `| ${c} | ${pct(us, s.totalUs)} |\n`;
+    out += `\n| top by self time | share |\n|---|---:|\n`;
+    for (const [fn, us] of [...s.self].sort((a, b) => b[1] - a[1]).slice(0, top)) out += `| ${cell(fn)} | ${pct(us, s.totalUs)} |\n`;
+    out += '\n';
+  }
+  const log = join(dir, 'uvsd.log');
+  if (existsSync(log)) {
+    const gcs = gcPauses(readFileSync(log, 'utf8'));
+    const isolates = [...new Set(gcs.map((g) => g.isolate))];
+    out += `GC pauses (--trace-gc), per isolate (the control thread's and each worker's heap):\n\n| isolate | GCs | kinds | total ms | longest ms | ≥ 0.5 ms | ≥ 1 ms |\n|---|---:|---|---:|---:|---:|---:|\n`;
+    for (const iso of isolates) {
+      const g = gcs.filter((x) => x.isolate === iso);
+      const kinds = [...new Set(g.map((x) => x.kind))].map((k) => `${k} ${g.filter((x) => x.kind === k).length}`).join(', ');
+      out += `| ${iso} | ${g.length} | ${kinds} | ${g.reduce((s, x) => s + x.ms, 0).toFixed(1)} | ${Math.max(...g.map((x) => x.ms)).toFixed(2)} | ${g.filter((x) => x.ms >= 0.5).length} | ${g.filter((x) => x.ms >= 1).length} |\n`;
+    }
+    if (!isolates.length) out += '| (none) | 0 | | | | | |\n';
+    out += '\n';
+  }
+  return out;
+}
+
+/** PROFILE.md for a --profile directory: every folded file, then every uvsd start's .cpuprofiles. */
+export function renderProfileDir(dir: string, windows: Record<string, number> = {}): string {
+  let out = `# uvsd profile (${dir})\n\nWritten by \`uvs perf --profile\` (perf/profile.ts). perf record: on-CPU samples; .cpuprofile: V8's wall-time sampler.\n\n`;
+  const winFile = join(dir, 'windows.json');
+  const win = { ...(existsSync(winFile) ? (JSON.parse(readFileSync(winFile, 'utf8')) as Record<string, number>) : {}), ...windows };
+  for (const f of readdirSync(dir)
+    .filter((x) => x.endsWith('.folded'))
+    .sort())
+    out += renderFolded(f.replace(/\.folded$/, ''), readFolded(join(dir, f)), win[f] ?? null) + '\n';
+  for (const d of readdirSync(dir, { withFileTypes: true })
+    .filter((x) => x.isDirectory() && x.name.startsWith('uvsd-'))
+    .map((x) => x.name)
+    .sort())
+    out += renderCpuProfiles(join(dir, d));
+  return out;
+}
+
+if (require.main === module) {
+  const dir = process.argv[2];
+  if (!dir || dir === '-h' || dir === '--help') {
+    process.stdout.write('Usage: node dist/perf/profile.js DIR   (a directory written by uvs perf --profile DIR): writes DIR/PROFILE.md\n');
+    process.exit(dir ? 0 : 2);
+  }
+  const md = renderProfileDir(dir);
+  writeFileSync(join(dir, 'PROFILE.md'), md);
+  process.stdout.write(md);
+}
