@@ -145,6 +145,105 @@ function frameName(sym: string, dso: string): string {
   return `${s} [${lib}]`;
 }
 
+// ── worker stalls: the time a worker spends outside its io_uring wait ───────────────────────
+/** x86_64's io_uring_enter: the tracepoint filter of SyscallGaps. */
+const NR_IO_URING_ENTER = 426;
+
+/**
+ * perf record of io_uring_enter's entries and exits (raw_syscalls tracepoints, filtered on the
+ * syscall number, no stacks) of every thread of a uvsd. A worker on the io_uring path makes one
+ * io_uring_enter per loop turn, so the time from one's exit to the next one's entry is the turn's
+ * work: its batch, and whatever else held the thread — GC, a yield to the event loop, a snapshot,
+ * being preempted. A gap ≥ 0.5 ms is a stall a packet that arrived meanwhile waited for.
+ */
+export class SyscallGaps {
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly out: string,
+  ) {}
+  static start(pid: number, out: string): SyscallGaps {
+    const f = `id == ${NR_IO_URING_ENTER}`;
+    const child = spawn(
+      'perf',
+      [
+        'record',
+        '-q',
+        '-e',
+        'raw_syscalls:sys_enter',
+        '--filter',
+        f,
+        '-e',
+        'raw_syscalls:sys_exit',
+        '--filter',
+        f,
+        '-p',
+        String(pid),
+        '-o',
+        out,
+      ],
+      { stdio: 'ignore' },
+    );
+    return new SyscallGaps(child, out);
+  }
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const done = new Promise((r) => this.child.once('exit', r));
+    this.child.kill('SIGINT');
+    const t = setTimeout(() => this.child.kill('SIGKILL'), 10000);
+    await done;
+    clearTimeout(t);
+  }
+}
+
+/** Gap histogram bounds (ms): [0, 0.1), [0.1, 0.5), [0.5, 1), [1, 5), [5, ∞). */
+export const GAP_BOUNDS_MS = [0.1, 0.5, 1, 5] as const;
+
+export interface GapStats {
+  /** Per worker thread: loop turns, histogram of the time outside the wait, the longest (ms). */
+  threads: { tid: number; turns: number; hist: number[]; maxMs: number; outsideMs: number }[];
+}
+
+/** Reads a SyscallGaps recording: per thread, the gaps between an io_uring_enter's exit and the next entry. */
+export function syscallGaps(data: string): GapStats {
+  const r = spawnSync('perf', ['script', '-i', data, '-F', 'tid,time,event'], { encoding: 'utf8', maxBuffer: 1 << 30 });
+  if (r.status !== 0) throw new Error(`perf script: ${r.stderr.trim().split('\n').slice(-1)[0] ?? r.status}`);
+  const lastExit = new Map<number, number>();
+  const by = new Map<number, GapStats['threads'][number]>();
+  for (const line of r.stdout.split('\n')) {
+    const m = /^\s*(\d+)\s+([\d.]+):\s+raw_syscalls:sys_(enter|exit)/.exec(line);
+    if (!m) continue;
+    const tid = Number(m[1]);
+    const t = Number(m[2]) * 1000;
+    if (m[3] === 'exit') {
+      lastExit.set(tid, t);
+      continue;
+    }
+    const e = lastExit.get(tid);
+    if (e === undefined) continue;
+    const gap = t - e;
+    let x = by.get(tid);
+    if (!x) by.set(tid, (x = { tid, turns: 0, hist: [0, 0, 0, 0, 0], maxMs: 0, outsideMs: 0 }));
+    x.turns++;
+    x.outsideMs += gap;
+    if (gap > x.maxMs) x.maxMs = gap;
+    let b = 0;
+    while (b < GAP_BOUNDS_MS.length && gap >= GAP_BOUNDS_MS[b]!) b++;
+    x.hist[b]!++;
+  }
+  return { threads: [...by.values()].sort((a, b) => a.tid - b.tid) };
+}
+
+export function renderGaps(title: string, g: GapStats): string {
+  let out = `### ${title}: worker loop turns (time outside io_uring_enter)
+
+`;
+  out += `| worker | turns | < 0.1 ms | 0.1–0.5 ms | 0.5–1 ms | 1–5 ms | ≥ 5 ms | longest ms | outside the wait, ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n`;
+  for (const t of g.threads)
+    out += `| ${t.tid} | ${t.turns} | ${t.hist.join(' | ')} | ${t.maxMs.toFixed(2)} | ${t.outsideMs.toFixed(0)} |\n`;
+  if (!g.threads.length) out += '| (no io_uring_enter: poll path?) | | | | | | | | |\n';
+  return out + '\n';
+}
+
 export function writeFolded(file: string, folded: Map<string, number>): void {
   const lines = [...folded].sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${n}`);
   writeFileSync(file, lines.join('\n') + '\n');
@@ -313,22 +412,24 @@ export function summarizeCpuProfile(p: CpuProfile): { totalUs: number; cats: Map
 }
 
 /** GC pauses from --trace-gc lines: `[pid:0x…] 1234 ms: Scavenge 5.1 (6.0) -> 4.2 (7.0) MB, 0.52 / 0.00 ms …`. */
-export function gcPauses(log: string): { isolate: string; kind: string; ms: number }[] {
-  const out: { isolate: string; kind: string; ms: number }[] = [];
+export function gcPauses(log: string): { isolate: string; atMs: number; kind: string; ms: number }[] {
+  const out: { isolate: string; atMs: number; kind: string; ms: number }[] = [];
   for (const line of log.split('\n')) {
-    const m = /^\[\d+:(0x[0-9a-f]+)\]\s+\d+ ms: ([\w-]+(?: \([^)]*\))?)[^,]*, ([\d.]+) \/ [\d.]+ ms/.exec(line);
-    if (m) out.push({ isolate: m[1]!, kind: m[2]!.replace(/ \(.*\)$/, ''), ms: Number(m[3]) });
+    const m = /^\[\d+:(0x[0-9a-f]+)\]\s+(\d+) ms: ([\w-]+(?: \([^)]*\))?)[^,]*, ([\d.]+) \/ [\d.]+ ms/.exec(line);
+    if (m) out.push({ isolate: m[1]!, atMs: Number(m[2]), kind: m[3]!, ms: Number(m[4]) });
   }
   return out;
 }
+
+/** GC pauses of an isolate's first STARTUP_MS (module loading, compilation) are left out of the "running" columns. */
+const STARTUP_MS = 2000;
 
 /** Markdown for one uvsd start's .cpuprofile files and GC log. */
 export function renderCpuProfiles(dir: string, top = 10): string {
   const files = readdirSync(dir)
     .filter((f) => f.endsWith('.cpuprofile'))
     .sort();
-  let out = `### ${basename(dir)}: node --cpu-prof (wall time over uvsd's life)\n\n`;
-  if (!files.length) return out + 'No .cpuprofile files (uvsd did not stop cleanly?).\n';
+  let out = `### ${basename(dir)}: ${files.length ? "node --cpu-prof (wall time over uvsd's life) and " : ''}GC\n\n`;
   for (const f of files) {
     // CPU.<date>.<time>.<pid>.<threadId>.<seq>.cpuprofile: thread 0 is the main (control) thread.
     const tid = Number(f.split('.')[4]);
@@ -343,13 +444,14 @@ export function renderCpuProfiles(dir: string, top = 10): string {
   if (existsSync(log)) {
     const gcs = gcPauses(readFileSync(log, 'utf8'));
     const isolates = [...new Set(gcs.map((g) => g.isolate))];
-    out += `GC pauses (--trace-gc), per isolate (the control thread's and each worker's heap):\n\n| isolate | GCs | kinds | total ms | longest ms | ≥ 0.5 ms | ≥ 1 ms |\n|---|---:|---|---:|---:|---:|---:|\n`;
+    out += `GC pauses (--trace-gc), per isolate (the control thread's heap, then the workers'), after each isolate's first ${STARTUP_MS / 1000} s (start-up):\n\n| isolate | GCs at start-up | GCs after | kinds after | pause ms after, total | longest | ≥ 0.5 ms | ≥ 1 ms |\n|---|---:|---:|---|---:|---:|---:|---:|\n`;
     for (const iso of isolates) {
-      const g = gcs.filter((x) => x.isolate === iso);
+      const all = gcs.filter((x) => x.isolate === iso);
+      const g = all.filter((x) => x.atMs >= STARTUP_MS);
       const kinds = [...new Set(g.map((x) => x.kind))].map((k) => `${k} ${g.filter((x) => x.kind === k).length}`).join(', ');
-      out += `| ${iso} | ${g.length} | ${kinds} | ${g.reduce((s, x) => s + x.ms, 0).toFixed(1)} | ${Math.max(...g.map((x) => x.ms)).toFixed(2)} | ${g.filter((x) => x.ms >= 0.5).length} | ${g.filter((x) => x.ms >= 1).length} |\n`;
+      out += `| ${iso} | ${all.length - g.length} | ${g.length} | ${kinds} | ${g.reduce((s, x) => s + x.ms, 0).toFixed(1)} | ${g.length ? Math.max(...g.map((x) => x.ms)).toFixed(2) : '—'} | ${g.filter((x) => x.ms >= 0.5).length} | ${g.filter((x) => x.ms >= 1).length} |\n`;
     }
-    if (!isolates.length) out += '| (none) | 0 | | | | | |\n';
+    if (!isolates.length) out += '| (none) | 0 | 0 | | | | | |\n';
     out += '\n';
   }
   return out;
@@ -364,6 +466,10 @@ export function renderProfileDir(dir: string, windows: Record<string, number> = 
     .filter((x) => x.endsWith('.folded'))
     .sort())
     out += renderFolded(f.replace(/\.folded$/, ''), readFolded(join(dir, f)), win[f] ?? null) + '\n';
+  for (const f of readdirSync(dir)
+    .filter((x) => x.endsWith('.gaps.json'))
+    .sort())
+    out += renderGaps(f.replace(/\.gaps\.json$/, ''), JSON.parse(readFileSync(join(dir, f), 'utf8')) as GapStats);
   for (const d of readdirSync(dir, { withFileTypes: true })
     .filter((x) => x.isDirectory() && x.name.startsWith('uvsd-'))
     .map((x) => x.name)

@@ -27,7 +27,7 @@ import { failoverPrefix, runFailures, type FailureFigures } from './failures';
 import { killLive, run, sleep, spawnTracked, waitLive } from './exec';
 import { measure, udpFlows, udpPps, warmUp, WRK_THREADS, type MeasureEnv, type Metrics } from './measure';
 import { Anchor, Probe, processMemKb, syscallCountingUnavailable } from './probe';
-import { foldPerf, PerfRecord, renderProfileDir, writeFolded } from './profile';
+import { foldPerf, PerfRecord, renderProfileDir, SyscallGaps, syscallGaps, writeFolded } from './profile';
 import { computeRatios, renderMarkdown, renderSvg, type MemoryRow, type ReportData, type ScalingRun } from './report';
 import { summarize, type Summary } from './summary';
 import {
@@ -620,8 +620,21 @@ export async function perfCommand(argv: string[]): Promise<number> {
             const rec = pids.length
               ? PerfRecord.start(pids, join(o.profile!, `r${round}-${t.name}-${m}.perf.data`), t.name === 'uvs')
               : null;
+            const gaps =
+              pids.length && t instanceof UvsTarget
+                ? SyscallGaps.start(pids[0]!, join(o.profile!, `r${round}-${t.name}-${m}.gaps.data`))
+                : null;
             try {
               const x = await measure(menv, m, t.endpoints());
+              if (gaps) {
+                await gaps.stop();
+                try {
+                  writeFileSync(join(o.profile!, `r${round}-${t.name}-${m}.gaps.json`), JSON.stringify(syscallGaps(gaps.out)) + '\n');
+                } catch (e) {
+                  log(`profile gaps: ${(e as Error).message}`);
+                }
+                rmSync(gaps.out, { force: true });
+              }
               if (rec) {
                 const ms = await rec.stop();
                 const name = `r${round}-${t.name}-${m}.folded`;
@@ -640,6 +653,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
               errors.push({ round, target: t.name, measurement: m, error: msg });
               log(`${label}  FAILED: ${msg}`);
               if (rec) await rec.stop();
+              if (gaps) await gaps.stop();
             }
             await sleep(150); // let queues drain between generators
           }
