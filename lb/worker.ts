@@ -72,8 +72,16 @@ function main(init: WorkerInit): void {
   // path whichever buffer the kernel took from the ring.
   const slots = new Int32Array(new ArrayBuffer(batch * 4));
   for (let i = 0; i < batch; i++) slots[i] = i;
-  // io_uring write results (packets, bytes, errors), taken after each wait.
-  const io = new Float64Array(new ArrayBuffer(3 * 8));
+  // io_uring write results (packets, bytes, errors), taken after each wait; io[IO_CLOCK] the wall
+  // clock in ms, left there by every uringWait (poll path: clockInto after each read). The loop's
+  // only clock: Date.now() allocates a heap number per call (a runtime call even in optimized
+  // code), and at one or two calls per loop turn a busy worker scavenged every few seconds.
+  const io = new Float64Array(new ArrayBuffer(4 * 8));
+  const IO_CLOCK = 3;
+  // ConnTable.now() is Date.now() − the table's epoch (shared words); the same from io[IO_CLOCK].
+  const t32 = new Int32Array(init.table);
+  const epoch = (t32[L.H_EPOCH_LO]! >>> 0) + t32[L.H_EPOCH_HI]! * 0x100000000;
+  const clockNow = (): number => (io[IO_CLOCK]! - epoch) | 0;
   // Write list: up to a batch of packets, plus one input's worth of segments before a flush.
   const wcap = batch + MAX_OUT;
   const offs = new Int32Array(wcap);
@@ -156,11 +164,11 @@ function main(init: WorkerInit): void {
   let batchNow = 0;
   /** Runs one batch of n packets read into buf through the processor and writes the results. */
   const processBatch = (n: number): void => {
-    batchNow = table.now();
+    batchNow = clockNow();
     proc.setTime(batchNow);
     // Flow sampling: one shared-word load a batch; nothing more while no capture runs.
     const capturing = tap.on() !== 0;
-    const wallMs = capturing ? Date.now() : 0;
+    const wallMs = capturing ? io[IO_CLOCK]! : 0;
     let rxBytes = 0;
     for (let i = 0; i < n; i++) {
       const s = slots[i]!;
@@ -224,7 +232,8 @@ function main(init: WorkerInit): void {
       parentPort!.postMessage({ type: 'stopped' });
       return;
     }
-    const until = Date.now() + YIELD_MS;
+    tun.clockInto(io, IO_CLOCK);
+    const until = io[IO_CLOCK]! + YIELD_MS;
     for (;;) {
       let n: number;
       if (ring) {
@@ -232,6 +241,7 @@ function main(init: WorkerInit): void {
         takeIo();
       } else {
         n = tun.readBatch(fd, buf, lens, batch, slot, IDLE_POLL_MS, lastEmpty);
+        tun.clockInto(io, IO_CLOCK);
       }
       if (n < 0) {
         parentPort!.postMessage({ type: 'readError', errno: -n });
@@ -240,9 +250,9 @@ function main(init: WorkerInit): void {
       }
       if (Atomics.load(ctl, CTL_SNAPSHOT_VERSION) !== seenVersion) takeSnapshots();
       if (n > 0) processBatch(n);
-      publishChains(n > 0 ? batchNow : table.now());
+      publishChains(n > 0 ? batchNow : clockNow());
       lastEmpty = n < batch;
-      if (Date.now() >= until) break;
+      if (io[IO_CLOCK]! >= until) break;
     }
     // Writes of the last batch must not wait for the event-loop turn.
     if (ring) tun.uringSubmit(ring);
