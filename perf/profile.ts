@@ -155,6 +155,8 @@ const NR_IO_URING_ENTER = 426;
  * io_uring_enter per loop turn, so the time from one's exit to the next one's entry is the turn's
  * work: its batch, and whatever else held the thread — GC, a yield to the event loop, a snapshot,
  * being preempted. A gap ≥ 0.5 ms is a stall a packet that arrived meanwhile waited for.
+ * sched:sched_switch of the same threads says which gaps were (partly) spent preempted: the
+ * thread was switched out while runnable (prev_state R), i.e. another thread had its CPU.
  */
 export class SyscallGaps {
   private constructor(
@@ -176,6 +178,8 @@ export class SyscallGaps {
         'raw_syscalls:sys_exit',
         '--filter',
         f,
+        '-e',
+        'sched:sched_switch',
         '-p',
         String(pid),
         '-o',
@@ -199,33 +203,45 @@ export class SyscallGaps {
 export const GAP_BOUNDS_MS = [0.1, 0.5, 1, 5] as const;
 
 export interface GapStats {
-  /** Per worker thread: loop turns, histogram of the time outside the wait, the longest (ms). */
-  threads: { tid: number; turns: number; hist: number[]; maxMs: number; outsideMs: number }[];
+  /**
+   * Per worker thread: loop turns, histogram of the time outside the wait, the longest (ms), the
+   * sum (ms); preempted: of the gaps ≥ 0.5 ms, those in which the thread was switched out runnable.
+   */
+  threads: { tid: number; turns: number; hist: number[]; maxMs: number; outsideMs: number; preempted: number }[];
 }
 
 /** Reads a SyscallGaps recording: per thread, the gaps between an io_uring_enter's exit and the next entry. */
 export function syscallGaps(data: string): GapStats {
-  const r = spawnSync('perf', ['script', '-i', data, '-F', 'tid,time,event'], { encoding: 'utf8', maxBuffer: 1 << 30 });
+  const r = spawnSync('perf', ['script', '-i', data, '-F', 'tid,time,event,trace'], { encoding: 'utf8', maxBuffer: 1 << 30 });
   if (r.status !== 0) throw new Error(`perf script: ${r.stderr.trim().split('\n').slice(-1)[0] ?? r.status}`);
   const lastExit = new Map<number, number>();
+  /** Threads switched out runnable since their last io_uring_enter exit. */
+  const preemptedSinceExit = new Set<number>();
   const by = new Map<number, GapStats['threads'][number]>();
   for (const line of r.stdout.split('\n')) {
+    const sw = /^\s*(\d+)\s+[\d.]+:\s+sched:sched_switch:.*prev_state=(\S+)/.exec(line);
+    if (sw) {
+      if (sw[2]!.startsWith('R')) preemptedSinceExit.add(Number(sw[1]));
+      continue;
+    }
     const m = /^\s*(\d+)\s+([\d.]+):\s+raw_syscalls:sys_(enter|exit)/.exec(line);
     if (!m) continue;
     const tid = Number(m[1]);
     const t = Number(m[2]) * 1000;
     if (m[3] === 'exit') {
       lastExit.set(tid, t);
+      preemptedSinceExit.delete(tid);
       continue;
     }
     const e = lastExit.get(tid);
     if (e === undefined) continue;
     const gap = t - e;
     let x = by.get(tid);
-    if (!x) by.set(tid, (x = { tid, turns: 0, hist: [0, 0, 0, 0, 0], maxMs: 0, outsideMs: 0 }));
+    if (!x) by.set(tid, (x = { tid, turns: 0, hist: [0, 0, 0, 0, 0], maxMs: 0, outsideMs: 0, preempted: 0 }));
     x.turns++;
     x.outsideMs += gap;
     if (gap > x.maxMs) x.maxMs = gap;
+    if (gap >= GAP_BOUNDS_MS[1] && preemptedSinceExit.has(tid)) x.preempted++;
     let b = 0;
     while (b < GAP_BOUNDS_MS.length && gap >= GAP_BOUNDS_MS[b]!) b++;
     x.hist[b]!++;
@@ -237,10 +253,10 @@ export function renderGaps(title: string, g: GapStats): string {
   let out = `### ${title}: worker loop turns (time outside io_uring_enter)
 
 `;
-  out += `| worker | turns | < 0.1 ms | 0.1–0.5 ms | 0.5–1 ms | 1–5 ms | ≥ 5 ms | longest ms | outside the wait, ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n`;
+  out += `| worker | turns | < 0.1 ms | 0.1–0.5 ms | 0.5–1 ms | 1–5 ms | ≥ 5 ms | of those ≥ 0.5 ms: preempted | longest ms | outside the wait, ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n`;
   for (const t of g.threads)
-    out += `| ${t.tid} | ${t.turns} | ${t.hist.join(' | ')} | ${t.maxMs.toFixed(2)} | ${t.outsideMs.toFixed(0)} |\n`;
-  if (!g.threads.length) out += '| (no io_uring_enter: poll path?) | | | | | | | | |\n';
+    out += `| ${t.tid} | ${t.turns} | ${t.hist.join(' | ')} | ${t.preempted ?? '?'} | ${t.maxMs.toFixed(2)} | ${t.outsideMs.toFixed(0)} |\n`;
+  if (!g.threads.length) out += '| (no io_uring_enter: poll path?) | | | | | | | | | |\n';
   return out + '\n';
 }
 
