@@ -21,6 +21,9 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 
 // ── perf record ──────────────────────────────────────────────────────────────────────────────
+/** uvs's compiled files, left out of JS frame names (`lb/worker.js:238`, not the full path). */
+const DIST = `${join(__dirname, '..')}/`;
+
 /** Sampling frequency of perf record (Hz per thread on CPU): odd, so it does not beat with 1 ms timers. */
 export const PERF_HZ = 997;
 
@@ -125,7 +128,7 @@ class JitMap {
       const a = parseInt(m[1]!, 16);
       starts.push(a);
       ends.push(a + parseInt(m[2]!, 16));
-      names.push(m[3]!.replace(/;/g, ':'));
+      names.push(m[3]!.replace(/;/g, ':').split(DIST).join(''));
     }
     return new JitMap(starts, ends, names);
   }
@@ -380,6 +383,76 @@ export function renderFolded(title: string, folded: Map<string, number>, windowM
   return out;
 }
 
+// ── flame graph ──────────────────────────────────────────────────────────────────────────────
+interface FlameNode {
+  name: string;
+  n: number;
+  kids: Map<string, FlameNode>;
+}
+
+const esc = (x: string): string => x.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+
+/** A frame's colour by what it is: kernel, JS, V8 builtins, the addon, the runtime and libraries. */
+function frameColour(f: string): string {
+  if (f.endsWith(' [k]')) return '#e8a05a';
+  if (f.startsWith('JS:')) return '#7cc47c';
+  if (f.startsWith('Builtins_')) return '#b5d86a';
+  if (/\[[^\]]*\.node\]$/.test(f)) return '#6fa8dc';
+  if (GC_FRAME.test(f)) return '#c27ba0';
+  return '#e8d25a';
+}
+
+/**
+ * An SVG flame graph (root at the bottom) of folded stacks, without a dependency: one rectangle per
+ * frame that holds at least minFrac of the samples, its name and share in a tooltip. Colours:
+ * kernel orange, JS green, V8 builtins light green, the addon blue, GC purple, the rest yellow.
+ */
+export function renderFlameSvg(title: string, folded: Map<string, number>, minFrac = 0.002): string {
+  const root: FlameNode = { name: 'all', n: 0, kids: new Map() };
+  let depth = 0;
+  for (const [k, n] of folded) {
+    const frames = k.split(';');
+    root.n += n;
+    let node = root;
+    for (const f of frames) {
+      let c = node.kids.get(f);
+      if (!c) node.kids.set(f, (c = { name: f, n: 0, kids: new Map() }));
+      c.n += n;
+      node = c;
+    }
+    if (frames.length > depth) depth = frames.length;
+  }
+  const W = 1200;
+  const H = 16;
+  const min = root.n * minFrac;
+  const rects: string[] = [];
+  let maxLevel = 0;
+  const walk = (node: FlameNode, x: number, level: number): void => {
+    if (level > maxLevel) maxLevel = level;
+    const w = (node.n / root.n) * W;
+    rects.push(
+      `<g><title>${esc(node.name)} — ${node.n} samples, ${((100 * node.n) / root.n).toFixed(2)} %</title><rect x="${x.toFixed(1)}" y="LEVEL${level}" width="${Math.max(w - 0.5, 0.5).toFixed(1)}" height="${H - 1}" fill="${node === root ? '#cccccc' : frameColour(node.name)}"/>` +
+        (w > 40 ? `<text x="${(x + 3).toFixed(1)}" y="LEVEL${level}T">${esc(short(node.name, Math.floor(w / 7)))}</text>` : '') +
+        '</g>',
+    );
+    let cx = x;
+    for (const c of [...node.kids.values()].sort((a, b) => a.name.localeCompare(b.name))) {
+      if (c.n >= min) walk(c, cx, level + 1);
+      cx += (c.n / root.n) * W;
+    }
+  };
+  walk(root, 0, 0);
+  const top = 30;
+  const height = top + (maxLevel + 1) * H + 10;
+  const y = (l: number) => top + (maxLevel - l) * H;
+  const body = rects.join('\n').replace(/LEVEL(\d+)(T?)/g, (_m, l: string, t: string) => String(t ? y(Number(l)) + H - 4 : y(Number(l))));
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${height}" font-family="monospace" font-size="11">
+<text x="4" y="18" font-size="13">${esc(title)} — ${root.n} samples (frames under ${(minFrac * 100).toFixed(1)} % left out; hover for names)</text>
+${body}
+</svg>
+`;
+}
+
 // ── V8 .cpuprofile ───────────────────────────────────────────────────────────────────────────
 interface CpuNode {
   id: number;
@@ -497,10 +570,16 @@ export function renderProfileDir(dir: string, windows: Record<string, number> = 
 if (require.main === module) {
   const dir = process.argv[2];
   if (!dir || dir === '-h' || dir === '--help') {
-    process.stdout.write('Usage: node dist/perf/profile.js DIR   (a directory written by uvs perf --profile DIR): writes DIR/PROFILE.md\n');
+    process.stdout.write(
+      'Usage: node dist/perf/profile.js DIR   (a directory written by uvs perf --profile DIR): writes DIR/PROFILE.md and a flame graph DIR/<recording>.svg per recording\n',
+    );
     process.exit(dir ? 0 : 2);
   }
   const md = renderProfileDir(dir);
   writeFileSync(join(dir, 'PROFILE.md'), md);
+  for (const f of readdirSync(dir).filter((x) => x.endsWith('.folded'))) {
+    const name = f.replace(/\.folded$/, '');
+    writeFileSync(join(dir, `${name}.svg`), renderFlameSvg(name, readFolded(join(dir, f))));
+  }
   process.stdout.write(md);
 }
