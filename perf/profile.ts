@@ -567,6 +567,17 @@ export function renderProfileDir(dir: string, windows: Record<string, number> = 
   return out;
 }
 
+/** Writes DIR/PROFILE.md and a flame graph per recording (DIR/<recording>.svg); returns the markdown. */
+export function writeProfileDir(dir: string): string {
+  const md = renderProfileDir(dir);
+  writeFileSync(join(dir, 'PROFILE.md'), md);
+  for (const f of readdirSync(dir).filter((x) => x.endsWith('.folded'))) {
+    const name = f.replace(/\.folded$/, '');
+    writeFileSync(join(dir, `${name}.svg`), renderFlameSvg(name, readFolded(join(dir, f))));
+  }
+  return md;
+}
+
 if (require.main === module) {
   const dir = process.argv[2];
   if (!dir || dir === '-h' || dir === '--help') {
@@ -575,11 +586,5 @@ if (require.main === module) {
     );
     process.exit(dir ? 0 : 2);
   }
-  const md = renderProfileDir(dir);
-  writeFileSync(join(dir, 'PROFILE.md'), md);
-  for (const f of readdirSync(dir).filter((x) => x.endsWith('.folded'))) {
-    const name = f.replace(/\.folded$/, '');
-    writeFileSync(join(dir, `${name}.svg`), renderFlameSvg(name, readFolded(join(dir, f))));
-  }
-  process.stdout.write(md);
+  process.stdout.write(writeProfileDir(dir));
 }

@@ -27,7 +27,7 @@ import { failoverPrefix, runFailures, type FailureFigures } from './failures';
 import { killLive, run, sleep, spawnTracked, waitLive } from './exec';
 import { measure, udpFlows, udpPps, warmUp, WRK_THREADS, type MeasureEnv, type Metrics } from './measure';
 import { Anchor, Probe, processMemKb, syscallCountingUnavailable } from './probe';
-import { foldPerf, PerfRecord, renderProfileDir, SyscallGaps, syscallGaps, writeFolded } from './profile';
+import { foldPerf, PerfRecord, SyscallGaps, syscallGaps, writeFolded, writeProfileDir } from './profile';
 import { computeRatios, renderMarkdown, renderSvg, type MemoryRow, type ReportData, type ScalingRun } from './report';
 import { summarize, type Summary } from './summary';
 import {
@@ -772,8 +772,8 @@ export async function perfCommand(argv: string[]): Promise<number> {
   if (o.profile) {
     writeFileSync(join(o.profile, 'windows.json'), JSON.stringify(profileWindows, null, 2) + '\n');
     try {
-      writeFileSync(join(o.profile, 'PROFILE.md'), renderProfileDir(o.profile));
-      log(`wrote ${join(o.profile, 'PROFILE.md')}`);
+      writeProfileDir(o.profile);
+      log(`wrote ${join(o.profile, 'PROFILE.md')} and a flame graph (.svg) per recording`);
     } catch (e) {
       log(`profile summary failed: ${(e as Error).message}`);
     }
