@@ -48,8 +48,13 @@ export type WorkerMessage = { type: 'stop' } | { type: 'crash' };
 
 /** Poll timeout: how long an idle worker waits before looking at its messages again. */
 const IDLE_POLL_MS = 50;
-/** How long a worker stays in one event-loop turn before it yields (messages). */
-const YIELD_MS = 100;
+/**
+ * How long a worker stays in one event-loop turn before it yields (messages, V8's foreground
+ * tasks). A yield is not free: the turn out and back took 0.1–0.5 ms in most yields
+ * (perf/LOG.md, 2026-12-01 issue 16 profile) — a stall of the queue; nothing sends the worker
+ * messages in normal operation (stop and restarts use terminate()), so it yields once a second.
+ */
+const YIELD_MS = 1000;
 /** The chain-length gauge covers this window and the one before it (C_CHAIN_MAX). */
 const CHAIN_WINDOW_MS = 10_000;
 
