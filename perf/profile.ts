@@ -338,15 +338,24 @@ const short = (s: string, w = 90): string => (s.length > w ? `${s.slice(0, w - 1
 const cell = (s: string): string => short(s).replace(/\|/g, '\\|');
 
 /** Markdown for one folded file: per thread, CPU and its categories, the top functions. */
-export function renderFolded(title: string, folded: Map<string, number>, windowMs: number | null, top = 12): string {
+export function renderFolded(
+  title: string,
+  folded: Map<string, number>,
+  windowMs: number | null,
+  per: { n: number; unit: string } | null = null,
+  top = 12,
+): string {
   const threads = summarizeFolded(folded);
   const all = threads.reduce((s, t) => s + t.samples, 0);
   const ms = (n: number) => ((1000 * n) / PERF_HZ).toFixed(0);
+  // CPU per unit of work (µs), when the run's units are known.
+  const us = (n: number) => (per ? ((1e6 * n) / PERF_HZ / per.n).toFixed(1) : '');
   let out = `### ${title}\n\n`;
-  out += `perf record -F ${PERF_HZ} -g, on-CPU samples of every uvsd thread${windowMs ? ` over ${(windowMs / 1000).toFixed(1)} s` : ''}: ${all} samples ≈ ${ms(all)} ms CPU.\n\n`;
-  out += `| thread | CPU ms | ${windowMs ? 'of the window | ' : ''}share of uvsd's CPU |\n|---|---:|${windowMs ? '---:|' : ''}---:|\n`;
+  out += `perf record -F ${PERF_HZ} -g, on-CPU samples of every thread of the LB${windowMs ? ` over ${(windowMs / 1000).toFixed(1)} s` : ''}: ${all} samples ≈ ${ms(all)} ms CPU${per ? `; ≈ ${Math.round(per.n)} ${per.unit}s (the generator's rate × its duration): ${us(all)} µs per ${per.unit}` : ''}.\n\n`;
+  const perCol = per ? ` µs per ${per.unit} |` : '';
+  out += `| thread | CPU ms | ${windowMs ? 'of the window | ' : ''}share of the LB's CPU |${perCol}\n|---|---:|${windowMs ? '---:|' : ''}---:|${per ? '---:|' : ''}\n`;
   for (const t of threads)
-    out += `| ${t.thread} | ${ms(t.samples)} | ${windowMs ? `${pct((1000 * t.samples) / PERF_HZ, windowMs)} | ` : ''}${pct(t.samples, all)} |\n`;
+    out += `| ${t.thread} | ${ms(t.samples)} | ${windowMs ? `${pct((1000 * t.samples) / PERF_HZ, windowMs)} | ` : ''}${pct(t.samples, all)} |${per ? ` ${us(t.samples)} |` : ''}\n`;
   // Categories: one column per main thread group.
   const groups: [string, ThreadSummary[]][] = [
     ['control', threads.filter((t) => t.thread === 'control')],
@@ -355,14 +364,14 @@ export function renderFolded(title: string, folded: Map<string, number>, windowM
   ];
   const cats = new Map<string, number>();
   for (const t of threads) for (const [c, n] of t.cats) cats.set(c, (cats.get(c) ?? 0) + n);
-  out += `\n| where the CPU went | all threads | ${groups.map((g) => g[0]).join(' | ')} |\n|---|---:|${groups.map(() => '---:|').join('')}\n`;
+  out += `\n| where the CPU went | all threads |${perCol} ${groups.map((g) => g[0]).join(' | ')} |\n|---|---:|${per ? '---:|' : ''}${groups.map(() => '---:|').join('')}\n`;
   for (const [c, n] of [...cats].sort((a, b) => b[1] - a[1])) {
     const cols = groups.map(([, ts]) => {
       const tot = ts.reduce((s, t) => s + t.samples, 0);
       const v = ts.reduce((s, t) => s + (t.cats.get(c) ?? 0), 0);
       return tot ? pct(v, tot) : '—';
     });
-    out += `| ${c} | ${pct(n, all)} | ${cols.join(' | ')} |\n`;
+    out += `| ${c} | ${pct(n, all)} |${per ? ` ${us(n)} |` : ''} ${cols.join(' | ')} |\n`;
   }
   for (const [g, ts] of groups) {
     if (!ts.length) continue;
@@ -551,10 +560,12 @@ export function renderProfileDir(dir: string, windows: Record<string, number> = 
   let out = `# uvsd profile (${dir})\n\nWritten by \`uvs perf --profile\` (perf/profile.ts). perf record: on-CPU samples; .cpuprofile: V8's wall-time sampler.\n\n`;
   const winFile = join(dir, 'windows.json');
   const win = { ...(existsSync(winFile) ? (JSON.parse(readFileSync(winFile, 'utf8')) as Record<string, number>) : {}), ...windows };
+  const unitFile = join(dir, 'units.json');
+  const units = existsSync(unitFile) ? (JSON.parse(readFileSync(unitFile, 'utf8')) as Record<string, { n: number; unit: string }>) : {};
   for (const f of readdirSync(dir)
     .filter((x) => x.endsWith('.folded'))
     .sort())
-    out += renderFolded(f.replace(/\.folded$/, ''), readFolded(join(dir, f)), win[f] ?? null) + '\n';
+    out += renderFolded(f.replace(/\.folded$/, ''), readFolded(join(dir, f)), win[f] ?? null, units[f] ?? null) + '\n';
   for (const f of readdirSync(dir)
     .filter((x) => x.endsWith('.gaps.json'))
     .sort())

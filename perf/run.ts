@@ -468,6 +468,8 @@ export async function perfCommand(argv: string[]): Promise<number> {
   const otherSeen = new Set<string>(otherNetns(o.prefix));
   /** --profile: each folded file's recording window in ms. */
   const profileWindows: Record<string, number> = {};
+  /** --profile: each folded file's units of work (connections, transactions, packets). */
+  const profileUnits: Record<string, { n: number; unit: string }> = {};
   const notMeasured: ReportData['notMeasured'] = [];
   const errors: ReportData['errors'] = [];
   interface Point {
@@ -641,6 +643,16 @@ export async function perfCommand(argv: string[]): Promise<number> {
                 try {
                   writeFolded(join(o.profile!, name), foldPerf(rec));
                   profileWindows[name] = ms;
+                  // The unit of work, for CPU per unit (≈: the generator's rate × its duration).
+                  const per =
+                    m === 'tcp_cps'
+                      ? { rate: x.cps, unit: 'connection' }
+                      : m === 'tcp_rr' || m === 'udp_rr'
+                        ? { rate: x.tps, unit: 'transaction' }
+                        : m === 'udp_pps'
+                          ? { rate: x.pps, unit: 'packet' }
+                          : undefined;
+                  if (per?.rate) profileUnits[name] = { n: per.rate * o.duration, unit: per.unit };
                 } catch (e) {
                   log(`profile ${name}: ${(e as Error).message}`);
                 }
@@ -771,6 +783,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
   }
   if (o.profile) {
     writeFileSync(join(o.profile, 'windows.json'), JSON.stringify(profileWindows, null, 2) + '\n');
+    writeFileSync(join(o.profile, 'units.json'), JSON.stringify(profileUnits, null, 2) + '\n');
     try {
       writeProfileDir(o.profile);
       log(`wrote ${join(o.profile, 'PROFILE.md')} and a flame graph (.svg) per recording`);
