@@ -280,7 +280,8 @@ export function readFolded(file: string): Map<string, number> {
 // ── categories ───────────────────────────────────────────────────────────────────────────────
 const GC_FRAME =
   /(Heap::CollectGarbage|Heap::PerformGarbageCollection|ScavengerCollector|Scavenger::|MarkCompactCollector|ConcurrentMarking|MinorMarkCompact|Sweeper::|IncrementalMarking|Heap::MarkCompact|Heap::Scavenge|GCTracer|MemoryAllocator::Unmapper)/;
-const SYSCALL_FRAME = /^(?:__x64_sys_|__do_sys_|__se_sys_|__ia32_sys_)(\w+) \[k\]$/;
+/** A syscall's own frame; ksys_* and __sys_* where the kernel inlined the __x64_sys_ wrapper (ctun's read/write). */
+const SYSCALL_FRAME = /^(?:__x64_sys_|__do_sys_|__se_sys_|__ia32_sys_|ksys_|__sys_)(\w+) \[k\]$/;
 
 /** What a sample's CPU was spent on, from its stack (leaf last). */
 export function category(frames: string[]): string {
