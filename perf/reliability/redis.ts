@@ -97,7 +97,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const rss = new RssWatch(lb1.pid!);
   // The evidence for any request that fails: lb1's counters every 500 ms, the kernel's TCP
   // counters of the client and the servers, and (--capture) the real clients' packets on their
-  // way: leaving the client, through lb1's device, to the servers.
+  // way: leaving the client, through lb1's device, to the servers, and through lb2's device.
   const sampler = new Sampler(flab.socket('lb1'), flab.nodeNs('lb1'), ['uvs0', flab.frontDev('lb1'), flab.backDev('lb1')]);
   const captures = ctx.capture
     ? [
@@ -110,6 +110,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
           flab.backDev('lb1'),
           'tcp port 8080',
         ),
+        new Capture('lb2 uvs0', join(ctx.capture, 'redis-lb2-uvs0.pcap'), flab.nodeNs('lb2'), 'uvs0', `tcp and host ${flab.clientAddr}`),
       ]
     : [];
   const kernelNs = [flab.ns.cl, ...flab.ns.rs];
@@ -433,10 +434,13 @@ async function evidence(
         w.join(' / '),
       ]);
     }
-    if (m('dev.uvs0.txDropped') > 0)
+    if (m('dev.uvs0.txDropped') > 0) {
+      // How long a worker may fall behind before its queue of 500 fills, at this run's rate.
+      const perWorker = m('packets.rxPackets') / (whole.ms / 1000) / Math.max(1, ctx.workers);
       r.notes.push(
-        `lb1's TUN device dropped ${m('dev.uvs0.txDropped').toLocaleString('en-US')} packets on their way to uvsd from the kill to the failover, a worker's queue full (500 packets, the kernel's default for a TUN device; uvsd does not set it) while the worker read less than in the half-seconds around (table below): the 2 CPUs are shared by uvsd on both nodes, the ACK generator, the clients, the servers and Redis. Most are the generator's ACKs; a real client's packet among them is retransmitted by TCP. No uvsd counter can see these: the kernel's (\`ip -s link\`, tx dropped) does.`,
+        `lb1's TUN device dropped ${m('dev.uvs0.txDropped').toLocaleString('en-US')} packets on their way to uvsd from the kill to the failover, a worker's queue full: it holds 500 packets (the kernel's default for a TUN device; uvsd does not set it), ${Math.round((500 / perWorker) * 1000)} ms of this run's traffic per worker (${Math.round(perWorker).toLocaleString('en-US')} packets/s), and the 2 CPUs are shared by uvsd on both nodes, the ACK generator, the clients, the servers and Redis. Most are the generator's ACKs; a real client's packet among them is retransmitted by TCP. No uvsd counter can see these: the kernel's (\`ip -s link\`, tx dropped) does.`,
       );
+    }
     if (lossRows.length)
       r.tables.push({
         title: 'When lb1 lost packets outside its drop counters (0.5 s samples)',

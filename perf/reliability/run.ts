@@ -70,8 +70,8 @@ Options:
   --prefix P          lab prefix, ≤ 7 characters of a-z0-9 (default uvrel; the Redis lab P + "f")
   --workers N         uvsd worker threads (default 2)
   --capture DIR       keep tcpdump captures of the real clients' traffic in DIR (Redis scenario:
-                      the client, lb1's device, lb1's link to the servers), and each failed
-                      request's packets in DIR/redis-failures.txt (diagnosis; costs CPU)
+                      the client, lb1's device, lb1's link to the servers, lb2's device), and each
+                      failed request's packets in DIR/redis-failures.txt (diagnosis; costs CPU)
   --no-install        do not apt-get missing tools (cc, curl, redis-server); what needs them is skipped
   -h, --help          this text`;
 
