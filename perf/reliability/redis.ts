@@ -33,24 +33,12 @@ import {
   type Ctx,
   type EchoResult,
 } from './common';
-import { flatten, numericDiff, type ScenarioResult, type Value } from './report';
+import { flatten, IN_FLIGHT_MS, inFlightAt, lastMove, numericDiff, type ScenarioResult, type Value } from './report';
 
 type Download = ReturnType<typeof download>;
 
 /** The HTTP load's loops: at most this many requests are in flight at any moment. */
 const LOAD_LOOPS = 2;
-/**
- * A request that moved (started, connected, answered) this close before the failover was on its
- * normal course when lb1 died; one quiet for longer had lost a packet before: the minimum TCP
- * retransmission timeout.
- */
-const IN_FLIGHT_MS = 200;
-
-/** The last moment a load request made progress: its start, its connect or its answer's headers. */
-function lastMove(x: LoadRecord): number {
-  return Math.max(x.start, x.connected ?? 0, x.answered ?? 0);
-}
-
 export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResult): Promise<void> {
   const outS = ctx.quick ? 5 : 30;
   const ackPps = ctx.quick ? 5000 : 20000;
@@ -227,7 +215,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   // A request still waiting when lb1 was killed, and moving until just before (started, connected
   // or answered within one minimum TCP retransmission timeout of the kill), failed because of the
   // failover, whatever the time it started: it belongs to the failover's figures, not the outages'.
-  const atFailover = (x: LoadRecord) => x.start < tFail && x.end > tFail && lastMove(x) >= tFail - IN_FLIGHT_MS;
+  const atFailover = (x: LoadRecord) => inFlightAt(x, tFail);
   const failedIn = (a: number, b: number) =>
     records.filter((x) => x.error !== null && x.start >= a && x.start < b && !atFailover(x)).length;
   const inFlight = records.filter(atFailover);

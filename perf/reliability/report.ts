@@ -238,6 +238,35 @@ export function balance(before: StatsLike, after: StatsLike, refuses: Record<str
 /** conntrack/layout.ts GEN_REFUSES by kind name. */
 export const GEN_REFUSES_BY_NAME: Record<string, boolean> = Object.fromEntries(GEN_KIND_NAMES.map((k, i) => [k, GEN_REFUSES[i]!]));
 
+/** One request of lab/tools.ts `load` (perf/failures.ts LoadRecord): the times it moved. */
+export interface LoadProgress {
+  start: number;
+  end: number;
+  connected?: number | null;
+  answered?: number | null;
+}
+
+/**
+ * A request that moved (started, connected, answered) this close before a node died was on its
+ * normal course then; one quiet for longer had lost a packet before: the minimum TCP
+ * retransmission timeout.
+ */
+export const IN_FLIGHT_MS = 200;
+
+/** The last moment a load request made progress: its start, its connect or its answer's headers. */
+export function lastMove(x: LoadProgress): number {
+  return Math.max(x.start, x.connected ?? 0, x.answered ?? 0);
+}
+
+/**
+ * Whether a request was in flight at time t and on its normal course until then: started before,
+ * not finished, and moved within IN_FLIGHT_MS before it. Its fate is t's (a failover), not that of
+ * the phase it started in.
+ */
+export function inFlightAt(x: LoadProgress, t: number): boolean {
+  return x.start < t && x.end > t && lastMove(x) >= t - IN_FLIGHT_MS;
+}
+
 /** Numeric leaves of a JSON value as "a.b.c" → number. */
 export function flatten(v: unknown, prefix = '', outp: Record<string, number> = {}): Record<string, number> {
   if (typeof v === 'number') outp[prefix] = v;

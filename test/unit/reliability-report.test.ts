@@ -12,6 +12,7 @@ import {
   defenseSettings,
   fmtValue,
   GEN_REFUSES_BY_NAME,
+  inFlightAt,
   numericDiff,
   parseJsonLines,
   percentile,
@@ -107,6 +108,17 @@ test('balance: both sides give the packets forwarded, and they agree when every 
   assert.deepEqual(GEN_REFUSES_BY_NAME, { reset: true, unreachable: true, echo: false, too_big: true });
 });
 
+test('inFlightAt: a request waiting when a node dies that moved just before belongs to the death', () => {
+  const kill = 10_000;
+  const r = (start: number, end: number, connected: number | null, answered: number | null = null) => ({ start, end, connected, answered });
+  assert.equal(inFlightAt(r(9_999, 20_000, 10_000), kill), true, 'connected at the kill, then stuck');
+  assert.equal(inFlightAt(r(9_000, 19_900, 9_850, 9_950), kill), true, 'answered 50 ms before, its body still coming');
+  assert.equal(inFlightAt(r(9_700, 19_700, 9_701), kill), false, 'quiet for 299 ms before: it had lost a packet before the kill');
+  assert.equal(inFlightAt(r(9_990, 9_995, 9_991, 9_993), kill), false, 'finished before the kill');
+  assert.equal(inFlightAt(r(10_000, 20_000, null), kill), false, 'started at the kill: after it');
+  assert.equal(inFlightAt(r(9_900, 19_900, null), kill), true, 'its SYN 100 ms before, never connected');
+});
+
 test('numericDiff lists the numeric leaves that moved, nested and new ones included', () => {
   const a = { uptime: 1, drops: { x: 1, y: 2 }, redis: { connected: false, lookups: { hit: 1 } }, name: 'u' };
   const b = { uptime: 2, drops: { x: 1, y: 5, z: 1 }, redis: { connected: true, lookups: { hit: 1 } }, name: 'v' };
@@ -143,6 +155,11 @@ test('the options: --quick, --only in the run order, bad names and prefixes refu
   assert.ok(d !== 'help');
   assert.deepEqual(d.only, [...SCENARIOS]);
   assert.equal(d.quick, false);
+  assert.equal(d.capture, null, 'no packet capture unless asked');
+  const c = parseOptions(['--capture', '/tmp/x', '--only', 'redis']);
+  assert.ok(c !== 'help');
+  assert.equal(c.capture, '/tmp/x');
+  assert.throws(() => parseOptions(['--capture']), /--capture needs a value/);
   assert.throws(() => parseOptions(['--only', 'fuzz,nope']), /unknown scenario "nope"/);
   assert.throws(() => parseOptions(['--prefix', 'Bad-Prefix']), /--prefix/);
   assert.throws(() => parseOptions(['--workers', '0']), /--workers/);
