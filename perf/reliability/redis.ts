@@ -6,6 +6,12 @@
  * restarted, then SIGSTOPped for as long and continued. Downloads start before, during the kill
  * and during the hang; afterwards lb1 dies and traffic moves to lb2, which must carry every one of
  * them from the records lb1 wrote — including the ones it could write only after Redis came back.
+ *
+ * What a failure is put down to: each HTTP request counts in the phase it started in, except one
+ * in flight at the failover (report.ts inFlightAt), which counts with it; every failure is listed
+ * with its source port, how far it got and lb1's counters around it, beside the phase timeline,
+ * lb1's packets the kernel dropped on their way to uvsd, and the kernel TCP counters of the client
+ * and the servers. With --capture, tcpdump records the clients' packets at each hop.
  */
 import { execFileSync, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -448,7 +454,9 @@ async function evidence(
             return `${k} +${v}${avg === null ? '' : ` (run average ${round(avg, 1)})`}`;
           })
           .join('; ') || 'nothing beyond packets in and out'
-      : 'no samples';
+      : e.atFailover(x)
+        ? "none: lb1's uvsd was killed meanwhile (lb2's counters above)"
+        : 'no samples';
     return [
       rel(x.start),
       phaseAt(e.phases, x.start)?.name ?? 'before',
