@@ -211,26 +211,46 @@ export const C_PARKED = 9; // packets parked for a Redis lookup
 export const C_PARK_FULL = 10; // packets that found the park ring full (dropped)
 export const C_ADOPTED = 11; // another node's flows taken over by a packet
 export const C_PP_HEADERS = 12; // PROXY protocol header segments sent to real servers (a resend counts again)
-export const C_DROP_BASE = 16; // + DropReason
+/**
+ * Packets written beyond one per packet handled (lb/worker.ts): a GSO super-packet's segments after
+ * the first (segmented here for the tunnel), a PROXY protocol header segment sent ahead of the
+ * client's data. So written + write errors = forwarded + generated (C_GEN_BASE, sent) + these.
+ */
+export const C_TX_EXTRA = 13;
+/** Longest connection-table chain the worker walked in the last two 10 s windows (a gauge). */
+export const C_CHAIN_MAX = 14;
+/** Walks longer than conntrack/table.ts CHAIN_ALARM (monotonic). */
+export const C_LONG_CHAINS = 15;
+export const C_DROP_BASE = 16; // + DropReason (16..47)
 /**
  * Packets the dataplane generates (lb/icmp.ts mayAnswer) and what became of each:
- * C_GEN_BASE + kind × GEN_RESULTS + result (48..59).
+ * C_GEN_BASE + kind × GEN_RESULTS + result, room for GEN_KIND_SLOTS kinds (48..62). A packet
+ * generated is counted once, `sent`, when it is built: one increment, nothing else per packet.
+ *
+ * A new kind takes the next number, its name appended to GEN_KIND_NAMES and its GEN_REFUSES entry
+ * to GEN_REFUSES; metrics, GET /v1/stats, dataplane.generatedLimit.kinds and the reliability
+ * run's accounting follow those lists. The next one is a SYN-ACK answered by the dataplane itself
+ * (SYN cookies): GEN_SYN_ACK = 4, 'syn_ack', with GEN_REFUSES false unless the SYN it answers is
+ * also counted under a drop reason.
  */
 export const C_GEN_BASE = 48;
+export const GEN_KIND_SLOTS = 5;
 export const GEN_RESET = 0; // TCP RST
 export const GEN_UNREACH = 1; // ICMP / ICMPv6 port unreachable
 export const GEN_ECHO = 2; // echo reply (ICMP, ICMPv6)
 export const GEN_TOO_BIG = 3; // ICMP fragmentation needed / ICMPv6 Packet Too Big
 export const GEN_KIND_NAMES = ['reset', 'unreachable', 'echo', 'too_big'] as const;
+/**
+ * Per kind: whether the packet it answers is a refusal, counted under its drop reason as well (a
+ * RST for a segment of no flow, an unreachable, a too-big), or answered without a drop (an echo
+ * request: the answer is the packet turned around).
+ */
+export const GEN_REFUSES: readonly boolean[] = [true, true, false, true];
 export const GEN_SENT = 0;
 export const GEN_BAD_DESTINATION = 1; // suppressed: the answer would go to a VIP, the pool, multicast, …
 export const GEN_RATE_LIMITED = 2; // suppressed: over the per-source or the global limit
 export const GEN_RESULTS = 3;
 export const GEN_RESULT_NAMES = ['sent', 'bad_destination', 'rate_limited'] as const;
-/** Longest connection-table chain the worker walked in the last two 10 s windows (a gauge). */
-export const C_CHAIN_MAX = 60;
-/** Walks longer than conntrack/table.ts CHAIN_ALARM (monotonic). */
-export const C_LONG_CHAINS = 61;
 export const W_GLOBAL_WORDS = 64;
 // Per real server / per service counters (kernel ip_vs_stats).
 export const RSC_CONNS = 0;

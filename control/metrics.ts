@@ -158,6 +158,12 @@ export function buildRegistry(d: Daemon): Registry {
     for (const [reason, v] of Object.entries(d.stats.drops())) c.inc({ reason }, v);
   });
   counterFrom('uvs_tx_errors_total', 'Packets the TUN device would not take (queue full).', [], (c) => c.inc(d.stats.global().txErrors));
+  counterFrom(
+    'uvs_tx_extra_packets_total',
+    'Packets written beyond one per packet handled: GSO segments after the first (tunnel), PROXY protocol header segments ahead of data.',
+    [],
+    (c) => c.inc(d.stats.global().txExtra),
+  );
   counterFrom('uvs_scheduling_failures_total', 'New flows refused because no real server was available.', [], (c) =>
     c.inc(d.stats.drops().no_real_server!),
   );

@@ -196,6 +196,8 @@ function main(init: WorkerInit): void {
         wlens[w] = len;
         w++;
       } else {
+        // More than one packet for one (segments, a PROXY header ahead of data): L.C_TX_EXTRA.
+        if (out.count > 1) counters[L.C_TX_EXTRA] = counters[L.C_TX_EXTRA]! + out.count - 1;
         if (w + out.count > wcap) flush();
         for (let k = 0; k < out.count; k++) {
           offs[w] = out.offs[k]!;
