@@ -278,33 +278,55 @@ export const C_PARKED = 9; // packets parked for a Redis lookup
 export const C_PARK_FULL = 10; // packets that found the park ring full (dropped)
 export const C_ADOPTED = 11; // another node's flows taken over by a packet
 export const C_PP_HEADERS = 12; // PROXY protocol header segments sent to real servers (a resend counts again)
-// SYN proxy (lb/synproxy.ts): bad cookies are the drop reason bad_cookie.
-export const C_SP_COOKIES = 13; // SYN-ACKs with a cookie sent to clients
-export const C_SP_ACCEPTED = 14; // client ACKs with a valid cookie: flows made, SYN sent to the real server
-export const C_SP_HELD = 15; // client packets held while the server's handshake was pending
-export const C_SP_HELD_REFUSED = 62; // client packets that could not be held (flow or area full, too large)
-export const C_SP_SERVER_FAIL = 63; // real servers that answered our SYN with a RST
-export const C_DROP_BASE = 16; // + DropReason
+/**
+ * Packets written beyond one per packet handled (lb/worker.ts): a GSO super-packet's segments after
+ * the first (segmented here for the tunnel), a PROXY protocol header segment sent ahead of the
+ * client's data. So written + write errors = forwarded + generated (C_GEN_BASE, sent) + these.
+ */
+export const C_TX_EXTRA = 13;
+/** Longest connection-table chain the worker walked in the last two 10 s windows (a gauge). */
+export const C_CHAIN_MAX = 14;
+/** Walks longer than conntrack/table.ts CHAIN_ALARM (monotonic). */
+export const C_LONG_CHAINS = 15;
+export const C_DROP_BASE = 16; // + DropReason (16..47)
 /**
  * Packets the dataplane generates (lb/icmp.ts mayAnswer) and what became of each:
- * C_GEN_BASE + kind × GEN_RESULTS + result (48..59).
+ * C_GEN_BASE + kind × GEN_RESULTS + result, room for GEN_KIND_SLOTS kinds (48..62). A packet
+ * generated is counted once, `sent`, when it is built: one increment, nothing else per packet.
+ *
+ * A new kind takes the next number, its name appended to GEN_KIND_NAMES and its GEN_REFUSES entry
+ * to GEN_REFUSES; metrics, GET /v1/stats, dataplane.generatedLimit.kinds and the reliability
+ * run's accounting follow those lists. GEN_SYN_ACK is the SYN proxy's cookie SYN-ACK: its SYN is
+ * answered in place (no drop reason: GEN_REFUSES false).
  */
 export const C_GEN_BASE = 48;
+export const GEN_KIND_SLOTS = 5;
 export const GEN_RESET = 0; // TCP RST
 export const GEN_UNREACH = 1; // ICMP / ICMPv6 port unreachable
 export const GEN_ECHO = 2; // echo reply (ICMP, ICMPv6)
 export const GEN_TOO_BIG = 3; // ICMP fragmentation needed / ICMPv6 Packet Too Big
-export const GEN_KIND_NAMES = ['reset', 'unreachable', 'echo', 'too_big'] as const;
+export const GEN_SYN_ACK = 4; // a SYN-ACK with a SYN cookie (lb/synproxy.ts): never limited, the SYN answered in place
+export const GEN_KIND_NAMES = ['reset', 'unreachable', 'echo', 'too_big', 'syn_ack'] as const;
+/**
+ * Per kind: whether the packet it answers is a refusal, counted under its drop reason as well (a
+ * RST for a segment of no flow, an unreachable, a too-big), or answered without a drop (an echo
+ * request: the answer is the packet turned around).
+ */
+export const GEN_REFUSES: readonly boolean[] = [true, true, false, true, false];
 export const GEN_SENT = 0;
 export const GEN_BAD_DESTINATION = 1; // suppressed: the answer would go to a VIP, the pool, multicast, …
 export const GEN_RATE_LIMITED = 2; // suppressed: over the per-source or the global limit
 export const GEN_RESULTS = 3;
 export const GEN_RESULT_NAMES = ['sent', 'bad_destination', 'rate_limited'] as const;
-/** Longest connection-table chain the worker walked in the last two 10 s windows (a gauge). */
-export const C_CHAIN_MAX = 60;
-/** Walks longer than conntrack/table.ts CHAIN_ALARM (monotonic). */
-export const C_LONG_CHAINS = 61;
-export const W_GLOBAL_WORDS = 64;
+// SYN proxy (lb/synproxy.ts): its cookies are generated packets (GEN_SYN_ACK), its bad cookies
+// the drop reason bad_cookie.
+export const C_SP_ACCEPTED = 64; // client ACKs with a valid cookie: flows made, SYN sent to the real server
+/** Client packets held while the server's handshake was pending: consumed when held (their replay
+ *  after the server's SYN-ACK is written as C_TX_EXTRA), as parked packets are. */
+export const C_SP_HELD = 65;
+export const C_SP_HELD_REFUSED = 66; // client packets that could not be held (flow or area full, too large) or replayed
+export const C_SP_SERVER_FAIL = 67; // real servers that answered our SYN with a RST
+export const W_GLOBAL_WORDS = 72;
 // Per real server / per service counters (kernel ip_vs_stats).
 export const RSC_CONNS = 0;
 export const RSC_INPKTS = 1;
@@ -372,8 +394,8 @@ export const enum Drop {
   /** SYN proxy: a client packet while the real server's handshake is pending that cannot be held
    *  (its flow holds HOLD_PER_FLOW, the shared area is full, or it is larger than a slot). */
   SynProxyHoldFull,
-  /** SYN proxy: consumed by it — a SYN answered with a cookie (no entry made), or a client's bare
-   *  ACK while the real server's handshake is pending (nothing to hold). */
+  /** SYN proxy: a client's bare ACK while the real server's handshake is pending, consumed by
+   *  it (nothing to hold; a SYN it answers with a cookie is the generated kind syn_ack). */
   SynProxy,
 }
 export const DROP_NAMES = [

@@ -126,6 +126,8 @@ export interface StatsResponse {
   proxyProtocolHeaders: number;
   parked: number;
   parkFull: number;
+  /** SYN proxy: client packets held while their server's handshake was pending (consumed when held; replayed as txExtra). */
+  synProxyHeld: number;
   syncRingFull: number;
   /** null without redis. */
   redis: (SyncStats & { nodes: string[] }) | null;

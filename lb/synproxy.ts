@@ -301,9 +301,8 @@ export function synCookieReply(c: PacketContext, b: Uint8Array): number {
   tcpChecksum(c, o, ih, thl);
   // ACKs are checked as cookies for 2 minutes after the last one: one shared store a second at most.
   if (((c.now - a[L.H_SP_LAST]!) | 0) >= 1000 || ((c.now - a[L.H_SP_LAST]!) | 0) < 0) Atomics.store(a, L.H_SP_LAST, c.now);
-  c.counters[L.C_SP_COOKIES]!++;
-  c.counters[L.C_DROP_BASE + Drop.SynProxy]!++;
-  c.out.reason = Drop.SynProxy;
+  // A generated packet, the SYN answered in place (layout.ts GEN_SYN_ACK; no drop reason).
+  c.counters[L.C_GEN_BASE + L.GEN_SYN_ACK * L.GEN_RESULTS + L.GEN_SENT]!++;
   const out = c.out;
   out.offs[0] = o - c.vnet;
   out.lens[0] = ih + thl + c.vnet;
@@ -365,7 +364,8 @@ export function spOpen(c: PacketContext, b: Uint8Array, f: FlowView): number {
   const w = c.spW;
   if (!t.spBegin(f.entry, f, w, PENDING_MS, c.now)) return drop(c, Drop.NoConnection);
   c.counters[L.C_SP_ACCEPTED]!++;
-  if (hasData(c, b)) hold(c, b, f, false);
+  // Held and our SYN written for the same packet: the SYN is a write beyond it (C_TX_EXTRA).
+  if (hasData(c, b) && hold(c, b, f, false) > 0 && c.spHeld) c.counters[L.C_TX_EXTRA]!++;
   return synToServer(c, f, w);
 }
 
@@ -379,6 +379,7 @@ function hasData(c: PacketContext, b: Uint8Array): boolean {
 function hold(c: PacketContext, b: Uint8Array, f: FlowView, resend: boolean): number {
   if (c.partial) completePartial(c, b); // replayed later without offload metadata
   const r = c.table.spHold(f, true, b, c.off, c.totlen, c.l4 - c.off, c.spW, resend ? RESEND_MS : 0x7fffffff, c.now);
+  c.spHeld = r >= 0 && (r & SPH_HELD) !== 0;
   if (r >= 0) {
     if (r & SPH_HELD) c.counters[L.C_SP_HELD]!++;
     if (r & SPH_REFUSED) c.counters[L.C_SP_HELD_REFUSED]!++;
@@ -460,7 +461,9 @@ export function spPendingIn(c: PacketContext, b: Uint8Array, f: FlowView): numbe
   if (r < 0) return -1;
   if (r & SPH_RESEND) {
     const v = synToServer(c, f, c.spW);
+    // The packet is held (consumed) or refused (a drop) and our SYN written: a write beyond it.
     if (r & SPH_REFUSED) c.counters[L.C_DROP_BASE + Drop.SynProxyHoldFull]!++;
+    if (r & (SPH_HELD | SPH_REFUSED)) c.counters[L.C_TX_EXTRA]!++;
     return v;
   }
   if (r & SPH_REFUSED) return drop(c, Drop.SynProxyHoldFull);
