@@ -32,8 +32,8 @@ export class FlowKey {
    */
   bucket = -1;
   readonly hi = new Int32Array(L.HI_WORDS);
-  /** src, ports, dst, and a TCP SYN's sequence number (seq, read by lookupIn with LOOKUP_NEW): see WORDS at the top. */
-  private readonly w = new Int32Array(4);
+  /** src, ports, dst: see WORDS at the top. */
+  private readonly w = new Int32Array(3);
   get src(): number {
     return this.w[0]!;
   }
@@ -51,12 +51,6 @@ export class FlowKey {
   }
   set dst(v: number) {
     this.w[2] = v;
-  }
-  get seq(): number {
-    return this.w[3]!;
-  }
-  set seq(v: number) {
-    this.w[3] = v;
   }
 }
 

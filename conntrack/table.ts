@@ -45,7 +45,7 @@ import {
   sctpNextState,
   SCTP_STATE_COUNT,
 } from './sctp-state';
-import { DIR_INPUT, DIR_OUTPUT, TCP_ACTIVE, TCP_ESTABLISHED, TCP_HALF_OPEN, TCP_TIME_WAIT, tcpNextState, TCP_STATE_COUNT } from './state';
+import { DIR_INPUT, DIR_OUTPUT, TCP_ACTIVE, TCP_CLOSE, TCP_ESTABLISHED, TCP_HALF_OPEN, TCP_TIME_WAIT, tcpNextState, TCP_STATE_COUNT } from './state';
 
 /** HalfSipHash's last word: message length in bytes << 24 | the protocol byte that ends it. */
 const KEY4_TAIL = 13 << 24; // addr1, ports, addr2: 12 bytes + protocol
@@ -600,7 +600,7 @@ export class ConnTable {
    * FLOW_REUSE when `opts` has LOOKUP_NEW (a TCP SYN, an SCTP INIT) and the entry may be replaced
    * by a new connection (conn_reuse_mode=1): it is in TIME_WAIT (SCTP: CLOSED) and no template
    * controls it, or (LOOKUP_EXPIRE_NODEST, ≥ 5.16) its server is quiesced, or it is a SYN-proxied
-   * flow and the SYN (its number in k.seq) is not its client's (spReuse). `ev` as for touch().
+   * flow that has ended (CLOSE, TIME_WAIT: spReuse). `ev` as for touch().
    */
   lookupIn(k: FlowKey, v: FlowView, ev: number, opts: number, now: number): number {
     const b = this.bucketIn(k.proto, k.src, k.ports, k.dst, k.hi);
@@ -623,7 +623,7 @@ export class ConnTable {
       opts & LOOKUP_NEW &&
       ((a[o + L.E_STATE] === ((k.proto & 0xff) === IPPROTO_TCP ? TCP_TIME_WAIT : SCTP_S_CLOSED) && a[o + L.E_CONTROL] === 0) ||
         (opts & LOOKUP_EXPIRE_NODEST && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0) ||
-        this.spReuse(e, o, k.seq))
+        this.spReuse(o))
     ) {
       this.unlockBucket(b);
       return FLOW_REUSE;
@@ -918,15 +918,20 @@ export class ConnTable {
   }
 
   /**
-   * A TCP SYN with sequence number `seq` on entry e (at o) starts a new connection because the
-   * entry is a SYN-proxied flow past its handshake and the SYN is not its client's (another ISN):
-   * the proxy made the server's side of the old one, so the SYN must get a cookie of its own
-   * (a client reusing its port after a RST would otherwise meet the old flow's numbers). A late
-   * duplicate of the flow's own SYN keeps the flow.
+   * A TCP SYN on entry e (at o) starts a new connection because the entry is a SYN-proxied flow
+   * past its handshake that has ended — CLOSE (a RST) or TIME_WAIT, the states IPVS reuses
+   * (conn_reuse_mode) and nf_synproxy reopens (TCP_CONNTRACK_CLOSE): the proxy made the server's
+   * side of the old one, so the SYN must get a cookie of its own (a client reusing its port after
+   * a RST would otherwise meet the old flow's numbers). Every SYN while the flow lives
+   * (ESTABLISHED…) keeps it: it goes to the server, whose challenge ACK comes back adjusted — an
+   * off-path SYN must not end a connection. Unlike the plain reuse, a flow a persistence template
+   * controls is reused too: forwarded, the SYN would meet a server socket at the old numbers that
+   * no handshake of ours can reach, and the new flow gets the template's server anyway.
    */
-  private spReuse(e: number, o: number, seq: number): boolean {
+  private spReuse(o: number): boolean {
     const a = this.i32;
-    return (a[o + L.E_FLAGS]! & (L.F_SYNPROXY | L.F_SP_PENDING)) === L.F_SYNPROXY && a[this.spWords + e * L.SP_WORDS + L.SP_ISN] !== seq;
+    const st = a[o + L.E_STATE]!;
+    return (a[o + L.E_FLAGS]! & (L.F_SYNPROXY | L.F_SP_PENDING)) === L.F_SYNPROXY && (st === TCP_CLOSE || st === TCP_TIME_WAIT);
   }
 
   /** Entry e's SP words from a record (its deltas and options; no handshake, no held packets). */

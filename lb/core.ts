@@ -269,7 +269,6 @@ export class PacketProcessor {
     // May start a connection (is_new_conn): a TCP SYN, an SCTP INIT.
     const isNew = isSctp ? ev === SCTP_EV_INIT : (ev & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
     const f = c.flow;
-    if (isNew && isTcp) c.key.seq = P.u32(b, c.l4 + P.TCP_SEQ); // a SYN on a SYN-proxied flow (ConnTable.spReuse)
     const found = t.lookupIn(c.key, f, ev, (isNew ? LOOKUP_NEW : 0) | (c.snapshot.expireNodestConn ? LOOKUP_EXPIRE_NODEST : 0), c.now);
     if (found === FLOW_HIT) {
       this.touched(f);

@@ -695,7 +695,8 @@ test("a dead worker's lock on the held-packet area is released with its other lo
   assert.equal(p.table.i32[lock], 0);
 });
 
-test('a SYN with another ISN on a proxied flow (the port reused after a RST) gets a cookie of its own; a late duplicate keeps the flow', () => {
+/** A masq flow through the whole handshake (server ISN 77, scale 7): ESTABLISHED, its cookie and our TSval. */
+function established(): { p: ReturnType<typeof proxied>['p']; isn: number; cookie: number; ours: number } {
   const { p, isn, syn } = handshake('masq');
   const r = tcpOf(syn.reply!);
   p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) }));
@@ -711,12 +712,36 @@ test('a SYN with another ISN on a proxied flow (the port reused after a RST) get
       opts: [...TS(9, 5001), ...WS(7)],
     }),
   );
+  return { p, isn, cookie: r.seq, ours: r.tsval! };
+}
+
+test('a SYN on a proxied flow the client reset (its port reused) gets a cookie of its own', () => {
+  const { p, isn, cookie } = established();
   assert.equal(p.table.count(), 1);
-  const dup = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn, flags: TCPF_SYN, opts: TS(5000, 0) }));
-  assert.equal(dup.v, FORWARD, 'the flow’s own SYN, late: the flow stays');
+  const rst = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: cookie + 1, flags: TCPF_RST | TCPF_ACK }));
+  assert.equal(rst.v, FORWARD);
+  assert.equal(tcpOf(rst.pkt).ack, 78, 'the RST in the server’s numbers');
   assert.equal(p.table.count(), 1);
   const fresh = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: 123456, flags: TCPF_SYN, opts: TS(6000, 0) }));
   assert.equal(fresh.v, REPLY);
   assert.deepEqual([tcpOf(fresh.reply!).flags, tcpOf(fresh.reply!).ack], [TCPF_SYN | TCPF_ACK, 123457], 'a cookie for the new ISN');
   assert.equal(p.table.count(), 0, 'the old flow is gone');
+});
+
+test('a spoofed SYN (or a late duplicate) on an ESTABLISHED proxied flow ends nothing: it goes to the server, the flow stays adjusted', () => {
+  const { p, isn, cookie, ours } = established();
+  const dup = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn, flags: TCPF_SYN, opts: TS(5000, 0) }));
+  assert.equal(dup.v, FORWARD, 'the flow’s own SYN, late: the flow stays');
+  const spoof = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: 0x5eed, flags: TCPF_SYN, opts: TS(6000, 0) }));
+  assert.equal(spoof.v, FORWARD, 'to the server (its challenge ACK answers), no cookie');
+  assert.equal(p.table.count(), 1);
+  assert.equal(p.counters[L.C_GEN_BASE + L.GEN_SYN_ACK * L.GEN_RESULTS + L.GEN_SENT], 1, 'only the first SYN got a cookie');
+  // The connection goes on, both ways in the other side's numbers.
+  const c = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: cookie + 1, flags: TCPF_ACK, opts: TS(5002, ours) }));
+  assert.equal(c.v, FORWARD);
+  assert.equal(tcpOf(c.pkt).ack, 78);
+  const s = p.run(seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq: 78, ack: isn + 1, flags: TCPF_ACK, opts: TS(10, 5002) }));
+  assert.equal(s.v, FORWARD);
+  assert.equal(tcpOf(s.pkt).seq, u(cookie + 1));
+  assert.equal(p.drops('bad_cookie'), 0);
 });
