@@ -34,7 +34,8 @@ import { DROP, FORWARD } from './verdict';
  *    client's path, also the one this node's own kernel sends when a reply is too big): goes
  *    on to the flow's real server — the outer destination and the quoted source become the
  *    real server (full-NAT: the outer source and the quoted destination the pool address and
- *    port), or for a tunnelled flow the ICMP is encapsulated unchanged;
+ *    port; a SYN-proxied flow: the quoted sequence number the server's), or for a tunnelled
+ *    flow the ICMP is encapsulated unchanged;
  *  - from the real servers' side (outbound: routed here by uvsd's `ipproto icmp` rule, or to a
  *    full-NAT pool address), quoting a packet we sent to a real server (e.g. its port
  *    unreachable for a UDP service that stopped): goes to the client from the VIP, the quoted
@@ -83,6 +84,7 @@ export function icmpError(c: PacketContext, b: Uint8Array, inbound: boolean): nu
       P.put32(b, q + P.IP_DST, f.laddr);
       P.put16(b, ql4 + P.L4_DPORT, f.dports & 0xffff);
     }
+    if (qproto === P.IPPROTO_TCP && (f.sp & (L.F_SYNPROXY | L.F_SP_PENDING)) === L.F_SYNPROXY) spQuoted(b, ql4, end, f.spDelta);
   } else {
     countOut(c, f.rs, f.svc, totlen);
     P.put32(b, off + P.IP_SRC, f.vaddr);
@@ -153,6 +155,7 @@ export function icmp6Error(c: PacketContext, b: Uint8Array, inbound: boolean): n
       putAddr6(b, q + P.IP6_DST, w, 9, f.laddr);
       P.put16(b, ql4 + P.L4_DPORT, f.dports & 0xffff);
     }
+    if (qproto === P.IPPROTO_TCP && (f.sp & (L.F_SYNPROXY | L.F_SP_PENDING)) === L.F_SYNPROXY) spQuoted(b, ql4, end, f.spDelta);
   } else {
     countOut(c, f.rs, f.svc, c.totlen);
     putAddr6(b, off + P.IP6_SRC, w, 3, f.vaddr);
@@ -178,6 +181,18 @@ export function icmp6Error(c: PacketContext, b: Uint8Array, inbound: boolean): n
 function proxyQuoted(b: Uint8Array, ql4: number, end: number, pp: number, s: number): void {
   if (ql4 + P.TCP_SEQ + 4 > end) return;
   P.put32(b, ql4 + P.TCP_SEQ, toClientSeq(P.u32(b, ql4 + P.TCP_SEQ), s, ppLength(pp), (pp & L.PP_ACKED) !== 0));
+}
+
+/**
+ * The sequence number of a quoted segment a SYN-proxied flow's server sent (the client saw it
+ * shifted by the flow's delta, lb/synproxy.ts adjustOut), back in the server's numbering: the
+ * server checks it against what it has in flight (tcp_v4_err, tcp_v6_err ignore an error quoting
+ * a number outside snd_una..snd_nxt), so path-MTU discovery keeps working through the proxy. The
+ * quoted TCP checksum is left as it is, as for the addresses.
+ */
+function spQuoted(b: Uint8Array, ql4: number, end: number, delta: number): void {
+  if (ql4 + P.TCP_SEQ + 4 > end) return;
+  P.put32(b, ql4 + P.TCP_SEQ, (P.u32(b, ql4 + P.TCP_SEQ) - delta) | 0);
 }
 
 /** Writes an IPv6 address at b[at]: w[hiIdx, hiIdx+3) then the low word. */

@@ -696,14 +696,17 @@ test("a dead worker's lock on the held-packet area is released with its other lo
 });
 
 /** A masq flow through the whole handshake (server ISN 77, scale 7): ESTABLISHED, its cookie and our TSval. */
-function established(): { p: ReturnType<typeof proxied>['p']; isn: number; cookie: number; ours: number } {
-  const { p, isn, syn } = handshake('masq');
+function established(v6 = false) {
+  const { p, isn, syn } = handshake('masq', v6);
+  const client = v6 ? '2001:db8::7' : CLIENT;
+  const vip = v6 ? 'fd00:96::10' : VIP;
+  const rs = v6 ? 'fd00:10::1' : RS;
   const r = tcpOf(syn.reply!);
-  p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) }));
+  p.run(seg({ src: client, dst: vip, sport: 40000, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) }));
   p.run(
     seg({
-      src: RS,
-      dst: CLIENT,
+      src: rs,
+      dst: client,
       sport: 8080,
       dport: 40000,
       seq: 77,
@@ -712,7 +715,54 @@ function established(): { p: ReturnType<typeof proxied>['p']; isn: number; cooki
       opts: [...TS(9, 5001), ...WS(7)],
     }),
   );
-  return { p, isn, cookie: r.seq, ours: r.tsval! };
+  return { p, isn, cookie: r.seq, ours: r.tsval!, client, vip, rs };
+}
+
+for (const v6 of [false, true]) {
+  test(`${v6 ? 'IPv6' : 'IPv4'}: an ICMP error on the client's path quoting a proxied server segment reaches the server with the server's seq`, () => {
+    const { p, isn, cookie, client, vip, rs } = established(v6);
+    const data = p.run(
+      seg({ src: rs, dst: client, sport: 8080, dport: 40000, seq: 78, ack: isn + 1, flags: TCPF_ACK, payload: new Uint8Array(1400) }),
+    );
+    assert.equal(data.v, FORWARD);
+    assert.equal(tcpOf(data.pkt).seq, u(cookie + 1));
+    const ih = v6 ? 40 : 20;
+    const quoted = data.pkt.subarray(0, ih + 8); // the IP header + 8 bytes, as a router quotes it
+    const icmp = new Uint8Array(ih + 8 + quoted.length);
+    let err: Uint8Array;
+    if (v6) {
+      const b = seg({ src: '2001:db8::fe', dst: vip, sport: 0, dport: 0, seq: 0, flags: 0 }).subarray(0, 40);
+      icmp.set(b);
+      P.put16(icmp, P.IP6_PLEN, 8 + quoted.length);
+      icmp[P.IP6_NEXT] = P.IPPROTO_ICMPV6;
+      icmp[40] = 2; // Packet Too Big
+      P.put32(icmp, 44, 1280);
+      icmp.set(quoted, 48);
+      P.put16(icmp, 42, ~ocSum([...words(icmp, 8, 40), 0, 8 + quoted.length, 0, 58, ...words(icmp, 40, icmp.length)]) & 0xffff);
+      err = icmp;
+    } else {
+      const b = seg({ src: '192.0.2.254', dst: vip, sport: 0, dport: 0, seq: 0, flags: 0 }).subarray(0, 20);
+      icmp.set(b);
+      P.put16(icmp, P.IP_TOTLEN, icmp.length);
+      icmp[P.IP_PROTO] = P.IPPROTO_ICMP;
+      P.put16(icmp, P.IP_CSUM, 0);
+      P.put16(icmp, P.IP_CSUM, ~ocSum(words(icmp, 0, 20)) & 0xffff);
+      icmp[20] = 3; // fragmentation needed
+      icmp[21] = 4;
+      P.put16(icmp, 26, 1280);
+      icmp.set(quoted, 28);
+      P.put16(icmp, 22, ~ocSum(words(icmp, 20, icmp.length)) & 0xffff);
+      err = icmp;
+    }
+    const r = p.run(err);
+    assert.equal(r.v, FORWARD);
+    const q = ih + 8 + ih;
+    assert.equal(P.u32(err, q + P.TCP_SEQ) >>> 0, 78, 'the quoted seq in the server’s numbering');
+    assert.equal(P.u16(err, q + P.L4_SPORT), 8080, 'the quoted source the real server’s');
+    if (v6)
+      assert.equal(ocSum([...words(err, 8, 40), 0, err.length - 40, 0, 58, ...words(err, 40, err.length)]), 0xffff, 'ICMPv6 checksum');
+    else assert.equal(ocSum(words(err, 20, err.length)), 0xffff, 'ICMP checksum');
+  });
 }
 
 test('a SYN on a proxied flow the client reset (its port reused) gets a cookie of its own', () => {
