@@ -644,7 +644,10 @@ export class ConnTable {
     return FLOW_HIT;
   }
 
-  /** A real server's packet (key k: server→client) as ip_vs_out looks it up: adopt, touch, copy into v; false on a miss. */
+  /**
+   * A real server's packet (key k: server→client) as ip_vs_out looks it up: adopt, touch, copy
+   * into v; false on a miss. A SYN-proxy pending flow is copied untouched.
+   */
   lookupOut(k: FlowKey, v: FlowView, ev: number, now: number): boolean {
     const b = this.bucketOut(k.proto, k.src, k.ports, k.dst, k.hi);
     this.lockBucket(b);
@@ -654,8 +657,16 @@ export class ConnTable {
       return false;
     }
     const o = this.base(e);
-    v.adopted = (this.i32[o + L.E_FLAGS]! & L.F_SHADOW) !== 0 && this.adopt(e, now);
-    v.sync = this.touch(e, DIR_OUTPUT, ev, now);
+    if (this.i32[o + L.E_FLAGS]! & L.F_SP_PENDING) {
+      // SYN proxy, our SYN unanswered: the server's packets neither change its state nor re-arm
+      // its timer (the handshake does, lb/synproxy.ts) — a server answering with anything else
+      // than a SYN-ACK must not keep a half-made flow alive.
+      v.adopted = false;
+      v.sync = false;
+    } else {
+      v.adopted = (this.i32[o + L.E_FLAGS]! & L.F_SHADOW) !== 0 && this.adopt(e, now);
+      v.sync = this.touch(e, DIR_OUTPUT, ev, now);
+    }
     this.view(e, o, v);
     this.unlockBucket(b);
     return true;
@@ -887,14 +898,15 @@ export class ConnTable {
   }
 
   /**
-   * The real server's SYN-ACK for flow v (found by lookupOut): with its ISN, TSval and window
-   * scale the flow's deltas are set (layout.ts SP_DELTA, SP_TSDELTA, SPO_SRVWS) and it is
-   * pending no more. w gets the SP words as they were before (the handshake: our ACK to the
-   * server is built from them). Returns the first held slot + 1 (0 = none; the caller replays
-   * and frees them), −2 when the flow was already complete (a retransmitted SYN-ACK: w is
-   * filled, with the deltas), −1 when it is gone or not proxied.
+   * The real server's SYN-ACK for flow v (found by lookupOut), acknowledging `ack`: with its ISN,
+   * TSval and window scale the flow's deltas are set (layout.ts SP_DELTA, SP_TSDELTA, SPO_SRVWS;
+   * the scale is taken as 0 when our SYN offered none) and it is pending no more. w gets the SP
+   * words as they were before (the handshake: our ACK to the server is built from them). Returns
+   * the first held slot + 1 (0 = none; the caller replays and frees them), −2 when the flow was
+   * already complete (a retransmitted SYN-ACK: w is filled, with the deltas), −1 when it is gone
+   * or not proxied, −3 when `ack` is not our SYN's (the client's ISN + 1): nothing changes.
    */
-  spComplete(v: FlowView, serverIsn: number, serverTs: number, serverWs: number, w: Int32Array): number {
+  spComplete(v: FlowView, serverIsn: number, serverTs: number, serverWs: number, ack: number, w: Int32Array): number {
     const e = v.entry;
     if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return -1;
     const a = this.i32;
@@ -902,13 +914,14 @@ export class ConnTable {
     const flags = a[o + L.E_FLAGS]!;
     const s = this.spWords + e * L.SP_WORDS;
     for (let i = 0; i < L.SP_WORDS; i++) w[i] = a[s + i]!;
-    if (!(flags & L.F_SYNPROXY) || !(flags & L.F_SP_PENDING)) {
+    if (!(flags & L.F_SYNPROXY) || !(flags & L.F_SP_PENDING) || ack !== ((w[L.SP_ISN]! + 1) | 0)) {
       this.unlockPair(this.spB1, this.spB2);
-      return flags & L.F_SYNPROXY ? -2 : -1;
+      return !(flags & L.F_SYNPROXY) ? -1 : ack !== ((w[L.SP_ISN]! + 1) | 0) ? -3 : -2;
     }
+    const ws = ((w[L.SP_OPTS]! >>> L.SPO_WS_SHIFT) & 0xf) === 0xf ? 0 : serverWs & 0xf;
     a[s + L.SP_DELTA] = (w[L.SP_COOKIE]! - serverIsn) | 0;
     a[s + L.SP_TSDELTA] = (w[L.SP_OURTS]! - serverTs) | 0;
-    a[s + L.SP_OPTS] = (w[L.SP_OPTS]! & ~(0xf << L.SPO_SRVWS_SHIFT)) | ((serverWs & 0xf) << L.SPO_SRVWS_SHIFT);
+    a[s + L.SP_OPTS] = (w[L.SP_OPTS]! & ~(0xf << L.SPO_SRVWS_SHIFT)) | (ws << L.SPO_SRVWS_SHIFT);
     const held = w[L.SP_HELD]! & 0xffff;
     a[s + L.SP_HELD] = 0;
     a[o + L.E_FLAGS] = flags & ~L.F_SP_PENDING;

@@ -375,10 +375,17 @@ function hasData(c: PacketContext, b: Uint8Array): boolean {
   return c.off + c.totlen - l4 - ((b[l4 + P.TCP_OFF]! >> 4) << 2) > 0 || (b[l4 + P.TCP_FLAGS]! & TCPF_FIN) !== 0;
 }
 
-/** Holds the current client packet of pending flow f (spHold); the SPH_* bits, −1 when no longer pending. */
+/**
+ * Holds the current client packet of pending flow f (spHold); the SPH_* bits, −1 when no longer
+ * pending. A GSO super-packet is never held (refused, the client sends it again): it is replayed
+ * without offload metadata, so it would leave larger than the path; its offload metadata stays
+ * as it came, for the caller's re-run when the flow is pending no more.
+ */
 function hold(c: PacketContext, b: Uint8Array, f: FlowView, resend: boolean): number {
-  if (c.partial) completePartial(c, b); // replayed later without offload metadata
-  const r = c.table.spHold(f, true, b, c.off, c.totlen, c.l4 - c.off, c.spW, resend ? RESEND_MS : 0x7fffffff, c.now);
+  const ok = c.gsoSize === 0;
+  if (ok && c.partial) completePartial(c, b); // replayed later without offload metadata
+  let r = c.table.spHold(f, ok, b, c.off, c.totlen, c.l4 - c.off, c.spW, resend ? RESEND_MS : 0x7fffffff, c.now);
+  if (!ok && r >= 0) r |= SPH_REFUSED;
   c.spHeld = r >= 0 && (r & SPH_HELD) !== 0;
   if (r >= 0) {
     if (r & SPH_HELD) c.counters[L.C_SP_HELD]!++;
@@ -481,6 +488,7 @@ export function spOut(c: PacketContext, b: Uint8Array, f: FlowView): number {
   if ((flags & (TCPF_SYN | TCPF_ACK)) === (TCPF_SYN | TCPF_ACK)) return spServerSynAck(c, b, f);
   if (f.sp & L.F_SP_PENDING) {
     if (flags & TCPF_RST) return spServerReset(c, f);
+    if (flags & TCPF_ACK) return spServerStale(c, b, f);
     return drop(c, Drop.NoConnection);
   }
   adjustOut(c, b, f);
@@ -500,15 +508,18 @@ function spServerSynAck(c: PacketContext, b: Uint8Array, f: FlowView): number {
   const sTs = opt[O_TS] === 1 ? opt[O_TSVAL]! : 0;
   const sWs = opt[O_WS]! < 0 ? 0 : opt[O_WS]!;
   const w = c.spW;
-  const held = t.spComplete(f, sIsn, sTs, sWs, w);
-  if (held === -1) return drop(c, Drop.NoConnection);
+  // Not an answer to our SYN (its ack is not the client's ISN + 1): dropped, nothing changes.
+  const held = t.spComplete(f, sIsn, sTs, sWs, P.u32(b, l4 + P.TCP_ACK), w);
+  if (held === -1 || held === -3) return drop(c, Drop.NoConnection);
   const srvTs = opt[O_TS] === 1;
-  // The flow as it is from now on: the view's words, for the ACK's and the replays' adjustment.
+  const opts = w[L.SP_OPTS]!;
+  // The flow as it is from now on: the view's words, for the ACK's and the replays' adjustment
+  // (the server's scale is 0 when our SYN offered none, whatever its SYN-ACK says).
   f.spDelta = held === -2 ? w[L.SP_DELTA]! : (w[L.SP_COOKIE]! - sIsn) | 0;
   f.spTsDelta = held === -2 ? w[L.SP_TSDELTA]! : (w[L.SP_OURTS]! - sTs) | 0;
-  const opts = w[L.SP_OPTS]!;
+  const sws = ((opts >>> L.SPO_WS_SHIFT) & 0xf) === 0xf ? 0 : sWs;
+  f.spOpts = held === -2 ? opts : (opts & ~(0xf << L.SPO_SRVWS_SHIFT)) | (sws << L.SPO_SRVWS_SHIFT);
   const cts = (opts & L.SPO_TS) !== 0;
-  f.spOpts = (opts & ~(0xf << L.SPO_SRVWS_SHIFT)) | (sWs << L.SPO_SRVWS_SHIFT);
   f.sp = L.F_SYNPROXY;
   // Our ACK, in the server's numbers already (no adjustment): seq ISN + 1, ack its ISN + 1.
   const ts = cts && srvTs;
@@ -577,6 +588,41 @@ function spServerSynAck(c: PacketContext, b: Uint8Array, f: FlowView): number {
     t.touchIn(f.entry, spView, TCPF_ACK, c.now); // our ACK: ESTABLISHED
     if (spView.sync) pushSync(c, f.entry); // published now, with its deltas
   }
+  return REPLY;
+}
+
+/**
+ * The server answered our SYN with an ACK (no SYN, no RST): a socket of an old connection on the
+ * tuple (the client's port reused under masq, a full-NAT pool port reused) sent its challenge ACK
+ * (RFC 5961 4.2). As the client's stack would, it gets a RST at the sequence number it
+ * acknowledges — which it accepts, closing the old socket — and then our SYN again. One RST and
+ * one SYN per ACK of the server's; the flow's timer is not re-armed (lookupOut), so a server
+ * that never completes lets the flow die.
+ */
+function spServerStale(c: PacketContext, b: Uint8Array, f: FlowView): number {
+  const r = c.table.spHold(f, false, b, c.off, c.totlen, c.l4 - c.off, c.spW, 0, c.now);
+  if (r < 0 || !(r & SPH_RESEND)) return drop(c, Drop.NoConnection);
+  const seq = P.u32(b, c.l4 + P.TCP_ACK);
+  const out = c.out;
+  const o = out.off;
+  const ih = clientHeader(c, f, o, P.TCP_MIN_HLEN);
+  if (ih < 0) return drop(c, Drop.OutputFull);
+  const x = out.buf;
+  tcpHeader(x, o + ih, f, seq, 0, TCPF_RST, P.TCP_MIN_HLEN);
+  tcpChecksum(c, o, ih, P.TCP_MIN_HLEN);
+  sendAsClient(c, f, o, ih + P.TCP_MIN_HLEN);
+  countIn(c, f.rs, f.svc, ih + P.TCP_MIN_HLEN);
+  const len = ih + P.TCP_MIN_HLEN + c.vnet;
+  // Our SYN right behind the RST, in the same output region.
+  out.off = o + len;
+  const v = synToServer(c, f, c.spW);
+  out.off = o;
+  if (v !== REPLY) return drop(c, Drop.OutputFull);
+  out.offs[1] = out.offs[0]!;
+  out.lens[1] = out.lens[0]!;
+  out.offs[0] = o - c.vnet;
+  out.lens[0] = len;
+  out.count = 2;
   return REPLY;
 }
 

@@ -28,6 +28,7 @@ import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
 import * as P from '../../net/packet';
 import { HalfSipHash } from '../../net/siphash';
+import { partial } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 
 // ── an independent checksum ──────────────────────────────────────────────────────────────────
@@ -794,4 +795,85 @@ test('a spoofed SYN (or a late duplicate) on an ESTABLISHED proxied flow ends no
   assert.equal(s.v, FORWARD);
   assert.equal(tcpOf(s.pkt).seq, u(cookie + 1));
   assert.equal(p.drops('bad_cookie'), 0);
+});
+
+/** A masq flow pending: the client's cookie ACK made it and our SYN went to the server. */
+function pending() {
+  const { p, isn, syn } = handshake('masq');
+  const r = tcpOf(syn.reply!);
+  const ack = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) }));
+  assert.equal(tcpOf(ack.reply!).flags, TCPF_SYN);
+  assert.equal(p.table.spPending(), 1);
+  const fromServer = (flags: number, seq: number, ack: number) =>
+    p.run(seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq, ack, flags, opts: [...TS(9, 5001), ...WS(7)] }));
+  return { p, isn, cookie: r.seq, ours: r.tsval!, fromServer };
+}
+
+test("a SYN-ACK whose ack is not our SYN's is dropped and changes nothing; the right one completes; a retransmitted one is checked too", () => {
+  const { p, isn, fromServer } = pending();
+  const wrong = fromServer(TCPF_SYN | TCPF_ACK, 77, isn + 2);
+  assert.equal(wrong.v, DROP);
+  assert.equal(p.table.spPending(), 1, 'still pending');
+  const right = fromServer(TCPF_SYN | TCPF_ACK, 1000, isn + 1);
+  assert.equal(right.v, REPLY);
+  assert.deepEqual([tcpOf(right.outs[0]!).flags, tcpOf(right.outs[0]!).ack], [TCPF_ACK, 1001]);
+  assert.equal(p.table.spPending(), 0);
+  assert.equal(fromServer(TCPF_SYN | TCPF_ACK, 1000, isn + 5).v, DROP, 'a retransmission with another ack: dropped');
+  const again = fromServer(TCPF_SYN | TCPF_ACK, 1000, isn + 1);
+  assert.equal(again.v, REPLY, 'the right retransmission: our ACK again');
+  assert.equal(tcpOf(again.outs[0]!).ack, 1001, 'the deltas of the first SYN-ACK');
+});
+
+test("a stale server socket's challenge ACK to our SYN gets a RST at its ack and our SYN again; its packets do not re-arm the pending timer", () => {
+  const { p, isn, fromServer } = pending();
+  let expires = 0;
+  const readExpires = () => p.table.forEach((_e, o) => (expires = p.table.i32[o + L.E_EXPIRES]!));
+  readExpires();
+  const armed = expires;
+  p.setNow(p.now() + 3000);
+  const chal = fromServer(TCPF_ACK, 555, 0x12345678);
+  assert.equal(chal.v, REPLY);
+  assert.equal(chal.outs.length, 2, 'a RST, then our SYN');
+  const [rst, syn] = chal.outs.map((x) => tcpOf(x));
+  assert.ok(chal.outs.every(valid));
+  assert.deepEqual([rst!.flags, rst!.seq, rst!.dport, rst!.dst], [TCPF_RST, 0x12345678, 8080, parseIPv4(RS)! >>> 0]);
+  assert.deepEqual([syn!.flags, syn!.seq, syn!.dport], [TCPF_SYN, u(isn), 8080]);
+  readExpires();
+  assert.equal(expires, armed, 'the server’s ACK did not re-arm the timer');
+  // The server now answers our SYN: the flow completes.
+  assert.equal(fromServer(TCPF_SYN | TCPF_ACK, 1000, isn + 1).v, REPLY);
+  assert.equal(p.table.spPending(), 0);
+});
+
+test('with offloads a GSO packet of a pending flow is never held (refused, our SYN still re-sent); a partial one is held complete', () => {
+  const p = makeProcessor(doc('masq'), { outBytes: 1 << 16, capacity: 1024, offload: true });
+  new Defense(p.table, p.cfg.defense); // sets the SYN proxy on (mode 3)
+  const V = P.VNET_HLEN;
+  const plain = (pkt: Uint8Array) => {
+    const b = new Uint8Array(V + pkt.length);
+    b.set(pkt, V);
+    return b;
+  };
+  const isn = 1000;
+  const syn = p.run(plain(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn, flags: TCPF_SYN, opts: [...MSS(1460), ...TS(5000, 0)] })));
+  assert.equal(syn.v, REPLY);
+  const r = tcpOf(syn.reply!);
+  const ackSeg = { src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) };
+  assert.equal(p.run(plain(seg(ackSeg))).v, REPLY);
+  assert.equal(p.table.spPending(), 1);
+  const big = partial(seg({ ...ackSeg, flags: TCPF_ACK | TCPF_PSH, payload: new Uint8Array(1200) }), 600);
+  assert.equal(p.run(big).v, DROP);
+  assert.equal(p.drops('synproxy_hold_full'), 1);
+  assert.equal(p.table.holdUsed(), 0, 'nothing held');
+  p.setNow(p.now() + 1000);
+  const again = p.run(partial(seg({ ...ackSeg, flags: TCPF_ACK | TCPF_PSH, payload: new Uint8Array(1200) }), 600));
+  assert.equal(again.v, REPLY, 'a second on: our SYN again, the packet still refused');
+  assert.equal(tcpOf(again.outs[0]!.subarray(V)).flags, TCPF_SYN);
+  assert.equal(p.table.holdUsed(), 0);
+  const small = p.run(partial(seg({ ...ackSeg, flags: TCPF_ACK | TCPF_PSH, payload: new Uint8Array(100) })));
+  assert.equal(small.v, DROP);
+  assert.equal(p.table.holdUsed(), 1, 'a plain partial packet is held');
+  const done = p.run(plain(seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq: 77, ack: isn + 1, flags: TCPF_SYN | TCPF_ACK, opts: TS(9, 5001) })));
+  assert.equal(done.outs.length, 2);
+  assert.ok(valid(done.outs[1]!.subarray(V)), 'the held packet replayed with its checksum complete');
 });
