@@ -201,6 +201,19 @@ export const SPO_SACK = 0x100000; // the client offered SACK (and timestamps car
 export const SPO_TS = 0x200000; // the client uses timestamps
 export const SPO_OURWS_SHIFT = 24; // the window scale we offered the client (4 bits; 0 without)
 export const SPO_SRVWS_SHIFT = 28; // the server's window scale (4 bits; 0 without), set with SP_DELTA
+/** Our SYN offered the client's window scale and the server's SYN-ACK had none: scaling is off at the server, which reads the client's windows unscaled (client→server windows are shifted left by the client's scale). */
+export const SPO_SRV_NOWS = 0x800000;
+
+/**
+ * SP_OPTS once the server's SYN-ACK is seen: its window scale `ws` (−1 = no option) recorded —
+ * ignored (0) when our SYN offered none, SPO_SRV_NOWS when ours did and it has none.
+ */
+export function spServerOpts(opts: number, ws: number): number {
+  const ours = ((opts >>> SPO_WS_SHIFT) & 0xf) !== 0xf;
+  const base = opts & ~((0xf << SPO_SRVWS_SHIFT) | SPO_SRV_NOWS);
+  if (!ours) return base;
+  return ws < 0 ? base | SPO_SRV_NOWS : base | ((ws & 0xf) << SPO_SRVWS_SHIFT);
+}
 
 /** Held-packet area: per-slot header words, the area's header words, and their sizes. */
 export const HOLD_LOCK = 0; // area lock (owner id), taken after the bucket locks

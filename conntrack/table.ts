@@ -899,8 +899,8 @@ export class ConnTable {
 
   /**
    * The real server's SYN-ACK for flow v (found by lookupOut), acknowledging `ack`: with its ISN,
-   * TSval and window scale the flow's deltas are set (layout.ts SP_DELTA, SP_TSDELTA, SPO_SRVWS;
-   * the scale is taken as 0 when our SYN offered none) and it is pending no more. w gets the SP
+   * TSval and window scale (−1 = none) the flow's deltas are set (layout.ts SP_DELTA, SP_TSDELTA,
+   * spServerOpts) and it is pending no more. w gets the SP
    * words as they were before (the handshake: our ACK to the server is built from them). Returns
    * the first held slot + 1 (0 = none; the caller replays and frees them), −2 when the flow was
    * already complete (a retransmitted SYN-ACK: w is filled, with the deltas), −1 when it is gone
@@ -918,10 +918,9 @@ export class ConnTable {
       this.unlockPair(this.spB1, this.spB2);
       return !(flags & L.F_SYNPROXY) ? -1 : ack !== ((w[L.SP_ISN]! + 1) | 0) ? -3 : -2;
     }
-    const ws = ((w[L.SP_OPTS]! >>> L.SPO_WS_SHIFT) & 0xf) === 0xf ? 0 : serverWs & 0xf;
     a[s + L.SP_DELTA] = (w[L.SP_COOKIE]! - serverIsn) | 0;
     a[s + L.SP_TSDELTA] = (w[L.SP_OURTS]! - serverTs) | 0;
-    a[s + L.SP_OPTS] = (w[L.SP_OPTS]! & ~(0xf << L.SPO_SRVWS_SHIFT)) | (ws << L.SPO_SRVWS_SHIFT);
+    a[s + L.SP_OPTS] = L.spServerOpts(w[L.SP_OPTS]!, serverWs);
     const held = w[L.SP_HELD]! & 0xffff;
     a[s + L.SP_HELD] = 0;
     a[o + L.E_FLAGS] = flags & ~L.F_SP_PENDING;

@@ -275,7 +275,9 @@ export function synCookieReply(c: PacketContext, b: Uint8Array): number {
   P.put32(x, tp + P.TCP_ACK, (isn + 1) | 0);
   x[tp + P.TCP_OFF] = (thl >> 2) << 4;
   x[tp + P.TCP_FLAGS] = TCPF_SYN | TCPF_ACK;
-  P.put16(x, tp + P.TCP_WIN, 65535);
+  // Window 0, as nf_synproxy: the client sends nothing but its ACK until the server has
+  // answered and our window update (clientWindow) comes — nothing to hold but what rides the ACK.
+  P.put16(x, tp + P.TCP_WIN, 0);
   P.put16(x, tp + P.TCP_CSUM, 0);
   P.put16(x, tp + 18, 0);
   let p = tp + P.TCP_MIN_HLEN;
@@ -505,20 +507,19 @@ function spServerSynAck(c: PacketContext, b: Uint8Array, f: FlowView): number {
   const l4 = c.l4;
   parseOptions(b, l4, (b[l4 + P.TCP_OFF]! >> 4) << 2);
   const sIsn = P.u32(b, l4 + P.TCP_SEQ);
+  const sWin = P.u16(b, l4 + P.TCP_WIN); // a SYN-ACK's window is never scaled
   const sTs = opt[O_TS] === 1 ? opt[O_TSVAL]! : 0;
-  const sWs = opt[O_WS]! < 0 ? 0 : opt[O_WS]!;
+  const sWs = opt[O_WS]!; // −1: none
   const w = c.spW;
   // Not an answer to our SYN (its ack is not the client's ISN + 1): dropped, nothing changes.
   const held = t.spComplete(f, sIsn, sTs, sWs, P.u32(b, l4 + P.TCP_ACK), w);
   if (held === -1 || held === -3) return drop(c, Drop.NoConnection);
   const srvTs = opt[O_TS] === 1;
   const opts = w[L.SP_OPTS]!;
-  // The flow as it is from now on: the view's words, for the ACK's and the replays' adjustment
-  // (the server's scale is 0 when our SYN offered none, whatever its SYN-ACK says).
+  // The flow as it is from now on: the view's words, for the ACK's and the replays' adjustment.
   f.spDelta = held === -2 ? w[L.SP_DELTA]! : (w[L.SP_COOKIE]! - sIsn) | 0;
   f.spTsDelta = held === -2 ? w[L.SP_TSDELTA]! : (w[L.SP_OURTS]! - sTs) | 0;
-  const sws = ((opts >>> L.SPO_WS_SHIFT) & 0xf) === 0xf ? 0 : sWs;
-  f.spOpts = held === -2 ? opts : (opts & ~(0xf << L.SPO_SRVWS_SHIFT)) | (sws << L.SPO_SRVWS_SHIFT);
+  f.spOpts = held === -2 ? opts : L.spServerOpts(opts, sWs);
   const cts = (opts & L.SPO_TS) !== 0;
   f.sp = L.F_SYNPROXY;
   // Our ACK, in the server's numbers already (no adjustment): seq ISN + 1, ack its ISN + 1.
@@ -533,7 +534,8 @@ function spServerSynAck(c: PacketContext, b: Uint8Array, f: FlowView): number {
   const x = out.buf;
   const tp = o + ih;
   tcpHeader(x, tp, f, (w[L.SP_ISN]! + 1) | 0, (sIsn + 1) | 0, TCPF_ACK, thl);
-  P.put16(x, tp + P.TCP_WIN, w[L.SP_CWIN]!);
+  const cwin = f.spOpts & L.SPO_SRV_NOWS ? w[L.SP_CWIN]! << ((opts >>> L.SPO_WS_SHIFT) & 0xf) : w[L.SP_CWIN]!;
+  P.put16(x, tp + P.TCP_WIN, cwin > 65535 ? 65535 : cwin);
   if (ts) {
     x[tp + 20] = OPT_NOP;
     x[tp + 21] = OPT_NOP;
@@ -583,12 +585,65 @@ function spServerSynAck(c: PacketContext, b: Uint8Array, f: FlowView): number {
     }
     t.holdRelease(held);
   }
+  if (held !== -2) {
+    // The client's window update (synproxy_send_client_ack): our SYN-ACK offered a window of 0.
+    const len = clientWindow(c, f, w, at, sWin, ts);
+    if (len > 0 && n < out.offs.length) {
+      out.offs[n] = at - V;
+      out.lens[n] = len + V;
+      n++;
+    }
+  }
   out.count = n;
   if (held !== -2) {
     t.touchIn(f.entry, spView, TCPF_ACK, c.now); // our ACK: ESTABLISHED
     if (spView.sync) pushSync(c, f.entry); // published now, with its deltas
   }
   return REPLY;
+}
+
+/**
+ * The window update to flow f's client once its server has answered, at out.buf[at] (its IP
+ * header; its length, 0 when it does not fit): from the VIP, seq our cookie + 1, ack the client's
+ * ISN + 1, the server's SYN-ACK window `sWin` in the scale we offered the client (rounded up),
+ * with timestamps (`ts`) our cookie's TSval — the server's ISN's in the client's clock — and the
+ * client's. Until it comes the client sends nothing: our SYN-ACK's window was 0, as
+ * nf_synproxy's (synproxy_send_client_synack), so it never sends more than the held area takes.
+ */
+function clientWindow(c: PacketContext, f: FlowView, w: Int32Array, at: number, sWin: number, ts: boolean): number {
+  const v6 = c.v6;
+  const ih = v6 ? P.IP6_HLEN : P.IP_MIN_HLEN;
+  const thl = P.TCP_MIN_HLEN + (ts ? 12 : 0);
+  if (at + ih + thl > c.out.end) return 0;
+  const x = c.out.buf;
+  if (v6) {
+    ip6Header(c, at, thl, P.IPPROTO_TCP);
+    putAddr(x, at + P.IP6_SRC, f.hi, 3, f.vaddr);
+    putAddr(x, at + P.IP6_DST, f.hi, 0, f.caddr);
+  } else {
+    ipHeader(c, at, ih + thl, P.IPPROTO_TCP, f.vaddr, f.caddr);
+  }
+  const tp = at + ih;
+  P.put16(x, tp + P.L4_SPORT, f.cports & 0xffff);
+  P.put16(x, tp + P.L4_DPORT, f.cports >>> 16);
+  P.put32(x, tp + P.TCP_SEQ, (w[L.SP_COOKIE]! + 1) | 0);
+  P.put32(x, tp + P.TCP_ACK, (w[L.SP_ISN]! + 1) | 0);
+  x[tp + P.TCP_OFF] = (thl >> 2) << 4;
+  x[tp + P.TCP_FLAGS] = TCPF_ACK;
+  const ows = (w[L.SP_OPTS]! >>> L.SPO_OURWS_SHIFT) & 0xf;
+  P.put16(x, tp + P.TCP_WIN, (sWin + (1 << ows) - 1) >>> ows);
+  P.put16(x, tp + P.TCP_CSUM, 0);
+  P.put16(x, tp + 18, 0);
+  if (ts) {
+    x[tp + 20] = OPT_NOP;
+    x[tp + 21] = OPT_NOP;
+    x[tp + 22] = OPT_TS;
+    x[tp + 23] = 10;
+    P.put32(x, tp + 24, w[L.SP_OURTS]!);
+    P.put32(x, tp + 28, w[L.SP_CTSVAL]!);
+  }
+  tcpChecksum(c, at, ih, thl);
+  return ih + thl;
 }
 
 /**
@@ -665,14 +720,27 @@ function spServerReset(c: PacketContext, f: FlowView): number {
 
 /**
  * Client → server of a proxied flow, in place: ack −= delta and every SACK block edge −= delta
- * (they name the server's bytes in the client's numbers), TSecr −= tsdelta. Incremental checksum
- * unless partial (the pseudo-header sum has none of these).
+ * (they name the server's bytes in the client's numbers), TSecr −= tsdelta; when the server has
+ * window scaling off (its SYN-ACK had no option: SPO_SRV_NOWS) the window is shifted left by the
+ * client's scale (at most 65535). Incremental checksum unless partial (the pseudo-header sum has
+ * none of these).
  */
 export function adjustIn(c: PacketContext, b: Uint8Array, f: FlowView): void {
   const l4 = c.l4;
   const d = f.spDelta;
   const partial = c.partial;
-  if (b[l4 + P.TCP_FLAGS]! & TCPF_ACK) addField(b, l4, l4 + P.TCP_ACK, -d, partial);
+  const flags = b[l4 + P.TCP_FLAGS]!;
+  if (flags & TCPF_ACK) addField(b, l4, l4 + P.TCP_ACK, -d, partial);
+  if (f.spOpts & L.SPO_SRV_NOWS && !(flags & TCPF_SYN)) {
+    // The server has scaling off; the client scales its windows by the scale our SYN-ACK took.
+    const win = P.u16(b, l4 + P.TCP_WIN);
+    let nw = win << ((f.spOpts >>> L.SPO_WS_SHIFT) & 0xf);
+    if (nw > 65535) nw = 65535;
+    if (nw !== win) {
+      P.put16(b, l4 + P.TCP_WIN, nw);
+      if (!partial) P.fix16(b, l4 + P.TCP_CSUM, win, nw);
+    }
+  }
   const end = l4 + ((b[l4 + P.TCP_OFF]! >> 4) << 2);
   let o = l4 + P.TCP_MIN_HLEN;
   while (o < end) {
@@ -705,7 +773,8 @@ export function adjustOut(c: PacketContext, b: Uint8Array, f: FlowView): void {
   const ows = (opts >>> L.SPO_OURWS_SHIFT) & 0xf;
   if (sws !== ows && !(b[l4 + P.TCP_FLAGS]! & TCPF_SYN)) {
     const win = P.u16(b, l4 + P.TCP_WIN);
-    let nw = sws > ows ? win << (sws - ows) : win >>> (ows - sws);
+    // Scaled down, rounded up: a small window never becomes 0 (which would stall the client).
+    let nw = sws > ows ? win << (sws - ows) : (win + (1 << (ows - sws)) - 1) >>> (ows - sws);
     if (nw > 65535) nw = 65535;
     if (nw !== win) {
       P.put16(b, l4 + P.TCP_WIN, nw);

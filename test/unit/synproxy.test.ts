@@ -307,8 +307,36 @@ test('server → client: seq and TSval wrap around 2^32, the window is rescaled 
     opts: TS(1, 1),
   });
   adjustOut(ctxFor(down), down, view(-8, 0, 7, 2));
-  assert.deepEqual([tcpOf(down).seq, tcpOf(down).win], [u(-1), 31], 'IPv6: 1000 << 2 >> 7, seq 7 − 8 wraps');
+  assert.deepEqual([tcpOf(down).seq, tcpOf(down).win], [u(-1), 32], 'IPv6: 1000 << 2 >> 7 rounded up, seq 7 − 8 wraps');
   assert.ok(valid(down));
+  const tiny = seg({ src: '10.0.0.2', dst: '192.0.2.7', sport: 8080, dport: 40000, seq: 1, ack: 5, flags: TCPF_ACK, win: 100 });
+  adjustOut(ctxFor(tiny), tiny, view(0, 0, 7, 0));
+  assert.equal(tcpOf(tiny).win, 1, '100 bytes in scale 7: 1, never 0 (a stalled client)');
+  assert.ok(valid(tiny));
+});
+
+test('client → server with a server that has window scaling off: the window is shifted by the client’s scale, clamped', () => {
+  const f = view(0, 0, 7, 0);
+  f.spOpts = L.spServerOpts(f.spOpts | (6 << L.SPO_WS_SHIFT), -1);
+  assert.ok(f.spOpts & L.SPO_SRV_NOWS);
+  const seg6 = (win: number, flags = TCPF_ACK) => seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: 1, ack: 5, flags, win });
+  const b = seg6(500);
+  adjustIn(ctxFor(b), b, f);
+  assert.equal(tcpOf(b).win, 32000, '500 << 6');
+  assert.ok(valid(b));
+  const big = seg6(2000);
+  adjustIn(ctxFor(big), big, f);
+  assert.equal(tcpOf(big).win, 65535, 'clamped');
+  assert.ok(valid(big));
+  // A server that did scale (even by 0), or a client that offered none: windows untouched.
+  for (const opts of [L.spServerOpts(6 << L.SPO_WS_SHIFT, 0), L.spServerOpts(0xf << L.SPO_WS_SHIFT, -1), L.spServerOpts(0xf << L.SPO_WS_SHIFT, 5)]) {
+    const g = view(0, 0, 0, 0);
+    g.spOpts = opts;
+    const x = seg6(500);
+    adjustIn(ctxFor(x), x, g);
+    assert.equal(tcpOf(x).win, 500);
+    assert.equal((opts >>> L.SPO_SRVWS_SHIFT) & 0xf, 0, 'a WS on the SYN-ACK when our SYN had none is ignored');
+  }
 });
 
 test('client → server: ack, every SACK edge and TSecr come back into the server’s numbers, checksums stay right', () => {
@@ -393,6 +421,7 @@ test('a SYN is answered with a cookie SYN-ACK from the VIP, with the options it 
   assert.deepEqual([r.src, r.dst, r.sport, r.dport], [parseIPv4(VIP)! >>> 0, parseIPv4(CLIENT)! >>> 0, 80, 40000]);
   assert.equal(r.flags, TCPF_SYN | TCPF_ACK);
   assert.equal(r.ack, u(isn + 1));
+  assert.equal(r.win, 0, 'window 0: nothing but the ACK until the server has answered');
   assert.deepEqual([r.mss, r.ws, r.sackOk, r.tsecr], [1460, 7, 1, 5000]);
   assert.equal(timestampWscale(r.tsval as number), 7, "the client's scale, in our TSval");
   assert.equal(p.table.count(), 0, 'no entry');
@@ -481,9 +510,15 @@ for (const [forwarding, v6] of [
       }),
     );
     assert.equal(synack.v, REPLY);
-    assert.equal(synack.outs.length, 2, 'our ACK, then the held request');
-    const [a, d] = synack.outs.map((x) => tcpOf(x));
+    assert.equal(synack.outs.length, 3, 'our ACK, then the held request, then the client’s window update');
+    const [a, d, wu] = synack.outs.map((x) => tcpOf(x));
     assert.ok(synack.outs.every(valid));
+    const ip = (x: string) => (v6 ? parseIPv6(x)![3]! >>> 0 : parseIPv4(x)! >>> 0); // tcpOf gives an address's last word
+    assert.deepEqual(
+      [wu!.src, wu!.dst, wu!.sport, wu!.dport, wu!.flags, wu!.seq, wu!.ack, wu!.win, wu!.tsval, wu!.tsecr, wu!.payload],
+      [ip(vip), ip(client), 80, 40000, TCPF_ACK, u(cookie + 1), u(isn + 1), 510, ours, 5001, 0],
+      'the window update: 65160 in our scale 7, rounded up',
+    );
     assert.deepEqual([a!.flags, a!.seq, a!.ack, a!.tsval, a!.tsecr, a!.win], [TCPF_ACK, u(isn + 1), S + 1, 5001, 777, 502]);
     assert.deepEqual([d!.seq, d!.ack, d!.tsval, d!.tsecr, d!.payload, d!.dport], [u(isn + 1), S + 1, 5002, 777, 100, 8080]);
     assert.equal(p.table.spPending(), 0);
@@ -874,6 +909,6 @@ test('with offloads a GSO packet of a pending flow is never held (refused, our S
   assert.equal(small.v, DROP);
   assert.equal(p.table.holdUsed(), 1, 'a plain partial packet is held');
   const done = p.run(plain(seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq: 77, ack: isn + 1, flags: TCPF_SYN | TCPF_ACK, opts: TS(9, 5001) })));
-  assert.equal(done.outs.length, 2);
+  assert.equal(done.outs.length, 3);
   assert.ok(valid(done.outs[1]!.subarray(V)), 'the held packet replayed with its checksum complete');
 });
