@@ -36,6 +36,14 @@
  *    packet, so the worker would never re-arm it.
  *  - half-open limit per source (uvs; the kernel has none): workers refuse a new TCP/SCTP flow
  *    from a source (IPv4 address, IPv6 /64) that holds `maxHalfOpenPerSource` half-open entries.
+ *  - SYN proxy (uvs, lb/synproxy.ts): workers answer SYNs with cookies, no entry. In mode 1–2 it
+ *    frees the table it defends: the flood's SYNs take no entries, nomem goes, the hold runs out
+ *    — and without a rule of its own it would switch off and let the flood fill the table again,
+ *    every holdTime. So it also stays on while the cookies answered since the last tick (a rate,
+ *    `cookieRate`), each made a half-open entry living the half-open timeout (secureTcpTimeout
+ *    when secure_tcp is not off, else the SYN_RECV timeout), would take more than the room above
+ *    amemthresh: cookieRate × timeout > free entries − amemthresh. A sustained flood never turns
+ *    it off; once the flood stops, the clients' own SYNs fit and the hold ends it.
  *
  * All of this runs on the control thread, never per packet: workers only read the header words
  * written here (layout.ts H_SECURE_TCP … H_SRC_LIMIT). Work per tick is bounded: capacity/32
@@ -141,11 +149,23 @@ export class Defense {
   private secureCursor = 0;
   /** Table-relative ms of the last update that saw a shortage, null = none yet. */
   private lastNomemAt: number | null = null;
+  /** SYN cookies answered per second over the last tick (the SYN proxy's own rule, above). */
+  cookieRate = 0;
+  private readonly cookies: () => number;
+  private lastCookies: number;
+  private lastCookieAt: number;
 
-  constructor(table: ConnTable, settings: DefenseSettings, pools: () => PoolUse[] = () => []) {
+  /**
+   * `pools`: the full-NAT pools' use; `cookies`: SYN cookies answered since start (the workers'
+   * GEN_SYN_ACK sent counters summed).
+   */
+  constructor(table: ConnTable, settings: DefenseSettings, pools: () => PoolUse[] = () => [], cookies: () => number = () => 0) {
     this.t = table;
     this.cfg = settings;
     this.pools = pools;
+    this.cookies = cookies;
+    this.lastCookies = cookies();
+    this.lastCookieAt = table.now();
     for (const n of DEFENSE_NAMES) this.modes[n] = settings[n];
     if (settings.synProxyKey !== undefined) setSynProxyKey(table, settings.synProxyKey);
     this.update();
@@ -170,6 +190,13 @@ export class Defense {
   /** defense_work_handler: update the levels, then drop entries and shorten timers if on. */
   tick(now = this.t.now(), random: () => number = Math.random): void {
     this.counts.ticks++;
+    const total = this.cookies();
+    const dt = (now - this.lastCookieAt) | 0;
+    if (dt > 0) {
+      this.cookieRate = (Math.max(0, total - this.lastCookies) * 1000) / dt;
+      this.lastCookies = total;
+      this.lastCookieAt = now;
+    }
     this.update(now);
     if (this.nomem) this.counts.nomemTicks++;
     if (this.active.dropEntry) this.randomDropEntry(now, random);
@@ -198,8 +225,11 @@ export class Defense {
     this.nomem = nomem;
     if (nomem) this.lastNomemAt = now;
     const held = this.lastNomemAt !== null && ((now - this.lastNomemAt) | 0) < this.cfg.holdTime * 1000;
+    // The SYN proxy's own rule (above): the cookies of the last tick as half-open entries.
+    const halfOpenMs = this.cfg.secureTcp !== MODE_OFF ? this.cfg.secureTcpTimeout * 1000 : t.i32[L.H_TIMEOUTS + TCP_SYN_RECV]!;
+    const flood = (this.cookieRate * halfOpenMs) / 1000 > Math.max(0, this.freeEntries - thr);
     for (const n of DEFENSE_NAMES) {
-      const s = defenseStep(this.modes[n], n === 'dropPacket' ? nomem : nomem || held);
+      const s = defenseStep(this.modes[n], n === 'dropPacket' ? nomem : n === 'synProxy' ? nomem || held || flood : nomem || held);
       this.modes[n] = s.mode;
       this.active[n] = s.active;
     }

@@ -128,7 +128,12 @@ export class Daemon {
       if (this.model.setHealthy(service, realServer, healthy)) this.publish(this.model.snapshot());
     });
     this.model.apply(cfg);
-    this.defense = new Defense(this.table, cfg.defense, () => this.fullnatPools());
+    this.defense = new Defense(
+      this.table,
+      cfg.defense,
+      () => this.fullnatPools(),
+      () => this.stats.word(L.C_GEN_BASE + L.GEN_SYN_ACK * L.GEN_RESULTS + L.GEN_SENT),
+    );
     const snapshot = this.model.restoreDrains(this.loadState(), (d, reason) => this.skipState(`${d.service}|${d.realServer}`, reason));
     this.dataplane = new Dataplane(
       {

@@ -912,3 +912,31 @@ test('with offloads a GSO packet of a pending flow is never held (refused, our S
   assert.equal(done.outs.length, 3);
   assert.ok(valid(done.outs[1]!.subarray(V)), 'the held packet replayed with its checksum complete');
 });
+
+test('mode 1 stays on under a sustained flood after the table has room again and the hold has run out; off once the flood stops', () => {
+  const { p } = proxied('masq', 1, 64);
+  let cookies = 0;
+  const base = { ...p.cfg.defense, holdTime: 5, amemthresh: 8, secureTcp: 1, secureTcpTimeout: 10, dropEntry: 1 };
+  const d = new Defense(p.table, base, () => [], () => cookies);
+  let now = p.table.now();
+  d.tick((now += 1000));
+  assert.equal(d.active.synProxy, false, 'no shortage, no cookies');
+  // The flood fills the table (here: the threshold above the table), the proxy comes on and frees it.
+  d.configure({ ...base, amemthresh: 65 });
+  assert.equal(d.active.synProxy, true);
+  d.configure(base);
+  // 1 000 cookies a second for 10 s: as entries they would live 10 s — far more than the 56 free above amemthresh.
+  for (let i = 0; i < 10; i++) {
+    cookies += 1000;
+    d.tick((now += 1000));
+  }
+  assert.equal(d.cookieRate, 1000);
+  assert.equal(d.active.dropEntry, false, 'the other defenses: the hold has run out');
+  assert.equal(d.active.synProxy, true, 'the proxy stays on while the flood lasts');
+  assert.equal(d.modes.synProxy, 2);
+  // The flood stops: the clients' 5 cookies a second (50 half-open entries at most) fit in the room.
+  cookies += 5;
+  d.tick((now += 1000));
+  assert.equal(d.active.synProxy, false);
+  assert.equal(d.modes.synProxy, 1);
+});
