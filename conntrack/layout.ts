@@ -402,7 +402,7 @@ export const enum Drop {
    *  encapsulated, more than MAX_OUT segments, or past its output region (lb/verdict.ts). */
   OutputFull,
   /** SYN proxy: an ACK with no flow, while cookies were sent in the last 2 minutes, whose
-   *  acknowledgement is no valid cookie (lb/synproxy.ts); no RST is sent. */
+   *  acknowledgement is no valid cookie (lb/synproxy.ts); answered with a RST within mayAnswer's limits. */
   BadCookie,
   /** SYN proxy: a client packet while the real server's handshake is pending that cannot be held
    *  (its flow holds HOLD_PER_FLOW, the shared area is full, or it is larger than a slot). */

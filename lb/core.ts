@@ -312,7 +312,9 @@ export class PacketProcessor {
       } else if (fl === TCPF_ACK && cookiesRecent(c)) {
         if (!cookieAck(c, b)) {
           if (c.ring !== null && c.snapshot.adopt) return this.park(b); // another node's flow, maybe
-          return drop(c, Drop.BadCookie); // no RST: a flood of them must cost nothing
+          // As Linux's LISTEN socket answers an ACK it cannot take (tcp_v4_send_reset), within
+          // mayAnswer's limits: a flood of them costs no more than one of stray ACKs without cookies.
+          return mayAnswer(c, L.GEN_RESET, Drop.BadCookie) ? tcpReset(c, b) : DROP;
         }
         proxied = true;
         c.ev = TCPF_SYN; // the flow's first touch stands for the SYN it acknowledges: SYN_RECV

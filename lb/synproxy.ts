@@ -13,7 +13,8 @@
  *     through the normal new-flow path (lb/core.ts newFlow: persistence, scheduling, full-NAT
  *     port, counters), marked pending (F_SYNPROXY | F_SP_PENDING, a short timer), and the real
  *     server gets a SYN of our making in the client's name: the client's ISN, the options the
- *     cookie kept, the client's TSval (spOpen). An invalid one is dropped (bad_cookie), no RST.
+ *     cookie kept, the client's TSval (spOpen). An invalid one is counted (bad_cookie) and reset
+ *     as Linux's LISTEN socket does, within mayAnswer's limits (lb/core.ts).
  *  3. Client packets while the server's handshake is pending are held in the table's shared
  *     area (the SYN-ACK may reach another worker), at most HOLD_PER_FLOW a flow (spPendingIn);
  *     a client retransmission re-sends our SYN at most once a second — no timer.

@@ -582,21 +582,31 @@ for (const [forwarding, v6] of [
   });
 }
 
-test('an ACK with no flow and no valid cookie is dropped (bad_cookie), no RST; before any cookie it is answered as before', () => {
+test('an ACK with no flow and no valid cookie is reset (bad_cookie, within the RST limits, never to an unanswerable source); before any cookie it is answered as before', () => {
   const { p } = proxied('masq');
-  const stray = () => p.run(seg({ src: CLIENT, dst: VIP, sport: 41000, dport: 80, seq: 5, ack: 12345, flags: TCPF_ACK }));
+  const stray = (src = CLIENT) => p.run(seg({ src, dst: VIP, sport: 41000, dport: 80, seq: 5, ack: 12345, flags: TCPF_ACK }));
+  const sent = () => p.counters[L.C_GEN_BASE + L.GEN_RESET * L.GEN_RESULTS + L.GEN_SENT];
   assert.equal(stray().v, REPLY, 'no cookie went out yet: the RST of today');
   p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: 1, flags: TCPF_SYN }));
-  assert.equal(stray().v, DROP);
+  const r = stray();
+  assert.equal(r.v, REPLY);
+  const t = tcpOf(r.reply!);
+  assert.deepEqual([t.flags, t.seq, t.dport], [TCPF_RST, 12345, 41000], 'a RST at the ACK’s number, as a LISTEN socket sends it');
   assert.equal(p.drops('bad_cookie'), 1);
+  assert.equal(sent(), 2);
   assert.equal(p.table.count(), 0);
+  // Never to a source answers must not reach (here: inside the VIP range).
+  assert.equal(stray('10.96.0.9').v, DROP);
+  assert.equal(p.drops('unanswerable_source'), 1);
+  assert.equal(sent(), 2);
   // Another worker's clock a little ahead of this one's (it sent the cookie): still checked.
   p.setNow(p.now() - 5);
-  assert.equal(stray().v, DROP);
+  assert.equal(stray().v, REPLY);
   assert.equal(p.drops('bad_cookie'), 2);
   // 2 minutes after the last cookie ACKs are no longer checked: the RST of today again.
   p.setNow(p.now() + 120_005);
   assert.equal(stray().v, REPLY);
+  assert.equal(p.drops('bad_cookie'), 2);
 });
 
 test("the server's RST to our SYN: the client gets a RST at its numbers and the flow is gone", () => {
