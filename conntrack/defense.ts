@@ -245,7 +245,8 @@ export class Defense {
     Atomics.store(a, L.H_SRC_LIMIT, this.active.halfOpenPerSource ? this.cfg.maxHalfOpenPerSource : 0);
     const mss = this.cfg.synProxyMss;
     Atomics.store(a, L.H_SP_MSS4, mss ?? 1460);
-    Atomics.store(a, L.H_SP_MSS6, mss === undefined ? 1440 : mss - 20);
+    // IPv6: 20 less (its longer header), never below its minimum link MTU's MSS (1280 − 60).
+    Atomics.store(a, L.H_SP_MSS6, mss === undefined ? 1440 : Math.max(1220, mss - 20));
     Atomics.store(a, L.H_SP_WSCALE, this.cfg.synProxyWscale);
     Atomics.store(a, L.H_SYNPROXY, this.active.synProxy ? 1 : 0);
   }

@@ -177,9 +177,14 @@ export class NewFlow {
   /**
    * A SYN-proxied flow learnt from Redis (1; lb/synproxy.ts): the entry gets F_SYNPROXY and its
    * SP words spDelta, spTsDelta, spOpts (layout.ts SP_DELTA, SP_TSDELTA, SP_OPTS). 0 otherwise;
-   * the packet path never sets it (its flows become proxied through ConnTable.spBegin).
+   * the packet path never sets it (its flows are inserted pending: F_SP_PENDING in flags).
    */
   sp = 0;
+  /**
+   * A flow inserted pending (F_SP_PENDING in flags, a client's cookie ACK): the client's
+   * handshake as its SP words (layout.ts SP_ISN … SP_CWIN), written before the entry is linked.
+   */
+  spHandshake: Int32Array | null = null;
   /** caddr, cports, vaddr, daddr, dports, laddr, pp, ppSeq, now, expires, and the SP words: int32 words, see WORDS at the top. */
   private readonly w = new Int32Array(13);
   get caddr(): number {

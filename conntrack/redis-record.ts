@@ -329,7 +329,13 @@ function proxyProtocolOk(r: FlowRecord, t: FlowTarget): boolean {
  * 0xf = none). The deltas are any 32-bit numbers: every value is some flow's.
  */
 const SPO_BITS =
-  L.SPO_MSS_MASK | (0xf << L.SPO_WS_SHIFT) | L.SPO_SACK | L.SPO_TS | L.SPO_SRV_NOWS | (0xf << L.SPO_OURWS_SHIFT) | (0xf << L.SPO_SRVWS_SHIFT);
+  L.SPO_MSS_MASK |
+  (0xf << L.SPO_WS_SHIFT) |
+  L.SPO_SACK |
+  L.SPO_TS |
+  L.SPO_SRV_NOWS |
+  (0xf << L.SPO_OURWS_SHIFT) |
+  (0xf << L.SPO_SRVWS_SHIFT);
 function synProxyOk(r: FlowRecord): boolean {
   if ((r.proto & 0xff) !== IPPROTO_TCP || (r.fwd !== L.FWD_MASQ && r.fwd !== L.FWD_FULLNAT) || r.pp !== 0) return false;
   const o = r.spOpts;

@@ -45,7 +45,17 @@ import {
   sctpNextState,
   SCTP_STATE_COUNT,
 } from './sctp-state';
-import { DIR_INPUT, DIR_OUTPUT, TCP_ACTIVE, TCP_CLOSE, TCP_ESTABLISHED, TCP_HALF_OPEN, TCP_TIME_WAIT, tcpNextState, TCP_STATE_COUNT } from './state';
+import {
+  DIR_INPUT,
+  DIR_OUTPUT,
+  TCP_ACTIVE,
+  TCP_CLOSE,
+  TCP_ESTABLISHED,
+  TCP_HALF_OPEN,
+  TCP_TIME_WAIT,
+  tcpNextState,
+  TCP_STATE_COUNT,
+} from './state';
 
 /** HalfSipHash's last word: message length in bytes << 24 | the protocol byte that ends it. */
 const KEY4_TAIL = 13 << 24; // addr1, ports, addr2: 12 bytes + protocol
@@ -786,9 +796,12 @@ export class ConnTable {
 
   /**
    * Locks both buckets of entry e (its keys as stored) and checks that it is still the live flow
-   * of client (proto, caddr, cports): true with the locks held, false with none.
+   * v saw — its client→server key: protocol, client address and ports, virtual address, and for
+   * IPv6 the high words of both (the entry may have been freed and reused for another flow since
+   * v was filled): true with the locks held, false with none.
    */
-  private lockFlow(e: number, proto: number, caddr: number, cports: number): boolean {
+  private lockFlow(e: number, v: FlowView): boolean {
+    const proto = v.proto;
     const a = this.i32;
     const o = this.base(e);
     for (;;) {
@@ -800,8 +813,10 @@ export class ConnTable {
           a[o + L.E_FLAGS]! & L.F_IN_USE &&
           !(a[o + L.E_FLAGS]! & L.F_TEMPLATE) &&
           a[o + L.E_PROTO] === proto &&
-          a[o + L.E_CADDR] === caddr &&
-          a[o + L.E_CPORTS] === cports
+          a[o + L.E_CADDR] === v.caddr &&
+          a[o + L.E_CPORTS] === v.cports &&
+          a[o + L.E_VADDR] === v.vaddr &&
+          ((proto & L.PROTO_V6) === 0 || this.hiEqual(o, L.E_CADDR_HI, v.hi, 0))
         ) {
           this.spB1 = b1;
           this.spB2 = b2;
@@ -815,21 +830,15 @@ export class ConnTable {
   }
   /**
    * A flow just made pending from a client's cookie ACK (inserted with F_SYNPROXY |
-   * F_SP_PENDING, its first touch done) gets the client's handshake in its SP words (w: SP_ISN …
-   * SP_CWIN as layout.ts orders them), its timer `pendingMs` away. False if it is no longer there
-   * or no longer pending.
+   * F_SP_PENDING and the client's handshake in its SP words, NewFlow.spHandshake; its first touch
+   * done) gets its timer `pendingMs` away. False if it is no longer there or no longer pending.
    */
-  spBegin(e: number, v: FlowView, w: Int32Array, pendingMs: number, now: number): boolean {
-    if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return false;
+  spBegin(e: number, v: FlowView, pendingMs: number, now: number): boolean {
+    if (!this.lockFlow(e, v)) return false;
     const a = this.i32;
     const o = this.base(e);
     const pending = (a[o + L.E_FLAGS]! & L.F_SP_PENDING) !== 0;
-    if (pending) {
-      const s = this.spWords + e * L.SP_WORDS;
-      for (let i = 0; i < L.SP_HELD; i++) a[s + i] = w[i]!;
-      a[s + L.SP_SYN_AT] = now;
-      a[o + L.E_EXPIRES] = (now + pendingMs) | 0;
-    }
+    if (pending) a[o + L.E_EXPIRES] = (now + pendingMs) | 0;
     this.unlockPair(this.spB1, this.spB2);
     return pending;
   }
@@ -854,7 +863,7 @@ export class ConnTable {
     now: number,
   ): number {
     const e = v.entry;
-    if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return -1;
+    if (!this.lockFlow(e, v)) return -1;
     const a = this.i32;
     const o = this.base(e);
     if (!(a[o + L.E_FLAGS]! & L.F_SP_PENDING)) {
@@ -908,7 +917,7 @@ export class ConnTable {
    */
   spComplete(v: FlowView, serverIsn: number, serverTs: number, serverWs: number, ack: number, w: Int32Array): number {
     const e = v.entry;
-    if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return -1;
+    if (!this.lockFlow(e, v)) return -1;
     const a = this.i32;
     const o = this.base(e);
     const flags = a[o + L.E_FLAGS]!;
@@ -965,7 +974,7 @@ export class ConnTable {
   /** Flow v's SP words into w (a pending flow's handshake); false when it is gone or not proxied. */
   spRead(v: FlowView, w: Int32Array): boolean {
     const e = v.entry;
-    if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return false;
+    if (!this.lockFlow(e, v)) return false;
     const a = this.i32;
     const s = this.spWords + e * L.SP_WORDS;
     for (let i = 0; i < L.SP_WORDS; i++) w[i] = a[s + i]!;
@@ -1241,10 +1250,16 @@ export class ConnTable {
     const p8 = proto & 0xff;
     const halfOpen = !isTemplate && !isShadow && (p8 === IPPROTO_TCP || p8 === IPPROTO_SCTP) && a[L.H_SRC_LIMIT] !== 0;
     // A SYN-proxied flow from Redis: its words in place before it is linked (as E_PP above). One
-    // made by a cookie ACK (F_SP_PENDING in its flags) is pending from the start: spBegin fills
-    // its handshake words next, and nothing may take it for a plain flow meanwhile (Redis sync).
+    // made by a cookie ACK (F_SP_PENDING in its flags) is pending from the start, with the
+    // client's handshake in its words before anyone can find it (another worker may hold the
+    // client's next packet for it or take the server's SYN-ACK); spBegin sets its timer next.
     if (r.sp !== 0) this.spSet(e, r);
-    else if (fwdFlags & L.F_SP_PENDING) a[this.spWords + e * L.SP_WORDS + L.SP_HELD] = 0;
+    else if (fwdFlags & L.F_SP_PENDING) {
+      const s = this.spWords + e * L.SP_WORDS;
+      const w = r.spHandshake;
+      for (let i = 0; i < L.SP_HELD; i++) a[s + i] = w !== null ? w[i]! : 0;
+      a[s + L.SP_HELD] = 0;
+    }
     a[o + L.E_FLAGS] =
       L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | (halfOpen ? L.F_HALFOPEN : 0) | (r.sp !== 0 ? L.F_SYNPROXY : 0) | fwdFlags;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;

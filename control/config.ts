@@ -459,7 +459,9 @@ const DEFENSE: Schema<DefenseSettings, false> = obj(
     }),
     holdTime: duration({ default: 60, max: 3600, doc: 'Automatic defenses stay on this long after the last shortage (0 = as the kernel)' }),
     synProxy: mode(1, 'SYN proxy: SYNs of masq/full-NAT TCP services answered with SYN cookies, no entry until the client ACKs'),
-    synProxyMss: opt(int({ min: 536, max: 9000, doc: 'MSS offered to clients at most (IPv6: 20 less); default 1460 / 1440' })),
+    synProxyMss: opt(
+      int({ min: 536, max: 9000, doc: 'MSS offered to clients at most (IPv6: 20 less, at least 1220); default 1460 / 1440' }),
+    ),
     synProxyWscale: int({ default: 7, min: 0, max: 14, doc: 'Window scale offered to clients that use timestamps' }),
     // 16 characters: 128 bits if random hex or base64 is used, the key's own size.
     synProxyKey: opt(

@@ -63,8 +63,6 @@ export class PacketContext {
   spMinute = 0;
   tsNow = 0;
   readonly spW = new Int32Array(L.SP_WORDS);
-  /** The last hold (./synproxy.ts) kept the packet. */
-  spHeld = false;
 
   // ── the current packet ───────────────────────────────────────────────────────────────────
   /** The caller's region: generated packets go there, and what the packet got. */

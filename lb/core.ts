@@ -445,6 +445,7 @@ export class PacketProcessor {
     let touched = false;
     // A SYN-proxied flow is pending from its first moment: never published, held packets (./synproxy.ts).
     const spf = proxied ? L.F_SYNPROXY | L.F_SP_PENDING : 0;
+    r.spHandshake = proxied ? c.spW : null; // the words cookieAck filled, in the entry before it is linked
     if (fwd2 === L.FWD_FULLNAT) {
       // PROXY protocol: the flow's header length and version, fixed for its life (E_PP).
       const ver = (proto & 0xff) === P.IPPROTO_TCP ? c.snapshot.proxyProtocol[r.rs]! : 0;

@@ -141,6 +141,18 @@ export function checkCookie(
   return data < 4 ? data : -1;
 }
 
+/** cookieHash's count word for the timestamp offset: another input than any minute's (domain separation). */
+const TS_OFF_DOMAIN = 0x74736f66;
+
+/**
+ * The keyed timestamp offset of a client and VIP (secure_tcp_ts_off): added to our TSvals so
+ * they do not reveal the node's clock (Unix ms), the same for every connection of the pair and on
+ * every node with the same key. pa as for cookieHash (filled).
+ */
+export function tsOffset(h: HalfSipHash, key: ArrayLike<number>, ko: number, v6: boolean, pa: ArrayLike<number>): number {
+  return cookieHash(h, key[ko]!, key[ko + 1]!, v6, pa, 0, TS_OFF_DOMAIN);
+}
+
 /** The index of the largest table MSS not above mss (0 below the smallest), as cookie_v4_init_sequence picks it. */
 export function mssIndex(mss: number, v6: boolean): number {
   const t = v6 ? MSS_TABLE6 : MSS_TABLE4;
@@ -291,7 +303,9 @@ export function synCookieReply(c: PacketContext, b: Uint8Array): number {
     x[p + 1] = sack ? 2 : OPT_NOP;
     x[p + 2] = OPT_TS;
     x[p + 3] = 10;
-    P.put32(x, p + 4, cookieTimestamp(c.tsNow, ws, sack, false));
+    // Our clock's ms with the client's options in the low bits, then the pair's offset (the ACK's
+    // TSecr loses it again before the bits are read, as cookie_v4_check does).
+    P.put32(x, p + 4, (cookieTimestamp(c.tsNow, ws, sack, false) + tsOffset(c.hash, a, L.H_SP_KEY, v6, c.pa)) | 0);
     P.put32(x, p + 8, opt[O_TSVAL]!);
     p += 12;
   }
@@ -339,15 +353,16 @@ export function cookieAck(c: PacketContext, b: Uint8Array): boolean {
   if (idx < 0) return false;
   parseOptions(b, l4, (b[l4 + P.TCP_OFF]! >> 4) << 2);
   const ts = opt[O_TS] === 1;
-  const tsecr = opt[O_TSECR]!;
-  const ws = ts ? timestampWscale(tsecr) : -1;
+  const tsecr = opt[O_TSECR]!; // our TSval as sent: the flow's timestamps go on from it
+  const bits = ts ? (tsecr - tsOffset(c.hash, a, L.H_SP_KEY, v6, c.pa)) | 0 : 0;
+  const ws = ts ? timestampWscale(bits) : -1;
   const w = c.spW;
   w[L.SP_ISN] = isn;
   w[L.SP_COOKIE] = cookie;
   w[L.SP_OPTS] =
     (v6 ? MSS_TABLE6 : MSS_TABLE4)[idx]! |
     ((ws < 0 ? 0xf : ws) << L.SPO_WS_SHIFT) |
-    (ts && timestampSack(tsecr) ? L.SPO_SACK : 0) |
+    (ts && timestampSack(bits) ? L.SPO_SACK : 0) |
     (ts ? L.SPO_TS : 0) |
     (ws < 0 ? 0 : (a[L.H_SP_WSCALE]! & 0xf) << L.SPO_OURWS_SHIFT);
   w[L.SP_CTSVAL] = ts ? opt[O_TSVAL]! : 0;
@@ -365,10 +380,15 @@ export function cookieAck(c: PacketContext, b: Uint8Array): boolean {
 export function spOpen(c: PacketContext, b: Uint8Array, f: FlowView): number {
   const t = c.table;
   const w = c.spW;
-  if (!t.spBegin(f.entry, f, w, PENDING_MS, c.now)) return drop(c, Drop.NoConnection);
+  if (!t.spBegin(f.entry, f, PENDING_MS, c.now)) return drop(c, Drop.NoConnection);
   c.counters[L.C_SP_ACCEPTED]!++;
-  // Held and our SYN written for the same packet: the SYN is a write beyond it (C_TX_EXTRA).
-  if (hasData(c, b) && hold(c, b, f, false) > 0 && c.spHeld) c.counters[L.C_TX_EXTRA]!++;
+  if (hasData(c, b)) {
+    // Its data held (consumed) or refused (a drop, as in spPendingIn), and our SYN written for
+    // the same packet: the SYN is a write beyond it (C_TX_EXTRA).
+    const r = hold(c, b, f, false);
+    if (r >= 0 && r & SPH_REFUSED) c.counters[L.C_DROP_BASE + Drop.SynProxyHoldFull]!++;
+    if (r >= 0 && r & (SPH_HELD | SPH_REFUSED)) c.counters[L.C_TX_EXTRA]!++;
+  }
   return synToServer(c, f, w);
 }
 
@@ -389,7 +409,6 @@ function hold(c: PacketContext, b: Uint8Array, f: FlowView, resend: boolean): nu
   if (ok && c.partial) completePartial(c, b); // replayed later without offload metadata
   let r = c.table.spHold(f, ok, b, c.off, c.totlen, c.l4 - c.off, c.spW, resend ? RESEND_MS : 0x7fffffff, c.now);
   if (!ok && r >= 0) r |= SPH_REFUSED;
-  c.spHeld = r >= 0 && (r & SPH_HELD) !== 0;
   if (r >= 0) {
     if (r & SPH_HELD) c.counters[L.C_SP_HELD]!++;
     if (r & SPH_REFUSED) c.counters[L.C_SP_HELD_REFUSED]!++;

@@ -23,6 +23,7 @@ import {
   mssIndex,
   timestampSack,
   timestampWscale,
+  tsOffset,
 } from '../../lb/synproxy';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
@@ -216,7 +217,7 @@ test('a cookie is refused under another key, for another tuple or ISN, or when i
   const p6 = Int32Array.from(pa6);
   p6[1] = p6[1]! ^ 0x100; // another host of another /64, same low word
   assert.equal(checkCookie(h, KEY, 0, true, p6, PORTS, 7, makeCookie(h, KEY, 0, true, pa6, PORTS, 7, 500, 1), 500), -1);
-  // Random numbers: a valid one by chance is 1 in 2^21; none of 10 000.
+  // Random numbers: a valid one by chance is 1 in 2^29 (2 minutes of 256, 4 indexes of 2^24); none of 10 000.
   let passed = 0;
   for (let i = 0; i < 10_000; i++) if (checkCookie(h, KEY, 0, false, pa4, PORTS, 1000, (Math.random() * 2 ** 32) | 0, 500) >= 0) passed++;
   assert.equal(passed, 0);
@@ -329,7 +330,11 @@ test('client → server with a server that has window scaling off: the window is
   assert.equal(tcpOf(big).win, 65535, 'clamped');
   assert.ok(valid(big));
   // A server that did scale (even by 0), or a client that offered none: windows untouched.
-  for (const opts of [L.spServerOpts(6 << L.SPO_WS_SHIFT, 0), L.spServerOpts(0xf << L.SPO_WS_SHIFT, -1), L.spServerOpts(0xf << L.SPO_WS_SHIFT, 5)]) {
+  for (const opts of [
+    L.spServerOpts(6 << L.SPO_WS_SHIFT, 0),
+    L.spServerOpts(0xf << L.SPO_WS_SHIFT, -1),
+    L.spServerOpts(0xf << L.SPO_WS_SHIFT, 5),
+  ]) {
     const g = view(0, 0, 0, 0);
     g.spOpts = opts;
     const x = seg6(500);
@@ -423,7 +428,14 @@ test('a SYN is answered with a cookie SYN-ACK from the VIP, with the options it 
   assert.equal(r.ack, u(isn + 1));
   assert.equal(r.win, 0, 'window 0: nothing but the ACK until the server has answered');
   assert.deepEqual([r.mss, r.ws, r.sackOk, r.tsecr], [1460, 7, 1, 5000]);
-  assert.equal(timestampWscale(r.tsval as number), 7, "the client's scale, in our TSval");
+  // Our TSval: the clock's ms with the client's scale in the low bits, plus the pair's keyed offset.
+  const pa = Int32Array.of(0, 0, 0, parseIPv4(CLIENT)!, 0, 0, 0, parseIPv4(VIP)!);
+  const off = tsOffset(new HalfSipHash(), p.table.i32, L.H_SP_KEY, false, pa);
+  assert.equal(timestampWscale((r.tsval! - off) | 0), 7, "the client's scale, in our TSval");
+  assert.ok(Math.abs((r.tsval! - off - ((p.table.epoch + p.now()) % 2 ** 32)) | 0) < 64, 'the clock under the offset');
+  const pb = Int32Array.from(pa);
+  pb[3] = pb[3]! + 1;
+  assert.notEqual(tsOffset(new HalfSipHash(), p.table.i32, L.H_SP_KEY, false, pb), off, 'another client, another offset');
   assert.equal(p.table.count(), 0, 'no entry');
   assert.equal(p.counters[L.C_GEN_BASE + L.GEN_SYN_ACK * L.GEN_RESULTS + L.GEN_SENT], 1);
   // Without timestamps only the MSS can come back: no window scale, no SACK offered.
@@ -833,7 +845,9 @@ test('a spoofed SYN (or a late duplicate) on an ESTABLISHED proxied flow ends no
   assert.equal(p.table.count(), 1);
   assert.equal(p.counters[L.C_GEN_BASE + L.GEN_SYN_ACK * L.GEN_RESULTS + L.GEN_SENT], 1, 'only the first SYN got a cookie');
   // The connection goes on, both ways in the other side's numbers.
-  const c = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: cookie + 1, flags: TCPF_ACK, opts: TS(5002, ours) }));
+  const c = p.run(
+    seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: cookie + 1, flags: TCPF_ACK, opts: TS(5002, ours) }),
+  );
   assert.equal(c.v, FORWARD);
   assert.equal(tcpOf(c.pkt).ack, 78);
   const s = p.run(seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq: 78, ack: isn + 1, flags: TCPF_ACK, opts: TS(10, 5002) }));
@@ -846,7 +860,9 @@ test('a spoofed SYN (or a late duplicate) on an ESTABLISHED proxied flow ends no
 function pending() {
   const { p, isn, syn } = handshake('masq');
   const r = tcpOf(syn.reply!);
-  const ack = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) }));
+  const ack = p.run(
+    seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) }),
+  );
   assert.equal(tcpOf(ack.reply!).flags, TCPF_SYN);
   assert.equal(p.table.spPending(), 1);
   const fromServer = (flags: number, seq: number, ack: number) =>
@@ -900,10 +916,21 @@ test('with offloads a GSO packet of a pending flow is never held (refused, our S
     return b;
   };
   const isn = 1000;
-  const syn = p.run(plain(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn, flags: TCPF_SYN, opts: [...MSS(1460), ...TS(5000, 0)] })));
+  const syn = p.run(
+    plain(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn, flags: TCPF_SYN, opts: [...MSS(1460), ...TS(5000, 0)] })),
+  );
   assert.equal(syn.v, REPLY);
   const r = tcpOf(syn.reply!);
-  const ackSeg = { src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) };
+  const ackSeg = {
+    src: CLIENT,
+    dst: VIP,
+    sport: 40000,
+    dport: 80,
+    seq: isn + 1,
+    ack: r.seq + 1,
+    flags: TCPF_ACK,
+    opts: TS(5001, r.tsval!),
+  };
   assert.equal(p.run(plain(seg(ackSeg))).v, REPLY);
   assert.equal(p.table.spPending(), 1);
   const big = partial(seg({ ...ackSeg, flags: TCPF_ACK | TCPF_PSH, payload: new Uint8Array(1200) }), 600);
@@ -918,7 +945,9 @@ test('with offloads a GSO packet of a pending flow is never held (refused, our S
   const small = p.run(partial(seg({ ...ackSeg, flags: TCPF_ACK | TCPF_PSH, payload: new Uint8Array(100) })));
   assert.equal(small.v, DROP);
   assert.equal(p.table.holdUsed(), 1, 'a plain partial packet is held');
-  const done = p.run(plain(seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq: 77, ack: isn + 1, flags: TCPF_SYN | TCPF_ACK, opts: TS(9, 5001) })));
+  const done = p.run(
+    plain(seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq: 77, ack: isn + 1, flags: TCPF_SYN | TCPF_ACK, opts: TS(9, 5001) })),
+  );
   assert.equal(done.outs.length, 3);
   assert.ok(valid(done.outs[1]!.subarray(V)), 'the held packet replayed with its checksum complete');
 });
@@ -927,7 +956,12 @@ test('mode 1 stays on under a sustained flood after the table has room again and
   const { p } = proxied('masq', 1, 64);
   let cookies = 0;
   const base = { ...p.cfg.defense, holdTime: 5, amemthresh: 8, secureTcp: 1, secureTcpTimeout: 10, dropEntry: 1 };
-  const d = new Defense(p.table, base, () => [], () => cookies);
+  const d = new Defense(
+    p.table,
+    base,
+    () => [],
+    () => cookies,
+  );
   let now = p.table.now();
   d.tick((now += 1000));
   assert.equal(d.active.synProxy, false, 'no shortage, no cookies');
@@ -949,4 +983,29 @@ test('mode 1 stays on under a sustained flood after the table has room again and
   d.tick((now += 1000));
   assert.equal(d.active.synProxy, false);
   assert.equal(d.modes.synProxy, 1);
+});
+
+test('data on the cookie ACK that cannot be held is counted as a drop; IPv6 is never offered an MSS below 1220', () => {
+  const { p, isn, syn } = handshake('masq');
+  const r = tcpOf(syn.reply!);
+  const ack = p.run(
+    seg({
+      src: CLIENT,
+      dst: VIP,
+      sport: 40000,
+      dport: 80,
+      seq: isn + 1,
+      ack: r.seq + 1,
+      flags: TCPF_ACK | TCPF_PSH,
+      opts: TS(5001, r.tsval!),
+      payload: new Uint8Array(2100), // larger than a held slot
+    }),
+  );
+  assert.equal(ack.v, REPLY);
+  assert.equal(tcpOf(ack.reply!).flags, TCPF_SYN, 'our SYN all the same');
+  assert.equal(p.drops('synproxy_hold_full'), 1);
+  assert.equal(p.counters[L.C_SP_HELD_REFUSED], 1);
+  assert.equal(p.counters[L.C_TX_EXTRA], 1, 'the SYN a write beyond the dropped packet');
+  new Defense(p.table, { ...p.cfg.defense, synProxyMss: 536 });
+  assert.deepEqual([p.table.i32[L.H_SP_MSS4], p.table.i32[L.H_SP_MSS6]], [536, 1220]);
 });
