@@ -29,7 +29,7 @@ import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
 import * as P from '../../net/packet';
 import { HalfSipHash } from '../../net/siphash';
-import { partial } from '../helpers/packets';
+import { complete, partial } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 
 // ── an independent checksum ──────────────────────────────────────────────────────────────────
@@ -1008,4 +1008,104 @@ test('data on the cookie ACK that cannot be held is counted as a drop; IPv6 is n
   assert.equal(p.counters[L.C_TX_EXTRA], 1, 'the SYN a write beyond the dropped packet');
   new Defense(p.table, { ...p.cfg.defense, synProxyMss: 536 });
   assert.deepEqual([p.table.i32[L.H_SP_MSS4], p.table.i32[L.H_SP_MSS6]], [536, 1220]);
+});
+
+/** A client data segment of the pending() flow: n-th of 10-byte ones, its bytes all n + 1. */
+function pendingData(
+  p: ReturnType<typeof pending>['p'],
+  isn: number,
+  cookie: number,
+  ours: number,
+  n: number,
+  flags = TCPF_ACK | TCPF_PSH,
+) {
+  return p.run(
+    seg({
+      src: CLIENT,
+      dst: VIP,
+      sport: 40000,
+      dport: 80,
+      seq: isn + 1 + 10 * n,
+      ack: cookie + 1,
+      flags,
+      opts: TS(5002 + n, ours),
+      payload: new Uint8Array(10).fill(n + 1),
+    }),
+  );
+}
+
+test('three held packets are replayed in the order they came, each with its own bytes, adjusted and rewritten', () => {
+  const { p, isn, cookie, ours, fromServer } = pending();
+  for (const n of [0, 1, 2]) assert.equal(pendingData(p, isn, cookie, ours, n).v, DROP);
+  assert.equal(p.table.holdUsed(), 3);
+  const done = fromServer(TCPF_SYN | TCPF_ACK, 1000, isn + 1);
+  assert.equal(done.outs.length, 5, 'our ACK, 3 replays, the window update');
+  assert.ok(done.outs.every(valid));
+  const replays = done.outs.slice(1, 4);
+  replays.forEach((x, n) => {
+    const t = tcpOf(x);
+    assert.deepEqual(
+      [t.seq, t.ack, t.tsval, t.tsecr, t.dst, t.dport],
+      [u(isn + 1 + 10 * n), 1001, 5002 + n, 9, parseIPv4(RS)! >>> 0, 8080],
+    );
+    assert.deepEqual([...x.subarray(x.length - 10)], new Array(10).fill(n + 1), `replay ${n}: its own bytes`);
+  });
+  assert.equal(p.table.holdUsed(), 0);
+});
+
+test("a client's RST while pending ends the flow and frees its held packets", () => {
+  const { p, isn, cookie, ours } = pending();
+  pendingData(p, isn, cookie, ours, 0);
+  assert.equal(p.table.holdUsed(), 1);
+  const rst = p.run(seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 11, flags: TCPF_RST }));
+  assert.equal(rst.v, DROP);
+  assert.deepEqual([p.table.count(), p.table.holdUsed(), p.table.spPending()], [0, 0, 0]);
+});
+
+test('a pending flow its server never answers expires by its timer, its held slots and the pending gauge freed', () => {
+  const { p, isn, cookie, ours } = pending();
+  pendingData(p, isn, cookie, ours, 0);
+  pendingData(p, isn, cookie, ours, 1);
+  assert.deepEqual([p.table.count(), p.table.holdUsed(), p.table.spPending()], [1, 2, 1]);
+  assert.equal(p.table.expire(p.now() + 4000), 0, 'not yet');
+  assert.equal(p.table.expire(p.now() + 5000), 1);
+  assert.deepEqual([p.table.count(), p.table.holdUsed(), p.table.spPending()], [0, 0, 0]);
+});
+
+test('with partial checksums (offloads) the adjustments leave the checksum field to the device: the completed packet is right', () => {
+  const f = view(0x1234567, 99, 7, 9);
+  for (const [dir, b] of [
+    [
+      'in',
+      seg({
+        src: CLIENT,
+        dst: VIP,
+        sport: 40000,
+        dport: 80,
+        seq: 5,
+        ack: 0x2000000,
+        flags: TCPF_ACK,
+        opts: [...TS(1, 500), ...SACK(0x2000010, 0x2000020)],
+      }),
+    ],
+    ['out', seg({ src: RS, dst: CLIENT, sport: 8080, dport: 40000, seq: 0x300, ack: 6, flags: TCPF_ACK, win: 100, opts: TS(7, 1) })],
+  ] as const) {
+    const framed = partial(b);
+    const V = P.VNET_HLEN;
+    const x = framed.subarray(V);
+    const c = { l4: 20, partial: true } as PacketContext;
+    const before = P.u16(x, 20 + P.TCP_CSUM);
+    if (dir === 'in') adjustIn(c, x, f);
+    else adjustOut(c, x, f);
+    assert.equal(P.u16(x, 20 + P.TCP_CSUM), before, `${dir}: the pseudo-header sum untouched`);
+    const done = complete(framed);
+    assert.ok(valid(done), `${dir}: completed by the device, right`);
+    const t = tcpOf(done);
+    if (dir === 'in')
+      assert.deepEqual(
+        [t.ack, t.tsecr, t.sack],
+        [u(0x2000000 - 0x1234567), u(500 - 99), [u(0x2000010 - 0x1234567), u(0x2000020 - 0x1234567)]],
+      );
+    else assert.deepEqual([t.seq, t.tsval, t.win], [u(0x300 + 0x1234567), 106, 400]);
+  }
 });
