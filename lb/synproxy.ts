@@ -692,7 +692,7 @@ function spServerStale(c: PacketContext, b: Uint8Array, f: FlowView): number {
   out.off = o + len;
   const v = synToServer(c, f, c.spW);
   out.off = o;
-  if (v !== REPLY) return drop(c, Drop.OutputFull);
+  if (v !== REPLY) return v; // no room for it: counted there (output_full)
   out.offs[1] = out.offs[0]!;
   out.lens[1] = out.lens[0]!;
   out.offs[0] = o - c.vnet;
