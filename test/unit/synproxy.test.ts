@@ -12,6 +12,7 @@ import * as L from '../../conntrack/layout';
 import { FlowView, newFlow } from '../../conntrack/flow';
 import { TCP_ESTABLISHED, TCPF_ACK, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import type { PacketContext } from '../../lb/context';
+import { PacketProcessor } from '../../lb/core';
 import {
   adjustIn,
   adjustOut,
@@ -25,7 +26,7 @@ import {
   timestampWscale,
   tsOffset,
 } from '../../lb/synproxy';
-import { DROP, FORWARD, REPLY } from '../../lb/verdict';
+import { DROP, FORWARD, OutRegion, REPLY } from '../../lb/verdict';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
 import * as P from '../../net/packet';
 import { HalfSipHash } from '../../net/siphash';
@@ -1108,4 +1109,45 @@ test('with partial checksums (offloads) the adjustments leave the checksum field
       );
     else assert.deepEqual([t.seq, t.tsval, t.win], [u(0x300 + 0x1234567), 106, 400]);
   }
+});
+
+test("across workers: packets held by one processor are replayed by another that reads the server's SYN-ACK", () => {
+  const { p: a, isn, cookie, ours } = pending();
+  for (const n of [0, 1]) assert.equal(pendingData(a, isn, cookie, ours, n).v, DROP);
+  // Worker B: its own processor, counters and output region over the same shared table.
+  const counters = new Float64Array(L.counterWords(16, 8));
+  const b = new PacketProcessor(a.table, counters, new Int32Array(8 * L.SCHED_WORDS), 16, a.model.apply(a.cfg), false);
+  b.setTime(a.now());
+  const buf = new Uint8Array(1 << 16);
+  const region = new OutRegion(buf);
+  region.off = 0;
+  region.end = buf.length;
+  const synack = seg({
+    src: RS,
+    dst: CLIENT,
+    sport: 8080,
+    dport: 40000,
+    seq: 1000,
+    ack: isn + 1,
+    flags: TCPF_SYN | TCPF_ACK,
+    opts: [...TS(9, 5001), ...WS(7)],
+  });
+  assert.equal(b.process(synack, 0, synack.length, region), REPLY);
+  assert.equal(region.count, 4, 'our ACK, the 2 packets A held, the window update');
+  const outs = Array.from({ length: region.count }, (_, k) => buf.slice(region.offs[k]!, region.offs[k]! + region.lens[k]!));
+  assert.ok(outs.every(valid));
+  assert.deepEqual(
+    outs.slice(1, 3).map((x) => [tcpOf(x).seq, tcpOf(x).ack, tcpOf(x).payload, x[x.length - 1]]),
+    [
+      [u(isn + 1), 1001, 10, 1],
+      [u(isn + 11), 1001, 10, 2],
+    ],
+  );
+  assert.deepEqual([a.table.holdUsed(), a.table.spPending()], [0, 0]);
+  // A's next client packet finds the flow established, adjusted by B's deltas.
+  const next = a.run(
+    seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq: isn + 21, ack: cookie + 1, flags: TCPF_ACK, opts: TS(5010, ours) }),
+  );
+  assert.equal(next.v, FORWARD);
+  assert.equal(tcpOf(next.pkt).ack, 1001);
 });
