@@ -41,6 +41,7 @@
  * written here (layout.ts H_SECURE_TCP … H_SRC_LIMIT). Work per tick is bounded: capacity/32
  * slots for drop_entry, at most SECURE_SCAN_MAX slots for secure_tcp's shortening.
  */
+import { createHash, randomFillSync } from 'node:crypto';
 import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
 import * as L from './layout';
 import { SCTP_S_ESTABLISHED, SCTP_S_INIT, SCTP_S_INIT1 } from './sctp-state';
@@ -68,6 +69,14 @@ export interface DefenseSettings {
   maxHalfOpenPerSource: number;
   /** Seconds an automatic defense (but drop_packet) stays on after the last shortage; 0 = kernel. */
   holdTime: number;
+  /** SYN proxy (lb/synproxy.ts): 0 off, 1–2 automatic, 3 always — SYNs answered with cookies. */
+  synProxy: number;
+  /** The MSS offered to clients at most (IPv6: 20 less); absent = 1460 / 1440. */
+  synProxyMss?: number | undefined;
+  /** The window scale offered to clients. */
+  synProxyWscale: number;
+  /** The cookie secret, shared by nodes that must accept each other's cookies (ECMP); absent = random per start. */
+  synProxyKey?: string | undefined;
 }
 
 /** Entries using a full-NAT real server's pool: used pairs of capacity (pool addresses × ports). */
@@ -77,8 +86,8 @@ export interface PoolUse {
   capacity: number;
 }
 
-export type DefenseName = 'dropEntry' | 'dropPacket' | 'secureTcp' | 'halfOpenPerSource';
-export const DEFENSE_NAMES: readonly DefenseName[] = ['dropEntry', 'dropPacket', 'secureTcp', 'halfOpenPerSource'];
+export type DefenseName = 'dropEntry' | 'dropPacket' | 'secureTcp' | 'halfOpenPerSource' | 'synProxy';
+export const DEFENSE_NAMES: readonly DefenseName[] = ['dropEntry', 'dropPacket', 'secureTcp', 'halfOpenPerSource', 'synProxy'];
 
 /**
  * update_defense_level's rule for one defense: its next sysctl value and whether it acts now.
@@ -112,8 +121,14 @@ export class Defense {
   private cfg: DefenseSettings;
   private readonly pools: () => PoolUse[];
   /** Current sysctl values (1 ↔ 2 as pressure comes and goes). */
-  readonly modes: Record<DefenseName, number> = { dropEntry: 0, dropPacket: 0, secureTcp: 0, halfOpenPerSource: 0 };
-  readonly active: Record<DefenseName, boolean> = { dropEntry: false, dropPacket: false, secureTcp: false, halfOpenPerSource: false };
+  readonly modes: Record<DefenseName, number> = { dropEntry: 0, dropPacket: 0, secureTcp: 0, halfOpenPerSource: 0, synProxy: 0 };
+  readonly active: Record<DefenseName, boolean> = {
+    dropEntry: false,
+    dropPacket: false,
+    secureTcp: false,
+    halfOpenPerSource: false,
+    synProxy: false,
+  };
   /** What the last tick saw. */
   freeEntries = 0;
   nomem = false;
@@ -132,6 +147,7 @@ export class Defense {
     this.cfg = settings;
     this.pools = pools;
     for (const n of DEFENSE_NAMES) this.modes[n] = settings[n];
+    if (settings.synProxyKey !== undefined) setSynProxyKey(table, settings.synProxyKey);
     this.update();
   }
 
@@ -146,6 +162,7 @@ export class Defense {
    */
   configure(settings: DefenseSettings): void {
     for (const n of DEFENSE_NAMES) if (settings[n] !== this.cfg[n]) this.modes[n] = settings[n];
+    if (settings.synProxyKey !== this.cfg.synProxyKey) setSynProxyKey(this.t, settings.synProxyKey);
     this.cfg = settings;
     this.update();
   }
@@ -196,6 +213,11 @@ export class Defense {
     Atomics.store(a, L.H_SECURE_TCP, this.active.secureTcp ? 1 : 0);
     Atomics.store(a, L.H_DROP_RATE, this.dropRate);
     Atomics.store(a, L.H_SRC_LIMIT, this.active.halfOpenPerSource ? this.cfg.maxHalfOpenPerSource : 0);
+    const mss = this.cfg.synProxyMss;
+    Atomics.store(a, L.H_SP_MSS4, mss ?? 1460);
+    Atomics.store(a, L.H_SP_MSS6, mss === undefined ? 1440 : mss - 20);
+    Atomics.store(a, L.H_SP_WSCALE, this.cfg.synProxyWscale);
+    Atomics.store(a, L.H_SYNPROXY, this.active.synProxy ? 1 : 0);
   }
 
   /** ip_vs_random_dropentry over capacity/32 slots from a random start. */
@@ -295,9 +317,27 @@ export class Defense {
       holdTime: this.cfg.holdTime,
       defenses: DEFENSE_NAMES.map((name) => ({ name, configured: this.cfg[name], mode: this.modes[name], active: this.active[name] })),
       fullnatPools: this.poolUse.map((p) => ({ ...p })),
+      synProxyMss: this.cfg.synProxyMss ?? 1460,
+      synProxyWscale: this.cfg.synProxyWscale,
+      synProxyPending: this.t.spPending(),
+      synProxyHeld: this.t.holdUsed(),
       ...this.counts,
     };
   }
+}
+
+/**
+ * The SYN cookie key (layout.ts H_SP_KEY, two HalfSipHash keys): SHA-256 of the configured
+ * secret — nodes with the same secret accept each other's cookies — or, without one, random.
+ */
+export function setSynProxyKey(t: ConnTable, secret: string | undefined): void {
+  const k = new Int32Array(4);
+  if (secret === undefined) randomFillSync(k);
+  else {
+    const d = createHash('sha256').update(`uvs synproxy key\0${secret}`).digest();
+    for (let i = 0; i < 4; i++) k[i] = d.readInt32LE(4 * i);
+  }
+  for (let i = 0; i < 4; i++) Atomics.store(t.i32, L.H_SP_KEY + i, k[i]!);
 }
 
 export interface DefenseView {
@@ -312,6 +352,11 @@ export interface DefenseView {
   holdTime: number;
   defenses: { name: DefenseName; configured: number; mode: number; active: boolean }[];
   fullnatPools: PoolUse[];
+  /** SYN proxy: the MSS (IPv4) and window scale offered, flows waiting for their real server, held packets. */
+  synProxyMss: number;
+  synProxyWscale: number;
+  synProxyPending: number;
+  synProxyHeld: number;
   droppedHalfOpen: number;
   droppedIdle: number;
   secureTcpShortened: number;

@@ -32,8 +32,8 @@ export class FlowKey {
    */
   bucket = -1;
   readonly hi = new Int32Array(L.HI_WORDS);
-  /** src, ports, dst: see WORDS at the top. */
-  private readonly w = new Int32Array(3);
+  /** src, ports, dst, and a TCP SYN's sequence number (seq, read by lookupIn with LOOKUP_NEW): see WORDS at the top. */
+  private readonly w = new Int32Array(4);
   get src(): number {
     return this.w[0]!;
   }
@@ -51,6 +51,12 @@ export class FlowKey {
   }
   set dst(v: number) {
     this.w[2] = v;
+  }
+  get seq(): number {
+    return this.w[3]!;
+  }
+  set seq(v: number) {
+    this.w[3] = v;
   }
 }
 
@@ -74,11 +80,17 @@ export class FlowView {
   adopted = false;
   sync = false;
   /**
+   * SYN proxy (lb/synproxy.ts): the entry's L.F_SYNPROXY | L.F_SP_PENDING bits, 0 = not proxied;
+   * with F_SYNPROXY, its sequence and timestamp deltas and options (layout.ts SP_DELTA,
+   * SP_TSDELTA, SP_OPTS) in spDelta, spTsDelta, spOpts.
+   */
+  sp = 0;
+  /**
    * caddr, cports (cport << 16 | vport), vaddr, daddr, dports (rport << 16 | lport), laddr, and
    * the PROXY protocol word (layout.ts PP_*, 0 = none) with the client sequence number it sits
-   * at (ppSeq): int32 words, see WORDS at the top.
+   * at (ppSeq), the SYN proxy words: int32 words, see WORDS at the top.
    */
-  private readonly w = new Int32Array(8);
+  private readonly w = new Int32Array(11);
   get caddr(): number {
     return this.w[0]!;
   }
@@ -127,6 +139,24 @@ export class FlowView {
   set ppSeq(v: number) {
     this.w[7] = v;
   }
+  get spDelta(): number {
+    return this.w[8]!;
+  }
+  set spDelta(v: number) {
+    this.w[8] = v;
+  }
+  get spTsDelta(): number {
+    return this.w[9]!;
+  }
+  set spTsDelta(v: number) {
+    this.w[9] = v;
+  }
+  get spOpts(): number {
+    return this.w[10]!;
+  }
+  set spOpts(v: number) {
+    this.w[10] = v;
+  }
 }
 
 /**
@@ -150,8 +180,14 @@ export class NewFlow {
    */
   inBucket = -1;
   created = false;
-  /** caddr, cports, vaddr, daddr, dports, laddr, pp, ppSeq, now, expires: int32 words, see WORDS at the top. */
-  private readonly w = new Int32Array(10);
+  /**
+   * A SYN-proxied flow learnt from Redis (1; lb/synproxy.ts): the entry gets F_SYNPROXY and its
+   * SP words spDelta, spTsDelta, spOpts (layout.ts SP_DELTA, SP_TSDELTA, SP_OPTS). 0 otherwise;
+   * the packet path never sets it (its flows become proxied through ConnTable.spBegin).
+   */
+  sp = 0;
+  /** caddr, cports, vaddr, daddr, dports, laddr, pp, ppSeq, now, expires, and the SP words: int32 words, see WORDS at the top. */
+  private readonly w = new Int32Array(13);
   get caddr(): number {
     return this.w[0]!;
   }
@@ -211,6 +247,24 @@ export class NewFlow {
   }
   set expires(v: number) {
     this.w[9] = v;
+  }
+  get spDelta(): number {
+    return this.w[10]!;
+  }
+  set spDelta(v: number) {
+    this.w[10] = v;
+  }
+  get spTsDelta(): number {
+    return this.w[11]!;
+  }
+  set spTsDelta(v: number) {
+    this.w[11] = v;
+  }
+  get spOpts(): number {
+    return this.w[12]!;
+  }
+  set spOpts(v: number) {
+    this.w[12] = v;
   }
 }
 

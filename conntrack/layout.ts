@@ -13,6 +13,12 @@
  *   [entries: capacity × ENTRY_WORDS int32]
  *   [per-source counters: capacity int32]  half-open entries per client source, at a keyed hash
  *                                      of the source (IPv4 address, IPv6 /64); atomic adds
+ *   [SYN proxy words: capacity × SP_WORDS int32]  per entry, meaningful while its E_FLAGS has
+ *                                      F_SYNPROXY (lb/synproxy.ts): the client's handshake, then
+ *                                      the sequence/timestamp deltas and window scales
+ *   [held packets: HOLD_HDR_WORDS + HOLD_SLOTS × HOLD_SLOT_WORDS int32, then HOLD_SLOTS ×
+ *                                      HOLD_SLOT_BYTES]  client packets that arrived while the
+ *                                      real server's handshake was pending, replayed after it
  *
  * capacity and buckets are powers of two and buckets = capacity: each entry sits on one in-chain
  * and one out-chain, so a full table averages one entry per chain of each kind. Chains, not open addressing: deletion needs no tombstones and a lookup holding a bucket
@@ -35,6 +41,9 @@ export const H_ALLOC_LOCK = 6;
 export const H_EPOCH_LO = 7; // ms since the Unix epoch when the table was made, split in two
 export const H_EPOCH_HI = 8; //   words: entry times are ms relative to it (int32: 24 days span)
 export const H_SHADOWS = 10; // shadow entries (atomic)
+// SYN proxy (lb/synproxy.ts; defense.ts and the control thread write them, workers read them):
+export const H_SP_KEY = 11; // 4 words (11..14): the SYN cookie key, two HalfSipHash keys (config synProxyKey or random)
+export const H_SP_PENDING = 15; // proxied entries whose real server has not answered yet (atomic gauge)
 export const H_TIMEOUTS = 16; // TIMEOUT_SLOTS words (16..47): per-state timeouts in ms, slots below
 export const H_HASH_K1 = 48; // bucket hash key, second word (k1): both from crypto random at creation
 // Overload defenses (conntrack/defense.ts writes them once a second; workers read them):
@@ -43,6 +52,11 @@ export const H_SECURE_TCP_MS = 57; // the half-open timeout (ms) while secure_tc
 export const H_DROP_RATE = 58; // drop_packet: drop 1 of every this many new flows, 0 = off
 export const H_SRC_LIMIT = 59; // half-open entries one client source may hold, 0 = no limit now
 export const H_SRC_KEY = 60; // 4 words (60..63): random SipHash key of the per-source counters
+export const H_SYNPROXY = 49; // 1 while the SYN proxy answers SYNs with cookies (defense.synProxy)
+export const H_SP_LAST = 50; // table-relative ms a cookie was last sent: ACKs are checked for 2 minutes after
+export const H_SP_MSS4 = 51; // the MSS offered to IPv4 clients at most (defense.synProxyMss)
+export const H_SP_MSS6 = 52; // the same for IPv6
+export const H_SP_WSCALE = 53; // the window scale offered to clients (defense.synProxyWscale)
 export const HDR_WORDS = 64;
 
 /**
@@ -127,6 +141,8 @@ export const F_INVALID = 0x20000; // uvs: a template that may no longer be match
 export const F_SHADOW = 0x40000; // uvs: another node's flow, learnt from Redis; not counted until a packet adopts it
 export const F_IN_USE = 0x10000; // uvs: slot holds a live entry
 export const F_HALFOPEN = 0x80000; // uvs: counted in its source's half-open counter (TCP/SCTP before ESTABLISHED)
+export const F_SYNPROXY = 0x100000; // uvs: a SYN-proxied flow (lb/synproxy.ts): its SP_* words adjust every packet
+export const F_SP_PENDING = 0x200000; // uvs: proxied, the real server's SYN-ACK not seen yet (client packets are held)
 
 /** Owner id the control thread uses in lock words; workers use their id + 1 (< 1000). */
 export const OWNER_CONTROL = 1000;
@@ -142,7 +158,7 @@ export const CTPL_ASSURED = 1;
 export const TEMPLATE_REARM_MS = 60_000;
 
 export function tableBytes(capacity: number): number {
-  return (HDR_WORDS + 3 * capacity + capacity * ENTRY_WORDS + capacity) * 4;
+  return holdDataOffset(capacity) + HOLD_SLOTS * HOLD_SLOT_BYTES;
 }
 export function inHeadsOffset(): number {
   return HDR_WORDS;
@@ -159,6 +175,57 @@ export function entriesOffset(capacity: number): number {
 /** One counter per entry slot: even a table full of half-open entries from distinct sources fits. */
 export function sourceCountersOffset(capacity: number): number {
   return HDR_WORDS + 3 * capacity + capacity * ENTRY_WORDS;
+}
+
+/**
+ * SYN proxy words of an entry (lb/synproxy.ts), at synproxyOffset(capacity) + e × SP_WORDS. Written
+ * under the entry's bucket locks; read into a FlowView with the entry when E_FLAGS has F_SYNPROXY.
+ * While F_SP_PENDING (the real server's SYN-ACK not seen yet) they hold the client's handshake;
+ * afterwards SP_DELTA and SP_TSDELTA take the place of the cookie and our timestamp.
+ */
+export const SP_ISN = 0; // the client's ISN (its SYN's sequence number)
+export const SP_COOKIE = 1; // pending: our ISN towards the client (the cookie)
+export const SP_DELTA = 1; // after: cookie − the server's ISN; server→client seq += it, client→server ack −= it
+export const SP_OPTS = 2; // SPO_* below
+export const SP_CTSVAL = 3; // the client's latest TSval seen (our SYN and ACK to the server carry it)
+export const SP_OURTS = 4; // pending: the TSval we gave the client (its TSecr echoes it)
+export const SP_TSDELTA = 4; // after: our TSval − the server's; server→client TSval += it, client→server TSecr −= it
+export const SP_SYN_AT = 5; // table-relative ms our SYN last went to the server
+export const SP_CWIN = 6; // the client's window field (its cookie ACK), for our ACK to the server
+export const SP_HELD = 7; // held packets: first hold slot + 1 (low 16 bits), count << 16
+export const SP_WORDS = 8;
+// SP_OPTS bits: the options of the client's SYN as the cookie carried them, and the window scales.
+export const SPO_MSS_MASK = 0xffff; // the MSS our SYN gives the server
+export const SPO_WS_SHIFT = 16; // the client's window scale (4 bits), 0xf = none
+export const SPO_SACK = 0x100000; // the client offered SACK (and timestamps carried it)
+export const SPO_TS = 0x200000; // the client uses timestamps
+export const SPO_OURWS_SHIFT = 24; // the window scale we offered the client (4 bits; 0 without)
+export const SPO_SRVWS_SHIFT = 28; // the server's window scale (4 bits; 0 without), set with SP_DELTA
+
+/** Held-packet area: per-slot header words, the area's header words, and their sizes. */
+export const HOLD_LOCK = 0; // area lock (owner id), taken after the bucket locks
+export const HOLD_FREE = 1; // first free slot + 1, 0 = none
+export const HOLD_USED = 2; // slots in use (a gauge)
+export const HOLD_HDR_WORDS = 4;
+export const HS_NEXT = 0; // next slot of the same flow (+1), or of the free list
+export const HS_LEN = 1; // the packet's bytes (IP header first)
+export const HS_L4 = 2; // its TCP header's offset from the IP header
+export const HOLD_SLOT_WORDS = 4;
+export const HOLD_SLOTS = 512; // packets held at once, all flows and workers (1 MiB)
+export const HOLD_SLOT_BYTES = 2048; // ≥ MTU 1500; a larger packet is refused (the client sends it again)
+/** Packets one flow may hold (DPVS max_ack_saved). */
+export const HOLD_PER_FLOW = 3;
+
+export function synproxyOffset(capacity: number): number {
+  return HDR_WORDS + 3 * capacity + capacity * ENTRY_WORDS + capacity;
+}
+/** Word offset of the held-packet area's header; its slot headers follow. */
+export function holdOffset(capacity: number): number {
+  return synproxyOffset(capacity) + capacity * SP_WORDS;
+}
+/** Byte offset of the held packets' data (slot i at + i × HOLD_SLOT_BYTES). */
+export function holdDataOffset(capacity: number): number {
+  return (holdOffset(capacity) + HOLD_HDR_WORDS + HOLD_SLOTS * HOLD_SLOT_WORDS) * 4;
 }
 
 /*
@@ -211,27 +278,55 @@ export const C_PARKED = 9; // packets parked for a Redis lookup
 export const C_PARK_FULL = 10; // packets that found the park ring full (dropped)
 export const C_ADOPTED = 11; // another node's flows taken over by a packet
 export const C_PP_HEADERS = 12; // PROXY protocol header segments sent to real servers (a resend counts again)
-export const C_DROP_BASE = 16; // + DropReason
+/**
+ * Packets written beyond one per packet handled (lb/worker.ts): a GSO super-packet's segments after
+ * the first (segmented here for the tunnel), a PROXY protocol header segment sent ahead of the
+ * client's data. So written + write errors = forwarded + generated (C_GEN_BASE, sent) + these.
+ */
+export const C_TX_EXTRA = 13;
+/** Longest connection-table chain the worker walked in the last two 10 s windows (a gauge). */
+export const C_CHAIN_MAX = 14;
+/** Walks longer than conntrack/table.ts CHAIN_ALARM (monotonic). */
+export const C_LONG_CHAINS = 15;
+export const C_DROP_BASE = 16; // + DropReason (16..47)
 /**
  * Packets the dataplane generates (lb/icmp.ts mayAnswer) and what became of each:
- * C_GEN_BASE + kind × GEN_RESULTS + result (48..59).
+ * C_GEN_BASE + kind × GEN_RESULTS + result, room for GEN_KIND_SLOTS kinds (48..62). A packet
+ * generated is counted once, `sent`, when it is built: one increment, nothing else per packet.
+ *
+ * A new kind takes the next number, its name appended to GEN_KIND_NAMES and its GEN_REFUSES entry
+ * to GEN_REFUSES; metrics, GET /v1/stats, dataplane.generatedLimit.kinds and the reliability
+ * run's accounting follow those lists. GEN_SYN_ACK is the SYN proxy's cookie SYN-ACK: its SYN is
+ * answered in place (no drop reason: GEN_REFUSES false).
  */
 export const C_GEN_BASE = 48;
+export const GEN_KIND_SLOTS = 5;
 export const GEN_RESET = 0; // TCP RST
 export const GEN_UNREACH = 1; // ICMP / ICMPv6 port unreachable
 export const GEN_ECHO = 2; // echo reply (ICMP, ICMPv6)
 export const GEN_TOO_BIG = 3; // ICMP fragmentation needed / ICMPv6 Packet Too Big
-export const GEN_KIND_NAMES = ['reset', 'unreachable', 'echo', 'too_big'] as const;
+export const GEN_SYN_ACK = 4; // a SYN-ACK with a SYN cookie (lb/synproxy.ts): never limited, the SYN answered in place
+export const GEN_KIND_NAMES = ['reset', 'unreachable', 'echo', 'too_big', 'syn_ack'] as const;
+/**
+ * Per kind: whether the packet it answers is a refusal, counted under its drop reason as well (a
+ * RST for a segment of no flow, an unreachable, a too-big), or answered without a drop (an echo
+ * request: the answer is the packet turned around).
+ */
+export const GEN_REFUSES: readonly boolean[] = [true, true, false, true, false];
 export const GEN_SENT = 0;
 export const GEN_BAD_DESTINATION = 1; // suppressed: the answer would go to a VIP, the pool, multicast, …
 export const GEN_RATE_LIMITED = 2; // suppressed: over the per-source or the global limit
 export const GEN_RESULTS = 3;
 export const GEN_RESULT_NAMES = ['sent', 'bad_destination', 'rate_limited'] as const;
-/** Longest connection-table chain the worker walked in the last two 10 s windows (a gauge). */
-export const C_CHAIN_MAX = 60;
-/** Walks longer than conntrack/table.ts CHAIN_ALARM (monotonic). */
-export const C_LONG_CHAINS = 61;
-export const W_GLOBAL_WORDS = 64;
+// SYN proxy (lb/synproxy.ts): its cookies are generated packets (GEN_SYN_ACK), its bad cookies
+// the drop reason bad_cookie.
+export const C_SP_ACCEPTED = 64; // client ACKs with a valid cookie: flows made, SYN sent to the real server
+/** Client packets held while the server's handshake was pending: consumed when held (their replay
+ *  after the server's SYN-ACK is written as C_TX_EXTRA), as parked packets are. */
+export const C_SP_HELD = 65;
+export const C_SP_HELD_REFUSED = 66; // client packets that could not be held (flow or area full, too large) or replayed
+export const C_SP_SERVER_FAIL = 67; // real servers that answered our SYN with a RST
+export const W_GLOBAL_WORDS = 72;
 // Per real server / per service counters (kernel ip_vs_stats).
 export const RSC_CONNS = 0;
 export const RSC_INPKTS = 1;
@@ -293,6 +388,15 @@ export const enum Drop {
   /** What the packet turns into does not fit where the worker writes it: over 65535 bytes once
    *  encapsulated, more than MAX_OUT segments, or past its output region (lb/verdict.ts). */
   OutputFull,
+  /** SYN proxy: an ACK with no flow, while cookies were sent in the last 2 minutes, whose
+   *  acknowledgement is no valid cookie (lb/synproxy.ts); no RST is sent. */
+  BadCookie,
+  /** SYN proxy: a client packet while the real server's handshake is pending that cannot be held
+   *  (its flow holds HOLD_PER_FLOW, the shared area is full, or it is larger than a slot). */
+  SynProxyHoldFull,
+  /** SYN proxy: a client's bare ACK while the real server's handshake is pending, consumed by
+   *  it (nothing to hold; a SYN it answers with a cookie is the generated kind syn_ack). */
+  SynProxy,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -319,6 +423,9 @@ export const DROP_NAMES = [
   'half_open_per_source',
   'no_tunnel_source',
   'output_full',
+  'bad_cookie',
+  'synproxy_hold_full',
+  'synproxy',
 ] as const;
 
 /*

@@ -13,6 +13,9 @@
  *   then, only for a flow with a PROXY protocol header (lb/proxy-protocol.ts):
  *   pp=<E_PP word>,<E_PP_SEQ>  the header's length, version and delivery flags, and its sequence
  *                              number: the adopting node must go on shifting by exactly as much
+ *   or, only for a SYN-proxied flow past its server's handshake (lb/synproxy.ts; never both):
+ *   sp=<SP_DELTA>,<SP_TSDELTA>,<SP_OPTS>  its sequence and timestamp deltas and its options and
+ *                              window scales: the adopting node must go on adjusting by as much
  *   last, only when redis.recordKey is set: the MAC, 128 bits of HMAC-SHA256 over everything
  *   before it, in hex
  * 13-field records come from uvs before IPv6 (IPv4 only). The pp field never looks like a MAC
@@ -32,6 +35,8 @@
  *   - its forwarding method is exactly the real server's, no other flag bit (a template or shadow
  *     bit would pin clients or confuse the table) (`forwarding`);
  *   - its state exists for the protocol and its inactive bit is the one that state implies (`state`);
+ *   - a SYN proxy field only on a masq or full-NAT TCP flow without PROXY protocol, its options
+ *     word with no bit but SPO_*'s and window scales of at most 14 (`synproxy`);
  *   - it expires in the future, at most the state's timeout (plus MAX_CLOCK_SKEW_MS) away — a
  *     23-day record cannot hold a slot for 23 days (`expiry`);
  *   - with a key configured, it carries a valid MAC (`auth`).
@@ -56,6 +61,7 @@ export const RECORD_REFUSALS = [
   'state',
   'expiry',
   'proxy_protocol', // a PROXY protocol word this node would not have written for the flow
+  'synproxy', // SYN proxy words on a flow that cannot be proxied, or options no node writes
   'key_mismatch', // a lookup's answer describes another flow than the parked packet's
   'shadow_cap', // redis.maxShadowShare of the table already holds shadows
   'not_installed', // a local entry has the key, or the table is full
@@ -105,6 +111,11 @@ export interface FlowRecord {
   /** PROXY protocol: the entry's E_PP word (0 = none) and E_PP_SEQ. */
   pp: number;
   ppSeq: number;
+  /** SYN proxy (1 = the record has it): the entry's SP_DELTA, SP_TSDELTA, SP_OPTS. */
+  sp: number;
+  spDelta: number;
+  spTsDelta: number;
+  spOpts: number;
 }
 
 /** What this node has for a (service, real server) pair: the flow a record may describe. */
@@ -167,18 +178,31 @@ export function parseRecord(text: string, key: Buffer | null): FlowRecord | Reco
   if (text.length > MAX_RECORD_CHARS) return 'malformed';
   const f = text.split('|');
   if (f.length < 13 || f.length > 16) return 'malformed';
-  const ppField = f.length > 14 && f[14]!.startsWith('pp=') ? f[14]! : null;
+  // The optional field: pp= (PROXY protocol) or sp= (SYN proxy).
+  const optField = f.length > 14 && (f[14]!.startsWith('pp=') || f[14]!.startsWith('sp=')) ? f[14]! : null;
   if (key !== null) {
-    if (f.length !== (ppField !== null ? 16 : 15) || !macOk(key, text.slice(0, text.lastIndexOf('|')), f[f.length - 1]!)) return 'auth';
-  } else if (f.length === 16 && ppField === null) return 'malformed';
+    if (f.length !== (optField !== null ? 16 : 15) || !macOk(key, text.slice(0, text.lastIndexOf('|')), f[f.length - 1]!)) return 'auth';
+  } else if (f.length === 16 && optField === null) return 'malformed';
   let pp = 0;
   let ppSeq = 0;
-  if (ppField !== null) {
-    const m = /^pp=(-?\d{1,10}),(-?\d{1,10})$/.exec(ppField);
+  let sp = 0;
+  let spDelta = 0;
+  let spTsDelta = 0;
+  let spOpts = 0;
+  if (optField?.startsWith('pp=')) {
+    const m = /^pp=(-?\d{1,10}),(-?\d{1,10})$/.exec(optField);
     if (!m) return 'malformed';
     pp = word(m[1]!);
     ppSeq = word(m[2]!);
     if (Number.isNaN(pp) || Number.isNaN(ppSeq)) return 'malformed';
+  } else if (optField !== null) {
+    const m = /^sp=(-?\d{1,10}),(-?\d{1,10}),(-?\d{1,10})$/.exec(optField);
+    if (!m) return 'malformed';
+    sp = 1;
+    spDelta = word(m[1]!);
+    spTsDelta = word(m[2]!);
+    spOpts = word(m[3]!);
+    if (Number.isNaN(spDelta) || Number.isNaN(spTsDelta) || Number.isNaN(spOpts)) return 'malformed';
   }
   // Without a key a MAC is not checked: this node trusts the store (the default, as before).
   const n: number[] = [];
@@ -218,6 +242,10 @@ export function parseRecord(text: string, key: Buffer | null): FlowRecord | Reco
     hi,
     pp,
     ppSeq,
+    sp,
+    spDelta,
+    spTsDelta,
+    spOpts,
   };
 }
 
@@ -263,6 +291,7 @@ export function checkRecord(r: FlowRecord, t: FlowTarget | null, nowMs: number, 
     if (lport !== r.cports >>> 16) return 'port';
   }
   if (r.pp !== 0 && !proxyProtocolOk(r, t)) return 'proxy_protocol';
+  if (r.sp !== 0 && !synProxyOk(r)) return 'synproxy';
   const p = r.proto & 0xff;
   const states = p === IPPROTO_TCP ? TCP_STATE_COUNT : p === IPPROTO_SCTP ? SCTP_STATE_COUNT : 1;
   if (r.state < 0 || r.state >= states) return 'state';
@@ -292,6 +321,25 @@ function proxyProtocolOk(r: FlowRecord, t: FlowTarget): boolean {
   w[3] = r.caddr;
   w[7] = r.vaddr;
   return writeProxyHeader(new Uint8Array(PP_MAX_LEN), 0, version, r.hi !== null, w, r.cports >>> 16, r.cports & 0xffff) === ppLength(r.pp);
+}
+
+/**
+ * A record's SYN proxy words: a masq or full-NAT TCP flow without PROXY protocol (what the SYN
+ * proxy takes), an options word with only SPO_* bits, its window scales at most 14 (the client's
+ * 0xf = none). The deltas are any 32-bit numbers: every value is some flow's.
+ */
+const SPO_BITS = L.SPO_MSS_MASK | (0xf << L.SPO_WS_SHIFT) | L.SPO_SACK | L.SPO_TS | (0xf << L.SPO_OURWS_SHIFT) | (0xf << L.SPO_SRVWS_SHIFT);
+function synProxyOk(r: FlowRecord): boolean {
+  if ((r.proto & 0xff) !== IPPROTO_TCP || (r.fwd !== L.FWD_MASQ && r.fwd !== L.FWD_FULLNAT) || r.pp !== 0) return false;
+  const o = r.spOpts;
+  if ((o & ~SPO_BITS) !== 0) return false;
+  const cws = (o >>> L.SPO_WS_SHIFT) & 0xf;
+  return (cws <= 14 || cws === 0xf) && ((o >>> L.SPO_OURWS_SHIFT) & 0xf) <= 14 && ((o >>> L.SPO_SRVWS_SHIFT) & 0xf) <= 14;
+}
+
+/** The record's sp field ('' for none). */
+export function spField(words: readonly [number, number, number] | null): string {
+  return words === null ? '' : `|sp=${words[0]},${words[1]},${words[2]}`;
 }
 
 /** The record's pp field ('' for none; |-separated like the others). */

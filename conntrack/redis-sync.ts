@@ -66,6 +66,7 @@ import {
   parseCounts,
   parseRecord,
   ppField,
+  spField,
   RECORD_REFUSALS,
   recordMatches,
   selectNodes,
@@ -391,11 +392,16 @@ export class RedisSync {
     this.stats.queueDepth = this.queue.size;
   }
 
-  /** Queues the record of the entry at word offset o (this node's flows only: no shadow or template); false if none. */
+  /**
+   * Queues the record of the entry at word offset o (this node's flows only: no shadow or
+   * template); false if none. A SYN-proxied flow (lb/synproxy.ts) is published with its deltas
+   * (the sp field), but not while its server's handshake is pending: another node could not
+   * finish it (it has neither the client's handshake nor the held packets).
+   */
   private enqueue(o: number, now: number): boolean {
     const a = this.table.i32;
     const flags = a[o + L.E_FLAGS]!;
-    if (!(flags & L.F_IN_USE) || flags & (L.F_SHADOW | L.F_TEMPLATE)) return false;
+    if (!(flags & L.F_IN_USE) || flags & (L.F_SHADOW | L.F_TEMPLATE | L.F_SP_PENDING)) return false;
     const names = this.resolver.names(a[o + L.E_SVC]!, a[o + L.E_RS]!);
     if (!names) return false;
     const proto = a[o + L.E_PROTO]!;
@@ -418,7 +424,9 @@ export class RedisSync {
         flags & L.F_INACTIVE ? 1 : 0,
         expiresAt,
         proto & L.PROTO_V6 ? Array.from(this.table.entryHi(o)).join(',') : '',
-      ].join('|') + ppField(Atomics.load(a, o + L.E_PP), a[o + L.E_PP_SEQ]!);
+      ].join('|') +
+      ppField(Atomics.load(a, o + L.E_PP), a[o + L.E_PP_SEQ]!) +
+      spField(flags & L.F_SYNPROXY ? this.table.spRecordWords((o - this.table.base(0)) / L.ENTRY_WORDS) : null);
     const signed = signRecord(this.key, rec); // control thread, per batch: never per packet
     const hi = proto & L.PROTO_V6 ? this.table.entryHi(o) : undefined;
     const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi);
@@ -667,6 +675,10 @@ export class RedisSync {
     n.expires = (this.table.now() + (r.expiresAt - nowMs)) | 0;
     n.pp = r.pp;
     n.ppSeq = r.ppSeq;
+    n.sp = r.sp;
+    n.spDelta = r.spDelta;
+    n.spTsDelta = r.spTsDelta;
+    n.spOpts = r.spOpts;
     if (r.hi !== null) n.hi.set(r.hi);
     let e = this.table.putShadow(n, mayAdd);
     // One shadow replaced by another: the count stays, so the shadow cap does not stand in the way.

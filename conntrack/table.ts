@@ -64,6 +64,12 @@ export const FLOW_MISS = 0;
 export const FLOW_HIT = 1;
 export const FLOW_DEST_GONE = 2;
 export const FLOW_REUSE = 3;
+/** A SYN-proxied flow whose real server has not answered yet (lb/synproxy.ts): found, not touched. */
+export const FLOW_SP_PENDING = 4;
+/** spHold's result bits: the packet was held, refused (no room), our SYN is due again. */
+export const SPH_HELD = 1;
+export const SPH_REFUSED = 2;
+export const SPH_RESEND = 4;
 /** lookupIn's options: the packet may start a connection; expire_nodest_conn is on. */
 export const LOOKUP_NEW = 1;
 export const LOOKUP_EXPIRE_NODEST = 2;
@@ -99,6 +105,14 @@ export class ConnTable {
   /** Per-source half-open counters (layout.ts) and the SipHash state of their key. */
   private readonly sources: number;
   private readonly srcKey: Uint32Array;
+  /** SYN proxy words (layout.ts SP_*) and the held-packet area (HOLD_*): word offsets, and the area's bytes. */
+  private readonly spWords: number;
+  private readonly hold: number;
+  readonly holdBytes: Uint8Array;
+  private readonly holdData: number;
+  /** The two buckets lockFlow() locked. */
+  private spB1 = 0;
+  private spB2 = 0;
   /** Real-server region (layout.ts RS_*). */
   readonly rs: Int32Array;
   /** This thread's lock owner id. */
@@ -126,6 +140,17 @@ export class ConnTable {
     }
     a[L.H_FREE_HEAD] = 1;
     for (let i = 0; i < 4; i++) a[L.H_SRC_KEY + i] = (Math.random() * 0x100000000) | 0;
+    const spKey = new Int32Array(4);
+    randomFillSync(spKey);
+    a.set(spKey, L.H_SP_KEY);
+    a[L.H_SP_LAST] = -0x40000000; // no cookie sent yet: ACKs are not checked
+    a[L.H_SP_MSS4] = 1460;
+    a[L.H_SP_MSS6] = 1440;
+    a[L.H_SP_WSCALE] = 7;
+    // The held-packet area's free list: every slot, in order.
+    const h = L.holdOffset(capacity);
+    a[h + L.HOLD_FREE] = 1;
+    for (let i = 0; i < L.HOLD_SLOTS; i++) a[h + L.HOLD_HDR_WORDS + i * L.HOLD_SLOT_WORDS + L.HS_NEXT] = i + 1 < L.HOLD_SLOTS ? i + 2 : 0;
     setTimeouts(a, timeouts);
     return sab;
   }
@@ -144,6 +169,10 @@ export class ConnTable {
     this.locks = L.bucketLocksOffset(this.capacity);
     this.entries = L.entriesOffset(this.capacity);
     this.sources = L.sourceCountersOffset(this.capacity);
+    this.spWords = L.synproxyOffset(this.capacity);
+    this.hold = L.holdOffset(this.capacity);
+    this.holdBytes = new Uint8Array(sab);
+    this.holdData = L.holdDataOffset(this.capacity);
     const k = this.i32;
     this.srcKey = sipInit([k[L.H_SRC_KEY]! >>> 0, k[L.H_SRC_KEY + 1]! >>> 0, k[L.H_SRC_KEY + 2]! >>> 0, k[L.H_SRC_KEY + 3]! >>> 0]);
     this.rs = new Int32Array(rsSab);
@@ -326,6 +355,7 @@ export class ConnTable {
       if (Atomics.compareExchange(a, this.base(e) + L.E_LOCK, owner, 0) === owner) released++;
     }
     if (Atomics.compareExchange(a, L.H_ALLOC_LOCK, owner, 0) === owner) released++;
+    if (Atomics.compareExchange(a, this.hold + L.HOLD_LOCK, owner, 0) === owner) released++;
     return released;
   }
 
@@ -569,7 +599,8 @@ export class ConnTable {
    * FLOW_DEST_GONE when its real server has left the service (expire_nodest_conn decides), or
    * FLOW_REUSE when `opts` has LOOKUP_NEW (a TCP SYN, an SCTP INIT) and the entry may be replaced
    * by a new connection (conn_reuse_mode=1): it is in TIME_WAIT (SCTP: CLOSED) and no template
-   * controls it, or (LOOKUP_EXPIRE_NODEST, ≥ 5.16) its server is quiesced. `ev` as for touch().
+   * controls it, or (LOOKUP_EXPIRE_NODEST, ≥ 5.16) its server is quiesced, or it is a SYN-proxied
+   * flow and the SYN (its number in k.seq) is not its client's (spReuse). `ev` as for touch().
    */
   lookupIn(k: FlowKey, v: FlowView, ev: number, opts: number, now: number): number {
     const b = this.bucketIn(k.proto, k.src, k.ports, k.dst, k.hi);
@@ -591,12 +622,22 @@ export class ConnTable {
     if (
       opts & LOOKUP_NEW &&
       ((a[o + L.E_STATE] === ((k.proto & 0xff) === IPPROTO_TCP ? TCP_TIME_WAIT : SCTP_S_CLOSED) && a[o + L.E_CONTROL] === 0) ||
-        (opts & LOOKUP_EXPIRE_NODEST && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0))
+        (opts & LOOKUP_EXPIRE_NODEST && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0) ||
+        this.spReuse(e, o, k.seq))
     ) {
       this.unlockBucket(b);
       return FLOW_REUSE;
     }
-    v.adopted = (a[o + L.E_FLAGS]! & L.F_SHADOW) !== 0 && this.adopt(e, now);
+    const flags = a[o + L.E_FLAGS]!;
+    if (flags & L.F_SP_PENDING) {
+      // SYN proxy: the real server has not answered our SYN; the client's packet is held, untouched.
+      v.adopted = false;
+      v.sync = false;
+      this.view(e, o, v);
+      this.unlockBucket(b);
+      return FLOW_SP_PENDING;
+    }
+    v.adopted = (flags & L.F_SHADOW) !== 0 && this.adopt(e, now);
     v.sync = this.touch(e, DIR_INPUT, ev, now);
     this.view(e, o, v);
     this.unlockBucket(b);
@@ -726,6 +767,250 @@ export class ConnTable {
     Atomics.or(this.i32, this.base(e) + L.E_PP, bits);
   }
 
+  // ── SYN proxy (lb/synproxy.ts; layout.ts SP_*, HOLD_*) ─────────────────────────────────
+  /** Whether the SYN proxy answers SYNs now (defense.ts sets H_SYNPROXY). */
+  synProxyOn(): boolean {
+    return this.i32[L.H_SYNPROXY] !== 0;
+  }
+
+  /**
+   * Locks both buckets of entry e (its keys as stored) and checks that it is still the live flow
+   * of client (proto, caddr, cports): true with the locks held, false with none.
+   */
+  private lockFlow(e: number, proto: number, caddr: number, cports: number): boolean {
+    const a = this.i32;
+    const o = this.base(e);
+    for (;;) {
+      const b1 = this.entryBucketIn(o);
+      const b2 = this.entryBucketOut(o);
+      this.lockPair(b1, b2);
+      if (b1 === this.entryBucketIn(o) && b2 === this.entryBucketOut(o)) {
+        if (
+          a[o + L.E_FLAGS]! & L.F_IN_USE &&
+          !(a[o + L.E_FLAGS]! & L.F_TEMPLATE) &&
+          a[o + L.E_PROTO] === proto &&
+          a[o + L.E_CADDR] === caddr &&
+          a[o + L.E_CPORTS] === cports
+        ) {
+          this.spB1 = b1;
+          this.spB2 = b2;
+          return true;
+        }
+        this.unlockPair(b1, b2);
+        return false;
+      }
+      this.unlockPair(b1, b2);
+    }
+  }
+  /**
+   * A flow just made pending from a client's cookie ACK (inserted with F_SYNPROXY |
+   * F_SP_PENDING, its first touch done) gets the client's handshake in its SP words (w: SP_ISN …
+   * SP_CWIN as layout.ts orders them), its timer `pendingMs` away. False if it is no longer there
+   * or no longer pending.
+   */
+  spBegin(e: number, v: FlowView, w: Int32Array, pendingMs: number, now: number): boolean {
+    if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return false;
+    const a = this.i32;
+    const o = this.base(e);
+    const pending = (a[o + L.E_FLAGS]! & L.F_SP_PENDING) !== 0;
+    if (pending) {
+      const s = this.spWords + e * L.SP_WORDS;
+      for (let i = 0; i < L.SP_HELD; i++) a[s + i] = w[i]!;
+      a[s + L.SP_SYN_AT] = now;
+      a[o + L.E_EXPIRES] = (now + pendingMs) | 0;
+    }
+    this.unlockPair(this.spB1, this.spB2);
+    return pending;
+  }
+
+  /**
+   * A client packet of pending flow v (lookupIn said FLOW_SP_PENDING): held in the shared area
+   * when `hold` (it carries data or FIN) and there is room, bytes b[off, off+len) with its TCP
+   * header at off + l4; and our SYN to the server is due again when it went ≥ resendMs ago — the
+   * client retransmits, so our SYN (or the server's SYN-ACK) may have been lost: then w gets the
+   * flow's SP words to rebuild it. Returns SPH_* bits, or −1 when the flow is pending no more
+   * (the caller looks it up again).
+   */
+  spHold(
+    v: FlowView,
+    hold: boolean,
+    b: Uint8Array,
+    off: number,
+    len: number,
+    l4: number,
+    w: Int32Array,
+    resendMs: number,
+    now: number,
+  ): number {
+    const e = v.entry;
+    if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return -1;
+    const a = this.i32;
+    const o = this.base(e);
+    if (!(a[o + L.E_FLAGS]! & L.F_SP_PENDING)) {
+      this.unlockPair(this.spB1, this.spB2);
+      return -1;
+    }
+    const s = this.spWords + e * L.SP_WORDS;
+    let r = 0;
+    if (hold) {
+      const held = a[s + L.SP_HELD]!;
+      const n = held >>> 16;
+      const slot = n < L.HOLD_PER_FLOW && len <= L.HOLD_SLOT_BYTES ? this.holdAlloc() : -1;
+      if (slot < 0) r |= SPH_REFUSED;
+      else {
+        const h = this.hold + L.HOLD_HDR_WORDS;
+        const x = this.holdBytes;
+        const d = this.holdData + slot * L.HOLD_SLOT_BYTES;
+        for (let i = 0; i < len; i++) x[d + i] = b[off + i]!;
+        const sh = h + slot * L.HOLD_SLOT_WORDS;
+        a[sh + L.HS_NEXT] = 0;
+        a[sh + L.HS_LEN] = len;
+        a[sh + L.HS_L4] = l4;
+        // Appended at the tail: replayed in the order they came.
+        let ref = held & 0xffff;
+        if (ref === 0) a[s + L.SP_HELD] = (slot + 1) | ((n + 1) << 16);
+        else {
+          while (a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT] !== 0) ref = a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!;
+          a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT] = slot + 1;
+          a[s + L.SP_HELD] = (held & 0xffff) | ((n + 1) << 16);
+        }
+        r |= SPH_HELD;
+      }
+    }
+    if (((now - a[s + L.SP_SYN_AT]!) | 0) >= resendMs) {
+      a[s + L.SP_SYN_AT] = now;
+      for (let i = 0; i < L.SP_WORDS; i++) w[i] = a[s + i]!;
+      r |= SPH_RESEND;
+    }
+    this.unlockPair(this.spB1, this.spB2);
+    return r;
+  }
+
+  /**
+   * The real server's SYN-ACK for flow v (found by lookupOut): with its ISN, TSval and window
+   * scale the flow's deltas are set (layout.ts SP_DELTA, SP_TSDELTA, SPO_SRVWS) and it is
+   * pending no more. w gets the SP words as they were before (the handshake: our ACK to the
+   * server is built from them). Returns the first held slot + 1 (0 = none; the caller replays
+   * and frees them), −2 when the flow was already complete (a retransmitted SYN-ACK: w is
+   * filled, with the deltas), −1 when it is gone or not proxied.
+   */
+  spComplete(v: FlowView, serverIsn: number, serverTs: number, serverWs: number, w: Int32Array): number {
+    const e = v.entry;
+    if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return -1;
+    const a = this.i32;
+    const o = this.base(e);
+    const flags = a[o + L.E_FLAGS]!;
+    const s = this.spWords + e * L.SP_WORDS;
+    for (let i = 0; i < L.SP_WORDS; i++) w[i] = a[s + i]!;
+    if (!(flags & L.F_SYNPROXY) || !(flags & L.F_SP_PENDING)) {
+      this.unlockPair(this.spB1, this.spB2);
+      return flags & L.F_SYNPROXY ? -2 : -1;
+    }
+    a[s + L.SP_DELTA] = (w[L.SP_COOKIE]! - serverIsn) | 0;
+    a[s + L.SP_TSDELTA] = (w[L.SP_OURTS]! - serverTs) | 0;
+    a[s + L.SP_OPTS] = (w[L.SP_OPTS]! & ~(0xf << L.SPO_SRVWS_SHIFT)) | ((serverWs & 0xf) << L.SPO_SRVWS_SHIFT);
+    const held = w[L.SP_HELD]! & 0xffff;
+    a[s + L.SP_HELD] = 0;
+    a[o + L.E_FLAGS] = flags & ~L.F_SP_PENDING;
+    this.unlockPair(this.spB1, this.spB2);
+    Atomics.sub(a, L.H_SP_PENDING, 1);
+    return held;
+  }
+
+  /**
+   * A TCP SYN with sequence number `seq` on entry e (at o) starts a new connection because the
+   * entry is a SYN-proxied flow past its handshake and the SYN is not its client's (another ISN):
+   * the proxy made the server's side of the old one, so the SYN must get a cookie of its own
+   * (a client reusing its port after a RST would otherwise meet the old flow's numbers). A late
+   * duplicate of the flow's own SYN keeps the flow.
+   */
+  private spReuse(e: number, o: number, seq: number): boolean {
+    const a = this.i32;
+    return (a[o + L.E_FLAGS]! & (L.F_SYNPROXY | L.F_SP_PENDING)) === L.F_SYNPROXY && a[this.spWords + e * L.SP_WORDS + L.SP_ISN] !== seq;
+  }
+
+  /** Entry e's SP words from a record (its deltas and options; no handshake, no held packets). */
+  private spSet(e: number, r: NewFlow): void {
+    const a = this.i32;
+    const s = this.spWords + e * L.SP_WORDS;
+    for (let i = 0; i < L.SP_WORDS; i++) a[s + i] = 0;
+    a[s + L.SP_DELTA] = r.spDelta;
+    a[s + L.SP_TSDELTA] = r.spTsDelta;
+    a[s + L.SP_OPTS] = r.spOpts;
+  }
+
+  /** The SP words of entry e at word o (a SYN-proxied flow's record: delta, timestamp delta, options); control thread. */
+  spRecordWords(e: number): [number, number, number] {
+    const s = this.spWords + e * L.SP_WORDS;
+    return [this.i32[s + L.SP_DELTA]!, this.i32[s + L.SP_TSDELTA]!, this.i32[s + L.SP_OPTS]!];
+  }
+
+  /** Flow v's SP words into w (a pending flow's handshake); false when it is gone or not proxied. */
+  spRead(v: FlowView, w: Int32Array): boolean {
+    const e = v.entry;
+    if (!this.lockFlow(e, v.proto, v.caddr, v.cports)) return false;
+    const a = this.i32;
+    const s = this.spWords + e * L.SP_WORDS;
+    for (let i = 0; i < L.SP_WORDS; i++) w[i] = a[s + i]!;
+    const ok = (a[this.base(e) + L.E_FLAGS]! & L.F_SYNPROXY) !== 0;
+    this.unlockPair(this.spB1, this.spB2);
+    return ok;
+  }
+
+  /** The held slot after `slot` (0-based) of the same flow + 1, 0 = the last. */
+  holdNext(slot: number): number {
+    return this.i32[this.hold + L.HOLD_HDR_WORDS + slot * L.HOLD_SLOT_WORDS + L.HS_NEXT]!;
+  }
+  /** A held packet's length, its TCP header's offset, and the byte offset of its data in holdBytes. */
+  holdLen(slot: number): number {
+    return this.i32[this.hold + L.HOLD_HDR_WORDS + slot * L.HOLD_SLOT_WORDS + L.HS_LEN]!;
+  }
+  holdL4(slot: number): number {
+    return this.i32[this.hold + L.HOLD_HDR_WORDS + slot * L.HOLD_SLOT_WORDS + L.HS_L4]!;
+  }
+  holdAt(slot: number): number {
+    return this.holdData + slot * L.HOLD_SLOT_BYTES;
+  }
+  /** Held slots in use (a gauge). */
+  holdUsed(): number {
+    return Atomics.load(this.i32, this.hold + L.HOLD_USED);
+  }
+  /** SYN-proxied flows whose real server has not answered yet (a gauge). */
+  spPending(): number {
+    return Atomics.load(this.i32, L.H_SP_PENDING);
+  }
+
+  /** Takes a free held slot (0-based), −1 when none is free. */
+  private holdAlloc(): number {
+    const a = this.i32;
+    const h = this.hold;
+    this.lockWord(h + L.HOLD_LOCK);
+    const ref = a[h + L.HOLD_FREE]!;
+    if (ref !== 0) {
+      a[h + L.HOLD_FREE] = a[h + L.HOLD_HDR_WORDS + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!;
+      a[h + L.HOLD_USED]!++;
+    }
+    Atomics.store(a, h + L.HOLD_LOCK, 0);
+    return ref - 1;
+  }
+
+  /** Gives back a detached list of held slots (first slot + 1; 0 = none). */
+  holdRelease(first: number): void {
+    const a = this.i32;
+    const h = this.hold;
+    let ref = first;
+    while (ref !== 0) {
+      const sh = h + L.HOLD_HDR_WORDS + (ref - 1) * L.HOLD_SLOT_WORDS;
+      const next = a[sh + L.HS_NEXT]!;
+      this.lockWord(h + L.HOLD_LOCK);
+      a[sh + L.HS_NEXT] = a[h + L.HOLD_FREE]!;
+      a[h + L.HOLD_FREE] = ref;
+      a[h + L.HOLD_USED]!--;
+      Atomics.store(a, h + L.HOLD_LOCK, 0);
+      ref = next;
+    }
+  }
+
   /** drop_packet's rate (defense.ts): refuse 1 of every this many new flows; 0 = off. */
   dropRate(): number {
     return this.i32[L.H_DROP_RATE]!;
@@ -747,7 +1032,15 @@ export class ConnTable {
     v.entry = e;
     const proto = a[o + L.E_PROTO]!;
     v.proto = proto;
-    v.fwd = a[o + L.E_FLAGS]! & L.FWD_MASK;
+    const flags = a[o + L.E_FLAGS]!;
+    v.fwd = flags & L.FWD_MASK;
+    v.sp = flags & (L.F_SYNPROXY | L.F_SP_PENDING);
+    if (flags & L.F_SYNPROXY) {
+      const s = this.spWords + e * L.SP_WORDS;
+      v.spDelta = a[s + L.SP_DELTA]!;
+      v.spTsDelta = a[s + L.SP_TSDELTA]!;
+      v.spOpts = a[s + L.SP_OPTS]!;
+    }
     v.state = a[o + L.E_STATE]!;
     v.caddr = a[o + L.E_CADDR]!;
     v.cports = a[o + L.E_CPORTS]!;
@@ -806,6 +1099,10 @@ export class ConnTable {
         a[o + L.E_FLAGS] = (a[o + L.E_FLAGS]! & ~L.F_INACTIVE) | (r.flags & L.F_INACTIVE);
         a[o + L.E_PP] = r.pp;
         a[o + L.E_PP_SEQ] = r.ppSeq;
+        if (r.sp !== 0) {
+          this.spSet(found, r);
+          a[o + L.E_FLAGS] = a[o + L.E_FLAGS]! | L.F_SYNPROXY;
+        }
         this.unlockBucket(b1);
         return found;
       }
@@ -926,7 +1223,13 @@ export class ConnTable {
     // per-source limit is on (hash + atomic add: ~100 ns a SYN, for nothing while it is off).
     const p8 = proto & 0xff;
     const halfOpen = !isTemplate && !isShadow && (p8 === IPPROTO_TCP || p8 === IPPROTO_SCTP) && a[L.H_SRC_LIMIT] !== 0;
-    a[o + L.E_FLAGS] = L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | (halfOpen ? L.F_HALFOPEN : 0) | fwdFlags;
+    // A SYN-proxied flow from Redis: its words in place before it is linked (as E_PP above). One
+    // made by a cookie ACK (F_SP_PENDING in its flags) is pending from the start: spBegin fills
+    // its handshake words next, and nothing may take it for a plain flow meanwhile (Redis sync).
+    if (r.sp !== 0) this.spSet(e, r);
+    else if (fwdFlags & L.F_SP_PENDING) a[this.spWords + e * L.SP_WORDS + L.SP_HELD] = 0;
+    a[o + L.E_FLAGS] =
+      L.F_IN_USE | (isTemplate || isShadow ? 0 : L.F_INACTIVE) | (halfOpen ? L.F_HALFOPEN : 0) | (r.sp !== 0 ? L.F_SYNPROXY : 0) | fwdFlags;
     a[o + L.E_NEXT_IN] = a[this.inHeads + b1]!;
     a[o + L.E_NEXT_OUT] = a[this.outHeads + b2]!;
     a[this.inHeads + b1] = e + 1;
@@ -939,6 +1242,7 @@ export class ConnTable {
       this.unlockPair(b1, b2);
     }
     Atomics.add(a, L.H_COUNT, 1);
+    if (fwdFlags & L.F_SP_PENDING) Atomics.add(a, L.H_SP_PENDING, 1);
     if (halfOpen) this.sourceAdd(o, 1);
     if (isShadow) Atomics.add(a, L.H_SHADOWS, 1);
     else this.bindRealServer(r.rs, isTemplate);
@@ -1033,7 +1337,17 @@ export class ConnTable {
     this.unlink(this.outHeads + b2, e, L.E_NEXT_OUT);
     a[o + L.E_FLAGS] = 0;
     const control = a[o + L.E_CONTROL]!;
+    let held = 0;
+    if (flags & L.F_SP_PENDING) {
+      const sw = this.spWords + e * L.SP_WORDS + L.SP_HELD;
+      held = a[sw]! & 0xffff;
+      a[sw] = 0;
+    }
     this.unlockPair(b1, b2);
+    if (flags & L.F_SP_PENDING) {
+      Atomics.sub(a, L.H_SP_PENDING, 1);
+      this.holdRelease(held);
+    }
     // Key words stay intact until pushFree below: the source can still be hashed.
     if (flags & L.F_HALFOPEN) this.sourceAdd(o, -1);
     Atomics.sub(a, L.H_COUNT, 1);

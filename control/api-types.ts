@@ -104,6 +104,8 @@ export interface WorkerStatus {
 /** GET /v1/defense (uvsadm -L --defense): levels, trigger, what they did, new flows refused. */
 export interface DefenseResponse extends DefenseView {
   refused: { dropPacket: number; halfOpenPerSource: number; tableFull: number; fullnatPortsExhausted: number };
+  /** SYN proxy (lb/synproxy.ts) since start: cookies sent, valid cookie ACKs, bad ones, client packets held and refused, servers that refused our SYN. */
+  synProxyCounts: { cookies: number; accepted: number; badCookies: number; held: number; heldRefused: number; serverFailures: number };
 }
 
 /** GET /v1/stats */
@@ -124,6 +126,8 @@ export interface StatsResponse {
   proxyProtocolHeaders: number;
   parked: number;
   parkFull: number;
+  /** SYN proxy: client packets held while their server's handshake was pending (consumed when held; replayed as txExtra). */
+  synProxyHeld: number;
   syncRingFull: number;
   /** null without redis. */
   redis: (SyncStats & { nodes: string[] }) | null;

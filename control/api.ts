@@ -150,6 +150,7 @@ export function statsView(d: Daemon): StatsResponse {
     proxyProtocolHeaders: d.stats.word(L.C_PP_HEADERS),
     parked: d.stats.word(L.C_PARKED),
     parkFull: d.stats.word(L.C_PARK_FULL),
+    synProxyHeld: d.stats.word(L.C_SP_HELD),
     syncRingFull: d.stats.word(L.C_SYNC_RING_FULL),
     redis: d.sync ? { ...d.sync.stats, nodes: d.sync.remoteNodes } : null,
     draining: d.model.drains().length,
@@ -170,6 +171,14 @@ export function defenseView(d: Daemon): DefenseResponse {
       halfOpenPerSource: drops.half_open_per_source ?? 0,
       tableFull: drops.table_full ?? 0,
       fullnatPortsExhausted: drops.fullnat_ports_exhausted ?? 0,
+    },
+    synProxyCounts: {
+      cookies: d.stats.word(L.C_GEN_BASE + L.GEN_SYN_ACK * L.GEN_RESULTS + L.GEN_SENT),
+      accepted: d.stats.word(L.C_SP_ACCEPTED),
+      badCookies: drops.bad_cookie ?? 0,
+      held: d.stats.word(L.C_SP_HELD),
+      heldRefused: d.stats.word(L.C_SP_HELD_REFUSED),
+      serverFailures: d.stats.word(L.C_SP_SERVER_FAIL),
     },
   };
 }

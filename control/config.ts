@@ -19,6 +19,9 @@ import { DEFAULT_SCHEDULER, flagScheduler, getScheduler, SCHED_FLAG_NAMES, sched
 import { SCTP_DEFAULT_TIMEOUTS, SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_FIN_WAIT, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
 import { GEN_KIND_NAMES } from '../conntrack/layout';
+
+/** The generated kinds a limit may apply to: all but the SYN proxy's cookie SYN-ACK (one per SYN, never limited). */
+const LIMITED_KINDS = GEN_KIND_NAMES.filter((k) => k !== 'syn_ack');
 import { UvsError } from './errors';
 import { bool, fail, int, isObj, leaf, list, map, nullable, obj, oneOf, opt, run, str, takeStr } from './schema';
 import type { JsonSchema, LeafOpts, Out, Schema, Scope } from './schema';
@@ -269,8 +272,8 @@ const GENERATED_LIMIT = obj(
     }),
     burst: int({ default: 50, min: 1, max: 10_000_000, doc: 'Global burst (icmp_msgs_burst)' }),
     kinds: map(
-      list(oneOf(GEN_KIND_NAMES, { strict: true, msg: (k) => `must be one of ${GEN_KIND_NAMES.join(', ')}, got ${JSON.stringify(k)}` }), {
-        msg: `must be a list of ${GEN_KIND_NAMES.join(', ')}`,
+      list(oneOf(LIMITED_KINDS, { strict: true, msg: (k) => `must be one of ${LIMITED_KINDS.join(', ')}, got ${JSON.stringify(k)}` }), {
+        msg: `must be a list of ${LIMITED_KINDS.join(', ')}`,
         default: ['reset', 'unreachable'],
         doc: 'The kinds limited (icmp_ratemask)',
       }),
@@ -455,6 +458,17 @@ const DEFENSE: Schema<DefenseSettings, false> = obj(
       doc: 'Default 256, at most tableSize',
     }),
     holdTime: duration({ default: 60, max: 3600, doc: 'Automatic defenses stay on this long after the last shortage (0 = as the kernel)' }),
+    synProxy: mode(1, 'SYN proxy: SYNs of masq/full-NAT TCP services answered with SYN cookies, no entry until the client ACKs'),
+    synProxyMss: opt(int({ min: 536, max: 9000, doc: 'MSS offered to clients at most (IPv6: 20 less); default 1460 / 1440' })),
+    synProxyWscale: int({ default: 7, min: 0, max: 14, doc: 'Window scale offered to clients that use timestamps' }),
+    // 16 characters: 128 bits if random hex or base64 is used, the key's own size.
+    synProxyKey: opt(
+      str({
+        minLength: 16,
+        doc: "Cookie secret shared by nodes that must accept each other's cookies (ECMP); default random per start",
+        check: (k, path) => k.length >= 16 || fail(path, `must be at least 16 characters, got ${k.length}`),
+      }),
+    ),
   },
   { doc: "Overload defenses (conntrack/defense.ts, docs/defense.md): the kernel's /proc/sys/net/ipv4/vs ones" },
 );

@@ -64,7 +64,7 @@ export function badHostMessage(header: string): string {
  * Fields that hold secrets, as paths in the configuration document and in the effective
  * configuration alike. GET /v1/config replaces their values; add every new secret here.
  */
-export const SECRET_FIELDS = ['api.token', 'metrics.token', 'healthz.token', 'redis.password', 'redis.recordKey'];
+export const SECRET_FIELDS = ['api.token', 'metrics.token', 'healthz.token', 'redis.password', 'redis.recordKey', 'defense.synProxyKey'];
 
 export const REDACTED = '<redacted>';
 

@@ -158,6 +158,12 @@ export function buildRegistry(d: Daemon): Registry {
     for (const [reason, v] of Object.entries(d.stats.drops())) c.inc({ reason }, v);
   });
   counterFrom('uvs_tx_errors_total', 'Packets the TUN device would not take (queue full).', [], (c) => c.inc(d.stats.global().txErrors));
+  counterFrom(
+    'uvs_tx_extra_packets_total',
+    'Packets written beyond one per packet handled: GSO segments after the first (tunnel), PROXY protocol header segments ahead of data.',
+    [],
+    (c) => c.inc(d.stats.global().txExtra),
+  );
   counterFrom('uvs_scheduling_failures_total', 'New flows refused because no real server was available.', [], (c) =>
     c.inc(d.stats.drops().no_real_server!),
   );
@@ -293,6 +299,27 @@ export function buildRegistry(d: Daemon): Registry {
     [],
     (c) => c.inc(d.stats.word(L.C_PP_HEADERS)),
   );
+  // SYN proxy (lb/synproxy.ts); its bad cookies are uvs_drops_total{reason="bad_cookie"}.
+  counterFrom('uvs_synproxy_cookies_total', 'SYN-ACKs with a SYN cookie sent to clients (no entry made).', [], (c) =>
+    c.inc(d.stats.word(L.C_GEN_BASE + L.GEN_SYN_ACK * L.GEN_RESULTS + L.GEN_SENT)),
+  );
+  counterFrom('uvs_synproxy_accepted_total', 'Client ACKs with a valid SYN cookie: flows made, a SYN sent to the real server.', [], (c) =>
+    c.inc(d.stats.word(L.C_SP_ACCEPTED)),
+  );
+  counterFrom(
+    'uvs_synproxy_held_packets_total',
+    "Client packets held while the real server's handshake was pending, and those that could not be held.",
+    ['result'],
+    (c) => {
+      c.inc({ result: 'held' }, d.stats.word(L.C_SP_HELD));
+      c.inc({ result: 'refused' }, d.stats.word(L.C_SP_HELD_REFUSED));
+    },
+  );
+  counterFrom('uvs_synproxy_server_failures_total', "Real servers that answered the SYN proxy's SYN with a RST.", [], (c) =>
+    c.inc(d.stats.word(L.C_SP_SERVER_FAIL)),
+  );
+  gaugeFrom('uvs_synproxy_pending', "SYN-proxied flows waiting for their real server's SYN-ACK.", [], (g) => g.set(d.table.spPending()));
+  gaugeFrom('uvs_synproxy_held_packets', 'Client packets held now (shared area of 512).', [], (g) => g.set(d.table.holdUsed()));
   counterFrom('uvs_adoptions_total', "Other nodes' flows taken over by this node (first packet seen here).", [], (c) =>
     c.inc(d.stats.word(L.C_ADOPTED)),
   );

@@ -29,6 +29,12 @@ export interface PacketCounters {
   txBytes: number;
   /** Packets the device would not take (queue full). */
   txErrors: number;
+  /**
+   * Packets written beyond one per packet handled: GSO segments after the first (the tunnel), PROXY
+   * protocol header segments ahead of data. txPackets + txErrors = packets forwarded + generated
+   * (`generated.*.sent`) + txExtra.
+   */
+  txExtra: number;
   batches: number;
   connsNew: number;
 }
@@ -174,6 +180,7 @@ export class StatsReader {
       txPackets: this.word(L.C_TX_PACKETS),
       txBytes: this.word(L.C_TX_BYTES),
       txErrors: this.word(L.C_TX_ERRORS),
+      txExtra: this.word(L.C_TX_EXTRA),
       batches: this.word(L.C_BATCHES),
       connsNew: this.word(L.C_CONNS_NEW),
     };

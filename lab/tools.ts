@@ -12,7 +12,9 @@
  *   load HOST PORT SECONDS CONCURRENCY HOLD_EVERY HOLD_MS
  *                                              HTTP load: CONCURRENCY loops of one-connection
  *                                              requests (GET /, every HOLD_EVERY-th a HOLD_MS-long
- *                                              /hold); prints every request: start, end, server, error
+ *                                              /hold); prints every request: start, end, server, error,
+ *                                              its source port and when it was connected and
+ *                                              answered (null: it did not get that far)
  *   udp-session HOST PORT COUNT INTERVAL_MS    COUNT datagrams from one source port; prints the
  *                                              server that answered each (null = no answer)
  *   udp-probe HOST PORT SECONDS INTERVAL_MS    a datagram every interval from one source port to
@@ -146,17 +148,35 @@ interface LoadRecord {
   server: string | null;
   error: string | null;
   hold: boolean;
+  /** The connection's source port (null: none was bound). */
+  port: number | null;
+  /** When the connection was established and when the answer's headers came (epoch ms), or null. */
+  connected: number | null;
+  answered: number | null;
 }
 
-function one(host: string, port: number, path: string, timeoutMs: number): Promise<{ server: string | null; error: string | null }> {
+interface OneResult {
+  server: string | null;
+  error: string | null;
+  port: number | null;
+  connected: number | null;
+  answered: number | null;
+}
+
+function one(host: string, port: number, path: string, timeoutMs: number): Promise<OneResult> {
   return new Promise((resolve) => {
     let done = false;
+    let localPort: number | null = null;
+    let connected: number | null = null;
+    let answered: number | null = null;
     const finish = (server: string | null, error: string | null) => {
       if (done) return;
       done = true;
-      resolve({ server, error });
+      localPort ??= req.socket?.localPort ?? null;
+      resolve({ server, error, port: localPort, connected, answered });
     };
     const req = request({ host, port, path, agent: false, headers: { connection: 'close' } }, (res) => {
+      answered = Date.now();
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));
@@ -164,7 +184,17 @@ function one(host: string, port: number, path: string, timeoutMs: number): Promi
       res.on('error', (e: NodeJS.ErrnoException) => finish(body.split('\n')[0] || null, e.code ?? e.message));
       res.on('aborted', () => finish(body.split('\n')[0] || null, 'aborted'));
     });
-    req.setTimeout(timeoutMs, () => req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })));
+    req.on('socket', (sock: Socket) =>
+      sock.once('connect', () => {
+        connected = Date.now();
+        localPort = sock.localPort ?? null;
+      }),
+    );
+    req.setTimeout(timeoutMs, () => {
+      // Before the socket is destroyed: a connection still in SYN_SENT has its port bound already.
+      localPort ??= req.socket?.localPort ?? null;
+      req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' }));
+    });
     req.on('error', (e: NodeJS.ErrnoException) => finish(null, e.code ?? e.message));
     req.end();
   });
@@ -180,7 +210,7 @@ async function load(host: string, port: number, seconds: number, concurrency: nu
         const hold = holdEvery > 0 && ++n % holdEvery === 0;
         const start = Date.now();
         const r = await one(host, port, hold ? `/hold?ms=${holdMs}` : '/', holdMs + 10000);
-        records.push({ start, end: Date.now(), server: r.server, error: r.error, hold });
+        records.push({ start, end: Date.now(), hold, ...r });
       }
     }),
   );

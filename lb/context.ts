@@ -59,6 +59,12 @@ export class PacketContext {
   /** Full-NAT (./xmit.ts): (pool address, server) pairs found without a free port, by keyed tag, and until when. */
   readonly fullTags = new Int32Array(FULLNAT_MEMO_SLOTS);
   readonly fullUntil = new Int32Array(FULLNAT_MEMO_SLOTS);
+  /** SYN proxy (./synproxy.ts): the cookie's minute counter and our TCP timestamp clock (Unix ms, 32 bits), set per batch; a flow's SP words. */
+  spMinute = 0;
+  tsNow = 0;
+  readonly spW = new Int32Array(L.SP_WORDS);
+  /** The last hold (./synproxy.ts) kept the packet. */
+  spHeld = false;
 
   // ── the current packet ───────────────────────────────────────────────────────────────────
   /** The caller's region: generated packets go there, and what the packet got. */

@@ -29,7 +29,10 @@
  *  - full-NAT TCP to a server with proxyProtocol: a PROXY protocol header segment goes first and
  *    the flow's sequence numbers are shifted both ways (./xmit.ts, lb/proxy-protocol.ts);
  *  - a mid-flow packet of no known flow is parked while the control thread asks Redis whether
- *    another node carried it (adoption), when Redis is configured.
+ *    another node carried it (adoption), when Redis is configured;
+ *  - with the SYN proxy on (uvs; ./synproxy.ts), a SYN to a masq/full-NAT TCP service is
+ *    answered with a cookie and makes no entry; the client's ACK with a valid cookie makes the
+ *    flow through newFlow, and the flow's packets are adjusted both ways.
  *
  * IPv4 and IPv6 take the same path: process6 parses IPv6 into the context's low address words
  * with the high words in key.hi (conntrack/flow.ts explains the keys). With device offloads, a
@@ -42,7 +45,15 @@ import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
 import { SCTP_EV_INIT } from '../conntrack/sctp-state';
 import { TCPF_ACK, TCPF_RST, TCPF_SYN } from '../conntrack/state';
-import { type ConnTable, FLOW_DEST_GONE, FLOW_HIT, FLOW_REUSE, LOOKUP_EXPIRE_NODEST, LOOKUP_NEW } from '../conntrack/table';
+import {
+  type ConnTable,
+  FLOW_DEST_GONE,
+  FLOW_HIT,
+  FLOW_REUSE,
+  FLOW_SP_PENDING,
+  LOOKUP_EXPIRE_NODEST,
+  LOOKUP_NEW,
+} from '../conntrack/table';
 import * as P from '../net/packet';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
@@ -51,6 +62,7 @@ import { icmp6Error, icmp6ToVip, icmpError, icmpNotOurs, icmpToVip, mayAnswer, t
 import { completePartial, offloadMeta } from './offload';
 import { SCTP_BAD_CRC, sctpInspect } from './sctp';
 import { type CompiledService, findService, inVipRange, inVipRange6, type Snapshot } from './snapshot';
+import { adjustIn, cookieAck, cookiesRecent, eligible, spOpen, spOut, spPendingIn, synCookieReply } from './synproxy';
 import { DROP, type OutRegion } from './verdict';
 import { forwardIn, forwardOut, insertFullnat, proxyHeaderLength } from './xmit';
 
@@ -61,6 +73,8 @@ export class PacketProcessor {
   private readonly sched: Int32Array;
   /** Scheduler objects per service index of the current snapshot. */
   private schedulers: Scheduler[] = [];
+  /** Per service index of the current snapshot: 1 where the SYN proxy may take its SYNs (./synproxy.ts eligible). */
+  private spOk = new Uint8Array(0);
   private readonly input: SchedInput = { caddr: 0, cport: 0, vaddr: 0, vport: 0, now: 0 };
   /** A persistence template's key and view (ip_vs_sched_persist), and the record of a new entry. */
   private readonly tkey = new FlowKey();
@@ -88,11 +102,17 @@ export class PacketProcessor {
   setSnapshot(s: Snapshot): void {
     this.c.snapshot = s;
     this.schedulers = s.services.map((svc) => getScheduler(svc.scheduler)!);
+    this.spOk = Uint8Array.from(s.services, (svc) => (eligible(s, svc) ? 1 : 0));
   }
 
   /** Sets the time (ConnTable.now()) the next packets are handled at: once per batch. */
   setTime(now: number): void {
-    this.c.now = now;
+    const c = this.c;
+    c.now = now;
+    // The SYN proxy's clocks: the cookie's minute counter and our timestamps (Unix ms, 32 bits).
+    const unix = c.table.epoch + now;
+    c.spMinute = Math.floor(unix / 60000) | 0;
+    c.tsNow = (unix % 4294967296) | 0;
   }
 
   // ── parse ──────────────────────────────────────────────────────────────────────────────────
@@ -249,11 +269,18 @@ export class PacketProcessor {
     // May start a connection (is_new_conn): a TCP SYN, an SCTP INIT.
     const isNew = isSctp ? ev === SCTP_EV_INIT : (ev & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
     const f = c.flow;
+    if (isNew && isTcp) c.key.seq = P.u32(b, c.l4 + P.TCP_SEQ); // a SYN on a SYN-proxied flow (ConnTable.spReuse)
     const found = t.lookupIn(c.key, f, ev, (isNew ? LOOKUP_NEW : 0) | (c.snapshot.expireNodestConn ? LOOKUP_EXPIRE_NODEST : 0), c.now);
     if (found === FLOW_HIT) {
       this.touched(f);
       countIn(c, f.rs, f.svc, c.totlen);
+      if (f.sp !== 0) adjustIn(c, b, f); // SYN-proxied: into the server's numbers
       return forwardIn(c, b, f);
+    }
+    if (found === FLOW_SP_PENDING) {
+      // SYN proxy, the real server's handshake not done: held (or our SYN again); −1: done meanwhile.
+      const v = spPendingIn(c, b, f);
+      return v >= 0 ? v : this.inbound(b);
     }
     if (found === FLOW_DEST_GONE) {
       // expire_nodest_conn=0: drop without refreshing the timer; the entry dies at its timeout.
@@ -276,7 +303,23 @@ export class PacketProcessor {
       if (isTcp) return mayAnswer(c, L.GEN_RESET, Drop.NoService) ? tcpReset(c, b) : DROP;
       return mayAnswer(c, L.GEN_UNREACH, Drop.NoService) ? unreachable(c, b) : DROP;
     }
-    if (isTcp && (ev & (TCPF_SYN | TCPF_RST)) !== TCPF_SYN) {
+    // SYN proxy (./synproxy.ts): a SYN is answered with a cookie while it is on, and an ACK is
+    // checked as one while cookies went out in the last 2 minutes; a valid one makes the flow.
+    let proxied = false;
+    if (isTcp && this.spOk[si] === 1) {
+      const fl = ev & (TCPF_SYN | TCPF_RST | TCPF_ACK);
+      if (fl === TCPF_SYN) {
+        if (t.synProxyOn()) return synCookieReply(c, b);
+      } else if (fl === TCPF_ACK && cookiesRecent(c)) {
+        if (!cookieAck(c, b)) {
+          if (c.ring !== null && c.snapshot.adopt) return this.park(b); // another node's flow, maybe
+          return drop(c, Drop.BadCookie); // no RST: a flood of them must cost nothing
+        }
+        proxied = true;
+        c.ev = TCPF_SYN; // the flow's first touch stands for the SYN it acknowledges: SYN_RECV
+      }
+    }
+    if (!proxied && isTcp && (ev & (TCPF_SYN | TCPF_RST)) !== TCPF_SYN) {
       // Mid-flow: another node may have carried this flow; ask Redis (bounded) before refusing.
       if (c.ring !== null && c.snapshot.adopt) return this.park(b);
       if (ev & TCPF_RST) return drop(c, Drop.NoConnection); // never answer a RST
@@ -301,16 +344,17 @@ export class PacketProcessor {
     const srcLimit = t.sourceLimit();
     if (srcLimit !== 0 && (isTcp || isSctp) && t.halfOpenAt(t.sourceSlot(c.v6, c.saddr, c.key.hi[0]!, c.key.hi[1]!)) >= srcLimit)
       return drop(c, Drop.HalfOpenPerSource);
-    return this.newFlow(b, c.snapshot.services[si]!, si);
+    return this.newFlow(b, c.snapshot.services[si]!, si, proxied);
   }
 
   /**
    * A new connection for the current client packet to service svc (index si): its real server
    * from the client's persistence template (made now if there is none) or from the scheduler,
    * then the entry (ip_vs_conn_new) — full-NAT with a pool port — touched by this first packet,
-   * and the packet sent on.
+   * and the packet sent on. `proxied`: the packet is a client's valid cookie ACK (./synproxy.ts):
+   * the flow waits for the real server's handshake, which our SYN starts.
    */
-  private newFlow(b: Uint8Array, svc: CompiledService, si: number): number {
+  private newFlow(b: Uint8Array, svc: CompiledService, si: number, proxied: boolean): number {
     const c = this.c;
     const t = c.table;
     const v6 = c.v6;
@@ -344,7 +388,7 @@ export class PacketProcessor {
       tmpl = t.templateFor(tk, tv, c.snapshot.expireQuiescentTemplate);
       if (tmpl < 0) {
         const di = this.schedule(svc, si);
-        if (di < 0) return mayAnswer(c, L.GEN_UNREACH, Drop.NoRealServer) ? unreachable(c, b) : DROP;
+        if (di < 0) return this.noRealServer(b, proxied);
         const d = svc.dests[di]!;
         const a6 = d.addr6;
         if (a6 !== null) for (let i = 0; i < 3; i++) thi[6 + i] = a6[i]!;
@@ -375,7 +419,7 @@ export class PacketProcessor {
       if (v6) for (let i = 0; i < 3; i++) r.hi[6 + i] = tv.hi[6 + i]!;
     } else {
       const di = this.schedule(svc, si);
-      if (di < 0) return mayAnswer(c, L.GEN_UNREACH, Drop.NoRealServer) ? unreachable(c, b) : DROP;
+      if (di < 0) return this.noRealServer(b, proxied);
       const d = svc.dests[di]!;
       const a6 = d.addr6;
       r.daddr = a6 !== null ? a6[3]! : d.addr;
@@ -398,13 +442,15 @@ export class PacketProcessor {
     let ne: number;
     /** insertIn touched the flow with this packet already (masq, tunnel, DR). */
     let touched = false;
+    // A SYN-proxied flow is pending from its first moment: never published, held packets (./synproxy.ts).
+    const spf = proxied ? L.F_SYNPROXY | L.F_SP_PENDING : 0;
     if (fwd2 === L.FWD_FULLNAT) {
       // PROXY protocol: the flow's header length and version, fixed for its life (E_PP).
       const ver = (proto & 0xff) === P.IPPROTO_TCP ? c.snapshot.proxyProtocol[r.rs]! : 0;
       const pp = ver === 0 ? 0 : (ver << L.PP_VER_SHIFT) | proxyHeaderLength(c, ver);
       r.pp = pp;
       r.ppSeq = pp === 0 ? 0 : (P.u32(b, c.l4 + P.TCP_SEQ) + 1) | 0;
-      ne = insertFullnat(c, r, dport2);
+      ne = insertFullnat(c, r, dport2, spf);
       if (ne === -2) {
         if (tmpl >= 0) t.unreserve(tmpl);
         return drop(c, Drop.FullnatExhausted);
@@ -415,7 +461,7 @@ export class PacketProcessor {
       r.laddr = c.saddr;
       if (v6) for (let i = 0; i < 3; i++) r.hi[9 + i] = hi[i]!;
       // Tunnel: the server answers the client directly, so this node sees one direction only.
-      r.flags = fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2;
+      r.flags = (fwd2 === L.FWD_TUNNEL ? fwd2 | L.F_NOOUTPUT : fwd2) | spf;
       r.pp = 0;
       r.ppSeq = 0;
       ne = t.insertIn(r, f, c.ev, c.now);
@@ -429,14 +475,39 @@ export class PacketProcessor {
     if (ne < 0) return drop(c, ne === -3 ? Drop.ChainFull : Drop.TableFull);
     // f may show another server than chosen: another worker created the flow first.
     if (!touched) t.touchIn(ne, f, c.ev, c.now);
-    this.touched(f);
+    if (proxied) {
+      c.out.state = f.state; // no sync event: a pending flow is not published
+      c.out.proto = f.proto;
+    } else this.touched(f);
     if (created) {
       c.counters[L.C_CONNS_NEW]!++;
       c.counters[L.rsCounterBase(f.rs) + L.RSC_CONNS]!++;
       c.counters[L.svcCounterBase(c.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
     }
+    if (proxied) {
+      if (!created) return drop(c, Drop.NoConnection); // another worker made it from the same ACK
+      if ((f.fwd !== L.FWD_MASQ && f.fwd !== L.FWD_FULLNAT) || f.pp !== 0) {
+        // A persistence template to a server that cannot be proxied (changed since): refused.
+        t.remove(f.entry, false, c.now, f.proto, f.caddr, f.cports);
+        return drop(c, Drop.NoRealServer);
+      }
+      return spOpen(c, b, f);
+    }
     countIn(c, f.rs, svc.slot, c.totlen);
     return forwardIn(c, b, f);
+  }
+
+  /**
+   * No real server for a new flow (ip_vs_leave): ICMP port unreachable to the client — or, for a
+   * SYN-proxied client, whose handshake was done with uvs already, a RST at its numbers.
+   */
+  private noRealServer(b: Uint8Array, proxied: boolean): number {
+    const c = this.c;
+    if (proxied) {
+      c.ev = b[c.l4 + P.TCP_FLAGS]!; // the ACK it is (the first touch's SYN is no more): RST at its ack
+      return mayAnswer(c, L.GEN_RESET, Drop.NoRealServer) ? tcpReset(c, b) : DROP;
+    }
+    return mayAnswer(c, L.GEN_UNREACH, Drop.NoRealServer) ? unreachable(c, b) : DROP;
   }
 
   /** The service's scheduler picks a real server for the current client packet, under the service's lock (rr is one rotation across workers). */
@@ -470,6 +541,11 @@ export class PacketProcessor {
     }
     this.touched(f);
     countOut(c, f.rs, f.svc, c.totlen);
+    if (f.sp !== 0) {
+      // SYN-proxied: the server's handshake, or its numbers into the client's.
+      const v = spOut(c, b, f);
+      if (v >= 0) return v;
+    }
     return forwardOut(c, b, f);
   }
 

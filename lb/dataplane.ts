@@ -28,6 +28,7 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { DataplaneError } from './errors';
@@ -280,6 +281,7 @@ export class Dataplane {
       this.closeQueues();
       throw e;
     }
+    noMemoryReducer();
     await Promise.all(this.slots.map((s) => this.spawn(s)));
     this.log.info({ device: o.device, queues: o.workers, vipCidrs: o.vipCidrs }, 'dataplane up');
   }
@@ -447,6 +449,19 @@ export class Dataplane {
     for (const s of this.slots) tun.closeFd(s.fd);
     this.slots.length = 0;
   }
+}
+
+/**
+ * Workers are started without V8's memory reducer. A worker's heap is a few MB and does not grow
+ * (nothing is allocated per packet or per loop turn); all the reducer did for it was a full
+ * mark-compact or two about 8 s after the worker started, when its start-up garbage had grown the
+ * old generation and the worker looked idle — each a stall of the queue: 2–10 ms, up to 100 ms
+ * on a loaded machine (perf/LOG.md, 2026-12-01 issue 16 profile). The flag is process-wide and
+ * read when an isolate is set up, so it applies to the workers started after it; without a
+ * reducer V8 still collects when its limits are reached, it only does not shrink an idle heap.
+ */
+function noMemoryReducer(): void {
+  setFlagsFromString('--no-memory-reducer');
 }
 
 /** Removes every route and rule uvsd installs for these options (idempotent). */

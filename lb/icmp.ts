@@ -278,6 +278,11 @@ export function mayAnswer(c: PacketContext, kind: number, reason: number): boole
   return true;
 }
 
+/** The current packet's source is one mayAnswer never answers (the SYN proxy's cookies obey it without the limits). */
+export function unanswerableSource(c: PacketContext): boolean {
+  return c.v6 ? unanswerable6(c) : unanswerable4(c, c.saddr);
+}
+
 /**
  * 0.0.0.0/8 (this network, RFC 1122), 127/8, 224/4 multicast (link-local 224.0.0/24 included),
  * 240/4 reserved with 255.255.255.255 (limited broadcast); the VIP ranges and the pool. A
@@ -484,7 +489,7 @@ function icmp6Generate(c: PacketContext, b: Uint8Array, type: number, code: numb
 }
 
 /** An IPv4 header at out.buf[o] for a generated packet: DF, TTL 64, the worker's next ID. */
-function ipHeader(c: PacketContext, o: number, totlen: number, proto: number, src: number, dst: number): void {
+export function ipHeader(c: PacketContext, o: number, totlen: number, proto: number, src: number, dst: number): void {
   const x = c.out.buf;
   plainVnet(c, o);
   x[o] = 0x45;
@@ -501,7 +506,7 @@ function ipHeader(c: PacketContext, o: number, totlen: number, proto: number, sr
 }
 
 /** IPv6 header at out.buf[o]: traffic class/flow 0, hop limit 64. */
-function ip6Header(c: PacketContext, o: number, plen: number, next: number): void {
+export function ip6Header(c: PacketContext, o: number, plen: number, next: number): void {
   const x = c.out.buf;
   plainVnet(c, o);
   P.put32(x, o, 0x60000000);

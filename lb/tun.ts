@@ -16,6 +16,11 @@ export interface TunAddon {
    * error. pollFirst: wait before the first read (the last call found the queue empty).
    */
   readBatch(fd: number, buf: Uint8Array, lens: Int32Array, maxPkts: number, slot: number, timeoutMs: number, pollFirst?: boolean): number;
+  /**
+   * Writes the wall clock (ms, whole, as Date.now()) into f64[i]. The worker's clock: Date.now()
+   * allocates a heap number on every call, which made a busy worker scavenge.
+   */
+  clockInto(f64: Float64Array, i: number): void;
   /** Writes count packets buf[offs[i], offs[i]+lens[i]); returns packets written, −errno on error; lens[i] of an unwritten one becomes 0. */
   writeBatch(fd: number, buf: Uint8Array, offs: Int32Array, lens: Int32Array, count: number): number;
   /** Non-blocking raw socket receiving IP protocol `protocol`: IPv4 whole packets, IPv6 payloads. */
@@ -29,8 +34,9 @@ export interface TunAddon {
   /**
    * A ring on queue fd whose receive buffers are buf's first nbufs slots of `slot` bytes; out
    * slot i (at nbufs*slot + i*outSlot) belongs to receive slot i. lens/slots (≥ nbufs each) get
-   * each wait's packets; io (≥ 3) accumulates write results: packets, bytes, errors. Throws
-   * UVS_ERR_TUN with the reason when the ring cannot be set up.
+   * each wait's packets; io (≥ 3) accumulates write results: packets, bytes, errors; with a 4th
+   * element, each uringWait leaves the wall clock there (as clockInto). Throws UVS_ERR_TUN with
+   * the reason when the ring cannot be set up.
    */
   uringOpen(
     fd: number,

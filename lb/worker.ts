@@ -48,8 +48,13 @@ export type WorkerMessage = { type: 'stop' } | { type: 'crash' };
 
 /** Poll timeout: how long an idle worker waits before looking at its messages again. */
 const IDLE_POLL_MS = 50;
-/** How long a worker stays in one event-loop turn before it yields (messages). */
-const YIELD_MS = 100;
+/**
+ * How long a worker stays in one event-loop turn before it yields (messages, V8's foreground
+ * tasks). A yield is not free: the turn out and back took 0.1–0.5 ms in most yields
+ * (perf/LOG.md, 2026-12-01 issue 16 profile) — a stall of the queue; nothing sends the worker
+ * messages in normal operation (stop and restarts use terminate()), so it yields once a second.
+ */
+const YIELD_MS = 1000;
 /** The chain-length gauge covers this window and the one before it (C_CHAIN_MAX). */
 const CHAIN_WINDOW_MS = 10_000;
 
@@ -72,8 +77,16 @@ function main(init: WorkerInit): void {
   // path whichever buffer the kernel took from the ring.
   const slots = new Int32Array(new ArrayBuffer(batch * 4));
   for (let i = 0; i < batch; i++) slots[i] = i;
-  // io_uring write results (packets, bytes, errors), taken after each wait.
-  const io = new Float64Array(new ArrayBuffer(3 * 8));
+  // io_uring write results (packets, bytes, errors), taken after each wait; io[IO_CLOCK] the wall
+  // clock in ms, left there by every uringWait (poll path: clockInto after each read). The loop's
+  // only clock: Date.now() allocates a heap number per call (a runtime call even in optimized
+  // code), and at one or two calls per loop turn a busy worker scavenged every few seconds.
+  const io = new Float64Array(new ArrayBuffer(4 * 8));
+  const IO_CLOCK = 3;
+  // ConnTable.now() is Date.now() − the table's epoch (shared words); the same from io[IO_CLOCK].
+  const t32 = new Int32Array(init.table);
+  const epoch = (t32[L.H_EPOCH_LO]! >>> 0) + t32[L.H_EPOCH_HI]! * 0x100000000;
+  const clockNow = (): number => (io[IO_CLOCK]! - epoch) | 0;
   // Write list: up to a batch of packets, plus one input's worth of segments before a flush.
   const wcap = batch + MAX_OUT;
   const offs = new Int32Array(wcap);
@@ -156,11 +169,11 @@ function main(init: WorkerInit): void {
   let batchNow = 0;
   /** Runs one batch of n packets read into buf through the processor and writes the results. */
   const processBatch = (n: number): void => {
-    batchNow = table.now();
+    batchNow = clockNow();
     proc.setTime(batchNow);
     // Flow sampling: one shared-word load a batch; nothing more while no capture runs.
     const capturing = tap.on() !== 0;
-    const wallMs = capturing ? Date.now() : 0;
+    const wallMs = capturing ? io[IO_CLOCK]! : 0;
     let rxBytes = 0;
     for (let i = 0; i < n; i++) {
       const s = slots[i]!;
@@ -183,6 +196,8 @@ function main(init: WorkerInit): void {
         wlens[w] = len;
         w++;
       } else {
+        // More than one packet for one (segments, a PROXY header ahead of data): L.C_TX_EXTRA.
+        if (out.count > 1) counters[L.C_TX_EXTRA] = counters[L.C_TX_EXTRA]! + out.count - 1;
         if (w + out.count > wcap) flush();
         for (let k = 0; k < out.count; k++) {
           offs[w] = out.offs[k]!;
@@ -224,7 +239,8 @@ function main(init: WorkerInit): void {
       parentPort!.postMessage({ type: 'stopped' });
       return;
     }
-    const until = Date.now() + YIELD_MS;
+    tun.clockInto(io, IO_CLOCK);
+    const until = io[IO_CLOCK]! + YIELD_MS;
     for (;;) {
       let n: number;
       if (ring) {
@@ -232,6 +248,7 @@ function main(init: WorkerInit): void {
         takeIo();
       } else {
         n = tun.readBatch(fd, buf, lens, batch, slot, IDLE_POLL_MS, lastEmpty);
+        tun.clockInto(io, IO_CLOCK);
       }
       if (n < 0) {
         parentPort!.postMessage({ type: 'readError', errno: -n });
@@ -240,9 +257,9 @@ function main(init: WorkerInit): void {
       }
       if (Atomics.load(ctl, CTL_SNAPSHOT_VERSION) !== seenVersion) takeSnapshots();
       if (n > 0) processBatch(n);
-      publishChains(n > 0 ? batchNow : table.now());
+      publishChains(n > 0 ? batchNow : clockNow());
       lastEmpty = n < batch;
-      if (Date.now() >= until) break;
+      if (io[IO_CLOCK]! >= until) break;
     }
     // Writes of the last batch must not wait for the event-loop turn.
     if (ring) tun.uringSubmit(ring);

@@ -55,19 +55,28 @@ export function forwardIn(c: PacketContext, b: Uint8Array, f: FlowView): number 
     if (size > mtu) return mayAnswer(c, L.GEN_TOO_BIG, Drop.TooBig) ? tooBig(c, b, mtu - outer) : DROP;
   }
   if (fwd === L.FWD_TUNNEL) return encapsulate(c, b, f.hi, f.daddr, mtu > 0);
-  const sport = f.cports >>> 16;
-  const dport = f.cports & 0xffff;
-  if (v6) {
-    rewrite6(c, b, P.IP6_DST, f.hi, f.daddr, 6, dport, f.dports >>> 16);
-    if (fwd === L.FWD_FULLNAT) rewrite6(c, b, P.IP6_SRC, f.hi, f.laddr, 9, sport, f.dports & 0xffff);
-  } else {
-    rewrite4(c, b, P.IP_DST, f.vaddr, dport, f.daddr, f.dports >>> 16);
-    if (fwd === L.FWD_FULLNAT) rewrite4(c, b, P.IP_SRC, f.caddr, sport, f.laddr, f.dports & 0xffff);
-  }
+  rewriteIn(c, b, f);
   if ((proto & 0xff) === P.IPPROTO_SCTP) sctpSeal(b, l4, off + c.totlen);
   // f.pp was read under the lookup's lock: flags only gain bits, a stale one costs a duplicate header at most.
   if (fwd === L.FWD_FULLNAT && (proto & 0xff) === P.IPPROTO_TCP && f.pp !== 0) return proxyIn(c, b, f);
   return FORWARD;
+}
+
+/**
+ * The masq / full-NAT rewrite of a client's packet (the context's current packet, at b[c.off]):
+ * destination VIP:vport → real server, and for full-NAT source client → pool address and port.
+ * Also what the SYN proxy (./synproxy.ts) sends the server in the client's name.
+ */
+export function rewriteIn(c: PacketContext, b: Uint8Array, f: FlowView): void {
+  const sport = f.cports >>> 16;
+  const dport = f.cports & 0xffff;
+  if (c.v6) {
+    rewrite6(c, b, P.IP6_DST, f.hi, f.daddr, 6, dport, f.dports >>> 16);
+    if (f.fwd === L.FWD_FULLNAT) rewrite6(c, b, P.IP6_SRC, f.hi, f.laddr, 9, sport, f.dports & 0xffff);
+  } else {
+    rewrite4(c, b, P.IP_DST, f.vaddr, dport, f.daddr, f.dports >>> 16);
+    if (f.fwd === L.FWD_FULLNAT) rewrite4(c, b, P.IP_SRC, f.caddr, sport, f.laddr, f.dports & 0xffff);
+  }
 }
 
 /**
@@ -321,9 +330,9 @@ function rewrite6(
  * allocated until a port looks free; a race lost on insert goes on with the next port. A (pool
  * address, server) found full is remembered for FULLNAT_FULL_MS, so a flood of new flows at a
  * full pool costs one memo check each instead of a scan of up to 64 k ports. Otherwise as
- * ConnTable.insert.
+ * ConnTable.insert; extraFlags go into the entry's flags with the method.
  */
-export function insertFullnat(c: PacketContext, r: NewFlow, rport: number): number {
+export function insertFullnat(c: PacketContext, r: NewFlow, rport: number, extraFlags = 0): number {
   const s = c.snapshot;
   const v6 = c.v6;
   const pool = v6 ? s.fullnatAddrs6 : s.fullnatAddrs;
@@ -338,7 +347,7 @@ export function insertFullnat(c: PacketContext, r: NewFlow, rport: number): numb
   } else {
     r.laddr = pool[pick % pool.length]!;
   }
-  r.flags = L.FWD_FULLNAT;
+  r.flags = L.FWD_FULLNAT | extraFlags; // | a SYN-proxied flow's F_SYNPROXY | F_SP_PENDING
   // The memo slot and tag (never 0) of (proto, pool address, server address and port): a keyed hash.
   const h = c.hash;
   h.begin(c.hashKey[0]!, c.hashKey[1]!);

@@ -64,6 +64,10 @@ export interface LoadRecord {
   server: string | null;
   error: string | null;
   hold: boolean;
+  /** lab/tools.ts load: the source port, when it was connected and answered (epoch ms; null: not that far). */
+  port?: number | null;
+  connected?: number | null;
+  answered?: number | null;
 }
 
 type Defs = Record<string, { label: string; unit: string; better: 'higher' | 'lower' | null }>;

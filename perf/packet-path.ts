@@ -37,6 +37,7 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
+import { H_SYNPROXY } from '../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../conntrack/state';
 import type * as PacketsMod from '../test/helpers/packets';
 
@@ -65,7 +66,7 @@ interface Build {
 /** The parts of makeProcessor's answer used here, in both versions (with an OutRegion or without). */
 interface BuiltProcessor {
   proc: object;
-  table: { forEach(f: (e: number) => void): void; remove(e: number, expired: boolean, now: number): void };
+  table: { i32: Int32Array; forEach(f: (e: number) => void): void; remove(e: number, expired: boolean, now: number): void };
   out: Uint8Array;
   region?: object;
 }
@@ -242,6 +243,17 @@ const CASES: Case[] = [
       },
     }),
   ),
+  // SYN proxy on (lb/synproxy.ts): the same SYNs answered with a cookie SYN-ACK, no entry. A build
+  // without the proxy ignores the header word and makes a flow (so --against compares the two).
+  {
+    name: 'TCP SYN answered with a cookie (SYN proxy on)',
+    make: (b) => {
+      const { run, table } = setup(b, 'rr');
+      Atomics.store(table.i32, H_SYNPROXY, 1);
+      const p = pack(Array.from({ length: 2000 }, (_, i) => b.Pk.tcp({ src: client(i), dst: VIP, sport: 2000 + i, flags: TCPF_SYN })));
+      return { run, p, at: 0, slice: 250, prepare: () => table.forEach((e) => table.remove(e, false, 0)) };
+    },
+  },
   {
     name: 'UDP established, client → server',
     make: (b) => {

@@ -17,9 +17,9 @@
  * the lab's namespaces and is removed at the end, on Ctrl-C and on failure. Measurement only.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, release, totalmem } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Lab } from '../lab/lab';
 import { FailoverLab } from '../lab/failover-lab';
 import { ensureTools, toolVersion } from './deps';
@@ -27,6 +27,7 @@ import { failoverPrefix, runFailures, type FailureFigures } from './failures';
 import { killLive, run, sleep, spawnTracked, waitLive } from './exec';
 import { measure, udpFlows, udpPps, warmUp, WRK_THREADS, type MeasureEnv, type Metrics } from './measure';
 import { Anchor, Probe, processMemKb, syscallCountingUnavailable } from './probe';
+import { foldPerf, PerfRecord, SyscallGaps, syscallGaps, writeFolded, writeProfileDir } from './profile';
 import { computeRatios, renderMarkdown, renderSvg, type MemoryRow, type ReportData, type ScalingRun } from './report';
 import { summarize, type Summary } from './summary';
 import {
@@ -70,6 +71,10 @@ interface Options {
   uvsIo: 'auto' | 'io_uring' | 'poll' | undefined;
   /** Count the LB processes' syscalls with perf stat. */
   syscalls: boolean;
+  /** --profile: where uvsd's CPU profiles go (perf/profile.ts), or null. */
+  profile: string | null;
+  /** --profile-v8: node --cpu-prof as well (its sampler thread and signals cost uvsd CPU and wake-ups). */
+  profileV8: boolean;
   mode: 'default' | 'quick' | 'custom';
 }
 
@@ -106,6 +111,15 @@ Options:
   --no-syscalls           do not count the LB processes' syscalls (perf stat on the syscall
                           tracepoints costs a little per syscall); wake-ups and context switches
                           come from /proc and are always counted
+  --profile DIR           profile uvsd (perf/profile.ts): perf record -g of all its threads over
+                          each uvs measurement (needs perf), JS frames named from node's
+                          --perf-basic-prof map, and --trace-gc; writes DIR/PROFILE.md: per
+                          thread, CPU by kernel (per syscall, softirq), JS, GC, runtime, and the
+                          top functions; folded stacks in DIR/r<round>-<measurement>.folded.
+                          Sampling costs uvs a little CPU: compare its figures with care
+  --profile-v8            with --profile: also node --cpu-prof (a .cpuprofile per thread over
+                          uvsd's life, wall time). Its sampler wakes every thread each ms:
+                          uvs's syscalls, wake-ups and latency in such a run are not its own
   --no-install            do not apt-get missing tools; what needs them is reported as not measured
   -h, --help              this text`;
 
@@ -143,6 +157,8 @@ export function parseOptions(argv: string[]): Options | 'help' {
     failures: false,
     uvsIo: undefined,
     syscalls: true,
+    profile: null,
+    profileV8: false,
     mode: 'default',
   };
   let custom = false;
@@ -224,6 +240,14 @@ export function parseOptions(argv: string[]): Options | 'help' {
       case '--no-syscalls':
         o.syscalls = false;
         break;
+      case '--profile':
+        o.profile = resolve(val());
+        custom = true;
+        break;
+      case '--profile-v8':
+        o.profileV8 = true;
+        custom = true;
+        break;
       case '--failures':
         o.failures = true;
         custom = true;
@@ -242,6 +266,7 @@ export function parseOptions(argv: string[]): Options | 'help' {
         throw new Error(`unknown option ${a}`);
     }
   }
+  if (o.profileV8 && !o.profile) throw new Error('--profile-v8 needs --profile DIR');
   if (quick) {
     o.rounds = 1;
     o.duration = 2;
@@ -441,6 +466,10 @@ export async function perfCommand(argv: string[]): Promise<number> {
   const raw: Partial<Record<MeasurementName, Partial<Record<TargetName, Record<string, number[]>>>>> = {};
   const rss: Partial<Record<TargetName, number[]>> = {};
   const otherSeen = new Set<string>(otherNetns(o.prefix));
+  /** --profile: each folded file's recording window in ms. */
+  const profileWindows: Record<string, number> = {};
+  /** --profile: each folded file's units of work (connections, transactions, packets). */
+  const profileUnits: Record<string, { n: number; unit: string }> = {};
   const notMeasured: ReportData['notMeasured'] = [];
   const errors: ReportData['errors'] = [];
   interface Point {
@@ -463,7 +492,11 @@ export async function perfCommand(argv: string[]): Promise<number> {
   try {
     // What can run.
     const targets: Target[] = [];
-    const env = { lab, workers: o.workers, log, uvsIo: o.uvsIo };
+    const env = { lab, workers: o.workers, log, uvsIo: o.uvsIo, ...(o.profile ? { profileDir: o.profile, profileV8: o.profileV8 } : {}) };
+    if (o.profile) {
+      mkdirSync(o.profile, { recursive: true });
+      log(`profiling uvsd into ${o.profile}${missing.has('perf') ? ' (.cpuprofile only: perf is not installed)' : ''}`);
+    }
     for (const name of o.targets) {
       const miss = (targetTool[name] ?? []).filter((t) => missing.has(t));
       if (miss.length) {
@@ -582,14 +615,57 @@ export async function perfCommand(argv: string[]): Promise<number> {
           await warmUp(menv, [t.endpoints().http]);
           for (const m of todo) {
             const label = `round ${round}/${o.rounds} · ${t.name.padEnd(8)} · ${m.padEnd(8)} ${tag()}`;
+            // --profile: perf record of every thread of the LB processes over this measurement
+            // (uvsd; HAProxy's and nginx's for comparison).
+            const pids =
+              o.profile && !missing.has('perf') ? (t instanceof UvsTarget ? (t.pid ? [t.pid] : []) : await menv.probe.lbPids()) : [];
+            const rec = pids.length
+              ? PerfRecord.start(pids, join(o.profile!, `r${round}-${t.name}-${m}.perf.data`), t.name === 'uvs')
+              : null;
+            const gaps =
+              pids.length && t instanceof UvsTarget
+                ? SyscallGaps.start(pids[0]!, join(o.profile!, `r${round}-${t.name}-${m}.gaps.data`))
+                : null;
             try {
               const x = await measure(menv, m, t.endpoints());
+              if (gaps) {
+                await gaps.stop();
+                try {
+                  writeFileSync(join(o.profile!, `r${round}-${t.name}-${m}.gaps.json`), JSON.stringify(syscallGaps(gaps.out)) + '\n');
+                } catch (e) {
+                  log(`profile gaps: ${(e as Error).message}`);
+                }
+                rmSync(gaps.out, { force: true });
+              }
+              if (rec) {
+                const ms = await rec.stop();
+                const name = `r${round}-${t.name}-${m}.folded`;
+                try {
+                  writeFolded(join(o.profile!, name), foldPerf(rec));
+                  profileWindows[name] = ms;
+                  // The unit of work, for CPU per unit (≈: the generator's rate × its duration).
+                  const per =
+                    m === 'tcp_cps'
+                      ? { rate: x.cps, unit: 'connection' }
+                      : m === 'tcp_rr' || m === 'udp_rr'
+                        ? { rate: x.tps, unit: 'transaction' }
+                        : m === 'udp_pps'
+                          ? { rate: x.pps, unit: 'packet' }
+                          : undefined;
+                  if (per?.rate) profileUnits[name] = { n: per.rate * o.duration, unit: per.unit };
+                } catch (e) {
+                  log(`profile ${name}: ${(e as Error).message}`);
+                }
+                rmSync(rec.out, { force: true });
+              }
               (roundVals[m] ??= {})[t.name] = x;
               log(`${label}  ${headline(m, x)}`);
             } catch (e) {
               const msg = (e as Error).message;
               errors.push({ round, target: t.name, measurement: m, error: msg });
               log(`${label}  FAILED: ${msg}`);
+              if (rec) await rec.stop();
+              if (gaps) await gaps.stop();
             }
             await sleep(150); // let queues drain between generators
           }
@@ -704,6 +780,16 @@ export async function perfCommand(argv: string[]): Promise<number> {
     for (const s of sigs) process.off(s, onSignal);
     process.off('uncaughtException', onFatal);
     process.off('unhandledRejection', onFatal);
+  }
+  if (o.profile) {
+    writeFileSync(join(o.profile, 'windows.json'), JSON.stringify(profileWindows, null, 2) + '\n');
+    writeFileSync(join(o.profile, 'units.json'), JSON.stringify(profileUnits, null, 2) + '\n');
+    try {
+      writeProfileDir(o.profile);
+      log(`wrote ${join(o.profile, 'PROFILE.md')} and a flame graph (.svg) per recording`);
+    } catch (e) {
+      log(`profile summary failed: ${(e as Error).message}`);
+    }
   }
   const left = [...Lab.existing(o.prefix), ...(flab ? Lab.existing(flab.prefix) : [])];
   if (left.length) log(`WARNING: namespaces left behind: ${left.join(' ')}`);

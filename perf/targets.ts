@@ -17,7 +17,7 @@
  * runs). Configuration files go into the lab directory; the proxies run in the foreground
  * inside the LB namespace and are stopped by teardown (and, failing that, by Lab.down()).
  */
-import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { apiCall } from '../control/client';
@@ -81,6 +81,13 @@ export interface TargetEnv {
   log: (s: string) => void;
   /** uvsd's worker I/O path (dataplane.io); absent: its default (auto). */
   uvsIo?: 'auto' | 'io_uring' | 'poll';
+  /**
+   * --profile: uvsd runs with `--perf-basic-prof-only-functions` (JS names for perf record) and
+   * `--trace-gc` (every GC with its pause, copied to `<dir>/uvsd-<n>/uvsd.log`).
+   */
+  profileDir?: string;
+  /** --profile-v8: and with `node --cpu-prof` (one .cpuprofile per thread in `<dir>/uvsd-<n>/`). */
+  profileV8?: boolean;
 }
 
 const ROOT = join(__dirname, '..', '..');
@@ -232,7 +239,21 @@ export class UvsTarget implements Target {
       dataplane: { workers: this.workers, tableSize: this.tableSize, ...(this.env.uvsIo ? { io: this.env.uvsIo } : {}) },
     });
     const file = lab.writeConfig(cfg, 'uvs-perf.yaml');
-    await lab.startUvsd(file);
+    const prof = this.env.profileDir;
+    this.cpuProfDir = prof ? join(prof, `uvsd-${++UvsTarget.starts}`) : null;
+    const uvsdLog = join(lab.dir, 'uvsd.log');
+    this.logFrom = existsSync(uvsdLog) ? statSync(uvsdLog).size : 0;
+    await lab.startUvsd(
+      file,
+      undefined,
+      this.cpuProfDir
+        ? [
+            ...(this.env.profileV8 ? ['--cpu-prof', '--cpu-prof-dir', this.cpuProfDir] : []),
+            '--perf-basic-prof-only-functions',
+            '--trace-gc',
+          ]
+        : [],
+    );
     // Ready when every worker has its queue.
     const deadline = Date.now() + 10000;
     for (;;) {
@@ -242,9 +263,14 @@ export class UvsTarget implements Target {
       await sleep(50);
     }
   }
+  /** The uvsd process: `ip netns exec` execs it, so the child's pid is node's. */
   get pid(): number | null {
     return this.env.lab.uvsdProcess?.pid ?? null;
   }
+  /** With --profile: where this start's GC log (and with --profile-v8 its .cpuprofile files) go. */
+  cpuProfDir: string | null = null;
+  private logFrom = 0;
+  private static starts = 0;
   async stats(): Promise<{
     table: { entries: number; capacity: number };
     packets: Record<string, number>;
@@ -258,8 +284,16 @@ export class UvsTarget implements Target {
     return r?.status === 200 ? r.body : null;
   }
   async teardown(): Promise<void> {
+    const pid = this.pid;
     const code = await this.env.lab.stopUvsd();
     if (code !== 0 && code !== null) this.env.log(`uvsd exited with ${code}`);
+    // --perf-basic-prof's symbol map, read by perf script right after each measurement.
+    if (this.cpuProfDir && pid) rmSync(`/tmp/perf-${pid}.map`, { force: true });
+    // --trace-gc's lines (and anything else this uvsd logged) beside its profiles.
+    if (this.cpuProfDir) {
+      mkdirSync(this.cpuProfDir, { recursive: true });
+      writeFileSync(join(this.cpuProfDir, 'uvsd.log'), readFileSync(join(this.env.lab.dir, 'uvsd.log')).subarray(this.logFrom));
+    }
   }
 }
 

@@ -450,6 +450,7 @@ export function formatHealth(checks: FmtHealth[]): string {
 /** GET /v1/defense: the defense's own view (conntrack/defense.ts) and what it refused. */
 export type FmtDefense = Omit<DefenseView, 'holdTime' | 'ticks' | 'nomemTicks'> & {
   refused: { dropPacket: number; halfOpenPerSource: number; tableFull: number; fullnatPortsExhausted: number };
+  synProxyCounts?: { cookies: number; accepted: number; badCookies: number; held: number; heldRefused: number; serverFailures: number };
 };
 
 /** The kernel's sysctl names for the defenses (uvs's own limit has none: its config name). */
@@ -458,6 +459,7 @@ const DEFENSE_SYSCTL: Record<string, string> = {
   dropPacket: 'drop_packet',
   secureTcp: 'secure_tcp',
   halfOpenPerSource: 'half_open_per_source',
+  synProxy: 'syn_proxy',
 };
 
 /** uvs's own listing (`uvsadm -L --defense`): the overload defenses as /proc/sys/net/ipv4/vs shows them, and what they did. */
@@ -475,6 +477,11 @@ export function formatDefense(v: FmtDefense): string {
   out.push(
     `Refused new flows: ${v.refused.dropPacket} drop_packet, ${v.refused.halfOpenPerSource} half-open limit, ${v.refused.tableFull} table full, ${v.refused.fullnatPortsExhausted} full-NAT ports exhausted`,
   );
+  const sp = v.synProxyCounts;
+  if (sp)
+    out.push(
+      `SYN proxy: ${sp.cookies} cookies sent, ${sp.accepted} accepted, ${sp.badCookies} bad; ${v.synProxyPending ?? 0} waiting for their server, ${v.synProxyHeld ?? 0} packets held (${sp.held} in all, ${sp.heldRefused} refused); ${sp.serverFailures} refused by the server`,
+    );
   for (const p of v.fullnatPools) out.push(`Full-NAT pool ${p.realServer}: ${p.used} of ${p.capacity} address:port pairs in use`);
   return out.join('\n') + '\n';
 }

@@ -107,7 +107,8 @@ uvs additions:
   -L --drain                          real servers being drained: since when, connections left
   -L --health                         health-check verdicts per real server
   -L --defense                        overload defenses (drop_entry, drop_packet, secure_tcp,
-                                      half-open limit per source): levels, trigger, counts
+                                      half-open limit per source, SYN proxy): levels, trigger,
+                                      counts
   --capture (--sample N | --flow K=V,…) [--seconds S] [--max-packets M] [--format pcap|jsonl]
             [-w FILE]                 capture 1 in N packets, or one flow's (keys protocol,
                                       address, port, peer, peerPort; either direction), for S

@@ -13,6 +13,8 @@
  *   i*slot, length in lens[i] (a packet longer than the slot reports the slot's length, so the
  *   caller sees its IP length exceed what was read and drops it as truncated). One poll per batch, so an idle worker costs nothing and a busy
  *   one pays one poll per up to maxPkts packets. Returns -errno on a hard error.
+ * clockInto(f64, i) -> writes the wall clock into f64[i] (ms as Date.now(), whole): a clock for
+ *   the worker loop that allocates nothing (Date.now() makes a heap number on every call).
  * writeBatch(fd, buf, offs, lens, count) -> packets written; -errno on a hard error.
  *   EAGAIN (queue full) drops the packet, like a NIC ring; the caller counts it from the
  *   difference. A packet that was not written has its lens[i] set to 0.
@@ -28,6 +30,7 @@
 #include <stdbool.h>
 #include <poll.h>
 #include <stdio.h>
+#include <time.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -248,6 +251,29 @@ static napi_value open_raw(napi_env env, napi_callback_info info) {
   return ret_i32(env, fd);
 }
 
+double uvs_wall_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec * 1000.0 + (double)(t.tv_nsec / 1000000L);
+}
+
+static napi_value clock_into(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  void *data;
+  int32_t i;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  napi_typedarray_type type;
+  size_t len;
+  if (argc < 2 || napi_get_typedarray_info(env, argv[0], &type, &len, &data, NULL, NULL) != napi_ok || type != napi_float64_array ||
+      napi_get_value_int32(env, argv[1], &i) != napi_ok || i < 0 || (size_t)i >= len) {
+    napi_throw_type_error(env, "UVS_ERR_TUN", "clockInto(f64, i): bad arguments");
+    return NULL;
+  }
+  ((double *)data)[i] = uvs_wall_ms();
+  return NULL;
+}
+
 void uvs_uring_init(napi_env env, napi_value exports); /* uring.c */
 
 static napi_value init(napi_env env, napi_value exports) {
@@ -256,6 +282,7 @@ static napi_value init(napi_env env, napi_value exports) {
     { "closeFd", NULL, close_fd, NULL, NULL, NULL, napi_default, NULL },
     { "readBatch", NULL, read_batch, NULL, NULL, NULL, napi_default, NULL },
     { "writeBatch", NULL, write_batch, NULL, NULL, NULL, napi_default, NULL },
+    { "clockInto", NULL, clock_into, NULL, NULL, NULL, napi_default, NULL },
     { "openRaw", NULL, open_raw, NULL, NULL, NULL, napi_default, NULL },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

@@ -26,7 +26,9 @@
  *   uringProbe() -> "" when this kernel gives this process all of the above, else the reason.
  *   uringOpen(fd, buf, lens, slots, io, slot, nbufs, outSlot) -> handle (throws UVS_ERR_TUN).
  *     io: Float64Array; write results are added to io[0] packets, io[1] bytes, io[2] errors (the
- *     caller takes and zeroes them).
+ *     caller takes and zeroes them); with a 4th element, every uringWait leaves the wall clock
+ *     there (io[3], ms as Date.now()) — the worker's clock without a Date.now() per loop turn,
+ *     which allocates a heap number each call (V8's runtime call), so a busy worker scavenged.
  *   uringWait(h, timeoutMs, wait) -> packets (packet k: slot slots[k], length lens[k]); −errno.
  *   uringWrite(h, offs, lens, count) -> writes queued (submitted by the next uringWait/Submit).
  *   uringSubmit(h) -> submits queued writes without waiting (before the worker yields).
@@ -57,6 +59,8 @@
 #define WR_BIT (1ULL << 63)
 #define BGID 0
 
+double uvs_wall_ms(void); /* tun.c */
+
 typedef struct {
   int ring_fd;
   int fd;
@@ -66,6 +70,8 @@ typedef struct {
   size_t buf_bytes;
   int32_t *lens, *slots;
   double *io;
+  /* io[3] is there: uringWait writes the wall clock into it. */
+  bool io_clock;
   int32_t slot, nbufs, out_slot;
   size_t out_base;
   /* SQ */
@@ -450,6 +456,7 @@ static napi_value uring_open(napi_env env, napi_callback_info info) {
   u->lens = lens;
   u->slots = slots;
   u->io = io;
+  u->io_clock = io_bytes / 8 >= 4;
   u->slot = slot;
   u->nbufs = nbufs;
   u->out_slot = out_slot;
@@ -514,8 +521,9 @@ static napi_value uring_wait(napi_env env, napi_callback_info info) {
    * CQ holds: wait for a full CQ at most, reap, and wait again. */
   if (min > u->cq_entries) min = u->cq_entries;
   int r = sys_enter(u->ring_fd, sq_unsubmitted(u), min, IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &a, sizeof a);
-  if (r < 0 && errno != ETIME && errno != EINTR && errno != EBUSY && errno != EAGAIN) {
-    int e = errno;
+  int e = errno;
+  if (u->io_clock) u->io[3] = uvs_wall_ms();
+  if (r < 0 && e != ETIME && e != EINTR && e != EBUSY && e != EAGAIN) {
     reap(u);
     return ret_i32(env, -e);
   }

@@ -29,6 +29,8 @@ export interface Ctx {
   workers: number;
   hz: number;
   log: (s: string) => void;
+  /** --capture: a directory for packet captures of the real clients' traffic (Redis scenario). */
+  capture?: string;
 }
 
 // ── services ──────────────────────────────────────────────────────────────────────────────
@@ -95,6 +97,26 @@ export async function getStats(socket: string): Promise<Stats> {
   const r = await apiCall<Stats>(socket, 'GET', '/v1/stats');
   if (r.status !== 200) throw new Error(`GET /v1/stats: HTTP ${r.status}`);
   return r.body;
+}
+
+/**
+ * GET /v1/stats at a moment when no packet is on its way through uvsd: two reads `gapMs` apart with
+ * the same packets read, written and failed (a worker counts a batch's drops as it goes and its
+ * reads and writes at the batch's end — on io_uring its writes when their completions come, within
+ * one idle poll, 50 ms), so the second one's counters all belong to the same packets. Retried
+ * until timeoutMs; `settled` false when no such moment came.
+ */
+export async function settledStats(socket: string, timeoutMs: number, gapMs = 150): Promise<{ stats: Stats; settled: boolean }> {
+  const deadline = Date.now() + timeoutMs;
+  let a = await getStats(socket);
+  for (;;) {
+    await sleep(gapMs);
+    const b = await getStats(socket);
+    const same = (k: string) => a.packets[k] === b.packets[k];
+    if (same('rxPackets') && same('txPackets') && same('txErrors')) return { stats: b, settled: true };
+    if (Date.now() > deadline) return { stats: b, settled: false };
+    a = b;
+  }
 }
 
 /** uvsd is alive: its process runs and its API answers. */

@@ -7,7 +7,7 @@
  */
 import { LAB_VIP } from '../../lab/lab';
 import { sleep } from '../exec';
-import { balance, numericDiff, type Figure, type ScenarioResult, type Table } from './report';
+import { balance, GEN_REFUSES_BY_NAME, numericDiff, type Figure, type ScenarioResult, type Table } from './report';
 import {
   blackholeSpoofed,
   CpuWatch,
@@ -17,6 +17,7 @@ import {
   labServices,
   relgen,
   round,
+  settledStats,
   startEchoes,
   startUvsd,
   stopEchoes,
@@ -61,8 +62,9 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   r.how = `uvsd (${ctx.workers} workers, default table, offloads on) with the lab's services — TCP 80 and 7, UDP 53, SCTP 5000 on ${LAB_VIP}, TCP 80 and 7 on the IPv6 VIP — and every timeout but ESTABLISHED shortened to 3 s. relgen (perf/reliability/relgen.c) writes frames into uvs0 from the LB node through an AF_PACKET socket, ${chunk.toLocaleString('en-US')} per round (the first as fast as it can, the next ones at 1.2× the rate uvsd read in the round before), until uvsd has read ${target.toLocaleString('en-US')} or ${boundS} s passed: ${'21'} kinds in equal shares (table below) — random bytes; IPv4 and IPv6 with bad checksums, bad or lying lengths, other versions, fragments, IPv6 extension-header chains; TCP (random flags, options), UDP (bad lengths and checksums), SCTP (random chunks, CRC right or wrong), ICMP/ICMPv6 (echo, random types, errors quoting garbage or cut packets), other protocols; sources in the VIP range, multicast, broadcast, loopback, unspecified; and frames with a random virtio_net_hdr (PACKET_VNET_HDR: what the kernel accepts reaches uvsd as offload metadata; what it refuses counts as refused). Sources are random in 198.18.0.0/15 and 2001:db8::/32, blackholed in the LB node. Beside it one TCP echo stream (a line every 100 ms) through ${LAB_VIP}:7. Counters from GET /v1/stats before and after; the TUN device's own drops (its queue full: uvsd slower than the generator) from \`ip -s link\`.`;
   await blackholeSpoofed(lab.lbNs);
   const pid = await startUvsd(ctx, labConfig(ctx, labServices(lab), SHORT));
+  // The accounting's first counters: uvsd idle, nothing on its way (the echo stream's packets come after).
+  const before = (await settledStats(lab.socket, 10000)).stats;
   const echoes = await startEchoes(lab.clientNs, LAB_VIP, 7, 1, boundS + 60, 100);
-  const before = await getStats(lab.socket);
   const dev0 = await devStats(lab.lbNs, 'uvs0');
   const cpu = new CpuWatch(pid, ctx.hz);
   const t0 = Date.now();
@@ -125,7 +127,6 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   const quietRate = afterQuiet === null ? null : afterQuiet / 2;
   const dev1 = await devStats(lab.lbNs, 'uvs0');
   const restarts = after ? after.workers.reduce((a, w) => a + w.restarts, 0) - before.workers.reduce((a, w) => a + w.restarts, 0) : null;
-  const bal = after ? balance(before, after) : null;
   const entriesAtEnd = after?.table.entries ?? null;
   // Expiry: every entry gone (the echo stream closed: its TIME_WAIT is 3 s too).
   let left: number | null = null;
@@ -140,6 +141,10 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
         500,
       )
     : null;
+  // The accounting's last counters: once nothing is on its way through uvsd (the real servers'
+  // SYN-ACK retransmissions to the spoofed SYNs' sources go on for up to 31 s after the last SYN).
+  const fin = alive ? await settledStats(lab.socket, 45000).catch(() => null) : null;
+  const bal = fin ? balance(before, fin.stats) : null;
   const finalAlive = await uvsdAlive(lab);
   const deviceDrops = dev0 && dev1 ? dev1.txDropped - dev0.txDropped : null;
   const deviceIn = dev0 && dev1 ? dev1.txPackets - dev0.txPackets : null;
@@ -158,22 +163,30 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
     { label: 'uvsd crashed (process gone or API silent)', value: !finalAlive, expect: 'no', ok: finalAlive },
     { label: 'worker restarts', value: restarts, expect: '0', ok: restarts === 0 },
     {
-      label: 'counted drops (a refusal that is answered — RST, ICMP unreachable — counts here and is also written)',
+      label: 'counted drops (a refusal that is answered — RST, ICMP unreachable, too big — counts here and as generated)',
       value: bal?.counted_drops ?? null,
     },
-    { label: 'written to the device (forwarded, answered, segments)', value: bal?.written ?? null },
-    { label: 'parked for a Redis lookup (none: no Redis here)', value: bal?.parked ?? null },
     {
-      label: 'read but in no counter: received − (counted drops + parked + written + write errors), if above 0',
-      value: bal?.uncounted ?? null,
-      expect: '0',
-      ok: bal ? bal.uncounted === 0 : null,
+      label: 'parked for a Redis lookup (none: no Redis here; the park ring full included)',
+      value: bal ? bal.parked + bal.park_full : null,
+    },
+    { label: 'echo requests answered in place (no drop)', value: bal?.answered_in_place ?? null },
+    {
+      label: 'forwarded, counted on the read side: read − counted drops − parked − echo requests answered',
+      value: bal?.forwarded_read ?? null,
+    },
+    { label: 'written to the device, write errors included', value: bal ? bal.written + bal.write_errors : null },
+    { label: 'generated (RST, port unreachable, echo reply, too big: table below)', value: bal?.generated_total ?? null },
+    { label: 'written beyond one per packet (GSO segments, PROXY protocol header segments)', value: bal?.extra ?? null },
+    {
+      label: 'forwarded, counted on the write side: written − generated − beyond one',
+      value: bal?.forwarded_written ?? null,
     },
     {
-      label: 'written beyond one per packet read (written − received, if above 0)',
-      value: bal?.extraWritten ?? null,
+      label: 'the two counts of forwarded apart (a packet uncounted, counted twice, or written without a counter)',
+      value: bal === null ? null : fin!.settled ? bal.difference : `${bal.difference} (counters read while packets moved)`,
       expect: '0',
-      ok: bal ? bal.extraWritten === 0 : null,
+      ok: bal ? fin!.settled && bal.difference === 0 : null,
     },
     {
       label: 'frames/s read by uvsd in 2 s of quiet after the generator and the echo stream stopped (a packet loop keeps it reading)',
@@ -198,13 +211,18 @@ export async function fuzzScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   const dropRows = after ? Object.entries(numericDiff(before.drops, after.drops)).sort((a, b) => b[1] - a[1]) : [];
   const t1: Table = { title: 'Frames written, by kind', columns: ['kind', 'frames'], rows: Object.entries(kinds).map(([k, v]) => [k, v]) };
   const t2: Table = { title: 'Drops counted by uvsd during the run, by reason', columns: ['reason', 'count'], rows: dropRows };
-  r.tables.push(t1, t2);
+  const t3: Table = {
+    title: 'Packets uvsd generated during the run, by kind (GET /v1/stats generated.*.sent)',
+    columns: ['kind', 'packets', 'the packet answered is also a counted drop'],
+    rows: bal ? Object.entries(bal.generated).map(([k, v]) => [k, v, GEN_REFUSES_BY_NAME[k] ?? null]) : [],
+  };
+  r.tables.push(t1, t2, t3);
   if (deviceIn !== null)
     r.notes.push(
       `The TUN device passed ${deviceIn.toLocaleString('en-US')} frames to uvsd's queues in the run and dropped ${deviceDrops?.toLocaleString('en-US')} (queue full); relgen ran ${rounds} round(s) in ${genS.toFixed(0)} s.`,
     );
   if (!vnet) r.notes.push('PACKET_VNET_HDR was not available: no frames with a virtio header were written.');
   r.notes.push(
-    'The accounting is one-sided: a refusal that uvs answers (RST, ICMP unreachable) bumps its drop reason and is also written, and uvs has no counter of answers, so "received = counted drops + forwarded" is checked as "every packet read is in some counter" (uncounted = 0) and "no more written than read" (extra = 0; a worker segmenting a GSO super-packet itself, or a packet loop, shows there).',
+    'The accounting is two-sided: every packet read is a counted drop, parked, forwarded or an echo request answered in place; every packet written (or failed) is forwarded, generated (a refusal that uvs answers — RST, ICMP unreachable, too big — is a drop on the read side and a generated packet on the write side) or one beyond the first for a packet. Both sides give the packets forwarded, and they must agree exactly. The counters are read at moments when no packet moved through uvsd for 150 ms: before the generator and the echo stream started, and after the table emptied and the real servers stopped retransmitting.',
   );
 }

@@ -6,16 +6,28 @@
  * restarted, then SIGSTOPped for as long and continued. Downloads start before, during the kill
  * and during the hang; afterwards lb1 dies and traffic moves to lb2, which must carry every one of
  * them from the records lb1 wrote — including the ones it could write only after Redis came back.
+ *
+ * What a failure is put down to: each HTTP request counts in the phase it started in, except one
+ * in flight at the failover (report.ts inFlightAt), which counts with it; every failure is listed
+ * with its source port, how far it got and lb1's counters around it, beside the phase timeline,
+ * lb1's packets the kernel dropped on their way to uvsd, and the kernel TCP counters of the client
+ * and the servers. With --capture, tcpdump records the clients' packets at each hop.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ConnectionsResponse } from '../../control/api-types';
+import { apiCall } from '../../control/client';
 import { runTool } from '../../lab/clients';
 import { LAB_VIP, LAB_VIP_CIDR } from '../../lab/lab';
 import type { FailoverLab, LbNode } from '../../lab/failover-lab';
-import { sleep } from '../exec';
+import { run, sleep, spawnTracked } from '../exec';
 import type { LoadRecord } from '../failures';
+import { parseSnmp } from '../probe';
 import {
   blackholeSpoofed,
   client,
+  devStats,
   download,
   getStats,
   relgen,
@@ -27,15 +39,17 @@ import {
   type Ctx,
   type EchoResult,
 } from './common';
-import { numericDiff, type ScenarioResult } from './report';
+import { flatten, IN_FLIGHT_MS, inFlightAt, lastMove, numericDiff, type ScenarioResult, type Value } from './report';
 
 type Download = ReturnType<typeof download>;
 
+/** The HTTP load's loops: at most this many requests are in flight at any moment. */
+const LOAD_LOOPS = 2;
 export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResult): Promise<void> {
   const outS = ctx.quick ? 5 : 30;
   const ackPps = ctx.quick ? 5000 : 20000;
   const rateKiB = 128;
-  r.how = `Two-node lab: client → router → lb1 (active) or lb2, real servers and redis-server on a shared switch; uvsd on both nodes (${ctx.workers} workers, Redis sync, counts every 0.5 s, parked-packet timeout 1 s). Load through lb1 for the whole run: lab/tools.js \`load\` (2 loops of one-connection HTTP requests to ${LAB_VIP}:80), 2 TCP echo streams (a line every 100 ms), downloads read at ${rateKiB} KiB/s (client.ts download) (3 started before the outages, 3 during the kill, 3 during the hang; checked with sha256), and relgen writing ${ackPps.toLocaleString('en-US')} mid-flow TCP ACKs/s from random sources into lb1's device during both outages (no flow has them: with sync on, each is parked for a Redis lookup). Redis is SIGKILLed, restarted after ${outS} s; then SIGSTOPped for ${outS} s and continued. "Caught up" = lb1 reconnected and its write queue empty again. Then lb1 is SIGKILLed and the router and the servers' gateway move to lb2 (what keepalived does, done by \`ip\`). lb1's RSS is sampled every 200 ms.`;
+  r.how = `Two-node lab: client → router → lb1 (active) or lb2, real servers and redis-server on a shared switch; uvsd on both nodes (${ctx.workers} workers, Redis sync, counts every 0.5 s, parked-packet timeout 1 s). Load through lb1 for the whole run: lab/tools.js \`load\` (${LOAD_LOOPS} loops of one-connection HTTP requests to ${LAB_VIP}:80), 2 TCP echo streams (a line every 100 ms), downloads read at ${rateKiB} KiB/s (client.ts download) (3 started before the outages, 3 during the kill, 3 during the hang; checked with sha256), and relgen writing ${ackPps.toLocaleString('en-US')} mid-flow TCP ACKs/s from random sources into lb1's device during both outages (no flow has them: with sync on, each is parked for a Redis lookup). Redis is SIGKILLed, restarted after ${outS} s; then SIGSTOPped for ${outS} s and continued. "Caught up" = lb1 reconnected and its write queue empty again. Then lb1's uvsd is SIGKILLed and keepalived (its track script) moves the router's next hop and the servers' gateway to lb2. lb1's RSS is sampled every 200 ms, its counters (GET /v1/stats, and \`ip -s link\` of its devices) every 500 ms. An HTTP request counts in the phase it started in — except one still in flight when lb1's uvsd is killed that moved (started, connected, answered) within ${IN_FLIGHT_MS} ms before: that one counts with the failover (the ${LOAD_LOOPS} loops have at most ${LOAD_LOOPS} in flight). Such a flow is younger than its first write to Redis (a request takes a few ms; a flow is queued on its 3rd packet and written within a 50 ms period), so lb2 finds no record: it parks the flow's packets, the lookup misses and they are dropped until the client gives up after 10 s (ETIMEDOUT) — a flow moves only once its record has left its node (docs/failover.md; the kernel's sync daemon has the same window, wider). Counted by start alone, these were the 2 failures "from the first outage to the failover" of an earlier run (2 of 137,358, the run's 2 loops; lb2 parked 14 packets across that failover, 9 of its lookups missed and 5 answers were not installed).`;
   flab.up();
   await flab.waitServers();
   await blackholeSpoofed(flab.nodeNs('lb1'));
@@ -75,16 +89,38 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   // its track script moves them to lb2, as a deployment would.
   await flab.startVrrp('lb1');
   const rss = new RssWatch(lb1.pid!);
+  // The evidence for any request that fails: lb1's counters every 500 ms, the kernel's TCP
+  // counters of the client and the servers, and (--capture) the real clients' packets on their
+  // way: leaving the client, through lb1's device, to the servers, and through lb2's device.
+  const sampler = new Sampler(flab.socket('lb1'), flab.nodeNs('lb1'), ['uvs0', flab.frontDev('lb1'), flab.backDev('lb1')]);
+  const captures = ctx.capture
+    ? [
+        new Capture('client', join(ctx.capture, 'redis-client.pcap'), flab.ns.cl, `${flab.prefix}c0`, 'tcp port 80'),
+        new Capture('lb1 uvs0', join(ctx.capture, 'redis-lb1-uvs0.pcap'), flab.nodeNs('lb1'), 'uvs0', `tcp and host ${flab.clientAddr}`),
+        new Capture(
+          'lb1 to the servers',
+          join(ctx.capture, 'redis-lb1-back.pcap'),
+          flab.nodeNs('lb1'),
+          flab.backDev('lb1'),
+          'tcp port 8080',
+        ),
+        new Capture('lb2 uvs0', join(ctx.capture, 'redis-lb2-uvs0.pcap'), flab.nodeNs('lb2'), 'uvs0', `tcp and host ${flab.clientAddr}`),
+      ]
+    : [];
+  const kernelNs = [flab.ns.cl, ...flab.ns.rs];
+  const phases: Phase[] = [];
+  const phase = (name: string, at = Date.now()) => phases.push({ name, at });
   // The timeline (planned; downloads are sized to run ~10 s past the failover).
   const plannedFailoverS = 3 + outS + 4 + 2 + outS + 4 + 3;
   const spanS = plannedFailoverS + 12;
   const t0 = Date.now();
+  phase('load started');
   const dl = (seed: number): Download => {
     const left = Math.max(10, plannedFailoverS + 10 - (Date.now() - t0) / 1000);
     return download(flab.ns.cl, LAB_VIP, 80, Math.round(rateKiB * 1024 * left), seed, rateKiB * 1024, spanS + 90);
   };
   type Out = { requests: number; errors: number; records: LoadRecord[] };
-  const load = runTool<Out>(flab.ns.cl, ['load', LAB_VIP, '80', String(spanS), '2', '0', '0'], (spanS + 60) * 1000).result;
+  const load = runTool<Out>(flab.ns.cl, ['load', LAB_VIP, '80', String(spanS), String(LOAD_LOOPS), '0', '0'], (spanS + 60) * 1000).result;
   const echoes = [0, 1].map(() => client<EchoResult>(flab.ns.cl, ['echo', LAB_VIP, '7', String(spanS), '100'], (spanS + 60) * 1000));
   const downloads: { d: Download; phase: string }[] = [0, 1, 2].map((i) => ({ d: dl(200 + i), phase: 'before' }));
   const running = downloads.map(() => true);
@@ -97,6 +133,8 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   await sleep(3000);
   const rssLoad = rss.phasePeak(); // under load, before the outages
   const s0 = await getStats(flab.socket('lb1'));
+  const k0 = await Promise.all(kernelNs.map((ns) => kernelTcp(ns).catch(() => ({}) as Record<string, number>)));
+  phase('ACK flood started');
   const ack = relgen(
     ctx,
     flab.nodeNs('lb1'),
@@ -108,16 +146,28 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const tKill = Date.now();
   ctx.log(`redis: SIGKILL redis-server for ${outS} s`);
   flab.killRedis();
+  phase('Redis killed', tKill);
   for (let i = 0; i < 3; i++) track(dl(300 + i), 'during the kill');
   await sleep(outS * 1000);
   flab.startRedis();
   await flab.waitRedis();
   const tBack = Date.now();
-  const caughtUp = (n: LbNode) => async () => {
-    const s = await getStats(flab.socket(n)).catch(() => null);
-    return s?.redis?.connected === true && s.redis.queueDepth === 0;
+  phase('Redis restarted (answers PING)', tBack);
+  // Caught up: connected again (noted as a phase when first seen) and the write queue empty.
+  const caughtUp = (n: LbNode, what: string) => {
+    let seen = false;
+    return async () => {
+      const s = await getStats(flab.socket(n)).catch(() => null);
+      if (!seen && s?.redis?.connected === true) {
+        seen = true;
+        phase(`${n} reconnected ${what}`);
+      }
+      const ok = s?.redis?.connected === true && s.redis.queueDepth === 0;
+      if (ok) phase(`${n} caught up ${what} (queue empty)`);
+      return ok;
+    };
   };
-  const catchUpKill = await waitFor(caughtUp('lb1'), 30000);
+  const catchUpKill = await waitFor(caughtUp('lb1', 'after the kill'), 30000);
   await sleep(2000);
   const rssKill = rss.phasePeak(); // the kill and the catch-up after it
 
@@ -126,6 +176,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const tStop = Date.now();
   ctx.log(`redis: SIGSTOP redis-server (pid ${redisPid}) for ${outS} s`);
   process.kill(redisPid, 'SIGSTOP');
+  phase('Redis stopped (SIGSTOP)', tStop);
   for (let i = 0; i < 3; i++) track(dl(400 + i), 'during the hang');
   try {
     await sleep(outS * 1000);
@@ -133,18 +184,30 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
     process.kill(redisPid, 'SIGCONT');
   }
   const tCont = Date.now();
-  const catchUpHang = await waitFor(caughtUp('lb1'), 30000);
+  phase('Redis continued (SIGCONT)', tCont);
+  const catchUpHang = await waitFor(caughtUp('lb1', 'after the hang'), 30000);
   const ackOut = await ack;
+  phase('ACK flood ended');
   await sleep(3000); // the last records written and published
   const s1 = await getStats(flab.socket('lb1'));
   const lb2Before = await getStats(flab.socket('lb2'));
   const lb1Alive = lb1.exitCode === null && lb1.signalCode === null;
   const rssHang = rss.phasePeak(); // the hang and the catch-up after it
   rss.stop();
-
+  const k1 = await Promise.all(kernelNs.map((ns) => kernelTcp(ns).catch(() => ({}) as Record<string, number>)));
+  // lb1's entry for each client port, as it is just before the failover.
+  const lb1Flows = new Map<number, string>();
+  const conns = await apiCall<ConnectionsResponse>(flab.socket('lb1'), 'GET', '/v1/connections?limit=200000').catch(() => null);
+  for (const c of conns?.status === 200 ? conns.body.connections : []) {
+    const [addr, port] = [c.client.slice(0, c.client.lastIndexOf(':')), Number(c.client.slice(c.client.lastIndexOf(':') + 1))];
+    if (c.protocol === 'TCP' && addr === flab.clientAddr && c.virtual.endsWith(':80'))
+      lb1Flows.set(port, `${c.state}${c.shadow ? ' (shadow)' : ''} → ${c.realServer}, expires in ${c.expiresIn} s`);
+  }
+  await sampler.stop();
   // Failover.
   const runningAtFailover = running.filter(Boolean).length;
   const tFail = Date.now();
+  phase('failover: lb1 uvsd killed', tFail);
   ctx.log(`redis: failover to lb2 with ${runningAtFailover} downloads running`);
   await flab.failover('uvsd');
   const results = await Promise.all(downloads.map((x) => x.d.result));
@@ -152,9 +215,19 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const ld = await load;
   const lb2After = await getStats(flab.socket('lb2')).catch(() => null);
   await flab.stopUvsd('lb2').catch(() => undefined);
+  for (const c of captures) await c.stop();
 
   const records = ld.out?.records ?? [];
-  const failedIn = (a: number, b: number) => records.filter((x) => x.error !== null && x.start >= a && x.start < b).length;
+  // A request still waiting when lb1 was killed, and moving until just before (started, connected
+  // or answered within one minimum TCP retransmission timeout of the kill), failed because of the
+  // failover, whatever the time it started: it belongs to the failover's figures, not the outages'.
+  const atFailover = (x: LoadRecord) => inFlightAt(x, tFail);
+  const failedIn = (a: number, b: number) =>
+    records.filter((x) => x.error !== null && x.start >= a && x.start < b && !atFailover(x)).length;
+  const inFlight = records.filter(atFailover);
+  const inFlightFailed = inFlight.filter((x) => x.error !== null).length;
+  const after = records.filter((x) => x.start >= tFail);
+  const afterFailed = after.filter((x) => x.error !== null).length;
   const brokenBy = (phase: string) => downloads.filter((x, i) => x.phase === phase && !results[i]!.ok).length;
   const broken = results.filter((x) => !x.ok).length;
   const diff = numericDiff(s0, s1);
@@ -172,12 +245,28 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
       ok: failedIn(tStop, tCont) === 0,
     },
     {
-      label: 'HTTP requests failed from the first outage to the failover',
+      label: 'HTTP requests failed from the first outage to the failover (those in flight at it: below)',
       value: failedIn(tKill, tFail),
       expect: '0',
       ok: failedIn(tKill, tFail) === 0,
     },
-    { label: 'HTTP requests in that time', value: records.filter((x) => x.start >= tKill && x.start < tFail).length },
+    { label: 'HTTP requests in that time', value: records.filter((x) => x.start >= tKill && x.start < tFail && !atFailover(x)).length },
+    {
+      label: "HTTP requests in flight when lb1's uvsd was killed (the failover)",
+      value: inFlight.length,
+      unit: `(the load's ${LOAD_LOOPS} loops)`,
+    },
+    {
+      label: '— of those failed (a flow lb1 had not written to Redis yet cannot move: lb2 parks its packets, the lookup misses)',
+      value: inFlightFailed,
+    },
+    {
+      label: 'HTTP requests started after the failover, failed',
+      value: afterFailed,
+      unit: `of ${after.length}`,
+      expect: '0',
+      ok: afterFailed === 0,
+    },
     { label: 'uvsd on lb1 alive through both outages', value: lb1Alive, expect: 'yes', ok: lb1Alive },
     { label: 'lb1 uvsd RSS before the outages', value: round(rss.firstMb, 0), unit: 'MB' },
     {
@@ -240,13 +329,285 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   );
   const dlErrs = results.filter((x) => !x.ok).map((x) => `${x.error} after ${x.bytes} bytes`);
   if (dlErrs.length) r.notes.push(`Broken downloads: ${dlErrs.join('; ')}.`);
-  const errs = records.filter((x) => x.error !== null && x.start >= tKill && x.start < tFail).map((x) => x.error);
+  const errs = records.filter((x) => x.error !== null && x.start >= tKill && x.start < tFail && !atFailover(x)).map((x) => x.error);
   if (errs.length)
     r.notes.push(
       `HTTP errors before the failover: ${[...new Set(errs)].map((e) => `${e} ×${errs.filter((x) => x === e).length}`).join(', ')}.`,
     );
   if ('error' in ackOut) r.notes.push(`The ACK generator failed: ${String((ackOut as { error: string }).error)}.`);
+  await evidence(ctx, r, {
+    records,
+    atFailover,
+    phases,
+    vrrp: flab.nodes.flatMap((n) =>
+      (flab.events[n] ?? [])
+        .filter((e) => e.kind === 'GROUP' && e.at >= t0 && e.at <= tFail)
+        .map((e) => ({ name: `${n} VRRP ${e.state}`, at: e.at })),
+    ),
+    tKill,
+    tFail,
+    sampler,
+    lb1Flows,
+    kernel: kernelNs.map((ns, i) => ({ ns, moved: numericDiff(k0[i], k1[i]) })),
+    captures,
+  });
+}
+
+/**
+ * Every request that failed before the failover, against the timeline (phases and VRRP state
+ * changes) and what lb1 counted around it: when it started and in which phase, how far it got
+ * (connected? answered?), its source port and lb1's entry for that port just before the
+ * failover, and which of lb1's packet counters moved from the sample before it started to the one
+ * after it ended — next to what they moved on average over windows as long in the whole run.
+ * With --capture, each failure's packets as the client, lb1's device and the servers' link saw
+ * them go to redis-failures.txt beside the captures.
+ */
+async function evidence(
+  ctx: Ctx,
+  r: ScenarioResult,
+  e: {
+    records: LoadRecord[];
+    atFailover: (x: LoadRecord) => boolean;
+    phases: Phase[];
+    vrrp: Phase[];
+    tKill: number;
+    tFail: number;
+    sampler: Sampler;
+    lb1Flows: Map<number, string>;
+    kernel: { ns: string; moved: Record<string, number> }[];
+    captures: Capture[];
+  },
+): Promise<void> {
+  const rel = (t: number) => round((t - e.tKill) / 1000, 1);
+  const timeline = [...e.phases, ...e.vrrp].sort((a, b) => a.at - b.at);
+  r.tables.push({ title: 'Timeline (s from the kill of Redis)', columns: ['s', 'event'], rows: timeline.map((p) => [rel(p.at), p.name]) });
+  const kernelRows: Value[][] = [];
+  for (const k of e.kernel)
+    for (const [name, v] of Object.entries(k.moved)) if (KERNEL_TCP.test(name)) kernelRows.push([k.ns.replace(/^.*-/, ''), name, v]);
+  if (kernelRows.length)
+    r.tables.push({
+      title: "The kernel's TCP counters that moved from the ACK flood's start to the failover (client cl, servers rs1–rs3)",
+      columns: ['namespace', 'counter', 'change'],
+      rows: kernelRows,
+    });
+  // lb1's device and uvsd, from the kill to the failover: what the kernel queued for uvsd and
+  // dropped because a queue was full, what uvsd read and wrote, what the kernel took back.
+  const whole = e.sampler.between(e.tKill, e.tFail);
+  if (whole) {
+    const m = (k: string) => whole.moved[k] ?? 0;
+    r.tables.push({
+      title: "lb1's packets from the kill to the failover: its TUN device (uvs0) and uvsd",
+      columns: ['', 'packets'],
+      rows: [
+        ['queued by the kernel for uvsd (uvs0 tx)', m('dev.uvs0.txPackets')],
+        ["dropped by the kernel: uvsd's queue full (uvs0 tx dropped)", m('dev.uvs0.txDropped')],
+        ['read by uvsd', m('packets.rxPackets')],
+        ['written by uvsd', m('packets.txPackets')],
+        ['not taken by the device (uvsd write errors)', m('packets.txErrors')],
+        ['taken by the kernel from uvsd (uvs0 rx)', m('dev.uvs0.rxPackets')],
+        ['dropped by the kernel on the way in (uvs0 rx dropped)', m('dev.uvs0.rxDropped')],
+      ],
+    });
+    // Every 0.5 s sample in which a packet was lost on lb1 outside uvsd's own drop counters.
+    const lossRows: Value[][] = [];
+    const ss = e.sampler.samples.filter((x) => Object.keys(x.v).length);
+    const loss = /^(dev\.[^.]+\.(tx|rx)Dropped|packets\.txErrors)$/;
+    for (let i = 1; i < ss.length; i++) {
+      const a = ss[i - 1]!;
+      const b = ss[i]!;
+      const lost = Object.keys(b.v).filter((k) => loss.test(k) && b.v[k]! - (a.v[k] ?? 0) > 0);
+      if (!lost.length) continue;
+      const w = Object.keys(b.v)
+        .filter((k) => /^workers\.\d+\.rxPackets$/.test(k))
+        .map((k) => b.v[k]! - (a.v[k] ?? 0));
+      lossRows.push([
+        rel(a.t),
+        round((b.t - a.t) / 1000, 1),
+        phaseAt(e.phases, a.t)?.name ?? 'before',
+        lost.map((k) => `${k} +${b.v[k]! - (a.v[k] ?? 0)}`).join('; '),
+        w.join(' / '),
+      ]);
+    }
+    if (m('dev.uvs0.txDropped') > 0) {
+      // How long a worker may fall behind before its queue of 500 fills, at this run's rate.
+      const perWorker = m('packets.rxPackets') / (whole.ms / 1000) / Math.max(1, ctx.workers);
+      r.notes.push(
+        `lb1's TUN device dropped ${m('dev.uvs0.txDropped').toLocaleString('en-US')} packets on their way to uvsd from the kill to the failover, a worker's queue full: it holds 500 packets (the kernel's default for a TUN device; uvsd does not set it), ${Math.round((500 / perWorker) * 1000)} ms of this run's traffic per worker (${Math.round(perWorker).toLocaleString('en-US')} packets/s), and the 2 CPUs are shared by uvsd on both nodes, the ACK generator, the clients, the servers and Redis. Most are the generator's ACKs; a real client's packet among them is retransmitted by TCP. No uvsd counter can see these: the kernel's (\`ip -s link\`, tx dropped) does.`,
+      );
+    }
+    if (lossRows.length)
+      r.tables.push({
+        title: 'When lb1 lost packets outside its drop counters (0.5 s samples)',
+        columns: ['from (s from the kill)', 'for (s)', 'phase', 'lost', 'packets read per worker'],
+        rows: lossRows,
+      });
+  }
+  const failed = e.records.filter((x) => x.error !== null && x.start < e.tFail);
+  if (!failed.length) return;
+  const rows: Value[][] = failed.map((x) => {
+    const w = e.sampler.between(x.start - 500, x.end + 500);
+    const moved = w
+      ? Object.entries(w.moved)
+          .filter(([k]) => !/^packets\.|Packets$|Bytes$|^redis\.lookups\.|^dev\.[^.]+\.(rx|tx)(Packets)?$/.test(k))
+          .map(([k, v]) => {
+            const avg = whole && whole.ms > 0 ? ((whole.moved[k] ?? 0) * w.ms) / whole.ms : null;
+            return `${k} +${v}${avg === null ? '' : ` (run average ${round(avg, 1)})`}`;
+          })
+          .join('; ') || 'nothing beyond packets in and out'
+      : e.atFailover(x)
+        ? "none: lb1's uvsd was killed meanwhile (lb2's counters above)"
+        : 'no samples';
+    return [
+      rel(x.start),
+      phaseAt(e.phases, x.start)?.name ?? 'before',
+      e.atFailover(x) ? `yes: moved ${e.tFail - lastMove(x)} ms before` : 'no',
+      x.error,
+      x.port ?? null,
+      x.connected == null ? 'never' : `after ${x.connected - x.start} ms`,
+      x.answered == null ? 'never' : `after ${x.answered - x.start} ms`,
+      round((x.end - x.start) / 1000, 1),
+      x.port == null ? null : (e.lb1Flows.get(x.port) ?? 'none'),
+      moved,
+    ];
+  });
+  r.tables.push({
+    title: 'HTTP requests that failed, started before the failover',
+    columns: [
+      'started (s from the kill)',
+      'phase',
+      "in flight when lb1's uvsd was killed",
+      'error',
+      'source port',
+      'connected',
+      'answer headers',
+      'failed after (s)',
+      "lb1's entry for the port before the failover",
+      "lb1's counters that moved from 0.5 s before it to 0.5 s after it",
+    ],
+    rows,
+  });
+  if (!e.captures.length) return;
+  const lines: string[] = [];
+  for (const x of failed) {
+    lines.push(`== ${JSON.stringify(x)} (started ${rel(x.start)} s after the kill)`);
+    if (x.port == null) continue;
+    for (const c of e.captures) {
+      lines.push(`-- ${c.name} (${c.file})`);
+      lines.push(...(await c.port(x.port).catch((err: Error) => [`tcpdump: ${err.message}`])));
+    }
+  }
+  const file = join(ctx.capture!, 'redis-failures.txt');
+  writeFileSync(file, `${lines.join('\n')}\n`);
   r.notes.push(
-    `HTTP requests failed after the failover (lb1 killed mid-request, the switch): ${failedIn(tFail, Infinity)} of ${records.filter((x) => x.start >= tFail).length}.`,
+    `Packet captures of the real clients' traffic: ${e.captures.map((c) => c.file).join(', ')}; each failed request's packets in ${file}.`,
   );
+}
+
+// ── the failures' evidence ────────────────────────────────────────────────────────────────
+/** A moment of the scenario's timeline (epoch ms). */
+interface Phase {
+  name: string;
+  at: number;
+}
+
+/** The phase a moment falls in: the last one that began at or before it. */
+function phaseAt(phases: Phase[], t: number): Phase | null {
+  let p: Phase | null = null;
+  for (const x of phases) if (x.at <= t && (p === null || x.at >= p.at)) p = x;
+  return p;
+}
+
+/** Counters that say where a packet went: uvsd's and its devices'. */
+const EVIDENCE = /^(drops\.|parked$|parkFull$|syncRingFull$|packets\.(rxPackets|txPackets|txErrors)$|generated\.|dev\.|redis\.lookups\.)/;
+
+/**
+ * A node's counters every 500 ms: GET /v1/stats (its numeric leaves) and the ip -s counters of
+ * some of its devices — for uvs0, tx = what the kernel handed to uvsd's queues, txDropped = what
+ * it dropped because a queue was full; rx = what uvsd wrote.
+ */
+class Sampler {
+  readonly samples: { t: number; v: Record<string, number> }[] = [];
+  private stopped = false;
+  private readonly done: Promise<void>;
+  constructor(socket: string, ns: string, devs: string[], intervalMs = 500) {
+    this.done = (async () => {
+      while (!this.stopped) {
+        const t = Date.now();
+        const st = await getStats(socket).catch(() => null);
+        const v: Record<string, number> = st ? flatten(st) : {};
+        for (const d of devs) {
+          const x = await devStats(ns, d);
+          if (x) for (const [k, n] of Object.entries(x)) v[`dev.${d}.${k}`] = n;
+        }
+        this.samples.push({ t, v });
+        await sleep(Math.max(0, intervalMs - (Date.now() - t)));
+      }
+    })();
+  }
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.done;
+  }
+  /**
+   * What moved from the last sample at or before a to the first at or after b (the last one, when
+   * sampling stopped before b: lb1 is killed at the failover), and over how long (ms).
+   */
+  between(a: number, b: number): { ms: number; moved: Record<string, number> } | null {
+    let x: { t: number; v: Record<string, number> } | null = null;
+    let y: { t: number; v: Record<string, number> } | null = null;
+    let last: { t: number; v: Record<string, number> } | null = null;
+    for (const s of this.samples) {
+      if (!Object.keys(s.v).length) continue;
+      if (s.t <= a) x = s;
+      if (s.t >= b && y === null) y = s;
+      last = s;
+    }
+    y ??= last;
+    if (!x || !y || y.t <= x.t) return null;
+    const moved: Record<string, number> = {};
+    for (const [k, n] of Object.entries(y.v)) {
+      if (!EVIDENCE.test(k)) continue;
+      const d = n - (x.v[k] ?? 0);
+      if (d !== 0) moved[k] = d;
+    }
+    return { ms: y.t - x.t, moved };
+  }
+}
+
+/** The kernel's TCP counters in a namespace (/proc/net/snmp and /proc/net/netstat, Tcp and TcpExt). */
+async function kernelTcp(ns: string): Promise<Record<string, number>> {
+  const r = await run('cat', ['/proc/net/snmp', '/proc/net/netstat'], { ns, timeoutMs: 5000 });
+  const p = parseSnmp(r.stdout);
+  const out: Record<string, number> = {};
+  for (const g of ['Tcp', 'TcpExt']) for (const [k, v] of Object.entries(p[g] ?? {})) if (Number.isFinite(v)) out[`${g}.${k}`] = v;
+  return out;
+}
+
+/** Kernel TCP counters worth showing when they move: drops, overflows, retransmissions, timeouts. */
+const KERNEL_TCP =
+  /^(Tcp\.(AttemptFails|EstabResets|RetransSegs|InErrs|OutRsts)|TcpExt\.(ListenOverflows|ListenDrops|TCPSynRetrans|TCPTimeouts|TCPAbortOnTimeout|TCPBacklogDrop|TCPReqQFullDrop|TCPReqQFullDoCookies|TW|TWRecycled|TWKilled|TCPTimeWaitOverflow|PAWSEstab|PAWSActive|TCPChallengeACK|TCPSYNChallenge|TCPAbortOnData|TCPAbortOnClose|TCPRcvQDrop|TCPZeroWindowDrop|TCPMinTTLDrop|TCPBacklogCoalesce))$/;
+
+/** tcpdump of the real clients' traffic in a namespace (--capture): to a file, stopped with SIGINT. */
+class Capture {
+  private readonly child: ChildProcess;
+  private readonly exited: Promise<void>;
+  constructor(
+    readonly name: string,
+    readonly file: string,
+    ns: string,
+    dev: string,
+    filter: string,
+  ) {
+    this.child = spawnTracked('tcpdump', ['-i', dev, '-nn', '-s', '128', '-B', '16384', '-w', file, filter], ns);
+    this.exited = new Promise((r) => this.child.once('exit', () => r()));
+  }
+  async stop(): Promise<void> {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGINT');
+    await Promise.race([this.exited, sleep(10000)]);
+  }
+  /** The packets of one client port, as tcpdump prints them (absolute times), at most `max` lines. */
+  async port(port: number, max = 60): Promise<string[]> {
+    const r = await run('tcpdump', ['-nn', '-tt', '-r', this.file, `tcp port ${port}`], { timeoutMs: 60000 });
+    return r.stdout.trim().split('\n').filter(Boolean).slice(0, max);
+  }
 }

@@ -2,6 +2,7 @@
  * The pure part of the reliability run: what the clients printed → figures, and figures →
  * RELIABILITY.md. No I/O, no clocks: test/unit/reliability-report.test.ts checks it on data.
  */
+import { GEN_KIND_NAMES, GEN_REFUSES } from '../../conntrack/layout';
 
 /** One connect-probe attempt (perf/reliability/client.ts): start, connect ms, answer ms, error. */
 export interface Attempt {
@@ -153,8 +154,12 @@ export function recovered(all: Attempt[], since: number, slowMs: number, n: numb
 export interface StatsLike {
   packets: Record<string, number>;
   drops: Record<string, number>;
+  /** Generated packets by kind and result: { reset: { sent, … }, … }. */
+  generated?: Record<string, Record<string, number>>;
   parked?: number;
   parkFull?: number;
+  /** SYN proxy: client packets held while their server's handshake was pending (GET /v1/stats synProxyHeld). */
+  synProxyHeld?: number;
   table?: { entries: number; capacity: number };
   workers?: { restarts: number }[];
 }
@@ -164,43 +169,108 @@ export interface Balance {
   counted_drops: number;
   parked: number;
   park_full: number;
-  /** Packets written to the device: forwarded, answered (RST, ICMP error, echo reply), segments. */
+  /** SYN proxy: held while the server's handshake was pending; their replay is written as extra. */
+  held: number;
+  /** Packets the dataplane generated, by kind (`generated.<kind>.sent`), and their sum. */
+  generated: Record<string, number>;
+  generated_total: number;
+  /** Of those, answers to packets that are no drop (echo requests: turned around in place). */
+  answered_in_place: number;
+  /** Packets written to the device: forwarded, generated, segments beyond one. */
   written: number;
   write_errors: number;
-  /**
-   * received − (counted drops + parked + park full + written + write errors), when positive:
-   * packets that left no trace in any counter. 0 when every packet read is counted.
-   */
-  uncounted: number;
-  /** written − received, when positive: packets written beyond one per packet read. */
-  extraWritten: number;
+  /** Written beyond one per packet handled (packets.txExtra: GSO segments, PROXY header segments). */
+  extra: number;
+  /** Forwarded, counted on the read side: received − counted drops − parked − park full − held − answered in place. */
+  forwarded_read: number;
+  /** Forwarded, counted on the write side: written + write errors − generated − extra. */
+  forwarded_written: number;
+  /** forwarded_read − forwarded_written: 0 when every packet is counted once on each side. */
+  difference: number;
 }
 
 /**
- * Every packet a worker reads ends as a counted drop, in the park ring (counted, or park-full
- * counted) or written to the device (tx, or a tx error). Some are counted twice: a packet refused
- * with an answer (no service → RST or ICMP unreachable; no real server; too big) bumps its drop
- * reason and is written as the answer, and uvs has no counter of answers to subtract. So the
- * check is one-sided — every packet counted at least once (uncounted = 0) — and writes beyond
- * one per read (GSO super-packets a worker segments itself; a packet loop) show in extraWritten.
+ * Two-sided accounting. Every packet a worker reads ends as exactly one of: a counted drop (its
+ * reason), parked (or refused by a full park ring, counted), held by the SYN proxy, forwarded, or
+ * answered in place without a drop (an echo request, a SYN answered with a cookie). Every packet
+ * a worker writes (or fails to write: a write error) is one of: a forwarded packet, a generated
+ * one (RST, unreachable, echo reply, too big, cookie SYN-ACK — `generated.*.sent`; a refusal that
+ * is answered is a drop on the read side and a generated packet on the write side), or one beyond
+ * the first for a packet (packets.txExtra: segments, PROXY header segments, held packets replayed
+ * behind the SYN proxy's ACK). So
+ *
+ *   received = counted drops + parked + park full + held + forwarded + answered in place
+ *   written + write errors = forwarded + generated + extra
+ *
+ * and the two counts of forwarded must agree (difference 0): a packet read and never counted, or
+ * counted twice, or one written without a counter (a loop), shows there. `refuses` says per kind
+ * whether the packet answered is also a drop (conntrack/layout.ts GEN_REFUSES).
  */
-export function balance(before: StatsLike, after: StatsLike): Balance {
+export function balance(before: StatsLike, after: StatsLike, refuses: Record<string, boolean> = GEN_REFUSES_BY_NAME): Balance {
   const d = (a: number | undefined, b: number | undefined) => (b ?? 0) - (a ?? 0);
   let drops = 0;
   for (const k of new Set([...Object.keys(before.drops), ...Object.keys(after.drops)])) drops += d(before.drops[k], after.drops[k]);
+  const generated: Record<string, number> = {};
+  let generatedTotal = 0;
+  let inPlace = 0;
+  for (const k of new Set([...Object.keys(before.generated ?? {}), ...Object.keys(after.generated ?? {})])) {
+    const n = d(before.generated?.[k]?.sent, after.generated?.[k]?.sent);
+    generated[k] = n;
+    generatedTotal += n;
+    if (refuses[k] === false) inPlace += n;
+  }
   const b: Balance = {
     received: d(before.packets.rxPackets, after.packets.rxPackets),
     counted_drops: drops,
     parked: d(before.parked, after.parked),
     park_full: d(before.parkFull, after.parkFull),
+    held: d(before.synProxyHeld, after.synProxyHeld),
+    generated,
+    generated_total: generatedTotal,
+    answered_in_place: inPlace,
     written: d(before.packets.txPackets, after.packets.txPackets),
     write_errors: d(before.packets.txErrors, after.packets.txErrors),
-    uncounted: 0,
-    extraWritten: 0,
+    extra: d(before.packets.txExtra, after.packets.txExtra),
+    forwarded_read: 0,
+    forwarded_written: 0,
+    difference: 0,
   };
-  b.uncounted = Math.max(0, b.received - b.counted_drops - b.parked - b.park_full - b.written - b.write_errors);
-  b.extraWritten = Math.max(0, b.written - b.received);
+  b.forwarded_read = b.received - b.counted_drops - b.parked - b.park_full - b.held - b.answered_in_place;
+  b.forwarded_written = b.written + b.write_errors - b.generated_total - b.extra;
+  b.difference = b.forwarded_read - b.forwarded_written;
   return b;
+}
+
+/** conntrack/layout.ts GEN_REFUSES by kind name. */
+export const GEN_REFUSES_BY_NAME: Record<string, boolean> = Object.fromEntries(GEN_KIND_NAMES.map((k, i) => [k, GEN_REFUSES[i]!]));
+
+/** One request of lab/tools.ts `load` (perf/failures.ts LoadRecord): the times it moved. */
+export interface LoadProgress {
+  start: number;
+  end: number;
+  connected?: number | null;
+  answered?: number | null;
+}
+
+/**
+ * A request that moved (started, connected, answered) this close before a node died was on its
+ * normal course then; one quiet for longer had lost a packet before: the minimum TCP
+ * retransmission timeout.
+ */
+export const IN_FLIGHT_MS = 200;
+
+/** The last moment a load request made progress: its start, its connect or its answer's headers. */
+export function lastMove(x: LoadProgress): number {
+  return Math.max(x.start, x.connected ?? 0, x.answered ?? 0);
+}
+
+/**
+ * Whether a request was in flight at time t and on its normal course until then: started before,
+ * not finished, and moved within IN_FLIGHT_MS before it. Its fate is t's (a failover), not that of
+ * the phase it started in.
+ */
+export function inFlightAt(x: LoadProgress, t: number): boolean {
+  return x.start < t && x.end > t && lastMove(x) >= t - IN_FLIGHT_MS;
 }
 
 /** Numeric leaves of a JSON value as "a.b.c" → number. */

@@ -52,6 +52,7 @@ export interface Options {
   prefix: string;
   install: boolean;
   workers: number;
+  capture: string | null;
 }
 
 const HELP = `Usage: npm run reliability -- [options]      (as root, alone on the machine)
@@ -68,6 +69,9 @@ Options:
   --out DIR           where RELIABILITY.md and reliability.json go (default perf/reliability/)
   --prefix P          lab prefix, ≤ 7 characters of a-z0-9 (default uvrel; the Redis lab P + "f")
   --workers N         uvsd worker threads (default 2)
+  --capture DIR       keep tcpdump captures of the real clients' traffic in DIR (Redis scenario:
+                      the client, lb1's device, lb1's link to the servers, lb2's device), and each
+                      failed request's packets in DIR/redis-failures.txt (diagnosis; costs CPU)
   --no-install        do not apt-get missing tools (cc, curl, redis-server); what needs them is skipped
   -h, --help          this text`;
 
@@ -79,6 +83,7 @@ export function parseOptions(argv: string[]): Options | 'help' {
     prefix: 'uvrel',
     install: true,
     workers: 2,
+    capture: null,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
@@ -120,6 +125,9 @@ export function parseOptions(argv: string[]): Options | 'help' {
       }
       case '--no-install':
         o.install = false;
+        break;
+      case '--capture':
+        o.capture = val();
         break;
       default:
         throw new Error(`unknown option ${a}`);
@@ -247,7 +255,8 @@ export async function reliabilityCommand(argv: string[]): Promise<number> {
     await lab.waitServers();
     const relgenBin = join(lab.dir, 'relgen');
     await buildRelgen(relgenBin);
-    const ctx: Ctx = { lab, quick: o.quick, relgen: relgenBin, workers: o.workers, hz, log };
+    if (o.capture) mkdirSync(o.capture, { recursive: true });
+    const ctx: Ctx = { lab, quick: o.quick, relgen: relgenBin, workers: o.workers, hz, log, capture: o.capture ?? undefined };
     for (const name of o.only) {
       const r: ScenarioResult = { key: name, title: TITLES[name], how: '', figures: [], tables: [], notes: [], seconds: 0 };
       results.push(r);

@@ -341,7 +341,9 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       },
     ];
     await lab.stopUvsd();
-    await lab.startUvsd(lab.writeConfig(labConfig(only, [31000, 31001]), 'uvs-pool.yaml'));
+    // The full pool is a shortage that turns the SYN proxy on (docs/defense.md): a client would
+    // then connect to uvs and be refused after; this is about the refusal at connect time.
+    await lab.startUvsd(lab.writeConfig({ ...labConfig(only, [31000, 31001]), defense: { synProxy: 0 } }, 'uvs-pool.yaml'));
     try {
       const holds = [0, 1].map(() =>
         spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '30', `http://${LAB_VIP}:83/hold?ms=8000`], { stdio: 'ignore' }),

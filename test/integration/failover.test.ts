@@ -138,6 +138,23 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
     assert.equal(e?.error, null, `the echo session went on through lb2: ${JSON.stringify(e)}`);
   });
 
+  test('SYN-proxied streams (defense.synProxy: 3) go on through lb2: their records carry the sequence and timestamp deltas', async () => {
+    // A shared cookie key, as ECMP'd nodes have; here it is the deltas in Redis that matter.
+    await startBoth(undefined, { defense: { synProxy: 3, synProxyKey: 'failover-test-shared-key' } });
+    const ss = streams(3, 24, '1M');
+    await waitFor(async () => (await stats('lb1')).defense.synProxyCounts.accepted >= 3, 20000, 'the streams went through the SYN proxy');
+    await waitStat('lb2', 'did not pre-load the three proxied flows from Redis', (s) => s.shadows >= 3);
+    assert.ok(
+      ss.every((s) => s.running()),
+      'all three still running at the kill',
+    );
+    const f = await lab.failover('uvsd');
+    assert.equal(f.node, 'lb2');
+    await waitStat('lb2', 'did not adopt the three flows', (s) => s.adopted >= 3);
+    const r = await checkStreams(ss);
+    assert.deepEqual(r, { started: 3, completed: 3, broken: 0 });
+  });
+
   test("a node whose uvsd died drops its flows' packets, never forwards them un-NATed, while it still holds the gateway", async () => {
     // A slow track script (3 failures: 2–3 s) keeps the addresses on lb1 well past the servers'
     // first retransmission timeouts. Forwarded un-NATed, those retransmissions would reach the

@@ -58,6 +58,8 @@ function settings(o: Partial<DefenseSettings> = {}): DefenseSettings {
     halfOpenPerSource: 0,
     maxHalfOpenPerSource: 256,
     holdTime: 0,
+    synProxy: 0,
+    synProxyWscale: 7,
     ...o,
   };
 }
@@ -112,12 +114,12 @@ test('the automatic defenses switch on when free entries fall below amemthresh a
   d.update();
   assert.equal(d.freeEntries, 64);
   assert.equal(d.nomem, false, '64 free is not below 64');
-  assert.deepEqual(d.modes, { dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1 });
+  assert.deepEqual(d.modes, { dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, synProxy: 0 });
   t.insert(newFlow({ proto: 17, caddr: C + 5000, cports: (1000 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: C + 5000, rs: 1, now }));
   d.update();
   assert.equal(d.nomem, true);
-  assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 2, secureTcp: 2, halfOpenPerSource: 2 });
-  assert.deepEqual(d.active, { dropEntry: true, dropPacket: true, secureTcp: true, halfOpenPerSource: true });
+  assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 2, secureTcp: 2, halfOpenPerSource: 2, synProxy: 0 });
+  assert.deepEqual(d.active, { dropEntry: true, dropPacket: true, secureTcp: true, halfOpenPerSource: true, synProxy: false });
   assert.equal(t.i32[L.H_SECURE_TCP], 1);
   assert.equal(t.i32[L.H_SECURE_TCP_MS], 10_000);
   assert.equal(t.i32[L.H_DROP_RATE], 64, '64 / (64 − 63)');
@@ -125,7 +127,7 @@ test('the automatic defenses switch on when free entries fall below amemthresh a
   for (let i = 0; i < 100; i++) t.remove(udp[i]!, false, now);
   d.update();
   assert.equal(d.nomem, false);
-  assert.deepEqual(d.modes, { dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1 });
+  assert.deepEqual(d.modes, { dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, synProxy: 0 });
   assert.deepEqual([t.i32[L.H_SECURE_TCP], t.i32[L.H_DROP_RATE], t.i32[L.H_SRC_LIMIT]], [0, 0, 0]);
 });
 
@@ -139,14 +141,18 @@ test('with a hold, an automatic defense stays on until no tick has been short of
     );
   const d = new Defense(t, settings({ amemthresh: 64, dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, holdTime: 60 }));
   d.update(now);
-  assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 2, secureTcp: 2, halfOpenPerSource: 2 });
+  assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 2, secureTcp: 2, halfOpenPerSource: 2, synProxy: 0 });
   for (const e of udp) t.remove(e, false, now);
   d.update(now + 1000);
-  assert.deepEqual(d.modes, { dropEntry: 2, dropPacket: 1, secureTcp: 2, halfOpenPerSource: 2 }, 'room is back: held, but drop_packet');
+  assert.deepEqual(
+    d.modes,
+    { dropEntry: 2, dropPacket: 1, secureTcp: 2, halfOpenPerSource: 2, synProxy: 0 },
+    'room is back: held, but drop_packet',
+  );
   d.update(now + 59_999);
   assert.equal(d.modes.secureTcp, 2);
   d.update(now + 60_000);
-  assert.deepEqual(d.modes, { dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1 }, '60 s without a shortage');
+  assert.deepEqual(d.modes, { dropEntry: 1, dropPacket: 1, secureTcp: 1, halfOpenPerSource: 1, synProxy: 0 }, '60 s without a shortage');
   assert.equal(t.i32[L.H_SECURE_TCP], 0);
 });
 
@@ -465,7 +471,9 @@ test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_en
     svcDoc({
       forwarding: 'fullnat',
       dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } },
-      defense: { holdTime: 0 },
+      // The SYN proxy (on under pressure by default) would answer the retransmitted SYN itself:
+      // this is about the pool ports drop_entry frees.
+      defense: { holdTime: 0, synProxy: 0 },
     }),
   );
   // What uvsd feeds the defense: the server's entries against its 1 × 8 address:port pairs.
@@ -511,6 +519,8 @@ test('defense settings default to the automatic modes with amemthresh = tableSiz
     halfOpenPerSource: 1,
     maxHalfOpenPerSource: 256,
     holdTime: 60,
+    synProxy: 1,
+    synProxyWscale: 7,
   });
   const bad = (defense: Record<string, unknown>, path: string) =>
     assert.throws(
@@ -526,6 +536,10 @@ test('defense settings default to the automatic modes with amemthresh = tableSiz
   bad({ amDroprate: 0 }, 'defense.amDroprate');
   bad({ dropentry: 1 }, 'defense.dropentry');
   bad({ holdTime: '2h' }, 'defense.holdTime');
+  bad({ synProxy: 5 }, 'defense.synProxy');
+  bad({ synProxyMss: 100 }, 'defense.synProxyMss');
+  bad({ synProxyWscale: 15 }, 'defense.synProxyWscale');
+  bad({ synProxyKey: 'short' }, 'defense.synProxyKey');
   assert.equal(validateConfig({ ...base, defense: { secureTcpTimeout: '3s', dropPacket: 3 } }).defense.secureTcpTimeout, 3);
 });
 

@@ -231,3 +231,82 @@ test('dataplane.generatedLimit is validated with the field and the reason, and d
     0.5,
   );
 });
+
+test('each generated packet is counted once, under its kind, and its packet as a drop only when it is a refusal', () => {
+  type Case = { kind: (typeof L.GEN_KIND_NAMES)[number]; family: string; prepare?: (p: ReturnType<typeof setup>) => void; pkt: Uint8Array };
+  const big = new Uint8Array(1400);
+  const cases: Case[] = [
+    { kind: 'reset', family: 'IPv4', pkt: tcp({ src: CLIENT, dst: VIP, sport: 6000, dport: 22, flags: TCPF_SYN }) },
+    { kind: 'reset', family: 'IPv6', pkt: tcp6({ src: CLIENT6, dst: VIP6, sport: 6000, dport: 22, flags: TCPF_SYN }) },
+    { kind: 'reset', family: 'IPv4, mid-flow', pkt: tcp({ src: CLIENT, dst: VIP, sport: 6001, dport: 80, flags: TCPF_ACK }) },
+    { kind: 'unreachable', family: 'IPv4', pkt: udp({ src: CLIENT, dst: VIP, sport: 6000, dport: 53 }) },
+    { kind: 'unreachable', family: 'IPv6', pkt: udp6({ src: CLIENT6, dst: VIP6, sport: 6000, dport: 53 }) },
+    { kind: 'echo', family: 'IPv4', pkt: icmpEcho({ src: CLIENT, dst: VIP }) },
+    { kind: 'echo', family: 'IPv6', pkt: icmp6({ src: CLIENT6, dst: VIP6, type: P.ICMP6_ECHO_REQUEST }) },
+    {
+      kind: 'too_big',
+      family: 'IPv4',
+      prepare: (p) => {
+        p.setMtu(1000);
+        assert.equal(p.run(tcp({ src: CLIENT, dst: VIP, sport: 6002, dport: 80, flags: TCPF_SYN })).v, FORWARD);
+      },
+      pkt: tcp({ src: CLIENT, dst: VIP, sport: 6002, dport: 80, flags: TCPF_ACK, payload: big }),
+    },
+    {
+      kind: 'too_big',
+      family: 'IPv6',
+      prepare: (p) => {
+        p.setMtu(1280);
+        assert.equal(p.run(tcp6({ src: CLIENT6, dst: VIP6, sport: 6002, dport: 80, flags: TCPF_SYN })).v, FORWARD);
+      },
+      pkt: tcp6({ src: CLIENT6, dst: VIP6, sport: 6002, dport: 80, flags: TCPF_ACK, payload: big }),
+    },
+    // The SYN proxy on (defense.synProxy; uvsd's defense sets the word): a SYN answered with a cookie.
+    {
+      kind: 'syn_ack',
+      family: 'IPv4',
+      prepare: (p) => Atomics.store(p.table.i32, L.H_SYNPROXY, 1),
+      pkt: tcp({ src: CLIENT, dst: VIP, sport: 6003, dport: 80, flags: TCPF_SYN }),
+    },
+    {
+      kind: 'syn_ack',
+      family: 'IPv6',
+      prepare: (p) => Atomics.store(p.table.i32, L.H_SYNPROXY, 1),
+      pkt: tcp6({ src: CLIENT6, dst: VIP6, sport: 6003, dport: 80, flags: TCPF_SYN }),
+    },
+  ];
+  const genWords = L.GEN_KIND_SLOTS * L.GEN_RESULTS;
+  const sum = (c: Float64Array, from: number, n: number) => c.subarray(from, from + n).reduce((a, x) => a + x, 0);
+  for (const k of cases) {
+    const p = setup();
+    k.prepare?.(p);
+    const gen0 = p.counters.slice(L.C_GEN_BASE, L.C_GEN_BASE + genWords);
+    const drops0 = sum(p.counters, L.C_DROP_BASE, L.DROP_NAMES.length);
+    const r = p.run(k.pkt);
+    const what = `${k.kind} (${k.family})`;
+    // One packet out: the answer (REPLY), or the request turned around in place (FORWARD).
+    const written = r.v === REPLY ? r.outs.length : r.v === FORWARD ? 1 : 0;
+    assert.equal(written, 1, `${what}: one packet written`);
+    const moved = Array.from(p.counters.subarray(L.C_GEN_BASE, L.C_GEN_BASE + genWords), (x, i) => x - gen0[i]!);
+    const at = L.GEN_KIND_NAMES.indexOf(k.kind) * L.GEN_RESULTS + L.GEN_SENT;
+    assert.deepEqual(
+      moved.map((x, i) => (x !== 0 ? i : -1)).filter((i) => i >= 0),
+      [at],
+      `${what}: only generated.${k.kind}.sent moved`,
+    );
+    assert.equal(moved[at], 1, `${what}: counted once`);
+    const refuses = L.GEN_REFUSES[L.GEN_KIND_NAMES.indexOf(k.kind)];
+    const dropped = sum(p.counters, L.C_DROP_BASE, L.DROP_NAMES.length) - drops0;
+    assert.equal(dropped, refuses ? 1 : 0, `${what}: a drop only for a refusal`);
+    // The two sides of the reliability run's accounting (perf/reliability/report.ts balance) for
+    // this one packet: read = drops + forwarded + answered in place; written = forwarded + generated.
+    const generated = moved.reduce((a, x) => a + x, 0);
+    assert.equal(1 - dropped - (refuses ? 0 : generated), written - generated, `${what}: both sides count it`);
+  }
+  // Every kind is covered above, and the counter words have room for every kind there is.
+  assert.deepEqual([...new Set(cases.map((k) => k.kind))].sort(), [...L.GEN_KIND_NAMES].sort());
+  assert.equal(L.GEN_REFUSES.length, L.GEN_KIND_NAMES.length);
+  assert.ok(L.GEN_KIND_NAMES.length <= L.GEN_KIND_SLOTS);
+  assert.ok(L.C_GEN_BASE + genWords <= L.W_GLOBAL_WORDS, 'the generated counters end before the per-server counters');
+  assert.ok(L.C_DROP_BASE + L.DROP_NAMES.length <= L.C_GEN_BASE, 'the drop counters end before the generated ones');
+});

@@ -14,6 +14,7 @@ import {
   parseCounts,
   parseRecord,
   ppField,
+  spField,
   recordMatches,
   selectNodes,
   signCounts,
@@ -337,5 +338,32 @@ test('the redis limits have defaults and are validated with field and reason', (
       (e: unknown) => e instanceof UvsError && e.path === path && reason.test(e.message),
       JSON.stringify(redis),
     );
+  }
+});
+
+test('SYN proxy: a proxied flow carries its deltas and options (sp=delta,tsdelta,opts), signed or not; bad ones are refused', () => {
+  const opts = 1460 | (7 << L.SPO_WS_SHIFT) | L.SPO_SACK | L.SPO_TS | (5 << L.SPO_OURWS_SHIFT) | (9 << L.SPO_SRVWS_SHIFT);
+  const rec = text() + spField([-123456789, 0x7fffffff, opts]);
+  assert.equal(verdict(rec), 'ok');
+  const r = parseRecord(rec, null) as FlowRecord;
+  assert.deepEqual([r.sp, r.spDelta, r.spTsDelta, r.spOpts], [1, -123456789, 0x7fffffff, opts]);
+  assert.equal((parseRecord(text(), null) as FlowRecord).sp, 0, 'no field: not proxied');
+  const full = text({ fwd: L.FWD_FULLNAT, laddr: POOL, lport: 25000 }) + spField([5, 6, 1460 | (0xf << L.SPO_WS_SHIFT)]);
+  assert.equal(verdict(full, fullnat), 'ok', 'full-NAT; a client without window scaling (0xf)');
+  const k = macKey('0123456789abcdef-shared')!;
+  const signed = signRecord(k, rec);
+  assert.equal(verdict(signed, masq, k), 'ok');
+  assert.equal(verdict(signed.replace('sp=-123456789,', 'sp=-123456788,'), masq, k), 'auth', 'the deltas are under the MAC');
+  for (const [t, why, target] of [
+    [text() + spField([1, 2, opts | 0x400000]), 'synproxy', masq],
+    [text() + spField([1, 2, 15 << L.SPO_OURWS_SHIFT]), 'synproxy', masq],
+    [text() + spField([1, 2, 15 << L.SPO_SRVWS_SHIFT]), 'synproxy', masq],
+    [text({ proto: 17, state: 0, inactive: 1, dport: 8080 }) + spField([1, 2, 0]), 'synproxy', { ...masq, proto: 17 }],
+    [text({ fwd: L.FWD_TUNNEL }) + spField([1, 2, 0]), 'synproxy', { ...masq, fwd: L.FWD_TUNNEL }],
+    [text() + '|sp=1,2', 'malformed', masq],
+    [text() + '|sp=1,2,x', 'malformed', masq],
+    [text() + '|sp=1,2,99999999999', 'malformed', masq],
+  ] as const) {
+    assert.equal(verdict(t, target), why, t);
   }
 });

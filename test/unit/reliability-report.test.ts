@@ -11,6 +11,8 @@ import {
   balance,
   defenseSettings,
   fmtValue,
+  GEN_REFUSES_BY_NAME,
+  inFlightAt,
   numericDiff,
   parseJsonLines,
   percentile,
@@ -67,38 +69,69 @@ test('recovered: the last n attempts since a time were all good', () => {
   assert.equal(recovered(a, 250, 1000, 3), false, 'fewer than n since then');
 });
 
-test('balance: every packet read in some counter; writes beyond one per read show apart', () => {
+test('balance: both sides give the packets forwarded, and they agree when every packet is counted once', () => {
   const before = {
-    packets: { rxPackets: 100, txPackets: 50, txErrors: 0 },
+    packets: { rxPackets: 100, txPackets: 50, txErrors: 0, txExtra: 0 },
     drops: { truncated: 10, no_service: 5 },
+    generated: { reset: { sent: 5, rate_limited: 3 }, echo: { sent: 0 } },
     parked: 0,
     parkFull: 0,
   };
-  // 1000 read: 600 dropped (200 of them answered: also written), 500 forwarded, 100 parked.
+  // 1000 read: 600 dropped (200 of them answered with a RST: also written), 100 parked, 20 echo
+  // requests answered in place, 280 forwarded — 10 of them GSO packets written as 3 segments each.
   const after = {
-    packets: { rxPackets: 1100, txPackets: 50 + 700, txErrors: 0 },
+    packets: { rxPackets: 1100, txPackets: 50 + 200 + 20 + 280 + 20 - 5, txErrors: 5, txExtra: 20 },
     drops: { truncated: 410, no_service: 205, new_reason: 0 },
-    parked: 100,
-    parkFull: 0,
+    generated: { reset: { sent: 205, rate_limited: 9 }, echo: { sent: 20 } },
+    parked: 90,
+    parkFull: 10,
   };
   const b = balance(before, after);
   assert.equal(b.received, 1000);
   assert.equal(b.counted_drops, 600);
-  assert.equal(b.written, 700);
-  assert.equal(b.uncounted, 0);
-  assert.equal(b.extraWritten, 0);
-  // 50 packets vanished without a counter.
-  const lost = balance(before, {
-    ...after,
-    packets: { ...after.packets, txPackets: 50 + 200 },
-    drops: { truncated: 410, no_service: 105 },
-    parked: 150,
-  });
-  assert.equal(lost.uncounted, 1000 - 500 - 150 - 200);
-  // A loop or a segmented GSO packet: more written than read.
-  assert.equal(balance(before, { ...after, packets: { ...after.packets, txPackets: 50 + 1300 } }).extraWritten, 300);
+  assert.deepEqual(b.generated, { reset: 200, echo: 20 });
+  assert.equal(b.generated_total, 220);
+  assert.equal(b.answered_in_place, 20, 'an echo request is no drop: answered in place');
+  assert.equal(b.extra, 20);
+  assert.equal(b.forwarded_read, 280);
+  assert.equal(b.forwarded_written, 280, 'a write error counts as written');
+  assert.equal(b.difference, 0);
+  // 50 packets read and never counted: the read side has 50 more forwarded than were written.
+  assert.equal(balance(before, { ...after, drops: { truncated: 360, no_service: 205 } }).difference, 50);
+  // A packet loop, or segments without their counter: more written than the read side accounts for.
+  assert.equal(balance(before, { ...after, packets: { ...after.packets, txPackets: after.packets.txPackets + 300 } }).difference, -300);
+  // An answer counted as generated but never written (or a drop counted twice) shows too.
+  assert.equal(balance(before, { ...after, generated: { ...after.generated, reset: { sent: 215 } } }).difference, 10);
   // A reason that appears only after (a counter added by a newer uvsd) is summed too.
   assert.equal(balance({ ...before, drops: {} }, { ...after, drops: { a: 1, b: 2 } }).counted_drops, 3);
+  // Which kinds answer a packet that is no drop comes from conntrack/layout.ts.
+  assert.deepEqual(GEN_REFUSES_BY_NAME, { reset: true, unreachable: true, echo: false, too_big: true, syn_ack: false });
+  // The SYN proxy: 30 SYNs answered with cookies (in place), 4 packets held and replayed behind
+  // the server's ACK (written as extra), the ACK itself forwarded for the server's SYN-ACK.
+  const sp = balance(before, {
+    ...after,
+    packets: {
+      ...after.packets,
+      rxPackets: after.packets.rxPackets + 30 + 4 + 1,
+      txPackets: after.packets.txPackets + 30 + 5,
+      txExtra: 24,
+    },
+    generated: { ...after.generated, syn_ack: { sent: 30 } },
+    synProxyHeld: 4,
+  });
+  assert.deepEqual([sp.held, sp.answered_in_place, sp.difference], [4, 50, 0]);
+  assert.equal(balance(before, { ...after, synProxyHeld: 4 }).difference, -4, 'held but never counted as read');
+});
+
+test('inFlightAt: a request waiting when a node dies that moved just before belongs to the death', () => {
+  const kill = 10_000;
+  const r = (start: number, end: number, connected: number | null, answered: number | null = null) => ({ start, end, connected, answered });
+  assert.equal(inFlightAt(r(9_999, 20_000, 10_000), kill), true, 'connected at the kill, then stuck');
+  assert.equal(inFlightAt(r(9_000, 19_900, 9_850, 9_950), kill), true, 'answered 50 ms before, its body still coming');
+  assert.equal(inFlightAt(r(9_700, 19_700, 9_701), kill), false, 'quiet for 299 ms before: it had lost a packet before the kill');
+  assert.equal(inFlightAt(r(9_990, 9_995, 9_991, 9_993), kill), false, 'finished before the kill');
+  assert.equal(inFlightAt(r(10_000, 20_000, null), kill), false, 'started at the kill: after it');
+  assert.equal(inFlightAt(r(9_900, 19_900, null), kill), true, 'its SYN 100 ms before, never connected');
 });
 
 test('numericDiff lists the numeric leaves that moved, nested and new ones included', () => {
@@ -137,6 +170,11 @@ test('the options: --quick, --only in the run order, bad names and prefixes refu
   assert.ok(d !== 'help');
   assert.deepEqual(d.only, [...SCENARIOS]);
   assert.equal(d.quick, false);
+  assert.equal(d.capture, null, 'no packet capture unless asked');
+  const c = parseOptions(['--capture', '/tmp/x', '--only', 'redis']);
+  assert.ok(c !== 'help');
+  assert.equal(c.capture, '/tmp/x');
+  assert.throws(() => parseOptions(['--capture']), /--capture needs a value/);
   assert.throws(() => parseOptions(['--only', 'fuzz,nope']), /unknown scenario "nope"/);
   assert.throws(() => parseOptions(['--prefix', 'Bad-Prefix']), /--prefix/);
   assert.throws(() => parseOptions(['--workers', '0']), /--workers/);
