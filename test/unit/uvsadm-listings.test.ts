@@ -306,6 +306,10 @@ test('uvsadm -L --defense: room, each defense under its sysctl name, rates, drop
       { name: 'halfOpenPerSource' as const, configured: 3, mode: 3, active: false },
     ],
     fullnatPools: [{ realServer: '10.200.11.2:8080', used: 5, capacity: 64512 }],
+    synProxyMss: 1460,
+    synProxyWscale: 7,
+    synProxyPending: 2,
+    synProxyHeld: 3,
     droppedHalfOpen: 11,
     droppedIdle: 12,
     secureTcpShortened: 13,
@@ -326,6 +330,18 @@ test('uvsadm -L --defense: room, each defense under its sysctl name, rates, drop
       'Full-NAT pool 10.200.11.2:8080: 5 of 64512 address:port pairs in use',
     ),
   );
+  // The SYN proxy's line, when its counts are given, before the pools.
+  const sp = formatDefense({
+    ...view,
+    defenses: [...view.defenses, { name: 'synProxy' as const, configured: 1, mode: 1, active: true }],
+    synProxyCounts: { cookies: 100, accepted: 90, badCookies: 4, held: 20, heldRefused: 1, serverFailures: 5 },
+  }).split('\n');
+  assert.deepEqual(sp.slice(6, 7).concat(sp.slice(9, 12)), [
+    'syn_proxy             1    1     yes',
+    'Refused new flows: 14 drop_packet, 15 half-open limit, 16 table full, 17 full-NAT ports exhausted',
+    'SYN proxy: 100 cookies sent, 90 accepted, 4 bad; 2 waiting for their server, 3 packets held (20 in all, 1 refused); 5 refused by the server',
+    'Full-NAT pool 10.200.11.2:8080: 5 of 64512 address:port pairs in use',
+  ]);
   // No drop rate in force: "-" (drop_packet's 1/rate only while it drops).
   assert.match(formatDefense({ ...view, dropRate: 0, nomem: false }), /^am_droprate 10, drop rate now -, secure_tcp/m);
   assert.match(formatDefense({ ...view, dropRate: 0, nomem: false }), /^Overload defenses: .*: room$/m);
