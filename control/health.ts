@@ -30,7 +30,6 @@ interface Target {
   address: string;
   port: number;
   timer: NodeJS.Timeout | null;
-  running: boolean;
 }
 
 function tcpCheck(host: string, port: number, timeoutMs: number): Promise<string | null> {
@@ -118,7 +117,6 @@ export class HealthChecker {
         address: w.address,
         port: w.port,
         timer: null,
-        running: false,
       };
       this.targets.set(k, t);
       this.schedule(k, t, Math.random() * Math.min(1000, w.cfg.interval * 1000)); // spread the first checks

