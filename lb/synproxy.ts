@@ -346,11 +346,19 @@ export function cookieAck(c: PacketContext, b: Uint8Array): boolean {
   const a = c.table.i32;
   const v6 = c.v6;
   const l4 = c.l4;
-  const isn = (P.u32(b, l4 + P.TCP_SEQ) - 1) | 0;
+  let isn = (P.u32(b, l4 + P.TCP_SEQ) - 1) | 0;
   const cookie = (P.u32(b, l4 + P.TCP_ACK) - 1) | 0;
   addrs4(c);
-  const idx = checkCookie(c.hash, a, L.H_SP_KEY, v6, c.pa, c.key.ports, isn, cookie, c.spMinute);
-  if (idx < 0) return false;
+  let idx = checkCookie(c.hash, a, L.H_SP_KEY, v6, c.pa, c.key.ports, isn, cookie, c.spMinute);
+  if (idx < 0) {
+    // A zero-window probe: the client's ACK was lost (under a flood the device drops it), and
+    // our SYN-ACK's window 0 leaves it probing with seq = snd_una − 1 = its ISN
+    // (tcp_xmit_probe_skb) — one more try at that ISN, for a bare ACK only.
+    if (hasData(c, b)) return false;
+    isn = (isn + 1) | 0;
+    idx = checkCookie(c.hash, a, L.H_SP_KEY, v6, c.pa, c.key.ports, isn, cookie, c.spMinute);
+    if (idx < 0) return false;
+  }
   parseOptions(b, l4, (b[l4 + P.TCP_OFF]! >> 4) << 2);
   const ts = opt[O_TS] === 1;
   const tsecr = opt[O_TSECR]!; // our TSval as sent: the flow's timestamps go on from it

@@ -622,6 +622,27 @@ test('an ACK with no flow and no valid cookie is reset (bad_cookie, within the R
   assert.equal(p.drops('bad_cookie'), 2);
 });
 
+test("a zero-window probe after a lost ACK (seq = the client's ISN) opens the flow; with data at that seq it is no cookie", () => {
+  const { p, isn, syn } = handshake('masq');
+  const r = tcpOf(syn.reply!);
+  const cookie = r.seq;
+  // Linux's tcp_xmit_probe_skb: a bare ACK at snd_una − 1 = the ISN, acknowledging our cookie.
+  const probe = (seq: number, payload?: Uint8Array) =>
+    p.run(
+      seg({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, seq, ack: cookie + 1, flags: TCPF_ACK, opts: TS(5003, r.tsval!), payload }),
+    );
+  assert.equal(probe(isn, new Uint8Array(1)).v, REPLY, 'data at the ISN is no probe: reset as a bad cookie');
+  assert.equal(p.drops('bad_cookie'), 1);
+  assert.equal(p.table.count(), 0);
+  const o = probe(isn);
+  assert.equal(o.v, REPLY);
+  const s = tcpOf(o.reply!);
+  assert.ok(valid(o.reply!));
+  assert.deepEqual([s.flags, s.seq, s.dport], [TCPF_SYN, u(isn), 8080], "our SYN to the server, at the client's ISN");
+  assert.equal(p.drops('bad_cookie'), 1, 'the probe is no bad cookie');
+  assert.equal(p.table.spPending(), 1);
+});
+
 test("the server's RST to our SYN: the client gets a RST at its numbers and the flow is gone", () => {
   const { p, isn, syn } = handshake('masq');
   const cookie = tcpOf(syn.reply!).seq;
