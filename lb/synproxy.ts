@@ -190,6 +190,18 @@ const O_TS = 3;
 const O_TSVAL = 4;
 const O_TSECR = 5;
 
+/**
+ * One step of a TCP option walk as tcp_parse_options takes it: the size of the option at b[o]
+ * (1 for NOP), or 0 — stop — at EOL or where the list is malformed (a size below 2 or past end).
+ */
+function optSize(b: Uint8Array, o: number, end: number): number {
+  const kind = b[o]!;
+  if (kind === OPT_NOP) return 1;
+  if (kind === OPT_EOL || o + 2 > end) return 0;
+  const size = b[o + 1]!;
+  return size < 2 || o + size > end ? 0 : size;
+}
+
 /** Walks the TCP options at b[l4 + 20, l4 + hl) as tcp_parse_options does: a malformed list stops the walk. */
 function parseOptions(b: Uint8Array, l4: number, hl: number): void {
   opt[O_MSS] = -1;
@@ -197,17 +209,8 @@ function parseOptions(b: Uint8Array, l4: number, hl: number): void {
   opt[O_SACK] = 0;
   opt[O_TS] = 0;
   const end = l4 + hl;
-  let o = l4 + P.TCP_MIN_HLEN;
-  while (o < end) {
+  for (let o = l4 + P.TCP_MIN_HLEN, size = 0; o < end && (size = optSize(b, o, end)) !== 0; o += size) {
     const kind = b[o]!;
-    if (kind === OPT_EOL) return;
-    if (kind === OPT_NOP) {
-      o++;
-      continue;
-    }
-    if (o + 2 > end) return;
-    const size = b[o + 1]!;
-    if (size < 2 || o + size > end) return;
     if (kind === OPT_MSS && size === 4) opt[O_MSS] = P.u16(b, o + 2);
     else if (kind === OPT_WS && size === 3) opt[O_WS] = b[o + 2]! > 14 ? 14 : b[o + 2]!;
     else if (kind === OPT_SACK_PERM && size === 2) opt[O_SACK] = 1;
@@ -216,7 +219,6 @@ function parseOptions(b: Uint8Array, l4: number, hl: number): void {
       opt[O_TSVAL] = P.u32(b, o + 2);
       opt[O_TSECR] = P.u32(b, o + 6);
     }
-    o += size;
   }
 }
 
@@ -762,29 +764,22 @@ export function adjustIn(c: PacketContext, b: Uint8Array, f: FlowView): void {
   if (f.spOpts & L.SPO_SRV_NOWS && !(flags & TCPF_SYN)) {
     // The server has scaling off; the client scales its windows by the scale our SYN-ACK took.
     const win = P.u16(b, l4 + P.TCP_WIN);
-    let nw = win << ((f.spOpts >>> L.SPO_WS_SHIFT) & 0xf);
-    if (nw > 65535) nw = 65535;
-    if (nw !== win) {
-      P.put16(b, l4 + P.TCP_WIN, nw);
-      if (!partial) P.fix16(b, l4 + P.TCP_CSUM, win, nw);
-    }
+    setWindow(b, l4, win, win << ((f.spOpts >>> L.SPO_WS_SHIFT) & 0xf), partial);
   }
   const end = l4 + ((b[l4 + P.TCP_OFF]! >> 4) << 2);
-  let o = l4 + P.TCP_MIN_HLEN;
-  while (o < end) {
+  for (let o = l4 + P.TCP_MIN_HLEN, size = 0; o < end && (size = optSize(b, o, end)) !== 0; o += size) {
     const kind = b[o]!;
-    if (kind === OPT_EOL) return;
-    if (kind === OPT_NOP) {
-      o++;
-      continue;
-    }
-    if (o + 2 > end) return;
-    const size = b[o + 1]!;
-    if (size < 2 || o + size > end) return;
     if (kind === OPT_TS && size === 10) addField(b, l4, o + 6, -f.spTsDelta, partial);
     else if (kind === OPT_SACK && (size - 2) % 8 === 0) for (let e = o + 2; e < o + size; e += 4) addField(b, l4, e, -d, partial);
-    o += size;
   }
+}
+
+/** The TCP window field from win to nw, clamped to 65535; the checksum follows unless partial. */
+function setWindow(b: Uint8Array, l4: number, win: number, nw: number, partial: boolean): void {
+  if (nw > 65535) nw = 65535;
+  if (nw === win) return;
+  P.put16(b, l4 + P.TCP_WIN, nw);
+  if (!partial) P.fix16(b, l4 + P.TCP_CSUM, win, nw);
 }
 
 /**
@@ -802,31 +797,15 @@ export function adjustOut(c: PacketContext, b: Uint8Array, f: FlowView): void {
   if (sws !== ows && !(b[l4 + P.TCP_FLAGS]! & TCPF_SYN)) {
     const win = P.u16(b, l4 + P.TCP_WIN);
     // Scaled down, rounded up: a small window never becomes 0 (which would stall the client).
-    let nw = sws > ows ? win << (sws - ows) : (win + (1 << (ows - sws)) - 1) >>> (ows - sws);
-    if (nw > 65535) nw = 65535;
-    if (nw !== win) {
-      P.put16(b, l4 + P.TCP_WIN, nw);
-      if (!partial) P.fix16(b, l4 + P.TCP_CSUM, win, nw);
-    }
+    setWindow(b, l4, win, sws > ows ? win << (sws - ows) : (win + (1 << (ows - sws)) - 1) >>> (ows - sws), partial);
   }
   if ((opts & L.SPO_TS) === 0) return;
   const end = l4 + ((b[l4 + P.TCP_OFF]! >> 4) << 2);
-  let o = l4 + P.TCP_MIN_HLEN;
-  while (o < end) {
-    const kind = b[o]!;
-    if (kind === OPT_EOL) return;
-    if (kind === OPT_NOP) {
-      o++;
-      continue;
-    }
-    if (o + 2 > end) return;
-    const size = b[o + 1]!;
-    if (size < 2 || o + size > end) return;
-    if (kind === OPT_TS && size === 10) {
+  for (let o = l4 + P.TCP_MIN_HLEN, size = 0; o < end && (size = optSize(b, o, end)) !== 0; o += size) {
+    if (b[o] === OPT_TS && size === 10) {
       addField(b, l4, o + 2, f.spTsDelta, partial);
       return;
     }
-    o += size;
   }
 }
 
