@@ -16,11 +16,10 @@ import {
   sortRealServers,
   sortServices,
   type FmtRealServer,
-  type FmtService,
   type Names,
 } from '../../control/ipvsadm/format';
+import { lines, svc, zero } from '../helpers/ipvsadm';
 
-const zero = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };
 const rs = (
   address: string,
   port: number,
@@ -38,25 +37,6 @@ const rs = (
   stats: zero,
   ...more,
 });
-const svc = (
-  protocol: string,
-  address: string,
-  port: number,
-  scheduler: string,
-  realServers: FmtRealServer[],
-  more: Partial<FmtService> = {},
-): FmtService => ({
-  protocol,
-  address,
-  port,
-  scheduler,
-  schedFlags: [],
-  persistence: 0,
-  stats: zero,
-  realServers,
-  ...more,
-});
-const lines = (...l: string[]) => l.join('\n') + '\n';
 
 // Services and servers deliberately out of order: the listing sorts them like libipvs.
 const table = [

@@ -21,10 +21,9 @@ import {
   largeNum,
   sortRealServers,
   type FmtRealServer,
-  type FmtService,
 } from '../../control/ipvsadm/format';
+import { lines, svc, zero } from '../helpers/ipvsadm';
 
-const zero = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };
 const rs = (address: string, port: number, forwarding: string, weight: number, activeConns = 0, inactConns = 0): FmtRealServer => ({
   address,
   port,
@@ -34,25 +33,6 @@ const rs = (address: string, port: number, forwarding: string, weight: number, a
   inactConns,
   stats: zero,
 });
-const svc = (
-  protocol: string,
-  address: string,
-  port: number,
-  scheduler: string,
-  realServers: FmtRealServer[],
-  more: Partial<FmtService> = {},
-) => ({
-  protocol,
-  address,
-  port,
-  scheduler,
-  schedFlags: [],
-  persistence: 0,
-  stats: zero,
-  realServers,
-  ...more,
-});
-const lines = (...l: string[]) => l.join('\n') + '\n';
 
 // One server per forwarding method, listed out of order (the listing sorts them by address).
 const methods = [
