@@ -12,6 +12,7 @@ import { hostPort, parseIPv4, parseIPv6, splitHostPort } from '../../net/addr';
 import { isProtocol, PROTO_LABEL, PROTO_NUMBER, PROTO_SWITCH } from '../../net/proto';
 import { schedFlagNames } from '../../schedulers/registry';
 import { SCHED_FLAG_BITS, schedFlagBits } from '../../schedulers/types';
+import type { ConnectionStatus } from '../api-types';
 
 export interface FmtStats {
   conns: number;
@@ -62,14 +63,8 @@ export interface FmtService {
   rates?: FmtRates;
   realServers: FmtRealServer[];
 }
-export interface FmtConnection {
-  protocol: string;
-  client: string;
-  virtual: string;
-  realServer: string;
-  state: string;
-  expiresIn: number;
-}
+/** What `-Lc` prints of a connection (GET /v1/connections' entry). */
+export type FmtConnection = Pick<ConnectionStatus, 'protocol' | 'client' | 'virtual' | 'realServer' | 'state' | 'expiresIn'>;
 
 /** What `-L` prints; the title precedence is ipvsadm's: stats, rate, thresholds, persistent-conn, tun-info. */
 export interface ListOptions {
