@@ -1,8 +1,11 @@
 /** lblc and lblcr: the destination cache, lblc's overload rule, set replication and the collector. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseInet } from '../../net/addr';
+import { RS_ACTIVE, RS_WORDS, SCHED_LOCK, SCHED_STATE, SCHED_WORDS } from '../../conntrack/layout';
+import { fold, parseInet } from '../../net/addr';
+import { LBLC_CACHE_ENTRIES, lblc } from '../../schedulers/lblc';
 import { lblcrSet } from '../../schedulers/lblcr';
+import type { SchedService } from '../../schedulers/types';
 import { input, load, pick, server, service } from '../helpers/sched';
 import type { SchedModel } from '../../control/sched-model';
 
@@ -12,7 +15,7 @@ const B = '10.0.0.2';
 const C = '10.0.0.3';
 const DAY = 86_400_000;
 
-const at = (ms: number) => input('192.168.1.100', 0, ms);
+const at = (ms: number, vaddr?: string) => input('192.168.1.100', 0, ms, vaddr);
 
 /** Runs the 60-s collector from t = 60 s through `runs` runs. */
 function collect(m: SchedModel, runs: number): void {
@@ -116,4 +119,109 @@ test('the lblcr collector keeps an entry through the full check before 24 h and 
   collect(drop, 1440);
   assert.deepEqual(lblcrSet(keep.state, keep.base, input().vaddr), [server(keep, C).rs]);
   assert.deepEqual(lblcrSet(drop.state, drop.base, input().vaddr), []);
+});
+
+/** lblc with A, B, C whose cached server is C: C carries one connection (fine for the cache), so a miss picks B. */
+function cachedC(t: number, vaddr?: string): SchedModel {
+  const m = service('lblc', ABC);
+  assert.equal(pick(m, input('192.168.1.100', 0, t, vaddr)), C);
+  load(m, C, 1, 0);
+  return m;
+}
+
+test('the lblc collector checks only every 30th run: used at 10 min, an entry is kept at 24 h 10 min and dropped at the check after', () => {
+  // Full checks at runs 1440 (age 23 h 50) and 1470 (24 h 20); run 1450 (exactly 24 h) is not one.
+  const keep = cachedC(10 * 60_000);
+  const drop = cachedC(10 * 60_000);
+  collect(keep, 1450);
+  collect(drop, 1470);
+  assert.equal(pick(keep, at(1470 * 60_000)), C);
+  assert.equal(pick(drop, at(1470 * 60_000)), B);
+});
+
+test('an lblc entry counts from its last use: a hit at 12 h, or a first use at 12 h, outlives the full check at 24 h', () => {
+  const hit = cachedC(0);
+  assert.equal(pick(hit, at(DAY / 2)), C);
+  const late = cachedC(DAY / 2);
+  for (const m of [hit, late]) {
+    collect(m, 1440);
+    assert.equal(pick(m, at(DAY)), C);
+  }
+});
+
+test('lblc re-schedules when its cached server was deleted and is not back', () => {
+  const m = cachedC(0);
+  m.del(server(m, C));
+  assert.equal(pick(m, at(1)), B);
+});
+
+test('lblc does not take a new server in the cached server\'s slot for it', () => {
+  // The control plane reuses a freed real-server slot; the cache names the server by slot, address
+  // and port. C (slot 1) is cached; then slot 1 holds another server, which lblc must not use.
+  const C80 = { rs: 1, addr: fold(parseInet(C)!), port: 80, weight: 1 };
+  const B80 = { rs: 0, addr: fold(parseInet(B)!), port: 80, weight: 1 };
+  const others = [
+    { rs: 1, addr: fold(parseInet('10.0.0.9')!), port: 80, weight: 1 },
+    { rs: 1, addr: fold(parseInet(C)!), port: 8080, weight: 1 },
+  ];
+  for (const other of others) {
+    const svc: SchedService = { dests: [C80, B80], schedFlags: 0, data: null };
+    const state = new Int32Array(SCHED_WORDS);
+    const rs = new Int32Array(2 * RS_WORDS);
+    lblc.init!(svc, state, SCHED_STATE);
+    assert.equal(lblc.schedule(svc, state, SCHED_STATE, rs, at(0)), 0);
+    svc.dests = [other, B80];
+    rs[1 * RS_WORDS + RS_ACTIVE] = 1; // 1 ≤ weight 1: would be kept if it were the cached server
+    assert.equal(lblc.schedule(svc, state, SCHED_STATE, rs, at(1)), 1, `${other.port}`);
+  }
+});
+
+test('lblc keeps one entry per destination address, and the collector expires each', () => {
+  const V2 = '10.96.0.20';
+  const V3 = '10.96.0.30';
+  const m = cachedC(100); // VIP → C
+  assert.equal(pick(m, at(200, V2)), B); // V2 → B
+  load(m, B, 1, 0); // a miss now picks A
+  assert.equal(pick(m, at(300)), C);
+  assert.equal(pick(m, at(400, V2)), B);
+  assert.equal(pick(m, at(500, V3)), A);
+  m.state[SCHED_LOCK] = 0x51ed; // the slot's lock word: never a scheduler's to write
+  collect(m, 1470); // all three last used less than 1 s after 0: all dropped at the check of 24 h 30 min
+  load(m, A, 1, 0);
+  load(m, C, 1, 0);
+  load(m, B, 0, 0); // a miss picks B
+  assert.deepEqual([pick(m, at(DAY)), pick(m, at(DAY, V2)), pick(m, at(DAY, V3))], [B, B, B]);
+  assert.equal(m.state[SCHED_LOCK], 0x51ed);
+});
+
+test(`lblc with more than ${LBLC_CACHE_ENTRIES} destination addresses replaces the least recently used entry`, () => {
+  const vips = Array.from({ length: LBLC_CACHE_ENTRIES + 1 }, (_, k) => `10.96.1.${k + 1}`);
+  const m = service('lblc', ABC);
+  for (let k = 0; k < LBLC_CACHE_ENTRIES; k++) assert.equal(pick(m, at(1000 + k, vips[k])), C);
+  load(m, C, 1, 0); // cached C is fine, a miss picks B
+  assert.equal(pick(m, at(2000, vips[0])), C); // the first address is used again: the second is now the oldest
+  assert.equal(pick(m, at(2001, vips[LBLC_CACHE_ENTRIES])), B); // replaces the second's entry
+  for (let k = 2; k < LBLC_CACHE_ENTRIES; k++) assert.equal(pick(m, at(2002, vips[k])), C, vips[k]);
+  assert.equal(pick(m, at(2003, vips[0])), C);
+  assert.equal(pick(m, at(2004, vips[1])), B); // a miss
+});
+
+test(`lblc gives a ${LBLC_CACHE_ENTRIES + 1}th address an entry when all were used at the same time`, () => {
+  const vips = Array.from({ length: LBLC_CACHE_ENTRIES + 1 }, (_, k) => `10.96.1.${k + 1}`);
+  const m = service('lblc', ABC);
+  for (let k = 0; k < LBLC_CACHE_ENTRIES; k++) assert.equal(pick(m, at(5000, vips[k])), C);
+  load(m, C, 1, 0);
+  const last = vips[LBLC_CACHE_ENTRIES];
+  assert.equal(pick(m, input('192.168.1.100', 0, 5000, last)), B);
+  load(m, B, 1, 0); // B cached for the new address and fine; a miss would pick A
+  assert.equal(pick(m, input('192.168.1.100', 0, 5000, last)), B);
+});
+
+test('lblc caches after the ms clock wrapped (int32 times, 24.8 days of uptime)', () => {
+  const t = -(2 ** 31) + 1000;
+  const m = cachedC(t);
+  assert.equal(pick(m, at(t + 1)), C);
+  const V2 = '10.96.0.20';
+  assert.equal(pick(m, input('192.168.1.100', 0, t + 2, V2)), B);
+  assert.equal(pick(m, at(t + 3)), C); // the first entry was not taken for the second address
 });
