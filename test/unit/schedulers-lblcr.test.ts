@@ -215,7 +215,7 @@ test('lblcr never drops a member of weight 0, but drops a deleted member by its 
   assert.equal(pick(none, at(DAY + 1)), C); // no member with weight > 0: none dropped, none usable
   assert.deepEqual(set(none), [C, D, B]);
 
-  const deleted = abcd();
+  const deleted = abcd({ [A]: 0 }); // A's weight differs from B's: B's own is read
   grow(deleted, [B, D], 0);
   deleted.del(server(deleted, B)); // in the trash with weight 1
   loads(deleted, { [D]: [0, 5], [B]: [0, 9], [A]: [0, 20], [C]: [0, 20] });
@@ -236,6 +236,18 @@ test('lblcr keeps a single-member set however old, and a drop is a set change', 
   assert.deepEqual(set(m), [D, B]); // the middle member dropped
   assert.equal(pick(m, at(DAY + 2)), D);
   assert.deepEqual(set(m), [D, B]); // changed 1 ms ago: nothing dropped
+});
+
+test('lblcr drops the first of five members and keeps the other four in order', () => {
+  const E = '10.0.0.5';
+  const m = service(
+    'lblcr',
+    [A, B, C, D, E].map((address) => ({ address })),
+  );
+  grow(m, [A, B, C, D, E], 0);
+  loads(m, { [E]: [0, 9], [D]: [0, 5], [C]: [0, 6], [B]: [0, 7], [A]: [0, 8] });
+  assert.equal(pick(m, at(DAY + 1)), D);
+  assert.deepEqual(set(m), [D, C, B, A]);
 });
 
 test('lblcr keeps one set per destination address: another address gets its own wlc pick', () => {
