@@ -1,5 +1,5 @@
 /**
- * rr, wrr, wlc, nq, ovf and twos against transcriptions of their kernel files, on seeded random
+ * rr, wrr, wlc, nq, ovf, twos, sh and dh against transcriptions of their kernel files, on seeded random
  * scenarios: every decision must be the kernel's. The references below are read off
  * net/netfilter/ipvs/ip_vs_{rr,wrr,wlc,nq,ovf,twos}.c (docs/ipvs-semantics.md §2) with the kernel's
  * list order (newest first), its list-head cursor and its hooks (rr: del_dest; wrr: add/del/upd
@@ -237,8 +237,8 @@ class Twin {
   readonly m: SchedModel;
   readonly list: Dest[] = [];
   readonly byKey = new Map<string, Dest>();
-  constructor(scheduler: string) {
-    this.m = new SchedModel(scheduler, 0);
+  constructor(scheduler: string, flags = 0) {
+    this.m = new SchedModel(scheduler, flags);
   }
   dest(key: string): Dest {
     let d = this.byKey.get(key);
@@ -282,8 +282,8 @@ class Twin {
     this.m.state.fill(0, this.m.base);
     this.m.scheduler.init?.(this.m.svc, this.m.state, this.m.base);
   }
-  pick(): string | null {
-    return this.m.schedule({ caddr: 0, cport: 0, vaddr: 0, vport: 80, now: 0 })?.key ?? null;
+  pick(caddr = 0, cport = 0, vaddr = 0): string | null {
+    return this.m.schedule({ caddr, cport, vaddr, vport: 80, now: 0 })?.key ?? null;
   }
 }
 
@@ -408,4 +408,81 @@ test('ovf picks as ip_vs_ovf.c over random weights, counters and OVERLOAD', () =
 
 test('twos picks as ip_vs_twos.c (with the same draws) over random weights, counters and OVERLOAD', () => {
   loadScenarios('twos', kernelTwos, 400);
+});
+
+/** include/linux/hash.h hash_32 with GOLDEN_RATIO_32. */
+const hash32 = (v: number, bits: number) => Math.imul(v, 0x61c88647) >>> (32 - bits);
+const TAB = 256;
+
+/** ip_vs_sh_reassign: each dest takes `weight` consecutive buckets (at least one), in list order; none when empty. */
+function kernelShTable(list: Dest[]): (Dest | null)[] {
+  const table: (Dest | null)[] = [];
+  let p = 0;
+  let count = 0;
+  for (let b = 0; b < TAB; b++) {
+    if (list.length === 0) {
+      table.push(null);
+      continue;
+    }
+    const d = list[p]!;
+    table.push(d);
+    if (++count >= d.weight) {
+      p = (p + 1) % list.length;
+      count = 0;
+    }
+  }
+  return table;
+}
+
+const unavailable = (d: Dest) => d.weight <= 0 || d.overload;
+
+/** ip_vs_sh_schedule with ip_vs_sh_get / ip_vs_sh_get_fallback. */
+function kernelSh(list: Dest[], flags: number, caddr: number, cport: number): Dest | null {
+  const table = kernelShTable(list);
+  const port = flags & 2 ? cport : 0;
+  const hashkey = (offset: number) => (offset + hash32((port + caddr) >>> 0, 8)) & (TAB - 1);
+  const ihash = hashkey(0);
+  const dest = table[ihash]!;
+  if (!(flags & 1)) return !dest || unavailable(dest) ? null : dest;
+  if (!dest) return null;
+  if (!unavailable(dest)) return dest;
+  for (let offset = 0; offset < TAB; offset++) {
+    const d = table[hashkey((offset + ihash) % TAB)]!;
+    if (!d) break;
+    if (!unavailable(d)) return d;
+  }
+  return null;
+}
+
+/** ip_vs_dh_reassign (one bucket per dest in turn) and ip_vs_dh_schedule. */
+function kernelDh(list: Dest[], vaddr: number): Dest | null {
+  if (list.length === 0) return null;
+  const d = list[hash32(vaddr >>> 0, 8) % list.length]!;
+  return unavailable(d) ? null : d;
+}
+
+test('sh and dh pick as ip_vs_sh.c and ip_vs_dh.c, with no server, OVERLOAD, weight 0 and the sh flags', () => {
+  for (const name of ['sh', 'dh']) {
+    for (let seed = 1; seed <= 150; seed++) {
+      const r = rng(seed * 104729);
+      const flags = name === 'sh' ? r(4) : 0;
+      const t = new Twin(name, flags);
+      const n = r(6);
+      for (let i = 0; i < n; i++) t.add(ADDRS[i]!, r(3) === 0 ? 0 : 1 + r(4));
+      for (let round = 0; round < 6; round++) {
+        for (const d of t.list) {
+          d.overload = r(3) === 0;
+          t.sync(d);
+        }
+        for (let c = 0; c < 8; c++) {
+          const addr = r(0xffffffff) | 0;
+          const port = r(65536);
+          const want = (name === 'sh' ? kernelSh(t.list, flags, addr, port) : kernelDh(t.list, addr))?.key ?? null;
+          const got = name === 'sh' ? t.pick(addr, port) : t.pick(0, 0, addr);
+          const state = t.list.map((d) => `${d.key} w${d.weight}${d.overload ? ' O' : ''}`);
+          assert.equal(got, want, `${name} flags ${flags} seed ${seed} round ${round} addr ${addr} port ${port}: ${state.join('; ')}`);
+        }
+      }
+    }
+  }
 });

@@ -60,6 +60,11 @@ test('registration refuses a flag with no IP_VS_SVC_F_SCHED bit and a flag anoth
   assert.equal(flagScheduler('sh-port'), 'sh');
 });
 
+test('a scheduler name registers once, and a name no scheduler has prints the generic flags', () => {
+  assert.throws(() => registerScheduler({ name: 'rr', schedule: () => -1 }), /scheduler rr is already registered/);
+  assert.deepEqual(schedFlagNames('no-such-scheduler'), ['flag-1', 'flag-2', 'flag-3']);
+});
+
 test('exactly sh, dh and mh have a lookup table, and their decision is the lookup in it', () => {
   assert.deepEqual(
     schedulerNames()
