@@ -199,11 +199,13 @@ test(`lblc with more than ${LBLC_CACHE_ENTRIES} destination addresses replaces t
   const m = service('lblc', ABC);
   for (let k = 0; k < LBLC_CACHE_ENTRIES; k++) assert.equal(pick(m, at(1000 + k, vips[k])), C);
   load(m, C, 1, 0); // cached C is fine, a miss picks B
-  assert.equal(pick(m, at(2000, vips[0])), C); // the first address is used again: the second is now the oldest
-  assert.equal(pick(m, at(2001, vips[LBLC_CACHE_ENTRIES])), B); // replaces the second's entry
-  for (let k = 2; k < LBLC_CACHE_ENTRIES; k++) assert.equal(pick(m, at(2002, vips[k])), C, vips[k]);
+  assert.equal(pick(m, at(2000, vips[0])), C); // the first two addresses are used again:
+  assert.equal(pick(m, at(2000, vips[1])), C); // the third is now the oldest
+  assert.equal(pick(m, at(2001, vips[LBLC_CACHE_ENTRIES])), B); // replaces the third's entry
+  for (let k = 3; k < LBLC_CACHE_ENTRIES; k++) assert.equal(pick(m, at(2002, vips[k])), C, vips[k]);
   assert.equal(pick(m, at(2003, vips[0])), C);
-  assert.equal(pick(m, at(2004, vips[1])), B); // a miss
+  assert.equal(pick(m, at(2003, vips[1])), C);
+  assert.equal(pick(m, at(2004, vips[2])), B); // a miss
 });
 
 test(`lblc gives a ${LBLC_CACHE_ENTRIES + 1}th address an entry when all were used at the same time`, () => {
@@ -224,4 +226,24 @@ test('lblc caches after the ms clock wrapped (int32 times, 24.8 days of uptime)'
   const V2 = '10.96.0.20';
   assert.equal(pick(m, input('192.168.1.100', 0, t + 2, V2)), B);
   assert.equal(pick(m, at(t + 3)), C); // the first entry was not taken for the second address
+});
+
+test('lblc caches an IPv6 destination whose folded address is 0, and expires entries after an IPv6 server folding to 0', () => {
+  // uvs folds an IPv6 address to the XOR of its four 32-bit words (schedulers/types.ts): these fold to 0.
+  const vip0 = 'fd00:1::fd00:1:0:0';
+  const vip1 = 'fd00:1::10';
+  const z = 'fd00::fd00:0:0:0';
+  const y = 'fd00::2';
+  const m = service('lblc', [{ address: y }, { address: z }]); // list [z, y]
+  const v6 = (t: number, vaddr: string) => input('2001:db8::1', 0, t, vaddr);
+  const name = (k: string | null) => k?.replace(/^\[(.*)\]$/, '$1') ?? null;
+  assert.equal(name(pick(m, v6(0, vip1))), z); // vip1's entry (the first) holds z
+  load(m, `[${z}]:80`, 1, 0); // z stays fine for its entry; a miss picks y
+  assert.equal(name(pick(m, v6(1, vip0))), y); // vip0's entry (the second) holds y
+  load(m, `[${y}]:80`, 1, 0);
+  load(m, `[${z}]:80`, 0, 0); // now a miss picks z
+  assert.equal(name(pick(m, v6(2, vip0))), y); // cached
+  collect(m, 1470); // both last used within 2 ms of 0: both dropped at the check of 24 h 30 min
+  load(m, `[${z}]:80`, 0, 0);
+  assert.equal(name(pick(m, v6(DAY + 30 * 60_000, vip0))), z);
 });
