@@ -1,0 +1,86 @@
+/**
+ * The scheduler region holds one slot of SCHED_WORDS per service, word 0 its lock
+ * (conntrack/layout.ts): a scheduler reads and writes only its own words, base … slot end. Every
+ * scheduler runs the same random scenario twice — in a SchedModel (base = 1, alone) and in the
+ * middle slot of a three-slot region whose other words, and its own lock word, hold a marker — and
+ * must make the same decisions and leave the marker alone.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as L from '../../conntrack/layout';
+import { SchedModel } from '../../control/sched-model';
+import { fold, parseInet } from '../../net/addr';
+import { schedulerNames } from '../../schedulers/registry';
+import type { SchedInput } from '../../schedulers/types';
+
+const MARK = 0x5a5a5a5a;
+const ADDRS = ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5'];
+const VIPS = ['10.96.0.10', '10.96.0.20'].map((a) => fold(parseInet(a)!));
+
+function rng(seed: number): (n: number) => number {
+  let a = seed | 0;
+  return (n) => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), a | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) % n;
+  };
+}
+
+for (const name of schedulerNames()) {
+  test(`${name} uses only its own state words`, () => {
+    const m = new SchedModel(name, 0);
+    const s = m.scheduler;
+    const region = new Int32Array(3 * L.SCHED_WORDS).fill(MARK);
+    const base = L.SCHED_WORDS + L.SCHED_STATE;
+    region.fill(0, base, 2 * L.SCHED_WORDS);
+    s.init?.(m.svc, region, base);
+    s.seed?.(m.state, m.base, 1);
+    s.seed?.(region, base, 1);
+    /** One list change in both: the model runs prepare and its hook; the same hook on the region. */
+    const change = (kind: 'add' | 'del' | 'upd', key: string, apply: () => void) => {
+      const before = m.svc.dests.slice();
+      apply();
+      const rs = m.servers.get(key)!.rs;
+      s.update?.(m.svc, region, base, { kind, rs, position: kind === 'add' ? -1 : before.findIndex((d) => d.rs === rs), before });
+    };
+    for (let seed = 1; seed <= 3; seed++) {
+      const r = rng(seed);
+      let now = 0;
+      for (let step = 0; step < 300; step++) {
+        const listed = m.listed();
+        const op = r(12);
+        if (op === 0 || listed.length === 0) {
+          const free = ADDRS.filter((a) => !listed.some((x) => x.key === `${a}:80`));
+          if (free.length === 0) continue;
+          const a = free[r(free.length)]!;
+          change('add', `${a}:80`, () => m.add(parseInet(a)!, 80, 1 + r(4)));
+        } else if (op === 1 && listed.length > 1) {
+          const x = listed[r(listed.length)]!;
+          change('del', x.key, () => m.del(x));
+        } else if (op === 2) {
+          const x = listed[r(listed.length)]!;
+          change('upd', x.key, () => m.edit(x, r(5), 0, 0));
+        } else if (op === 3) {
+          const x = listed[r(listed.length)]!;
+          const o = x.rs * L.RS_WORDS;
+          m.rs[o + L.RS_ACTIVE] = r(4);
+          m.rs[o + L.RS_INACTIVE] = r(40);
+        } else if (op === 4 && s.tick) {
+          for (let runs = 1 + r(2000); runs > 0; runs--) {
+            now = (now + s.tickInterval!) | 0;
+            s.tick(m.svc, m.state, m.base, m.rs, now);
+            s.tick(m.svc, region, base, m.rs, now);
+          }
+        } else {
+          now = (now + r(1000)) | 0;
+          const input: SchedInput = { caddr: r(0xffffffff) | 0, cport: r(65536), vaddr: VIPS[r(2)]!, vport: 80, now };
+          const want = m.schedule(input)?.key ?? null;
+          const i = s.schedule(m.svc, region, base, m.rs, input);
+          assert.equal(i < 0 ? null : m.server(m.svc.dests[i]!.rs).key, want, `${name} seed ${seed} step ${step}`);
+        }
+      }
+    }
+    for (let w = 0; w < region.length; w++) if (w < base || w >= 2 * L.SCHED_WORDS) assert.equal(region[w], MARK, `${name}: word ${w} of the region`);
+  });
+}
