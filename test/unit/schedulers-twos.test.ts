@@ -64,3 +64,14 @@ test('the same seed gives the same decisions', () => {
   };
   assert.deepEqual(run(), run());
 });
+
+test('without a seed each service draws its own random stream (the kernel draws get_random_u32)', () => {
+  const servers = Array.from({ length: 10 }, (_, i) => ({ address: `10.0.0.${i + 1}` }));
+  const run = () => {
+    const m = service('twos', servers);
+    return Array.from({ length: 30 }, () => pick(m)).join(' ');
+  };
+  // Idle servers: each pick is the first draw's server (draws 0 and 1 the first server, 2..10 one
+  // each): two services agree on one pick with probability 13/121, on 30 below 10^-28.
+  assert.notEqual(run(), run());
+});
