@@ -44,6 +44,24 @@ test('wrr skips an OVERLOADed server whatever its weight, and gives none when al
   assert.deepEqual(picks(m, 2), [A, A], 'A alone: chosen at every current weight');
 });
 
+test('wrr: a pick that finds every server OVERLOADed leaves the cursor where the kernel does', () => {
+  // Weights 1 (di 1, mw 1), list C, B, A. From the head (right after the last add) the one pass
+  // finds nothing: the cursor stays at the head, so once the flags clear the next pick is C.
+  const fromHead = service('wrr', ABC);
+  for (const x of [A, B, C]) load(fromHead, x, 0, 0, true);
+  assert.equal(pick(fromHead), null);
+  for (const x of [A, B, C]) load(fromHead, x, 0, 0, false);
+  assert.deepEqual(picks(fromHead, 2), [C, B]);
+  // After C, B the cursor is on B (position 1). The walk goes A, restarts at cw 1 with stop = B,
+  // finds nothing up to B and leaves the cursor on B (err_over: mark->cl = dest): next is A.
+  const fromB = service('wrr', ABC);
+  assert.deepEqual(picks(fromB, 2), [C, B]);
+  for (const x of [A, B, C]) load(fromB, x, 0, 0, true);
+  assert.equal(pick(fromB), null);
+  for (const x of [A, B, C]) load(fromB, x, 0, 0, false);
+  assert.deepEqual(picks(fromB, 2), [A, C]);
+});
+
 test('sh: the bucket of an OVERLOADed server gives none, or a re-hash with sh-fallback', () => {
   // 192.168.1.100 hashes to bucket 89; list C, B, A with weight 1 → bucket b is list index b % 3 → A.
   const client = '192.168.1.100';
