@@ -2,8 +2,9 @@
  * The scheduler region holds one slot of SCHED_WORDS per service, word 0 its lock
  * (conntrack/layout.ts): a scheduler reads and writes only its own words, base … slot end. Every
  * scheduler runs the same random scenario twice — in a SchedModel (base = 1, alone) and in the
- * middle slot of a three-slot region whose other words, and its own lock word, hold a marker — and
- * must make the same decisions and leave the marker alone.
+ * middle slot of a three-slot region (the slot before marked, its own lock word held, the slot
+ * after a fresh neighbour's zeros) — and must make the same decisions and leave every other word
+ * as it was.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +16,8 @@ import type { SchedInput } from '../../schedulers/types';
 
 const MARK = 0x5a5a5a5a;
 const ADDRS = ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5'];
-const VIPS = ['10.96.0.10', '10.96.0.20'].map((a) => fold(parseInet(a)!));
+/** More destination addresses than lblc's 12 cache entries, so its cache fills and replaces. */
+const VIPS = Array.from({ length: 14 }, (_, i) => fold(parseInet(`10.96.0.${10 + i}`)!));
 
 function rng(seed: number): (n: number) => number {
   let a = seed | 0;
@@ -31,9 +33,10 @@ for (const name of schedulerNames()) {
   test(`${name} uses only its own state words`, () => {
     const m = new SchedModel(name, 0);
     const s = m.scheduler;
-    const region = new Int32Array(3 * L.SCHED_WORDS).fill(MARK);
+    // Slot 0 marked; slot 1 ours, its lock word held (an owner id); slot 2 a fresh neighbour, all 0.
+    const region = new Int32Array(3 * L.SCHED_WORDS).fill(MARK, 0, L.SCHED_WORDS + L.SCHED_STATE);
     const base = L.SCHED_WORDS + L.SCHED_STATE;
-    region.fill(0, base, 2 * L.SCHED_WORDS);
+    const others = region.slice();
     s.init?.(m.svc, region, base);
     s.seed?.(m.state, m.base, 1);
     s.seed?.(region, base, 1);
@@ -74,13 +77,13 @@ for (const name of schedulerNames()) {
           }
         } else {
           now = (now + r(1000)) | 0;
-          const input: SchedInput = { caddr: r(0xffffffff) | 0, cport: r(65536), vaddr: VIPS[r(2)]!, vport: 80, now };
+          const input: SchedInput = { caddr: r(0xffffffff) | 0, cport: r(65536), vaddr: VIPS[r(VIPS.length)]!, vport: 80, now };
           const want = m.schedule(input)?.key ?? null;
           const i = s.schedule(m.svc, region, base, m.rs, input);
           assert.equal(i < 0 ? null : m.server(m.svc.dests[i]!.rs).key, want, `${name} seed ${seed} step ${step}`);
         }
       }
     }
-    for (let w = 0; w < region.length; w++) if (w < base || w >= 2 * L.SCHED_WORDS) assert.equal(region[w], MARK, `${name}: word ${w} of the region`);
+    for (let w = 0; w < region.length; w++) if (w < base || w >= 2 * L.SCHED_WORDS) assert.equal(region[w], others[w], `${name}: word ${w} of the region`);
   });
 }
