@@ -289,8 +289,14 @@ export class Dataplane {
       if (v6) ip(deviceRuleArgs(o, 6));
       ip(replayRuleArgs(o, 4));
       if (v6) ip(replayRuleArgs(o, 6));
-      this.send4 = tun.openSend(4, o.replayMark);
-      if (v6) this.send6 = tun.openSend(6, o.replayMark);
+      try {
+        this.send4 = tun.openSend(4, o.replayMark);
+        if (v6) this.send6 = tun.openSend(6, o.replayMark);
+      } catch (e) {
+        // No CAP_NET_RAW: forwarding works; a packet found by a Redis lookup is not replayed (its
+        // retransmission finds the installed entry).
+        this.log.warn({ err: (e as Error).message }, 'no raw socket for replaying looked-up packets (needs CAP_NET_RAW)');
+      }
       for (const a of o.fullnatAddrs) ip(['route', 'replace', hostRoute(a), 'dev', o.device]);
       ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
       if (v6) ip(['-6', 'route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
