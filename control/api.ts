@@ -135,9 +135,15 @@ export function drainsView(d: Daemon): DrainsResponse {
   };
 }
 
+function memoryView(): StatsResponse['memory'] {
+  const m = process.memoryUsage();
+  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers };
+}
+
 export function statsView(d: Daemon): StatsResponse {
   return {
     uptime: (Date.now() - d.startedAt) / 1000,
+    memory: memoryView(),
     table: { entries: d.table.count(), capacity: d.table.capacity, expired: d.expiredTotal },
     packets: d.stats.global(),
     drops: d.stats.drops(),

@@ -193,6 +193,19 @@ export function buildRegistry(d: Daemon): Registry {
   counterFrom('uvs_worker_packets_total', 'Packets read per dataplane worker.', ['worker'], (c) => {
     d.stats.perWorker().forEach((w, i) => c.inc({ worker: String(i) }, w.rxPackets));
   });
+  gaugeFrom(
+    'uvs_memory_bytes',
+    "uvsd's memory by kind (process.memoryUsage): rss of the whole process; heap_used, heap_total of the control thread's V8 heap; external, array_buffers (the shared table included).",
+    ['kind'],
+    (g) => {
+      const m = process.memoryUsage();
+      g.set({ kind: 'rss' }, m.rss);
+      g.set({ kind: 'heap_used' }, m.heapUsed);
+      g.set({ kind: 'heap_total' }, m.heapTotal);
+      g.set({ kind: 'external' }, m.external);
+      g.set({ kind: 'array_buffers' }, m.arrayBuffers);
+    },
+  );
   gaugeFrom('uvs_worker_up', '1 when the dataplane worker is running.', ['worker'], (g) => {
     for (const w of d.dataplane.workerInfo()) g.set({ worker: String(w.id) }, w.ready ? 1 : 0);
   });

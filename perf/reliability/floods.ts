@@ -81,7 +81,7 @@ function dropsMoved(before: Stats, after: Stats | null): string {
 /** Counters outside packets/drops/workers that moved (a defense's own counters, whatever their names). */
 function otherCounters(before: Stats, after: Stats | null): string {
   if (!after) return '';
-  const skip = /^(uptime|packets\.|drops\.|workers\.|table\.|redis\.)/;
+  const skip = /^(uptime|memory\.|packets\.|drops\.|workers\.|table\.|redis\.)/;
   const d = Object.entries(numericDiff(before, after)).filter(([k]) => !skip.test(k));
   return d.map(([k, v]) => `${k} ${v > 0 ? '+' : ''}${v.toLocaleString('en-US')}`).join('; ');
 }

@@ -327,6 +327,20 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   r.notes.push(
     `lb1 uvsd peak RSS by phase: under load before the outages ${round(rssLoad, 0)} MB; Redis killed and the catch-up after it ${round(rssKill, 0)} MB; hung and the catch-up after it ${round(rssHang, 0)} MB.`,
   );
+  // Where the RSS went: the control thread's V8 heap (write queue, lookups, their garbage) or
+  // outside it (workers' heaps, native, the shared table), from GET /v1/stats' memory.
+  const memPeak = (a: number, b: number) => {
+    const mb = (k: string) =>
+      Math.max(
+        0,
+        ...sampler.samples.filter((x) => x.t >= a && x.t < b && x.v[`memory.${k}`] !== undefined).map((x) => x.v[`memory.${k}`]!),
+      ) /
+      2 ** 20;
+    return `RSS ${round(mb('rss'), 0)} MB, control-thread heap used ${round(mb('heapUsed'), 0)} of ${round(mb('heapTotal'), 0)} MB, external ${round(mb('external'), 0)} MB (array buffers ${round(mb('arrayBuffers'), 0)} MB)`;
+  };
+  r.notes.push(
+    `lb1 uvsd memory, highest 500 ms sample of each figure by phase (GET /v1/stats memory; each figure's own maximum): before the outages ${memPeak(t0, tKill)}; Redis killed and the catch-up after it ${memPeak(tKill, tStop)}; hung and the catch-up after it ${memPeak(tStop, tFail)}.`,
+  );
   const dlErrs = results.filter((x) => !x.ok).map((x) => `${x.error} after ${x.bytes} bytes`);
   if (dlErrs.length) r.notes.push(`Broken downloads: ${dlErrs.join('; ')}.`);
   const errs = records.filter((x) => x.error !== null && x.start >= tKill && x.start < tFail && !atFailover(x)).map((x) => x.error);
