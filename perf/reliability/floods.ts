@@ -224,6 +224,12 @@ async function echoEntries(socket: string): Promise<ConnectionStatus[]> {
   return (r?.body?.connections ?? []).filter((x) => x.virtual.endsWith(':7'));
 }
 
+/** A flood's failed connections by the client's error (timeout: no answer within 5 s; ECONNRESET: a RST), most first. */
+function failures(errors: Record<string, number>): string {
+  const e = Object.entries(errors).sort((a, b) => b[1] - a[1]);
+  return e.length ? e.map(([k, v]) => `${k} ${v.toLocaleString('en-US')}`).join('; ') : '—';
+}
+
 const pct = (x: number | null) => (x === null ? null : Math.round(x * 1000) / 10);
 
 export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
@@ -268,6 +274,7 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       fr.peakEntries,
       fr.devDrops,
       pct(during.okRate),
+      failures(during.errors),
       during.connectP50,
       during.connectP99,
       fr.echoBroken,
@@ -335,6 +342,7 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       'peak table entries',
       'dropped at the device (queue full)',
       'real clients answered during the flood (%)',
+      'the others, by how they failed',
       'connect p50 (ms)',
       'connect p99 (ms)',
       'echo streams broken',
