@@ -87,7 +87,7 @@ export async function waitWorkers(socket: string, workers: number, timeoutMs = 1
 
 export interface Stats extends StatsLike {
   table: { entries: number; capacity: number };
-  workers: { id: number; ready: boolean; restarts: number }[];
+  workers: { id: number; ready: boolean; restarts: number; rxPackets: number }[];
   shadows: number;
   redis: null | ({ connected: boolean; queueDepth: number; nodes: string[] } & Record<string, unknown>);
   [k: string]: unknown;

@@ -224,6 +224,19 @@ async function echoEntries(socket: string): Promise<ConnectionStatus[]> {
   return (r?.body?.connections ?? []).filter((x) => x.virtual.endsWith(':7'));
 }
 
+/**
+ * Packets each worker read during the flood, and its share. The device spreads flows over its
+ * queues by their hash, a random-source flood evenly: a worker that read less than its share
+ * lost more at its queue, and so did every flow hashed to it (an echo stream among them).
+ */
+function perWorker(before: Stats, after: Stats | null): string {
+  if (!after) return '—';
+  const rx = (s: Stats, id: number) => s.workers.find((w) => w.id === id)?.rxPackets ?? 0;
+  const d = after.workers.map((w) => rx(after, w.id) - rx(before, w.id));
+  const sum = d.reduce((a, b) => a + b, 0);
+  return d.map((x) => `${x.toLocaleString('en-US')} (${sum ? Math.round((x / sum) * 100) : 0} %)`).join(' / ');
+}
+
 /** A flood's failed connections by the client's error (timeout: no answer within 5 s; ECONNRESET: a RST), most first. */
 function failures(errors: Record<string, number>): string {
   const e = Object.entries(errors).sort((a, b) => b[1] - a[1]);
@@ -273,6 +286,7 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       fr.gen.sent,
       fr.peakEntries,
       fr.devDrops,
+      perWorker(fr.before, fr.atStop),
       pct(during.okRate),
       failures(during.errors),
       during.connectP50,
@@ -341,6 +355,7 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       'SYNs sent',
       'peak table entries',
       'dropped at the device (queue full)',
+      "read by each worker (its queue's share)",
       'real clients answered during the flood (%)',
       'the others, by how they failed',
       'connect p50 (ms)',
