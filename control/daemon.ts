@@ -231,12 +231,22 @@ export class Daemon {
     return d;
   }
 
+  /**
+   * What a dead worker (lock owner id `owner`) left: its locks, then the SYN proxy's held-packet
+   * slots it had in hand (ConnTable.holdReclaim). Before its replacement starts.
+   */
   private releaseLocksOf(owner: number): number {
     let n = this.table.releaseLocksOf(owner);
     const sched = this.model.sched;
     for (let i = 0; i < sched.length; i += L.SCHED_WORDS) {
       if (Atomics.compareExchange(sched, i + L.SCHED_LOCK, owner, 0) === owner) n++;
     }
+    const held = this.table.holdReclaim(owner);
+    if (held)
+      this.log.warn(
+        { owner, heldSlots: held },
+        "SYN proxy: held-packet slots of a dead worker given back (their flows' clients send them again)",
+      );
     return n;
   }
 

@@ -602,7 +602,7 @@ const KERNEL_TCP =
   /^(Tcp\.(AttemptFails|EstabResets|RetransSegs|InErrs|OutRsts)|TcpExt\.(ListenOverflows|ListenDrops|TCPSynRetrans|TCPTimeouts|TCPAbortOnTimeout|TCPBacklogDrop|TCPReqQFullDrop|TCPReqQFullDoCookies|TW|TWRecycled|TWKilled|TCPTimeWaitOverflow|PAWSEstab|PAWSActive|TCPChallengeACK|TCPSYNChallenge|TCPAbortOnData|TCPAbortOnClose|TCPRcvQDrop|TCPZeroWindowDrop|TCPMinTTLDrop|TCPBacklogCoalesce))$/;
 
 /** tcpdump of the real clients' traffic in a namespace (--capture): to a file, stopped with SIGINT. */
-class Capture {
+export class Capture {
   private readonly child: ChildProcess;
   private readonly exited: Promise<void>;
   constructor(
