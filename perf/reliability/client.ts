@@ -150,8 +150,11 @@ function echo(host: string, port: number, seconds: number, intervalMs: number): 
       void stopSignal(seconds * 1000).then(() => {
         if (timer) clearInterval(timer);
         timer = null;
-        // The last echoes: up to 10 s (retransmissions after heavy loss back off to seconds).
-        const deadline = Date.now() + 10000;
+        // The last echoes: up to 60 s. After heavy loss (a flood filling the device's queue for
+        // tens of seconds) TCP's retransmission timer has backed off to tens of seconds; a stream
+        // is broken when TCP gives up or loses data, not while it waits for its next retransmission
+        // (the wait shows in maxGapMs and endGapMs).
+        const deadline = Date.now() + 60000;
         const w = setInterval(() => {
           if (echoed === sent || Date.now() > deadline || finished) {
             clearInterval(w);

@@ -259,7 +259,7 @@ export async function startEchoes(
   intervalMs = 200,
 ): Promise<ClientRun<EchoResult>[]> {
   const runs = Array.from({ length: n }, () =>
-    client<EchoResult>(ns, ['echo', host, String(port), String(seconds), String(intervalMs)], (seconds + 30) * 1000),
+    client<EchoResult>(ns, ['echo', host, String(port), String(seconds), String(intervalMs)], (seconds + 90) * 1000),
   );
   await sleep(Math.max(500, intervalMs * 2));
   return runs;

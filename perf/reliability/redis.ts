@@ -121,7 +121,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   };
   type Out = { requests: number; errors: number; records: LoadRecord[] };
   const load = runTool<Out>(flab.ns.cl, ['load', LAB_VIP, '80', String(spanS), String(LOAD_LOOPS), '0', '0'], (spanS + 60) * 1000).result;
-  const echoes = [0, 1].map(() => client<EchoResult>(flab.ns.cl, ['echo', LAB_VIP, '7', String(spanS), '100'], (spanS + 60) * 1000));
+  const echoes = [0, 1].map(() => client<EchoResult>(flab.ns.cl, ['echo', LAB_VIP, '7', String(spanS), '100'], (spanS + 90) * 1000));
   const downloads: { d: Download; phase: string }[] = [0, 1, 2].map((i) => ({ d: dl(200 + i), phase: 'before' }));
   const running = downloads.map(() => true);
   downloads.forEach((x, i) => void x.d.result.then(() => (running[i] = false)));
