@@ -348,7 +348,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
         ...sampler.samples.filter((x) => x.t >= a && x.t < b && x.v[`memory.${k}`] !== undefined).map((x) => x.v[`memory.${k}`]!),
       ) /
       2 ** 20;
-    return `RSS ${round(mb('rss'), 0)} MB, control-thread heap used ${round(mb('heapUsed'), 0)} of ${round(mb('heapTotal'), 0)} MB (retained after a full collection ${round(mb('heapAfterFullGc'), 0)} MB), external ${round(mb('external'), 0)} MB (array buffers ${round(mb('arrayBuffers'), 0)} MB)`;
+    return `RSS ${round(mb('rss'), 0)} MB, control-thread heap used ${round(mb('heapUsed'), 0)} of ${round(mb('heapTotal'), 0)} MB (retained after a full collection: ${mb('heapAfterFullGc') > 0 ? `${round(mb('heapAfterFullGc'), 0)} MB` : 'no full collection yet'}), external ${round(mb('external'), 0)} MB (array buffers ${round(mb('arrayBuffers'), 0)} MB)`;
   };
   r.notes.push(
     `lb1 uvsd memory, highest 500 ms sample of each figure by phase (GET /v1/stats memory; each figure's own maximum): before the outages ${memPeak(t0, tKill)}; Redis killed and the catch-up after it ${memPeak(tKill, tStop)}; hung and the catch-up after it ${memPeak(tStop, tFail)}.`,
