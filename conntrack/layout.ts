@@ -16,9 +16,10 @@
  *   [SYN proxy words: capacity × SP_WORDS int32]  per entry, meaningful while its E_FLAGS has
  *                                      F_SYNPROXY (lb/synproxy.ts): the client's handshake, then
  *                                      the sequence/timestamp deltas and window scales
- *   [held packets: HOLD_HDR_WORDS + HOLD_SLOTS × HOLD_SLOT_WORDS int32, then HOLD_SLOTS ×
- *                                      HOLD_SLOT_BYTES]  client packets that arrived while the
- *                                      real server's handshake was pending, replayed after it
+ *   [held packets: HOLD_HDR_WORDS (HOLD_SOURCES per-source counters among them) + HOLD_SLOTS ×
+ *                                      HOLD_SLOT_WORDS int32, then HOLD_SLOTS × HOLD_SLOT_BYTES]
+ *                                      client packets that arrived while the real server's
+ *                                      handshake was pending, replayed after it
  *
  * capacity and buckets are powers of two and buckets = capacity: each entry sits on one in-chain
  * and one out-chain, so a full table averages one entry per chain of each kind. Chains, not open addressing: deletion needs no tombstones and a lookup holding a bucket
@@ -215,19 +216,36 @@ export function spServerOpts(opts: number, ws: number): number {
   return ws < 0 ? base | SPO_SRV_NOWS : base | ((ws & 0xf) << SPO_SRVWS_SHIFT);
 }
 
-/** Held-packet area: per-slot header words, the area's header words, and their sizes. */
+/**
+ * Held-packet area: the area's header words (then HOLD_SOURCES per-source counters), per-slot
+ * header words, and their sizes. The free list, HOLD_USED and the source counters change only
+ * under HOLD_LOCK. A slot is free (on the free list), attached (on a pending flow's list, under
+ * its bucket locks), or in a worker's hands (HS_OWNER: taken and not yet attached, or detached
+ * for replay and not yet freed) — what a worker that dies leaves there, ConnTable.holdReclaim
+ * gives back.
+ */
 export const HOLD_LOCK = 0; // area lock (owner id), taken after the bucket locks
 export const HOLD_FREE = 1; // first free slot + 1, 0 = none
 export const HOLD_USED = 2; // slots in use (a gauge)
-export const HOLD_HDR_WORDS = 4;
+export const HOLD_SRC_BASE = 4; // HOLD_SOURCES counters: slots in use per client source (keyed hash)
+export const HOLD_SOURCES = 512;
+export const HOLD_HDR_WORDS = HOLD_SRC_BASE + HOLD_SOURCES;
 export const HS_NEXT = 0; // next slot of the same flow (+1), or of the free list
 export const HS_LEN = 1; // the packet's bytes (IP header first)
 export const HS_L4 = 2; // its TCP header's offset from the IP header
-export const HOLD_SLOT_WORDS = 4;
+export const HS_SRC = 3; // its source counter (0..HOLD_SOURCES-1), set when taken
+export const HS_OWNER = 4; // the worker (lock owner id) holding it outside any flow's list, else 0
+export const HOLD_SLOT_WORDS = 8;
 export const HOLD_SLOTS = 512; // packets held at once, all flows and workers (1 MiB)
 export const HOLD_SLOT_BYTES = 2048; // ≥ MTU 1500; a larger packet is refused (the client sends it again)
 /** Packets one flow may hold (DPVS max_ack_saved). */
 export const HOLD_PER_FLOW = 3;
+/**
+ * Slots one client source (the per-source counters' keyed hash of an IPv4 address or an IPv6
+ * /64, as halfOpenPerSource's) may hold at once: 1/16 of the area, so that one client completing
+ * cookie handshakes to a server that does not answer cannot take it all.
+ */
+export const HOLD_PER_SOURCE = 32;
 
 export function synproxyOffset(capacity: number): number {
   return HDR_WORDS + 3 * capacity + capacity * ENTRY_WORDS + capacity;
@@ -410,6 +428,8 @@ export const enum Drop {
   /** SYN proxy: a client's bare ACK while the real server's handshake is pending, consumed by
    *  it (nothing to hold; a SYN it answers with a cookie is the generated kind syn_ack). */
   SynProxy,
+  /** SYN proxy: a client packet that could be held but its source already holds HOLD_PER_SOURCE. */
+  SynProxyHoldPerSource,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -439,6 +459,7 @@ export const DROP_NAMES = [
   'bad_cookie',
   'synproxy_hold_full',
   'synproxy',
+  'synproxy_hold_per_source',
 ] as const;
 
 /*

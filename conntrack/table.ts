@@ -76,10 +76,11 @@ export const FLOW_DEST_GONE = 2;
 export const FLOW_REUSE = 3;
 /** A SYN-proxied flow whose real server has not answered yet (lb/synproxy.ts): found, not touched. */
 export const FLOW_SP_PENDING = 4;
-/** spHold's result bits: the packet was held, refused (no room), our SYN is due again. */
+/** spHold's result bits: the packet was held, refused (no room), our SYN is due again; refused because its source holds HOLD_PER_SOURCE (with SPH_REFUSED). */
 export const SPH_HELD = 1;
 export const SPH_REFUSED = 2;
 export const SPH_RESEND = 4;
+export const SPH_SOURCE = 8;
 /** lookupIn's options: the packet may start a connection; expire_nodest_conn is on. */
 export const LOOKUP_NEW = 1;
 export const LOOKUP_EXPIRE_NODEST = 2;
@@ -875,8 +876,8 @@ export class ConnTable {
     if (hold) {
       const held = a[s + L.SP_HELD]!;
       const n = held >>> 16;
-      const slot = n < L.HOLD_PER_FLOW && len <= L.HOLD_SLOT_BYTES ? this.holdAlloc() : -1;
-      if (slot < 0) r |= SPH_REFUSED;
+      const slot = n < L.HOLD_PER_FLOW && len <= L.HOLD_SLOT_BYTES ? this.holdAlloc(this.holdSource(o)) : -1;
+      if (slot < 0) r |= slot === -2 ? SPH_REFUSED | SPH_SOURCE : SPH_REFUSED;
       else {
         const h = this.hold + L.HOLD_HDR_WORDS;
         const x = this.holdBytes;
@@ -894,6 +895,7 @@ export class ConnTable {
           a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT] = slot + 1;
           a[s + L.SP_HELD] = (held & 0xffff) | ((n + 1) << 16);
         }
+        a[sh + L.HS_OWNER] = 0; // on the flow's list now: no longer this worker's alone
         r |= SPH_HELD;
       }
     }
@@ -931,6 +933,7 @@ export class ConnTable {
     a[s + L.SP_TSDELTA] = (w[L.SP_OURTS]! - serverTs) | 0;
     a[s + L.SP_OPTS] = L.spServerOpts(w[L.SP_OPTS]!, serverWs);
     const held = w[L.SP_HELD]! & 0xffff;
+    this.holdDetach(held);
     a[s + L.SP_HELD] = 0;
     a[o + L.E_FLAGS] = flags & ~L.F_SP_PENDING;
     this.unlockPair(this.spB1, this.spB2);
@@ -1006,18 +1009,50 @@ export class ConnTable {
     return Atomics.load(this.i32, L.H_SP_PENDING);
   }
 
-  /** Takes a free held slot (0-based), −1 when none is free. */
-  private holdAlloc(): number {
+  /** The held-slot counter of the source of the entry at o: the per-source counters' keyed hash, folded. */
+  private holdSource(o: number): number {
+    const a = this.i32;
+    const slot = this.sourceSlot((a[o + L.E_PROTO]! & L.PROTO_V6) !== 0, a[o + L.E_CADDR]!, a[o + L.E_CADDR_HI]!, a[o + L.E_CADDR_HI + 1]!);
+    return slot & (L.HOLD_SOURCES - 1);
+  }
+
+  /** Held slots counted at source counter src (holdSource). */
+  holdAtSource(src: number): number {
+    return Atomics.load(this.i32, this.hold + L.HOLD_SRC_BASE + src);
+  }
+
+  /**
+   * Takes a free held slot (0-based) for source counter src, in this worker's hands (HS_OWNER)
+   * until the caller attaches it to a flow; −1 when none is free, −2 when src holds
+   * HOLD_PER_SOURCE. The owner is written before the slot leaves the free list: a worker dying
+   * in between leaves it findable (holdReclaim).
+   */
+  private holdAlloc(src: number): number {
     const a = this.i32;
     const h = this.hold;
     this.lockWord(h + L.HOLD_LOCK);
     const ref = a[h + L.HOLD_FREE]!;
-    if (ref !== 0) {
-      a[h + L.HOLD_FREE] = a[h + L.HOLD_HDR_WORDS + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!;
+    let slot = -1;
+    if (a[h + L.HOLD_SRC_BASE + src]! >= L.HOLD_PER_SOURCE) slot = -2;
+    else if (ref !== 0) {
+      slot = ref - 1;
+      const sh = h + L.HOLD_HDR_WORDS + slot * L.HOLD_SLOT_WORDS;
+      a[sh + L.HS_OWNER] = this.owner;
+      a[sh + L.HS_SRC] = src;
+      a[h + L.HOLD_FREE] = a[sh + L.HS_NEXT]!;
       a[h + L.HOLD_USED]!++;
+      a[h + L.HOLD_SRC_BASE + src]!++;
     }
     Atomics.store(a, h + L.HOLD_LOCK, 0);
-    return ref - 1;
+    return slot;
+  }
+
+  /** A flow's list of held slots (first slot + 1) taken off it by this worker (to replay or free): in its hands. Caller holds the flow's bucket locks. */
+  private holdDetach(first: number): void {
+    const a = this.i32;
+    const h = this.hold + L.HOLD_HDR_WORDS;
+    for (let ref = first, n = 0; ref !== 0 && n < L.HOLD_PER_FLOW; ref = a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!, n++)
+      a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_OWNER] = this.owner;
   }
 
   /** Gives back a detached list of held slots (first slot + 1; 0 = none). */
@@ -1029,12 +1064,73 @@ export class ConnTable {
       const sh = h + L.HOLD_HDR_WORDS + (ref - 1) * L.HOLD_SLOT_WORDS;
       const next = a[sh + L.HS_NEXT]!;
       this.lockWord(h + L.HOLD_LOCK);
+      a[h + L.HOLD_SRC_BASE + a[sh + L.HS_SRC]!]!--;
       a[sh + L.HS_NEXT] = a[h + L.HOLD_FREE]!;
       a[h + L.HOLD_FREE] = ref;
       a[h + L.HOLD_USED]!--;
+      a[sh + L.HS_OWNER] = 0;
       Atomics.store(a, h + L.HOLD_LOCK, 0);
       ref = next;
     }
+  }
+
+  /**
+   * Gives back the held slots a dead worker (lock owner id `owner`) left in its hands — taken and
+   * not yet on a flow's list, or taken off one (the server's SYN-ACK, a removal) and not yet
+   * freed — and recounts the area: HOLD_USED and the per-source counters from the slots not on
+   * the free list. Control thread, after releaseLocksOf(owner) and before the worker's
+   * replacement starts; the other workers go on meanwhile (the area's lock is taken; the flows'
+   * lists are read first, so a slot another worker detaches meanwhile carries its owner by the
+   * time it is checked). Returns the slots given back.
+   */
+  holdReclaim(owner: number): number {
+    const a = this.i32;
+    const h = this.hold;
+    const sh = h + L.HOLD_HDR_WORDS;
+    const mark = new Uint8Array(L.HOLD_SLOTS); // 1 attached to a flow, 2 free
+    // Attached: on a pending flow's list (a slot the dead worker attached but had not yet
+    // disowned must stay). Read without the bucket locks: a list seen changing only keeps more.
+    for (let e = 0; e < this.capacity; e++) {
+      const o = this.base(e);
+      if ((a[o + L.E_FLAGS]! & (L.F_IN_USE | L.F_SP_PENDING)) !== (L.F_IN_USE | L.F_SP_PENDING)) continue;
+      for (
+        let ref = a[this.spWords + e * L.SP_WORDS + L.SP_HELD]! & 0xffff, n = 0;
+        ref > 0 && ref <= L.HOLD_SLOTS && n < L.HOLD_PER_FLOW;
+        n++
+      ) {
+        mark[ref - 1] = 1;
+        ref = a[sh + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!;
+      }
+    }
+    this.lockWord(h + L.HOLD_LOCK);
+    let free = 0;
+    for (
+      let ref = a[h + L.HOLD_FREE]!;
+      ref > 0 && ref <= L.HOLD_SLOTS && mark[ref - 1] !== 2;
+      ref = a[sh + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!
+    ) {
+      mark[ref - 1] = 2;
+      free++;
+    }
+    let reclaimed = 0;
+    for (let i = 0; i < L.HOLD_SLOTS; i++) {
+      const w = sh + i * L.HOLD_SLOT_WORDS;
+      if (a[w + L.HS_OWNER] !== owner) continue;
+      if (mark[i] === 0) {
+        a[w + L.HS_NEXT] = a[h + L.HOLD_FREE]!;
+        a[h + L.HOLD_FREE] = i + 1;
+        mark[i] = 2;
+        free++;
+        reclaimed++;
+      }
+      Atomics.compareExchange(a, w + L.HS_OWNER, owner, 0);
+    }
+    a[h + L.HOLD_USED] = L.HOLD_SLOTS - free;
+    for (let i = 0; i < L.HOLD_SOURCES; i++) a[h + L.HOLD_SRC_BASE + i] = 0;
+    for (let i = 0; i < L.HOLD_SLOTS; i++)
+      if (mark[i] !== 2) a[h + L.HOLD_SRC_BASE + (a[sh + i * L.HOLD_SLOT_WORDS + L.HS_SRC]! & (L.HOLD_SOURCES - 1))]!++;
+    Atomics.store(a, h + L.HOLD_LOCK, 0);
+    return reclaimed;
   }
 
   /** drop_packet's rate (defense.ts): refuse 1 of every this many new flows; 0 = off. */
@@ -1373,6 +1469,7 @@ export class ConnTable {
     if (flags & L.F_SP_PENDING) {
       const sw = this.spWords + e * L.SP_WORDS + L.SP_HELD;
       held = a[sw]! & 0xffff;
+      this.holdDetach(held);
       a[sw] = 0;
     }
     this.unlockPair(b1, b2);

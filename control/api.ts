@@ -50,6 +50,7 @@ import {
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { CAPTURE, type CaptureRequest } from './capture';
+import { memoryView } from './memory';
 import { ERRORS, UvsError, type ErrorCode } from './errors';
 import { badHostMessage, hostGuard, redactSecrets } from './http-guard';
 import { serviceKey } from './services';
@@ -138,6 +139,7 @@ export function drainsView(d: Daemon): DrainsResponse {
 export function statsView(d: Daemon): StatsResponse {
   return {
     uptime: (Date.now() - d.startedAt) / 1000,
+    memory: memoryView(),
     table: { entries: d.table.count(), capacity: d.table.capacity, expired: d.expiredTotal },
     packets: d.stats.global(),
     drops: d.stats.drops(),

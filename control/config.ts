@@ -320,7 +320,18 @@ const DATAPLANE = obj({
     doc: 'Policy-routing table for masq replies; any unused id',
     check: notReservedTable,
   }),
-  rulePriority: int({ default: 4711, min: 2, max: 32765 }),
+  rulePriority: int({
+    default: 4711,
+    min: 3,
+    max: 32765,
+    doc: 'Priority of the masq reply rules; the device rule takes this − 1 and the replay rule this − 2',
+  }),
+  replayMark: int({
+    default: 0x7576,
+    min: 1,
+    max: 0xffffffff,
+    doc: 'Firewall mark of packets replayed after a Redis lookup (routed back into the device by a rule); any mark nothing else uses',
+  }),
   batch: int({ default: 64, min: 1, max: 1024, doc: 'Packets per read; amortises poll() and the JS↔C crossing' }),
   offload: bool({ default: true, doc: 'Kernel offloads on the device (virtio header, checksum + TSO: 64 KB super-packets)' }),
   io: oneOf(['auto', 'io_uring', 'poll'], {

@@ -16,6 +16,7 @@ import { RedisSync } from '../conntrack/redis-sync';
 import { SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { Dataplane, deviceMtu, routeMtus, type RouteMtu } from '../lb/dataplane';
+import { stopWatchingGcs, watchFullGcs } from './memory';
 import { Announcer } from './announce';
 import { HealthChecker } from './health';
 import { readConfigDoc, validateConfig, type UvsConfig } from './config';
@@ -143,6 +144,7 @@ export class Daemon {
         mtu: dp.mtu,
         routeTable: dp.routeTable,
         rulePriority: dp.rulePriority,
+        replayMark: dp.replayMark,
         batch: dp.batch,
         maxRealServers: dp.maxRealServers,
         fullnatAddrs: dp.fullnat.addresses,
@@ -206,6 +208,7 @@ export class Daemon {
       d.refreshMtus();
       d.mtuTimer = setInterval(() => d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
+      watchFullGcs(); // memory.heapAfterFullGc (control/memory.ts)
       d.defenseTimer = setInterval(() => d.defense.tick(), DEFENSE_PERIOD_MS);
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.rampTimer = setInterval(() => {
@@ -230,12 +233,22 @@ export class Daemon {
     return d;
   }
 
+  /**
+   * What a dead worker (lock owner id `owner`) left: its locks, then the SYN proxy's held-packet
+   * slots it had in hand (ConnTable.holdReclaim). Before its replacement starts.
+   */
   private releaseLocksOf(owner: number): number {
     let n = this.table.releaseLocksOf(owner);
     const sched = this.model.sched;
     for (let i = 0; i < sched.length; i += L.SCHED_WORDS) {
       if (Atomics.compareExchange(sched, i + L.SCHED_LOCK, owner, 0) === owner) n++;
     }
+    const held = this.table.holdReclaim(owner);
+    if (held)
+      this.log.warn(
+        { owner, heldSlots: held },
+        "SYN proxy: held-packet slots of a dead worker given back (their flows' clients send them again)",
+      );
     return n;
   }
 
@@ -471,6 +484,7 @@ export class Daemon {
         'mtu',
         'routeTable',
         'rulePriority',
+        'replayMark',
         'batch',
         'offload',
         'io',
@@ -531,6 +545,7 @@ export class Daemon {
     if (this.syncTimer) clearInterval(this.syncTimer);
     if (this.pendingReload) clearTimeout(this.pendingReload);
     if (this.sweeper) clearInterval(this.sweeper);
+    stopWatchingGcs();
     if (this.defenseTimer) clearInterval(this.defenseTimer);
     if (this.mtuTimer) clearInterval(this.mtuTimer);
     if (this.drainTimer) clearInterval(this.drainTimer);

@@ -13,6 +13,7 @@
  * expect it). Both check the Host header (http-guard.ts); the listener is listen.ts's.
  */
 import { Counter, Gauge, Registry } from 'prom-client';
+import { memoryView } from './memory';
 import * as L from '../conntrack/layout';
 import type { Daemon } from './daemon';
 import { listenHttp, tokenOk, type HttpEndpoint } from './listen';
@@ -193,6 +194,20 @@ export function buildRegistry(d: Daemon): Registry {
   counterFrom('uvs_worker_packets_total', 'Packets read per dataplane worker.', ['worker'], (c) => {
     d.stats.perWorker().forEach((w, i) => c.inc({ worker: String(i) }, w.rxPackets));
   });
+  gaugeFrom(
+    'uvs_memory_bytes',
+    "uvsd's memory by kind (process.memoryUsage): rss of the whole process; heap_used, heap_total of the control thread's V8 heap, heap_after_full_gc what it retained at its last full collection; external, array_buffers (the shared table included).",
+    ['kind'],
+    (g) => {
+      const m = memoryView();
+      if (m.heapAfterFullGc !== null) g.set({ kind: 'heap_after_full_gc' }, m.heapAfterFullGc);
+      g.set({ kind: 'rss' }, m.rss);
+      g.set({ kind: 'heap_used' }, m.heapUsed);
+      g.set({ kind: 'heap_total' }, m.heapTotal);
+      g.set({ kind: 'external' }, m.external);
+      g.set({ kind: 'array_buffers' }, m.arrayBuffers);
+    },
+  );
   gaugeFrom('uvs_worker_up', '1 when the dataplane worker is running.', ['worker'], (g) => {
     for (const w of d.dataplane.workerInfo()) g.set({ worker: String(w.id) }, w.ready ? 1 : 0);
   });

@@ -325,6 +325,21 @@ export class FailoverLab {
     this.redis = null;
   }
 
+  /**
+   * Cuts (or restores) one node's path to Redis: an nftables table in the node's namespace drops
+   * what it sends to Redis, so its client sees a Redis that does not answer until restored.
+   */
+  cutRedis(node: LbNode, cut: boolean): void {
+    const ns = this.nodeNs(node);
+    if (cut) {
+      this.exec(ns, 'nft', ['add', 'table', 'ip', 'uvslab_cut']);
+      this.exec(ns, 'nft', ['add', 'chain', 'ip', 'uvslab_cut', 'out', '{ type filter hook output priority 0; }']);
+      this.exec(ns, 'nft', ['add', 'rule', 'ip', 'uvslab_cut', 'out', 'ip', 'daddr', REDIS_ADDR, 'tcp', 'dport', '6379', 'drop']);
+    } else {
+      sh('ip', ['netns', 'exec', ns, 'nft', 'delete', 'table', 'ip', 'uvslab_cut'], true);
+    }
+  }
+
   async waitRedis(timeoutMs = 10000): Promise<void> {
     await waitFor(
       () => {

@@ -12,6 +12,13 @@
  *       iif <device> lookup main   (priority rulePriority − 1)
  *     routes whatever leaves the device by the main table, so ICMP a worker lets through unchanged
  *     does not loop. IPv6 gets the same routes and rules (`ip -6`) when a VIP range or pool is IPv6.
+ *   - Packets parked for a Redis lookup are replayed through a raw socket whose packets carry
+ *     fwmark replayMark, and
+ *       fwmark <replayMark> lookup <routeTable>   (priority rulePriority − 2)
+ *     sends them into the device, whichever way they go: a client's packet for a VIP would come
+ *     back by the main table too, but a real server's reply, addressed to the client, would be
+ *     forwarded to the client un-NATed (and the client's RST for it would kill the server's
+ *     socket — the flow the lookup was to adopt).
  *   - Behind both, blackholes with the worst metric (VIP ranges in main, default in <routeTable>):
  *     when a killed uvsd's device vanishes they drop its traffic rather than forward it un-NATed.
  *   - rp_filter is off on the device (packets come out of it with the clients' source addresses,
@@ -32,7 +39,6 @@ import { setFlagsFromString } from 'node:v8';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { DataplaneError } from './errors';
-import { VNET_HLEN } from '../net/packet';
 import { MAX_OUT } from './verdict';
 import type { Snapshot } from './snapshot';
 import { tunAddon, type IoMode, type IoPath } from './tun';
@@ -45,6 +51,8 @@ export interface DataplaneOptions {
   mtu: number;
   routeTable: number;
   rulePriority: number;
+  /** fwmark of replayed packets (inject): a rule at rulePriority − 2 routes them into the device. */
+  replayMark: number;
   batch: number;
   maxRealServers: number;
   /** Full-NAT pool addresses: routed to the device so the real servers' replies come back. */
@@ -145,6 +153,21 @@ function ruleKey(r: ReplyRule): string {
  */
 function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, family: 4 | 6): string[] {
   return [...(family === 6 ? ['-6'] : []), 'rule', 'add', 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
+}
+
+/** Packets with the replay mark (inject's raw socket) go into the device, whatever their destination. */
+function replayRuleArgs(o: Pick<DataplaneOptions, 'routeTable' | 'rulePriority' | 'replayMark'>, family: 4 | 6): string[] {
+  return [
+    ...(family === 6 ? ['-6'] : []),
+    'rule',
+    'add',
+    'pref',
+    String(o.rulePriority - 2),
+    'fwmark',
+    `0x${o.replayMark.toString(16)}`,
+    'lookup',
+    String(o.routeTable),
+  ];
 }
 
 /** How an address is routed, for its MTU: the device, and the route's own mtu metric if it has one. */
@@ -264,6 +287,16 @@ export class Dataplane {
       for (const c of o.vipCidrs) ip(['route', 'replace', c, 'dev', o.device]);
       ip(deviceRuleArgs(o, 4));
       if (v6) ip(deviceRuleArgs(o, 6));
+      ip(replayRuleArgs(o, 4));
+      if (v6) ip(replayRuleArgs(o, 6));
+      try {
+        this.send4 = tun.openSend(4, o.replayMark);
+        if (v6) this.send6 = tun.openSend(6, o.replayMark);
+      } catch (e) {
+        // No CAP_NET_RAW: forwarding works; a packet found by a Redis lookup is not replayed (its
+        // retransmission finds the installed entry).
+        this.log.warn({ err: (e as Error).message }, 'no raw socket for replaying looked-up packets (needs CAP_NET_RAW)');
+      }
       for (const a of o.fullnatAddrs) ip(['route', 'replace', hostRoute(a), 'dev', o.device]);
       ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
       if (v6) ip(['-6', 'route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
@@ -399,24 +432,20 @@ export class Dataplane {
     this.rules = next;
   }
 
-  private injectOffs = new Int32Array(1);
-  private injectLens = new Int32Array(1);
+  /** inject's raw sockets (marked replayMark), per family; −1 when not open. */
+  private send4 = -1;
+  private send6 = -1;
 
   /**
-   * Writes a packet into the device as if it had arrived on it: the kernel routes it, and a packet
-   * for a VIP comes straight back out to a worker. Used to replay packets parked for adoption.
+   * Replays a whole IP packet (a parked one, its checksum complete) through the device, where a
+   * worker takes it as if it had just arrived: sent from this host with the replay mark, which
+   * the replay rule routes into the device whatever the destination (a client's packet to a VIP
+   * and a real server's reply to a client alike). False if it could not be sent.
    */
   inject(pkt: Uint8Array): boolean {
-    const s = this.slots[0];
-    if (!s) return false;
-    let data = pkt;
-    if (this.opts.offload) {
-      // A plain packet (workers complete a partial checksum before parking): a zero header.
-      data = new Uint8Array(VNET_HLEN + pkt.length);
-      data.set(pkt, VNET_HLEN);
-    }
-    this.injectLens[0] = data.length;
-    return tunAddon().writeBatch(s.fd, data, this.injectOffs, this.injectLens, 1) === 1;
+    const fd = pkt[0]! >> 4 === 6 ? this.send6 : this.send4;
+    if (fd < 0) return false;
+    return tunAddon().sendPacket(fd, pkt, pkt.length) > 0;
   }
 
   workerInfo(): { id: number; ready: boolean; restarts: number; threadId: number | null; io: IoPath | null }[] {
@@ -448,6 +477,8 @@ export class Dataplane {
     const tun = tunAddon();
     for (const s of this.slots) tun.closeFd(s.fd);
     this.slots.length = 0;
+    for (const fd of [this.send4, this.send6]) if (fd >= 0) tun.closeFd(fd);
+    this.send4 = this.send6 = -1;
   }
 }
 
@@ -471,6 +502,7 @@ export function cleanupRouting(
   const pref = String(o.rulePriority);
   for (const fam of [['-4'], ['-6']]) {
     ip([...fam, 'rule', 'del', 'pref', String(o.rulePriority - 1)], true);
+    ip([...fam, 'rule', 'del', 'pref', String(o.rulePriority - 2)], true);
     // One `ip rule del pref N` removes one rule; stop when none is left (bounded for safety).
     for (let i = 0; i < 100000 && ip([...fam, 'rule', 'show', 'pref', pref], true).trim() !== ''; i++) {
       ip([...fam, 'rule', 'del', 'pref', pref], true);

@@ -16,7 +16,8 @@
  *     cookie kept, the client's TSval (spOpen). An invalid one is counted (bad_cookie) and reset
  *     as Linux's LISTEN socket does, within mayAnswer's limits (lb/core.ts).
  *  3. Client packets while the server's handshake is pending are held in the table's shared
- *     area (the SYN-ACK may reach another worker), at most HOLD_PER_FLOW a flow (spPendingIn);
+ *     area (the SYN-ACK may reach another worker), at most HOLD_PER_FLOW a flow and
+ *     HOLD_PER_SOURCE a client source (spPendingIn; synproxy_hold_per_source);
  *     a client retransmission re-sends our SYN at most once a second — no timer.
  *  4. The server's SYN-ACK (spServerSynAck) fixes the flow's deltas — sequence (cookie − the
  *     server's ISN), timestamp (our TSval − the server's) and the server's window scale — and is
@@ -39,7 +40,7 @@ import { FlowView } from '../conntrack/flow';
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
 import { TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '../conntrack/state';
-import { SPH_HELD, SPH_REFUSED, SPH_RESEND } from '../conntrack/table';
+import { SPH_HELD, SPH_REFUSED, SPH_RESEND, SPH_SOURCE } from '../conntrack/table';
 import * as P from '../net/packet';
 import type { HalfSipHash } from '../net/siphash';
 import { countIn, drop, type PacketContext, pushSync } from './context';
@@ -396,10 +397,15 @@ export function spOpen(c: PacketContext, b: Uint8Array, f: FlowView): number {
     // Its data held (consumed) or refused (a drop, as in spPendingIn), and our SYN written for
     // the same packet: the SYN is a write beyond it (C_TX_EXTRA).
     const r = hold(c, b, f, false);
-    if (r >= 0 && r & SPH_REFUSED) c.counters[L.C_DROP_BASE + Drop.SynProxyHoldFull]!++;
+    if (r >= 0 && r & SPH_REFUSED) c.counters[L.C_DROP_BASE + refusal(r)]!++;
     if (r >= 0 && r & (SPH_HELD | SPH_REFUSED)) c.counters[L.C_TX_EXTRA]!++;
   }
   return synToServer(c, f, w);
+}
+
+/** Why spHold refused a packet (SPH_REFUSED set): its source holds HOLD_PER_SOURCE, or no room (flow, area, size). */
+function refusal(r: number): Drop {
+  return r & SPH_SOURCE ? Drop.SynProxyHoldPerSource : Drop.SynProxyHoldFull;
 }
 
 /** The segment carries data or a FIN. */
@@ -501,11 +507,11 @@ export function spPendingIn(c: PacketContext, b: Uint8Array, f: FlowView): numbe
   if (r & SPH_RESEND) {
     const v = synToServer(c, f, c.spW);
     // The packet is held (consumed) or refused (a drop) and our SYN written: a write beyond it.
-    if (r & SPH_REFUSED) c.counters[L.C_DROP_BASE + Drop.SynProxyHoldFull]!++;
+    if (r & SPH_REFUSED) c.counters[L.C_DROP_BASE + refusal(r)]!++;
     if (r & (SPH_HELD | SPH_REFUSED)) c.counters[L.C_TX_EXTRA]!++;
     return v;
   }
-  if (r & SPH_REFUSED) return drop(c, Drop.SynProxyHoldFull);
+  if (r & SPH_REFUSED) return drop(c, refusal(r));
   if (r & SPH_HELD) return DROP;
   return drop(c, Drop.SynProxy); // a bare ACK: nothing to hold
 }

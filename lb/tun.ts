@@ -26,6 +26,10 @@ export interface TunAddon {
   /** Non-blocking raw socket receiving IP protocol `protocol`: IPv4 whole packets, IPv6 payloads. */
   /** With `peer`: connected, so only packets from that address are received. */
   openRaw(protocol: number, family?: 4 | 6, peer?: string): number;
+  /** Raw socket (IPPROTO_RAW: the caller's IP header) whose packets carry fwmark `mark`. */
+  openSend(family: 4 | 6, mark: number): number;
+  /** Sends the whole IP packet buf[0, len) to the destination its header names; bytes or −errno. */
+  sendPacket(fd: number, buf: Uint8Array, len: number): number;
 
   // The io_uring path (lb/native/uring.c): one ring per worker, a multishot read kept armed on the
   // queue, writes and the wait for the next packets in one io_uring_enter.

@@ -19,6 +19,11 @@
  *   EAGAIN (queue full) drops the packet, like a NIC ring; the caller counts it from the
  *   difference. A packet that was not written has its lens[i] set to 0.
  *
+ * openSend(family, mark) -> fd of a raw socket (IPPROTO_RAW: the caller writes the IP header)
+ *   whose packets carry fwmark `mark` (SO_MARK), so a policy rule can route them whatever their
+ *   addresses say. sendPacket(fd, buf, len) sends the whole IPv4/IPv6 packet at buf[0, len) to the
+ *   destination its header names: bytes, or −errno.
+ *
  * No allocation per packet: buffers are the caller's typed arrays.
  */
 #include <node_api.h>
@@ -274,6 +279,60 @@ static napi_value clock_into(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+static napi_value open_send(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  int32_t family;
+  uint32_t mark;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2 || !get_i32(env, argv[0], &family) || (family != 4 && family != 6) || napi_get_value_uint32(env, argv[1], &mark) != napi_ok) {
+    napi_throw_type_error(env, "UVS_ERR_TUN", "openSend(family, mark): family 4 or 6, mark a number");
+    return NULL;
+  }
+  /* IPPROTO_RAW: IP_HDRINCL for IPv4, IPV6_HDRINCL implied for IPv6 (inet6_create). */
+  int fd = socket(family == 6 ? AF_INET6 : AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_RAW);
+  if (fd < 0) return throw_errno(env, "socket(SOCK_RAW, IPPROTO_RAW)", errno);
+  if (setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, sizeof mark) < 0) {
+    int e = errno;
+    close(fd);
+    return throw_errno(env, "setsockopt(SO_MARK)", e);
+  }
+  return ret_i32(env, fd);
+}
+
+static napi_value send_packet(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  int32_t fd, len;
+  uint8_t *buf;
+  size_t bytes;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 3 || !get_i32(env, argv[0], &fd) || !get_ta(env, argv[1], (void **)&buf, &bytes) || !get_i32(env, argv[2], &len) ||
+      len <= 0 || (size_t)len > bytes) {
+    napi_throw_type_error(env, "UVS_ERR_TUN", "sendPacket(fd, buf, len): bad arguments");
+    return NULL;
+  }
+  struct sockaddr_storage sa;
+  socklen_t salen;
+  memset(&sa, 0, sizeof sa);
+  if ((buf[0] >> 4) == 6 && len >= 40) {
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&sa;
+    s6->sin6_family = AF_INET6;
+    memcpy(&s6->sin6_addr, buf + 24, 16);
+    salen = sizeof *s6;
+  } else if ((buf[0] >> 4) == 4 && len >= 20) {
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&sa;
+    s4->sin_family = AF_INET;
+    memcpy(&s4->sin_addr, buf + 16, 4);
+    salen = sizeof *s4;
+  } else {
+    return ret_i32(env, -EINVAL);
+  }
+  ssize_t w;
+  do { w = sendto(fd, buf, (size_t)len, 0, (struct sockaddr *)&sa, salen); } while (w < 0 && errno == EINTR);
+  return ret_i32(env, w < 0 ? -errno : (int32_t)w);
+}
+
 void uvs_uring_init(napi_env env, napi_value exports); /* uring.c */
 
 static napi_value init(napi_env env, napi_value exports) {
@@ -284,6 +343,8 @@ static napi_value init(napi_env env, napi_value exports) {
     { "writeBatch", NULL, write_batch, NULL, NULL, NULL, napi_default, NULL },
     { "clockInto", NULL, clock_into, NULL, NULL, NULL, napi_default, NULL },
     { "openRaw", NULL, open_raw, NULL, NULL, NULL, napi_default, NULL },
+    { "openSend", NULL, open_send, NULL, NULL, NULL, napi_default, NULL },
+    { "sendPacket", NULL, send_packet, NULL, NULL, NULL, napi_default, NULL },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   uvs_uring_init(env, exports);

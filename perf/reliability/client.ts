@@ -9,8 +9,10 @@
  *       (c/d null when it did not get that far) — streamed, so the harness can watch recovery live
  *   echo HOST PORT SECONDS INTERVAL_MS
  *       one TCP connection to a line-echo service; a numbered line every interval, each echo checked;
- *       at the end {"server","sent","echoed","bad","error","maxGapMs"}: a lost stream shows as an
- *       error (reset, timeout) or missing echoes
+ *       at the end {"server","port","sent","echoed","bad","error","maxGapMs","endGapMs"}: a lost
+ *       stream shows as an error (reset, timeout) or missing echoes; port = its local port (to find
+ *       it in a capture), maxGapMs = the longest wait between two echoes, endGapMs = from the last
+ *       echo (or the connect) to the end, which maxGapMs does not see when the stream stalled
  *   api-probe SOCKET SECONDS INTERVAL_MS
  *       GET /v1/info over uvsd's unix socket, one at a time, every interval: one JSON line per probe
  *       {"t":sent at,"ms":latency or null,"e":error} — how long the control thread took to answer
@@ -105,13 +107,14 @@ function echo(host: string, port: number, seconds: number, intervalMs: number): 
     let error: string | null = null;
     let timer: NodeJS.Timeout | null = null;
     let finished = false;
+    let localPort: number | null = null;
     const finish = () => {
       if (finished) return;
       finished = true;
       if (timer) clearInterval(timer);
       sock.destroy();
       if (!error && echoed !== sent) error = 'missing echoes';
-      out({ server, sent, echoed, bad, error, maxGapMs });
+      out({ server, port: localPort, sent, echoed, bad, error, maxGapMs, endGapMs: Date.now() - last });
       resolve(error === null && bad === 0 ? 0 : 1);
     };
     sock.setNoDelay(true);
@@ -142,12 +145,16 @@ function echo(host: string, port: number, seconds: number, intervalMs: number): 
     });
     sock.on('connect', () => {
       last = Date.now();
+      localPort = sock.localPort ?? null;
       timer = setInterval(() => sock.write(`line ${sent++}\n`), intervalMs);
       void stopSignal(seconds * 1000).then(() => {
         if (timer) clearInterval(timer);
         timer = null;
-        // The last echoes: up to 10 s (retransmissions after heavy loss back off to seconds).
-        const deadline = Date.now() + 10000;
+        // The last echoes: up to 60 s. After heavy loss (a flood filling the device's queue for
+        // tens of seconds) TCP's retransmission timer has backed off to tens of seconds; a stream
+        // is broken when TCP gives up or loses data, not while it waits for its next retransmission
+        // (the wait shows in maxGapMs and endGapMs).
+        const deadline = Date.now() + 60000;
         const w = setInterval(() => {
           if (echoed === sent || Date.now() > deadline || finished) {
             clearInterval(w);

@@ -29,7 +29,7 @@ export interface Ctx {
   workers: number;
   hz: number;
   log: (s: string) => void;
-  /** --capture: a directory for packet captures of the real clients' traffic (Redis scenario). */
+  /** --capture: a directory for packet captures of the real clients' traffic (Redis, SYN flood and table-full scenarios). */
   capture?: string;
 }
 
@@ -87,7 +87,7 @@ export async function waitWorkers(socket: string, workers: number, timeoutMs = 1
 
 export interface Stats extends StatsLike {
   table: { entries: number; capacity: number };
-  workers: { id: number; ready: boolean; restarts: number }[];
+  workers: { id: number; ready: boolean; restarts: number; rxPackets: number }[];
   shadows: number;
   redis: null | ({ connected: boolean; queueDepth: number; nodes: string[] } & Record<string, unknown>);
   [k: string]: unknown;
@@ -238,11 +238,15 @@ export function killClients(sig: NodeJS.Signals = 'SIGKILL'): void {
 
 export interface EchoResult {
   server: string;
+  /** The client's local port (null when it never connected). */
+  port: number | null;
   sent: number;
   echoed: number;
   bad: number;
   error: string | null;
   maxGapMs: number;
+  /** From the last echo (or the connect) to the end: a stream that stalled for good shows here, not in maxGapMs. */
+  endGapMs: number;
 }
 
 /** n TCP echo streams to host:port (a line every intervalMs), each waited for until it is connected. */
@@ -255,18 +259,37 @@ export async function startEchoes(
   intervalMs = 200,
 ): Promise<ClientRun<EchoResult>[]> {
   const runs = Array.from({ length: n }, () =>
-    client<EchoResult>(ns, ['echo', host, String(port), String(seconds), String(intervalMs)], (seconds + 30) * 1000),
+    client<EchoResult>(ns, ['echo', host, String(port), String(seconds), String(intervalMs)], (seconds + 90) * 1000),
   );
   await sleep(Math.max(500, intervalMs * 2));
   return runs;
 }
 
-/** Stops echo streams; how many were broken (error, missing or wrong echoes, no output). */
-export async function stopEchoes(runs: ClientRun<EchoResult>[]): Promise<{ results: EchoResult[]; broken: number; maxGapMs: number }> {
+const echoOk = (r: EchoResult) => r.error === null && r.bad === 0 && r.echoed === r.sent && r.sent > 0;
+
+/**
+ * Stops echo streams; how many were broken (error, missing or wrong echoes, no output), and what
+ * each broken one printed (null: it printed nothing).
+ */
+export async function stopEchoes(
+  runs: ClientRun<EchoResult>[],
+): Promise<{ results: EchoResult[]; broken: number; failed: (EchoResult | null)[]; maxGapMs: number }> {
   const outs = await Promise.all(runs.map((r) => r.stop()));
-  const results = outs.map((o) => o[o.length - 1]).filter((x): x is EchoResult => !!x);
-  const broken = runs.length - results.filter((r) => r.error === null && r.bad === 0 && r.echoed === r.sent && r.sent > 0).length;
-  return { results, broken, maxGapMs: Math.max(0, ...results.map((r) => r.maxGapMs)) };
+  const last = outs.map((o) => o[o.length - 1] ?? null);
+  const results = last.filter((x): x is EchoResult => !!x);
+  const failed = last.filter((x) => x === null || !echoOk(x));
+  return { results, broken: failed.length, failed, maxGapMs: Math.max(0, ...results.map((r) => r.maxGapMs)) };
+}
+
+/** One broken echo stream in words: its error, lines sent and echoed, and its longest waits. */
+export function echoFailure(r: EchoResult | null): string {
+  if (!r) return 'no output (the client was killed)';
+  const n = (x: number) => x.toLocaleString('en-US');
+  return (
+    `${r.error ?? (r.bad ? 'wrong echoes' : 'nothing sent')} — client port ${r.port ?? '—'}, server ${r.server || '—'}, ` +
+    `${n(r.sent)} lines sent, ${n(r.echoed)} echoed, ${n(r.bad)} wrong; longest wait between echoes ${n(r.maxGapMs)} ms, ` +
+    `from the last echo to the end ${n(r.endGapMs)} ms`
+  );
 }
 
 export interface DownloadResult {

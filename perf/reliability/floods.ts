@@ -14,6 +14,9 @@
  * The SYN-flood defense (drop_entry / secure_tcp / amemthresh, per-source caps) is left at
  * whatever defaults the configuration has; the settings found are listed in the report.
  */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ConnectionStatus, ConnectionsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { LAB_VIP, LAB_VIP6 } from '../../lab/lab';
 import { sleep } from '../exec';
@@ -24,6 +27,7 @@ import {
   connectProbe,
   CpuWatch,
   devStats,
+  echoFailure,
   getStats,
   labConfig,
   labServices,
@@ -34,9 +38,11 @@ import {
   startUvsd,
   stopEchoes,
   type Ctx,
+  type EchoResult,
   type GenResult,
   type Stats,
 } from './common';
+import { Capture } from './redis';
 
 const SLOW_MS = 1000; // a connect slower than this waited for a SYN retransmission (1 s): not served
 
@@ -81,7 +87,7 @@ function dropsMoved(before: Stats, after: Stats | null): string {
 /** Counters outside packets/drops/workers that moved (a defense's own counters, whatever their names). */
 function otherCounters(before: Stats, after: Stats | null): string {
   if (!after) return '';
-  const skip = /^(uptime|packets\.|drops\.|workers\.|table\.|redis\.)/;
+  const skip = /^(uptime|memory\.|packets\.|drops\.|workers\.|table\.|redis\.)/;
   const d = Object.entries(numericDiff(before, after)).filter(([k]) => !skip.test(k));
   return d.map(([k, v]) => `${k} ${v > 0 ? '+' : ''}${v.toLocaleString('en-US')}`).join('; ');
 }
@@ -96,6 +102,9 @@ interface FloodRound {
   cpuPct: number | null;
   attempts: import('./report').Attempt[];
   echoBroken: number;
+  /** What each broken echo stream printed (null: nothing), and its packets when captured. */
+  echoFailed: (EchoResult | null)[];
+  echoPackets: string | null;
   echoMaxGapMs: number;
   recoveryMs: number | null;
   postBoundS: number;
@@ -106,7 +115,9 @@ interface FloodRound {
 /**
  * One flood against a fresh uvsd: 3 s of normal traffic, the flood, then until new connections
  * have worked 2 s in a row (or postBoundS). Real clients: a connect-probe every intervalMs and
- * `echoes` echo streams through port 7.
+ * `echoes` echo streams through port 7. With --capture, the echo streams' packets are recorded
+ * leaving the client and reaching the real servers (`name`-client.pcap, `name`-rsN.pcap), and a
+ * broken stream's packets written to `name`-echo-failures.txt (echoPackets).
  */
 async function floodRound(
   ctx: Ctx,
@@ -118,10 +129,27 @@ async function floodRound(
     intervalMs: number;
     echoes: number;
     v6?: boolean;
+    /** The round's name in capture files. */
+    name: string;
   },
 ): Promise<FloodRound> {
   const lab = ctx.lab;
   const pid = await startUvsd(ctx, o.cfg);
+  const captures = ctx.capture
+    ? [
+        new Capture('client', join(ctx.capture, `${o.name}-client.pcap`), lab.clientNs, `${lab.prefix}c0`, 'tcp port 7'),
+        ...lab.rsNs.map(
+          (ns, i) =>
+            new Capture(
+              `real server ${i + 1}`,
+              join(ctx.capture!, `${o.name}-rs${i + 1}.pcap`),
+              ns,
+              `${lab.prefix}r${i + 1}b`,
+              'tcp port 9007',
+            ),
+        ),
+      ]
+    : [];
   const vip = o.v6 ? LAB_VIP6 : LAB_VIP;
   const mac = await linkMac(lab.lbNs, `${lab.prefix}c1`);
   const total = 3 + o.floodS + o.postBoundS + 5;
@@ -143,12 +171,34 @@ async function floodRound(
   const cpuPct = cpu.read();
   const atStop = await getStats(lab.socket).catch(() => null);
   const dev1 = await devStats(lab.lbNs, 'uvs0');
+  const entriesAtStop = captures.length ? await echoEntries(lab.socket) : [];
   const slowAfter = Math.ceil(2000 / o.intervalMs); // 2 s of good attempts in a row
   const deadline = floodStop + o.postBoundS * 1000;
   while (Date.now() < deadline && !recovered(probe.lines, floodStop, SLOW_MS, slowAfter)) await sleep(200);
   await watch.stop();
   const attempts = await probe.stop();
+  const entriesAtEnd = captures.length ? await echoEntries(lab.socket) : [];
   const echo = await stopEchoes(echoes);
+  for (const c of captures) await c.stop();
+  let echoPackets: string | null = null;
+  if (captures.length && echo.failed.length) {
+    const lines: string[] = [];
+    for (const f of echo.failed) {
+      lines.push(`== ${echoFailure(f)}`);
+      if (f?.port == null) continue;
+      const mine = (xs: ConnectionStatus[]) =>
+        JSON.stringify(
+          xs.filter((x) => x.client.endsWith(`:${f.port}`)).map(({ state, expiresIn, realServer }) => ({ state, expiresIn, realServer })),
+        );
+      lines.push(`-- uvsd's entry when the flood stopped: ${mine(entriesAtStop)}; before the streams were stopped: ${mine(entriesAtEnd)}`);
+      for (const c of captures) {
+        lines.push(`-- ${c.name} (${c.file})`);
+        lines.push(...(await c.port(f.port, 100000).catch((err: Error) => [`tcpdump: ${err.message}`])));
+      }
+    }
+    echoPackets = join(ctx.capture!, `${o.name}-echo-failures.txt`);
+    writeFileSync(echoPackets, `${lines.join('\n')}\n`);
+  }
   return {
     gen,
     floodStart,
@@ -159,11 +209,38 @@ async function floodRound(
     cpuPct,
     attempts,
     echoBroken: echo.broken,
+    echoFailed: echo.failed,
+    echoPackets,
     echoMaxGapMs: echo.maxGapMs,
     recoveryMs: recoveryMs(attempts, floodStop, SLOW_MS),
     postBoundS: o.postBoundS,
     devDrops: dev0 && dev1 ? dev1.txDropped - dev0.txDropped : null,
   };
+}
+
+/** The table's entries for port 7 (the echo streams'), for a broken stream's evidence. */
+async function echoEntries(socket: string): Promise<ConnectionStatus[]> {
+  const r = await apiCall<ConnectionsResponse>(socket, 'GET', '/v1/connections?limit=100000').catch(() => null);
+  return (r?.body?.connections ?? []).filter((x) => x.virtual.endsWith(':7'));
+}
+
+/**
+ * Packets each worker read during the flood, and its share. The device spreads flows over its
+ * queues by their hash, a random-source flood evenly: a worker that read less than its share
+ * lost more at its queue, and so did every flow hashed to it (an echo stream among them).
+ */
+function perWorker(before: Stats, after: Stats | null): string {
+  if (!after) return '—';
+  const rx = (s: Stats, id: number) => s.workers.find((w) => w.id === id)?.rxPackets ?? 0;
+  const d = after.workers.map((w) => rx(after, w.id) - rx(before, w.id));
+  const sum = d.reduce((a, b) => a + b, 0);
+  return d.map((x) => `${x.toLocaleString('en-US')} (${sum ? Math.round((x / sum) * 100) : 0} %)`).join(' / ');
+}
+
+/** A flood's failed connections by the client's error (timeout: no answer within 5 s; ECONNRESET: a RST), most first. */
+function failures(errors: Record<string, number>): string {
+  const e = Object.entries(errors).sort((a, b) => b[1] - a[1]);
+  return e.length ? e.map(([k, v]) => `${k} ${v.toLocaleString('en-US')}`).join('; ') : '—';
 }
 
 const pct = (x: number | null) => (x === null ? null : Math.round(x * 1000) / 10);
@@ -177,11 +254,15 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
   await blackholeSpoofed(lab.lbNs);
   const rows: Value[][] = [];
   let worstOk: number | null = null;
+  /** Answered share at the rates where the device dropped packets before uvsd could read them. */
+  let saturatedOk: number | null = null;
   let worstP99: number | null = null;
   /** p99 connect at the rates where the device dropped packets before uvsd could read them (queue full). */
   let saturatedP99: number | null = null;
   let saturatedRates = '';
   let broken = 0;
+  /** Each broken echo stream, as it ended. */
+  const echoNotes: string[] = [];
   let worstRecovery: number | null = 0;
   let notRecovered = false;
   let defense = '';
@@ -195,6 +276,7 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       postBoundS,
       intervalMs: 50,
       echoes: 3,
+      name: `synflood-${rate || 'max'}`,
     });
     if (!defense) defense = await defenseNote(ctx);
     await ctx.lab.stopUvsd();
@@ -206,7 +288,9 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       fr.gen.sent,
       fr.peakEntries,
       fr.devDrops,
+      perWorker(fr.before, fr.atStop),
       pct(during.okRate),
+      failures(during.errors),
       during.connectP50,
       during.connectP99,
       fr.echoBroken,
@@ -215,10 +299,14 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       dropsMoved(fr.before, fr.atStop),
       otherCounters(fr.before, fr.atStop) || '—',
     ]);
-    if (during.okRate !== null) worstOk = worstOk === null ? during.okRate : Math.min(worstOk, during.okRate);
     // A real client's SYN that the TUN device drops (its queue full: more offered than uvsd reads) is
-    // never seen by uvs; the client retransmits it after 1 s. So "no SYN retransmission" can be
-    // asked of uvs only at the rates it read in full; the saturated ones are reported beside it.
+    // never seen by uvs; the client retransmits it after 1 s. So "no SYN retransmission" — and
+    // "answered" — can be asked of uvs only at the rates it read in full; the saturated ones are
+    // reported beside it (their answered share follows the device's drop share: docs/defense.md).
+    if (during.okRate !== null) {
+      if (fr.devDrops === 0) worstOk = worstOk === null ? during.okRate : Math.min(worstOk, during.okRate);
+      else saturatedOk = saturatedOk === null ? during.okRate : Math.min(saturatedOk, during.okRate);
+    }
     if (during.connectP99 !== null) {
       if (fr.devDrops === 0) worstP99 = Math.max(worstP99 ?? 0, during.connectP99);
       else {
@@ -227,6 +315,8 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       }
     }
     broken += fr.echoBroken;
+    for (const f of fr.echoFailed) echoNotes.push(`${label}: ${echoFailure(f)}.`);
+    if (fr.echoPackets) echoNotes.push(`${label}: the broken streams' packets (client and real servers) are in ${fr.echoPackets}.`);
     if (fr.recoveryMs === null) notRecovered = true;
     else if (worstRecovery !== null) worstRecovery = Math.max(worstRecovery, fr.recoveryMs);
     ctx.log(
@@ -235,11 +325,17 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
   }
   r.figures.push(
     {
-      label: "real clients' new connections answered during the flood, worst rate",
+      label: "real clients' new connections answered during the flood, worst rate that uvsd read in full (no drops at the device)",
       value: pct(worstOk),
       unit: '%',
       expect: '≥ 99 %',
       ok: worstOk === null ? null : worstOk >= 0.99,
+    },
+    {
+      label: `real clients' new connections answered at the rates the device could not pass in full (${saturatedRates || 'none'})`,
+      value: pct(saturatedOk),
+      unit: saturatedOk === null ? undefined : '%',
+      expect: "reported: a SYN the device drops never reaches uvs; the share answered follows the device's drop share",
     },
     {
       label: "real clients' p99 connect time during the flood, worst rate that uvsd read in full (no drops at the device)",
@@ -271,7 +367,9 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       'SYNs sent',
       'peak table entries',
       'dropped at the device (queue full)',
+      "read by each worker (its queue's share)",
       'real clients answered during the flood (%)',
+      'the others, by how they failed',
       'connect p50 (ms)',
       'connect p99 (ms)',
       'echo streams broken',
@@ -283,6 +381,7 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
     rows,
   });
   r.notes.push(defense);
+  if (echoNotes.length) r.notes.push(`Echo streams broken: ${echoNotes.join(' ')}`);
 }
 
 export async function hashFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
@@ -420,7 +519,15 @@ export async function tableFullScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
     dataplane: { tableSize },
     timeouts: { tcpFin: 2, tcpStates: { TIME_WAIT: 2, CLOSE: 2, CLOSE_WAIT: 2, LAST_ACK: 2 } },
   });
-  const fr = await floodRound(ctx, { cfg, gen: { mode: 'syn4', pps: rate }, floodS, postBoundS, intervalMs: 200, echoes: 8 });
+  const fr = await floodRound(ctx, {
+    cfg,
+    gen: { mode: 'syn4', pps: rate },
+    floodS,
+    postBoundS,
+    intervalMs: 200,
+    echoes: 8,
+    name: 'tablefull',
+  });
   r.notes.push(await defenseNote(ctx));
   const refusals = fr.atStop ? (fr.atStop.drops.table_full ?? 0) - (fr.before.drops.table_full ?? 0) : null;
   const during = attemptStats(fr.attempts, fr.floodStart, fr.floodStop);
@@ -448,4 +555,6 @@ export async function tableFullScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
   );
   const other = otherCounters(fr.before, fr.atStop);
   if (other) r.notes.push(`Other counters that moved during the flood: ${other}.`);
+  if (fr.echoFailed.length) r.notes.push(`Echo streams broken: ${fr.echoFailed.map((f) => `${echoFailure(f)}.`).join(' ')}`);
+  if (fr.echoPackets) r.notes.push(`Their packets (client and real servers): ${fr.echoPackets}.`);
 }

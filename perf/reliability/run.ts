@@ -71,7 +71,9 @@ Options:
   --workers N         uvsd worker threads (default 2)
   --capture DIR       keep tcpdump captures of the real clients' traffic in DIR (Redis scenario:
                       the client, lb1's device, lb1's link to the servers, lb2's device), and each
-                      failed request's packets in DIR/redis-failures.txt (diagnosis; costs CPU)
+                      failed request's packets in DIR/redis-failures.txt; SYN flood and table
+                      full: the echo streams' packets at the client and the real servers, each
+                      broken stream's in DIR/<round>-echo-failures.txt (diagnosis; costs CPU)
   --no-install        do not apt-get missing tools (cc, curl, redis-server); what needs them is skipped
   -h, --help          this text`;
 

@@ -109,7 +109,11 @@ test('parked packets: a hit is installed and the packet replayed to the recorded
   try {
     await waitFor('a connected', () => a.sync.stats.connected);
     const rip = openFlow(a, '192.0.2.10', 43000);
-    await waitFor('a to write its flow', async () => (await storedPorts(PORT, P)).includes(43000));
+    const rip2 = openFlow(a, '192.0.2.12', 43002);
+    await waitFor('a to write its flows', async () => {
+      const ports = await storedPorts(PORT, P);
+      return ports.includes(43000) && ports.includes(43002);
+    });
     // b starts after the write: it missed the change stream and must ask Redis.
     b = syncNode('b', { redis: { url: url(), keyPrefix: P } });
     b.sync.start();
@@ -132,11 +136,21 @@ test('parked packets: a hit is installed and the packet replayed to the recorded
     assert.equal(b.run(tcp({ src: '192.0.2.10', dst: VIP, sport: 43000, dport: 80, flags: TCPF_ACK })), FORWARD);
     assert.equal(b.counter(L.C_PARKED), 1);
 
+    // The server's side of another flow b never saw (a failover moves the servers' gateway too): its
+    // packet is parked, looked up under the out-key, replayed, and leaves from the VIP.
+    const fromServer = tcp({ src: rip2, dst: '192.0.2.12', sport: 8080, dport: 43002, flags: TCPF_ACK, payload: new Uint8Array(20) });
+    assert.equal(b.run(fromServer), DROP, 'parked: nothing goes out yet');
+    assert.equal(b.counter(L.C_PARKED), 2);
+    await waitFor('the replay of the server packet', () => b!.replayed.length === 2);
+    assert.deepEqual(b.replayed[1], { verdict: FORWARD, dst: '192.0.2.12' }, 'replayed to the client');
+    assert.equal(b.sync.stats.lookups.hit, 2);
+    assert.equal(b.counter(L.C_ADOPTED), 2, 'the replayed server packet adopted the installed entry');
+
     // A flow Redis does not know: parked, missed, dropped — no replay, no entry.
     const before = b.table.count();
     assert.equal(b.run(tcp({ src: '192.0.2.11', dst: VIP, sport: 43001, dport: 80, flags: TCPF_ACK })), DROP);
     await waitFor('the miss', () => b!.sync.stats.lookups.miss === 1);
-    assert.equal(b.replayed.length, 1, 'nothing replayed');
+    assert.equal(b.replayed.length, 2, 'nothing replayed');
     assert.equal(b.table.count(), before, 'no entry installed');
     assert.equal(b.sync.stats.parkedWaiting, 0, 'nothing left waiting');
   } finally {

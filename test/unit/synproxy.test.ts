@@ -8,6 +8,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Defense } from '../../conntrack/defense';
+import { ConnTable } from '../../conntrack/table';
 import * as L from '../../conntrack/layout';
 import { FlowView, newFlow } from '../../conntrack/flow';
 import { TCP_ESTABLISHED, TCPF_ACK, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
@@ -1171,4 +1172,114 @@ test("across workers: packets held by one processor are replayed by another that
   );
   assert.equal(next.v, FORWARD);
   assert.equal(tcpOf(next.pkt).ack, 1001);
+});
+
+/**
+ * A pending flow from `client`:`port` (its cookie handshake done, our SYN out): its n-th 10-byte
+ * data segment, and the server's SYN-ACK that completes it.
+ */
+function openFlow(p: ReturnType<typeof proxied>['p'], client: string, port: number) {
+  const isn = 1000;
+  const syn = p.run(
+    seg({ src: client, dst: VIP, sport: port, dport: 80, seq: isn, flags: TCPF_SYN, opts: [...MSS(1460), ...TS(5000, 0)] }),
+  );
+  const r = tcpOf(syn.reply!);
+  const ack = p.run(
+    seg({ src: client, dst: VIP, sport: port, dport: 80, seq: isn + 1, ack: r.seq + 1, flags: TCPF_ACK, opts: TS(5001, r.tsval!) }),
+  );
+  assert.equal(tcpOf(ack.reply!).flags, TCPF_SYN, 'pending: our SYN to the server');
+  const data = (n: number) =>
+    p.run(
+      seg({
+        src: client,
+        dst: VIP,
+        sport: port,
+        dport: 80,
+        seq: isn + 1 + 10 * n,
+        ack: r.seq + 1,
+        flags: TCPF_ACK | TCPF_PSH,
+        opts: TS(5002 + n, r.tsval!),
+        payload: new Uint8Array(10).fill(n + 1),
+      }),
+    );
+  const synAck = () =>
+    p.run(seg({ src: RS, dst: client, sport: 8080, dport: port, seq: 77, ack: isn + 1, flags: TCPF_SYN | TCPF_ACK, opts: TS(9, 5001) }));
+  return { data, synAck };
+}
+
+/** The held-packet counter of an IPv4 client source (ConnTable.holdSource's fold of the keyed hash). */
+const holdSrc = (p: ReturnType<typeof proxied>['p'], client: string) =>
+  p.table.sourceSlot(false, parseIPv4(client)!, 0, 0) & (L.HOLD_SOURCES - 1);
+
+test('one client source holds at most HOLD_PER_SOURCE packets (synproxy_hold_per_source); another source still holds; completed flows give room back', () => {
+  const { p } = proxied('masq');
+  const flows = Math.ceil(L.HOLD_PER_SOURCE / L.HOLD_PER_FLOW) + 1;
+  const mine = Array.from({ length: flows }, (_, i) => openFlow(p, CLIENT, 41000 + i));
+  for (const f of mine) for (let n = 0; n < L.HOLD_PER_FLOW; n++) assert.equal(f.data(n).v, DROP);
+  assert.equal(p.table.holdUsed(), L.HOLD_PER_SOURCE, 'far from the area of 512: the source is full');
+  assert.equal(p.table.holdAtSource(holdSrc(p, CLIENT)), L.HOLD_PER_SOURCE);
+  assert.equal(p.drops('synproxy_hold_per_source'), flows * L.HOLD_PER_FLOW - L.HOLD_PER_SOURCE);
+  assert.equal(p.drops('synproxy_hold_full'), 0);
+  assert.equal(p.counters[L.C_SP_HELD_REFUSED], flows * L.HOLD_PER_FLOW - L.HOLD_PER_SOURCE, 'refusals are counted as refused holds too');
+  // Another source (one with its own counter: the hash is keyed per table).
+  let other = 8;
+  while (holdSrc(p, `192.0.2.${other}`) === holdSrc(p, CLIENT)) other++;
+  const theirs = openFlow(p, `192.0.2.${other}`, 41000);
+  assert.equal(theirs.data(0).v, DROP);
+  assert.equal(p.table.holdUsed(), L.HOLD_PER_SOURCE + 1, 'held');
+  // The first flow's server answers: its 3 packets replayed and given back, room for 3 more.
+  const done = mine[0]!.synAck();
+  assert.equal(done.outs.length, 2 + L.HOLD_PER_FLOW, 'our ACK, the replays, the window update');
+  assert.equal(p.table.holdAtSource(holdSrc(p, CLIENT)), L.HOLD_PER_SOURCE - L.HOLD_PER_FLOW);
+  const late = openFlow(p, CLIENT, 42000);
+  for (let n = 0; n < L.HOLD_PER_FLOW; n++) assert.equal(late.data(n).v, DROP);
+  assert.equal(p.table.holdAtSource(holdSrc(p, CLIENT)), L.HOLD_PER_SOURCE);
+  assert.equal(p.drops('synproxy_hold_per_source'), flows * L.HOLD_PER_FLOW - L.HOLD_PER_SOURCE, 'no new refusal');
+});
+
+test("held slots a dead worker had in hand are given back (holdReclaim); a pending flow's and another worker's stay", () => {
+  const { p } = proxied('masq');
+  const control = new ConnTable(p.table.sab, p.rs.buffer as SharedArrayBuffer, L.OWNER_CONTROL);
+  const a = openFlow(p, CLIENT, 43000);
+  const b = openFlow(p, CLIENT, 43001);
+  for (let n = 0; n < 3; n++) a.data(n);
+  b.data(0);
+  b.data(1);
+  assert.equal(p.table.holdUsed(), 5);
+  // The worker takes a's SYN-ACK (the slots leave the flow) and dies before giving them back.
+  const t = p.table as unknown as { holdRelease: (first: number) => void; holdAlloc: (src: number) => number };
+  t.holdRelease = () => {
+    throw new Error('worker died');
+  };
+  assert.throws(() => a.synAck(), /worker died/);
+  delete (t as { holdRelease?: unknown }).holdRelease;
+  assert.equal(p.table.holdUsed(), 5, "a's 3 slots are on no flow's list and not free");
+  assert.equal(control.holdReclaim(2), 0, "another worker's: nothing");
+  assert.equal(control.holdReclaim(1), 3);
+  assert.equal(p.table.holdUsed(), 2, "b's two stay held");
+  assert.equal(p.table.holdAtSource(holdSrc(p, CLIENT)), 2, 'the source counter recounted');
+  // A worker dies between taking a slot and putting it on its flow's list (its bucket locks held).
+  const c = openFlow(p, CLIENT, 43002);
+  const alloc = Object.getPrototypeOf(p.table).holdAlloc as (src: number) => number;
+  t.holdAlloc = function (this: ConnTable, src: number) {
+    alloc.call(this, src);
+    throw new Error('worker died');
+  };
+  assert.throws(() => c.data(0), /worker died/);
+  delete (t as { holdAlloc?: unknown }).holdAlloc;
+  assert.equal(p.table.holdUsed(), 3);
+  assert.ok(control.releaseLocksOf(1) >= 1, "the flow's bucket lock");
+  assert.equal(control.holdReclaim(1), 1);
+  assert.equal(p.table.holdUsed(), 2);
+  // b's packets are still there, replayed in order; then every slot is free again.
+  const done = b.synAck();
+  assert.equal(done.outs.length, 4, 'our ACK, 2 replays, the window update');
+  assert.deepEqual(
+    done.outs.slice(1, 3).map((x) => x[x.length - 1]),
+    [1, 2],
+  );
+  assert.equal(p.table.holdUsed(), 0);
+  assert.equal(control.holdReclaim(1), 0);
+  assert.equal(p.table.holdUsed(), 0, 'recounted from the free list: all 512 on it');
+  assert.equal(p.table.holdAtSource(holdSrc(p, CLIENT)), 0);
 });
