@@ -69,6 +69,7 @@ for (const name of schedulerNames()) {
           const o = x.rs * L.RS_WORDS;
           m.rs[o + L.RS_ACTIVE] = r(4);
           m.rs[o + L.RS_INACTIVE] = r(40);
+          if (r(3) === 0) m.rs[o + L.RS_FLAGS]! ^= L.RSF_OVERLOAD; // no hook: the cursor schedulers meet it mid-walk
         } else if (op === 4 && s.tick) {
           for (let runs = 1 + r(2000); runs > 0; runs--) {
             now = (now + s.tickInterval!) | 0;
