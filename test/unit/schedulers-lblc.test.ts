@@ -155,7 +155,7 @@ test('lblc re-schedules when its cached server was deleted and is not back', () 
   assert.equal(pick(m, at(1)), B);
 });
 
-test('lblc does not take a new server in the cached server\'s slot for it', () => {
+test("lblc does not take a new server in the cached server's slot for it", () => {
   // The control plane reuses a freed real-server slot; the cache names the server by slot, address
   // and port. C (slot 1) is cached; then slot 1 holds another server, which lblc must not use.
   const C80 = { rs: 1, addr: fold(parseInet(C)!), port: 80, weight: 1 };

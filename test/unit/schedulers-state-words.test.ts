@@ -85,6 +85,7 @@ for (const name of schedulerNames()) {
         }
       }
     }
-    for (let w = 0; w < region.length; w++) if (w < base || w >= 2 * L.SCHED_WORDS) assert.equal(region[w], others[w], `${name}: word ${w} of the region`);
+    for (let w = 0; w < region.length; w++)
+      if (w < base || w >= 2 * L.SCHED_WORDS) assert.equal(region[w], others[w], `${name}: word ${w} of the region`);
   });
 }
