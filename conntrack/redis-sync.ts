@@ -135,6 +135,8 @@ export interface SyncStats {
    */
   lookups: { hit: number; miss: number; timeout: number; error: number; refused: number; busy: number; joined: number };
   lookupsInFlight: number;
+  /** Packets of a hit that could not be replayed (the dataplane's send failed: no raw socket, EMSGSIZE, a firewall, a full buffer). */
+  replayFailed: number;
   /** Parked packets waiting on lookups (≤ PARK_SLOTS per worker). */
   parkedWaiting: number;
   /** Commands that got no answer within redis.commandTimeout (each drops the connection once). */
@@ -202,7 +204,8 @@ export class RedisSync {
   private readonly rings: Int32Array[];
   private readonly ringBytes: Uint8Array[];
   private readonly resolver: SyncResolver;
-  private readonly inject: (pkt: Uint8Array) => void;
+  /** Replays a packet into the dataplane; false when it could not be sent. */
+  private readonly inject: (pkt: Uint8Array) => boolean;
   private readonly log: Logger;
   private client!: Redis | Cluster;
   private sub!: Redis | Cluster;
@@ -243,6 +246,7 @@ export class RedisSync {
     received: 0,
     lookups: { hit: 0, miss: 0, timeout: 0, error: 0, refused: 0, busy: 0, joined: 0 },
     lookupsInFlight: 0,
+    replayFailed: 0,
     parkedWaiting: 0,
     commandTimeouts: 0,
     refused: zeros(RECORD_REFUSALS),
@@ -275,7 +279,7 @@ export class RedisSync {
     table: ConnTable,
     rings: SharedArrayBuffer[],
     resolver: SyncResolver,
-    inject: (pkt: Uint8Array) => void,
+    inject: (pkt: Uint8Array) => boolean,
     log: Logger,
   ) {
     this.o = o;
@@ -764,14 +768,26 @@ export class RedisSync {
     const hi = this.scratchHi;
     let proto: number, s: number, d: number, ports: number;
     if (v6) {
-      proto = b[off + 6]! | L.PROTO_V6;
+      // The worker stepped over hop-by-hop, routing and destination-options headers before it
+      // parked the packet (lb/core.ts): so does its key, or the lookup asks for another flow.
+      let nh = b[off + 6]!;
+      let l4 = off + 40;
+      for (let n = 0; n < 8 && (nh === 0 || nh === 43 || nh === 60) && l4 + 8 <= off + len; n++) {
+        nh = b[l4]!;
+        l4 += (b[l4 + 1]! + 1) * 8;
+      }
+      if (l4 + 4 > off + len) {
+        this.stats.lookups.error++;
+        return;
+      }
+      proto = nh | L.PROTO_V6;
       for (let i = 0; i < 3; i++) {
         hi[i] = hi[6 + i] = u32(b, off + 8 + 4 * i);
         hi[3 + i] = hi[9 + i] = u32(b, off + 24 + 4 * i);
       }
       s = u32(b, off + 20);
       d = u32(b, off + 36);
-      ports = (u16(b, off + 40) << 16) | u16(b, off + 42);
+      ports = (u16(b, l4) << 16) | u16(b, l4 + 2);
     } else {
       const ihl = (b[off]! & 15) << 2;
       proto = b[off + 9]!;
@@ -850,7 +866,7 @@ export class RedisSync {
     this.held -= p.pkts.length;
     this.stats.parkedWaiting = this.held;
     this.stats.lookups[result]++;
-    if (result === 'hit') for (const pkt of p.pkts) this.inject(pkt);
+    if (result === 'hit') for (const pkt of p.pkts) if (!this.inject(pkt)) this.stats.replayFailed++;
     p.pkts = [];
   }
 

@@ -327,7 +327,7 @@ const DATAPLANE = obj({
     doc: 'Priority of the masq reply rules; the device rule takes this − 1 and the replay rule this − 2',
   }),
   replayMark: int({
-    default: 0x7576,
+    default: 0x75, // no bit kube-proxy (0x4000, 0x8000), Calico (0xffff0000) or Cilium (0x0f00) tests
     min: 1,
     max: 0xffffffff,
     doc: 'Firewall mark of packets replayed after a Redis lookup (routed back into the device by a rule); any mark nothing else uses',

@@ -17,9 +17,12 @@ export interface MemoryView {
   arrayBuffers: number;
   /** Control-thread heap used just after its last full collection (bytes); null before the first. */
   heapAfterFullGc: number | null;
+  /** Full collections seen so far (which one heapAfterFullGc is from). */
+  fullGcs: number;
 }
 
 let afterFullGc: number | null = null;
+let fullGcs = 0;
 let observer: PerformanceObserver | null = null;
 
 /** Starts reading the heap after each full collection (idempotent). */
@@ -29,6 +32,7 @@ export function watchFullGcs(): void {
     for (const e of list.getEntries()) {
       if ((e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR) {
         afterFullGc = getHeapStatistics().used_heap_size;
+        fullGcs++;
       }
     }
   });
@@ -49,5 +53,6 @@ export function memoryView(): MemoryView {
     external: m.external,
     arrayBuffers: m.arrayBuffers,
     heapAfterFullGc: afterFullGc,
+    fullGcs,
   };
 }

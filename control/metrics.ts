@@ -382,6 +382,12 @@ export function buildRegistry(d: Daemon): Registry {
         for (const [k, v] of Object.entries(st.lookups)) c.inc({ result: k }, v);
       },
     );
+    counterFrom(
+      'uvs_adoption_replay_failures_total',
+      "Packets of a Redis lookup's hit that could not be replayed into the device (no raw socket, EMSGSIZE, a firewall, a full buffer).",
+      [],
+      (c) => c.inc(st.replayFailed),
+    );
     gaugeFrom('uvs_adoption_lookups_in_flight', 'Redis lookups for parked packets not answered yet (at most redis.maxLookups).', [], (g) =>
       g.set(st.lookupsInFlight),
     );

@@ -9,7 +9,7 @@ import { Daemon, type Serve } from './daemon';
 import type { UvsError } from './errors';
 import { makeLogger } from './log';
 import { startHealthz, startMetrics } from './metrics';
-import { cleanupRouting } from '../lb/dataplane';
+import { cleanupRouting, DEFAULT_REPLAY_MARK } from '../lb/dataplane';
 
 const HELP = `Usage: uvsd --config FILE [-v] [--pretty]
        uvsd --cleanup [--config FILE]
@@ -61,7 +61,14 @@ async function main(argv: string[]): Promise<number> {
   if (cleanup) {
     const dp = config
       ? loadConfigFile(config).dataplane
-      : { device: 'uvs0', routeTable: 4711, rulePriority: 4711, vipCidrs: [] as string[], fullnat: { addresses: [] as string[] } };
+      : {
+          device: 'uvs0',
+          routeTable: 4711,
+          rulePriority: 4711,
+          replayMark: DEFAULT_REPLAY_MARK,
+          vipCidrs: [] as string[],
+          fullnat: { addresses: [] as string[] },
+        };
     cleanupRouting({ ...dp, fullnatAddrs: dp.fullnat.addresses });
     console.log(`uvsd: removed ${dp.device}, its routes and rules (table ${dp.routeTable}, rule priority ${dp.rulePriority})`);
     return 0;

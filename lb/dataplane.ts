@@ -115,6 +115,16 @@ export function ip(args: string[], allowFail = false): string {
   }
 }
 
+/** Runs `ip`; whether it succeeded (no output, no error). */
+function ipOk(args: string[]): boolean {
+  try {
+    execFileSync('ip', args, { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function ruleArgs(r: ReplyRule, o: DataplaneOptions): string[] {
   const v6 = r.addr.includes(':');
   const ports = r.proto === 'icmp' ? [] : ['sport', String(r.port)];
@@ -154,6 +164,9 @@ function ruleKey(r: ReplyRule): string {
 function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, family: 4 | 6): string[] {
   return [...(family === 6 ? ['-6'] : []), 'rule', 'add', 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
 }
+
+/** dataplane.replayMark's default (control/config.ts): no bit kube-proxy (0x4000, 0x8000), Calico (0xffff0000) or Cilium (0x0f00) tests. */
+export const DEFAULT_REPLAY_MARK = 0x75;
 
 /** Packets with the replay mark (inject's raw socket) go into the device, whatever their destination. */
 function replayRuleArgs(o: Pick<DataplaneOptions, 'routeTable' | 'rulePriority' | 'replayMark'>, family: 4 | 6): string[] {
@@ -289,13 +302,15 @@ export class Dataplane {
       if (v6) ip(deviceRuleArgs(o, 6));
       ip(replayRuleArgs(o, 4));
       if (v6) ip(replayRuleArgs(o, 6));
-      try {
-        this.send4 = tun.openSend(4, o.replayMark);
-        if (v6) this.send6 = tun.openSend(6, o.replayMark);
-      } catch (e) {
-        // No CAP_NET_RAW: forwarding works; a packet found by a Redis lookup is not replayed (its
-        // retransmission finds the installed entry).
-        this.log.warn({ err: (e as Error).message }, 'no raw socket for replaying looked-up packets (needs CAP_NET_RAW)');
+      // Without them (no CAP_NET_RAW, no IPv6) forwarding works; a packet found by a Redis lookup
+      // is not replayed (counted: redis.replayFailed; its retransmission finds the installed entry).
+      for (const fam of v6 ? ([4, 6] as const) : ([4] as const)) {
+        try {
+          if (fam === 4) this.send4 = tun.openSend(4, o.replayMark);
+          else this.send6 = tun.openSend(6, o.replayMark);
+        } catch (e) {
+          this.log.warn({ err: (e as Error).message, family: fam }, `no IPv${fam} raw socket to replay packets a Redis lookup found`);
+        }
       }
       for (const a of o.fullnatAddrs) ip(['route', 'replace', hostRoute(a), 'dev', o.device]);
       ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
@@ -497,12 +512,18 @@ function noMemoryReducer(): void {
 
 /** Removes every route and rule uvsd installs for these options (idempotent). */
 export function cleanupRouting(
-  o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'> & { fullnatAddrs?: string[] },
+  o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'> & { fullnatAddrs?: string[]; replayMark?: number },
 ): void {
   const pref = String(o.rulePriority);
   for (const fam of [['-4'], ['-6']]) {
-    ip([...fam, 'rule', 'del', 'pref', String(o.rulePriority - 1)], true);
-    ip([...fam, 'rule', 'del', 'pref', String(o.rulePriority - 2)], true);
+    // With their selectors: a bare `rule del pref N` removes whichever rule holds N, maybe not ours.
+    const dev = deviceRuleArgs(o, fam[0] === '-6' ? 6 : 4);
+    const replay = replayRuleArgs({ ...o, replayMark: o.replayMark ?? DEFAULT_REPLAY_MARK }, fam[0] === '-6' ? 6 : 4);
+    for (const args of [dev, replay]) {
+      const del = args.slice(args.indexOf('rule'));
+      del[1] = 'del';
+      for (let i = 0; i < 100 && ipOk([...fam, ...del]); i++); // one rule per call: until none is left
+    }
     // One `ip rule del pref N` removes one rule; stop when none is left (bounded for safety).
     for (let i = 0; i < 100000 && ip([...fam, 'rule', 'show', 'pref', pref], true).trim() !== ''; i++) {
       ip([...fam, 'rule', 'del', 'pref', pref], true);

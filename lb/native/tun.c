@@ -297,6 +297,9 @@ static napi_value open_send(napi_env env, napi_callback_info info) {
     close(fd);
     return throw_errno(env, "setsockopt(SO_MARK)", e);
   }
+  /* Never read: an IPPROTO_RAW socket also receives protocol-255 packets; keep its buffer minimal. */
+  int zero = 0;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &zero, sizeof zero);
   return ret_i32(env, fd);
 }
 

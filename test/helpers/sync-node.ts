@@ -99,7 +99,7 @@ export function syncNode(id: string, o: NodeOptions) {
         return out;
       },
     },
-    (pkt) => replayed.push({ verdict: run(pkt), dst: field(pkt).dst }),
+    (pkt) => replayed.push({ verdict: run(pkt), dst: field(pkt).dst }) > 0,
     pino({ level: 'silent' }),
   );
   model.remoteConns = (service, realServer) => sync.remoteCounts(service, realServer);

@@ -93,7 +93,7 @@ function node(id: string, o: NodeOpts) {
       target: (service, realServer) => model.flowTarget(service, realServer),
       counts: () => ({ ...local }),
     },
-    (pkt) => replayed.push({ verdict: run(pkt), dst: field(pkt).dst }),
+    (pkt) => replayed.push({ verdict: run(pkt), dst: field(pkt).dst }) > 0,
     pino({ level: 'silent' }),
   );
   return { sync, table, run, replayed, local, stop: () => sync.stop() };

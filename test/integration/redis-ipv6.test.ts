@@ -40,6 +40,8 @@ function node(id: string) {
   );
   const { cfg, table, model } = p;
   const ring = p.ring!;
+  /** Packets the sync replayed after a lookup hit, with what the processor then did with them. */
+  const replayed: { verdict: number; dst: string }[] = [];
   const sync = new RedisSync(
     cfg.redis!,
     table,
@@ -49,11 +51,24 @@ function node(id: string) {
       target: (service, realServer) => model.flowTarget(service, realServer),
       counts: () => ({}),
     },
-    () => undefined,
+    (pkt) => replayed.push({ verdict: run(pkt), dst: field6(pkt).dst }) > 0,
     pino({ level: 'silent' }),
   );
   const run = (pkt: Uint8Array) => p.run(pkt).v;
-  return { sync, table, run, keyPrefix: cfg.redis!.keyPrefix };
+  return { sync, table, run, replayed, keyPrefix: cfg.redis!.keyPrefix };
+}
+
+/** The packet with an 8-byte hop-by-hop header (one PadN option) before its TCP header. */
+function withHopByHop(pkt: Uint8Array): Uint8Array {
+  const out = new Uint8Array(pkt.length + 8);
+  out.set(pkt.subarray(0, 40));
+  out.set([pkt[6]!, 0, 1, 4, 0, 0, 0, 0], 40); // next header: the packet's; length 0 (8 bytes); PadN of 4
+  out.set(pkt.subarray(40), 48);
+  out[6] = 0; // hop-by-hop
+  const plen = ((pkt[4]! << 8) | pkt[5]!) + 8;
+  out[4] = plen >> 8;
+  out[5] = plen & 0xff;
+  return out; // the TCP checksum stands: the pseudo-header has no extension headers
 }
 
 /** One Redis command over a plain connection (RESP), then QUIT: the raw reply text. */
@@ -112,5 +127,33 @@ test('an IPv6 flow written by one node is adopted by the other and keeps its rea
   } finally {
     await a.sync.stop();
     await b.sync.stop();
+  }
+});
+
+test('a node that missed the change stream looks an IPv6 flow up from a packet with a hop-by-hop header, and replays it', {
+  skip: needTool(hasRedis, 'redis-server'),
+}, async () => {
+  const a = node('a');
+  a.sync.start();
+  let b: ReturnType<typeof node> | null = null;
+  try {
+    await waitFor('a connected', () => a.sync.stats.connected);
+    const syn = tcp6({ src: CLIENT, dst: VIP, sport: 45100, dport: 80, flags: TCPF_SYN });
+    assert.equal(a.run(syn), FORWARD);
+    const rip = field6(syn).dst;
+    for (let i = 0; i < 3; i++) a.run(tcp6({ src: CLIENT, dst: VIP, sport: 45100, dport: 80, flags: TCPF_ACK }));
+    await waitFor('a to write the flow', () => a.sync.stats.written >= 1 && a.sync.stats.queueDepth === 0);
+    // b starts after the write: no shadow, a lookup.
+    b = node('b');
+    b.sync.start();
+    await waitFor('b connected', () => b!.sync.stats.connected);
+    const mid = withHopByHop(tcp6({ src: CLIENT, dst: VIP, sport: 45100, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(10) }));
+    assert.notEqual(b.run(mid), FORWARD, 'parked: b has no entry yet');
+    await waitFor('the replay', () => b!.replayed.length === 1);
+    assert.equal(b.sync.stats.lookups.hit, 1, 'found under the key of its TCP header, past the hop-by-hop one');
+    assert.deepEqual(b.replayed[0], { verdict: FORWARD, dst: rip }, 'replayed to the real server node a chose');
+  } finally {
+    await a.sync.stop();
+    await b?.sync.stop();
   }
 });

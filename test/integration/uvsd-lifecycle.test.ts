@@ -274,6 +274,10 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     const fresh = rules(4711).length;
     assert.ok(fresh >= 6, `reply rules installed: ${fresh}`);
     assert.equal(rules(4710).length, 1, 'the device rule');
+    assert.match(rules(4709).join('\n'), /fwmark 0x75 lookup 4711/, 'the replay rule');
+    // Someone else's rules at the same priorities: cleanup removes uvsd's rules, not these.
+    lab.ip(lab.lbNs, ['rule', 'add', 'pref', '4709', 'fwmark', '0x1234', 'lookup', 'main']);
+    lab.ip(lab.lbNs, ['rule', 'add', 'pref', '4710', 'from', '192.0.2.77', 'lookup', 'main']);
     child.kill('SIGKILL');
     await new Promise((r) => child.once('exit', r));
     assert.equal(rules(4711).length, fresh, 'a killed uvsd leaves its rules behind');
@@ -284,7 +288,13 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     });
     assert.equal(c.status, 0, c.stderr);
     assert.match(c.stdout, /removed uvs0/);
-    assert.deepEqual([rules(4711), rules(4710)], [[], []]);
+    assert.deepEqual(rules(4711), []);
+    assert.equal(rules(4710).length, 1, `only the foreign rule is left at 4710: ${rules(4710).join('; ')}`);
+    assert.match(rules(4710)[0]!, /from 192\.0\.2\.77 lookup main/);
+    assert.equal(rules(4709).length, 1, `only the foreign rule is left at 4709: ${rules(4709).join('; ')}`);
+    assert.match(rules(4709)[0]!, /fwmark 0x1234 lookup main/);
+    lab.ip(lab.lbNs, ['rule', 'del', 'pref', '4709', 'fwmark', '0x1234', 'lookup', 'main']);
+    lab.ip(lab.lbNs, ['rule', 'del', 'pref', '4710', 'from', '192.0.2.77', 'lookup', 'main']);
     assert.equal(lab.ip(lab.lbNs, ['route', 'show', 'table', '4711']).trim(), '');
     assert.equal(spawnSync('ip', ['-n', lab.lbNs, 'link', 'show', 'uvs0']).status, 1, 'no device');
 
