@@ -325,3 +325,297 @@ test('persistence templates: PersistConn, matched only by findTemplate/templateF
   assert.equal(rs[1 * L.RS_WORDS + L.RS_PERSIST], 0);
   assert.equal(t.count(), 0);
 });
+
+test('templateFor: a template whose server left is invalidated for good; a quiesced one only with expire_quiescent', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const v = new FlowView();
+  const mk = (c: number, r: number) =>
+    t.insert(newFlow({ proto: 6, caddr: c, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: 0, rs: r, flags: L.F_TEMPLATE, templateMs: 360_000, now }));
+  const a = mk(C, 1);
+  const b = mk(C + 256, 2);
+  rs[1 * L.RS_WORDS + L.RS_FLAGS] = 0; // left the service
+  assert.equal(t.templateFor(key(6, C, 80, V), v, false), -1);
+  assert.equal(t.i32[t.base(a) + L.E_NCONTROL], 0, 'not reserved');
+  rs[1 * L.RS_WORDS + L.RS_FLAGS] = L.RSF_AVAILABLE; // back again
+  assert.equal(t.templateFor(key(6, C, 80, V), v, false), -1, 'invalidated: never matched again');
+  assert.equal(findTemplate(t, 6, C, 80, V), -1);
+  assert.equal(t.count(), 2, 'it dies at its timer, not now');
+  rs[2 * L.RS_WORDS + L.RS_WEIGHT] = 0; // quiesced
+  assert.equal(t.templateFor(key(6, C + 256, 80, V), v, false), b, 'quiesced, expire_quiescent off: still used');
+  t.unreserve(b);
+  assert.equal(t.templateFor(key(6, C + 256, 80, V), v, true), -1, 'expire_quiescent on');
+  rs[2 * L.RS_WORDS + L.RS_WEIGHT] = 1;
+  assert.equal(t.templateFor(key(6, C + 256, 80, V), v, false), -1, 'invalidated');
+  // A new template for the key is made beside the invalid one.
+  const c = mk(C, 1);
+  assert.ok(c >= 0 && c !== a);
+  assert.equal(findTemplate(t, 6, C, 80, V), c);
+  assert.equal(t.expire(now + 360_000), 3);
+});
+
+test('UDP: a reply assures the controlling template, a client packet does not; an unassured template stays so', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const tp = t.insert(newFlow({ proto: 17, caddr: C, cports: 53, vaddr: V, daddr: D, dports: 53 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 60_000, now }));
+  const u = t.insert(newFlow({ proto: 17, caddr: C, cports: (5000 << 16) | 53, vaddr: V, daddr: D, dports: (53 << 16) | 5000, laddr: C, rs: 1, now }));
+  const w = t.insert(newFlow({ proto: 17, caddr: C + 1, cports: (5000 << 16) | 53, vaddr: V, daddr: D, dports: (53 << 16) | 5000, laddr: C + 1, rs: 1, now }));
+  t.touch(w, DIR_OUTPUT, 0, now); // no template: nothing to assure
+  t.reserve(tp);
+  t.control(u, tp, now);
+  t.touch(u, DIR_INPUT, 0, now);
+  assert.equal(t.i32[t.base(tp) + L.E_STATE]! & L.CTPL_ASSURED, 0);
+  t.touch(u, DIR_OUTPUT, 0, now);
+  assert.equal(t.i32[t.base(tp) + L.E_STATE]! & L.CTPL_ASSURED, L.CTPL_ASSURED);
+  t.touch(u, DIR_OUTPUT, 0, now);
+  assert.equal(t.i32[t.base(tp) + L.E_STATE], L.CTPL_ASSURED, 'set once, nothing else');
+});
+
+test('OVERLOAD: at the upper threshold; without a lower one cleared below 3/4 of the upper; without thresholds cleared on any unbind', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const o = 4 * L.RS_WORDS;
+  rs[o + L.RS_UTHRESH] = 4;
+  const es: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, `${i} entries`);
+    es.push(t.insert(newFlow({ proto: 6, caddr: C + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 4, now })));
+  }
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
+  t.touch(es[0]!, DIR_INPUT, TCPF_SYN, now); // active now: still 4 in all
+  t.remove(es[1]!, false, now);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD, '3 · 4 is not below 4 · 3');
+  t.remove(es[0]!, false, now);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, '2 · 4 < 4 · 3');
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 2]);
+  // A template counts in PersistConn, not towards the threshold.
+  rs[o + L.RS_UTHRESH] = 3;
+  t.insert(newFlow({ proto: 6, caddr: C, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: 0, rs: 4, flags: L.F_TEMPLATE, templateMs: 1000, now }));
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, 'PersistConn is not a connection');
+  assert.equal(rs[o + L.RS_PERSIST], 1);
+  // No thresholds: any unbind clears a flag set by hand.
+  const n = 5 * L.RS_WORDS;
+  const x = t.insert(newFlow({ proto: 6, caddr: C + 9, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 9, rs: 5, now }));
+  assert.equal(rs[n + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, 'no upper threshold: never overloaded');
+  rs[n + L.RS_FLAGS] = rs[n + L.RS_FLAGS]! | L.RSF_OVERLOAD;
+  t.remove(x, false, now);
+  assert.equal(rs[n + L.RS_FLAGS], L.RSF_AVAILABLE, 'cleared, AVAILABLE kept');
+  // A lower threshold: cleared only below it.
+  const m = 6 * L.RS_WORDS;
+  rs[m + L.RS_UTHRESH] = 3;
+  rs[m + L.RS_LTHRESH] = 2;
+  const ys = [0, 1, 2].map((i) => t.insert(newFlow({ proto: 6, caddr: C + 20 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 20 + i, rs: 6, now })));
+  assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
+  t.remove(ys[0]!, false, now);
+  assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD, '2 is not below 2 (3/4 of 3 would have cleared it)');
+  t.remove(ys[1]!, false, now);
+  assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0);
+});
+
+test('adopt: counted active or inactive as synced, OVERLOAD at the upper threshold; lookupIn and lookupOut adopt on the way', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const o = 3 * L.RS_WORDS;
+  rs[o + L.RS_UTHRESH] = 2;
+  const sh = (c: number, flags = 0) =>
+    t.putShadow(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 3, flags, state: 1, expires: (now + 500_000) | 0 }));
+  const a = sh(C);
+  const b = sh(C + 1);
+  const c = sh(C + 2, L.F_INACTIVE);
+  assert.equal(t.shadows(), 3);
+  const v = new FlowView();
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_ACK, 0, now), FLOW_HIT);
+  assert.equal(v.adopted, true);
+  assert.equal(v.entry, a);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE], rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD], [1, 0, 0]);
+  assert.equal(t.i32[t.base(a) + L.E_SYNCED], now, 'ours to sync from now on');
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_ACK, 0, now), FLOW_HIT);
+  assert.equal(v.adopted, false, 'adopted once');
+  assert.equal(t.lookupOut(key(6, D, DP, C + 1), v, TCPF_ACK, now), true);
+  assert.deepEqual([v.adopted, v.entry], [true, b]);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD], [2, L.RSF_OVERLOAD]);
+  assert.equal(t.adopt(c, now), true);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [2, 1]);
+  assert.equal(t.shadows(), 0);
+  // No upper threshold: never overloaded.
+  const n = 4 * L.RS_WORDS;
+  const d = t.putShadow(newFlow({ proto: 6, caddr: C + 3, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 3, rs: 4, state: 1, expires: (now + 500_000) | 0 }));
+  assert.equal(t.adopt(d, now), true);
+  assert.equal(rs[n + L.RS_FLAGS], L.RSF_AVAILABLE);
+  assert.equal(t.readFlow(key(6, C + 3, CP, V), false, v), true);
+  assert.equal(v.adopted, false);
+});
+
+test('putShadow: a refresh takes the record (state, expiry, inactive, PROXY words, SYN proxy words); mayInsert only limits new shadows', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const rec = (over: Partial<Parameters<typeof newFlow>[0]> = {}) =>
+    newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, state: 3, expires: (now + 10_000) | 0, ...over });
+  assert.equal(t.putShadow(rec(), false), -1, 'the cap: no new shadow');
+  assert.equal(t.count(), 0);
+  const e = t.putShadow(rec({ flags: L.F_INACTIVE }));
+  assert.ok(e >= 0);
+  const o = t.base(e);
+  assert.ok(t.i32[o + L.E_FLAGS]! & L.F_INACTIVE);
+  assert.equal(t.putShadow(rec({ state: 1, expires: (now + 20_000) | 0, pp: 0x1234, ppSeq: 555, sp: 1, spDelta: 11, spTsDelta: 22, spOpts: 33 }), false), e, 'a refresh is no new shadow');
+  assert.deepEqual([t.i32[o + L.E_STATE], t.i32[o + L.E_EXPIRES], t.i32[o + L.E_FLAGS]! & L.F_INACTIVE], [1, (now + 20_000) | 0, 0]);
+  assert.deepEqual(t.spRecordWords(e), [11, 22, 33]);
+  const v = new FlowView();
+  assert.equal(t.readFlow(key(6, C, CP, V), false, v), true);
+  assert.deepEqual([v.pp, v.ppSeq, v.sp, v.spDelta, v.spTsDelta, v.spOpts], [0x1234, 555, L.F_SYNPROXY, 11, 22, 33]);
+  assert.ok(t.i32[o + L.E_FLAGS]! & L.F_SHADOW, 'still a shadow');
+  assert.equal(t.putShadow(rec({ flags: L.F_INACTIVE, state: 2 })), e);
+  assert.ok(t.i32[o + L.E_FLAGS]! & L.F_INACTIVE, 'inactive again');
+  assert.equal(t.putShadow(rec({ dports: DP + 1, state: 7 })), -1, 'another server port: not this flow');
+  assert.equal(t.putShadow(rec({ daddr: D + 1, state: 7 })), -1, 'another server: not this flow');
+  assert.equal(t.i32[o + L.E_STATE], 2);
+  assert.deepEqual([t.shadows(), t.count()], [1, 1]);
+  // The sweeper removes it at its synced expiry; nothing was counted, nothing is uncounted.
+  assert.equal(t.expire(now + 9_999), 0);
+  assert.equal(t.expire((now + 10_000) | 0), 1);
+  assert.deepEqual([t.shadows(), t.count(), rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]], [0, 0, 0, 0]);
+  // A new shadow with SYN proxy words.
+  const s = t.putShadow(rec({ sp: 1, spDelta: -5, spTsDelta: 7, spOpts: 9 }));
+  assert.deepEqual(t.spRecordWords(s), [-5, 7, 9]);
+  assert.ok(t.i32[t.base(s) + L.E_FLAGS]! & L.F_SYNPROXY);
+  assert.equal(t.i32[t.base(s) + L.E_SYNCED], (now + 10_000) | 0, 'not ours to sync: its synced time is its expiry');
+});
+
+test('full-NAT: an insert whose pool address and port are taken is refused (−2), its slot given back; outKeyInUse tells', () => {
+  const { t, rs } = fresh(16);
+  const now = t.now();
+  const fn = (c: number) => newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, flags: L.FWD_FULLNAT, now });
+  assert.equal(t.outKeyInUse(fn(C)), false);
+  assert.ok(t.insert(fn(C)) >= 0);
+  assert.equal(t.outKeyInUse(fn(C + 1)), true);
+  assert.equal(t.outKeyInUse(newFlow({ proto: 6, daddr: D, dports: DP + 1, laddr: P })), false);
+  const r = fn(C + 1);
+  assert.equal(t.insert(r), -2);
+  assert.equal(r.created, false);
+  assert.deepEqual([t.count(), rs[1 * L.RS_WORDS + L.RS_INACTIVE]], [1, 1]);
+  const v = new FlowView();
+  assert.equal(t.readFlow(key(6, D, DP, P), true, v), true);
+  assert.equal(v.caddr, C, 'the first flow keeps the key');
+  for (let i = 0; i < 15; i++) assert.ok(t.insert(newFlow({ proto: 17, caddr: C + 100 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 100 + i, rs: 1, now })) >= 0, `slot ${i}`);
+  assert.equal(t.count(), 16, 'the refused slot was given back');
+});
+
+test('readFlow copies a flow by either key without touching it', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, svc: 4, now }));
+  const o = t.base(e);
+  const before = [...t.i32.subarray(o, o + L.ENTRY_WORDS)];
+  const v = new FlowView();
+  v.adopted = true;
+  v.sync = true;
+  assert.equal(t.readFlow(key(6, C, CP, V), false, v), true);
+  assert.deepEqual([v.entry, v.caddr, v.cports, v.vaddr, v.daddr, v.dports, v.laddr, v.rs, v.svc, v.adopted, v.sync], [e, C, CP, V, D, DP, P, 1, 4, false, false]);
+  const w = new FlowView();
+  assert.equal(t.readFlow(key(6, D, DP, P), true, w), true);
+  assert.equal(w.entry, e);
+  assert.equal(t.readFlow(key(6, D, DP, P), false, w), false, 'the out-key is no in-key');
+  assert.equal(t.readFlow(key(6, C, CP, V), true, w), false, 'the in-key is no out-key');
+  assert.deepEqual([...t.i32.subarray(o, o + L.ENTRY_WORDS)], before, 'untouched');
+  assert.equal(t.i32[L.bucketLocksOffset(1024) + t.bucket(6, C, CP, V)], 0, 'lock released');
+});
+
+test('lookupIn with LOOKUP_NEW: a TCP flow in TIME_WAIT or an SCTP one CLOSED may be replaced; other states, or without LOOKUP_NEW, go on', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const v = new FlowView();
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.touch(e, DIR_INPUT, TCPF_SYN, now);
+  t.touch(e, DIR_INPUT, TCPF_FIN, now); // SYN_RECV + client FIN → TIME_WAIT
+  assert.equal(t.i32[t.base(e) + L.E_STATE], 5);
+  const pk = t.i32[t.base(e) + L.E_IN_PKTS];
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_REUSE);
+  assert.equal(v.entry, e);
+  assert.equal(t.i32[t.base(e) + L.E_IN_PKTS], pk, 'not touched');
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_ACK, 0, now), FLOW_HIT);
+  const s = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.i32[t.base(s) + L.E_STATE] = SCTP_S_CLOSED;
+  assert.equal(t.lookupIn(key(132, C, CP, V), v, 1, LOOKUP_NEW, now), FLOW_REUSE);
+  t.i32[t.base(s) + L.E_STATE] = 5; // TIME_WAIT's number is no SCTP state to reuse
+  assert.equal(t.lookupIn(key(132, C, CP, V), v, 1, LOOKUP_NEW, now), FLOW_HIT);
+  const u = t.insert(newFlow({ proto: 6, caddr: C + 1, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 1, rs: 1, now }));
+  t.i32[t.base(u) + L.E_STATE] = SCTP_S_CLOSED; // 13 is no TCP state to reuse
+  assert.equal(t.lookupIn(key(6, C + 1, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.equal(t.lookupIn(key(6, C + 2, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_MISS);
+});
+
+test('PROXY protocol words: kept from the record, marks only add bits, a restart clears them and moves the sequence number', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const pp = (2 << L.PP_VER_SHIFT) | 28;
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, pp, ppSeq: 1001, now }));
+  const v = new FlowView();
+  t.touchIn(e, v, TCPF_SYN, now);
+  assert.deepEqual([v.pp, v.ppSeq, v.state], [pp, 1001, 3]);
+  t.ppMark(e, L.PP_SENT);
+  t.ppMark(e, L.PP_DATA);
+  t.readFlow(key(6, C, CP, V), false, v);
+  assert.equal(v.pp, pp | L.PP_SENT | L.PP_DATA);
+  t.ppRestart(e, 5001);
+  t.readFlow(key(6, C, CP, V), false, v);
+  assert.deepEqual([v.pp, v.ppSeq], [pp, 5001]);
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 60_000) | 0, 'touchIn re-armed the timer (SYN_RECV)');
+});
+
+test('IPv6 keys: every high word counts on both chains; the view carries all 12; entryAddr prints each address', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const c = parseIPv6('2001:db8:1:2::5')!,
+    v6 = parseIPv6('fd00:96::10')!,
+    d = parseIPv6('fd00:10::1')!,
+    l = parseIPv6('fd00:ff::7')!;
+  const hi = [c[0]!, c[1]!, c[2]!, v6[0]!, v6[1]!, v6[2]!, d[0]!, d[1]!, d[2]!, l[0]!, l[1]!, l[2]!];
+  const proto = 6 | L.PROTO_V6;
+  const e = t.insert(newFlow({ proto, caddr: c[3]!, cports: CP, vaddr: v6[3]!, daddr: d[3]!, dports: DP, laddr: l[3]!, rs: 1, hi, now }));
+  assert.ok(e >= 0);
+  assert.equal(findIn(t, proto, c[3]!, CP, v6[3]!, hi), e);
+  assert.equal(findOut(t, proto, d[3]!, DP, l[3]!, hi), e);
+  for (let i = 0; i < 12; i++) {
+    const h = [...hi];
+    h[i] = h[i]! ^ 0x100;
+    // Look in the right chain (the original key's bucket), so only the comparison can miss.
+    const bi = t.bucketIn(proto, c[3]!, CP, v6[3]!, hi);
+    const bo = t.bucketOut(proto, d[3]!, DP, l[3]!, hi);
+    t.lockBucket(bi);
+    const fi = t.findIn(bi, proto, c[3]!, CP, v6[3]!, h);
+    t.unlockBucket(bi);
+    t.lockBucket(bo);
+    const fo = t.findOut(bo, proto, d[3]!, DP, l[3]!, h);
+    t.unlockBucket(bo);
+    assert.equal(fi, i < 6 ? -1 : e, `in-key, high word ${i}`);
+    assert.equal(fo, i >= 6 ? -1 : e, `out-key, high word ${i}`);
+  }
+  const k = key(proto, c[3]!, CP, v6[3]!);
+  k.hi.set(hi);
+  const view = new FlowView();
+  assert.equal(t.lookupIn(k, view, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.deepEqual([...view.hi], hi);
+  const o = t.base(e);
+  assert.deepEqual([...t.entryHi(o)], hi);
+  assert.equal(entryAddr(t.i32, o, L.E_CADDR), '2001:db8:1:2::5');
+  assert.equal(entryAddr(t.i32, o, L.E_VADDR), 'fd00:96::10');
+  assert.equal(entryAddr(t.i32, o, L.E_DADDR), 'fd00:10::1');
+  assert.equal(entryAddr(t.i32, o, L.E_LADDR), 'fd00:ff::7');
+  const e4 = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, now }));
+  assert.deepEqual(
+    [L.E_CADDR, L.E_VADDR, L.E_DADDR, L.E_LADDR].map((f) => entryAddr(t.i32, t.base(e4), f)),
+    ['10.0.0.2', '10.96.0.1', '10.11.0.2', '10.12.0.1'],
+  );
+  // The sweeper finds it by its full key.
+  assert.equal(t.remove(e, false, now), true);
+  assert.equal(findIn(t, proto, c[3]!, CP, v6[3]!, hi), -1);
+});
+
+test('the control thread reads the defenses and route MTUs the table carries', () => {
+  const { t, rs } = fresh(16);
+  t.i32[L.H_DROP_RATE] = 7;
+  t.i32[L.H_SRC_LIMIT] = 12;
+  t.i32[L.H_SYNPROXY] = 1;
+  rs[3 * L.RS_WORDS + L.RS_MTU] = 1400;
+  assert.deepEqual([t.dropRate(), t.sourceLimit(), t.synProxyOn(), t.routeMtu(3), t.routeMtu(2)], [7, 12, true, 1400, 0]);
+});
