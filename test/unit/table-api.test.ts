@@ -619,3 +619,83 @@ test('the control thread reads the defenses and route MTUs the table carries', (
   rs[3 * L.RS_WORDS + L.RS_MTU] = 1400;
   assert.deepEqual([t.dropRate(), t.sourceLimit(), t.synProxyOn(), t.routeMtu(3), t.routeMtu(2)], [7, 12, true, 1400, 0]);
 });
+
+test('a reused slot starts afresh: no packets, no template link, state NONE, a 2 s timer from its insert', () => {
+  const { t, rs } = fresh(16);
+  const now = t.now();
+  t.setSync(true);
+  const tp = t.insert(newFlow({ proto: 17, caddr: C, cports: 53, vaddr: V, daddr: D, dports: 53 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 60_000, now }));
+  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.reserve(tp);
+  t.control(e, tp, now);
+  for (let i = 0; i < 5; i++) t.touch(e, DIR_INPUT, 0, now);
+  assert.equal(t.remove(e, false, now), true);
+  assert.equal(t.i32[t.base(tp) + L.E_NCONTROL], 0);
+  t.reserve(tp); // held for another connection that is not linked yet
+  const e2 = t.insert(newFlow({ proto: 6, caddr: C + 1, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 1, rs: 2, now: now + 10 }));
+  assert.equal(e2, e, 'the freed slot is taken first');
+  const o = t.base(e2);
+  assert.deepEqual([t.i32[o + L.E_IN_PKTS], t.i32[o + L.E_CONTROL], t.i32[o + L.E_STATE], t.i32[o + L.E_EXPIRES]], [0, 0, 0, (now + 2010) | 0]);
+  assert.equal(t.expire((now + 2009) | 0), 0);
+  assert.equal(t.expire((now + 2010) | 0), 1);
+  assert.equal(t.i32[t.base(tp) + L.E_NCONTROL], 1, 'removing it gave back no control it never had');
+  assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_INACTIVE], rs[1 * L.RS_WORDS + L.RS_PERSIST]], [0, 1]);
+  // A template is no connection: inserting the same template again finds it, a connection key does not.
+  const r = newFlow({ proto: 17, caddr: C, cports: 53, vaddr: V, daddr: D + 5, dports: 53 << 16, laddr: 0, rs: 3, flags: L.F_TEMPLATE, templateMs: 60_000, now });
+  assert.equal(t.insert(r), tp);
+  assert.equal(r.created, false);
+  const c = newFlow({ proto: 17, caddr: C, cports: 53, vaddr: V, daddr: D, dports: (53 << 16) | 7, laddr: C, rs: 1, now });
+  assert.notEqual(t.insert(c), tp);
+  assert.equal(c.created, true);
+  // Removing a template that still controls a connection by hand (not expiry) removes it.
+  assert.equal(t.remove(tp, false, now), true);
+});
+
+test('timers across the int32 wrap of table time', () => {
+  const { t } = fresh(16);
+  const now = 0x7fffffff - 1000;
+  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.touch(e, DIR_INPUT, 0, now); // 300 s: expires past the wrap
+  assert.ok(t.i32[t.base(e) + L.E_EXPIRES]! < 0);
+  assert.equal(t.expire(now + 500), 0);
+  assert.equal(t.expire((now + 299_999) | 0), 0);
+  assert.equal(t.remove(e, true, (now + 299_999) | 0), false);
+  assert.equal(t.expire((now + 300_000) | 0), 1);
+});
+
+test('the view: forwarding method, SYN proxy bits, and every key word; forEach sees live entries only', () => {
+  const { t } = fresh(16);
+  const now = t.now();
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, svc: 2, flags: L.FWD_FULLNAT, now }));
+  const x = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, flags: L.FWD_DROUTE, now }));
+  const v = new FlowView();
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.deepEqual([v.entry, v.proto, v.fwd, v.sp, v.svc], [e, 6, L.FWD_FULLNAT, 0, 2]);
+  assert.equal(t.lookupOut(key(17, D, DP, C), v, 0, now), true);
+  assert.deepEqual([v.entry, v.proto, v.fwd], [x, 17, L.FWD_DROUTE]);
+  const seen: number[] = [];
+  t.remove(x, false, now);
+  t.forEach((i) => seen.push(i));
+  assert.deepEqual(seen, [e]);
+});
+
+test('putShadow IPv6: a record whose server differs in any high word is another flow', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const c = parseIPv6('2001:db8::5')!,
+    v6 = parseIPv6('fd00:96::10')!,
+    d = parseIPv6('fd00:10::1')!;
+  const hi = [c[0]!, c[1]!, c[2]!, v6[0]!, v6[1]!, v6[2]!, d[0]!, d[1]!, d[2]!, c[0]!, c[1]!, c[2]!];
+  const proto = 6 | L.PROTO_V6;
+  const rec = (h: number[], state: number) =>
+    newFlow({ proto, caddr: c[3]!, cports: CP, vaddr: v6[3]!, daddr: d[3]!, dports: DP, laddr: c[3]!, rs: 1, state, expires: (now + 10_000) | 0, hi: h });
+  const e = t.putShadow(rec(hi, 3));
+  assert.ok(e >= 0);
+  for (const j of [6, 7, 8]) {
+    const h = [...hi];
+    h[j] = h[j]! ^ 1;
+    assert.equal(t.putShadow(rec(h, 4)), -1, `server high word ${j}`);
+  }
+  assert.equal(t.putShadow(rec(hi, 1)), e, 'the same server refreshes');
+  assert.equal(t.i32[t.base(e) + L.E_STATE], 1);
+});
