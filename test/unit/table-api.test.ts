@@ -699,3 +699,65 @@ test('putShadow IPv6: a record whose server differs in any high word is another 
   assert.equal(t.putShadow(rec(hi, 1)), e, 'the same server refreshes');
   assert.equal(t.i32[t.base(e) + L.E_STATE], 1);
 });
+
+test('keys that share a chain and differ in one field only are told apart, on both chains and for templates', () => {
+  const { t } = fresh(16); // 16 buckets: a shared chain is easy to find
+  const now = t.now();
+  // Two keys differing in one word (index i of [proto, a1, ports, a2]) that share a bucket.
+  const pair = (base: number[], i: number): number[][] => {
+    for (let x = 1; x < 10_000; x++) {
+      // Protocol: TCP and UDP, the ports moved until both land in one bucket; else field i moved.
+      const k1 = i === 0 ? [6, base[1]!, base[2]! + x, base[3]!] : base;
+      const k2 = i === 0 ? [17, base[1]!, base[2]! + x, base[3]!] : base.map((w, j) => (j === i ? w + x : w));
+      if (t.bucket(k1[0]!, k1[1]!, k1[2]!, k1[3]!) === t.bucket(k2[0]!, k2[1]!, k2[2]!, k2[3]!)) return [k1, k2];
+    }
+    throw new Error('no pair');
+  };
+  for (let i = 0; i < 4; i++) {
+    const [k1, k2] = pair([6, C + i * 1000, CP, V], i);
+    const e1 = t.insert(newFlow({ proto: k1![0], caddr: k1![1], cports: k1![2], vaddr: k1![3], daddr: D + i * 2, dports: DP, laddr: P, rs: 1, now }));
+    const e2 = t.insert(newFlow({ proto: k2![0], caddr: k2![1], cports: k2![2], vaddr: k2![3], daddr: D + i * 2 + 1, dports: DP, laddr: P, rs: 1, now }));
+    assert.equal(findIn(t, k1![0]!, k1![1]!, k1![2]!, k1![3]!), e1, `in-key field ${i}, first`);
+    assert.equal(findIn(t, k2![0]!, k2![1]!, k2![2]!, k2![3]!), e2, `in-key field ${i}, second`);
+    const [o1, o2] = pair([6, D + 100 + i * 1000, DP, P], i);
+    const f1 = t.insert(newFlow({ proto: o1![0], caddr: C + 50 + i * 2, cports: CP, vaddr: V, daddr: o1![1], dports: o1![2], laddr: o1![3], rs: 1, now }));
+    const f2 = t.insert(newFlow({ proto: o2![0], caddr: C + 51 + i * 2, cports: CP, vaddr: V, daddr: o2![1], dports: o2![2], laddr: o2![3], rs: 1, now }));
+    assert.equal(findOut(t, o1![0]!, o1![1]!, o1![2]!, o1![3]!), f1, `out-key field ${i}, first`);
+    assert.equal(findOut(t, o2![0]!, o2![1]!, o2![2]!, o2![3]!), f2, `out-key field ${i}, second`);
+    while (t.count() > 0) t.forEach((e) => t.remove(e, false, now));
+    const [p1, p2] = pair([6, C & ~0xff, 80, V], i);
+    const g1 = t.insert(newFlow({ proto: p1![0], caddr: p1![1], cports: p1![2], vaddr: p1![3], daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 1000, now }));
+    const g2 = t.insert(newFlow({ proto: p2![0], caddr: p2![1], cports: p2![2], vaddr: p2![3], daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 1000, now }));
+    assert.ok(g1 >= 0 && g2 >= 0 && g1 !== g2, `template field ${i}: two templates`);
+    const b = t.bucket(p1![0]!, p1![1]!, p1![2]!, p1![3]!);
+    t.lockBucket(b);
+    assert.equal(t.findTemplate(b, p1![0]!, p1![1]!, p1![2]!, p1![3]!), g1, `template field ${i}, first`);
+    assert.equal(t.findTemplate(b, p2![0]!, p2![1]!, p2![2]!, p2![3]!), g2, `template field ${i}, second`);
+    t.unlockBucket(b);
+    t.invalidate(g2);
+    assert.equal(findTemplate(t, p2![0]!, p2![1]!, p2![2]!, p2![3]!), -1, 'an invalid template is passed over');
+    assert.equal(findTemplate(t, p1![0]!, p1![1]!, p1![2]!, p1![3]!), g1);
+    while (t.count() > 0) t.forEach((e) => t.remove(e, false, now));
+  }
+});
+
+test('SCTP: the controlling template is ASSURED when the association reaches ESTABLISHED, not before', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const tp = t.insert(newFlow({ proto: 132, caddr: C, cports: 80, vaddr: V, daddr: D, dports: 80 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 60_000, now }));
+  const e = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.reserve(tp);
+  t.control(e, tp, now);
+  const steps: [number, number][] = [
+    [DIR_INPUT, 1], // INIT → INIT1 (state 1, TCP's ESTABLISHED number)
+    [DIR_OUTPUT, 2], // INIT_ACK
+    [DIR_INPUT, 3], // COOKIE_ECHO
+  ];
+  for (const [dir, ev] of steps) {
+    t.touch(e, dir, ev, now);
+    assert.equal(t.i32[t.base(tp) + L.E_STATE]! & L.CTPL_ASSURED, 0, `state ${t.i32[t.base(e) + L.E_STATE]}`);
+  }
+  t.touch(e, DIR_OUTPUT, 4, now); // COOKIE_ACK → ESTABLISHED
+  assert.equal(t.i32[t.base(e) + L.E_STATE], SCTP_S_ESTABLISHED);
+  assert.equal(t.i32[t.base(tp) + L.E_STATE]! & L.CTPL_ASSURED, L.CTPL_ASSURED);
+});
