@@ -22,8 +22,9 @@
  * its worker; this module asks Redis for both possible keys, installs a hit as a shadow and writes
  * the packet back into the device, where it is adopted. Misses, timeouts and errors drop it.
  *
- * Redis down or slow: forwarding goes on from the local table; the write queue is bounded (the
- * oldest records are dropped, counted) and flushed after the automatic reconnect; writes that
+ * Redis down or slow: forwarding goes on from the local table; the write queue — entry indexes,
+ * each flow's record read from the table when its round is written — is bounded (the oldest
+ * flows are dropped, counted) and flushed after the automatic reconnect; writes that
  * fail or time out stay queued. What Redis may still lack afterwards — records dropped from the
  * queue, every key of a Redis restarted without persistence, writes a Sentinel or Cluster
  * failover did not replicate — is not left to the sync rules (a quiet established flow is written
@@ -205,8 +206,15 @@ export class RedisSync {
   private readonly log: Logger;
   private client!: Redis | Cluster;
   private sub!: Redis | Cluster;
-  /** Records waiting to be written, by client→server key (the newest record of a flow wins). */
-  private queue = new Map<string, { rec: string; out: string; ttl: number; at: number }>();
+  /**
+   * Flows waiting to be written, by entry index, oldest first; each value a token of its latest
+   * queueing (`at`: when). The record is read from the table when its write round is built, as
+   * the kernel's sync daemon reads a connection when it sends: a queued flow costs a Map entry,
+   * not its record's strings (a Redis outage queues every new flow for its whole length), and
+   * what is written after an outage is the flow as it is then — a flow that ended meanwhile is
+   * not written at all.
+   */
+  private queue = new Map<number, { at: number }>();
   private timers: NodeJS.Timeout[] = [];
   private flushing = false;
   /** Other nodes' counts, by "<service>|<realServer>". */
@@ -372,18 +380,17 @@ export class RedisSync {
     return `${this.o.keyPrefix}o:{${proto}.${daddr}.${dports}.${laddr}${hiPart(proto, hi, 6)}}`;
   }
 
-  /** Moves the workers' sync events into the write queue as records read from the table. */
+  /** Moves the workers' sync events into the write queue (their records are read when written). */
   private collect(): void {
-    const now = this.table.now();
     for (const r of this.rings) {
       const head = r[L.RG_SYNC_HEAD]!;
       const tail = Atomics.load(r, L.RG_SYNC_TAIL);
       for (let i = head; i !== tail; i = (i + 1) | 0) {
-        this.enqueue(this.table.base(r[L.syncRingOffset() + (i & (L.SYNC_RING_SLOTS - 1))]!), now);
+        this.enqueue(this.table.base(r[L.syncRingOffset() + (i & (L.SYNC_RING_SLOTS - 1))]!));
       }
       Atomics.store(r, L.RG_SYNC_HEAD, tail);
     }
-    // Bounded: drop the oldest records beyond maxQueue.
+    // Bounded: drop the oldest flows beyond maxQueue.
     while (this.queue.size > this.o.maxQueue) {
       this.queue.delete(this.queue.keys().next().value!);
       this.stats.dropped++;
@@ -392,21 +399,40 @@ export class RedisSync {
     this.stats.queueDepth = this.queue.size;
   }
 
+  /** A flow this node may publish (no shadow or template), and not a SYN-proxied one still pending. */
+  private publishable(o: number): boolean {
+    const flags = this.table.i32[o + L.E_FLAGS]!;
+    return (flags & L.F_IN_USE) !== 0 && (flags & (L.F_SHADOW | L.F_TEMPLATE | L.F_SP_PENDING)) === 0;
+  }
+
   /**
-   * Queues the record of the entry at word offset o (this node's flows only: no shadow or
-   * template); false if none. A SYN-proxied flow (lb/synproxy.ts) is published with its deltas
-   * (the sp field), but not while its server's handshake is pending: another node could not
-   * finish it (it has neither the client's handshake nor the held packets).
+   * Queues the entry at word offset o for writing (this node's flows only: no shadow or
+   * template); false if it is none. A SYN-proxied flow (lb/synproxy.ts) is published with its
+   * deltas (the sp field), but not while its server's handshake is pending: another node could
+   * not finish it (it has neither the client's handshake nor the held packets).
    */
-  private enqueue(o: number, now: number): boolean {
+  private enqueue(o: number): boolean {
+    if (!this.publishable(o)) return false;
+    const e = (o - this.table.base(0)) / L.ENTRY_WORDS;
+    this.queue.delete(e); // re-insert: newest last
+    this.queue.set(e, { at: Date.now() });
+    return true;
+  }
+
+  /**
+   * The record of the entry at word offset o as it is now, with its two keys and their TTL; null
+   * when the entry is no longer a flow to publish (ended, or its service or server is gone).
+   */
+  private record(o: number, now: number): { key: string; out: string; rec: string; ttl: number } | null {
+    if (!this.publishable(o)) return null;
     const a = this.table.i32;
     const flags = a[o + L.E_FLAGS]!;
-    if (!(flags & L.F_IN_USE) || flags & (L.F_SHADOW | L.F_TEMPLATE | L.F_SP_PENDING)) return false;
     const names = this.resolver.names(a[o + L.E_SVC]!, a[o + L.E_RS]!);
-    if (!names) return false;
+    if (!names) return null;
     const proto = a[o + L.E_PROTO]!;
     const state = a[o + L.E_STATE]!;
     const left = (a[o + L.E_EXPIRES]! - now) | 0;
+    if (left <= 0) return null; // expired, not swept yet
     const expiresAt = Date.now() + left;
     const rec =
       [
@@ -427,17 +453,13 @@ export class RedisSync {
       ].join('|') +
       ppField(Atomics.load(a, o + L.E_PP), a[o + L.E_PP_SEQ]!) +
       spField(flags & L.F_SYNPROXY ? this.table.spRecordWords((o - this.table.base(0)) / L.ENTRY_WORDS) : null);
-    const signed = signRecord(this.key, rec); // control thread, per batch: never per packet
     const hi = proto & L.PROTO_V6 ? this.table.entryHi(o) : undefined;
-    const key = this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi);
-    this.queue.delete(key); // re-insert: newest last
-    this.queue.set(key, {
-      rec: signed,
+    return {
+      key: this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi),
       out: this.outKey(proto, a[o + L.E_DADDR]!, a[o + L.E_DPORTS]!, a[o + L.E_LADDR]!, hi),
+      rec: signRecord(this.key, rec), // control thread, per batch: never per packet
       ttl: Math.max(1000, left + 1000),
-      at: Date.now(),
-    });
-    return true;
+    };
   }
 
   /**
@@ -468,7 +490,7 @@ export class RedisSync {
       if (!(a[o + L.E_FLAGS]! & L.F_IN_USE) || ((a[o + L.E_EXPIRES]! - now) | 0) <= 0) continue;
       // Queued since the connection was lost: its record is in the queue, or written since.
       if (this.walkSince !== null && ((a[o + L.E_SYNCED]! - this.walkSince) | 0) >= 0) continue;
-      if (this.enqueue(o, now)) {
+      if (this.enqueue(o)) {
         budget--;
         this.stats.resynced++;
       }
@@ -500,7 +522,7 @@ export class RedisSync {
     let n = 0;
     this.table.forEach((_e, o) => {
       if (((a[o + L.E_EXPIRES]! - now) | 0) <= 0) return; // expired, not swept yet: nobody's flow
-      if (this.enqueue(o, now)) n++;
+      if (this.enqueue(o)) n++;
     });
     this.collect(); // applies the bound and the queue-depth figure
     return n;
@@ -518,19 +540,30 @@ export class RedisSync {
     this.flushing = true;
     let again = false;
     try {
-      const batch: [string, { rec: string; out: string; ttl: number; at: number }][] = [];
-      for (const kv of this.queue) {
-        batch.push(kv);
+      // The round's records, read from the table now; a queued flow that is no flow to publish
+      // any more (ended, or its server deleted) leaves the queue unwritten.
+      const batch: { e: number; token: { at: number }; rec: string }[] = [];
+      const writes: Promise<unknown>[] = [];
+      const now = this.table.now();
+      for (const [e, token] of this.queue) {
+        const r = this.record(this.table.base(e), now);
+        if (r === null) {
+          this.queue.delete(e);
+          continue;
+        }
+        batch.push({ e, token, rec: r.rec });
+        writes.push(this.client.set(r.key, r.rec, 'PX', r.ttl), this.client.set(r.out, r.rec, 'PX', r.ttl));
         if (batch.length >= WRITE_BATCH) break;
       }
-      const writes = batch.flatMap(([k, v]) => [this.client.set(k, v.rec, 'PX', v.ttl), this.client.set(v.out, v.rec, 'PX', v.ttl)]);
+      if (batch.length === 0) return;
       const results = await Promise.allSettled(writes);
       const failed = results.filter((r) => r.status === 'rejected').length;
       if (failed === 0) {
-        for (const [k, v] of batch) if (this.queue.get(k) === v) this.queue.delete(k);
+        // A flow queued again while its write was on the way (a new token) stays queued.
+        for (const b of batch) if (this.queue.get(b.e) === b.token) this.queue.delete(b.e);
         this.stats.written += batch.length;
-        this.stats.lagSeconds = (Date.now() - Math.min(...batch.map(([, v]) => v.at))) / 1000;
-        await this.client.publish(`${this.o.keyPrefix}flows`, `${this.o.nodeId}\n${batch.map(([, v]) => v.rec).join('\n')}`);
+        this.stats.lagSeconds = (Date.now() - Math.min(...batch.map((b) => b.token.at))) / 1000;
+        await this.client.publish(`${this.o.keyPrefix}flows`, `${this.o.nodeId}\n${batch.map((b) => b.rec).join('\n')}`);
         this.stats.published += batch.length;
         this.writeFailed = false;
         again = this.queue.size > 0;

@@ -112,8 +112,11 @@ export interface DefenseResponse extends DefenseView {
 export interface StatsResponse {
   /** Seconds since uvsd started. */
   uptime: number;
-  /** Bytes (process.memoryUsage): rss of the whole process; the V8 heap figures are the control thread's. */
-  memory: { rss: number; heapUsed: number; heapTotal: number; external: number; arrayBuffers: number };
+  /**
+   * Bytes (process.memoryUsage): rss of the whole process; the V8 heap figures are the control
+   * thread's, heapAfterFullGc what it retained at its last full collection (control/memory.ts).
+   */
+  memory: { rss: number; heapUsed: number; heapTotal: number; external: number; arrayBuffers: number; heapAfterFullGc: number | null };
   table: { entries: number; capacity: number; expired: number };
   packets: PacketCounters;
   /** Packets dropped, by reason (conntrack/layout.ts DROP_NAMES). */

@@ -50,6 +50,7 @@ import {
 import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { CAPTURE, type CaptureRequest } from './capture';
+import { memoryView } from './memory';
 import { ERRORS, UvsError, type ErrorCode } from './errors';
 import { badHostMessage, hostGuard, redactSecrets } from './http-guard';
 import { serviceKey } from './services';
@@ -133,11 +134,6 @@ export function drainsView(d: Daemon): DrainsResponse {
       inactConns: x.inactConns,
     })),
   };
-}
-
-function memoryView(): StatsResponse['memory'] {
-  const m = process.memoryUsage();
-  return { rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers };
 }
 
 export function statsView(d: Daemon): StatsResponse {

@@ -16,6 +16,7 @@ import { RedisSync } from '../conntrack/redis-sync';
 import { SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
 import { Dataplane, deviceMtu, routeMtus, type RouteMtu } from '../lb/dataplane';
+import { stopWatchingGcs, watchFullGcs } from './memory';
 import { Announcer } from './announce';
 import { HealthChecker } from './health';
 import { readConfigDoc, validateConfig, type UvsConfig } from './config';
@@ -207,6 +208,7 @@ export class Daemon {
       d.refreshMtus();
       d.mtuTimer = setInterval(() => d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
+      watchFullGcs(); // memory.heapAfterFullGc (control/memory.ts)
       d.defenseTimer = setInterval(() => d.defense.tick(), DEFENSE_PERIOD_MS);
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.rampTimer = setInterval(() => {
@@ -543,6 +545,7 @@ export class Daemon {
     if (this.syncTimer) clearInterval(this.syncTimer);
     if (this.pendingReload) clearTimeout(this.pendingReload);
     if (this.sweeper) clearInterval(this.sweeper);
+    stopWatchingGcs();
     if (this.defenseTimer) clearInterval(this.defenseTimer);
     if (this.mtuTimer) clearInterval(this.mtuTimer);
     if (this.drainTimer) clearInterval(this.drainTimer);

@@ -13,6 +13,7 @@
  * expect it). Both check the Host header (http-guard.ts); the listener is listen.ts's.
  */
 import { Counter, Gauge, Registry } from 'prom-client';
+import { memoryView } from './memory';
 import * as L from '../conntrack/layout';
 import type { Daemon } from './daemon';
 import { listenHttp, tokenOk, type HttpEndpoint } from './listen';
@@ -195,10 +196,11 @@ export function buildRegistry(d: Daemon): Registry {
   });
   gaugeFrom(
     'uvs_memory_bytes',
-    "uvsd's memory by kind (process.memoryUsage): rss of the whole process; heap_used, heap_total of the control thread's V8 heap; external, array_buffers (the shared table included).",
+    "uvsd's memory by kind (process.memoryUsage): rss of the whole process; heap_used, heap_total of the control thread's V8 heap, heap_after_full_gc what it retained at its last full collection; external, array_buffers (the shared table included).",
     ['kind'],
     (g) => {
-      const m = process.memoryUsage();
+      const m = memoryView();
+      if (m.heapAfterFullGc !== null) g.set({ kind: 'heap_after_full_gc' }, m.heapAfterFullGc);
       g.set({ kind: 'rss' }, m.rss);
       g.set({ kind: 'heap_used' }, m.heapUsed);
       g.set({ kind: 'heap_total' }, m.heapTotal);

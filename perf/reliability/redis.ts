@@ -231,6 +231,12 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const brokenBy = (phase: string) => downloads.filter((x, i) => x.phase === phase && !results[i]!.ok).length;
   const broken = results.filter((x) => !x.ok).length;
   const diff = numericDiff(s0, s1);
+  // The control thread's retained heap (control/memory.ts: read after each full collection).
+  const retained = (a: number, b: number) => {
+    const xs = sampler.samples.filter((x) => x.t >= a && x.t < b && x.v['memory.heapAfterFullGc'] !== undefined);
+    return xs.length ? Math.max(...xs.map((x) => x.v['memory.heapAfterFullGc']!)) / 2 ** 20 : null;
+  };
+  const retainedPeak = retained(tKill, tFail);
   r.figures.push(
     {
       label: `HTTP requests failed while Redis was down (${outS} s)`,
@@ -273,8 +279,14 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
       label: 'lb1 uvsd peak RSS',
       value: round(rss.peakMb, 0),
       unit: 'MB',
-      expect: '≤ start + 100 MB (bounded)',
-      ok: rss.firstMb !== null ? rss.peakMb <= rss.firstMb + 100 : null,
+      expect: "reported: V8 sizes the control thread's heap to its churn (garbage included); what it retains is the next figure",
+    },
+    {
+      label: 'lb1 control-thread heap retained (just after a full collection), highest from the first outage to the failover',
+      value: retainedPeak === null ? 'no full collection seen' : round(retainedPeak, 0),
+      unit: retainedPeak === null ? undefined : 'MB',
+      expect: `≤ ${RETAINED_BOUND_MB} MB (bounded: uvsd's own ~25 MB, the write queue at its 100 000 flows ~8 MB, lookups and parked packets ~1 MB)`,
+      ok: retainedPeak === null ? null : retainedPeak <= RETAINED_BOUND_MB,
     },
     { label: 'mid-flow ACKs written into lb1 during the outages', value: ackOut.sent },
     {
@@ -336,7 +348,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
         ...sampler.samples.filter((x) => x.t >= a && x.t < b && x.v[`memory.${k}`] !== undefined).map((x) => x.v[`memory.${k}`]!),
       ) /
       2 ** 20;
-    return `RSS ${round(mb('rss'), 0)} MB, control-thread heap used ${round(mb('heapUsed'), 0)} of ${round(mb('heapTotal'), 0)} MB, external ${round(mb('external'), 0)} MB (array buffers ${round(mb('arrayBuffers'), 0)} MB)`;
+    return `RSS ${round(mb('rss'), 0)} MB, control-thread heap used ${round(mb('heapUsed'), 0)} of ${round(mb('heapTotal'), 0)} MB (retained after a full collection: ${mb('heapAfterFullGc') > 0 ? `${round(mb('heapAfterFullGc'), 0)} MB` : 'no full collection yet'}), external ${round(mb('external'), 0)} MB (array buffers ${round(mb('arrayBuffers'), 0)} MB)`;
   };
   r.notes.push(
     `lb1 uvsd memory, highest 500 ms sample of each figure by phase (GET /v1/stats memory; each figure's own maximum): before the outages ${memPeak(t0, tKill)}; Redis killed and the catch-up after it ${memPeak(tKill, tStop)}; hung and the catch-up after it ${memPeak(tStop, tFail)}.`,
@@ -530,6 +542,13 @@ function phaseAt(phases: Phase[], t: number): Phase | null {
   for (const x of phases) if (x.at <= t && (p === null || x.at >= p.at)) p = x;
   return p;
 }
+
+/**
+ * What the control thread may retain through Redis outages: its own code and state (~25 MB in a
+ * heap snapshot under this load), the write queue at redis.maxQueue (100 000 flows: a Map of entry
+ * indexes, 8.3 MB measured), lookups and parked packets (capped: ~1 MB) — with room to spare.
+ */
+const RETAINED_BOUND_MB = 64;
 
 /** Counters that say where a packet went: uvsd's and its devices'. */
 const EVIDENCE = /^(drops\.|parked$|parkFull$|syncRingFull$|packets\.(rxPackets|txPackets|txErrors)$|generated\.|dev\.|redis\.lookups\.)/;
