@@ -761,3 +761,71 @@ test('SCTP: the controlling template is ASSURED when the association reaches EST
   assert.equal(t.i32[t.base(e) + L.E_STATE], SCTP_S_ESTABLISHED);
   assert.equal(t.i32[t.base(tp) + L.E_STATE]! & L.CTPL_ASSURED, L.CTPL_ASSURED);
 });
+
+test('a flow that leaves half-open and comes back (RST, then a new SYN) is counted for its source again, once', () => {
+  const { t } = fresh();
+  const now = t.now();
+  t.i32[L.H_SRC_LIMIT] = 100;
+  const slot = t.sourceSlot(false, C, 0, 0);
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  assert.equal(t.halfOpenAt(slot), 1);
+  t.touch(e, DIR_INPUT, TCPF_SYN, now); // SYN_RECV: still the one count
+  assert.equal(t.halfOpenAt(slot), 1);
+  t.touch(e, DIR_INPUT, TCPF_ACK, now); // ESTABLISHED
+  assert.equal(t.halfOpenAt(slot), 0);
+  t.touch(e, DIR_INPUT, 0x04 /* RST */, now); // CLOSE
+  assert.equal(t.halfOpenAt(slot), 0);
+  t.touch(e, DIR_INPUT, TCPF_SYN, now); // SYN_RECV again
+  assert.equal(t.i32[t.base(e) + L.E_STATE], 3);
+  assert.equal(t.halfOpenAt(slot), 1);
+  assert.equal(t.remove(e, false, now), true);
+  assert.equal(t.halfOpenAt(slot), 0, 'uncounted once');
+});
+
+test('secure_tcp: a half-open timer is the shorter of its own and the secure one', () => {
+  const { t } = fresh();
+  const now = t.now();
+  t.i32[L.H_SECURE_TCP] = 1;
+  t.i32[L.H_SECURE_TCP_MS] = 100_000; // longer than SYN_RECV's 60 s
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.touch(e, DIR_INPUT, TCPF_SYN, now);
+  assert.equal(t.i32[t.base(e) + L.E_STATE], 3);
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 60_000) | 0);
+  t.i32[L.H_SECURE_TCP_MS] = 5_000;
+  t.touch(e, DIR_INPUT, TCPF_SYN, now + 1);
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 5_001) | 0);
+});
+
+test('a SYN-proxy pending flow: both lookups copy it without touching it, and say neither adopted nor sync', () => {
+  const { t } = fresh();
+  const now = t.now();
+  t.setSync(true);
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, flags: L.F_SYNPROXY | L.F_SP_PENDING, now }));
+  t.touch(e, DIR_INPUT, TCPF_ACK, now); // its first touch (the cookie ACK)
+  const o = t.base(e);
+  const before = [...t.i32.subarray(o, o + L.ENTRY_WORDS)];
+  const v = new FlowView();
+  v.adopted = true;
+  v.sync = true;
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_ACK, 0, now + 100_000), 4 /* FLOW_SP_PENDING */);
+  assert.deepEqual([v.entry, v.adopted, v.sync, v.sp], [e, false, false, L.F_SYNPROXY | L.F_SP_PENDING]);
+  v.adopted = true;
+  v.sync = true;
+  assert.equal(t.lookupOut(key(6, D, DP, C), v, TCPF_ACK, now + 100_000), true);
+  assert.deepEqual([v.entry, v.adopted, v.sync], [e, false, false]);
+  assert.deepEqual([...t.i32.subarray(o, o + L.ENTRY_WORDS)], before, 'state, timer and counts untouched');
+  assert.equal(t.spPending(), 1);
+});
+
+test('out-chain walks count too', () => {
+  const t = new ConnTable(ConnTable.create(256, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
+  const target = t.bucket(6, 0x0d000000, DP, P);
+  const ds: number[] = [];
+  for (let d = 0x0d000000; ds.length < CHAIN_ALARM + 1; d++) if (t.bucket(6, d, DP, P) === target) ds.push(d);
+  ds.forEach((d, i) => t.insert(newFlow({ proto: 6, caddr: C + i * 7919, cports: CP, vaddr: V, daddr: d, dports: DP, laddr: P, rs: 1, now: t.now() })));
+  t.chainWindow();
+  const long0 = t.longWalks();
+  assert.ok(findOut(t, 6, ds[0]!, DP, P) >= 0);
+  assert.equal(t.longestWalk(), CHAIN_ALARM + 1);
+  assert.equal(t.longWalks(), long0 + 1);
+});
