@@ -516,6 +516,7 @@ test('readFlow copies a flow by either key without touching it', () => {
   assert.equal(w.entry, e);
   assert.equal(t.readFlow(key(6, D, DP, P), false, w), false, 'the out-key is no in-key');
   assert.equal(t.readFlow(key(6, C, CP, V), true, w), false, 'the in-key is no out-key');
+  assert.deepEqual([w.entry, w.caddr, w.rs, w.svc], [e, C, 1, 4], "a miss leaves the caller's view alone");
   assert.deepEqual([...t.i32.subarray(o, o + L.ENTRY_WORDS)], before, 'untouched');
   assert.equal(t.i32[L.bucketLocksOffset(1024) + t.bucket(6, C, CP, V)], 0, 'lock released');
 });
@@ -717,11 +718,13 @@ test('keys that share a chain and differ in one field only are told apart, on bo
     const [k1, k2] = pair([6, C + i * 1000, CP, V], i);
     const e1 = t.insert(newFlow({ proto: k1![0], caddr: k1![1], cports: k1![2], vaddr: k1![3], daddr: D + i * 2, dports: DP, laddr: P, rs: 1, now }));
     const e2 = t.insert(newFlow({ proto: k2![0], caddr: k2![1], cports: k2![2], vaddr: k2![3], daddr: D + i * 2 + 1, dports: DP, laddr: P, rs: 1, now }));
+    assert.ok(e1 >= 0 && e2 >= 0 && e1 !== e2, `in-key field ${i}: two entries`);
     assert.equal(findIn(t, k1![0]!, k1![1]!, k1![2]!, k1![3]!), e1, `in-key field ${i}, first`);
     assert.equal(findIn(t, k2![0]!, k2![1]!, k2![2]!, k2![3]!), e2, `in-key field ${i}, second`);
     const [o1, o2] = pair([6, D + 100 + i * 1000, DP, P], i);
     const f1 = t.insert(newFlow({ proto: o1![0], caddr: C + 50 + i * 2, cports: CP, vaddr: V, daddr: o1![1], dports: o1![2], laddr: o1![3], rs: 1, now }));
     const f2 = t.insert(newFlow({ proto: o2![0], caddr: C + 51 + i * 2, cports: CP, vaddr: V, daddr: o2![1], dports: o2![2], laddr: o2![3], rs: 1, now }));
+    assert.ok(f1 >= 0 && f2 >= 0 && f1 !== f2, `out-key field ${i}: two entries`);
     assert.equal(findOut(t, o1![0]!, o1![1]!, o1![2]!, o1![3]!), f1, `out-key field ${i}, first`);
     assert.equal(findOut(t, o2![0]!, o2![1]!, o2![2]!, o2![3]!), f2, `out-key field ${i}, second`);
     while (t.count() > 0) t.forEach((e) => t.remove(e, false, now));
@@ -828,4 +831,46 @@ test('out-chain walks count too', () => {
   assert.ok(findOut(t, 6, ds[0]!, DP, P) >= 0);
   assert.equal(t.longestWalk(), CHAIN_ALARM + 1);
   assert.equal(t.longWalks(), long0 + 1);
+});
+
+test('adopt counts inactive entries towards the upper threshold too', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const o = 3 * L.RS_WORDS;
+  rs[o + L.RS_UTHRESH] = 2;
+  const sh = (c: number, flags: number) =>
+    t.putShadow(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 3, flags, state: 2, expires: (now + 500_000) | 0 }));
+  const a = sh(C, L.F_INACTIVE);
+  const b = sh(C + 1, 0);
+  assert.equal(t.adopt(a, now), true);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0);
+  assert.equal(t.adopt(b, now), true);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE], rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD], [1, 1, L.RSF_OVERLOAD]);
+});
+
+test('findOut never returns a template; IPv6 templates differing only in their high words are two templates', () => {
+  const { t } = fresh(16);
+  const now = t.now();
+  const tp = t.insert(newFlow({ proto: 6, caddr: C, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 1000, now }));
+  assert.ok(tp >= 0);
+  assert.equal(findOut(t, 6, D, 8080 << 16, 0), -1);
+  assert.equal(t.outKeyInUse(newFlow({ proto: 6, daddr: D, dports: 8080 << 16, laddr: 0 })), false);
+  const proto = 6 | L.PROTO_V6;
+  const hi1 = [0x20010db8, 1, 2, 0xfd000096 | 0, 0, 0, 0, 0, 0, 0, 0, 0];
+  const b1 = t.bucketIn(proto, 5, 80, 0x10, hi1);
+  let hi2: number[] = [];
+  for (let x = 3; ; x++) {
+    hi2 = [...hi1];
+    hi2[2] = x;
+    if (t.bucketIn(proto, 5, 80, 0x10, hi2) === b1) break;
+  }
+  const mk = (hi: number[]) =>
+    t.insert(newFlow({ proto, caddr: 5, cports: 80, vaddr: 0x10, daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 1000, hi, now }));
+  const g1 = mk(hi1);
+  const g2 = mk(hi2);
+  assert.ok(g1 >= 0 && g2 >= 0 && g1 !== g2);
+  t.lockBucket(b1);
+  assert.equal(t.findTemplate(b1, proto, 5, 80, 0x10, hi1), g1);
+  assert.equal(t.findTemplate(b1, proto, 5, 80, 0x10, hi2), g2);
+  t.unlockBucket(b1);
 });
