@@ -95,7 +95,11 @@ test('a new table: every entry free, the SYN proxy off with its default options,
   assert.ok(((t.now() - a[L.H_SP_LAST]!) | 0) > 120_000, 'the last cookie is long ago: ACKs are not checked');
   const h = L.holdOffset(16);
   let slots = 0;
-  for (let ref = a[h + L.HOLD_FREE]!; ref !== 0 && slots <= L.HOLD_SLOTS; ref = a[h + L.HOLD_HDR_WORDS + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!)
+  for (
+    let ref = a[h + L.HOLD_FREE]!;
+    ref !== 0 && slots <= L.HOLD_SLOTS;
+    ref = a[h + L.HOLD_HDR_WORDS + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!
+  )
     slots++;
   assert.equal(slots, L.HOLD_SLOTS, 'the hold free list holds every slot once');
   assert.equal(t.holdUsed(), 0);
@@ -113,7 +117,10 @@ test('setTimeouts: every TCP state, UDP, SCTP (the kernel defaults when absent);
   assert.deepEqual([...a.subarray(L.H_TIMEOUTS, L.H_TIMEOUTS + 4)], [1000, 2000, 3000, 0]);
   assert.equal(a[L.H_TIMEOUTS + 10], 0);
   assert.equal(a[L.H_TIMEOUTS + L.TIMEOUT_UDP], 4500);
-  assert.deepEqual([a[L.H_TIMEOUTS + L.TIMEOUT_SCTP], a[L.H_TIMEOUTS + L.TIMEOUT_SCTP + 1], a[L.H_TIMEOUTS + L.TIMEOUT_SCTP + 13]], [7000, 0, 0]);
+  assert.deepEqual(
+    [a[L.H_TIMEOUTS + L.TIMEOUT_SCTP], a[L.H_TIMEOUTS + L.TIMEOUT_SCTP + 1], a[L.H_TIMEOUTS + L.TIMEOUT_SCTP + 13]],
+    [7000, 0, 0],
+  );
   t.setTimeouts(timeouts);
   assert.ok(a[L.H_TIMEOUTS + L.TIMEOUT_SCTP + SCTP_S_ESTABLISHED]! > 0, 'kernel SCTP defaults');
 });
@@ -167,7 +174,9 @@ test('walks: longestWalk is the window peak, chainWindow returns and resets it, 
   const t = new ConnTable(ConnTable.create(256, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
   const keys = collidingIn(t, CHAIN_ALARM + 2);
   const ins = (i: number) =>
-    t.insert(newFlow({ proto: 6, caddr: keys[i]!, cports: CP, vaddr: V, daddr: D + i * 7919, dports: DP, laddr: keys[i]!, rs: 1, now: t.now() }));
+    t.insert(
+      newFlow({ proto: 6, caddr: keys[i]!, cports: CP, vaddr: V, daddr: D + i * 7919, dports: DP, laddr: keys[i]!, rs: 1, now: t.now() }),
+    );
   for (let i = 0; i < CHAIN_ALARM; i++) assert.ok(ins(i) >= 0);
   t.chainWindow();
   assert.equal(t.longestWalk(), 0, 'a new window');
@@ -203,8 +212,22 @@ test('an insert whose server→client chain already holds CHAIN_LIMIT entries is
   const ds: number[] = [];
   for (let d = 0x0d000000; ds.length < CHAIN_LIMIT + 1; d++) if (t.bucket(6, d, DP, P) === target) ds.push(d);
   for (let i = 0; i < CHAIN_LIMIT; i++)
-    assert.ok(t.insert(newFlow({ proto: 6, caddr: C + i * 7919, cports: CP, vaddr: V, daddr: ds[i]!, dports: DP, laddr: P, rs: 1, now: t.now() })) >= 0);
-  const r = newFlow({ proto: 6, caddr: C + 1_000_003, cports: CP, vaddr: V, daddr: ds[CHAIN_LIMIT]!, dports: DP, laddr: P, rs: 1, now: t.now() });
+    assert.ok(
+      t.insert(
+        newFlow({ proto: 6, caddr: C + i * 7919, cports: CP, vaddr: V, daddr: ds[i]!, dports: DP, laddr: P, rs: 1, now: t.now() }),
+      ) >= 0,
+    );
+  const r = newFlow({
+    proto: 6,
+    caddr: C + 1_000_003,
+    cports: CP,
+    vaddr: V,
+    daddr: ds[CHAIN_LIMIT]!,
+    dports: DP,
+    laddr: P,
+    rs: 1,
+    now: t.now(),
+  });
   assert.equal(t.insert(r), -3);
   assert.equal(r.created, false);
   assert.equal(t.count(), CHAIN_LIMIT);
@@ -231,7 +254,10 @@ test('releaseLocksOf counts and frees bucket, entry, allocation and hold-area lo
   a[t.base(6) + L.E_LOCK] = 8;
   a[locks + 63] = 8;
   assert.equal(t.releaseLocksOf(7), 5);
-  assert.deepEqual([a[locks + 3], a[t.base(5) + L.E_LOCK], a[t.base(63) + L.E_LOCK], a[L.H_ALLOC_LOCK], a[L.holdOffset(64) + L.HOLD_LOCK]], [0, 0, 0, 0, 0]);
+  assert.deepEqual(
+    [a[locks + 3], a[t.base(5) + L.E_LOCK], a[t.base(63) + L.E_LOCK], a[L.H_ALLOC_LOCK], a[L.holdOffset(64) + L.HOLD_LOCK]],
+    [0, 0, 0, 0, 0],
+  );
   assert.deepEqual([a[t.base(6) + L.E_LOCK], a[locks + 63]], [8, 8], "another owner's locks stay");
   assert.equal(t.releaseLocksOf(7), 0);
 });
@@ -255,7 +281,21 @@ test('remove() with the key a worker found: another key, a template or another s
   assert.equal(findIn(t, 6, C, CP, V), -1);
   assert.equal(findOut(t, 6, D, DP, C), -1);
   // A template is never removed by a connection's key.
-  const tp = t.insert(newFlow({ proto: 6, caddr: C, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 1000, now }));
+  const tp = t.insert(
+    newFlow({
+      proto: 6,
+      caddr: C,
+      cports: 80,
+      vaddr: V,
+      daddr: D,
+      dports: 8080 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 1000,
+      now,
+    }),
+  );
   assert.equal(t.remove(tp, false, now, 6, C, 80), false);
   assert.equal(t.remove(tp, false, now), true);
   assert.equal(rs[1 * L.RS_WORDS + L.RS_PERSIST], 0);
@@ -264,7 +304,9 @@ test('remove() with the key a worker found: another key, a template or another s
 test('remove() unlinks an entry from the middle of both chains and leaves the others findable', () => {
   const t = new ConnTable(ConnTable.create(256, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
   const keys = collidingIn(t, 5);
-  const es = keys.map((c) => t.insert(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 1, now: t.now() })));
+  const es = keys.map((c) =>
+    t.insert(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 1, now: t.now() })),
+  );
   assert.equal(t.remove(es[2]!, false, t.now()), true);
   for (let i = 0; i < 5; i++) {
     assert.equal(findIn(t, 6, keys[i]!, CP, V), i === 2 ? -1 : es[i], `in ${i}`);
@@ -282,7 +324,21 @@ test('persistence templates: PersistConn, matched only by findTemplate/templateF
   const now = t.now();
   const Cm = C & ~0xff;
   const v = new FlowView();
-  const tr = newFlow({ proto: 6, caddr: Cm, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 360_000, pp: 77, ppSeq: 99, now });
+  const tr = newFlow({
+    proto: 6,
+    caddr: Cm,
+    cports: 80,
+    vaddr: V,
+    daddr: D,
+    dports: 8080 << 16,
+    laddr: 0,
+    rs: 1,
+    flags: L.F_TEMPLATE,
+    templateMs: 360_000,
+    pp: 77,
+    ppSeq: 99,
+    now,
+  });
   const tp = t.insertTemplate(tr, v);
   assert.ok(tp >= 0);
   const ot = t.base(tp);
@@ -331,7 +387,21 @@ test('templateFor: a template whose server left is invalidated for good; a quies
   const now = t.now();
   const v = new FlowView();
   const mk = (c: number, r: number) =>
-    t.insert(newFlow({ proto: 6, caddr: c, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: 0, rs: r, flags: L.F_TEMPLATE, templateMs: 360_000, now }));
+    t.insert(
+      newFlow({
+        proto: 6,
+        caddr: c,
+        cports: 80,
+        vaddr: V,
+        daddr: D,
+        dports: 8080 << 16,
+        laddr: 0,
+        rs: r,
+        flags: L.F_TEMPLATE,
+        templateMs: 360_000,
+        now,
+      }),
+    );
   const a = mk(C, 1);
   const b = mk(C + 256, 2);
   rs[1 * L.RS_WORDS + L.RS_FLAGS] = 0; // left the service
@@ -357,9 +427,37 @@ test('templateFor: a template whose server left is invalidated for good; a quies
 test('UDP: a reply assures the controlling template, a client packet does not; an unassured template stays so', () => {
   const { t } = fresh();
   const now = t.now();
-  const tp = t.insert(newFlow({ proto: 17, caddr: C, cports: 53, vaddr: V, daddr: D, dports: 53 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 60_000, now }));
-  const u = t.insert(newFlow({ proto: 17, caddr: C, cports: (5000 << 16) | 53, vaddr: V, daddr: D, dports: (53 << 16) | 5000, laddr: C, rs: 1, now }));
-  const w = t.insert(newFlow({ proto: 17, caddr: C + 1, cports: (5000 << 16) | 53, vaddr: V, daddr: D, dports: (53 << 16) | 5000, laddr: C + 1, rs: 1, now }));
+  const tp = t.insert(
+    newFlow({
+      proto: 17,
+      caddr: C,
+      cports: 53,
+      vaddr: V,
+      daddr: D,
+      dports: 53 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 60_000,
+      now,
+    }),
+  );
+  const u = t.insert(
+    newFlow({ proto: 17, caddr: C, cports: (5000 << 16) | 53, vaddr: V, daddr: D, dports: (53 << 16) | 5000, laddr: C, rs: 1, now }),
+  );
+  const w = t.insert(
+    newFlow({
+      proto: 17,
+      caddr: C + 1,
+      cports: (5000 << 16) | 53,
+      vaddr: V,
+      daddr: D,
+      dports: (53 << 16) | 5000,
+      laddr: C + 1,
+      rs: 1,
+      now,
+    }),
+  );
   t.touch(w, DIR_OUTPUT, 0, now); // no template: nothing to assure
   t.reserve(tp);
   t.control(u, tp, now);
@@ -390,7 +488,21 @@ test('OVERLOAD: at the upper threshold; without a lower one cleared below 3/4 of
   assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 2]);
   // A template counts in PersistConn, not towards the threshold.
   rs[o + L.RS_UTHRESH] = 3;
-  t.insert(newFlow({ proto: 6, caddr: C, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: 0, rs: 4, flags: L.F_TEMPLATE, templateMs: 1000, now }));
+  t.insert(
+    newFlow({
+      proto: 6,
+      caddr: C,
+      cports: 80,
+      vaddr: V,
+      daddr: D,
+      dports: 8080 << 16,
+      laddr: 0,
+      rs: 4,
+      flags: L.F_TEMPLATE,
+      templateMs: 1000,
+      now,
+    }),
+  );
   assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, 'PersistConn is not a connection');
   assert.equal(rs[o + L.RS_PERSIST], 1);
   // No thresholds: any unbind clears a flag set by hand.
@@ -404,7 +516,9 @@ test('OVERLOAD: at the upper threshold; without a lower one cleared below 3/4 of
   const m = 6 * L.RS_WORDS;
   rs[m + L.RS_UTHRESH] = 3;
   rs[m + L.RS_LTHRESH] = 2;
-  const ys = [0, 1, 2].map((i) => t.insert(newFlow({ proto: 6, caddr: C + 20 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 20 + i, rs: 6, now })));
+  const ys = [0, 1, 2].map((i) =>
+    t.insert(newFlow({ proto: 6, caddr: C + 20 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 20 + i, rs: 6, now })),
+  );
   assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
   t.remove(ys[0]!, false, now);
   assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD, '2 is not below 2 (3/4 of 3 would have cleared it)');
@@ -418,7 +532,21 @@ test('adopt: counted active or inactive as synced, OVERLOAD at the upper thresho
   const o = 3 * L.RS_WORDS;
   rs[o + L.RS_UTHRESH] = 2;
   const sh = (c: number, flags = 0) =>
-    t.putShadow(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 3, flags, state: 1, expires: (now + 500_000) | 0 }));
+    t.putShadow(
+      newFlow({
+        proto: 6,
+        caddr: c,
+        cports: CP,
+        vaddr: V,
+        daddr: D,
+        dports: DP,
+        laddr: c,
+        rs: 3,
+        flags,
+        state: 1,
+        expires: (now + 500_000) | 0,
+      }),
+    );
   const a = sh(C);
   const b = sh(C + 1);
   const c = sh(C + 2, L.F_INACTIVE);
@@ -439,7 +567,20 @@ test('adopt: counted active or inactive as synced, OVERLOAD at the upper thresho
   assert.equal(t.shadows(), 0);
   // No upper threshold: never overloaded.
   const n = 4 * L.RS_WORDS;
-  const d = t.putShadow(newFlow({ proto: 6, caddr: C + 3, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 3, rs: 4, state: 1, expires: (now + 500_000) | 0 }));
+  const d = t.putShadow(
+    newFlow({
+      proto: 6,
+      caddr: C + 3,
+      cports: CP,
+      vaddr: V,
+      daddr: D,
+      dports: DP,
+      laddr: C + 3,
+      rs: 4,
+      state: 1,
+      expires: (now + 500_000) | 0,
+    }),
+  );
   assert.equal(t.adopt(d, now), true);
   assert.equal(rs[n + L.RS_FLAGS], L.RSF_AVAILABLE);
   assert.equal(t.readFlow(key(6, C + 3, CP, V), false, v), true);
@@ -450,14 +591,33 @@ test('putShadow: a refresh takes the record (state, expiry, inactive, PROXY word
   const { t, rs } = fresh();
   const now = t.now();
   const rec = (over: Partial<Parameters<typeof newFlow>[0]> = {}) =>
-    newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 2, state: 3, expires: (now + 10_000) | 0, ...over });
+    newFlow({
+      proto: 6,
+      caddr: C,
+      cports: CP,
+      vaddr: V,
+      daddr: D,
+      dports: DP,
+      laddr: C,
+      rs: 2,
+      state: 3,
+      expires: (now + 10_000) | 0,
+      ...over,
+    });
   assert.equal(t.putShadow(rec(), false), -1, 'the cap: no new shadow');
   assert.equal(t.count(), 0);
   const e = t.putShadow(rec({ flags: L.F_INACTIVE }));
   assert.ok(e >= 0);
   const o = t.base(e);
   assert.ok(t.i32[o + L.E_FLAGS]! & L.F_INACTIVE);
-  assert.equal(t.putShadow(rec({ state: 1, expires: (now + 20_000) | 0, pp: 0x1234, ppSeq: 555, sp: 1, spDelta: 11, spTsDelta: 22, spOpts: 33 }), false), e, 'a refresh is no new shadow');
+  assert.equal(
+    t.putShadow(
+      rec({ state: 1, expires: (now + 20_000) | 0, pp: 0x1234, ppSeq: 555, sp: 1, spDelta: 11, spTsDelta: 22, spOpts: 33 }),
+      false,
+    ),
+    e,
+    'a refresh is no new shadow',
+  );
   assert.deepEqual([t.i32[o + L.E_STATE], t.i32[o + L.E_EXPIRES], t.i32[o + L.E_FLAGS]! & L.F_INACTIVE], [1, (now + 20_000) | 0, 0]);
   assert.deepEqual(t.spRecordWords(e), [11, 22, 33]);
   const v = new FlowView();
@@ -484,7 +644,8 @@ test('putShadow: a refresh takes the record (state, expiry, inactive, PROXY word
 test('full-NAT: an insert whose pool address and port are taken is refused (−2), its slot given back; outKeyInUse tells', () => {
   const { t, rs } = fresh(16);
   const now = t.now();
-  const fn = (c: number) => newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, flags: L.FWD_FULLNAT, now });
+  const fn = (c: number) =>
+    newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, flags: L.FWD_FULLNAT, now });
   assert.equal(t.outKeyInUse(fn(C)), false);
   assert.ok(t.insert(fn(C)) >= 0);
   assert.equal(t.outKeyInUse(fn(C + 1)), true);
@@ -496,7 +657,11 @@ test('full-NAT: an insert whose pool address and port are taken is refused (−2
   const v = new FlowView();
   assert.equal(t.readFlow(key(6, D, DP, P), true, v), true);
   assert.equal(v.caddr, C, 'the first flow keeps the key');
-  for (let i = 0; i < 15; i++) assert.ok(t.insert(newFlow({ proto: 17, caddr: C + 100 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 100 + i, rs: 1, now })) >= 0, `slot ${i}`);
+  for (let i = 0; i < 15; i++)
+    assert.ok(
+      t.insert(newFlow({ proto: 17, caddr: C + 100 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 100 + i, rs: 1, now })) >= 0,
+      `slot ${i}`,
+    );
   assert.equal(t.count(), 16, 'the refused slot was given back');
 });
 
@@ -510,7 +675,10 @@ test('readFlow copies a flow by either key without touching it', () => {
   v.adopted = true;
   v.sync = true;
   assert.equal(t.readFlow(key(6, C, CP, V), false, v), true);
-  assert.deepEqual([v.entry, v.caddr, v.cports, v.vaddr, v.daddr, v.dports, v.laddr, v.rs, v.svc, v.adopted, v.sync], [e, C, CP, V, D, DP, P, 1, 4, false, false]);
+  assert.deepEqual(
+    [v.entry, v.caddr, v.cports, v.vaddr, v.daddr, v.dports, v.laddr, v.rs, v.svc, v.adopted, v.sync],
+    [e, C, CP, V, D, DP, P, 1, 4, false, false],
+  );
   const w = new FlowView();
   assert.equal(t.readFlow(key(6, D, DP, P), true, w), true);
   assert.equal(w.entry, e);
@@ -625,7 +793,21 @@ test('a reused slot starts afresh: no packets, no template link, state NONE, a 2
   const { t, rs } = fresh(16);
   const now = t.now();
   t.setSync(true);
-  const tp = t.insert(newFlow({ proto: 17, caddr: C, cports: 53, vaddr: V, daddr: D, dports: 53 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 60_000, now }));
+  const tp = t.insert(
+    newFlow({
+      proto: 17,
+      caddr: C,
+      cports: 53,
+      vaddr: V,
+      daddr: D,
+      dports: 53 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 60_000,
+      now,
+    }),
+  );
   const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
   t.reserve(tp);
   t.control(e, tp, now);
@@ -636,13 +818,28 @@ test('a reused slot starts afresh: no packets, no template link, state NONE, a 2
   const e2 = t.insert(newFlow({ proto: 6, caddr: C + 1, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 1, rs: 2, now: now + 10 }));
   assert.equal(e2, e, 'the freed slot is taken first');
   const o = t.base(e2);
-  assert.deepEqual([t.i32[o + L.E_IN_PKTS], t.i32[o + L.E_CONTROL], t.i32[o + L.E_STATE], t.i32[o + L.E_EXPIRES]], [0, 0, 0, (now + 2010) | 0]);
+  assert.deepEqual(
+    [t.i32[o + L.E_IN_PKTS], t.i32[o + L.E_CONTROL], t.i32[o + L.E_STATE], t.i32[o + L.E_EXPIRES]],
+    [0, 0, 0, (now + 2010) | 0],
+  );
   assert.equal(t.expire((now + 2009) | 0), 0);
   assert.equal(t.expire((now + 2010) | 0), 1);
   assert.equal(t.i32[t.base(tp) + L.E_NCONTROL], 1, 'removing it gave back no control it never had');
   assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_INACTIVE], rs[1 * L.RS_WORDS + L.RS_PERSIST]], [0, 1]);
   // A template is no connection: inserting the same template again finds it, a connection key does not.
-  const r = newFlow({ proto: 17, caddr: C, cports: 53, vaddr: V, daddr: D + 5, dports: 53 << 16, laddr: 0, rs: 3, flags: L.F_TEMPLATE, templateMs: 60_000, now });
+  const r = newFlow({
+    proto: 17,
+    caddr: C,
+    cports: 53,
+    vaddr: V,
+    daddr: D + 5,
+    dports: 53 << 16,
+    laddr: 0,
+    rs: 3,
+    flags: L.F_TEMPLATE,
+    templateMs: 60_000,
+    now,
+  });
   assert.equal(t.insert(r), tp);
   assert.equal(r.created, false);
   const c = newFlow({ proto: 17, caddr: C, cports: 53, vaddr: V, daddr: D, dports: (53 << 16) | 7, laddr: C, rs: 1, now });
@@ -667,8 +864,12 @@ test('timers across the int32 wrap of table time', () => {
 test('the view: forwarding method, SYN proxy bits, and every key word; forEach sees live entries only', () => {
   const { t } = fresh(16);
   const now = t.now();
-  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, svc: 2, flags: L.FWD_FULLNAT, now }));
-  const x = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, flags: L.FWD_DROUTE, now }));
+  const e = t.insert(
+    newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, svc: 2, flags: L.FWD_FULLNAT, now }),
+  );
+  const x = t.insert(
+    newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, flags: L.FWD_DROUTE, now }),
+  );
   const v = new FlowView();
   assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
   assert.deepEqual([v.entry, v.proto, v.fwd, v.sp, v.svc], [e, 6, L.FWD_FULLNAT, 0, 2]);
@@ -689,7 +890,19 @@ test('putShadow IPv6: a record whose server differs in any high word is another 
   const hi = [c[0]!, c[1]!, c[2]!, v6[0]!, v6[1]!, v6[2]!, d[0]!, d[1]!, d[2]!, c[0]!, c[1]!, c[2]!];
   const proto = 6 | L.PROTO_V6;
   const rec = (h: number[], state: number) =>
-    newFlow({ proto, caddr: c[3]!, cports: CP, vaddr: v6[3]!, daddr: d[3]!, dports: DP, laddr: c[3]!, rs: 1, state, expires: (now + 10_000) | 0, hi: h });
+    newFlow({
+      proto,
+      caddr: c[3]!,
+      cports: CP,
+      vaddr: v6[3]!,
+      daddr: d[3]!,
+      dports: DP,
+      laddr: c[3]!,
+      rs: 1,
+      state,
+      expires: (now + 10_000) | 0,
+      hi: h,
+    });
   const e = t.putShadow(rec(hi, 3));
   assert.ok(e >= 0);
   for (const j of [6, 7, 8]) {
@@ -716,21 +929,57 @@ test('keys that share a chain and differ in one field only are told apart, on bo
   };
   for (let i = 0; i < 4; i++) {
     const [k1, k2] = pair([6, C + i * 1000, CP, V], i);
-    const e1 = t.insert(newFlow({ proto: k1![0], caddr: k1![1], cports: k1![2], vaddr: k1![3], daddr: D + i * 2, dports: DP, laddr: P, rs: 1, now }));
-    const e2 = t.insert(newFlow({ proto: k2![0], caddr: k2![1], cports: k2![2], vaddr: k2![3], daddr: D + i * 2 + 1, dports: DP, laddr: P, rs: 1, now }));
+    const e1 = t.insert(
+      newFlow({ proto: k1![0], caddr: k1![1], cports: k1![2], vaddr: k1![3], daddr: D + i * 2, dports: DP, laddr: P, rs: 1, now }),
+    );
+    const e2 = t.insert(
+      newFlow({ proto: k2![0], caddr: k2![1], cports: k2![2], vaddr: k2![3], daddr: D + i * 2 + 1, dports: DP, laddr: P, rs: 1, now }),
+    );
     assert.ok(e1 >= 0 && e2 >= 0 && e1 !== e2, `in-key field ${i}: two entries`);
     assert.equal(findIn(t, k1![0]!, k1![1]!, k1![2]!, k1![3]!), e1, `in-key field ${i}, first`);
     assert.equal(findIn(t, k2![0]!, k2![1]!, k2![2]!, k2![3]!), e2, `in-key field ${i}, second`);
     const [o1, o2] = pair([6, D + 100 + i * 1000, DP, P], i);
-    const f1 = t.insert(newFlow({ proto: o1![0], caddr: C + 50 + i * 2, cports: CP, vaddr: V, daddr: o1![1], dports: o1![2], laddr: o1![3], rs: 1, now }));
-    const f2 = t.insert(newFlow({ proto: o2![0], caddr: C + 51 + i * 2, cports: CP, vaddr: V, daddr: o2![1], dports: o2![2], laddr: o2![3], rs: 1, now }));
+    const f1 = t.insert(
+      newFlow({ proto: o1![0], caddr: C + 50 + i * 2, cports: CP, vaddr: V, daddr: o1![1], dports: o1![2], laddr: o1![3], rs: 1, now }),
+    );
+    const f2 = t.insert(
+      newFlow({ proto: o2![0], caddr: C + 51 + i * 2, cports: CP, vaddr: V, daddr: o2![1], dports: o2![2], laddr: o2![3], rs: 1, now }),
+    );
     assert.ok(f1 >= 0 && f2 >= 0 && f1 !== f2, `out-key field ${i}: two entries`);
     assert.equal(findOut(t, o1![0]!, o1![1]!, o1![2]!, o1![3]!), f1, `out-key field ${i}, first`);
     assert.equal(findOut(t, o2![0]!, o2![1]!, o2![2]!, o2![3]!), f2, `out-key field ${i}, second`);
     while (t.count() > 0) t.forEach((e) => t.remove(e, false, now));
     const [p1, p2] = pair([6, C & ~0xff, 80, V], i);
-    const g1 = t.insert(newFlow({ proto: p1![0], caddr: p1![1], cports: p1![2], vaddr: p1![3], daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 1000, now }));
-    const g2 = t.insert(newFlow({ proto: p2![0], caddr: p2![1], cports: p2![2], vaddr: p2![3], daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 1000, now }));
+    const g1 = t.insert(
+      newFlow({
+        proto: p1![0],
+        caddr: p1![1],
+        cports: p1![2],
+        vaddr: p1![3],
+        daddr: D,
+        dports: 8080 << 16,
+        laddr: 0,
+        rs: 1,
+        flags: L.F_TEMPLATE,
+        templateMs: 1000,
+        now,
+      }),
+    );
+    const g2 = t.insert(
+      newFlow({
+        proto: p2![0],
+        caddr: p2![1],
+        cports: p2![2],
+        vaddr: p2![3],
+        daddr: D,
+        dports: 8080 << 16,
+        laddr: 0,
+        rs: 1,
+        flags: L.F_TEMPLATE,
+        templateMs: 1000,
+        now,
+      }),
+    );
     assert.ok(g1 >= 0 && g2 >= 0 && g1 !== g2, `template field ${i}: two templates`);
     const b = t.bucket(p1![0]!, p1![1]!, p1![2]!, p1![3]!);
     t.lockBucket(b);
@@ -747,7 +996,21 @@ test('keys that share a chain and differ in one field only are told apart, on bo
 test('SCTP: the controlling template is ASSURED when the association reaches ESTABLISHED, not before', () => {
   const { t } = fresh();
   const now = t.now();
-  const tp = t.insert(newFlow({ proto: 132, caddr: C, cports: 80, vaddr: V, daddr: D, dports: 80 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 60_000, now }));
+  const tp = t.insert(
+    newFlow({
+      proto: 132,
+      caddr: C,
+      cports: 80,
+      vaddr: V,
+      daddr: D,
+      dports: 80 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 60_000,
+      now,
+    }),
+  );
   const e = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
   t.reserve(tp);
   t.control(e, tp, now);
@@ -803,7 +1066,9 @@ test('a SYN-proxy pending flow: both lookups copy it without touching it, and sa
   const { t } = fresh();
   const now = t.now();
   t.setSync(true);
-  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, flags: L.F_SYNPROXY | L.F_SP_PENDING, now }));
+  const e = t.insert(
+    newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, flags: L.F_SYNPROXY | L.F_SP_PENDING, now }),
+  );
   t.touch(e, DIR_INPUT, TCPF_ACK, now); // its first touch (the cookie ACK)
   const o = t.base(e);
   const before = [...t.i32.subarray(o, o + L.ENTRY_WORDS)];
@@ -825,7 +1090,9 @@ test('out-chain walks count too', () => {
   const target = t.bucket(6, 0x0d000000, DP, P);
   const ds: number[] = [];
   for (let d = 0x0d000000; ds.length < CHAIN_ALARM + 1; d++) if (t.bucket(6, d, DP, P) === target) ds.push(d);
-  ds.forEach((d, i) => t.insert(newFlow({ proto: 6, caddr: C + i * 7919, cports: CP, vaddr: V, daddr: d, dports: DP, laddr: P, rs: 1, now: t.now() })));
+  ds.forEach((d, i) =>
+    t.insert(newFlow({ proto: 6, caddr: C + i * 7919, cports: CP, vaddr: V, daddr: d, dports: DP, laddr: P, rs: 1, now: t.now() })),
+  );
   t.chainWindow();
   const long0 = t.longWalks();
   assert.ok(findOut(t, 6, ds[0]!, DP, P) >= 0);
@@ -839,7 +1106,21 @@ test('adopt counts inactive entries towards the upper threshold too', () => {
   const o = 3 * L.RS_WORDS;
   rs[o + L.RS_UTHRESH] = 2;
   const sh = (c: number, flags: number) =>
-    t.putShadow(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 3, flags, state: 2, expires: (now + 500_000) | 0 }));
+    t.putShadow(
+      newFlow({
+        proto: 6,
+        caddr: c,
+        cports: CP,
+        vaddr: V,
+        daddr: D,
+        dports: DP,
+        laddr: c,
+        rs: 3,
+        flags,
+        state: 2,
+        expires: (now + 500_000) | 0,
+      }),
+    );
   const a = sh(C, L.F_INACTIVE);
   const b = sh(C + 1, 0);
   assert.equal(t.adopt(a, now), true);
@@ -851,7 +1132,21 @@ test('adopt counts inactive entries towards the upper threshold too', () => {
 test('findOut never returns a template; IPv6 templates differing only in their high words are two templates', () => {
   const { t } = fresh(16);
   const now = t.now();
-  const tp = t.insert(newFlow({ proto: 6, caddr: C, cports: 80, vaddr: V, daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 1000, now }));
+  const tp = t.insert(
+    newFlow({
+      proto: 6,
+      caddr: C,
+      cports: 80,
+      vaddr: V,
+      daddr: D,
+      dports: 8080 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 1000,
+      now,
+    }),
+  );
   assert.ok(tp >= 0);
   assert.equal(findOut(t, 6, D, 8080 << 16, 0), -1);
   assert.equal(t.outKeyInUse(newFlow({ proto: 6, daddr: D, dports: 8080 << 16, laddr: 0 })), false);
@@ -865,7 +1160,22 @@ test('findOut never returns a template; IPv6 templates differing only in their h
     if (t.bucketIn(proto, 5, 80, 0x10, hi2) === b1) break;
   }
   const mk = (hi: number[]) =>
-    t.insert(newFlow({ proto, caddr: 5, cports: 80, vaddr: 0x10, daddr: D, dports: 8080 << 16, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 1000, hi, now }));
+    t.insert(
+      newFlow({
+        proto,
+        caddr: 5,
+        cports: 80,
+        vaddr: 0x10,
+        daddr: D,
+        dports: 8080 << 16,
+        laddr: 0,
+        rs: 1,
+        flags: L.F_TEMPLATE,
+        templateMs: 1000,
+        hi,
+        now,
+      }),
+    );
   const g1 = mk(hi1);
   const g2 = mk(hi2);
   assert.ok(g1 >= 0 && g2 >= 0 && g1 !== g2);
