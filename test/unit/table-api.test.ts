@@ -1,0 +1,1186 @@
+/**
+ * The connection table's smaller promises, one by one (conntrack/table.ts): what create() accepts,
+ * when touch() asks for a Redis write, the chain-walk counters, the locks a dead owner leaves,
+ * what remove() refuses, persistence templates (reserve, control, re-arm, invalidation,
+ * ASSURED), the OVERLOAD rules, shadow refreshes, full-NAT out-keys, the PROXY protocol words,
+ * IPv6 keys and the control thread's accessors. Written against the surviving mutants of
+ * test/mutation/table-survivors.md: each asserts what a caller sees.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as L from '../../conntrack/layout';
+import {
+  CHAIN_ALARM,
+  CHAIN_LIMIT,
+  ConnTable,
+  createRealServerRegion,
+  entryAddr,
+  FLOW_HIT,
+  FLOW_MISS,
+  FLOW_REUSE,
+  LOOKUP_NEW,
+} from '../../conntrack/table';
+import { DIR_INPUT, DIR_OUTPUT, TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
+import { SCTP_S_CLOSED, SCTP_S_ESTABLISHED } from '../../conntrack/sctp-state';
+import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
+import { parseIPv6 } from '../../net/addr';
+
+const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
+
+function fresh(capacity = 1024) {
+  const rs = createRealServerRegion(8);
+  const t = new ConnTable(ConnTable.create(capacity, timeouts), rs, L.OWNER_CONTROL);
+  const r = new Int32Array(rs);
+  for (let s = 0; s < 8; s++) {
+    r[s * L.RS_WORDS + L.RS_FLAGS] = L.RSF_AVAILABLE;
+    r[s * L.RS_WORDS + L.RS_WEIGHT] = 1;
+  }
+  return { t, rs: r };
+}
+
+const C = 0x0a000002,
+  V = 0x0a600001,
+  D = 0x0a0b0002,
+  P = 0x0a0c0001;
+const CP = (40000 << 16) | 80,
+  DP = (8080 << 16) | 40000;
+
+function key(proto: number, src: number, ports: number, dst: number): FlowKey {
+  const k = new FlowKey();
+  k.proto = proto;
+  k.src = src;
+  k.ports = ports;
+  k.dst = dst;
+  return k;
+}
+
+/** findIn under the bucket lock, as the control thread calls it. */
+function findIn(t: ConnTable, proto: number, c: number, cp: number, v: number, hi: ArrayLike<number> | null = null): number {
+  const b = t.bucketIn(proto, c, cp, v, hi);
+  t.lockBucket(b);
+  const e = t.findIn(b, proto, c, cp, v, hi);
+  t.unlockBucket(b);
+  return e;
+}
+function findOut(t: ConnTable, proto: number, d: number, dp: number, l: number, hi: ArrayLike<number> | null = null): number {
+  const b = t.bucketOut(proto, d, dp, l, hi);
+  t.lockBucket(b);
+  const e = t.findOut(b, proto, d, dp, l, hi);
+  t.unlockBucket(b);
+  return e;
+}
+function findTemplate(t: ConnTable, proto: number, c: number, vport: number, v: number): number {
+  const b = t.bucket(proto, c, vport, v);
+  t.lockBucket(b);
+  const e = t.findTemplate(b, proto, c, vport, v);
+  t.unlockBucket(b);
+  return e;
+}
+
+test('create() takes only a power of two ≥ 16; a buffer that is no table is refused', () => {
+  for (const c of [0, 8, 15, 17, 24, 1000, 16.5, -16]) assert.throws(() => ConnTable.create(c, timeouts), RangeError, `capacity ${c}`);
+  const t = new ConnTable(ConnTable.create(16, timeouts), createRealServerRegion(1), L.OWNER_CONTROL);
+  assert.deepEqual([t.capacity, t.mask, t.count(), t.shadows()], [16, 15, 0, 0]);
+  assert.throws(() => new ConnTable(new SharedArrayBuffer(L.tableBytes(16)), createRealServerRegion(1), 1), /not a uvs connection table/);
+});
+
+test('a new table: every entry free, the SYN proxy off with its default options, no cookie sent, the whole hold area free', () => {
+  const { t } = fresh(16);
+  const a = t.i32;
+  let free = 0;
+  for (let ref = a[L.H_FREE_HEAD]!; ref !== 0 && free <= 16; ref = a[t.base(ref - 1) + L.E_NEXT_IN]!) free++;
+  assert.equal(free, 16, 'the free list holds every entry once');
+  assert.equal(t.synProxyOn(), false);
+  assert.deepEqual([a[L.H_SP_MSS4], a[L.H_SP_MSS6], a[L.H_SP_WSCALE]], [1460, 1440, 7]);
+  assert.ok(((t.now() - a[L.H_SP_LAST]!) | 0) > 120_000, 'the last cookie is long ago: ACKs are not checked');
+  const h = L.holdOffset(16);
+  let slots = 0;
+  for (
+    let ref = a[h + L.HOLD_FREE]!;
+    ref !== 0 && slots <= L.HOLD_SLOTS;
+    ref = a[h + L.HOLD_HDR_WORDS + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!
+  )
+    slots++;
+  assert.equal(slots, L.HOLD_SLOTS, 'the hold free list holds every slot once');
+  assert.equal(t.holdUsed(), 0);
+  // now() counts from the table's epoch, the same in every view of it.
+  const other = new ConnTable(t.sab, createRealServerRegion(1), 3);
+  assert.equal(other.epoch, t.epoch);
+  assert.ok(Math.abs(t.now() - (Date.now() - t.epoch)) < 50);
+  assert.ok(Math.abs(t.epoch - Date.now()) < 60_000, 'the epoch is when the table was made');
+});
+
+test('setTimeouts: every TCP state, UDP, SCTP (the kernel defaults when absent); a missing state is 0', () => {
+  const { t } = fresh(16);
+  const a = t.i32;
+  t.setTimeouts({ tcp: [1, 2, 3], udp: 4.5, sctp: [7] });
+  assert.deepEqual([...a.subarray(L.H_TIMEOUTS, L.H_TIMEOUTS + 4)], [1000, 2000, 3000, 0]);
+  assert.equal(a[L.H_TIMEOUTS + 10], 0);
+  assert.equal(a[L.H_TIMEOUTS + L.TIMEOUT_UDP], 4500);
+  assert.deepEqual(
+    [a[L.H_TIMEOUTS + L.TIMEOUT_SCTP], a[L.H_TIMEOUTS + L.TIMEOUT_SCTP + 1], a[L.H_TIMEOUTS + L.TIMEOUT_SCTP + 13]],
+    [7000, 0, 0],
+  );
+  t.setTimeouts(timeouts);
+  assert.ok(a[L.H_TIMEOUTS + L.TIMEOUT_SCTP + SCTP_S_ESTABLISHED]! > 0, 'kernel SCTP defaults');
+});
+
+test('sync on: a client packet asks for a Redis write at packet 3, then every 50th; a reply never counts; half the timeout idle writes again; sync off never', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  assert.equal(t.touch(e, DIR_INPUT, 0, now), false, 'sync off');
+  t.i32[t.base(e) + L.E_IN_PKTS] = 0;
+  t.setSync(true);
+  const writes: number[] = [];
+  for (let i = 1; i <= 160; i++) if (t.touch(e, DIR_INPUT, 0, now)) writes.push(i);
+  assert.deepEqual(writes, [3, 53, 103, 153]);
+  for (let i = 0; i < 60; i++) assert.equal(t.touch(e, DIR_OUTPUT, 0, now), false, 'replies count no packet');
+  assert.equal(t.i32[t.base(e) + L.E_IN_PKTS], 160);
+  // UDP: 300 s, so a write is due once more than 150 s passed since the last one.
+  assert.equal(t.touch(e, DIR_OUTPUT, 0, now + 150_000), false);
+  assert.equal(t.touch(e, DIR_OUTPUT, 0, now + 150_001), true);
+  assert.equal(t.touch(e, DIR_OUTPUT, 0, now + 150_002), false, 'written just now');
+  t.setSync(false);
+  for (let i = 0; i < 60; i++) assert.equal(t.touch(e, DIR_INPUT, 0, now + 900_000), false, 'sync off: nothing is written');
+  // TCP: a state change is written at once, even the first packet.
+  t.setSync(true);
+  const s = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  assert.equal(t.touch(s, DIR_INPUT, TCPF_SYN, now), true, 'NONE → SYN_RECV');
+  assert.equal(t.touch(s, DIR_INPUT, TCPF_SYN, now), false, 'packet 2, no change');
+});
+
+test('the client packet count saturates at 2^31 − 1', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const o = t.base(e);
+  t.i32[o + L.E_IN_PKTS] = 0x7ffffffe;
+  t.touch(e, DIR_INPUT, 0, now);
+  assert.equal(t.i32[o + L.E_IN_PKTS], 0x7fffffff);
+  t.touch(e, DIR_INPUT, 0, now);
+  assert.equal(t.i32[o + L.E_IN_PKTS], 0x7fffffff);
+});
+
+/** n keys (client address varying) whose client→server key shares one bucket. */
+function collidingIn(t: ConnTable, n: number): number[] {
+  const target = t.bucket(6, 0x0b000000, CP, V);
+  const out: number[] = [];
+  for (let c = 0x0b000000; out.length < n; c++) if (t.bucket(6, c, CP, V) === target) out.push(c);
+  return out;
+}
+
+test('walks: longestWalk is the window peak, chainWindow returns and resets it, longWalks counts walks over CHAIN_ALARM', () => {
+  const t = new ConnTable(ConnTable.create(256, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
+  const keys = collidingIn(t, CHAIN_ALARM + 2);
+  const ins = (i: number) =>
+    t.insert(
+      newFlow({ proto: 6, caddr: keys[i]!, cports: CP, vaddr: V, daddr: D + i * 7919, dports: DP, laddr: keys[i]!, rs: 1, now: t.now() }),
+    );
+  for (let i = 0; i < CHAIN_ALARM; i++) assert.ok(ins(i) >= 0);
+  t.chainWindow();
+  assert.equal(t.longestWalk(), 0, 'a new window');
+  const long0 = t.longWalks();
+  // New entries go to the head: keys[0] is the last of CHAIN_ALARM.
+  assert.ok(findIn(t, 6, keys[0]!, CP, V) >= 0);
+  assert.equal(t.longestWalk(), CHAIN_ALARM);
+  assert.equal(t.longWalks(), long0, 'a walk of exactly CHAIN_ALARM is no alarm');
+  assert.ok(findIn(t, 6, keys[CHAIN_ALARM - 1]!, CP, V) >= 0);
+  assert.equal(t.longestWalk(), CHAIN_ALARM, 'a shorter walk keeps the peak');
+  assert.equal(t.chainWindow(), CHAIN_ALARM);
+  assert.equal(t.longestWalk(), 0);
+  assert.ok(findIn(t, 6, keys[CHAIN_ALARM - 1]!, CP, V) >= 0);
+  assert.equal(t.longestWalk(), 1, 'found at the head');
+  assert.ok(ins(CHAIN_ALARM) >= 0);
+  assert.equal(t.longWalks(), long0, "the insert's miss walked CHAIN_ALARM entries");
+  assert.ok(findIn(t, 6, keys[0]!, CP, V) >= 0);
+  assert.equal(t.longWalks(), long0 + 1);
+  assert.equal(t.longestWalk(), CHAIN_ALARM + 1);
+  assert.equal(findIn(t, 6, keys[CHAIN_ALARM + 1]!, CP, V), -1);
+  assert.equal(t.longWalks(), long0 + 2, 'a miss walks the whole chain');
+  // Templates are walked over too.
+  const b = t.bucket(6, keys[0]!, CP, V);
+  t.lockBucket(b);
+  assert.equal(t.findTemplate(b, 6, keys[0]!, CP, V), -1);
+  t.unlockBucket(b);
+  assert.equal(t.longWalks(), long0 + 3);
+});
+
+test('an insert whose server→client chain already holds CHAIN_LIMIT entries is refused (−3), its slot given back', () => {
+  const t = new ConnTable(ConnTable.create(256, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
+  const target = t.bucket(6, 0x0d000000, DP, P);
+  const ds: number[] = [];
+  for (let d = 0x0d000000; ds.length < CHAIN_LIMIT + 1; d++) if (t.bucket(6, d, DP, P) === target) ds.push(d);
+  for (let i = 0; i < CHAIN_LIMIT; i++)
+    assert.ok(
+      t.insert(
+        newFlow({ proto: 6, caddr: C + i * 7919, cports: CP, vaddr: V, daddr: ds[i]!, dports: DP, laddr: P, rs: 1, now: t.now() }),
+      ) >= 0,
+    );
+  const r = newFlow({
+    proto: 6,
+    caddr: C + 1_000_003,
+    cports: CP,
+    vaddr: V,
+    daddr: ds[CHAIN_LIMIT]!,
+    dports: DP,
+    laddr: P,
+    rs: 1,
+    now: t.now(),
+  });
+  assert.equal(t.insert(r), -3);
+  assert.equal(r.created, false);
+  assert.equal(t.count(), CHAIN_LIMIT);
+  for (let i = 0; i < CHAIN_LIMIT; i++) assert.ok(findOut(t, 6, ds[i]!, DP, P) >= 0);
+  // The refused slot is free again: every slot is live or on the free list.
+  let free = 0;
+  for (let ref = t.i32[L.H_FREE_HEAD]!; ref !== 0 && free <= 256; ref = t.i32[t.base(ref - 1) + L.E_NEXT_IN]!) free++;
+  assert.equal(free, 256 - CHAIN_LIMIT);
+  // One entry fewer on the chain: the same insert goes in.
+  assert.equal(t.remove(findOut(t, 6, ds[5]!, DP, P), false, t.now()), true);
+  assert.ok(t.insert(r) >= 0);
+  assert.equal(r.created, true);
+});
+
+test('releaseLocksOf counts and frees bucket, entry, allocation and hold-area locks of that owner only', () => {
+  const { t } = fresh(64);
+  const a = t.i32;
+  const locks = L.bucketLocksOffset(64);
+  a[locks + 3] = 7;
+  a[t.base(5) + L.E_LOCK] = 7;
+  a[t.base(63) + L.E_LOCK] = 7;
+  a[L.H_ALLOC_LOCK] = 7;
+  a[L.holdOffset(64) + L.HOLD_LOCK] = 7;
+  a[t.base(6) + L.E_LOCK] = 8;
+  a[locks + 63] = 8;
+  assert.equal(t.releaseLocksOf(7), 5);
+  assert.deepEqual(
+    [a[locks + 3], a[t.base(5) + L.E_LOCK], a[t.base(63) + L.E_LOCK], a[L.H_ALLOC_LOCK], a[L.holdOffset(64) + L.HOLD_LOCK]],
+    [0, 0, 0, 0, 0],
+  );
+  assert.deepEqual([a[t.base(6) + L.E_LOCK], a[locks + 63]], [8, 8], "another owner's locks stay");
+  assert.equal(t.releaseLocksOf(7), 0);
+});
+
+test('remove() with the key a worker found: another key, a template or another state is left alone; not due is kept', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.touch(e, DIR_INPUT, TCPF_SYN, now); // SYN_RECV (3), active
+  assert.equal(t.remove(e, false, now, 17, C, CP), false, 'protocol');
+  assert.equal(t.remove(e, false, now, 6, C + 1, CP), false, 'client address');
+  assert.equal(t.remove(e, false, now, 6, C, CP + 1), false, 'ports');
+  assert.equal(t.remove(e, false, now, 6, C, CP, 1), false, 'state');
+  const expires = t.i32[t.base(e) + L.E_EXPIRES]!;
+  assert.equal(t.remove(e, true, (expires - 1) | 0, 6, C, CP, 3), false, 'not due');
+  assert.equal(t.count(), 1);
+  assert.equal(t.remove(e, true, expires, 6, C, CP, 3), true);
+  assert.equal(t.count(), 0);
+  assert.deepEqual([rs[1 * L.RS_WORDS + L.RS_ACTIVE], rs[1 * L.RS_WORDS + L.RS_INACTIVE]], [0, 0], 'an active entry leaves ActiveConn');
+  assert.equal(t.remove(e, false, now), false, 'already gone');
+  assert.equal(findIn(t, 6, C, CP, V), -1);
+  assert.equal(findOut(t, 6, D, DP, C), -1);
+  // A template is never removed by a connection's key.
+  const tp = t.insert(
+    newFlow({
+      proto: 6,
+      caddr: C,
+      cports: 80,
+      vaddr: V,
+      daddr: D,
+      dports: 8080 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 1000,
+      now,
+    }),
+  );
+  assert.equal(t.remove(tp, false, now, 6, C, 80), false);
+  assert.equal(t.remove(tp, false, now), true);
+  assert.equal(rs[1 * L.RS_WORDS + L.RS_PERSIST], 0);
+});
+
+test('remove() unlinks an entry from the middle of both chains and leaves the others findable', () => {
+  const t = new ConnTable(ConnTable.create(256, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
+  const keys = collidingIn(t, 5);
+  const es = keys.map((c) =>
+    t.insert(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 1, now: t.now() })),
+  );
+  assert.equal(t.remove(es[2]!, false, t.now()), true);
+  for (let i = 0; i < 5; i++) {
+    assert.equal(findIn(t, 6, keys[i]!, CP, V), i === 2 ? -1 : es[i], `in ${i}`);
+    assert.equal(findOut(t, 6, D, DP, keys[i]!), i === 2 ? -1 : es[i], `out ${i}`);
+  }
+  assert.equal(t.remove(es[4]!, false, t.now()), true, 'the head');
+  assert.equal(t.remove(es[0]!, false, t.now()), true, 'the tail');
+  assert.equal(findIn(t, 6, keys[1]!, CP, V), es[1]);
+  assert.equal(findIn(t, 6, keys[3]!, CP, V), es[3]);
+  assert.equal(t.count(), 2);
+});
+
+test('persistence templates: PersistConn, matched only by findTemplate/templateFor, reserved, re-armed while they control, ASSURED on ESTABLISHED', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const Cm = C & ~0xff;
+  const v = new FlowView();
+  const tr = newFlow({
+    proto: 6,
+    caddr: Cm,
+    cports: 80,
+    vaddr: V,
+    daddr: D,
+    dports: 8080 << 16,
+    laddr: 0,
+    rs: 1,
+    flags: L.F_TEMPLATE,
+    templateMs: 360_000,
+    pp: 77,
+    ppSeq: 99,
+    now,
+  });
+  const tp = t.insertTemplate(tr, v);
+  assert.ok(tp >= 0);
+  const ot = t.base(tp);
+  assert.deepEqual([rs[1 * L.RS_WORDS + L.RS_PERSIST], rs[1 * L.RS_WORDS + L.RS_INACTIVE]], [1, 0]);
+  assert.deepEqual([v.entry, v.rs, v.daddr], [tp, 1, D], 'copied into the view');
+  assert.equal(t.i32[ot + L.E_NCONTROL], 1, 'insertTemplate reserves it');
+  assert.equal(t.i32[ot + L.E_EXPIRES], (now + 360_000) | 0, 'its own timer');
+  assert.equal(findIn(t, 6, Cm, 80, V), -1, 'packets never match a template');
+  assert.equal(findTemplate(t, 6, Cm, 80, V), tp);
+  assert.equal(findTemplate(t, 6, Cm + 1, 80, V), -1);
+  const k = key(6, Cm, 80, V);
+  const v2 = new FlowView();
+  assert.equal(t.templateFor(k, v2, false), tp);
+  assert.equal(k.bucket, t.bucket(6, Cm, 80, V));
+  assert.deepEqual([v2.entry, v2.rs], [tp, 1]);
+  assert.equal(t.i32[ot + L.E_NCONTROL], 2);
+  t.unreserve(tp);
+  assert.equal(t.i32[ot + L.E_NCONTROL], 1);
+  // The connection made through it.
+  const c = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.control(c, tp, now + 1000);
+  assert.equal(t.i32[ot + L.E_EXPIRES], (now + 361_000) | 0, 're-armed by its own timeout');
+  t.touch(c, DIR_INPUT, TCPF_SYN, now);
+  t.touch(c, DIR_OUTPUT, TCPF_SYN | TCPF_ACK, now);
+  assert.equal(t.i32[ot + L.E_STATE]! & L.CTPL_ASSURED, 0);
+  t.touch(c, DIR_INPUT, TCPF_ACK, now); // ESTABLISHED
+  assert.equal(t.i32[ot + L.E_STATE]! & L.CTPL_ASSURED, L.CTPL_ASSURED);
+  // Due while it still controls a connection: 60 s more, as often as needed.
+  assert.equal(t.expire(now + 361_000), 0);
+  assert.equal(t.i32[ot + L.E_EXPIRES], (now + 421_000) | 0);
+  assert.equal(t.i32[ot + L.E_TIMEOUT], L.TEMPLATE_REARM_MS);
+  assert.equal(t.remove(tp, true, now + 421_000), false);
+  assert.equal(t.i32[ot + L.E_EXPIRES], (now + 481_000) | 0);
+  // A TIME_WAIT connection it controls is not reused by a new SYN.
+  t.i32[t.base(c) + L.E_STATE] = 5;
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.equal(t.remove(c, false, now), true);
+  assert.equal(t.i32[ot + L.E_NCONTROL], 0, 'the connection gave its control back');
+  assert.equal(t.expire(now + 481_000), 1, 'controlling nothing, it goes at its timer');
+  assert.equal(rs[1 * L.RS_WORDS + L.RS_PERSIST], 0);
+  assert.equal(t.count(), 0);
+});
+
+test('templateFor: a template whose server left is invalidated for good; a quiesced one only with expire_quiescent', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const v = new FlowView();
+  const mk = (c: number, r: number) =>
+    t.insert(
+      newFlow({
+        proto: 6,
+        caddr: c,
+        cports: 80,
+        vaddr: V,
+        daddr: D,
+        dports: 8080 << 16,
+        laddr: 0,
+        rs: r,
+        flags: L.F_TEMPLATE,
+        templateMs: 360_000,
+        now,
+      }),
+    );
+  const a = mk(C, 1);
+  const b = mk(C + 256, 2);
+  rs[1 * L.RS_WORDS + L.RS_FLAGS] = 0; // left the service
+  assert.equal(t.templateFor(key(6, C, 80, V), v, false), -1);
+  assert.equal(t.i32[t.base(a) + L.E_NCONTROL], 0, 'not reserved');
+  rs[1 * L.RS_WORDS + L.RS_FLAGS] = L.RSF_AVAILABLE; // back again
+  assert.equal(t.templateFor(key(6, C, 80, V), v, false), -1, 'invalidated: never matched again');
+  assert.equal(findTemplate(t, 6, C, 80, V), -1);
+  assert.equal(t.count(), 2, 'it dies at its timer, not now');
+  rs[2 * L.RS_WORDS + L.RS_WEIGHT] = 0; // quiesced
+  assert.equal(t.templateFor(key(6, C + 256, 80, V), v, false), b, 'quiesced, expire_quiescent off: still used');
+  t.unreserve(b);
+  assert.equal(t.templateFor(key(6, C + 256, 80, V), v, true), -1, 'expire_quiescent on');
+  rs[2 * L.RS_WORDS + L.RS_WEIGHT] = 1;
+  assert.equal(t.templateFor(key(6, C + 256, 80, V), v, false), -1, 'invalidated');
+  // A new template for the key is made beside the invalid one.
+  const c = mk(C, 1);
+  assert.ok(c >= 0 && c !== a);
+  assert.equal(findTemplate(t, 6, C, 80, V), c);
+  assert.equal(t.expire(now + 360_000), 3);
+});
+
+test('UDP: a reply assures the controlling template, a client packet does not; an unassured template stays so', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const tp = t.insert(
+    newFlow({
+      proto: 17,
+      caddr: C,
+      cports: 53,
+      vaddr: V,
+      daddr: D,
+      dports: 53 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 60_000,
+      now,
+    }),
+  );
+  const u = t.insert(
+    newFlow({ proto: 17, caddr: C, cports: (5000 << 16) | 53, vaddr: V, daddr: D, dports: (53 << 16) | 5000, laddr: C, rs: 1, now }),
+  );
+  const w = t.insert(
+    newFlow({
+      proto: 17,
+      caddr: C + 1,
+      cports: (5000 << 16) | 53,
+      vaddr: V,
+      daddr: D,
+      dports: (53 << 16) | 5000,
+      laddr: C + 1,
+      rs: 1,
+      now,
+    }),
+  );
+  t.touch(w, DIR_OUTPUT, 0, now); // no template: nothing to assure
+  t.reserve(tp);
+  t.control(u, tp, now);
+  t.touch(u, DIR_INPUT, 0, now);
+  assert.equal(t.i32[t.base(tp) + L.E_STATE]! & L.CTPL_ASSURED, 0);
+  t.touch(u, DIR_OUTPUT, 0, now);
+  assert.equal(t.i32[t.base(tp) + L.E_STATE]! & L.CTPL_ASSURED, L.CTPL_ASSURED);
+  t.touch(u, DIR_OUTPUT, 0, now);
+  assert.equal(t.i32[t.base(tp) + L.E_STATE], L.CTPL_ASSURED, 'set once, nothing else');
+});
+
+test('OVERLOAD: at the upper threshold; without a lower one cleared below 3/4 of the upper; without thresholds cleared on any unbind', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const o = 4 * L.RS_WORDS;
+  rs[o + L.RS_UTHRESH] = 4;
+  const es: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, `${i} entries`);
+    es.push(t.insert(newFlow({ proto: 6, caddr: C + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 4, now })));
+  }
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
+  t.touch(es[0]!, DIR_INPUT, TCPF_SYN, now); // active now: still 4 in all
+  t.remove(es[1]!, false, now);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD, '3 · 4 is not below 4 · 3');
+  t.remove(es[0]!, false, now);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, '2 · 4 < 4 · 3');
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 2]);
+  // A template counts in PersistConn, not towards the threshold.
+  rs[o + L.RS_UTHRESH] = 3;
+  t.insert(
+    newFlow({
+      proto: 6,
+      caddr: C,
+      cports: 80,
+      vaddr: V,
+      daddr: D,
+      dports: 8080 << 16,
+      laddr: 0,
+      rs: 4,
+      flags: L.F_TEMPLATE,
+      templateMs: 1000,
+      now,
+    }),
+  );
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, 'PersistConn is not a connection');
+  assert.equal(rs[o + L.RS_PERSIST], 1);
+  // No thresholds: any unbind clears a flag set by hand.
+  const n = 5 * L.RS_WORDS;
+  const x = t.insert(newFlow({ proto: 6, caddr: C + 9, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 9, rs: 5, now }));
+  assert.equal(rs[n + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, 'no upper threshold: never overloaded');
+  rs[n + L.RS_FLAGS] = rs[n + L.RS_FLAGS]! | L.RSF_OVERLOAD;
+  t.remove(x, false, now);
+  assert.equal(rs[n + L.RS_FLAGS], L.RSF_AVAILABLE, 'cleared, AVAILABLE kept');
+  // A lower threshold: cleared only below it.
+  const m = 6 * L.RS_WORDS;
+  rs[m + L.RS_UTHRESH] = 3;
+  rs[m + L.RS_LTHRESH] = 2;
+  const ys = [0, 1, 2].map((i) =>
+    t.insert(newFlow({ proto: 6, caddr: C + 20 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 20 + i, rs: 6, now })),
+  );
+  assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
+  t.remove(ys[0]!, false, now);
+  assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD, '2 is not below 2 (3/4 of 3 would have cleared it)');
+  t.remove(ys[1]!, false, now);
+  assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0);
+});
+
+test('adopt: counted active or inactive as synced, OVERLOAD at the upper threshold; lookupIn and lookupOut adopt on the way', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const o = 3 * L.RS_WORDS;
+  rs[o + L.RS_UTHRESH] = 2;
+  const sh = (c: number, flags = 0) =>
+    t.putShadow(
+      newFlow({
+        proto: 6,
+        caddr: c,
+        cports: CP,
+        vaddr: V,
+        daddr: D,
+        dports: DP,
+        laddr: c,
+        rs: 3,
+        flags,
+        state: 1,
+        expires: (now + 500_000) | 0,
+      }),
+    );
+  const a = sh(C);
+  const b = sh(C + 1);
+  const c = sh(C + 2, L.F_INACTIVE);
+  assert.equal(t.shadows(), 3);
+  const v = new FlowView();
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_ACK, 0, now), FLOW_HIT);
+  assert.equal(v.adopted, true);
+  assert.equal(v.entry, a);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE], rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD], [1, 0, 0]);
+  assert.equal(t.i32[t.base(a) + L.E_SYNCED], now, 'ours to sync from now on');
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_ACK, 0, now), FLOW_HIT);
+  assert.equal(v.adopted, false, 'adopted once');
+  assert.equal(t.lookupOut(key(6, D, DP, C + 1), v, TCPF_ACK, now), true);
+  assert.deepEqual([v.adopted, v.entry], [true, b]);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD], [2, L.RSF_OVERLOAD]);
+  assert.equal(t.adopt(c, now), true);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [2, 1]);
+  assert.equal(t.shadows(), 0);
+  // No upper threshold: never overloaded.
+  const n = 4 * L.RS_WORDS;
+  const d = t.putShadow(
+    newFlow({
+      proto: 6,
+      caddr: C + 3,
+      cports: CP,
+      vaddr: V,
+      daddr: D,
+      dports: DP,
+      laddr: C + 3,
+      rs: 4,
+      state: 1,
+      expires: (now + 500_000) | 0,
+    }),
+  );
+  assert.equal(t.adopt(d, now), true);
+  assert.equal(rs[n + L.RS_FLAGS], L.RSF_AVAILABLE);
+  assert.equal(t.readFlow(key(6, C + 3, CP, V), false, v), true);
+  assert.equal(v.adopted, false);
+});
+
+test('putShadow: a refresh takes the record (state, expiry, inactive, PROXY words, SYN proxy words); mayInsert only limits new shadows', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const rec = (over: Partial<Parameters<typeof newFlow>[0]> = {}) =>
+    newFlow({
+      proto: 6,
+      caddr: C,
+      cports: CP,
+      vaddr: V,
+      daddr: D,
+      dports: DP,
+      laddr: C,
+      rs: 2,
+      state: 3,
+      expires: (now + 10_000) | 0,
+      ...over,
+    });
+  assert.equal(t.putShadow(rec(), false), -1, 'the cap: no new shadow');
+  assert.equal(t.count(), 0);
+  const e = t.putShadow(rec({ flags: L.F_INACTIVE }));
+  assert.ok(e >= 0);
+  const o = t.base(e);
+  assert.ok(t.i32[o + L.E_FLAGS]! & L.F_INACTIVE);
+  assert.equal(
+    t.putShadow(
+      rec({ state: 1, expires: (now + 20_000) | 0, pp: 0x1234, ppSeq: 555, sp: 1, spDelta: 11, spTsDelta: 22, spOpts: 33 }),
+      false,
+    ),
+    e,
+    'a refresh is no new shadow',
+  );
+  assert.deepEqual([t.i32[o + L.E_STATE], t.i32[o + L.E_EXPIRES], t.i32[o + L.E_FLAGS]! & L.F_INACTIVE], [1, (now + 20_000) | 0, 0]);
+  assert.deepEqual(t.spRecordWords(e), [11, 22, 33]);
+  const v = new FlowView();
+  assert.equal(t.readFlow(key(6, C, CP, V), false, v), true);
+  assert.deepEqual([v.pp, v.ppSeq, v.sp, v.spDelta, v.spTsDelta, v.spOpts], [0x1234, 555, L.F_SYNPROXY, 11, 22, 33]);
+  assert.ok(t.i32[o + L.E_FLAGS]! & L.F_SHADOW, 'still a shadow');
+  assert.equal(t.putShadow(rec({ flags: L.F_INACTIVE, state: 2 })), e);
+  assert.ok(t.i32[o + L.E_FLAGS]! & L.F_INACTIVE, 'inactive again');
+  assert.equal(t.putShadow(rec({ dports: DP + 1, state: 7 })), -1, 'another server port: not this flow');
+  assert.equal(t.putShadow(rec({ daddr: D + 1, state: 7 })), -1, 'another server: not this flow');
+  assert.equal(t.i32[o + L.E_STATE], 2);
+  assert.deepEqual([t.shadows(), t.count()], [1, 1]);
+  // The sweeper removes it at its synced expiry; nothing was counted, nothing is uncounted.
+  assert.equal(t.expire(now + 9_999), 0);
+  assert.equal(t.expire((now + 10_000) | 0), 1);
+  assert.deepEqual([t.shadows(), t.count(), rs[2 * L.RS_WORDS + L.RS_ACTIVE], rs[2 * L.RS_WORDS + L.RS_INACTIVE]], [0, 0, 0, 0]);
+  // A new shadow with SYN proxy words.
+  const s = t.putShadow(rec({ sp: 1, spDelta: -5, spTsDelta: 7, spOpts: 9 }));
+  assert.deepEqual(t.spRecordWords(s), [-5, 7, 9]);
+  assert.ok(t.i32[t.base(s) + L.E_FLAGS]! & L.F_SYNPROXY);
+  assert.equal(t.i32[t.base(s) + L.E_SYNCED], (now + 10_000) | 0, 'not ours to sync: its synced time is its expiry');
+});
+
+test('full-NAT: an insert whose pool address and port are taken is refused (−2), its slot given back; outKeyInUse tells', () => {
+  const { t, rs } = fresh(16);
+  const now = t.now();
+  const fn = (c: number) =>
+    newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, flags: L.FWD_FULLNAT, now });
+  assert.equal(t.outKeyInUse(fn(C)), false);
+  assert.ok(t.insert(fn(C)) >= 0);
+  assert.equal(t.outKeyInUse(fn(C + 1)), true);
+  assert.equal(t.outKeyInUse(newFlow({ proto: 6, daddr: D, dports: DP + 1, laddr: P })), false);
+  const r = fn(C + 1);
+  assert.equal(t.insert(r), -2);
+  assert.equal(r.created, false);
+  assert.deepEqual([t.count(), rs[1 * L.RS_WORDS + L.RS_INACTIVE]], [1, 1]);
+  const v = new FlowView();
+  assert.equal(t.readFlow(key(6, D, DP, P), true, v), true);
+  assert.equal(v.caddr, C, 'the first flow keeps the key');
+  for (let i = 0; i < 15; i++)
+    assert.ok(
+      t.insert(newFlow({ proto: 17, caddr: C + 100 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 100 + i, rs: 1, now })) >= 0,
+      `slot ${i}`,
+    );
+  assert.equal(t.count(), 16, 'the refused slot was given back');
+});
+
+test('readFlow copies a flow by either key without touching it', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, svc: 4, now }));
+  const o = t.base(e);
+  const before = [...t.i32.subarray(o, o + L.ENTRY_WORDS)];
+  const v = new FlowView();
+  v.adopted = true;
+  v.sync = true;
+  assert.equal(t.readFlow(key(6, C, CP, V), false, v), true);
+  assert.deepEqual(
+    [v.entry, v.caddr, v.cports, v.vaddr, v.daddr, v.dports, v.laddr, v.rs, v.svc, v.adopted, v.sync],
+    [e, C, CP, V, D, DP, P, 1, 4, false, false],
+  );
+  const w = new FlowView();
+  assert.equal(t.readFlow(key(6, D, DP, P), true, w), true);
+  assert.equal(w.entry, e);
+  assert.equal(t.readFlow(key(6, D, DP, P), false, w), false, 'the out-key is no in-key');
+  assert.equal(t.readFlow(key(6, C, CP, V), true, w), false, 'the in-key is no out-key');
+  assert.deepEqual([w.entry, w.caddr, w.rs, w.svc], [e, C, 1, 4], "a miss leaves the caller's view alone");
+  assert.deepEqual([...t.i32.subarray(o, o + L.ENTRY_WORDS)], before, 'untouched');
+  assert.equal(t.i32[L.bucketLocksOffset(1024) + t.bucket(6, C, CP, V)], 0, 'lock released');
+});
+
+test('lookupIn with LOOKUP_NEW: a TCP flow in TIME_WAIT or an SCTP one CLOSED may be replaced; other states, or without LOOKUP_NEW, go on', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const v = new FlowView();
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.touch(e, DIR_INPUT, TCPF_SYN, now);
+  t.touch(e, DIR_INPUT, TCPF_FIN, now); // SYN_RECV + client FIN → TIME_WAIT
+  assert.equal(t.i32[t.base(e) + L.E_STATE], 5);
+  const pk = t.i32[t.base(e) + L.E_IN_PKTS];
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_REUSE);
+  assert.equal(v.entry, e);
+  assert.equal(t.i32[t.base(e) + L.E_IN_PKTS], pk, 'not touched');
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_ACK, 0, now), FLOW_HIT);
+  const s = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.i32[t.base(s) + L.E_STATE] = SCTP_S_CLOSED;
+  assert.equal(t.lookupIn(key(132, C, CP, V), v, 1, LOOKUP_NEW, now), FLOW_REUSE);
+  t.i32[t.base(s) + L.E_STATE] = 5; // TIME_WAIT's number is no SCTP state to reuse
+  assert.equal(t.lookupIn(key(132, C, CP, V), v, 1, LOOKUP_NEW, now), FLOW_HIT);
+  const u = t.insert(newFlow({ proto: 6, caddr: C + 1, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 1, rs: 1, now }));
+  t.i32[t.base(u) + L.E_STATE] = SCTP_S_CLOSED; // 13 is no TCP state to reuse
+  assert.equal(t.lookupIn(key(6, C + 1, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.equal(t.lookupIn(key(6, C + 2, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_MISS);
+});
+
+test('PROXY protocol words: kept from the record, marks only add bits, a restart clears them and moves the sequence number', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const pp = (2 << L.PP_VER_SHIFT) | 28;
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, pp, ppSeq: 1001, now }));
+  const v = new FlowView();
+  t.touchIn(e, v, TCPF_SYN, now);
+  assert.deepEqual([v.pp, v.ppSeq, v.state], [pp, 1001, 3]);
+  t.ppMark(e, L.PP_SENT);
+  t.ppMark(e, L.PP_DATA);
+  t.readFlow(key(6, C, CP, V), false, v);
+  assert.equal(v.pp, pp | L.PP_SENT | L.PP_DATA);
+  t.ppRestart(e, 5001);
+  t.readFlow(key(6, C, CP, V), false, v);
+  assert.deepEqual([v.pp, v.ppSeq], [pp, 5001]);
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 60_000) | 0, 'touchIn re-armed the timer (SYN_RECV)');
+});
+
+test('IPv6 keys: every high word counts on both chains; the view carries all 12; entryAddr prints each address', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const c = parseIPv6('2001:db8:1:2::5')!,
+    v6 = parseIPv6('fd00:96::10')!,
+    d = parseIPv6('fd00:10::1')!,
+    l = parseIPv6('fd00:ff::7')!;
+  const hi = [c[0]!, c[1]!, c[2]!, v6[0]!, v6[1]!, v6[2]!, d[0]!, d[1]!, d[2]!, l[0]!, l[1]!, l[2]!];
+  const proto = 6 | L.PROTO_V6;
+  const e = t.insert(newFlow({ proto, caddr: c[3]!, cports: CP, vaddr: v6[3]!, daddr: d[3]!, dports: DP, laddr: l[3]!, rs: 1, hi, now }));
+  assert.ok(e >= 0);
+  assert.equal(findIn(t, proto, c[3]!, CP, v6[3]!, hi), e);
+  assert.equal(findOut(t, proto, d[3]!, DP, l[3]!, hi), e);
+  for (let i = 0; i < 12; i++) {
+    const h = [...hi];
+    h[i] = h[i]! ^ 0x100;
+    // Look in the right chain (the original key's bucket), so only the comparison can miss.
+    const bi = t.bucketIn(proto, c[3]!, CP, v6[3]!, hi);
+    const bo = t.bucketOut(proto, d[3]!, DP, l[3]!, hi);
+    t.lockBucket(bi);
+    const fi = t.findIn(bi, proto, c[3]!, CP, v6[3]!, h);
+    t.unlockBucket(bi);
+    t.lockBucket(bo);
+    const fo = t.findOut(bo, proto, d[3]!, DP, l[3]!, h);
+    t.unlockBucket(bo);
+    assert.equal(fi, i < 6 ? -1 : e, `in-key, high word ${i}`);
+    assert.equal(fo, i >= 6 ? -1 : e, `out-key, high word ${i}`);
+  }
+  const k = key(proto, c[3]!, CP, v6[3]!);
+  k.hi.set(hi);
+  const view = new FlowView();
+  assert.equal(t.lookupIn(k, view, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.deepEqual([...view.hi], hi);
+  const o = t.base(e);
+  assert.deepEqual([...t.entryHi(o)], hi);
+  assert.equal(entryAddr(t.i32, o, L.E_CADDR), '2001:db8:1:2::5');
+  assert.equal(entryAddr(t.i32, o, L.E_VADDR), 'fd00:96::10');
+  assert.equal(entryAddr(t.i32, o, L.E_DADDR), 'fd00:10::1');
+  assert.equal(entryAddr(t.i32, o, L.E_LADDR), 'fd00:ff::7');
+  const e4 = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, now }));
+  assert.deepEqual(
+    [L.E_CADDR, L.E_VADDR, L.E_DADDR, L.E_LADDR].map((f) => entryAddr(t.i32, t.base(e4), f)),
+    ['10.0.0.2', '10.96.0.1', '10.11.0.2', '10.12.0.1'],
+  );
+  // The sweeper finds it by its full key.
+  assert.equal(t.remove(e, false, now), true);
+  assert.equal(findIn(t, proto, c[3]!, CP, v6[3]!, hi), -1);
+});
+
+test('the control thread reads the defenses and route MTUs the table carries', () => {
+  const { t, rs } = fresh(16);
+  t.i32[L.H_DROP_RATE] = 7;
+  t.i32[L.H_SRC_LIMIT] = 12;
+  t.i32[L.H_SYNPROXY] = 1;
+  rs[3 * L.RS_WORDS + L.RS_MTU] = 1400;
+  assert.deepEqual([t.dropRate(), t.sourceLimit(), t.synProxyOn(), t.routeMtu(3), t.routeMtu(2)], [7, 12, true, 1400, 0]);
+});
+
+test('a reused slot starts afresh: no packets, no template link, state NONE, a 2 s timer from its insert', () => {
+  const { t, rs } = fresh(16);
+  const now = t.now();
+  t.setSync(true);
+  const tp = t.insert(
+    newFlow({
+      proto: 17,
+      caddr: C,
+      cports: 53,
+      vaddr: V,
+      daddr: D,
+      dports: 53 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 60_000,
+      now,
+    }),
+  );
+  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.reserve(tp);
+  t.control(e, tp, now);
+  for (let i = 0; i < 5; i++) t.touch(e, DIR_INPUT, 0, now);
+  assert.equal(t.remove(e, false, now), true);
+  assert.equal(t.i32[t.base(tp) + L.E_NCONTROL], 0);
+  t.reserve(tp); // held for another connection that is not linked yet
+  const e2 = t.insert(newFlow({ proto: 6, caddr: C + 1, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 1, rs: 2, now: now + 10 }));
+  assert.equal(e2, e, 'the freed slot is taken first');
+  const o = t.base(e2);
+  assert.deepEqual(
+    [t.i32[o + L.E_IN_PKTS], t.i32[o + L.E_CONTROL], t.i32[o + L.E_STATE], t.i32[o + L.E_EXPIRES]],
+    [0, 0, 0, (now + 2010) | 0],
+  );
+  assert.equal(t.expire((now + 2009) | 0), 0);
+  assert.equal(t.expire((now + 2010) | 0), 1);
+  assert.equal(t.i32[t.base(tp) + L.E_NCONTROL], 1, 'removing it gave back no control it never had');
+  assert.deepEqual([rs[2 * L.RS_WORDS + L.RS_INACTIVE], rs[1 * L.RS_WORDS + L.RS_PERSIST]], [0, 1]);
+  // A template is no connection: inserting the same template again finds it, a connection key does not.
+  const r = newFlow({
+    proto: 17,
+    caddr: C,
+    cports: 53,
+    vaddr: V,
+    daddr: D + 5,
+    dports: 53 << 16,
+    laddr: 0,
+    rs: 3,
+    flags: L.F_TEMPLATE,
+    templateMs: 60_000,
+    now,
+  });
+  assert.equal(t.insert(r), tp);
+  assert.equal(r.created, false);
+  const c = newFlow({ proto: 17, caddr: C, cports: 53, vaddr: V, daddr: D, dports: (53 << 16) | 7, laddr: C, rs: 1, now });
+  assert.notEqual(t.insert(c), tp);
+  assert.equal(c.created, true);
+  // Removing a template that still controls a connection by hand (not expiry) removes it.
+  assert.equal(t.remove(tp, false, now), true);
+});
+
+test('timers across the int32 wrap of table time', () => {
+  const { t } = fresh(16);
+  const now = 0x7fffffff - 1000;
+  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.touch(e, DIR_INPUT, 0, now); // 300 s: expires past the wrap
+  assert.ok(t.i32[t.base(e) + L.E_EXPIRES]! < 0);
+  assert.equal(t.expire(now + 500), 0);
+  assert.equal(t.expire((now + 299_999) | 0), 0);
+  assert.equal(t.remove(e, true, (now + 299_999) | 0), false);
+  assert.equal(t.expire((now + 300_000) | 0), 1);
+});
+
+test('the view: forwarding method, SYN proxy bits, and every key word; forEach sees live entries only', () => {
+  const { t } = fresh(16);
+  const now = t.now();
+  const e = t.insert(
+    newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, svc: 2, flags: L.FWD_FULLNAT, now }),
+  );
+  const x = t.insert(
+    newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, flags: L.FWD_DROUTE, now }),
+  );
+  const v = new FlowView();
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
+  assert.deepEqual([v.entry, v.proto, v.fwd, v.sp, v.svc], [e, 6, L.FWD_FULLNAT, 0, 2]);
+  assert.equal(t.lookupOut(key(17, D, DP, C), v, 0, now), true);
+  assert.deepEqual([v.entry, v.proto, v.fwd], [x, 17, L.FWD_DROUTE]);
+  const seen: number[] = [];
+  t.remove(x, false, now);
+  t.forEach((i) => seen.push(i));
+  assert.deepEqual(seen, [e]);
+});
+
+test('putShadow IPv6: a record whose server differs in any high word is another flow', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const c = parseIPv6('2001:db8::5')!,
+    v6 = parseIPv6('fd00:96::10')!,
+    d = parseIPv6('fd00:10::1')!;
+  const hi = [c[0]!, c[1]!, c[2]!, v6[0]!, v6[1]!, v6[2]!, d[0]!, d[1]!, d[2]!, c[0]!, c[1]!, c[2]!];
+  const proto = 6 | L.PROTO_V6;
+  const rec = (h: number[], state: number) =>
+    newFlow({
+      proto,
+      caddr: c[3]!,
+      cports: CP,
+      vaddr: v6[3]!,
+      daddr: d[3]!,
+      dports: DP,
+      laddr: c[3]!,
+      rs: 1,
+      state,
+      expires: (now + 10_000) | 0,
+      hi: h,
+    });
+  const e = t.putShadow(rec(hi, 3));
+  assert.ok(e >= 0);
+  for (const j of [6, 7, 8]) {
+    const h = [...hi];
+    h[j] = h[j]! ^ 1;
+    assert.equal(t.putShadow(rec(h, 4)), -1, `server high word ${j}`);
+  }
+  assert.equal(t.putShadow(rec(hi, 1)), e, 'the same server refreshes');
+  assert.equal(t.i32[t.base(e) + L.E_STATE], 1);
+});
+
+test('keys that share a chain and differ in one field only are told apart, on both chains and for templates', () => {
+  const { t } = fresh(16); // 16 buckets: a shared chain is easy to find
+  const now = t.now();
+  // Two keys differing in one word (index i of [proto, a1, ports, a2]) that share a bucket.
+  const pair = (base: number[], i: number): number[][] => {
+    for (let x = 1; x < 10_000; x++) {
+      // Protocol: TCP and UDP, the ports moved until both land in one bucket; else field i moved.
+      const k1 = i === 0 ? [6, base[1]!, base[2]! + x, base[3]!] : base;
+      const k2 = i === 0 ? [17, base[1]!, base[2]! + x, base[3]!] : base.map((w, j) => (j === i ? w + x : w));
+      if (t.bucket(k1[0]!, k1[1]!, k1[2]!, k1[3]!) === t.bucket(k2[0]!, k2[1]!, k2[2]!, k2[3]!)) return [k1, k2];
+    }
+    throw new Error('no pair');
+  };
+  for (let i = 0; i < 4; i++) {
+    const [k1, k2] = pair([6, C + i * 1000, CP, V], i);
+    const e1 = t.insert(
+      newFlow({ proto: k1![0], caddr: k1![1], cports: k1![2], vaddr: k1![3], daddr: D + i * 2, dports: DP, laddr: P, rs: 1, now }),
+    );
+    const e2 = t.insert(
+      newFlow({ proto: k2![0], caddr: k2![1], cports: k2![2], vaddr: k2![3], daddr: D + i * 2 + 1, dports: DP, laddr: P, rs: 1, now }),
+    );
+    assert.ok(e1 >= 0 && e2 >= 0 && e1 !== e2, `in-key field ${i}: two entries`);
+    assert.equal(findIn(t, k1![0]!, k1![1]!, k1![2]!, k1![3]!), e1, `in-key field ${i}, first`);
+    assert.equal(findIn(t, k2![0]!, k2![1]!, k2![2]!, k2![3]!), e2, `in-key field ${i}, second`);
+    const [o1, o2] = pair([6, D + 100 + i * 1000, DP, P], i);
+    const f1 = t.insert(
+      newFlow({ proto: o1![0], caddr: C + 50 + i * 2, cports: CP, vaddr: V, daddr: o1![1], dports: o1![2], laddr: o1![3], rs: 1, now }),
+    );
+    const f2 = t.insert(
+      newFlow({ proto: o2![0], caddr: C + 51 + i * 2, cports: CP, vaddr: V, daddr: o2![1], dports: o2![2], laddr: o2![3], rs: 1, now }),
+    );
+    assert.ok(f1 >= 0 && f2 >= 0 && f1 !== f2, `out-key field ${i}: two entries`);
+    assert.equal(findOut(t, o1![0]!, o1![1]!, o1![2]!, o1![3]!), f1, `out-key field ${i}, first`);
+    assert.equal(findOut(t, o2![0]!, o2![1]!, o2![2]!, o2![3]!), f2, `out-key field ${i}, second`);
+    while (t.count() > 0) t.forEach((e) => t.remove(e, false, now));
+    const [p1, p2] = pair([6, C & ~0xff, 80, V], i);
+    const g1 = t.insert(
+      newFlow({
+        proto: p1![0],
+        caddr: p1![1],
+        cports: p1![2],
+        vaddr: p1![3],
+        daddr: D,
+        dports: 8080 << 16,
+        laddr: 0,
+        rs: 1,
+        flags: L.F_TEMPLATE,
+        templateMs: 1000,
+        now,
+      }),
+    );
+    const g2 = t.insert(
+      newFlow({
+        proto: p2![0],
+        caddr: p2![1],
+        cports: p2![2],
+        vaddr: p2![3],
+        daddr: D,
+        dports: 8080 << 16,
+        laddr: 0,
+        rs: 1,
+        flags: L.F_TEMPLATE,
+        templateMs: 1000,
+        now,
+      }),
+    );
+    assert.ok(g1 >= 0 && g2 >= 0 && g1 !== g2, `template field ${i}: two templates`);
+    const b = t.bucket(p1![0]!, p1![1]!, p1![2]!, p1![3]!);
+    t.lockBucket(b);
+    assert.equal(t.findTemplate(b, p1![0]!, p1![1]!, p1![2]!, p1![3]!), g1, `template field ${i}, first`);
+    assert.equal(t.findTemplate(b, p2![0]!, p2![1]!, p2![2]!, p2![3]!), g2, `template field ${i}, second`);
+    t.unlockBucket(b);
+    t.invalidate(g2);
+    assert.equal(findTemplate(t, p2![0]!, p2![1]!, p2![2]!, p2![3]!), -1, 'an invalid template is passed over');
+    assert.equal(findTemplate(t, p1![0]!, p1![1]!, p1![2]!, p1![3]!), g1);
+    while (t.count() > 0) t.forEach((e) => t.remove(e, false, now));
+  }
+});
+
+test('SCTP: the controlling template is ASSURED when the association reaches ESTABLISHED, not before', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const tp = t.insert(
+    newFlow({
+      proto: 132,
+      caddr: C,
+      cports: 80,
+      vaddr: V,
+      daddr: D,
+      dports: 80 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 60_000,
+      now,
+    }),
+  );
+  const e = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.reserve(tp);
+  t.control(e, tp, now);
+  const steps: [number, number][] = [
+    [DIR_INPUT, 1], // INIT → INIT1 (state 1, TCP's ESTABLISHED number)
+    [DIR_OUTPUT, 2], // INIT_ACK
+    [DIR_INPUT, 3], // COOKIE_ECHO
+  ];
+  for (const [dir, ev] of steps) {
+    t.touch(e, dir, ev, now);
+    assert.equal(t.i32[t.base(tp) + L.E_STATE]! & L.CTPL_ASSURED, 0, `state ${t.i32[t.base(e) + L.E_STATE]}`);
+  }
+  t.touch(e, DIR_OUTPUT, 4, now); // COOKIE_ACK → ESTABLISHED
+  assert.equal(t.i32[t.base(e) + L.E_STATE], SCTP_S_ESTABLISHED);
+  assert.equal(t.i32[t.base(tp) + L.E_STATE]! & L.CTPL_ASSURED, L.CTPL_ASSURED);
+});
+
+test('a flow that leaves half-open and comes back (RST, then a new SYN) is counted for its source again, once', () => {
+  const { t } = fresh();
+  const now = t.now();
+  t.i32[L.H_SRC_LIMIT] = 100;
+  const slot = t.sourceSlot(false, C, 0, 0);
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  assert.equal(t.halfOpenAt(slot), 1);
+  t.touch(e, DIR_INPUT, TCPF_SYN, now); // SYN_RECV: still the one count
+  assert.equal(t.halfOpenAt(slot), 1);
+  t.touch(e, DIR_INPUT, TCPF_ACK, now); // ESTABLISHED
+  assert.equal(t.halfOpenAt(slot), 0);
+  t.touch(e, DIR_INPUT, 0x04 /* RST */, now); // CLOSE
+  assert.equal(t.halfOpenAt(slot), 0);
+  t.touch(e, DIR_INPUT, TCPF_SYN, now); // SYN_RECV again
+  assert.equal(t.i32[t.base(e) + L.E_STATE], 3);
+  assert.equal(t.halfOpenAt(slot), 1);
+  assert.equal(t.remove(e, false, now), true);
+  assert.equal(t.halfOpenAt(slot), 0, 'uncounted once');
+});
+
+test('secure_tcp: a half-open timer is the shorter of its own and the secure one', () => {
+  const { t } = fresh();
+  const now = t.now();
+  t.i32[L.H_SECURE_TCP] = 1;
+  t.i32[L.H_SECURE_TCP_MS] = 100_000; // longer than SYN_RECV's 60 s
+  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  t.touch(e, DIR_INPUT, TCPF_SYN, now);
+  assert.equal(t.i32[t.base(e) + L.E_STATE], 3);
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 60_000) | 0);
+  t.i32[L.H_SECURE_TCP_MS] = 5_000;
+  t.touch(e, DIR_INPUT, TCPF_SYN, now + 1);
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 5_001) | 0);
+});
+
+test('a SYN-proxy pending flow: both lookups copy it without touching it, and say neither adopted nor sync', () => {
+  const { t } = fresh();
+  const now = t.now();
+  t.setSync(true);
+  const e = t.insert(
+    newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, flags: L.F_SYNPROXY | L.F_SP_PENDING, now }),
+  );
+  t.touch(e, DIR_INPUT, TCPF_ACK, now); // its first touch (the cookie ACK)
+  const o = t.base(e);
+  const before = [...t.i32.subarray(o, o + L.ENTRY_WORDS)];
+  const v = new FlowView();
+  v.adopted = true;
+  v.sync = true;
+  assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_ACK, 0, now + 100_000), 4 /* FLOW_SP_PENDING */);
+  assert.deepEqual([v.entry, v.adopted, v.sync, v.sp], [e, false, false, L.F_SYNPROXY | L.F_SP_PENDING]);
+  v.adopted = true;
+  v.sync = true;
+  assert.equal(t.lookupOut(key(6, D, DP, C), v, TCPF_ACK, now + 100_000), true);
+  assert.deepEqual([v.entry, v.adopted, v.sync], [e, false, false]);
+  assert.deepEqual([...t.i32.subarray(o, o + L.ENTRY_WORDS)], before, 'state, timer and counts untouched');
+  assert.equal(t.spPending(), 1);
+});
+
+test('out-chain walks count too', () => {
+  const t = new ConnTable(ConnTable.create(256, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
+  const target = t.bucket(6, 0x0d000000, DP, P);
+  const ds: number[] = [];
+  for (let d = 0x0d000000; ds.length < CHAIN_ALARM + 1; d++) if (t.bucket(6, d, DP, P) === target) ds.push(d);
+  ds.forEach((d, i) =>
+    t.insert(newFlow({ proto: 6, caddr: C + i * 7919, cports: CP, vaddr: V, daddr: d, dports: DP, laddr: P, rs: 1, now: t.now() })),
+  );
+  t.chainWindow();
+  const long0 = t.longWalks();
+  assert.ok(findOut(t, 6, ds[0]!, DP, P) >= 0);
+  assert.equal(t.longestWalk(), CHAIN_ALARM + 1);
+  assert.equal(t.longWalks(), long0 + 1);
+});
+
+test('adopt counts inactive entries towards the upper threshold too', () => {
+  const { t, rs } = fresh();
+  const now = t.now();
+  const o = 3 * L.RS_WORDS;
+  rs[o + L.RS_UTHRESH] = 2;
+  const sh = (c: number, flags: number) =>
+    t.putShadow(
+      newFlow({
+        proto: 6,
+        caddr: c,
+        cports: CP,
+        vaddr: V,
+        daddr: D,
+        dports: DP,
+        laddr: c,
+        rs: 3,
+        flags,
+        state: 2,
+        expires: (now + 500_000) | 0,
+      }),
+    );
+  const a = sh(C, L.F_INACTIVE);
+  const b = sh(C + 1, 0);
+  assert.equal(t.adopt(a, now), true);
+  assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0);
+  assert.equal(t.adopt(b, now), true);
+  assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE], rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD], [1, 1, L.RSF_OVERLOAD]);
+});
+
+test('findOut never returns a template; IPv6 templates differing only in their high words are two templates', () => {
+  const { t } = fresh(16);
+  const now = t.now();
+  const tp = t.insert(
+    newFlow({
+      proto: 6,
+      caddr: C,
+      cports: 80,
+      vaddr: V,
+      daddr: D,
+      dports: 8080 << 16,
+      laddr: 0,
+      rs: 1,
+      flags: L.F_TEMPLATE,
+      templateMs: 1000,
+      now,
+    }),
+  );
+  assert.ok(tp >= 0);
+  assert.equal(findOut(t, 6, D, 8080 << 16, 0), -1);
+  assert.equal(t.outKeyInUse(newFlow({ proto: 6, daddr: D, dports: 8080 << 16, laddr: 0 })), false);
+  const proto = 6 | L.PROTO_V6;
+  const hi1 = [0x20010db8, 1, 2, 0xfd000096 | 0, 0, 0, 0, 0, 0, 0, 0, 0];
+  const b1 = t.bucketIn(proto, 5, 80, 0x10, hi1);
+  let hi2: number[] = [];
+  for (let x = 3; ; x++) {
+    hi2 = [...hi1];
+    hi2[2] = x;
+    if (t.bucketIn(proto, 5, 80, 0x10, hi2) === b1) break;
+  }
+  const mk = (hi: number[]) =>
+    t.insert(
+      newFlow({
+        proto,
+        caddr: 5,
+        cports: 80,
+        vaddr: 0x10,
+        daddr: D,
+        dports: 8080 << 16,
+        laddr: 0,
+        rs: 1,
+        flags: L.F_TEMPLATE,
+        templateMs: 1000,
+        hi,
+        now,
+      }),
+    );
+  const g1 = mk(hi1);
+  const g2 = mk(hi2);
+  assert.ok(g1 >= 0 && g2 >= 0 && g1 !== g2);
+  t.lockBucket(b1);
+  assert.equal(t.findTemplate(b1, proto, 5, 80, 0x10, hi1), g1);
+  assert.equal(t.findTemplate(b1, proto, 5, 80, 0x10, hi2), g2);
+  t.unlockBucket(b1);
+});
