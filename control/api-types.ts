@@ -14,6 +14,7 @@ import type { UvsConfig } from './config';
 import type { DisruptionPreview } from './disruption';
 import type { ErrorCode } from './errors';
 import type { HealthState } from './health';
+import type { MemoryView } from './memory';
 import type { RealServerView } from './services';
 import type { FlowRates, FlowStats, PacketCounters } from './stats';
 
@@ -116,15 +117,7 @@ export interface StatsResponse {
    * Bytes (process.memoryUsage): rss of the whole process; the V8 heap figures are the control
    * thread's, heapAfterFullGc what it retained at its last full collection (control/memory.ts).
    */
-  memory: {
-    rss: number;
-    heapUsed: number;
-    heapTotal: number;
-    external: number;
-    arrayBuffers: number;
-    heapAfterFullGc: number | null;
-    fullGcs: number;
-  };
+  memory: MemoryView;
   table: { entries: number; capacity: number; expired: number };
   packets: PacketCounters;
   /** Packets dropped, by reason (conntrack/layout.ts DROP_NAMES). */
