@@ -55,7 +55,7 @@
  */
 import Redis, { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
-import { u16, u32 } from '../net/packet';
+import { ip6Upper, u16, u32 } from '../net/packet';
 import { NewFlow } from './flow';
 import * as L from './layout';
 import type { ConnTable } from './table';
@@ -770,17 +770,13 @@ export class RedisSync {
     if (v6) {
       // The worker stepped over hop-by-hop, routing and destination-options headers before it
       // parked the packet (lb/core.ts): so does its key, or the lookup asks for another flow.
-      let nh = b[off + 6]!;
-      let l4 = off + 40;
-      for (let n = 0; n < 8 && (nh === 0 || nh === 43 || nh === 60) && l4 + 8 <= off + len; n++) {
-        nh = b[l4]!;
-        l4 += (b[l4 + 1]! + 1) * 8;
-      }
-      if (l4 + 4 > off + len) {
+      const upper = ip6Upper(b, off, off + len);
+      const l4 = off + (upper >>> 8);
+      if (upper < 0 || l4 + 4 > off + len) {
         this.stats.lookups.error++;
         return;
       }
-      proto = nh | L.PROTO_V6;
+      proto = (upper & 0xff) | L.PROTO_V6;
       for (let i = 0; i < 3; i++) {
         hi[i] = hi[6 + i] = u32(b, off + 8 + 4 * i);
         hi[3 + i] = hi[9 + i] = u32(b, off + 24 + 4 * i);

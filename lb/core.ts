@@ -174,13 +174,10 @@ export class PacketProcessor {
     const totlen = P.IP6_HLEN + P.u16(b, off + P.IP6_PLEN);
     if (totlen > len) return drop(c, Drop.Truncated);
     const end = off + totlen;
-    let next = b[off + P.IP6_NEXT]!;
-    let l4 = off + P.IP6_HLEN;
-    for (let i = 0; next === P.IPPROTO_HOPOPTS || next === P.IPPROTO_ROUTING || next === P.IPPROTO_DSTOPTS; i++) {
-      if (i === 8 || l4 + 8 > end) return drop(c, Drop.Ipv6);
-      next = b[l4]!;
-      l4 += (b[l4 + 1]! + 1) << 3;
-    }
+    const upper = P.ip6Upper(b, off, end);
+    if (upper < 0) return drop(c, Drop.Ipv6);
+    const next = upper & 0xff;
+    const l4 = off + (upper >>> 8);
     if (next === P.IPPROTO_FRAGMENT) return drop(c, Drop.Fragment);
     if (l4 > end) return drop(c, Drop.Truncated);
     const pa = c.pa;

@@ -175,6 +175,23 @@ export const IPPROTO_ROUTING = 43;
 export const IPPROTO_FRAGMENT = 44;
 export const IPPROTO_DSTOPTS = 60;
 export const IPPROTO_IPV6 = 41; // ip6ip6 tunnel
+
+/**
+ * Steps over an IPv6 packet's hop-by-hop, routing and destination-options headers (at most 8,
+ * each whole within `end`): `(l4 - off) << 8 | next`, the upper-layer header's offset from the
+ * packet's start and its protocol (a fragment header ends the walk like any other); −1 when the
+ * chain is longer or cut. The caller checks that l4 itself is within `end`.
+ */
+export function ip6Upper(b: Uint8Array, off: number, end: number): number {
+  let next = b[off + IP6_NEXT]!;
+  let l4 = off + IP6_HLEN;
+  for (let i = 0; next === IPPROTO_HOPOPTS || next === IPPROTO_ROUTING || next === IPPROTO_DSTOPTS; i++) {
+    if (i === 8 || l4 + 8 > end) return -1;
+    next = b[l4]!;
+    l4 += (b[l4 + 1]! + 1) << 3;
+  }
+  return ((l4 - off) << 8) | next;
+}
 export const IPPROTO_ICMPV6 = 58;
 export const ICMP6_DST_UNREACH = 1;
 export const ICMP6_PACKET_TOO_BIG = 2;

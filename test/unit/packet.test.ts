@@ -50,3 +50,34 @@ test('u32 and put32 round-trip addresses with the top bit set', () => {
   assert.deepEqual([...b], [192, 168, 1, 1]);
   assert.equal(P.u32(b, 0), 0xc0a80101 | 0);
 });
+
+test('ip6Upper steps over hop-by-hop, routing and destination options to the upper layer; a longer or cut chain is −1', () => {
+  // 40-byte base header, then `exts` extension headers of 8 bytes each, each naming the next.
+  const pkt = (first: number, exts: number[], last: number, cut = 0) => {
+    const b = new Uint8Array(40 + 8 * exts.length + 20 - cut);
+    b[0] = 0x60;
+    b[P.IP6_NEXT] = exts.length ? first : last;
+    exts.forEach((_, i) => (b[40 + 8 * i] = i + 1 < exts.length ? exts[i + 1]! : last));
+    return b;
+  };
+  const { IPPROTO_HOPOPTS: H, IPPROTO_ROUTING: R, IPPROTO_DSTOPTS: D, IPPROTO_FRAGMENT: F } = P;
+  assert.equal(P.ip6Upper(pkt(0, [], 6), 0, 60), (40 << 8) | 6, 'no extension header');
+  const chain = pkt(H, [H, R, D], 17);
+  assert.equal(P.ip6Upper(chain, 0, chain.length), (64 << 8) | 17, 'three of them');
+  // An extension header of 16 bytes (length field 1).
+  const long = new Uint8Array(76);
+  long[P.IP6_NEXT] = D;
+  long[40] = 6;
+  long[41] = 1;
+  assert.equal(P.ip6Upper(long, 0, long.length), (56 << 8) | 6, 'lengths are in 8-byte units beyond the first 8');
+  assert.equal(P.ip6Upper(pkt(H, [H, F], 6), 0, 76), (48 << 8) | F, 'a fragment header ends the walk');
+  const nine = pkt(D, Array(9).fill(D), 6);
+  assert.equal(P.ip6Upper(nine, 0, nine.length), -1, 'more than 8');
+  const eight = pkt(D, Array(8).fill(D), 6);
+  assert.equal(P.ip6Upper(eight, 0, eight.length), (104 << 8) | 6, '8 pass');
+  assert.equal(P.ip6Upper(chain, 0, 60), -1, 'an extension header cut by the end');
+  // At an offset inside a larger buffer.
+  const at = new Uint8Array(10 + chain.length);
+  at.set(chain, 10);
+  assert.equal(P.ip6Upper(at, 10, at.length), (64 << 8) | 17);
+});
