@@ -284,6 +284,9 @@ const GENERATED_LIMIT = obj(
 );
 export type GeneratedLimitConfig = Out<typeof GENERATED_LIMIT>;
 
+/** dataplane.replayMark's default: no bit kube-proxy (0x4000, 0x8000), Calico (0xffff0000) or Cilium (0x0f00) tests. */
+export const DEFAULT_REPLAY_MARK = 0x75;
+
 const DATAPLANE = obj({
   device: str({
     default: 'uvs0',
@@ -327,7 +330,7 @@ const DATAPLANE = obj({
     doc: 'Priority of the masq reply rules; the device rule takes this − 1 and the replay rule this − 2',
   }),
   replayMark: int({
-    default: 0x75, // no bit kube-proxy (0x4000, 0x8000), Calico (0xffff0000) or Cilium (0x0f00) tests
+    default: DEFAULT_REPLAY_MARK,
     min: 1,
     max: 0xffffffff,
     doc: 'Firewall mark of packets replayed after a Redis lookup (routed back into the device by a rule); any mark nothing else uses',

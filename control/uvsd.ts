@@ -4,12 +4,12 @@
  */
 import type { Logger } from 'pino';
 import { startApi } from './api';
-import { loadConfigFile } from './config';
+import { DEFAULT_REPLAY_MARK, loadConfigFile } from './config';
 import { Daemon, type Serve } from './daemon';
 import type { UvsError } from './errors';
 import { makeLogger } from './log';
 import { startHealthz, startMetrics } from './metrics';
-import { cleanupRouting, DEFAULT_REPLAY_MARK } from '../lb/dataplane';
+import { cleanupRouting } from '../lb/dataplane';
 
 const HELP = `Usage: uvsd --config FILE [-v] [--pretty]
        uvsd --cleanup [--config FILE]

@@ -147,7 +147,12 @@ function ruleArgs(r: ReplyRule, o: DataplaneOptions): string[] {
 
 /** `ip rule del` for what ruleArgs added. */
 function ruleDelArgs(r: ReplyRule, o: DataplaneOptions): string[] {
-  const args = ruleArgs(r, o);
+  return delArgs(ruleArgs(r, o));
+}
+
+/** The `ip rule del` for an `ip rule add`'s arguments: the same selectors, so only that rule goes. */
+function delArgs(add: string[]): string[] {
+  const args = [...add];
   args[args.indexOf('add')] = 'del';
   return args;
 }
@@ -164,9 +169,6 @@ function ruleKey(r: ReplyRule): string {
 function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, family: 4 | 6): string[] {
   return [...(family === 6 ? ['-6'] : []), 'rule', 'add', 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
 }
-
-/** dataplane.replayMark's default (control/config.ts): no bit kube-proxy (0x4000, 0x8000), Calico (0xffff0000) or Cilium (0x0f00) tests. */
-export const DEFAULT_REPLAY_MARK = 0x75;
 
 /** Packets with the replay mark (inject's raw socket) go into the device, whatever their destination. */
 function replayRuleArgs(o: Pick<DataplaneOptions, 'routeTable' | 'rulePriority' | 'replayMark'>, family: 4 | 6): string[] {
@@ -512,17 +514,14 @@ function noMemoryReducer(): void {
 
 /** Removes every route and rule uvsd installs for these options (idempotent). */
 export function cleanupRouting(
-  o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'vipCidrs'> & { fullnatAddrs?: string[]; replayMark?: number },
+  o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'replayMark' | 'vipCidrs'> & { fullnatAddrs?: string[] },
 ): void {
   const pref = String(o.rulePriority);
   for (const fam of [['-4'], ['-6']]) {
     // With their selectors: a bare `rule del pref N` removes whichever rule holds N, maybe not ours.
-    const dev = deviceRuleArgs(o, fam[0] === '-6' ? 6 : 4);
-    const replay = replayRuleArgs({ ...o, replayMark: o.replayMark ?? DEFAULT_REPLAY_MARK }, fam[0] === '-6' ? 6 : 4);
-    for (const args of [dev, replay]) {
-      const del = args.slice(args.indexOf('rule'));
-      del[1] = 'del';
-      for (let i = 0; i < 100 && ipOk([...fam, ...del]); i++); // one rule per call: until none is left
+    const family = fam[0] === '-6' ? 6 : 4;
+    for (const add of [deviceRuleArgs(o, family), replayRuleArgs(o, family)]) {
+      for (let i = 0; i < 100 && ipOk(delArgs(add)); i++); // one rule per call: until none is left
     }
     // One `ip rule del pref N` removes one rule; stop when none is left (bounded for safety).
     for (let i = 0; i < 100000 && ip([...fam, 'rule', 'show', 'pref', pref], true).trim() !== ''; i++) {
