@@ -3,6 +3,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { ConnTable } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCPF_ACK, TCPF_SYN, TCPF_FIN } from '../../conntrack/state';
 import { newFlow } from '../../conntrack/flow';
+import { mulberry32 } from './rng';
 
 const { table, rs, id, ops, keys, seed } = workerData as {
   table: SharedArrayBuffer;
@@ -13,13 +14,7 @@ const { table, rs, id, ops, keys, seed } = workerData as {
   seed: number;
 };
 const t = new ConnTable(table, rs, id + 1);
-let a = seed >>> 0;
-const next = (): number => {
-  a = (a + 0x6d2b79f5) >>> 0;
-  let x = Math.imul(a ^ (a >>> 15), a | 1);
-  x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-  return (x ^ (x >>> 14)) >>> 0;
-};
+const next = mulberry32(seed);
 let inserted = 0;
 let removed = 0;
 let full = 0;

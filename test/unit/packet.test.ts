@@ -2,16 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as P from '../../net/packet';
 import { checksumsValid, tcp, udp } from '../helpers/packets';
+import { mulberry32 } from '../helpers/rng';
 
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
-  };
-}
+const rng = mulberry32;
 
 test('an incremental address and port update gives the same checksum as a full recomputation', () => {
   const r = rng(7);

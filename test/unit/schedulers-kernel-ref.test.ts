@@ -11,17 +11,9 @@ import * as L from '../../conntrack/layout';
 import { SchedModel } from '../../control/sched-model';
 import { parseInet } from '../../net/addr';
 import { seedTwos, twosNext } from '../../schedulers/twos';
+import { rngBelow } from '../helpers/rng';
 
-/** mulberry32 for the scenarios (independent of the schedulers' streams). */
-function rng(seed: number): (n: number) => number {
-  let a = seed | 0;
-  return (n) => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) % n;
-  };
-}
+const rng = rngBelow;
 
 interface Dest {
   key: string;

@@ -12,21 +12,14 @@ import { SchedModel } from '../../control/sched-model';
 import { fold, parseInet } from '../../net/addr';
 import { schedulerNames } from '../../schedulers/registry';
 import type { SchedInput } from '../../schedulers/types';
+import { rngBelow } from '../helpers/rng';
 
 const MARK = 0x5a5a5a5a;
 const ADDRS = ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5'];
 /** More destination addresses than lblc's 12 cache entries, so its cache fills and replaces. */
 const VIPS = Array.from({ length: 14 }, (_, i) => fold(parseInet(`10.96.0.${10 + i}`)!));
 
-function rng(seed: number): (n: number) => number {
-  let a = seed | 0;
-  return (n) => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) % n;
-  };
-}
+const rng = rngBelow;
 
 /**
  * Slot 0 marked; slot 1 ours, its lock word held (an owner id); slot 2 the neighbour after, its
