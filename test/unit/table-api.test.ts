@@ -20,23 +20,15 @@ import {
   FLOW_REUSE,
   LOOKUP_NEW,
 } from '../../conntrack/table';
-import { DIR_INPUT, DIR_OUTPUT, TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
+import { DIR_INPUT, DIR_OUTPUT, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
 import { SCTP_S_CLOSED, SCTP_S_ESTABLISHED } from '../../conntrack/sctp-state';
 import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
 import { parseIPv6 } from '../../net/addr';
+import { freshTable, TABLE_TIMEOUTS } from '../helpers/table';
 
-const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
+const timeouts = TABLE_TIMEOUTS;
 
-function fresh(capacity = 1024) {
-  const rs = createRealServerRegion(8);
-  const t = new ConnTable(ConnTable.create(capacity, timeouts), rs, L.OWNER_CONTROL);
-  const r = new Int32Array(rs);
-  for (let s = 0; s < 8; s++) {
-    r[s * L.RS_WORDS + L.RS_FLAGS] = L.RSF_AVAILABLE;
-    r[s * L.RS_WORDS + L.RS_WEIGHT] = 1;
-  }
-  return { t, rs: r };
-}
+const fresh = (capacity = 1024) => freshTable(capacity, true);
 
 const C = 0x0a000002,
   V = 0x0a600001,
@@ -44,6 +36,25 @@ const C = 0x0a000002,
   P = 0x0a0c0001;
 const CP = (40000 << 16) | 80,
   DP = (8080 << 16) | 40000;
+
+/** A connection C→V (or another client, laddr = the client) to D, the ports CP/DP, real server rs. */
+const conn = (proto: number, caddr: number, rs: number, now: number) =>
+  newFlow({ proto, caddr, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: caddr, rs, now });
+/** A persistence template (no local address) of a client to V/D. */
+const template = (o: { proto: number; caddr: number; cports: number; dports: number; rs: number; ms: number; now: number }) =>
+  newFlow({
+    proto: o.proto,
+    caddr: o.caddr,
+    cports: o.cports,
+    vaddr: V,
+    daddr: D,
+    dports: o.dports,
+    laddr: 0,
+    rs: o.rs,
+    flags: L.F_TEMPLATE,
+    templateMs: o.ms,
+    now: o.now,
+  });
 
 function key(proto: number, src: number, ports: number, dst: number): FlowKey {
   const k = new FlowKey();
@@ -128,7 +139,7 @@ test('setTimeouts: every TCP state, UDP, SCTP (the kernel defaults when absent);
 test('sync on: a client packet asks for a Redis write at packet 3, then every 50th; a reply never counts; half the timeout idle writes again; sync off never', () => {
   const { t } = fresh();
   const now = t.now();
-  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const e = t.insert(conn(17, C, 1, now));
   assert.equal(t.touch(e, DIR_INPUT, 0, now), false, 'sync off');
   t.i32[t.base(e) + L.E_IN_PKTS] = 0;
   t.setSync(true);
@@ -145,7 +156,7 @@ test('sync on: a client packet asks for a Redis write at packet 3, then every 50
   for (let i = 0; i < 60; i++) assert.equal(t.touch(e, DIR_INPUT, 0, now + 900_000), false, 'sync off: nothing is written');
   // TCP: a state change is written at once, even the first packet.
   t.setSync(true);
-  const s = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const s = t.insert(conn(6, C, 1, now));
   assert.equal(t.touch(s, DIR_INPUT, TCPF_SYN, now), true, 'NONE → SYN_RECV');
   assert.equal(t.touch(s, DIR_INPUT, TCPF_SYN, now), false, 'packet 2, no change');
 });
@@ -153,7 +164,7 @@ test('sync on: a client packet asks for a Redis write at packet 3, then every 50
 test('the client packet count saturates at 2^31 − 1', () => {
   const { t } = fresh();
   const now = t.now();
-  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const e = t.insert(conn(17, C, 1, now));
   const o = t.base(e);
   t.i32[o + L.E_IN_PKTS] = 0x7ffffffe;
   t.touch(e, DIR_INPUT, 0, now);
@@ -265,7 +276,7 @@ test('releaseLocksOf counts and frees bucket, entry, allocation and hold-area lo
 test('remove() with the key a worker found: another key, a template or another state is left alone; not due is kept', () => {
   const { t, rs } = fresh();
   const now = t.now();
-  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const e = t.insert(conn(6, C, 1, now));
   t.touch(e, DIR_INPUT, TCPF_SYN, now); // SYN_RECV (3), active
   assert.equal(t.remove(e, false, now, 17, C, CP), false, 'protocol');
   assert.equal(t.remove(e, false, now, 6, C + 1, CP), false, 'client address');
@@ -281,21 +292,7 @@ test('remove() with the key a worker found: another key, a template or another s
   assert.equal(findIn(t, 6, C, CP, V), -1);
   assert.equal(findOut(t, 6, D, DP, C), -1);
   // A template is never removed by a connection's key.
-  const tp = t.insert(
-    newFlow({
-      proto: 6,
-      caddr: C,
-      cports: 80,
-      vaddr: V,
-      daddr: D,
-      dports: 8080 << 16,
-      laddr: 0,
-      rs: 1,
-      flags: L.F_TEMPLATE,
-      templateMs: 1000,
-      now,
-    }),
-  );
+  const tp = t.insert(template({ proto: 6, caddr: C, cports: 80, dports: 8080 << 16, rs: 1, ms: 1000, now }));
   assert.equal(t.remove(tp, false, now, 6, C, 80), false);
   assert.equal(t.remove(tp, false, now), true);
   assert.equal(rs[1 * L.RS_WORDS + L.RS_PERSIST], 0);
@@ -304,9 +301,7 @@ test('remove() with the key a worker found: another key, a template or another s
 test('remove() unlinks an entry from the middle of both chains and leaves the others findable', () => {
   const t = new ConnTable(ConnTable.create(256, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
   const keys = collidingIn(t, 5);
-  const es = keys.map((c) =>
-    t.insert(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 1, now: t.now() })),
-  );
+  const es = keys.map((c) => t.insert(conn(6, c, 1, t.now())));
   assert.equal(t.remove(es[2]!, false, t.now()), true);
   for (let i = 0; i < 5; i++) {
     assert.equal(findIn(t, 6, keys[i]!, CP, V), i === 2 ? -1 : es[i], `in ${i}`);
@@ -358,7 +353,7 @@ test('persistence templates: PersistConn, matched only by findTemplate/templateF
   t.unreserve(tp);
   assert.equal(t.i32[ot + L.E_NCONTROL], 1);
   // The connection made through it.
-  const c = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const c = t.insert(conn(6, C, 1, now));
   t.control(c, tp, now + 1000);
   assert.equal(t.i32[ot + L.E_EXPIRES], (now + 361_000) | 0, 're-armed by its own timeout');
   t.touch(c, DIR_INPUT, TCPF_SYN, now);
@@ -386,22 +381,7 @@ test('templateFor: a template whose server left is invalidated for good; a quies
   const { t, rs } = fresh();
   const now = t.now();
   const v = new FlowView();
-  const mk = (c: number, r: number) =>
-    t.insert(
-      newFlow({
-        proto: 6,
-        caddr: c,
-        cports: 80,
-        vaddr: V,
-        daddr: D,
-        dports: 8080 << 16,
-        laddr: 0,
-        rs: r,
-        flags: L.F_TEMPLATE,
-        templateMs: 360_000,
-        now,
-      }),
-    );
+  const mk = (c: number, r: number) => t.insert(template({ proto: 6, caddr: c, cports: 80, dports: 8080 << 16, rs: r, ms: 360_000, now }));
   const a = mk(C, 1);
   const b = mk(C + 256, 2);
   rs[1 * L.RS_WORDS + L.RS_FLAGS] = 0; // left the service
@@ -427,21 +407,7 @@ test('templateFor: a template whose server left is invalidated for good; a quies
 test('UDP: a reply assures the controlling template, a client packet does not; an unassured template stays so', () => {
   const { t } = fresh();
   const now = t.now();
-  const tp = t.insert(
-    newFlow({
-      proto: 17,
-      caddr: C,
-      cports: 53,
-      vaddr: V,
-      daddr: D,
-      dports: 53 << 16,
-      laddr: 0,
-      rs: 1,
-      flags: L.F_TEMPLATE,
-      templateMs: 60_000,
-      now,
-    }),
-  );
+  const tp = t.insert(template({ proto: 17, caddr: C, cports: 53, dports: 53 << 16, rs: 1, ms: 60_000, now }));
   const u = t.insert(
     newFlow({ proto: 17, caddr: C, cports: (5000 << 16) | 53, vaddr: V, daddr: D, dports: (53 << 16) | 5000, laddr: C, rs: 1, now }),
   );
@@ -477,7 +443,7 @@ test('OVERLOAD: at the upper threshold; without a lower one cleared below 3/4 of
   const es: number[] = [];
   for (let i = 0; i < 4; i++) {
     assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, `${i} entries`);
-    es.push(t.insert(newFlow({ proto: 6, caddr: C + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + i, rs: 4, now })));
+    es.push(t.insert(conn(6, C + i, 4, now)));
   }
   assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
   t.touch(es[0]!, DIR_INPUT, TCPF_SYN, now); // active now: still 4 in all
@@ -488,26 +454,12 @@ test('OVERLOAD: at the upper threshold; without a lower one cleared below 3/4 of
   assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 2]);
   // A template counts in PersistConn, not towards the threshold.
   rs[o + L.RS_UTHRESH] = 3;
-  t.insert(
-    newFlow({
-      proto: 6,
-      caddr: C,
-      cports: 80,
-      vaddr: V,
-      daddr: D,
-      dports: 8080 << 16,
-      laddr: 0,
-      rs: 4,
-      flags: L.F_TEMPLATE,
-      templateMs: 1000,
-      now,
-    }),
-  );
+  t.insert(template({ proto: 6, caddr: C, cports: 80, dports: 8080 << 16, rs: 4, ms: 1000, now }));
   assert.equal(rs[o + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, 'PersistConn is not a connection');
   assert.equal(rs[o + L.RS_PERSIST], 1);
   // No thresholds: any unbind clears a flag set by hand.
   const n = 5 * L.RS_WORDS;
-  const x = t.insert(newFlow({ proto: 6, caddr: C + 9, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 9, rs: 5, now }));
+  const x = t.insert(conn(6, C + 9, 5, now));
   assert.equal(rs[n + L.RS_FLAGS]! & L.RSF_OVERLOAD, 0, 'no upper threshold: never overloaded');
   rs[n + L.RS_FLAGS] = rs[n + L.RS_FLAGS]! | L.RSF_OVERLOAD;
   t.remove(x, false, now);
@@ -516,9 +468,7 @@ test('OVERLOAD: at the upper threshold; without a lower one cleared below 3/4 of
   const m = 6 * L.RS_WORDS;
   rs[m + L.RS_UTHRESH] = 3;
   rs[m + L.RS_LTHRESH] = 2;
-  const ys = [0, 1, 2].map((i) =>
-    t.insert(newFlow({ proto: 6, caddr: C + 20 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 20 + i, rs: 6, now })),
-  );
+  const ys = [0, 1, 2].map((i) => t.insert(conn(6, C + 20 + i, 6, now)));
   assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD);
   t.remove(ys[0]!, false, now);
   assert.equal(rs[m + L.RS_FLAGS]! & L.RSF_OVERLOAD, L.RSF_OVERLOAD, '2 is not below 2 (3/4 of 3 would have cleared it)');
@@ -657,11 +607,7 @@ test('full-NAT: an insert whose pool address and port are taken is refused (−2
   const v = new FlowView();
   assert.equal(t.readFlow(key(6, D, DP, P), true, v), true);
   assert.equal(v.caddr, C, 'the first flow keeps the key');
-  for (let i = 0; i < 15; i++)
-    assert.ok(
-      t.insert(newFlow({ proto: 17, caddr: C + 100 + i, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 100 + i, rs: 1, now })) >= 0,
-      `slot ${i}`,
-    );
+  for (let i = 0; i < 15; i++) assert.ok(t.insert(conn(17, C + 100 + i, 1, now)) >= 0, `slot ${i}`);
   assert.equal(t.count(), 16, 'the refused slot was given back');
 });
 
@@ -693,7 +639,7 @@ test('lookupIn with LOOKUP_NEW: a TCP flow in TIME_WAIT or an SCTP one CLOSED ma
   const { t } = fresh();
   const now = t.now();
   const v = new FlowView();
-  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const e = t.insert(conn(6, C, 1, now));
   t.touch(e, DIR_INPUT, TCPF_SYN, now);
   t.touch(e, DIR_INPUT, TCPF_FIN, now); // SYN_RECV + client FIN → TIME_WAIT
   assert.equal(t.i32[t.base(e) + L.E_STATE], 5);
@@ -702,12 +648,12 @@ test('lookupIn with LOOKUP_NEW: a TCP flow in TIME_WAIT or an SCTP one CLOSED ma
   assert.equal(v.entry, e);
   assert.equal(t.i32[t.base(e) + L.E_IN_PKTS], pk, 'not touched');
   assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_ACK, 0, now), FLOW_HIT);
-  const s = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const s = t.insert(conn(132, C, 1, now));
   t.i32[t.base(s) + L.E_STATE] = SCTP_S_CLOSED;
   assert.equal(t.lookupIn(key(132, C, CP, V), v, 1, LOOKUP_NEW, now), FLOW_REUSE);
   t.i32[t.base(s) + L.E_STATE] = 5; // TIME_WAIT's number is no SCTP state to reuse
   assert.equal(t.lookupIn(key(132, C, CP, V), v, 1, LOOKUP_NEW, now), FLOW_HIT);
-  const u = t.insert(newFlow({ proto: 6, caddr: C + 1, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 1, rs: 1, now }));
+  const u = t.insert(conn(6, C + 1, 1, now));
   t.i32[t.base(u) + L.E_STATE] = SCTP_S_CLOSED; // 13 is no TCP state to reuse
   assert.equal(t.lookupIn(key(6, C + 1, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_HIT);
   assert.equal(t.lookupIn(key(6, C + 2, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), FLOW_MISS);
@@ -793,29 +739,15 @@ test('a reused slot starts afresh: no packets, no template link, state NONE, a 2
   const { t, rs } = fresh(16);
   const now = t.now();
   t.setSync(true);
-  const tp = t.insert(
-    newFlow({
-      proto: 17,
-      caddr: C,
-      cports: 53,
-      vaddr: V,
-      daddr: D,
-      dports: 53 << 16,
-      laddr: 0,
-      rs: 1,
-      flags: L.F_TEMPLATE,
-      templateMs: 60_000,
-      now,
-    }),
-  );
-  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const tp = t.insert(template({ proto: 17, caddr: C, cports: 53, dports: 53 << 16, rs: 1, ms: 60_000, now }));
+  const e = t.insert(conn(17, C, 1, now));
   t.reserve(tp);
   t.control(e, tp, now);
   for (let i = 0; i < 5; i++) t.touch(e, DIR_INPUT, 0, now);
   assert.equal(t.remove(e, false, now), true);
   assert.equal(t.i32[t.base(tp) + L.E_NCONTROL], 0);
   t.reserve(tp); // held for another connection that is not linked yet
-  const e2 = t.insert(newFlow({ proto: 6, caddr: C + 1, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C + 1, rs: 2, now: now + 10 }));
+  const e2 = t.insert(conn(6, C + 1, 2, now + 10));
   assert.equal(e2, e, 'the freed slot is taken first');
   const o = t.base(e2);
   assert.deepEqual(
@@ -852,7 +784,7 @@ test('a reused slot starts afresh: no packets, no template link, state NONE, a 2
 test('timers across the int32 wrap of table time', () => {
   const { t } = fresh(16);
   const now = 0x7fffffff - 1000;
-  const e = t.insert(newFlow({ proto: 17, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const e = t.insert(conn(17, C, 1, now));
   t.touch(e, DIR_INPUT, 0, now); // 300 s: expires past the wrap
   assert.ok(t.i32[t.base(e) + L.E_EXPIRES]! < 0);
   assert.equal(t.expire(now + 500), 0);
@@ -996,22 +928,8 @@ test('keys that share a chain and differ in one field only are told apart, on bo
 test('SCTP: the controlling template is ASSURED when the association reaches ESTABLISHED, not before', () => {
   const { t } = fresh();
   const now = t.now();
-  const tp = t.insert(
-    newFlow({
-      proto: 132,
-      caddr: C,
-      cports: 80,
-      vaddr: V,
-      daddr: D,
-      dports: 80 << 16,
-      laddr: 0,
-      rs: 1,
-      flags: L.F_TEMPLATE,
-      templateMs: 60_000,
-      now,
-    }),
-  );
-  const e = t.insert(newFlow({ proto: 132, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const tp = t.insert(template({ proto: 132, caddr: C, cports: 80, dports: 80 << 16, rs: 1, ms: 60_000, now }));
+  const e = t.insert(conn(132, C, 1, now));
   t.reserve(tp);
   t.control(e, tp, now);
   const steps: [number, number][] = [
@@ -1033,7 +951,7 @@ test('a flow that leaves half-open and comes back (RST, then a new SYN) is count
   const now = t.now();
   t.i32[L.H_SRC_LIMIT] = 100;
   const slot = t.sourceSlot(false, C, 0, 0);
-  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const e = t.insert(conn(6, C, 1, now));
   assert.equal(t.halfOpenAt(slot), 1);
   t.touch(e, DIR_INPUT, TCPF_SYN, now); // SYN_RECV: still the one count
   assert.equal(t.halfOpenAt(slot), 1);
@@ -1053,7 +971,7 @@ test('secure_tcp: a half-open timer is the shorter of its own and the secure one
   const now = t.now();
   t.i32[L.H_SECURE_TCP] = 1;
   t.i32[L.H_SECURE_TCP_MS] = 100_000; // longer than SYN_RECV's 60 s
-  const e = t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, now }));
+  const e = t.insert(conn(6, C, 1, now));
   t.touch(e, DIR_INPUT, TCPF_SYN, now);
   assert.equal(t.i32[t.base(e) + L.E_STATE], 3);
   assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 60_000) | 0);
@@ -1132,21 +1050,7 @@ test('adopt counts inactive entries towards the upper threshold too', () => {
 test('findOut never returns a template; IPv6 templates differing only in their high words are two templates', () => {
   const { t } = fresh(16);
   const now = t.now();
-  const tp = t.insert(
-    newFlow({
-      proto: 6,
-      caddr: C,
-      cports: 80,
-      vaddr: V,
-      daddr: D,
-      dports: 8080 << 16,
-      laddr: 0,
-      rs: 1,
-      flags: L.F_TEMPLATE,
-      templateMs: 1000,
-      now,
-    }),
-  );
+  const tp = t.insert(template({ proto: 6, caddr: C, cports: 80, dports: 8080 << 16, rs: 1, ms: 1000, now }));
   assert.ok(tp >= 0);
   assert.equal(findOut(t, 6, D, 8080 << 16, 0), -1);
   assert.equal(t.outKeyInUse(newFlow({ proto: 6, daddr: D, dports: 8080 << 16, laddr: 0 })), false);

@@ -15,14 +15,11 @@ import {
 } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_DEFAULT_TIMEOUTS, TCPF_ACK, TCPF_FIN, TCPF_SYN, TCP_STATE_NAMES } from '../../conntrack/state';
 import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
+import { freshTable, TABLE_TIMEOUTS } from '../helpers/table';
 
-const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
+const timeouts = TABLE_TIMEOUTS;
 
-function fresh(capacity = 1024) {
-  const rs = createRealServerRegion(8);
-  const t = new ConnTable(ConnTable.create(capacity, timeouts), rs, L.OWNER_CONTROL);
-  return { t, rs: new Int32Array(rs) };
-}
+const fresh = (capacity = 1024) => freshTable(capacity);
 
 const C = 0x0a000002,
   V = 0x0a600001,
