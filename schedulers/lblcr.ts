@@ -24,7 +24,8 @@
  * A member is held as the kernel's ip_vs_dest_set_insert holds it (ip_vs_dest_hold): holds() tells
  * the service model, which keeps a deleted member in the trash — its slot not reused, its counters
  * and weight kept — until the set lets it go (set_max drops it, or the entry expires); so a slot in
- * the set is always that member's, and a member re-added from the trash (same slot) counts again.
+ * the set is that member's (bar a worker on an older snapshot adding a server just deleted, whose
+ * slot the model may free first), and a member re-added from the trash (same slot) counts again.
  * The kernel has no other pass that removes deleted members: set_min skips them (!AVAILABLE).
  */
 import { RS_WEIGHT, RS_WORDS } from '../conntrack/layout';
