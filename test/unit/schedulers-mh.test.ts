@@ -187,3 +187,19 @@ test('more servers than slots: the previous table is kept, as the kernel refuses
   assert.deepEqual(owners(m), before);
   assert.equal(m.listed().length, 252);
 });
+
+test('a server deleted while the table is kept owns no slot any more (uvs returns none where the kernel would use the trashed dest)', () => {
+  const servers = Array.from({ length: 251 }, (_, i) => ({ address: `10.3.${i >> 8}.${i & 255}` }));
+  const m = service('mh', servers, 0, 251);
+  const before = owners(m);
+  m.add(parseInet('10.4.0.1')!, 80, 1);
+  m.add(parseInet('10.4.0.2')!, 80, 1); // 253 servers: the 251-server table is kept
+  const gone = '10.3.0.7:80';
+  m.del(server(m, gone)); // 252, still more than 251: kept, without the deleted server
+  const after = owners(m);
+  assert.equal(after.length, 251);
+  assert.ok(before.includes(gone));
+  before.forEach((k, i) => assert.equal(after[i], k === gone ? null : k, `slot ${i}`));
+  // every other server is still found at its (new) list position
+  assert.equal(counts(m).get('empty'), before.filter((k) => k === gone).length);
+});
