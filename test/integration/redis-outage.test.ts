@@ -179,7 +179,9 @@ test('a catch-up of 20,000 queued records holds one write round of commands at a
       samples++;
       await new Promise((r) => setImmediate(r));
     }
-    t.diagnostic(`most commands waiting for Redis: ${most} (${samples} samples), records written ${a.sync.stats.written}`);
+    t.diagnostic(
+      `most commands waiting for Redis: ${most} (${samples} samples), records written ${a.sync.stats.written}, catch-up ${a.sync.stats.lastCatchUpSeconds} s`,
+    );
     assert.ok(a.sync.stats.written >= N);
     assert.equal((await storedPorts(port, P)).length, N);
     // One round: 1000 records × 2 SETs + 1 PUBLISH, and the odd counts exchange (a few commands).
