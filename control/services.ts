@@ -917,7 +917,7 @@ export class ServiceModel {
     return null;
   }
 
-  /** Slots of trashed real servers (deleted, connections remaining). */
+  /** Slots of trashed real servers (deleted; connections remaining, or held by the scheduler). */
   trash(): RsSlotInfo[] {
     return [...this.rsSlots.values()].filter((i) => !i.listed);
   }
