@@ -165,6 +165,24 @@ test('a partial checksum description must lie inside the transport part: at the 
   assert.equal(badOffload(p), 3);
 });
 
+test('an ICMP checksum described at an odd offset is completed in software too, not left partial', () => {
+  const p = setup();
+  // An echo whose checksum's high byte is 0 (a payload word chosen for it): completing its
+  // whole sum (-0) at ICMP offset 1 writes 0 over the code and that byte, leaving it valid.
+  const echo = icmpEcho({ src: CLIENT, dst: VIP, payload: new Uint8Array(8) });
+  for (let w = 0; w < 0x10000 && echo[22] !== 0; w++) {
+    P.put16(echo, 28, w);
+    P.put16(echo, 22, 0);
+    P.put16(echo, 22, ~onesSum(echo, 20, echo.length) & 0xffff);
+  }
+  assert.equal(echo[22], 0);
+  const q = framed(echo, { flags: P.VNET_F_NEEDS_CSUM, start: 20, offset: 1 });
+  assert.equal(p.run(q).v, FORWARD);
+  assert.equal(q[P.VNET_FLAGS], 0, 'nothing left for the device');
+  assert.equal(field(q.subarray(V)).icmpType, P.ICMP_ECHOREPLY);
+  assert.ok(checksumsValid(q.subarray(V)));
+});
+
 test('completed in software, a UDP checksum that computes to 0 is sent as 0xffff, so the rewrite keeps a checksum', () => {
   const p = setup('udp');
   const pkt = zeroChecksum(udp({ src: CLIENT, dst: VIP, sport: 5000, dport: 80, payload: payload(40) }));
@@ -199,6 +217,16 @@ test('a parked packet carries its finished checksum: TCP 0 stays 0, UDP 0 is 0xf
     const parked = bytes.slice(L.parkDataOffset(0), L.parkDataOffset(0) + wire.length);
     assert.deepEqual([...parked], [...wire], `${proto}: the packet as on the wire, checksum ${proto === 'tcp' ? '0' : '0xffff'}`);
   }
+  // The same TCP segment described from its destination port on (completed in software on
+  // arrival, then parked): its checksum 0 stays 0 there too.
+  const p = setup('tcp', true);
+  const pkt = zeroChecksum(tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_ACK, payload: payload(30) }));
+  const wire = pkt.slice();
+  P.put16(pkt, 20 + P.TCP_CSUM, P.fold16(pseudo(pkt) + P.u16(pkt, 20)));
+  assert.equal(p.run(framed(pkt, { flags: P.VNET_F_NEEDS_CSUM, start: 22, offset: P.TCP_CSUM - 2 })).v, DROP);
+  assert.equal(p.counters[L.C_PARKED], 1);
+  const at = L.parkDataOffset(0);
+  assert.deepEqual([...new Uint8Array(p.ring!).slice(at, at + wire.length)], [...wire]);
 });
 
 test('every generated packet gets a plain virtio header, whatever the output region held', () => {
