@@ -10,7 +10,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
-import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
+import { TCPF_ACK, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { FULLNAT_FULL_MS } from '../../lb/xmit';
 import { parseIPv6 } from '../../net/addr';
@@ -358,4 +358,73 @@ test('a full pool is remembered for FULLNAT_FULL_MS: a port freed meanwhile is t
   p.setNow((t0 + FULLNAT_FULL_MS) | 0);
   assert.equal(p.run(q(5006)).v, FORWARD, 'forgotten after FULLNAT_FULL_MS: the freed port');
   assert.equal(p.table.count(), 4);
+});
+
+test('the PROXY header starts over only for a SYN without ACK, with another ISN, on an entry not ESTABLISHED', () => {
+  const isn = 0x10000000;
+  /** Handshake, header segment, the server's acknowledgement of it; returns the client-segment sender. */
+  const acked = () => {
+    const p = ppSetup();
+    const lport = open4(p, 40000, isn);
+    assert.equal(p.run(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_ACK, seq: isn + 1, ack: 7001 })).v, REPLY);
+    const sack = tcp({ src: RS, dst: '10.99.0.1', sport: 8080, dport: lport, flags: TCPF_ACK, seq: 7001, ack: isn + 1 + V2_4 });
+    assert.equal(p.run(sack).v, FORWARD);
+    assert.equal(field(sack).ack, isn + 1, 'the header acknowledged');
+    const c = (flags: number, seq: number, n = 0) => {
+      const pkt = tcp({ src: CLIENT, dst: VIP, sport: 40000, flags, seq, ack: 7001, payload: payload(n) });
+      const r = p.run(pkt);
+      return { v: r.v, seq: field(pkt).seq, n: r.outs.length };
+    };
+    return { p, c };
+  };
+  // After a RST (CLOSE), the SYN again with the same ISN (a retransmission): the header state stays.
+  const a = acked();
+  assert.equal(a.c(TCPF_RST | TCPF_ACK, isn + 1).v, FORWARD);
+  assert.equal(a.c(TCPF_SYN, isn).v, FORWARD);
+  const ad = a.c(TCPF_ACK, isn + 1, 10);
+  assert.deepEqual([ad.v, ad.seq], [FORWARD, isn + 1 + V2_4], 'shifted as before: no second header');
+  // After a RST, a SYN|ACK with another number is no new connection's SYN: no restart.
+  const b = acked();
+  assert.equal(b.c(TCPF_RST | TCPF_ACK, isn + 1).v, FORWARD);
+  b.c(TCPF_SYN | TCPF_ACK, 0x70000000);
+  const bd = b.c(TCPF_ACK, 0x70000001, 10);
+  assert.deepEqual([bd.v, bd.seq], [FORWARD, 0x70000001 + V2_4], 'no header at the other number');
+  // On an ESTABLISHED entry a SYN with another number starts nothing over either.
+  const e = acked();
+  e.c(TCPF_SYN, 0x70000000);
+  const ed = e.c(TCPF_ACK, 0x70000001, 10);
+  assert.deepEqual([ed.v, ed.seq], [FORWARD, 0x70000001 + V2_4]);
+  assert.equal(e.p.counters[L.C_PP_HEADERS], 1);
+  // The control: after a RST, a SYN with another ISN does start over (the header goes again).
+  const d = acked();
+  assert.equal(d.c(TCPF_RST | TCPF_ACK, isn + 1).v, FORWARD);
+  d.c(TCPF_SYN, 0x70000000);
+  const dd = d.c(TCPF_ACK, 0x70000001, 10);
+  assert.deepEqual([dd.v, dd.n], [REPLY, 2], 'header segment, then the data');
+});
+
+test('once the header is acknowledged, further server ACKs queue no sync event of their own', () => {
+  const p = makeProcessor(
+    {
+      dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'] } },
+      services: [
+        { protocol: 'tcp', address: VIP, port: 80, forwarding: 'fullnat', proxyProtocol: 'v2', realServers: [{ address: RS, port: 8080 }] },
+      ],
+    },
+    { ring: true },
+  );
+  p.table.setSync(true);
+  const r = new Int32Array(p.ring!);
+  const isn = 0x10000000;
+  const syn = tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN, seq: isn });
+  assert.equal(p.run(syn).v, FORWARD);
+  const lport = field(syn).sport;
+  const s = (seq: number, ack: number, flags = TCPF_ACK) => tcp({ src: RS, dst: '10.99.0.1', sport: 8080, dport: lport, flags, seq, ack, payload: payload(10) });
+  assert.equal(p.run(s(7000, isn + 1, TCPF_SYN | TCPF_ACK)).v, FORWARD);
+  assert.equal(p.run(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_ACK, seq: isn + 1, ack: 7001 })).v, REPLY);
+  const t0 = Atomics.load(r, L.RG_SYNC_TAIL);
+  assert.equal(p.run(s(7001, isn + 1 + V2_4)).v, FORWARD);
+  assert.equal(Atomics.load(r, L.RG_SYNC_TAIL), t0 + 1, 'the acknowledgement of the header is synced');
+  for (let i = 1; i <= 3; i++) assert.equal(p.run(s(7001 + 10 * i, isn + 1 + V2_4)).v, FORWARD);
+  assert.equal(Atomics.load(r, L.RG_SYNC_TAIL), t0 + 1, 'and only it');
 });
