@@ -265,6 +265,15 @@ test('IPv6 TCP whose checksum after the rewrite computes to 0 keeps 0 (TCP has n
   assert.equal(field6(syn).dst, 'fd00:10:1:2::5');
   assert.equal(P.u16(syn, 56), 0);
   assert.ok(l4Valid6(syn));
+  // And one whose checksum is 0 before the rewrite: TCP's 0 is a checksum like any other.
+  const z = tcp6({ src: '2001:db8:1::100', dst: 'fd00:96::10', sport: 40001, flags: TCPF_SYN, payload: payload(20) });
+  P.put16(z, z.length - 2, 0);
+  P.put16(z, 56, 0);
+  P.put16(z, z.length - 2, 0xffff - sum(z, 40, z.length, pseudo6(z, 6)));
+  assert.equal(sum(z, 40, z.length, pseudo6(z, 6)), 0xffff, 'valid with checksum 0');
+  assert.equal(p.run(z).v, FORWARD);
+  assert.equal(field6(z).dst, 'fd00:10:1:2::5');
+  assert.ok(l4Valid6(z), 'updated, not kept');
 });
 
 /**
@@ -427,4 +436,19 @@ test('once the header is acknowledged, further server ACKs queue no sync event o
   assert.equal(Atomics.load(r, L.RG_SYNC_TAIL), t0 + 1, 'the acknowledgement of the header is synced');
   for (let i = 1; i <= 3; i++) assert.equal(p.run(s(7001 + 10 * i, isn + 1 + V2_4)).v, FORWARD);
   assert.equal(Atomics.load(r, L.RG_SYNC_TAIL), t0 + 1, 'and only it');
+});
+
+test('a full table with every pool port taken refuses the flow as fullnat_ports_exhausted: the ports are looked at first', () => {
+  const p = makeProcessor(
+    {
+      dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'], portMin: 30000, portMax: 30015 } },
+      services: [{ protocol: 'udp', address: VIP, port: 53, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: RS, port: 8080 }] }],
+    },
+    { capacity: 16 },
+  );
+  for (let i = 0; i < 16; i++) assert.equal(p.run(udp({ src: CLIENT, dst: VIP, sport: 5000 + i, dport: 53 })).v, FORWARD);
+  assert.equal(p.table.count(), 16);
+  assert.equal(p.run(udp({ src: CLIENT, dst: VIP, sport: 5016, dport: 53 })).v, DROP);
+  assert.equal(p.drops('fullnat_ports_exhausted'), 1);
+  assert.equal(p.drops('table_full'), 0);
 });
