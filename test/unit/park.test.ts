@@ -113,12 +113,13 @@ test('PARK_SLOTS packets wait at most: the next is park_full until the control t
   assert.equal(p.full(), 1);
   assert.equal(p.tail(), L.PARK_SLOTS);
   Atomics.store(p.r, L.RG_PARK_HEAD, 1); // the control thread took slot 0
-  const next = mid(20001, 5);
+  const waiting = p.parked(1);
+  const next = mid(20001, L.PARK_SLOT_BYTES - 40); // fills slot 0 to its last byte
   const copy = [...next];
   assert.equal(p.run(next).v, DROP);
   assert.equal(p.tail(), L.PARK_SLOTS + 1);
   assert.deepEqual(p.parked(0), copy, 'slot = tail mod PARK_SLOTS');
-  assert.deepEqual(p.parked(1).length, 40 + 1, 'slot 1 untouched');
+  assert.deepEqual(p.parked(1), waiting, 'slot 1, still waiting, untouched');
   assert.equal(p.run(mid(20002)).v, DROP);
   assert.equal(p.full(), 2);
 });
