@@ -9,6 +9,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { Defense } from '../../conntrack/defense';
 import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
@@ -309,3 +310,45 @@ test('persistence with no server to pin answers port unreachable; with no room f
 });
 
 void udp6;
+
+test('SYN proxy clocks: a cookie ACK 59 s after its SYN-ACK (one minute on) is good, 125 s after it (two on) is not; the pending flow is not synced', () => {
+  const mk = () => {
+    const p = makeProcessor(
+      {
+        dataplane: { vipCidrs: ['10.96.0.0/24'] },
+        services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: [{ address: RS[0], port: 8080 }] }],
+        defense: { synProxy: 3 },
+      },
+      { ring: true, outBytes: 1 << 16 },
+    );
+    new Defense(p.table, p.cfg.defense);
+    p.table.setSync(true);
+    return p;
+  };
+  for (const [later, good] of [
+    [59_000, true],
+    [125_000, false],
+  ] as const) {
+    const p = mk();
+    const r = new Int32Array(p.ring!);
+    // An hour into the table's clock, 1 s into a minute of Unix time (the cookie's counter).
+    const t0 = 3_600_000 + ((((1000 - p.table.epoch) % 60_000) + 60_000) % 60_000);
+    p.setNow(t0);
+    const sa = p.run(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN, seq: 1000 }));
+    assert.equal(sa.v, REPLY);
+    const cookie = field(sa.reply!).seq;
+    p.setNow(t0 + later);
+    const tail = Atomics.load(r, L.RG_SYNC_TAIL);
+    const ack = p.run(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_ACK, seq: 1001, ack: (cookie + 1) >>> 0 }));
+    assert.equal(ack.v, REPLY, `${later} ms`);
+    const out = field(ack.reply!);
+    if (good) {
+      assert.deepEqual([out.dst, out.flags], [RS[0], TCPF_SYN], 'our SYN to the server');
+      assert.equal(p.table.count(), 1);
+      assert.equal(Atomics.load(r, L.RG_SYNC_TAIL), tail, 'a pending flow is not published');
+    } else {
+      assert.deepEqual([out.dst, out.flags & 4], [CLIENT, 4], 'a RST: the cookie is too old');
+      assert.equal(p.table.count(), 0);
+    }
+  }
+});
