@@ -107,6 +107,16 @@ test('transport headers: TCP shorter than 20 bytes or than its data offset, a da
   assert.equal(p.run(bare6).v, DROP);
   assert.equal(p.drops('unsupported_protocol'), 1);
   assert.equal(p.drops('truncated'), n);
+  // A hop-by-hop header claiming 24 bytes where 8 are left: the upper header is past the end.
+  const hop = new Uint8Array(48);
+  hop.set(bare6);
+  P.put16(hop, P.IP6_PLEN, 8);
+  hop[P.IP6_NEXT] = 0;
+  hop[40] = 47;
+  hop[41] = 2;
+  assert.equal(p.run(hop).v, DROP);
+  assert.equal(p.drops('truncated'), ++n, 'extension header past the end');
+  assert.equal(p.drops('unsupported_protocol'), 1);
   assert.equal(p.table.count(), 0);
 });
 
