@@ -362,3 +362,25 @@ test('SYN proxy clocks: a cookie ACK 59 s after its SYN-ACK (one minute on) is g
     }
   }
 });
+
+test('a SYN-proxied client whose persistence template pins a server it cannot proxy (changed since) is refused: no_real_server, no entry left', () => {
+  const doc = (forwarding: string) => ({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' },
+    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding, persistence: 300, realServers: [{ address: RS[0], port: 80 }] }],
+    defense: { synProxy: 3 },
+  });
+  const p = makeProcessor(doc('tunnel'), { outBytes: 1 << 16 });
+  new Defense(p.table, p.cfg.defense);
+  const first = p.run(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN }));
+  assert.equal(first.v, REPLY, 'tunnel: not proxied, encapsulated');
+  assert.equal(first.reply![P.IP_PROTO], 4);
+  const entries = p.table.count(); // the template and the connection
+  p.apply(doc('masq'));
+  const sa = p.run(tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_SYN, seq: 5000 }));
+  assert.equal(sa.v, REPLY);
+  assert.equal(field(sa.reply!).flags, TCPF_SYN | TCPF_ACK, 'masq now: a cookie');
+  const ack = p.run(tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_ACK, seq: 5001, ack: (field(sa.reply!).seq + 1) >>> 0 }));
+  assert.equal(ack.v, DROP);
+  assert.equal(p.drops('no_real_server'), 1);
+  assert.equal(p.table.count(), entries, 'the refused flow left no entry');
+});
