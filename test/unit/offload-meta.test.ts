@@ -183,6 +183,18 @@ test('an ICMP checksum described at an odd offset is completed in software too, 
   assert.ok(checksumsValid(q.subarray(V)));
 });
 
+test('an ICMP checksum described at offset 6 (UDP\'s) is no UDP checksum: completed in software too', () => {
+  const p = setup();
+  const echo = icmpEcho({ src: CLIENT, dst: VIP, payload: payload(8) });
+  P.put16(echo, 26, 0); // the sequence number, where the device is asked to write: 0 stays 0 (the sum is -0)
+  P.put16(echo, 22, 0);
+  P.put16(echo, 22, ~onesSum(echo, 20, echo.length) & 0xffff);
+  const q = framed(echo, { flags: P.VNET_F_NEEDS_CSUM, start: 20, offset: P.UDP_CSUM });
+  assert.equal(p.run(q).v, FORWARD);
+  assert.equal(q[P.VNET_FLAGS], 0, 'nothing left for the device');
+  assert.ok(checksumsValid(q.subarray(V)));
+});
+
 test('completed in software, a UDP checksum that computes to 0 is sent as 0xffff, so the rewrite keeps a checksum', () => {
   const p = setup('udp');
   const pkt = zeroChecksum(udp({ src: CLIENT, dst: VIP, sport: 5000, dport: 80, payload: payload(40) }));
