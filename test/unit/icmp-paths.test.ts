@@ -9,6 +9,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
@@ -153,8 +154,12 @@ test('echo requests: only type 8 with a valid checksum is answered, with TTL 64 
   assert.equal(p.run(bad).v, DROP);
   assert.equal(p.drops('bad_checksum'), 1);
   const e = icmpEcho({ src: CLIENT, dst: VIP, ttl: 5 });
+  const before = [...p.counters];
   assert.equal(p.run(e).v, FORWARD);
   assert.equal(e[P.IP_TTL], 64);
+  // An echo answer is no refusal: it counts as sent (generated packets), and as no drop of any kind.
+  const changed = [...p.counters].flatMap((x, i) => (x !== before[i] ? [i] : []));
+  assert.deepEqual(changed, [L.C_GEN_BASE + L.GEN_ECHO * L.GEN_RESULTS + L.GEN_SENT]);
   assert.equal(P.sum16(e, 0, 20, 0), 0xffff);
   const e6 = icmp6({ src: '2001:db8:1::100', dst: VIP6, type: P.ICMP6_ECHO_REQUEST, ttl: 5 });
   assert.equal(p.run(e6).v, FORWARD);
@@ -246,3 +251,20 @@ test('an ICMPv6 error must quote an IPv6 header and 4 bytes: less, or another ve
 
 void udp;
 void TCPF_ACK;
+
+test('an error whose own IPv4 header carries options is read past them', () => {
+  const p = setup();
+  const reply = flow(p);
+  const plain = icmpErr(CLIENT, VIP, reply.slice(0, 28));
+  const e = new Uint8Array(plain.length + 4);
+  e.set(plain.subarray(0, 20));
+  e.set([1, 1, 1, 1], 20);
+  e.set(plain.subarray(20), 24);
+  e[0] = 0x46;
+  P.put16(e, P.IP_TOTLEN, e.length);
+  P.put16(e, P.IP_CSUM, 0);
+  P.put16(e, P.IP_CSUM, P.checksum(e, 0, 24, 0));
+  assert.equal(p.run(e).v, FORWARD);
+  assert.equal(field(e).dst, RS);
+  assert.equal(P.u16(e, 24 + 28), 8080, 'the quoted source port is the server\'s');
+});
