@@ -1,7 +1,7 @@
 // Folds a re-run of some mutants (a config with `mutate` line ranges, run against the new test
 // files alone) into the first run's report: a mutant the first run killed stays killed (tests are
 // only added), a survivor takes the re-run's verdict when the re-run has the same mutant (file,
-// line, column, mutator, replacement). Writes the merged report, for summarize.mjs:
+// start and end, mutator, replacement). Writes the merged report, for summarize.mjs:
 //   node test/mutation/merge-rerun.mjs reports/mutation/core.json reports/rerun/core.json reports/merged/core.json
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -13,7 +13,8 @@ if (!outPath) {
 }
 const first = JSON.parse(readFileSync(firstPath, 'utf8'));
 const rerun = JSON.parse(readFileSync(rerunPath, 'utf8'));
-const key = (file, m) => `${file}:${m.location.start.line}:${m.location.start.column} ${m.mutatorName} ${m.replacement ?? ''}`;
+const key = (file, m) =>
+  `${file}:${m.location.start.line}:${m.location.start.column}-${m.location.end.line}:${m.location.end.column} ${m.mutatorName} ${m.replacement ?? ''}`;
 const again = new Map();
 for (const [file, r] of Object.entries(rerun.files)) for (const m of r.mutants) again.set(key(file, m), m);
 let changed = 0;
