@@ -299,6 +299,7 @@ test('IPv6 persistence: one template per client /64 pins the whole server addres
   const other6 = to('2001:db8:9:9::100', 40003);
   assert.notEqual(other6, first, 'another /64: rr moves on');
   assert.equal(to('2001:db8:9:9::101', 40004), other6);
+  assert.equal(to('2001:db8:1:2::200', 40005), first, 'back to the first /64 after the other server: its template\'s whole address');
   // A reply from the pinned server finds its flow (the whole address in the entry).
   const r = tcp6({ src: first, dst: '2001:db8:1:2::100', sport: 8080, dport: 40001, flags: TCPF_SYN | TCPF_ACK });
   assert.equal(p.run(r).v, FORWARD);
