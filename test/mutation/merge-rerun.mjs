@@ -1,7 +1,7 @@
 // Folds a re-run of some mutants (a config with `mutate` line ranges, run against the new test
 // files alone) into the first run's report: a mutant the first run killed stays killed (tests are
-// only added), a survivor takes the re-run's verdict when the re-run has the same mutant (file,
-// start and end, mutator, replacement). Writes the merged report, for summarize.mjs:
+// only added), a survivor becomes killed / timed out when the re-run detected the same mutant
+// (file, start and end, mutator, replacement); otherwise it keeps its first status. Writes the merged report, for summarize.mjs:
 //   node test/mutation/merge-rerun.mjs reports/mutation/core.json reports/rerun/core.json reports/merged/core.json
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -27,7 +27,9 @@ for (const [file, r] of Object.entries(first.files)) {
       missing++;
       continue;
     }
-    if (n.status !== m.status) {
+    // Only a detection counts: the re-run runs the new test files alone, so a NoCoverage there
+    // says nothing about the other files.
+    if (n.status === 'Killed' || n.status === 'Timeout') {
       m.status = n.status;
       m.killedBy = n.killedBy;
       m.statusReason = n.statusReason;
@@ -37,4 +39,4 @@ for (const [file, r] of Object.entries(first.files)) {
 }
 mkdirSync(dirname(outPath), { recursive: true });
 writeFileSync(outPath, JSON.stringify(first));
-console.log(`${outPath}: ${changed} survivor(s) now ${'killed/timed out'}, ${missing} not in the re-run`);
+console.log(`${outPath}: ${changed} survivor(s) now killed or timed out, ${missing} not in the re-run`);
