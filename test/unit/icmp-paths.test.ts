@@ -14,7 +14,7 @@ import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
 import * as P from '../../net/packet';
-import { field, field6, icmp6, icmpEcho, tcp, tcp6, udp } from '../helpers/packets';
+import { field, field6, icmp6, icmpEcho, tcp, tcp6, udp, udp6 } from '../helpers/packets';
 import { makeProcessor, payload } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
@@ -267,4 +267,54 @@ test('an error whose own IPv4 header carries options is read past them', () => {
   assert.equal(p.run(e).v, FORWARD);
   assert.equal(field(e).dst, RS);
   assert.equal(P.u16(e, 24 + 28), 8080, 'the quoted source port is the server\'s');
+});
+
+test('with perSecond 0 there is no global limit: answers to many sources all go (the per-source limit alone)', () => {
+  const p = makeProcessor({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], generatedLimit: { perSecond: 0 } },
+    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: [{ address: RS, port: 8080 }] }],
+  });
+  let sent = 0;
+  for (let i = 0; i < 120; i++) if (p.run(tcp({ src: `192.168.${i >> 6}.${(i & 63) + 1}`, dst: VIP, sport: 40000, dport: 81, flags: TCPF_SYN })).v === REPLY) sent++;
+  assert.equal(sent, 120);
+});
+
+test('answers built at an offset of the buffer and in a region that ends right after them', () => {
+  const p = setup();
+  // A SYN with 5 bytes to a port without a service, at offset 16: RST|ACK acknowledging 5 + 1.
+  const syn = tcp({ src: CLIENT, dst: VIP, sport: 40000, dport: 81, flags: TCPF_SYN, seq: 700, payload: payload(5) });
+  const b = new Uint8Array(16 + syn.length);
+  b.set(syn, 16);
+  p.region.off = 0;
+  p.region.end = p.out.length;
+  assert.equal(p.proc.process(b, 16, syn.length, p.region), REPLY);
+  const rst = p.out.subarray(0, p.region.lens[0]);
+  assert.equal(field(rst).ack, 706);
+  // Port unreachable for a UDP datagram: 20 + 8 + 28 bytes, the region exactly that long.
+  const d = udp({ src: CLIENT, dst: VIP, sport: 5000, dport: 53, payload: payload(40) });
+  p.out.fill(0xa5);
+  p.region.off = 0;
+  p.region.end = 56;
+  assert.equal(p.proc.process(d, 0, d.length, p.region), REPLY);
+  assert.equal(p.region.lens[0], 56);
+  assert.deepEqual([...p.out.subarray(56, 80)].filter((x) => x !== 0xa5), [], 'nothing past the region');
+  // ICMPv6 port unreachable in a region from 10 to 310: the quote fits the 300 bytes.
+  const u6 = udp6({ src: '2001:db8:1::100', dst: VIP6, sport: 5000, dport: 81, payload: payload(1000) });
+  p.out.fill(0xa5);
+  p.region.off = 10;
+  p.region.end = 310;
+  assert.equal(p.proc.process(u6, 0, u6.length, p.region), REPLY);
+  assert.equal(p.region.lens[0], 300);
+  assert.equal(p.out[10 + P.IP6_NEXT], P.IPPROTO_ICMPV6);
+  assert.deepEqual([...p.out.subarray(310, 400)].filter((x) => x !== 0xa5), [], 'nothing past the region');
+  // An error about a flow, at offset 16: translated, its checksum over its own length.
+  const reply = flow(p);
+  const e = icmpErr(CLIENT, VIP, reply.slice(0, 28));
+  const eb = new Uint8Array(16 + e.length);
+  eb.set(e, 16);
+  p.region.off = 0;
+  p.region.end = p.out.length;
+  assert.equal(p.proc.process(eb, 16, e.length, p.region), FORWARD);
+  assert.equal(P.sum16(eb, 16 + 20, e.length - 20, 0), 0xffff);
+  assert.equal(field(eb.subarray(16)).dst, RS);
 });
