@@ -142,7 +142,7 @@ test('ICMP shorter than its 8-byte header is truncated; an echo of exactly 8 byt
   assert.equal(p.drops('truncated'), 2);
 });
 
-test('ICMPv6 not to a VIP: multicast and link-local destinations are the device\'s own chatter (dropped); a server\'s echo reply goes on', () => {
+test("ICMPv6 not to a VIP: multicast and link-local destinations are the device's own chatter (dropped); a server's echo reply goes on", () => {
   const p = setup();
   for (const dst of ['ff02::1:ff00:5', 'fe80::1', 'febf::1']) {
     const ns = icmp6({ src: 'fe80::2', dst, type: 135 });
@@ -181,7 +181,9 @@ test('with offloads the virtio header right before the packet decides, whatever 
   for (const v6 of [false, true]) {
     const p = setup({ offload: true });
     // A GSO type without NEEDS_CSUM (dropped: bad_offload), the buffer's byte before the header 0.
-    const pkt = v6 ? tcp6({ src: CLIENT6, dst: VIP6, sport: 40000, flags: TCPF_SYN }) : tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN });
+    const pkt = v6
+      ? tcp6({ src: CLIENT6, dst: VIP6, sport: 40000, flags: TCPF_SYN })
+      : tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN });
     const b = new Uint8Array(1 + V + pkt.length);
     b.set(pkt, 1 + V);
     b[1 + P.VNET_GSO_TYPE] = v6 ? P.VNET_GSO_TCPV6 : P.VNET_GSO_TCPV4;
@@ -193,7 +195,9 @@ test('with offloads the virtio header right before the packet decides, whatever 
     assert.equal(p.proc.process(b, 1 + V, pkt.length, p.region), DROP, v6 ? 'IPv6' : 'IPv4');
     assert.equal(p.drops('bad_offload'), 1);
     // A partial checksum with no GSO: kept partial, the device completes it.
-    const q = partial(v6 ? tcp6({ src: CLIENT6, dst: VIP6, sport: 40001, flags: TCPF_SYN }) : tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_SYN }));
+    const q = partial(
+      v6 ? tcp6({ src: CLIENT6, dst: VIP6, sport: 40001, flags: TCPF_SYN }) : tcp({ src: CLIENT, dst: VIP, sport: 40001, flags: TCPF_SYN }),
+    );
     const c = new Uint8Array(1 + q.length);
     c.set(q, 1);
     assert.equal(p.proc.process(c, 1 + V, q.length - V, p.region), FORWARD);
@@ -201,7 +205,7 @@ test('with offloads the virtio header right before the packet decides, whatever 
   }
 });
 
-test('a new flow counts once: new connections, its server\'s and its service\'s connections; later packets do not', () => {
+test("a new flow counts once: new connections, its server's and its service's connections; later packets do not", () => {
   const p = setup();
   const conns = () => [
     p.counters[L.C_CONNS_NEW],
@@ -253,7 +257,7 @@ test('each service rotates its own rr: new flows of two services interleaved', (
   assert.deepEqual([a[1], a[3], a[5]], alone, 'UDP service (same list order): as if alone');
 });
 
-test('a masq flow sees both directions (no F_NOOUTPUT); only the tunnel\'s has it', () => {
+test("a masq flow sees both directions (no F_NOOUTPUT); only the tunnel's has it", () => {
   const p = setup();
   assert.equal(p.run(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN })).v, FORWARD);
   let flags = -1;
@@ -299,7 +303,7 @@ test('IPv6 persistence: one template per client /64 pins the whole server addres
   const other6 = to('2001:db8:9:9::100', 40003);
   assert.notEqual(other6, first, 'another /64: rr moves on');
   assert.equal(to('2001:db8:9:9::101', 40004), other6);
-  assert.equal(to('2001:db8:1:2::200', 40005), first, 'back to the first /64 after the other server: its template\'s whole address');
+  assert.equal(to('2001:db8:1:2::200', 40005), first, "back to the first /64 after the other server: its template's whole address");
   // A reply from the pinned server finds its flow (the whole address in the entry).
   const r = tcp6({ src: first, dst: '2001:db8:1:2::100', sport: 8080, dport: 40001, flags: TCPF_SYN | TCPF_ACK });
   assert.equal(p.run(r).v, FORWARD);
@@ -367,7 +371,17 @@ test('SYN proxy clocks: a cookie ACK 59 s after its SYN-ACK (one minute on) is g
 test('a SYN-proxied client whose persistence template pins a server it cannot proxy (changed since) is refused: no_real_server, no entry left', () => {
   const doc = (forwarding: string) => ({
     dataplane: { vipCidrs: ['10.96.0.0/24'], tunnelSource: '10.1.1.1' },
-    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding, persistence: 300, realServers: [{ address: RS[0], port: 80 }] }],
+    services: [
+      {
+        protocol: 'tcp',
+        address: VIP,
+        port: 80,
+        scheduler: 'rr',
+        forwarding,
+        persistence: 300,
+        realServers: [{ address: RS[0], port: 80 }],
+      },
+    ],
     defense: { synProxy: 3 },
   });
   const p = makeProcessor(doc('tunnel'), { outBytes: 1 << 16 });

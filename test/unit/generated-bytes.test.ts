@@ -91,13 +91,22 @@ test('IPv4 RSTs: to an ACK at its acknowledgement; to a SYN with data and FIN ac
   const p = setup();
   const ids: number[] = [];
   // A mid-flow ACK (no entry): RST, seq = its ack, no ACK bit.
-  const a = answer(p, tcp({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, flags: TCPF_ACK, seq: 111, ack: 0x89abcdef, payload: payload(9) }));
+  const a = answer(
+    p,
+    tcp({ src: CLIENT, dst: VIP, sport: 40000, dport: 80, flags: TCPF_ACK, seq: 111, ack: 0x89abcdef, payload: payload(9) }),
+  );
   ids.push((a[4]! << 8) | a[5]!);
   assert.deepEqual(a, ipv4(VIP, CLIENT, 6, tcpHdr(v4(VIP), v4(CLIENT), 80, 40000, 0x89abcdef, 0, TCPF_RST), ids[0]!));
   // A SYN|FIN with 7 bytes to a port without a service: RST|ACK, ack = seq + 7 + 1 + 1.
-  const s = answer(p, tcp({ src: CLIENT, dst: VIP, sport: 40001, dport: 81, flags: TCPF_SYN | TCPF_FIN, seq: 0xfffffffe, payload: payload(7) }));
+  const s = answer(
+    p,
+    tcp({ src: CLIENT, dst: VIP, sport: 40001, dport: 81, flags: TCPF_SYN | TCPF_FIN, seq: 0xfffffffe, payload: payload(7) }),
+  );
   ids.push((s[4]! << 8) | s[5]!);
-  assert.deepEqual(s, ipv4(VIP, CLIENT, 6, tcpHdr(v4(VIP), v4(CLIENT), 81, 40001, 0, (0xfffffffe + 9) >>> 0, TCPF_RST | TCPF_ACK), ids[1]!));
+  assert.deepEqual(
+    s,
+    ipv4(VIP, CLIENT, 6, tcpHdr(v4(VIP), v4(CLIENT), 81, 40001, 0, (0xfffffffe + 9) >>> 0, TCPF_RST | TCPF_ACK), ids[1]!),
+  );
   // A bare segment without flags: ack = its seq + its payload.
   const n = answer(p, tcp({ src: CLIENT, dst: VIP, sport: 40002, dport: 80, flags: 0, seq: 5000, payload: payload(3) }));
   ids.push((n[4]! << 8) | n[5]!);
@@ -152,7 +161,11 @@ test('IPv6: RST, port unreachable quoting the whole small packet, up to 1232 byt
   assert.equal(q.region.lens[0], 300);
   const got = [...q.out.subarray(0, 300)];
   assert.deepEqual(got, ipv6(VIP6, CLIENT6, 58, icmpMsg(1, 4, 0, [...large.subarray(0, 252)], ps(8 + 252))));
-  assert.deepEqual([...q.out.subarray(300, 400)].filter((x) => x !== 0xa5), [], 'nothing past the region');
+  assert.deepEqual(
+    [...q.out.subarray(300, 400)].filter((x) => x !== 0xa5),
+    [],
+    'nothing past the region',
+  );
 });
 
 test('IPv6 Packet Too Big carries the route MTU, and never less than 1280', () => {

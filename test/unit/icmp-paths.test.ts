@@ -31,8 +31,22 @@ function setup(forwarding = 'masq') {
         fullnat: { addresses: ['10.2.0.1', 'fd00:99:1:2::7'] },
       },
       services: [
-        { protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding, realServers: [forwarding === 'tunnel' ? { address: RS } : { address: RS, port: 8080 }] },
-        { protocol: 'tcp', address: VIP6, port: 80, scheduler: 'rr', forwarding: 'masq', realServers: [{ address: 'fd00:10::5', port: 8080 }] },
+        {
+          protocol: 'tcp',
+          address: VIP,
+          port: 80,
+          scheduler: 'rr',
+          forwarding,
+          realServers: [forwarding === 'tunnel' ? { address: RS } : { address: RS, port: 8080 }],
+        },
+        {
+          protocol: 'tcp',
+          address: VIP6,
+          port: 80,
+          scheduler: 'rr',
+          forwarding: 'masq',
+          realServers: [{ address: 'fd00:10::5', port: 8080 }],
+        },
       ],
     },
     { outBytes: 1 << 16 },
@@ -70,8 +84,24 @@ test('an error must quote a whole IPv4 header and 4 bytes of ports: less is trun
   const reply = flow(p);
   const cases: [string, Uint8Array, string][] = [
     ['19 bytes of the header', reply.slice(0, 19), 'truncated'],
-    ['a header of IPv6', (() => { const q = reply.slice(0, 28); q[0] = 0x65; return q; })(), 'truncated'],
-    ['a header length of 16', (() => { const q = reply.slice(0, 28); q[0] = 0x44; return q; })(), 'truncated'],
+    [
+      'a header of IPv6',
+      (() => {
+        const q = reply.slice(0, 28);
+        q[0] = 0x65;
+        return q;
+      })(),
+      'truncated',
+    ],
+    [
+      'a header length of 16',
+      (() => {
+        const q = reply.slice(0, 28);
+        q[0] = 0x44;
+        return q;
+      })(),
+      'truncated',
+    ],
     ['20 + 3 bytes', reply.slice(0, 23), 'truncated'],
   ];
   let n = 0;
@@ -83,11 +113,11 @@ test('an error must quote a whole IPv4 header and 4 bytes of ports: less is trun
   const ok = icmpErr(CLIENT, VIP, reply.slice(0, 24));
   assert.equal(p.run(ok).v, FORWARD, '20 + 4 bytes: the ports are there');
   assert.equal(field(ok).dst, RS);
-  assert.equal(P.u16(ok, 28 + 20), 8080, 'the quoted source port is the server\'s');
+  assert.equal(P.u16(ok, 28 + 20), 8080, "the quoted source port is the server's");
   assert.equal(P.sum16(ok, 20, ok.length - 20, 0), 0xffff);
 });
 
-test('an error quoting another protocol or a non-first fragment is not ours: to a VIP ignored, from the servers\' side passed on unchanged', () => {
+test("an error quoting another protocol or a non-first fragment is not ours: to a VIP ignored, from the servers' side passed on unchanged", () => {
   const p = setup();
   const reply = flow(p);
   const other = reply.slice(0, 28);
@@ -173,7 +203,7 @@ test('echo requests: only type 8 with a valid checksum is answered, with TTL 64 
   assert.equal(p.drops('bad_checksum'), 2);
 });
 
-test('ICMP from the servers\' side to a full-NAT pool address would come straight back: dropped (both families); to others passed on', () => {
+test("ICMP from the servers' side to a full-NAT pool address would come straight back: dropped (both families); to others passed on", () => {
   const p = setup();
   const r4 = icmpEcho({ src: RS, dst: '10.2.0.1' });
   r4[20] = 0; // an echo reply
@@ -215,7 +245,7 @@ test('the per-source answer limit tells IPv6 sources apart by their whole addres
   assert.equal(syn(b, 2000), REPLY, 'b has its own bucket');
 });
 
-test('an ICMPv6 error about a client\'s flow finds it after another client\'s packet', () => {
+test("an ICMPv6 error about a client's flow finds it after another client's packet", () => {
   const p = setup();
   const A = '2001:db8:a:b::100';
   assert.equal(p.run(tcp6({ src: A, dst: VIP6, sport: 40000, flags: TCPF_SYN })).v, FORWARD);
@@ -246,7 +276,7 @@ test('an ICMPv6 error must quote an IPv6 header and 4 bytes: less, or another ve
   assert.equal(p.run(err(gre)).v, DROP);
   assert.equal(p.drops('icmp_ignored'), 1);
   const out = icmp6({ src: 'fd00:10::5', dst: A, type: 1, code: 4, payload: gre });
-  assert.equal(p.run(out).v, FORWARD, 'from the servers\' side: passed on');
+  assert.equal(p.run(out).v, FORWARD, "from the servers' side: passed on");
 });
 
 void udp;
@@ -266,7 +296,7 @@ test('an error whose own IPv4 header carries options is read past them', () => {
   P.put16(e, P.IP_CSUM, P.checksum(e, 0, 24, 0));
   assert.equal(p.run(e).v, FORWARD);
   assert.equal(field(e).dst, RS);
-  assert.equal(P.u16(e, 24 + 28), 8080, 'the quoted source port is the server\'s');
+  assert.equal(P.u16(e, 24 + 28), 8080, "the quoted source port is the server's");
 });
 
 test('with perSecond 0 there is no global limit: answers to many sources all go (the per-source limit alone)', () => {
@@ -275,7 +305,8 @@ test('with perSecond 0 there is no global limit: answers to many sources all go 
     services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', realServers: [{ address: RS, port: 8080 }] }],
   });
   let sent = 0;
-  for (let i = 0; i < 120; i++) if (p.run(tcp({ src: `192.168.${i >> 6}.${(i & 63) + 1}`, dst: VIP, sport: 40000, dport: 81, flags: TCPF_SYN })).v === REPLY) sent++;
+  for (let i = 0; i < 120; i++)
+    if (p.run(tcp({ src: `192.168.${i >> 6}.${(i & 63) + 1}`, dst: VIP, sport: 40000, dport: 81, flags: TCPF_SYN })).v === REPLY) sent++;
   assert.equal(sent, 120);
 });
 
@@ -297,7 +328,11 @@ test('answers built at an offset of the buffer and in a region that ends right a
   p.region.end = 56;
   assert.equal(p.proc.process(d, 0, d.length, p.region), REPLY);
   assert.equal(p.region.lens[0], 56);
-  assert.deepEqual([...p.out.subarray(56, 80)].filter((x) => x !== 0xa5), [], 'nothing past the region');
+  assert.deepEqual(
+    [...p.out.subarray(56, 80)].filter((x) => x !== 0xa5),
+    [],
+    'nothing past the region',
+  );
   // ICMPv6 port unreachable in a region from 10 to 310: the quote fits the 300 bytes.
   const u6 = udp6({ src: '2001:db8:1::100', dst: VIP6, sport: 5000, dport: 81, payload: payload(1000) });
   p.out.fill(0xa5);
@@ -306,7 +341,11 @@ test('answers built at an offset of the buffer and in a region that ends right a
   assert.equal(p.proc.process(u6, 0, u6.length, p.region), REPLY);
   assert.equal(p.region.lens[0], 300);
   assert.equal(p.out[10 + P.IP6_NEXT], P.IPPROTO_ICMPV6);
-  assert.deepEqual([...p.out.subarray(310, 400)].filter((x) => x !== 0xa5), [], 'nothing past the region');
+  assert.deepEqual(
+    [...p.out.subarray(310, 400)].filter((x) => x !== 0xa5),
+    [],
+    'nothing past the region',
+  );
   // An error about a flow, at offset 16: translated, its checksum over its own length.
   const reply = flow(p);
   const e = icmpErr(CLIENT, VIP, reply.slice(0, 28));

@@ -79,7 +79,7 @@ function zeroChecksum(pkt: Uint8Array): Uint8Array {
 
 const badOffload = (p: ReturnType<typeof setup>) => p.drops('bad_offload');
 
-test('a GSO description is honoured only as TCP of the packet\'s family, with a partial checksum at the TCP checksum field and a segment size', () => {
+test("a GSO description is honoured only as TCP of the packet's family, with a partial checksum at the TCP checksum field and a segment size", () => {
   const p = setup();
   assert.equal(p.run(partial(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN }))).v, FORWARD);
   const big = () => tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_ACK, payload: payload(4000) });
@@ -143,7 +143,7 @@ test('a partial checksum elsewhere than the TCP/UDP checksum field is completed 
   const want = ~onesSum(q, V + 38, q.length) & 0xffff; // the field's seed included, as the device sums it
   assert.equal(p.run(q).v, FORWARD);
   assert.equal(q[P.VNET_FLAGS], 0, 'nothing left for the device');
-  assert.equal(P.u16(q, V + 38 + P.TCP_CSUM), want, 'the device\'s sum, written at start + offset');
+  assert.equal(P.u16(q, V + 38 + P.TCP_CSUM), want, "the device's sum, written at start + offset");
 });
 
 test('a partial checksum description must lie inside the transport part: at the last two bytes it is completed, one byte further dropped', () => {
@@ -183,7 +183,7 @@ test('an ICMP checksum described at an odd offset is completed in software too, 
   assert.ok(checksumsValid(q.subarray(V)));
 });
 
-test('an ICMP checksum described at offset 6 (UDP\'s) is no UDP checksum: completed in software too', () => {
+test("an ICMP checksum described at offset 6 (UDP's) is no UDP checksum: completed in software too", () => {
   const p = setup();
   const echo = icmpEcho({ src: CLIENT, dst: VIP, payload: payload(8) });
   P.put16(echo, 26, 0); // the sequence number, where the device is asked to write: 0 stays 0 (the sum is -0)

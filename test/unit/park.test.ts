@@ -47,7 +47,11 @@ const mid = (sport: number, n = 10, flags = TCPF_ACK) => tcp({ src: CLIENT, dst:
 
 test('what is parked: a client mid-flow segment (a RST too), a server packet, a non-INIT SCTP packet — each whole, in the next slot', () => {
   const p = setup();
-  const pkts = [mid(40000), mid(40001, 0, TCPF_RST | TCPF_ACK), udp({ src: RS, dst: CLIENT, sport: 8080, dport: 5000, payload: payload(33) })];
+  const pkts = [
+    mid(40000),
+    mid(40001, 0, TCPF_RST | TCPF_ACK),
+    udp({ src: RS, dst: CLIENT, sport: 8080, dport: 5000, payload: payload(33) }),
+  ];
   for (const [k, pkt] of pkts.entries()) {
     const copy = [...pkt];
     assert.equal(p.run(pkt).v, DROP);
@@ -63,7 +67,10 @@ test('what is parked: a client mid-flow segment (a RST too), a server packet, a 
   assert.equal(s.run(data).v, DROP);
   assert.deepEqual(s.parked(0), copy);
   // An INIT is not parked: it makes its association.
-  assert.equal(s.run(sctp({ src: CLIENT, dst: VIP, sport: 5001, dport: 3868, chunks: [{ type: 1, value: initValue(9) }] })).v !== DROP, true);
+  assert.equal(
+    s.run(sctp({ src: CLIENT, dst: VIP, sport: 5001, dport: 3868, chunks: [{ type: 1, value: initValue(9) }] })).v !== DROP,
+    true,
+  );
   assert.equal(s.parkedCount(), 1);
 });
 
@@ -81,7 +88,10 @@ test('nothing is parked without Redis (RST, no_connection) or without a ring; a 
   assert.equal(noRing.drops('no_connection'), 2);
   assert.equal(noRing.parkedCount(), 0);
   const s = setup({ protocol: 'sctp', ring: false });
-  assert.equal(s.run(sctp({ src: CLIENT, dst: VIP, sport: 5000, dport: 3868, vtag: 7, chunks: [{ type: 0, value: payload(12) }] })).v, DROP);
+  assert.equal(
+    s.run(sctp({ src: CLIENT, dst: VIP, sport: 5000, dport: 3868, vtag: 7, chunks: [{ type: 0, value: payload(12) }] })).v,
+    DROP,
+  );
   assert.equal(s.drops('no_connection'), 1);
   assert.equal(s.parkedCount(), 0);
   const p = setup();

@@ -33,7 +33,15 @@ function setup(o: { offload?: boolean; outBytes?: number } = {}) {
 
 /** A client TCP packet with the given TOS and DF, its header checksum redone. */
 function client(o: { sport?: number; flags?: number; tos?: number; df?: boolean; n?: number; seq?: number }): Uint8Array {
-  const pkt = tcp({ src: CLIENT, dst: VIP, sport: o.sport ?? 40000, flags: o.flags ?? TCPF_SYN, seq: o.seq, payload: payload(o.n ?? 10), frag: o.df === false ? 0 : 0x4000 });
+  const pkt = tcp({
+    src: CLIENT,
+    dst: VIP,
+    sport: o.sport ?? 40000,
+    flags: o.flags ?? TCPF_SYN,
+    seq: o.seq,
+    payload: payload(o.n ?? 10),
+    frag: o.df === false ? 0 : 0x4000,
+  });
   pkt[1] = o.tos ?? 0;
   P.put16(pkt, P.IP_CSUM, 0);
   P.put16(pkt, P.IP_CSUM, P.checksum(pkt, 0, 20, 0));
@@ -176,7 +184,9 @@ test('ip6ip6: the outer header from tunnelSource6 to the real server (all of its
     makeProcessor(
       {
         dataplane: { vipCidrs: ['10.96.0.0/24', 'fd00:96::/64'], tunnelSource: '10.1.1.1', tunnelSource6: 'fd00:1::1' },
-        services: [{ protocol: 'tcp', address: 'fd00:96::10', port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: [{ address: RS6 }] }],
+        services: [
+          { protocol: 'tcp', address: 'fd00:96::10', port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: [{ address: RS6 }] },
+        ],
       },
       { outBytes: 1 << 18 },
     );
@@ -204,7 +214,16 @@ test('ip6ip6 carries an inner packet of up to 65535 bytes', () => {
   const p = makeProcessor(
     {
       dataplane: { vipCidrs: ['fd00:96::/64'], tunnelSource6: 'fd00:1::1' },
-      services: [{ protocol: 'tcp', address: 'fd00:96::10', port: 80, scheduler: 'rr', forwarding: 'tunnel', realServers: [{ address: 'fd00:10::1' }] }],
+      services: [
+        {
+          protocol: 'tcp',
+          address: 'fd00:96::10',
+          port: 80,
+          scheduler: 'rr',
+          forwarding: 'tunnel',
+          realServers: [{ address: 'fd00:10::1' }],
+        },
+      ],
     },
     { outBytes: 1 << 18 },
   );

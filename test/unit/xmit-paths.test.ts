@@ -58,7 +58,9 @@ test('full-NAT without a PROXY header: a server ACK is no header acknowledgement
   const p = makeProcessor(
     {
       dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'] } },
-      services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: RS, port: 8080 }] }],
+      services: [
+        { protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: RS, port: 8080 }] },
+      ],
     },
     { ring: true },
   );
@@ -116,7 +118,10 @@ function open4(p: ReturnType<typeof ppSetup>, sport: number, isn: number, frame 
   const syn = w(tcp({ src: CLIENT, dst: VIP, sport, flags: TCPF_SYN, seq: isn }));
   assert.equal(p.run(syn).v, FORWARD);
   const lport = field(syn.subarray(frame ? V : 0)).sport;
-  assert.equal(p.run(w(tcp({ src: RS, dst: '10.99.0.1', sport: 8080, dport: lport, flags: TCPF_SYN | TCPF_ACK, seq: 7000, ack: isn + 1 }))).v, FORWARD);
+  assert.equal(
+    p.run(w(tcp({ src: RS, dst: '10.99.0.1', sport: 8080, dport: lport, flags: TCPF_SYN | TCPF_ACK, seq: 7000, ack: isn + 1 }))).v,
+    FORWARD,
+  );
   return lport;
 }
 const framed = (pkt: Uint8Array) => {
@@ -157,7 +162,11 @@ test('the header segment and the client segment behind it must fit the output re
     p.region.end = end;
     const pkt = tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_ACK, seq: isn + 1, ack: 7001, payload: data });
     const v = p.proc.process(pkt, 0, pkt.length, p.region);
-    assert.deepEqual([...p.out.subarray(end, end + 200)].filter((x) => x !== 0xa5), [], 'nothing past the end');
+    assert.deepEqual(
+      [...p.out.subarray(end, end + 200)].filter((x) => x !== 0xa5),
+      [],
+      'nothing past the end',
+    );
     if (end === need) {
       assert.equal(v, REPLY);
       assert.equal(p.region.count, 2);
@@ -177,7 +186,7 @@ test('the header segment and the client segment behind it must fit the output re
   }
 });
 
-test('IPv6: each flow\'s header carries its own addresses (two clients interleaved), with a right payload length; v1 shifts by its own text', () => {
+test("IPv6: each flow's header carries its own addresses (two clients interleaved), with a right payload length; v1 shifts by its own text", () => {
   const VIP6 = 'fd00:96:1:2:3::10';
   const clients = ['2001:db8:aa:bb::7', '2001:db8:cc:dd:ee::9'];
   for (const pp of ['v2', 'v1']) {
@@ -189,8 +198,16 @@ test('IPv6: each flow\'s header carries its own addresses (two clients interleav
       assert.equal(p.run(syn).v, FORWARD);
       lports.push(P.u16(syn, 40));
     }
-    for (const [k, cl] of clients.entries()) {
-      const sa = tcp6({ src: 'fd00:1::1', dst: 'fd00:99::1', sport: 8080, dport: lports[k], flags: TCPF_SYN | TCPF_ACK, seq: 9000, ack: isn[k]! + 1 });
+    for (const k of clients.keys()) {
+      const sa = tcp6({
+        src: 'fd00:1::1',
+        dst: 'fd00:99::1',
+        sport: 8080,
+        dport: lports[k],
+        flags: TCPF_SYN | TCPF_ACK,
+        seq: 9000,
+        ack: isn[k]! + 1,
+      });
       assert.equal(p.run(sa).v, FORWARD);
     }
     for (const [k, cl] of clients.entries()) {
@@ -204,8 +221,9 @@ test('IPv6: each flow\'s header carries its own addresses (two clients interleav
       const hdr = h!.subarray(60);
       if (pp === 'v2') {
         assert.equal(hlen, 16 + 36);
-        const a = (at: number) => [...parseIPv6(at === 0 ? cl : VIP6)!].flatMap((w) => [(w >>> 24) & 255, (w >>> 16) & 255, (w >>> 8) & 255, w & 255]);
-        assert.deepEqual([...hdr.subarray(16, 32)], a(0), 'the source is this flow\'s client');
+        const a = (at: number) =>
+          [...parseIPv6(at === 0 ? cl : VIP6)!].flatMap((w) => [(w >>> 24) & 255, (w >>> 16) & 255, (w >>> 8) & 255, w & 255]);
+        assert.deepEqual([...hdr.subarray(16, 32)], a(0), "the source is this flow's client");
         assert.deepEqual([...hdr.subarray(32, 48)], a(1), 'the destination is the VIP');
       } else {
         const line = Buffer.from(hdr).toString('latin1');
@@ -228,12 +246,29 @@ function masq6(protocol: string, port = 80) {
 
 test('IPv6 SCTP through masq: addresses and ports rewritten, the rest of the common header kept, CRC32c valid both ways', () => {
   const p = masq6('sctp', 3868);
-  const init = sctp6({ src: '2001:db8:1::100', dst: 'fd00:96::10', sport: 5000, dport: 3868, vtag: 0, chunks: [{ type: 1, value: initValue(0x1234) }] });
+  const init = sctp6({
+    src: '2001:db8:1::100',
+    dst: 'fd00:96::10',
+    sport: 5000,
+    dport: 3868,
+    vtag: 0,
+    chunks: [{ type: 1, value: initValue(0x1234) }],
+  });
   assert.equal(p.run(init).v, FORWARD);
-  assert.deepEqual([field6(init).src, field6(init).dst, field6(init).sport, field6(init).dport], ['2001:db8:1::100', 'fd00:10:1:2::5', 5000, 8080]);
+  assert.deepEqual(
+    [field6(init).src, field6(init).dst, field6(init).sport, field6(init).dport],
+    ['2001:db8:1::100', 'fd00:10:1:2::5', 5000, 8080],
+  );
   assert.equal(P.u32(init, 44), 0, 'verification tag');
   assert.ok(sctp6CrcValid(init));
-  const ack = sctp6({ src: 'fd00:10:1:2::5', dst: '2001:db8:1::100', sport: 8080, dport: 5000, vtag: 0x1234, chunks: [{ type: 2, value: initValue(0x5678) }] });
+  const ack = sctp6({
+    src: 'fd00:10:1:2::5',
+    dst: '2001:db8:1::100',
+    sport: 8080,
+    dport: 5000,
+    vtag: 0x1234,
+    chunks: [{ type: 2, value: initValue(0x5678) }],
+  });
   assert.equal(p.run(ack).v, FORWARD);
   assert.deepEqual([field6(ack).src, field6(ack).sport], ['fd00:96::10', 3868]);
   assert.equal(P.u32(ack, 44), 0x1234);
@@ -252,7 +287,11 @@ test('IPv6 UDP with checksum 0 keeps 0 through the rewrite; a computed 0 goes ou
   assert.equal(p.run(r).v, FORWARD);
   assert.equal(P.u16(r, 46), 0);
   // A datagram whose checksum after the rewrite computes to 0.
-  const d = zeroAfter(udp6({ src: '2001:db8:1::100', dst: 'fd00:96::10', sport: 5001, dport: 53, payload: payload(20) }), 'fd00:10:1:2::5', 8080);
+  const d = zeroAfter(
+    udp6({ src: '2001:db8:1::100', dst: 'fd00:96::10', sport: 5001, dport: 53, payload: payload(20) }),
+    'fd00:10:1:2::5',
+    8080,
+  );
   assert.equal(p.run(d).v, FORWARD);
   assert.equal(P.u16(d, 46), 0xffff);
   assert.ok(l4Valid6(d));
@@ -260,7 +299,11 @@ test('IPv6 UDP with checksum 0 keeps 0 through the rewrite; a computed 0 goes ou
 
 test('IPv6 TCP whose checksum after the rewrite computes to 0 keeps 0 (TCP has no "no checksum")', () => {
   const p = masq6('tcp');
-  const syn = zeroAfter(tcp6({ src: '2001:db8:1::100', dst: 'fd00:96::10', sport: 40000, flags: TCPF_SYN, payload: payload(20) }), 'fd00:10:1:2::5', 8080);
+  const syn = zeroAfter(
+    tcp6({ src: '2001:db8:1::100', dst: 'fd00:96::10', sport: 40000, flags: TCPF_SYN, payload: payload(20) }),
+    'fd00:10:1:2::5',
+    8080,
+  );
   assert.equal(p.run(syn).v, FORWARD);
   assert.equal(field6(syn).dst, 'fd00:10:1:2::5');
   assert.equal(P.u16(syn, 56), 0);
@@ -299,10 +342,12 @@ function zeroAfter(pkt: Uint8Array, dst: string, dport: number): Uint8Array {
 }
 
 // ── full-NAT ports ───────────────────────────────────────────────────────────────────────────
-test('full-NAT with no pool address of the flow\'s family refuses the flow (fullnat_ports_exhausted)', () => {
+test("full-NAT with no pool address of the flow's family refuses the flow (fullnat_ports_exhausted)", () => {
   const p = makeProcessor({
     dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'] } },
-    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: RS, port: 8080 }] }],
+    services: [
+      { protocol: 'tcp', address: VIP, port: 80, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: RS, port: 8080 }] },
+    ],
   });
   p.proc.setSnapshot({ ...p.model.apply(p.cfg), fullnatAddrs: new Int32Array(0) });
   assert.equal(p.run(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN })).v, DROP);
@@ -313,7 +358,16 @@ test('full-NAT with no pool address of the flow\'s family refuses the flow (full
 test('full-NAT over IPv6: the server sees the pool address, all of its words', () => {
   const p = makeProcessor({
     dataplane: { vipCidrs: ['fd00:96::/64'], fullnat: { addresses: ['fd00:99:1:2:3:4:5:6'] } },
-    services: [{ protocol: 'udp', address: 'fd00:96::10', port: 53, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: 'fd00:10:7:8::5', port: 8080 }] }],
+    services: [
+      {
+        protocol: 'udp',
+        address: 'fd00:96::10',
+        port: 53,
+        scheduler: 'rr',
+        forwarding: 'fullnat',
+        realServers: [{ address: 'fd00:10:7:8::5', port: 8080 }],
+      },
+    ],
   });
   const q = udp6({ src: '2001:db8:1::100', dst: 'fd00:96::10', sport: 5000, dport: 53, payload: payload(9) });
   assert.equal(p.run(q).v, FORWARD);
@@ -347,7 +401,9 @@ test('a full pool is remembered for FULLNAT_FULL_MS: a port freed meanwhile is t
   const p = makeProcessor(
     {
       dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'], portMin: 30000, portMax: 30003 } },
-      services: [{ protocol: 'udp', address: VIP, port: 53, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: RS, port: 8080 }] }],
+      services: [
+        { protocol: 'udp', address: VIP, port: 53, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: RS, port: 8080 }] },
+      ],
     },
     { liveClock: false },
   );
@@ -428,7 +484,8 @@ test('once the header is acknowledged, further server ACKs queue no sync event o
   const syn = tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_SYN, seq: isn });
   assert.equal(p.run(syn).v, FORWARD);
   const lport = field(syn).sport;
-  const s = (seq: number, ack: number, flags = TCPF_ACK) => tcp({ src: RS, dst: '10.99.0.1', sport: 8080, dport: lport, flags, seq, ack, payload: payload(10) });
+  const s = (seq: number, ack: number, flags = TCPF_ACK) =>
+    tcp({ src: RS, dst: '10.99.0.1', sport: 8080, dport: lport, flags, seq, ack, payload: payload(10) });
   assert.equal(p.run(s(7000, isn + 1, TCPF_SYN | TCPF_ACK)).v, FORWARD);
   assert.equal(p.run(tcp({ src: CLIENT, dst: VIP, sport: 40000, flags: TCPF_ACK, seq: isn + 1, ack: 7001 })).v, REPLY);
   const t0 = Atomics.load(r, L.RG_SYNC_TAIL);
@@ -442,7 +499,9 @@ test('a full table with every pool port taken refuses the flow as fullnat_ports_
   const p = makeProcessor(
     {
       dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'], portMin: 30000, portMax: 30015 } },
-      services: [{ protocol: 'udp', address: VIP, port: 53, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: RS, port: 8080 }] }],
+      services: [
+        { protocol: 'udp', address: VIP, port: 53, scheduler: 'rr', forwarding: 'fullnat', realServers: [{ address: RS, port: 8080 }] },
+      ],
     },
     { capacity: 16 },
   );
