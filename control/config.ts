@@ -14,7 +14,7 @@ import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6
 import { PROTOCOLS, type Protocol } from '../net/proto';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
 import type { DefenseSettings } from '../conntrack/defense';
-import { MH_PRIMES } from '../schedulers/mh';
+import { MH_DEFAULT_TABLE_SIZE, MH_PRIMES } from '../schedulers/mh';
 import { DEFAULT_SCHEDULER, flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { SCTP_DEFAULT_TIMEOUTS, SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_DEFAULT_TIMEOUTS, TCP_ESTABLISHED, TCP_FIN_WAIT, TCP_STATE_NAMES, UDP_DEFAULT_TIMEOUT } from '../conntrack/state';
@@ -758,6 +758,16 @@ export const SERVICE = obj(
         if (seen.has(k)) fail(`${path}.realServers[${j}]`, `${k} is listed twice`);
         seen.add(k);
       });
+      // The kernel's mh refuses to build a table for more real servers than it has slots
+      // (docs/ipvs-semantics.md §2.9): uvs refuses the configuration, so the old one keeps running.
+      if (svc.scheduler === 'mh') {
+        const m = svc.mhTableSize ?? MH_DEFAULT_TABLE_SIZE;
+        if (svc.realServers.length > m)
+          fail(
+            `${path}.realServers`,
+            `scheduler mh has ${m} table slots (mhTableSize) and cannot hold ${svc.realServers.length} real servers`,
+          );
+      }
     },
   },
 );
