@@ -714,7 +714,7 @@ export const SERVICE = obj(
       int({
         min: 1,
         max: 131071,
-        doc: `mh lookup-table size, one of the kernel's primes; absent = 4093`,
+        doc: `mh lookup-table size, one of the kernel's primes, not below the number of real servers; absent = 4093`,
         check: (m, path, s) => {
           if (s!.out.scheduler !== 'mh') fail(path, 'applies only to scheduler mh');
           if (!MH_PRIMES.includes(m)) fail(path, `must be one of the kernel's sizes ${MH_PRIMES.join(', ')}`);

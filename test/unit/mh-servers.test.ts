@@ -12,6 +12,10 @@ import { applyEdits, type EditOp } from '../../control/edits';
 import { UvsError } from '../../control/errors';
 import { keepUvsSettings } from '../../control/ipvsadm/answers';
 import { parseRestore } from '../../control/ipvsadm/restore';
+import { ServiceModel } from '../../control/services';
+import * as L from '../../conntrack/layout';
+import { createRealServerRegion } from '../../conntrack/table';
+import { mhSlots } from '../../schedulers/mh';
 
 const vip = { protocol: 'tcp', address: '10.96.0.10', port: 80 };
 const servers = (n: number) => Array.from({ length: n }, (_, i) => ({ address: `10.1.${i >> 8}.${i & 255}`, port: 8080 }));
@@ -96,4 +100,22 @@ test('uvsadm: -a one server too many, -E -s mh over the default table, -A -s mh 
   for (let i = 0; i < 4094; i++) add.push(`-a -t 10.96.0.10:80 -r 10.1.${i >> 8}.${i & 255}:8080 -m`);
   refused(uvsadm({ scheduler: 'rr', realServers: [] }, add), 4093, 4094);
   assert.equal(validateConfig(uvsadm({ scheduler: 'rr', realServers: [] }, add.slice(0, -1))).services[0]!.realServers.length, 4093);
+});
+
+test('switching to mh while the same change removes servers down to the table builds the table on the final list', () => {
+  // ServiceModel.editService binds the new scheduler on the current list (as -E comes before
+  // the -d's), here 252 servers for 251 slots: no table yet, then each removal rebuilds.
+  const m = new ServiceModel(createRealServerRegion(512), new SharedArrayBuffer(4 * L.SCHED_WORDS * 4), 512, 4);
+  const cfg = (svc: Record<string, unknown>) =>
+    validateConfig({ ...docOf(svc), dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: 512, maxServices: 4 } });
+  m.apply(cfg({ protocol: 'udp', scheduler: 'rr', realServers: servers(252) }));
+  const snap = m.apply(cfg({ protocol: 'udp', scheduler: 'mh', mhTableSize: 251, realServers: servers(251) }));
+  const svc = snap.services[0]!;
+  assert.equal(svc.dests.length, 251);
+  const slots = mhSlots(svc.data!);
+  assert.equal(slots.length, 251);
+  assert.ok(
+    slots.every((p) => p >= 0 && p < 251),
+    'every slot names a server',
+  );
 });
