@@ -1088,3 +1088,77 @@ test('findOut never returns a template; IPv6 templates differing only in their h
   assert.equal(t.findTemplate(b1, proto, 5, 80, 0x10, hi2), g2);
   t.unlockBucket(b1);
 });
+
+/**
+ * Distinct values of f(0..63), each checked to be a bucket (an integer in [0, n)). 64 keys hashed
+ * into 1024 buckets give ~62 distinct ones; 16 or fewer has a probability far below 1e-30 for
+ * a keyed hash, and a hash that ignores the varied input gives exactly 1.
+ */
+function spread(f: (x: number) => number, n = 1024): number {
+  const seen = new Set<number>();
+  for (let x = 0; x < 64; x++) {
+    const b = f(x);
+    assert.ok(Number.isInteger(b) && b >= 0 && b < n, `bucket ${b} out of [0, ${n})`);
+    seen.add(b);
+  }
+  return seen.size;
+}
+
+test('the bucket hash reads every key word and the protocol byte: keys differing in one of them spread over the buckets', () => {
+  const { t } = fresh(1024);
+  assert.ok(spread((x) => t.bucket(6, C + x, CP, V)) > 16, 'first address');
+  assert.ok(spread((x) => t.bucket(6, C, CP + x, V)) > 16, 'ports');
+  assert.ok(spread((x) => t.bucket(6, C, CP, V + x)) > 16, 'second address');
+  assert.ok(spread((x) => t.bucket(x, C, CP, V)) > 16, 'protocol');
+  assert.equal(t.bucket(6 | L.PROTO_V6, C, CP, V), t.bucket(6, C, CP, V), 'only the protocol byte is hashed');
+  assert.equal(t.bucket(6, C, CP, V), t.bucket(6, C, CP, V), 'the same key, the same bucket');
+  // IPv6: each of the 9 words and the protocol; the words outside [i1, i1+3) and [i2, i2+3) are not read.
+  const w = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22];
+  const at = (i: number, x: number) => w.map((v, j) => (j === i ? v + x : v));
+  for (const i of [1, 2, 3, 7, 8, 9])
+    assert.ok(spread((x) => t.bucket6(6, at(i, x), 1, C, CP, 7, V)) > 16, `high word ${i}`);
+  for (const i of [0, 4, 5, 6, 10, 11]) assert.equal(spread((x) => t.bucket6(6, at(i, x), 1, C, CP, 7, V)), 1, `word ${i} is not read`);
+  assert.ok(spread((x) => t.bucket6(6, w, 1, C + x, CP, 7, V)) > 16, 'IPv6 first address, low word');
+  assert.ok(spread((x) => t.bucket6(6, w, 1, C, CP + x, 7, V)) > 16, 'IPv6 ports');
+  assert.ok(spread((x) => t.bucket6(6, w, 1, C, CP, 7, V + x)) > 16, 'IPv6 second address, low word');
+  assert.ok(spread((x) => t.bucket6(x, w, 1, C, CP, 7, V)) > 16, 'IPv6 protocol');
+  assert.equal(t.bucket6(6 | L.PROTO_V6, w, 1, C, CP, 7, V), t.bucket6(6, w, 1, C, CP, 7, V));
+  // An IPv4 key and the IPv6 key of the same low words are hashed differently (length in the last word).
+  const z = new Array<number>(12).fill(0);
+  assert.notEqual(t.bucket6(6, z, 0, C, CP, 3, V), t.bucket(6, C, CP, V), 'zero high words are still an IPv6 key');
+  // bucketIn: IPv6 takes hi[0..2] and hi[3..5]; bucketOut hi[6..8] and hi[9..11]; without hi, or IPv4, the IPv4 hash.
+  const v6 = 6 | L.PROTO_V6;
+  assert.equal(t.bucketIn(v6, C, CP, V, w), t.bucket6(v6, w, 0, C, CP, 3, V));
+  assert.equal(t.bucketOut(v6, D, DP, P, w), t.bucket6(v6, w, 6, D, DP, 9, P));
+  assert.equal(t.bucketIn(v6, C, CP, V, null), t.bucket(v6, C, CP, V));
+  assert.equal(t.bucketOut(v6, D, DP, P, null), t.bucket(v6, D, DP, P));
+  assert.equal(t.bucketIn(6, C, CP, V, w), t.bucket(6, C, CP, V), 'an IPv4 key ignores hi');
+  assert.equal(t.bucketOut(6, D, DP, P, w), t.bucket(6, D, DP, P));
+  for (const i of [0, 1, 2, 3, 4, 5]) {
+    assert.ok(spread((x) => t.bucketIn(v6, C, CP, V, at(i, x))) > 16, `bucketIn hi[${i}]`);
+    assert.equal(spread((x) => t.bucketOut(v6, D, DP, P, at(i, x))), 1, `bucketOut ignores hi[${i}]`);
+  }
+  for (const i of [6, 7, 8, 9, 10, 11]) {
+    assert.ok(spread((x) => t.bucketOut(v6, D, DP, P, at(i, x))) > 16, `bucketOut hi[${i}]`);
+    assert.equal(spread((x) => t.bucketIn(v6, C, CP, V, at(i, x))), 1, `bucketIn ignores hi[${i}]`);
+  }
+  // Two tables have two keys: a key's bucket in one says nothing about the other.
+  const { t: u } = fresh(1024);
+  let same = 0;
+  for (let x = 0; x < 64; x++) if (u.bucket(6, C + x, CP, V) === t.bucket(6, C + x, CP, V)) same++;
+  assert.ok(same < 16, `${same} of 64 keys in the same bucket in two tables`);
+});
+
+test('per-source counter slots: keyed by the IPv4 address, or by the /64 of an IPv6 client (both its high words)', () => {
+  const { t } = fresh(1024);
+  const n = 1024; // one counter per entry
+  assert.ok(spread((x) => t.sourceSlot(false, C + x, 0, 0), n) > 16, 'IPv4 address');
+  assert.equal(spread((x) => t.sourceSlot(false, C, x, x), n), 1, 'IPv4: the high words are not read');
+  assert.ok(spread((x) => t.sourceSlot(true, C, 0x20010db8 + x, 7), n) > 16, 'IPv6: first high word');
+  assert.ok(spread((x) => t.sourceSlot(true, C, 0x20010db8, 7 + x), n) > 16, 'IPv6: second high word');
+  assert.equal(spread((x) => t.sourceSlot(true, C + x, 0x20010db8, 7), n), 1, 'IPv6: the low word is not read');
+  // The two high words are not symmetric: (h0, h1) and (h1, h0) are two /64s.
+  let swapped = 0;
+  for (let x = 0; x < 64; x++) if (t.sourceSlot(true, 0, 0x20010db8 + x, 0x100 + x * 3) === t.sourceSlot(true, 0, 0x100 + x * 3, 0x20010db8 + x)) swapped++;
+  assert.ok(swapped < 16, `${swapped} of 64 swapped /64s share a slot`);
+});
