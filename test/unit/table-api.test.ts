@@ -18,12 +18,14 @@ import {
   FLOW_HIT,
   FLOW_MISS,
   FLOW_REUSE,
+  LOCK_STUCK_MS,
   LOOKUP_NEW,
 } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
 import { SCTP_S_CLOSED, SCTP_S_ESTABLISHED } from '../../conntrack/sctp-state';
 import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
 import { parseIPv6 } from '../../net/addr';
+import { Worker } from 'node:worker_threads';
 import { freshTable, TABLE_TIMEOUTS } from '../helpers/table';
 
 const timeouts = TABLE_TIMEOUTS;
@@ -1115,9 +1117,13 @@ test('the bucket hash reads every key word and the protocol byte: keys differing
   // IPv6: each of the 9 words and the protocol; the words outside [i1, i1+3) and [i2, i2+3) are not read.
   const w = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22];
   const at = (i: number, x: number) => w.map((v, j) => (j === i ? v + x : v));
-  for (const i of [1, 2, 3, 7, 8, 9])
-    assert.ok(spread((x) => t.bucket6(6, at(i, x), 1, C, CP, 7, V)) > 16, `high word ${i}`);
-  for (const i of [0, 4, 5, 6, 10, 11]) assert.equal(spread((x) => t.bucket6(6, at(i, x), 1, C, CP, 7, V)), 1, `word ${i} is not read`);
+  for (const i of [1, 2, 3, 7, 8, 9]) assert.ok(spread((x) => t.bucket6(6, at(i, x), 1, C, CP, 7, V)) > 16, `high word ${i}`);
+  for (const i of [0, 4, 5, 6, 10, 11])
+    assert.equal(
+      spread((x) => t.bucket6(6, at(i, x), 1, C, CP, 7, V)),
+      1,
+      `word ${i} is not read`,
+    );
   assert.ok(spread((x) => t.bucket6(6, w, 1, C + x, CP, 7, V)) > 16, 'IPv6 first address, low word');
   assert.ok(spread((x) => t.bucket6(6, w, 1, C, CP + x, 7, V)) > 16, 'IPv6 ports');
   assert.ok(spread((x) => t.bucket6(6, w, 1, C, CP, 7, V + x)) > 16, 'IPv6 second address, low word');
@@ -1136,11 +1142,19 @@ test('the bucket hash reads every key word and the protocol byte: keys differing
   assert.equal(t.bucketOut(6, D, DP, P, w), t.bucket(6, D, DP, P));
   for (const i of [0, 1, 2, 3, 4, 5]) {
     assert.ok(spread((x) => t.bucketIn(v6, C, CP, V, at(i, x))) > 16, `bucketIn hi[${i}]`);
-    assert.equal(spread((x) => t.bucketOut(v6, D, DP, P, at(i, x))), 1, `bucketOut ignores hi[${i}]`);
+    assert.equal(
+      spread((x) => t.bucketOut(v6, D, DP, P, at(i, x))),
+      1,
+      `bucketOut ignores hi[${i}]`,
+    );
   }
   for (const i of [6, 7, 8, 9, 10, 11]) {
     assert.ok(spread((x) => t.bucketOut(v6, D, DP, P, at(i, x))) > 16, `bucketOut hi[${i}]`);
-    assert.equal(spread((x) => t.bucketIn(v6, C, CP, V, at(i, x))), 1, `bucketIn ignores hi[${i}]`);
+    assert.equal(
+      spread((x) => t.bucketIn(v6, C, CP, V, at(i, x))),
+      1,
+      `bucketIn ignores hi[${i}]`,
+    );
   }
   // Two tables have two keys: a key's bucket in one says nothing about the other.
   const { t: u } = fresh(1024);
@@ -1153,12 +1167,129 @@ test('per-source counter slots: keyed by the IPv4 address, or by the /64 of an I
   const { t } = fresh(1024);
   const n = 1024; // one counter per entry
   assert.ok(spread((x) => t.sourceSlot(false, C + x, 0, 0), n) > 16, 'IPv4 address');
-  assert.equal(spread((x) => t.sourceSlot(false, C, x, x), n), 1, 'IPv4: the high words are not read');
+  assert.equal(
+    spread((x) => t.sourceSlot(false, C, x, x), n),
+    1,
+    'IPv4: the high words are not read',
+  );
   assert.ok(spread((x) => t.sourceSlot(true, C, 0x20010db8 + x, 7), n) > 16, 'IPv6: first high word');
   assert.ok(spread((x) => t.sourceSlot(true, C, 0x20010db8, 7 + x), n) > 16, 'IPv6: second high word');
-  assert.equal(spread((x) => t.sourceSlot(true, C + x, 0x20010db8, 7), n), 1, 'IPv6: the low word is not read');
+  assert.equal(
+    spread((x) => t.sourceSlot(true, C + x, 0x20010db8, 7), n),
+    1,
+    'IPv6: the low word is not read',
+  );
   // The two high words are not symmetric: (h0, h1) and (h1, h0) are two /64s.
   let swapped = 0;
-  for (let x = 0; x < 64; x++) if (t.sourceSlot(true, 0, 0x20010db8 + x, 0x100 + x * 3) === t.sourceSlot(true, 0, 0x100 + x * 3, 0x20010db8 + x)) swapped++;
+  for (let x = 0; x < 64; x++)
+    if (t.sourceSlot(true, 0, 0x20010db8 + x, 0x100 + x * 3) === t.sourceSlot(true, 0, 0x100 + x * 3, 0x20010db8 + x)) swapped++;
   assert.ok(swapped < 16, `${swapped} of 64 swapped /64s share a slot`);
+});
+
+test('a lock word held too long throws (lockStuck) instead of hanging its thread; one freed meanwhile is taken', async () => {
+  assert.equal(LOCK_STUCK_MS, 5000);
+  const region = createRealServerRegion(8);
+  const sab = ConnTable.create(64, timeouts);
+  const t = new ConnTable(sab, region, L.OWNER_CONTROL, 100);
+  const a = t.i32;
+  const locks = L.bucketLocksOffset(64);
+  a[locks + 5] = 7;
+  let t0 = Date.now();
+  assert.throws(() => t.lockBucket(5), new RegExp(`lock word ${locks + 5} held by owner 7 for 100 ms; owner ${L.OWNER_CONTROL} gives up`));
+  let took = Date.now() - t0;
+  assert.ok(took >= 100 && took < 3000, `gave up after ${took} ms`);
+  assert.equal(a[locks + 5], 7, 'a stuck lock is not taken');
+  // An entry lock word (touch) and the allocation lock (insert) likewise.
+  const e = t.insert(conn(6, C, 1, t.now()));
+  assert.ok(e >= 0);
+  a[t.base(e) + L.E_LOCK] = 8;
+  t0 = Date.now();
+  assert.throws(() => t.touch(e, DIR_INPUT, TCPF_SYN, t.now()), /held by owner 8 for 100 ms/);
+  took = Date.now() - t0;
+  assert.ok(took >= 100 && took < 3000, `gave up after ${took} ms`);
+  a[L.H_ALLOC_LOCK] = 9;
+  assert.throws(() => t.insert(conn(6, C + 1, 1, t.now())), /held by owner 9 for 100 ms/);
+  // Held by another thread for 100 ms: the spinner waits and takes it.
+  a[L.H_ALLOC_LOCK] = 0;
+  a[locks + 5] = 0;
+  Atomics.store(a, locks + 6, 0);
+  const w = new Worker(
+    `const { workerData: d, parentPort } = require('node:worker_threads');
+     const a = new Int32Array(d.sab);
+     Atomics.store(a, d.i, 42);
+     parentPort.postMessage(0);
+     const until = Date.now() + 100;
+     while (Date.now() < until);
+     Atomics.store(a, d.i, 0);`,
+    { eval: true, workerData: { sab, i: locks + 6 } },
+  );
+  await new Promise((r) => w.once('message', r));
+  assert.equal(Atomics.load(a, locks + 6), 42, 'held by the worker');
+  const patient = new ConnTable(sab, region, 2);
+  t0 = Date.now();
+  patient.lockBucket(6);
+  assert.equal(a[locks + 6], 2, 'taken once freed');
+  assert.ok(Date.now() - t0 < 3000);
+  patient.unlockBucket(6);
+  await new Promise((r) => w.once('exit', r));
+  // The default is LOCK_STUCK_MS (not waited for here: every mutant run of this file would wait too).
+  assert.equal((new ConnTable(sab, region, 3) as unknown as { stuckMs: number }).stuckMs, LOCK_STUCK_MS);
+});
+
+test('a chain whose links loop throws (chainLoop) on a lookup, an insert and a removal instead of walking forever', () => {
+  const t = new ConnTable(ConnTable.create(64, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
+  const a = t.i32;
+  const now = t.now();
+  const keys = collidingIn(t, 3);
+  const e0 = t.insert(newFlow({ proto: 6, caddr: keys[0]!, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: keys[0]!, rs: 1, now }));
+  const e1 = t.insert(newFlow({ proto: 6, caddr: keys[1]!, cports: CP, vaddr: V, daddr: D + 1, dports: DP, laddr: keys[1]!, rs: 1, now }));
+  assert.ok(e0 >= 0 && e1 >= 0);
+  const b = t.bucket(6, keys[0]!, CP, V);
+  const head = L.inHeadsOffset() + b;
+  assert.equal(a[head], e1 + 1, 'the newest entry first');
+  assert.equal(a[t.base(e1) + L.E_NEXT_IN], e0 + 1);
+  // A chain of exactly 64 links (every entry of the table) is walked; e0's link back to e1 loops.
+  assert.equal(findIn(t, 6, keys[2]!, CP, V), -1);
+  a[t.base(e0) + L.E_NEXT_IN] = e1 + 1;
+  const loops = new RegExp(`chain at word ${head} has more links than the table has entries \\(64\\): it loops`);
+  assert.throws(() => findIn(t, 6, keys[2]!, CP, V), loops);
+  t.unlockBucket(b);
+  assert.throws(() => {
+    const bb = t.bucket(6, keys[2]!, CP, V);
+    t.lockBucket(bb);
+    try {
+      t.findTemplate(bb, 6, keys[2]!, CP, V);
+    } finally {
+      t.unlockBucket(bb);
+    }
+  }, loops);
+  assert.throws(
+    () => t.insert(newFlow({ proto: 6, caddr: keys[2]!, cports: CP, vaddr: V, daddr: D + 2, dports: DP, laddr: keys[2]!, rs: 1, now })),
+    loops,
+  );
+  for (let i = 0; i < 64; i++) a[L.bucketLocksOffset(64) + i] = 0;
+  // remove() of an entry of that bucket that is not on the chain walks it to its end: it loops.
+  const f = 40;
+  const o = t.base(f);
+  a[o + L.E_PROTO] = 6;
+  a[o + L.E_CADDR] = keys[2]!;
+  a[o + L.E_CPORTS] = CP;
+  a[o + L.E_VADDR] = V;
+  a[o + L.E_FLAGS] = L.F_IN_USE;
+  assert.throws(() => t.remove(f, false, now), loops);
+  for (let i = 0; i < 64; i++) a[L.bucketLocksOffset(64) + i] = 0;
+  // Out-chains: findOut and the insert's chain length.
+  a[t.base(e0) + L.E_NEXT_IN] = 0;
+  a[o + L.E_FLAGS] = 0;
+  const bo = t.bucket(6, D, DP, keys[0]!);
+  const outHead = L.outHeadsOffset(64) + bo;
+  assert.equal(a[outHead], e0 + 1);
+  a[t.base(e0) + L.E_NEXT_OUT] = e0 + 1;
+  const outLoops = new RegExp(`chain at word ${outHead} has more links than the table has entries \\(64\\): it loops`);
+  assert.throws(() => t.findOut(bo, 6, D, DP, 0x0c0c0c0c), outLoops, 'a miss walks the whole chain');
+  for (let i = 0; i < 64; i++) a[L.bucketLocksOffset(64) + i] = 0;
+  assert.throws(
+    () => t.insert(newFlow({ proto: 6, caddr: C + 99, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: keys[0]!, rs: 1, now })),
+    outLoops,
+  );
 });
