@@ -1293,3 +1293,80 @@ test('a chain whose links loop throws (chainLoop) on a lookup, an insert and a r
     outLoops,
   );
 });
+
+test('create() names the capacity it refuses; two tables have two source keys', () => {
+  assert.throws(() => ConnTable.create(24, timeouts), /^RangeError: connection table capacity must be a power of two ≥ 16, got 24$/);
+  const { t } = fresh(1024);
+  const { t: u } = fresh(1024);
+  let same = 0;
+  for (let x = 0; x < 64; x++) if (t.sourceSlot(false, C + x, 0, 0) === u.sourceSlot(false, C + x, 0, 0)) same++;
+  assert.ok(same < 16, `${same} of 64 sources on the same counter in two tables`);
+});
+
+test('every view of a table hashes sources alike, whatever the defense words say when it is made', () => {
+  const region = createRealServerRegion(8);
+  const sab = ConnTable.create(1024, timeouts);
+  const first = new ConnTable(sab, region, L.OWNER_CONTROL);
+  // What defense.ts and the config change at run time, in the header words next to the source key.
+  first.i32[L.H_SRC_LIMIT] = 5;
+  first.i32[L.H_DROP_RATE] = 10;
+  first.i32[L.H_SECURE_TCP_MS] = 3000;
+  const later = new ConnTable(sab, region, 2);
+  for (let x = 0; x < 64; x++) {
+    assert.equal(later.sourceSlot(false, C + x, 0, 0), first.sourceSlot(false, C + x, 0, 0));
+    assert.equal(later.sourceSlot(true, C, 0x20010db8 + x, x), first.sourceSlot(true, C, 0x20010db8 + x, x));
+  }
+});
+
+test('releaseLocksOf looks at lock words only: a source counter after the last entry equal to the owner id stays', () => {
+  const { t } = fresh(64);
+  const a = t.i32;
+  const src = L.sourceCountersOffset(64);
+  a[src] = 7;
+  a[src + 63] = 7;
+  a[t.base(63) + L.E_LOCK] = 7;
+  a[L.bucketLocksOffset(64) + 63] = 7;
+  assert.equal(t.releaseLocksOf(7), 2);
+  assert.deepEqual([a[src], a[src + 63], a[t.base(63) + L.E_LOCK], a[L.bucketLocksOffset(64) + 63]], [7, 7, 0, 0]);
+});
+
+test('an insert takes its two bucket locks lower index first (one order for every thread: no deadlock)', () => {
+  // Which is taken first shows when the other is held: the first is then held, the second not.
+  for (const lowerIn of [true, false]) {
+    for (const held of ['lower', 'higher'] as const) {
+      const sab = ConnTable.create(64, timeouts);
+      const t = new ConnTable(sab, createRealServerRegion(8), L.OWNER_CONTROL, 50);
+      let c = C;
+      let bi = 0;
+      let bo = 0;
+      for (; ; c++) {
+        bi = t.bucket(6, c, CP, V);
+        bo = t.bucket(6, D, DP, c);
+        if (bi !== bo && bi < bo === lowerIn) break;
+      }
+      const lo = Math.min(bi, bo);
+      const hi = Math.max(bi, bo);
+      const locks = L.bucketLocksOffset(64);
+      t.i32[locks + (held === 'lower' ? lo : hi)] = 7;
+      assert.throws(
+        () => t.insert(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 1, now: t.now() })),
+        /held by owner 7/,
+        `in-bucket ${lowerIn ? 'lower' : 'higher'}, ${held} held`,
+      );
+      if (held === 'lower') assert.equal(t.i32[locks + hi], 0, `in-bucket ${lowerIn ? 'lower' : 'higher'}: the higher one not taken first`);
+      else assert.equal(t.i32[locks + lo], L.OWNER_CONTROL, `in-bucket ${lowerIn ? 'lower' : 'higher'}: the lower one taken first`);
+    }
+  }
+});
+
+test('a held-packet list whose links loop throws (holdLoop) when given back instead of freeing forever', () => {
+  const { t } = fresh(64);
+  const a = t.i32;
+  const sh = L.holdOffset(64) + L.HOLD_HDR_WORDS;
+  a[sh + L.HS_NEXT] = 2;
+  a[sh + L.HOLD_SLOT_WORDS + L.HS_NEXT] = 1;
+  assert.throws(
+    () => t.holdRelease(1),
+    new RegExp(`the held-packet list from slot 0 has more links than the area has slots \\(${L.HOLD_SLOTS}\\): it loops`),
+  );
+});
