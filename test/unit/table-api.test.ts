@@ -20,6 +20,9 @@ import {
   FLOW_REUSE,
   LOCK_STUCK_MS,
   LOOKUP_NEW,
+  SPH_HELD,
+  SPH_REFUSED,
+  SPH_RESEND,
 } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
 import { SCTP_S_CLOSED, SCTP_S_ESTABLISHED } from '../../conntrack/sctp-state';
@@ -1369,4 +1372,177 @@ test('a held-packet list whose links loop throws (holdLoop) when given back inst
     () => t.holdRelease(1),
     new RegExp(`the held-packet list from slot 0 has more links than the area has slots \\(${L.HOLD_SLOTS}\\): it loops`),
   );
+});
+
+/** A SYN-proxied flow (F_SYNPROXY; pending too with `pending`) of client c, its SP words from a record or a handshake. */
+function spFlow(t: ConnTable, c: number, o: { pending?: boolean; proto?: number; cports?: number; vaddr?: number; hi?: number[] } = {}) {
+  const hs = new Int32Array(L.SP_WORDS);
+  for (let i = 0; i < L.SP_HELD; i++) hs[i] = 1000 * (c & 0xff) + i + 1;
+  const r = newFlow({
+    proto: o.proto ?? 6,
+    caddr: c,
+    cports: o.cports ?? CP,
+    vaddr: o.vaddr ?? V,
+    daddr: D,
+    dports: DP,
+    laddr: c,
+    rs: 1,
+    flags: o.pending ? L.F_SYNPROXY | L.F_SP_PENDING : 0,
+    now: t.now(),
+    hi: o.hi ?? null,
+  });
+  if (o.pending) r.spHandshake = hs;
+  else {
+    r.sp = 1;
+    r.spDelta = 11 * (c & 0xff);
+    r.spTsDelta = 13 * (c & 0xff);
+    r.spOpts = 7;
+  }
+  const e = t.insert(r);
+  assert.ok(e >= 0 && r.created);
+  const v = new FlowView();
+  const k = key(o.proto ?? 6, c, o.cports ?? CP, o.vaddr ?? V);
+  if (o.hi) for (let i = 0; i < 6; i++) k.hi[i] = o.hi[i]!;
+  assert.ok(t.readFlow(k, false, v));
+  assert.equal(v.entry, e);
+  return { e, v, hs };
+}
+
+test('a view of a flow whose slot was freed, or reused by another flow differing in any key part, is refused by the SYN proxy calls', () => {
+  const { t } = fresh(64);
+  const w = new Int32Array(L.SP_WORDS);
+  const b = new Uint8Array(64);
+  const hi = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+  const variants: { name: string; o: Parameters<typeof spFlow>[2]; c?: number }[] = [
+    { name: 'another client', o: {}, c: C + 1 },
+    { name: 'another protocol', o: { proto: 132 } },
+    { name: 'other client ports', o: { cports: CP + 1 } },
+    { name: 'another virtual address', o: { vaddr: V + 1 } },
+  ];
+  for (const x of variants) {
+    const { e, v } = spFlow(t, C, { pending: true });
+    assert.equal(t.spRead(v, w), true, 'the live flow');
+    assert.equal(t.remove(e, false, t.now()), true);
+    assert.equal(t.spRead(v, w), false, `${x.name}: freed`);
+    assert.equal(t.spBegin(e, v, 3000, t.now()), false, `${x.name}: freed`);
+    assert.equal(t.spHold(v, true, b, 0, 60, 20, w, 0, t.now()), -1, `${x.name}: freed`);
+    assert.equal(t.spComplete(v, 1, 2, 7, 0, w), -1, `${x.name}: freed`);
+    const other = spFlow(t, x.c ?? C, { ...x.o, pending: true });
+    assert.equal(other.e, e, 'the slot is reused');
+    assert.equal(t.spRead(v, w), false, x.name);
+    assert.equal(t.spBegin(e, v, 3000, t.now()), false, x.name);
+    assert.equal(t.spHold(v, true, b, 0, 60, 20, w, 0, t.now()), -1, x.name);
+    assert.equal(t.spComplete(v, 1, 2, 7, (other.hs[L.SP_ISN]! + 1) | 0, w), -1, x.name);
+    assert.equal(t.holdUsed(), 0);
+    assert.equal(t.remove(e, false, t.now()), true);
+  }
+  // A template in the slot; an IPv6 flow of other high words.
+  const { e, v } = spFlow(t, C, { pending: true });
+  t.remove(e, false, t.now());
+  assert.equal(t.insert(template({ proto: 6, caddr: C, cports: CP, dports: DP, rs: 1, ms: 1000, now: t.now() })), e);
+  assert.equal(t.spRead(v, w), false, 'a template');
+  t.remove(e, false, t.now());
+  const a6 = spFlow(t, C, { pending: true, proto: 6 | L.PROTO_V6, hi });
+  assert.equal(t.spRead(a6.v, w), true);
+  for (const i of [0, 1, 2, 3, 4, 5]) {
+    a6.v.hi[i]! += 1;
+    assert.equal(t.spRead(a6.v, w), false, `high word ${i}`);
+    a6.v.hi[i]! -= 1;
+  }
+  assert.equal(t.spRead(a6.v, w), true);
+  // Not SYN-proxied at all: spRead says so, spComplete −1.
+  t.remove(a6.e, false, t.now());
+  const plain = t.insert(conn(6, C + 5, 1, t.now()));
+  const pv = new FlowView();
+  assert.ok(t.readFlow(key(6, C + 5, CP, V), false, pv));
+  assert.equal(pv.entry, plain);
+  assert.equal(t.spRead(pv, w), false);
+  assert.equal(t.spComplete(pv, 1, 2, 7, 0, w), -1);
+  assert.equal(t.spHold(pv, true, b, 0, 60, 20, w, 0, t.now()), -1, 'not pending');
+  assert.equal(t.spBegin(plain, pv, 3000, t.now()), false, 'not pending');
+});
+
+test('a pending flow at entry > 0: spBegin, three packets held in order and a fourth refused, our SYN due again, completion', () => {
+  const { t } = fresh(64);
+  t.insert(conn(17, C + 9, 1, t.now())); // entry 0 taken: SP words at e × SP_WORDS, e > 0
+  const hi = [0x20010db8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
+  const { e, v, hs } = spFlow(t, C, { pending: true, proto: 6 | L.PROTO_V6, hi });
+  assert.ok(e > 0);
+  const o = t.base(e);
+  const now = t.now();
+  assert.equal(t.spBegin(e, v, 3000, now), true);
+  assert.equal(t.i32[o + L.E_EXPIRES], (now + 3000) | 0, 'the pending timer');
+  const w = new Int32Array(L.SP_WORDS);
+  assert.equal(t.spRead(v, w), true);
+  assert.deepEqual([...w.subarray(0, L.SP_HELD)], [...hs.subarray(0, L.SP_HELD)], 'the handshake, in its own words');
+  // Packets of 60, 2048 (a full slot) and 100 bytes held; a fourth refused; the resend only when due.
+  const lens = [60, L.HOLD_SLOT_BYTES, 100, 80];
+  const src = t.sourceSlot(true, C, hi[0]!, hi[1]!) & (L.HOLD_SOURCES - 1);
+  const res: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    const b = new Uint8Array(L.HOLD_SLOT_BYTES + 8).fill(0x40 + i);
+    res.push(t.spHold(v, true, b, 4, lens[i]!, 40, w, 10_000, (now + i) | 0));
+  }
+  assert.deepEqual(res, [SPH_HELD, SPH_HELD, SPH_HELD, SPH_REFUSED], 'three held, the fourth refused');
+  assert.equal(t.holdUsed(), 3);
+  assert.equal(t.holdAtSource(src), 3, "counted for the client's /64");
+  const held = t.i32[L.synproxyOffset(64) + e * L.SP_WORDS + L.SP_HELD]!;
+  assert.equal(held >>> 16, 3, 'the count');
+  let ref = held & 0xffff;
+  for (let i = 0; i < 3; i++) {
+    assert.ok(ref > 0, `packet ${i} on the list`);
+    assert.deepEqual([t.holdLen(ref - 1), t.holdL4(ref - 1)], [lens[i], 40]);
+    const at = t.holdAt(ref - 1);
+    assert.equal(t.holdBytes[at], 0x40 + i);
+    assert.equal(t.holdBytes[at + lens[i]! - 1], 0x40 + i);
+    ref = t.holdNext(ref - 1);
+  }
+  assert.equal(ref, 0, 'three on the list');
+  w.fill(0);
+  const syn = hs[L.SP_SYN_AT]!; // when our SYN went (the handshake's word)
+  assert.equal(t.spHold(v, false, new Uint8Array(60), 0, 60, 20, w, 50, syn + 49), 0, 'not due yet');
+  assert.equal(w[L.SP_ISN], 0, 'w untouched');
+  assert.equal(t.spHold(v, false, new Uint8Array(60), 0, 60, 20, w, 50, syn + 50), SPH_RESEND);
+  assert.deepEqual([...w.subarray(0, L.SP_SYN_AT)], [...hs.subarray(0, L.SP_SYN_AT)], 'w gets the SP words');
+  assert.equal(w[L.SP_SYN_AT], syn + 50, 'the resend time, now');
+  assert.equal(w[L.SP_HELD], held, 'and the held list');
+  assert.equal(t.spHold(v, false, new Uint8Array(60), 0, 60, 20, w, 50, syn + 99), 0, 'counted from the last resend');
+  // The server's SYN-ACK: a wrong ack changes nothing; ours completes and gives the held list.
+  assert.equal(t.spComplete(v, 5000, 6000, 3, hs[L.SP_ISN]!, w), -3);
+  assert.equal(t.spPending(), 1);
+  const first = t.spComplete(v, 5000, 6000, 3, (hs[L.SP_ISN]! + 1) | 0, w);
+  assert.equal(first, held & 0xffff);
+  assert.equal(w[L.SP_HELD], held, 'w: the words as they were');
+  assert.equal(t.spPending(), 0);
+  assert.equal(t.spComplete(v, 5000, 6000, 3, (hs[L.SP_ISN]! + 1) | 0, w), -2, 'a retransmitted SYN-ACK');
+  assert.equal(t.spRead(v, w), true);
+  assert.equal(w[L.SP_HELD], 0, 'the list is off the flow');
+  assert.equal(w[L.SP_DELTA], (hs[L.SP_COOKIE]! - 5000) | 0);
+  assert.equal(w[L.SP_TSDELTA], (hs[L.SP_OURTS]! - 6000) | 0);
+  assert.equal(t.spBegin(e, v, 3000, now), false, 'no longer pending');
+  assert.equal(t.i32[o + L.E_EXPIRES], (now + 3000) | 0, 'its timer left alone');
+  assert.equal(t.spHold(v, true, new Uint8Array(60), 0, 60, 20, w, 0, now), -1, 'no longer pending');
+  // Given back: the area and the source counter are empty again.
+  t.holdRelease(first);
+  assert.equal(t.holdUsed(), 0);
+  assert.equal(t.holdAtSource(src), 0);
+});
+
+test('a SYN-proxied record at entry > 0: its words reach the view, spRecordWords and spRead; a reused slot has no stale words', () => {
+  const { t } = fresh(64);
+  t.insert(conn(17, C + 9, 1, t.now()));
+  const p = spFlow(t, C + 1, { pending: true });
+  assert.ok(p.e > 0);
+  t.remove(p.e, false, t.now());
+  const { e, v } = spFlow(t, C + 2);
+  assert.equal(e, p.e, 'the pending flow slot reused');
+  assert.deepEqual([v.spDelta, v.spTsDelta, v.spOpts], [44, 52, 7]);
+  assert.deepEqual(t.spRecordWords(e), [44, 52, 7]);
+  const w = new Int32Array(L.SP_WORDS).fill(-1);
+  assert.equal(t.spRead(v, w), true);
+  const want = new Int32Array(L.SP_WORDS);
+  want[L.SP_DELTA] = 44;
+  want[L.SP_TSDELTA] = 52;
+  want[L.SP_OPTS] = 7;
+  assert.deepEqual([...w], [...want], 'the other words 0');
 });
