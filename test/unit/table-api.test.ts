@@ -1546,3 +1546,60 @@ test('a SYN-proxied record at entry > 0: its words reach the view, spRecordWords
   want[L.SP_OPTS] = 7;
   assert.deepEqual([...w], [...want], 'the other words 0');
 });
+
+test("holdReclaim gives back exactly the slots a dead worker had in hand, leaves attached and others' slots, and recounts the area", () => {
+  const { t, rs } = fresh(64);
+  const region = rs.buffer as SharedArrayBuffer;
+  const dead = new ConnTable(t.sab, region, 5);
+  const alive = new ConnTable(t.sab, region, 6);
+  const a = t.i32;
+  const h = L.holdOffset(64);
+  const sh = (slot: number) => h + L.HOLD_HDR_WORDS + slot * L.HOLD_SLOT_WORDS;
+  const w = new Int32Array(L.SP_WORDS);
+  const pkt = new Uint8Array(100);
+  t.insert(conn(17, C + 30, 1, t.now())); // entry 0 taken
+  // P: pending, two packets held by the dead worker (attached: no owner).
+  const P = spFlow(t, C + 1, { pending: true });
+  assert.equal(dead.spHold(P.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()) & SPH_HELD, SPH_HELD);
+  assert.equal(dead.spHold(P.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()) & SPH_HELD, SPH_HELD);
+  // R: pending, one packet attached by the dead worker but not yet disowned (its owner still 5).
+  const R = spFlow(t, C + 2, { pending: true });
+  assert.equal(dead.spHold(R.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()) & SPH_HELD, SPH_HELD);
+  const rSlot = (a[L.synproxyOffset(64) + R.e * L.SP_WORDS + L.SP_HELD]! & 0xffff) - 1;
+  a[sh(rSlot) + L.HS_OWNER] = 5;
+  // Q: its server answered; the dead worker took its one packet off the flow (in hand) and died.
+  const Q = spFlow(t, C + 3, { pending: true });
+  assert.equal(dead.spHold(Q.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()) & SPH_HELD, SPH_HELD);
+  const qFirst = dead.spComplete(Q.v, 1, 2, 3, (Q.hs[L.SP_ISN]! + 1) | 0, w);
+  assert.ok(qFirst > 0);
+  assert.equal(a[sh(qFirst - 1) + L.HS_OWNER], 5, 'detached: in the dead worker’s hands');
+  // One slot taken by the dead worker and one by a live one, on no list.
+  const src = t.sourceSlot(false, C + 1, 0, 0) & (L.HOLD_SOURCES - 1);
+  const takenDead = (dead as unknown as { holdAlloc: (s: number) => number }).holdAlloc(src);
+  const takenAlive = (alive as unknown as { holdAlloc: (s: number) => number }).holdAlloc(src);
+  assert.ok(takenDead >= 0 && takenAlive >= 0);
+  assert.equal(t.holdUsed(), 6);
+  // Counters gone wrong meanwhile are recounted.
+  a[h + L.HOLD_USED] = 99;
+  a[h + L.HOLD_SRC_BASE + src] = 42;
+  assert.equal(t.holdReclaim(5), 2, "Q's packet and the slot taken");
+  assert.equal(t.holdUsed(), 4, "P's two, R's one, the live worker's one");
+  assert.equal(t.holdAtSource(src), 3, "P's two and the live worker's slot (same source)");
+  assert.equal(t.holdAtSource(t.sourceSlot(false, C + 2, 0, 0) & (L.HOLD_SOURCES - 1)), 1, "R's");
+  assert.equal(t.holdAtSource(t.sourceSlot(false, C + 3, 0, 0) & (L.HOLD_SOURCES - 1)), 0, "Q's given back");
+  assert.equal(a[sh(rSlot) + L.HS_OWNER], 0, "R's slot disowned, still on R's list");
+  assert.equal(a[sh(takenAlive) + L.HS_OWNER], 6, "the live worker's slot stays in its hands");
+  assert.equal(a[L.synproxyOffset(64) + R.e * L.SP_WORDS + L.SP_HELD]! & 0xffff, rSlot + 1);
+  // The two given back are on the free list: every slot is free, held or in the live worker's hands.
+  let free = 0;
+  const seen = new Set<number>();
+  for (let ref = a[h + L.HOLD_FREE]!; ref !== 0 && free <= L.HOLD_SLOTS; ref = a[sh(ref - 1) + L.HS_NEXT]!) {
+    seen.add(ref - 1);
+    free++;
+  }
+  assert.equal(free, L.HOLD_SLOTS - 4);
+  assert.ok(seen.has(qFirst - 1) && seen.has(takenDead), 'both on the free list');
+  assert.ok(!seen.has(rSlot) && !seen.has(takenAlive));
+  assert.equal(t.holdReclaim(5), 0, 'nothing left');
+  assert.equal(t.holdUsed(), 4);
+});
