@@ -24,7 +24,7 @@ import {
   SPH_REFUSED,
   SPH_RESEND,
 } from '../../conntrack/table';
-import { DIR_INPUT, DIR_OUTPUT, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
+import { DIR_INPUT, DIR_OUTPUT, TCP_CLOSE, TCP_ESTABLISHED, TCP_TIME_WAIT, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
 import { SCTP_S_CLOSED, SCTP_S_ESTABLISHED } from '../../conntrack/sctp-state';
 import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
 import { parseIPv6 } from '../../net/addr';
@@ -1468,6 +1468,12 @@ test('a pending flow at entry > 0: spBegin, three packets held in order and a fo
   const hi = [0x20010db8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
   const { e, v, hs } = spFlow(t, C, { pending: true, proto: 6 | L.PROTO_V6, hi });
   assert.ok(e > 0);
+  assert.deepEqual([...v.hi], hi, 'the view carries the twelve high words');
+  // Another pending flow's packet takes hold slot 0: this flow's list starts further on.
+  const z = spFlow(t, C + 7, { pending: true });
+  const worker = new ConnTable(t.sab, createRealServerRegion(8), 4);
+  assert.equal(worker.spHold(z.v, true, new Uint8Array(40), 0, 40, 20, new Int32Array(L.SP_WORDS), 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(t.i32[L.holdOffset(64) + L.HOLD_HDR_WORDS + L.HS_OWNER], 0, 'attached to its flow: no owner');
   const o = t.base(e);
   const now = t.now();
   assert.equal(t.spBegin(e, v, 3000, now), true);
@@ -1484,7 +1490,7 @@ test('a pending flow at entry > 0: spBegin, three packets held in order and a fo
     res.push(t.spHold(v, true, b, 4, lens[i]!, 40, w, 10_000, (now + i) | 0));
   }
   assert.deepEqual(res, [SPH_HELD, SPH_HELD, SPH_HELD, SPH_REFUSED], 'three held, the fourth refused');
-  assert.equal(t.holdUsed(), 3);
+  assert.equal(t.holdUsed(), 4);
   assert.equal(t.holdAtSource(src), 3, "counted for the client's /64");
   const held = t.i32[L.synproxyOffset(64) + e * L.SP_WORDS + L.SP_HELD]!;
   assert.equal(held >>> 16, 3, 'the count');
@@ -1509,11 +1515,11 @@ test('a pending flow at entry > 0: spBegin, three packets held in order and a fo
   assert.equal(t.spHold(v, false, new Uint8Array(60), 0, 60, 20, w, 50, syn + 99), 0, 'counted from the last resend');
   // The server's SYN-ACK: a wrong ack changes nothing; ours completes and gives the held list.
   assert.equal(t.spComplete(v, 5000, 6000, 3, hs[L.SP_ISN]!, w), -3);
-  assert.equal(t.spPending(), 1);
+  assert.equal(t.spPending(), 2, 'this flow and the other');
   const first = t.spComplete(v, 5000, 6000, 3, (hs[L.SP_ISN]! + 1) | 0, w);
   assert.equal(first, held & 0xffff);
   assert.equal(w[L.SP_HELD], held, 'w: the words as they were');
-  assert.equal(t.spPending(), 0);
+  assert.equal(t.spPending(), 1);
   assert.equal(t.spComplete(v, 5000, 6000, 3, (hs[L.SP_ISN]! + 1) | 0, w), -2, 'a retransmitted SYN-ACK');
   assert.equal(t.spRead(v, w), true);
   assert.equal(w[L.SP_HELD], 0, 'the list is off the flow');
@@ -1524,8 +1530,69 @@ test('a pending flow at entry > 0: spBegin, three packets held in order and a fo
   assert.equal(t.spHold(v, true, new Uint8Array(60), 0, 60, 20, w, 0, now), -1, 'no longer pending');
   // Given back: the area and the source counter are empty again.
   t.holdRelease(first);
-  assert.equal(t.holdUsed(), 0);
+  assert.equal(t.holdUsed(), 1, "the other flow's");
   assert.equal(t.holdAtSource(src), 0);
+});
+
+test('a pending flow whose held list loops throws (holdLoop) on the next packet instead of walking forever', () => {
+  const { t } = fresh(64);
+  const { e, v } = spFlow(t, C, { pending: true });
+  const w = new Int32Array(L.SP_WORDS);
+  assert.equal(t.spHold(v, true, new Uint8Array(40), 0, 40, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  const sw = L.synproxyOffset(64) + e * L.SP_WORDS + L.SP_HELD;
+  const first = t.i32[sw]! & 0xffff;
+  t.i32[L.holdOffset(64) + L.HOLD_HDR_WORDS + (first - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT] = first;
+  assert.throws(
+    () => t.spHold(v, true, new Uint8Array(40), 0, 40, 20, w, 0x7fffffff, t.now()),
+    new RegExp(`the held-packet list from slot ${first - 1} has more links than the area has slots`),
+  );
+});
+
+test('the hold area holds HOLD_SLOTS packets at most: the next one is refused (not for its source)', () => {
+  const { t } = fresh(256);
+  const w = new Int32Array(L.SP_WORDS);
+  const pkt = new Uint8Array(40);
+  let held = 0;
+  for (let i = 0; held < L.HOLD_SLOTS; i++) {
+    const { v } = spFlow(t, C + 0x100 * (i + 1), { pending: true });
+    for (let k = 0; k < L.HOLD_PER_FLOW && held < L.HOLD_SLOTS; k++, held++)
+      assert.equal(t.spHold(v, true, pkt, 0, 40, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  }
+  assert.equal(t.holdUsed(), L.HOLD_SLOTS);
+  const { v } = spFlow(t, 0x0c000001, { pending: true });
+  const before = [...t.i32];
+  assert.equal(t.spHold(v, true, pkt, 0, 40, 20, w, 0x7fffffff, t.now()), SPH_REFUSED);
+  assert.deepEqual([...t.i32], before, 'nothing changed');
+});
+
+test('templateFor with expire_quiescent: a template of a server with weight is kept; insertTemplate into a full table changes nothing', () => {
+  const { t } = fresh(16);
+  const now = t.now();
+  const g = t.insert(template({ proto: 6, caddr: C, cports: 80, dports: 8080 << 16, rs: 2, ms: 1000, now }));
+  const v = new FlowView();
+  assert.equal(t.templateFor(key(6, C, 80, V), v, true), g, 'weight 1, expire_quiescent on');
+  t.unreserve(g);
+  for (let i = 1; t.count() < 16; i++) t.insert(conn(17, C + i, 1, now));
+  const before = [...t.i32];
+  assert.equal(t.insertTemplate(template({ proto: 6, caddr: C + 99, cports: 80, dports: 8080 << 16, rs: 2, ms: 1000, now }), v), -1);
+  assert.deepEqual([...t.i32], before, 'nothing changed');
+});
+
+test('a SYN-proxied flow past its handshake in TIME_WAIT or CLOSE is reused by a SYN even while a template controls it; ESTABLISHED is not', () => {
+  for (const [st, want] of [
+    [TCP_TIME_WAIT, FLOW_REUSE],
+    [TCP_CLOSE, FLOW_REUSE],
+    [TCP_ESTABLISHED, FLOW_HIT],
+  ] as const) {
+    const { t } = fresh(64);
+    const now = t.now();
+    const g = t.insert(template({ proto: 6, caddr: C, cports: 80, dports: 8080 << 16, rs: 1, ms: 60_000, now }));
+    const { e } = spFlow(t, C);
+    t.control(e, g, now);
+    t.i32[t.base(e) + L.E_STATE] = st;
+    const v = new FlowView();
+    assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), want, `state ${st}`);
+  }
 });
 
 test('a SYN-proxied record at entry > 0: its words reach the view, spRecordWords and spRead; a reused slot has no stale words', () => {
@@ -1579,6 +1646,11 @@ test("holdReclaim gives back exactly the slots a dead worker had in hand, leaves
   const takenAlive = (alive as unknown as { holdAlloc: (s: number) => number }).holdAlloc(src);
   assert.ok(takenDead >= 0 && takenAlive >= 0);
   assert.equal(t.holdUsed(), 6);
+  let counted = 0;
+  for (let s = 0; s < L.HOLD_SOURCES; s++) counted += t.holdAtSource(s);
+  assert.equal(counted, 6, 'each slot counted once, at its source');
+  const pFirst = (a[L.synproxyOffset(64) + P.e * L.SP_WORDS + L.SP_HELD]! & 0xffff) - 1;
+  assert.deepEqual([a[sh(pFirst) + L.HS_OWNER], a[sh(a[sh(pFirst) + L.HS_NEXT]! - 1) + L.HS_OWNER]], [0, 0], "P's slots: no owner");
   // Counters gone wrong meanwhile are recounted.
   a[h + L.HOLD_USED] = 99;
   a[h + L.HOLD_SRC_BASE + src] = 42;
