@@ -1458,6 +1458,10 @@ test('a view of a flow whose slot was freed, or reused by another flow differing
   assert.equal(pv.entry, plain);
   assert.equal(t.spRead(pv, w), false);
   assert.equal(t.spComplete(pv, 1, 2, 7, 0, w), -1);
+  // An IPv4 view whose high words are left from an IPv6 flow: they are not compared.
+  const q = spFlow(t, C + 6);
+  q.v.hi.fill(9);
+  assert.equal(t.spRead(q.v, w), true, 'IPv4: high words not compared');
   assert.equal(t.spHold(pv, true, b, 0, 60, 20, w, 0, t.now()), -1, 'not pending');
   assert.equal(t.spBegin(plain, pv, 3000, t.now()), false, 'not pending');
 });
@@ -1525,7 +1529,7 @@ test('a pending flow at entry > 0: spBegin, three packets held in order and a fo
   assert.equal(w[L.SP_HELD], 0, 'the list is off the flow');
   assert.equal(w[L.SP_DELTA], (hs[L.SP_COOKIE]! - 5000) | 0);
   assert.equal(w[L.SP_TSDELTA], (hs[L.SP_OURTS]! - 6000) | 0);
-  assert.equal(t.spBegin(e, v, 3000, now), false, 'no longer pending');
+  assert.equal(t.spBegin(e, v, 9000, now), false, 'no longer pending');
   assert.equal(t.i32[o + L.E_EXPIRES], (now + 3000) | 0, 'its timer left alone');
   assert.equal(t.spHold(v, true, new Uint8Array(60), 0, 60, 20, w, 0, now), -1, 'no longer pending');
   // Given back: the area and the source counter are empty again.
@@ -1624,6 +1628,7 @@ test("holdReclaim gives back exactly the slots a dead worker had in hand, leaves
   const sh = (slot: number) => h + L.HOLD_HDR_WORDS + slot * L.HOLD_SLOT_WORDS;
   const w = new Int32Array(L.SP_WORDS);
   const pkt = new Uint8Array(100);
+  pkt[16] = 5; // a held packet's bytes may look like an owner id
   t.insert(conn(17, C + 30, 1, t.now())); // entry 0 taken
   // P: pending, two packets held by the dead worker (attached: no owner).
   const P = spFlow(t, C + 1, { pending: true });
@@ -1672,6 +1677,8 @@ test("holdReclaim gives back exactly the slots a dead worker had in hand, leaves
   assert.equal(free, L.HOLD_SLOTS - 4);
   assert.ok(seen.has(qFirst - 1) && seen.has(takenDead), 'both on the free list');
   assert.ok(!seen.has(rSlot) && !seen.has(takenAlive));
+  for (let i = 0; i < L.HOLD_SLOTS; i++) assert.notEqual(a[sh(i) + L.HS_OWNER], 5, `slot ${i} still the dead worker's`);
+  assert.equal(t.holdBytes[t.holdAt(pFirst) + 16], 5, "P's packet bytes intact");
   assert.equal(t.holdReclaim(5), 0, 'nothing left');
   assert.equal(t.holdUsed(), 4);
 });
