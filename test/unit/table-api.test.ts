@@ -1222,19 +1222,23 @@ test('a lock word held too long throws (lockStuck) instead of hanging its thread
      const a = new Int32Array(d.sab);
      Atomics.store(a, d.i, 42);
      parentPort.postMessage(0);
-     const until = Date.now() + 100;
+     Atomics.wait(a, d.go, 0); // until the main thread is about to spin
+     const until = Date.now() + 50;
      while (Date.now() < until);
      Atomics.store(a, d.i, 0);`,
-    { eval: true, workerData: { sab, i: locks + 6 } },
+    { eval: true, workerData: { sab, i: locks + 6, go: locks + 7 } },
   );
   await new Promise((r) => w.once('message', r));
   assert.equal(Atomics.load(a, locks + 6), 42, 'held by the worker');
   const patient = new ConnTable(sab, region, 2);
   t0 = Date.now();
+  Atomics.store(a, locks + 7, 1);
+  Atomics.notify(a, locks + 7);
   patient.lockBucket(6);
   assert.equal(a[locks + 6], 2, 'taken once freed');
   assert.ok(Date.now() - t0 < 3000);
   patient.unlockBucket(6);
+  a[locks + 7] = 0;
   await new Promise((r) => w.once('exit', r));
   // The default is LOCK_STUCK_MS (not waited for here: every mutant run of this file would wait too).
   assert.equal((new ConnTable(sab, region, 3) as unknown as { stuckMs: number }).stuckMs, LOCK_STUCK_MS);
