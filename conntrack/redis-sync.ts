@@ -155,6 +155,15 @@ export interface SyncStats {
   resynced: number;
   /** A walk is under way. */
   resyncing: boolean;
+  /**
+   * Since the last (re)connect, not everything owed to Redis is written yet: the records queued
+   * before it, and those of the walk it called for (docs/redis.md "Caught up").
+   */
+  catchingUp: boolean;
+  /** Catch-ups finished (one per connect whose backlog was written). */
+  catchUps: number;
+  /** Seconds the last catch-up took, from the connect to its last record written; null before the first. */
+  lastCatchUpSeconds: number | null;
   /** Shadows replaced by a record of a newer flow on the same client address and port. */
   superseded: number;
   lastError: string | null;
@@ -174,6 +183,14 @@ const MAX_MESSAGE_RECORDS = 5000;
 const RESYNC_SLOTS = 262_144;
 /** Packets of one flow that may wait on its lookup: a failover's first burst, not a flood's. */
 const PARK_PER_FLOW = 8;
+/**
+ * Milliseconds before the n-th reconnect attempt: 100, 200, … then every RECONNECT_MAX_MS for as
+ * long as Redis is away, so a node is back within RECONNECT_MAX_MS of Redis answering (its share of
+ * the catch-up bound, docs/redis.md). An attempt costs a refused connect, or against a hung server
+ * a ready check that times out after redis.commandTimeout.
+ */
+const RECONNECT_MAX_MS = 500;
+const reconnectDelay = (times: number): number => Math.min(100 * times, RECONNECT_MAX_MS);
 /** Nodes' counts fetched per MGET (Cluster: per round of pipelined GETs). */
 const COUNTS_BATCH = 100;
 
@@ -256,6 +273,9 @@ export class RedisSync {
     resyncs: 0,
     resynced: 0,
     resyncing: false,
+    catchingUp: false,
+    catchUps: 0,
+    lastCatchUpSeconds: null,
     superseded: 0,
     lastError: null,
   };
@@ -273,6 +293,12 @@ export class RedisSync {
   private writeFailed = false;
   /** Next entry index of the resync walk; -1 when none runs. */
   private resyncAt = -1;
+  /**
+   * The catch-up under way (null: none): since when (epoch ms of the connect), whether the server
+   * check that may call for a walk has answered, and once no walk is due or running, the time
+   * (epoch ms) before which every queued record is owed from the catch-up.
+   */
+  private catchUp: { since: number; checked: boolean; owedBefore: number | null } | null = null;
 
   constructor(
     o: RedisSyncOptions,
@@ -306,7 +332,7 @@ export class RedisSync {
       autoResendUnfulfilledCommands: false,
       maxRetriesPerRequest: 1,
       enableAutoPipelining: true, // batches commands per node, also for Cluster
-      retryStrategy: (times: number) => Math.min(100 * times, 2000),
+      retryStrategy: reconnectDelay,
       ...timeout,
       ...(this.o.password ? { password: this.o.password } : {}),
     };
@@ -314,7 +340,7 @@ export class RedisSync {
       return new Cluster(this.o.cluster, {
         enableOfflineQueue: false,
         enableAutoPipelining: true,
-        clusterRetryStrategy: (times: number) => Math.min(100 * times, 2000),
+        clusterRetryStrategy: reconnectDelay,
         redisOptions: {
           maxRetriesPerRequest: 1,
           autoResendUnfulfilledCommands: false,
@@ -342,7 +368,14 @@ export class RedisSync {
       this.writeFailed = false;
       this.stats.connected = true;
       this.log.info('Redis connected');
-      if (!(this.client instanceof Cluster)) void this.checkServer();
+      const cluster = this.client instanceof Cluster;
+      const cu = { since: Date.now(), checked: cluster, owedBefore: null };
+      this.catchUp = cu;
+      this.stats.catchingUp = true;
+      if (!cluster)
+        void this.checkServer().then(() => {
+          cu.checked = true; // this connect's check: a later connect has its own
+        });
     });
     this.client.on('close', () => {
       if (this.stats.connected) {
@@ -540,6 +573,7 @@ export class RedisSync {
     this.collect();
     if (this.flushing || !this.stats.connected) return;
     if (tick) this.resyncStep();
+    this.checkCaughtUp();
     if (this.queue.size === 0) return;
     this.flushing = true;
     let again = false;
@@ -570,6 +604,7 @@ export class RedisSync {
         await this.client.publish(`${this.o.keyPrefix}flows`, `${this.o.nodeId}\n${batch.map((b) => b.rec).join('\n')}`);
         this.stats.published += batch.length;
         this.writeFailed = false;
+        this.checkCaughtUp();
         again = this.queue.size > 0;
       } else {
         // Kept queued: written after the reconnect.
@@ -609,6 +644,27 @@ export class RedisSync {
     }
     if (id !== null) this.runId = id;
     this.lostAt = null;
+  }
+
+  /**
+   * Ends the catch-up once everything owed since the connect is written: the server check has
+   * answered, no walk is due or running (its records are queued by then), and no record queued
+   * before that moment is still waiting. The queue is in queueing order (a flow queued again moves
+   * to the end, with its new time), so its first entry tells. Records of new flows queued
+   * meanwhile are the ordinary load, not the catch-up: under load the queue is never empty for long.
+   */
+  private checkCaughtUp(): void {
+    const c = this.catchUp;
+    if (c === null || !c.checked || !this.stats.connected || this.writeFailed || this.resyncWanted || this.resyncAt >= 0) return;
+    const now = Date.now();
+    c.owedBefore ??= now;
+    const first = this.queue.values().next();
+    if (!first.done && first.value.at <= c.owedBefore) return;
+    this.catchUp = null;
+    this.stats.catchingUp = false;
+    this.stats.catchUps++;
+    this.stats.lastCatchUpSeconds = (now - c.since) / 1000;
+    this.log.info({ seconds: this.stats.lastCatchUpSeconds, written: this.stats.written }, 'Redis sync caught up');
   }
 
   /**

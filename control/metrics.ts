@@ -406,6 +406,18 @@ export function buildRegistry(d: Daemon): Registry {
       (c) => c.inc(st.resyncs),
     );
     counterFrom('uvs_redis_records_resynced_total', 'Flow records queued again by those walks.', [], (c) => c.inc(st.resynced));
+    gaugeFrom(
+      'uvs_redis_catching_up',
+      '1 from a (re)connect to Redis until every record owed since (queued before it, or by the walk it called for) is written.',
+      [],
+      (g) => g.set(st.catchingUp ? 1 : 0),
+    );
+    gaugeFrom(
+      'uvs_redis_catchup_seconds',
+      'Seconds the last catch-up took, from the (re)connect to its last owed record written.',
+      [],
+      (g) => g.set(st.lastCatchUpSeconds ?? 0),
+    );
     counterFrom(
       'uvs_redis_shadows_superseded_total',
       "Shadows replaced by another node's record of a newer flow on the same client address and port.",

@@ -32,8 +32,11 @@
  * as in HAProxy and Envoy.
  *
  * Real-server slots index the shared real-server region. A deleted server whose connections are
- * still in the table stays in the "trash" (slot kept, AVAILABLE cleared) until they are gone, and
- * re-adding it revives the same slot with its counters, as the kernel does.
+ * still in the table, or that its scheduler's state still references (an lblc cache entry, an
+ * lblcr set), stays in the "trash" (slot kept, AVAILABLE cleared) until they are gone, and
+ * re-adding it revives the same slot with its counters, as the kernel does
+ * (docs/ipvs-semantics.md §1.2). A slot is reused only once nothing can mistake its next server
+ * for the deleted one.
  */
 import * as L from '../conntrack/layout';
 import type { FlowTarget } from '../conntrack/redis-record';
@@ -739,7 +742,11 @@ export class ServiceModel {
     }
   }
 
-  /** Frees trashed real-server slots with no connections left (kernel dest trash GC). */
+  /**
+   * Frees trashed real-server slots nothing references any more (the kernel's dest trash GC,
+   * ip_vs_dest_trash_expire: refcnt down to the trash's own): no connections or templates left,
+   * and not held by the scheduler state of its service (lblc's cache entry, lblcr's set).
+   */
   collectTrash(): number {
     let freed = 0;
     for (const [k, info] of this.rsSlots) {
@@ -747,6 +754,7 @@ export class ServiceModel {
       const o = info.slot * L.RS_WORDS;
       if (Atomics.load(this.rs, o + L.RS_ACTIVE) + Atomics.load(this.rs, o + L.RS_INACTIVE) + Atomics.load(this.rs, o + L.RS_PERSIST) !== 0)
         continue;
+      if (this.heldByScheduler(info)) continue;
       this.rsSlots.delete(k);
       this.rsBySlot.delete(info.slot);
       this.freeRs.push(info.slot);
@@ -754,6 +762,23 @@ export class ServiceModel {
       if (--this.svcSlotRefs[info.svcSlot]! === 0 && this.orphanSvcSlots.delete(info.svcSlot)) this.freeSvc.push(info.svcSlot);
     }
     return freed;
+  }
+
+  /**
+   * Whether the scheduler state of the server's service still references its slot
+   * (Scheduler.holds). A deleted service's state references nothing: the kernel's done_service
+   * flushed it, as bindScheduler's fresh state words do on a scheduler change.
+   */
+  private heldByScheduler(info: RsSlotInfo): boolean {
+    const live = this.services.get(info.svcKey);
+    if (!live || live.slot !== info.svcSlot) return false;
+    const sched = getScheduler(live.cfg.scheduler)!;
+    if (!sched.holds) return false;
+    let held = false;
+    this.withSchedLock(live.slot, () => {
+      held = sched.holds!(this.sched, this.schedBase(live.slot), info.slot);
+    });
+    return held;
   }
 
   snapshot(): Snapshot {
@@ -892,7 +917,7 @@ export class ServiceModel {
     return null;
   }
 
-  /** Slots of trashed real servers (deleted, connections remaining). */
+  /** Slots of trashed real servers (deleted; connections remaining, or held by the scheduler). */
   trash(): RsSlotInfo[] {
     return [...this.rsSlots.values()].filter((i) => !i.listed);
   }

@@ -14,10 +14,17 @@
  *
  * Shared state (the kernel's 1024-bucket table, in a fixed region): word 0 is the collector's run
  * counter (tbl->counter), then CACHE_ENTRIES entries of [daddr, real-server slot, its address, its
- * port + 1 (0 = free), last use (ms, int32, compared by wrapping difference like jiffies)]. The
- * cached server is found again by slot, address and port, so a slot reused by another server is
- * not mistaken for it. With more destination addresses than entries (impossible with one virtual
- * address per service) the least recently used entry is replaced.
+ * port + 1 (0 = free), last use (ms, int32, compared by wrapping difference like jiffies)]. With
+ * more destination addresses than entries (impossible with one virtual address per service) the
+ * least recently used entry is replaced.
+ *
+ * An entry holds its server as the kernel's does (ip_vs_lblc_new's ip_vs_dest_hold): holds() tells
+ * the service model, which keeps a deleted server in the trash, slot and counters, while an entry
+ * names it (control/services.ts collectTrash). A deleted cached server is not used (the kernel's
+ * !AVAILABLE: reschedule and replace the entry, which lets it go); re-added before that, it is the
+ * same slot again and the entry is a hit, as the kernel's revived dest. The cached server is found
+ * again by slot, address and port, so even a slot freed under an entry (a worker still on an older
+ * snapshot caching a server just deleted) and reused by another server is not mistaken for it.
  */
 import { activeConns } from './common';
 import { wlc } from './wlc';
@@ -129,5 +136,12 @@ export const lblc: Scheduler = {
       const age = ((now | 0) - state[e + E_LASTUSE]!) | 0;
       if (state[e + E_RPORT1] !== 0 && age >= LBLC_EXPIRATION_MS) state[e + E_RPORT1] = 0;
     }
+  },
+  holds(state, base, slot) {
+    for (let k = 0; k < LBLC_CACHE_ENTRIES; k++) {
+      const e = base + ENTRIES + k * ENTRY_WORDS;
+      if (state[e + E_RPORT1] !== 0 && state[e + E_RS] === slot) return true;
+    }
+    return false;
   },
 };

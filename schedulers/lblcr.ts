@@ -20,6 +20,13 @@
  * ms as int32 compared by wrapping difference. A member that would exceed the capacity is not
  * added — what the kernel does when allocating it fails. A second destination address (impossible
  * with one virtual address per service) replaces the entry.
+ *
+ * A member is held as the kernel's ip_vs_dest_set_insert holds it (ip_vs_dest_hold): holds() tells
+ * the service model, which keeps a deleted member in the trash — its slot not reused, its counters
+ * and weight kept — until the set lets it go (set_max drops it, or the entry expires); so a slot in
+ * the set is that member's (bar a worker on an older snapshot adding a server just deleted, whose
+ * slot the model may free first), and a member re-added from the trash (same slot) counts again.
+ * The kernel has no other pass that removes deleted members: set_min skips them (!AVAILABLE).
  */
 import { RS_WEIGHT, RS_WORDS } from '../conntrack/layout';
 import { overhead, overloaded, positionOf } from './common';
@@ -155,5 +162,11 @@ export const lblcr: Scheduler = {
       state[base + USED] = 0;
       state[base + SIZE] = 0;
     }
+  },
+  holds(state, base, slot) {
+    if (state[base + USED] !== 1) return false;
+    const size = state[base + SIZE]!;
+    for (let k = 0; k < size; k++) if (state[base + MEMBERS + k] === slot) return true;
+    return false;
   },
 };

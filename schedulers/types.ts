@@ -15,7 +15,8 @@
  * What a scheduler is, beyond those hooks, it says itself, so code outside schedulers/ asks the
  * scheduler object and never branches on its name: the scheduler flags it gives a meaning
  * (`flags`), the lookup table of the hashing schedulers (`lookupTable`), a seed for one that
- * draws random numbers (`seed`), the period of a kernel timer (`tickInterval`).
+ * draws random numbers (`seed`), the period of a kernel timer (`tickInterval`), the real servers
+ * its state still references (`holds`).
  *
  * Real servers are given in kernel list order: most recently added first. A real server is
  * eligible for a new flow only with weight > 0 and without OVERLOAD (schedulers that ignore
@@ -99,6 +100,13 @@ export interface Scheduler {
    */
   readonly tickInterval?: number;
   tick?(svc: SchedService, state: Int32Array, base: number, rs: Int32Array, now: number): void;
+  /**
+   * Whether the state words still reference the real server in `slot` — lblc's cache entry,
+   * lblcr's set member: the kernel's ip_vs_dest_hold by scheduler state, which keeps a deleted
+   * server in the trash (and its slot out of reuse) until the entry lets it go. Control thread,
+   * under the service's scheduler lock; reads only. Absent: the state references no server by slot.
+   */
+  holds?(state: Int32Array, base: number, slot: number): boolean;
   /**
    * For a scheduler whose decision is a lookup in a table prepare() built (sh, dh: 256 buckets;
    * mh: M slots): that table, as list positions per slot (-1 = empty), from what prepare()

@@ -11,6 +11,7 @@ import { apiCall } from '../../control/client';
 import { LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, type Lab } from '../../lab/lab';
 import { run, runOk, sleep } from '../exec';
 import { processMemKb, processTicks } from '../probe';
+import type { SyncStats } from '../../conntrack/redis-sync';
 import { parseJsonLines, type ApiSample, type Attempt, type StatsLike } from './report';
 
 const ROOT = join(__dirname, '..', '..', '..');
@@ -89,7 +90,7 @@ export interface Stats extends StatsLike {
   table: { entries: number; capacity: number };
   workers: { id: number; ready: boolean; restarts: number; rxPackets: number }[];
   shadows: number;
-  redis: null | ({ connected: boolean; queueDepth: number; nodes: string[] } & Record<string, unknown>);
+  redis: null | (SyncStats & { nodes: string[] });
   [k: string]: unknown;
 }
 

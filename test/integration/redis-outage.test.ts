@@ -126,9 +126,16 @@ test('Redis restarted without its data: quiet flows are written again once it an
     // 50 flows start while Redis is down: their records wait in the queue, the walk skips them.
     for (const sport of range(51000, 50)) openFlow(a, '198.51.100.40', sport);
     await waitFor('queued', () => a.sync.stats.queueDepth === 50);
+    const catchUps = a.sync.stats.catchUps;
     redis = await startRedis(port); // empty: no persistence
     servers.push(redis);
     const tBack = Date.now();
+    // "Caught up" (GET /v1/stats, uvs_redis_catching_up) means written: at the moment uvsd says
+    // so, the queued records and every record of the walk are in Redis — not a moment later.
+    await waitFor('a caught up', () => a.sync.stats.catchUps > catchUps && !a.sync.stats.catchingUp, 15_000);
+    assert.equal((await storedPorts(port, P)).length, 350, 'every owed record is written when the catch-up ends');
+    const took = a.sync.stats.lastCatchUpSeconds;
+    assert.ok(took !== null && took > 0 && took * 1000 <= Date.now() - tBack, `catch-up ${took} s, within the time since Redis came back`);
     await waitFor('every flow in Redis again', async () => (await storedPorts(port, P)).length === 350, 15_000).catch(async (e: Error) => {
       throw new Error(
         `${e.message}: ${(await storedPorts(port, P)).length} of 350 stored; ${JSON.stringify({ resyncs: a.sync.stats.resyncs, resynced: a.sync.stats.resynced })}`,
@@ -172,7 +179,9 @@ test('a catch-up of 20,000 queued records holds one write round of commands at a
       samples++;
       await new Promise((r) => setImmediate(r));
     }
-    t.diagnostic(`most commands waiting for Redis: ${most} (${samples} samples), records written ${a.sync.stats.written}`);
+    t.diagnostic(
+      `most commands waiting for Redis: ${most} (${samples} samples), records written ${a.sync.stats.written}, catch-up ${a.sync.stats.lastCatchUpSeconds} s`,
+    );
     assert.ok(a.sync.stats.written >= N);
     assert.equal((await storedPorts(port, P)).length, N);
     // One round: 1000 records × 2 SETs + 1 PUBLISH, and the odd counts exchange (a few commands).

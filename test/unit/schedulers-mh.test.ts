@@ -4,8 +4,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseInet } from '../../net/addr';
-import { MH_PRIMES, mhSlots } from '../../schedulers/mh';
+import { fold, parseInet } from '../../net/addr';
+import { MH_PRIMES, mhHash1, mhSlots } from '../../schedulers/mh';
 import { input, load, pick, server, service } from '../helpers/sched';
 import type { SchedModel } from '../../control/sched-model';
 
@@ -186,4 +186,56 @@ test('more servers than slots: the previous table is kept, as the kernel refuses
   m.add(parseInet('10.4.0.1')!, 80, 1);
   assert.deepEqual(owners(m), before);
   assert.equal(m.listed().length, 252);
+});
+
+test('a server deleted while the table is kept owns no slot any more (uvs returns none where the kernel would use the trashed dest)', () => {
+  const servers = Array.from({ length: 251 }, (_, i) => ({ address: `10.3.${i >> 8}.${i & 255}` }));
+  const m = service('mh', servers, 0, 251);
+  const before = owners(m);
+  m.add(parseInet('10.4.0.1')!, 80, 1);
+  m.add(parseInet('10.4.0.2')!, 80, 1); // 253 servers: the 251-server table is kept
+  const gone = '10.3.0.7:80';
+  m.del(server(m, gone)); // 252, still more than 251: kept, without the deleted server
+  const after = owners(m);
+  assert.equal(after.length, 251);
+  assert.ok(before.includes(gone));
+  before.forEach((k, i) => assert.equal(after[i], k === gone ? null : k, `slot ${i}`));
+  // every other server is still found at its (new) list position
+  assert.equal(counts(m).get('empty'), before.filter((k) => k === gone).length);
+  m.add(parseInet('10.4.0.3')!, 80, 1); // kept again: the emptied slots stay empty
+  assert.deepEqual(owners(m), after);
+});
+
+test('mh-fallback stops at an empty slot of a kept table: none, as at a slot the kernel never filled', () => {
+  // 251 slots; X (weight 1000) and Y (500) added last take 15 and 7 slots (shift 6), 229 others one each.
+  const servers = Array.from({ length: 251 }, (_, i) => ({ address: `10.3.${i >> 8}.${i & 255}` }));
+  const m = service('mh', servers, 1, 251);
+  m.add(parseInet('10.5.0.1')!, 80, 1000);
+  m.add(parseInet('10.5.0.2')!, 80, 500);
+  // 253 servers: the 251-server table is kept; two old ones deleted (251): rebuilt with X and Y.
+  m.del(server(m, '10.3.0.0'));
+  m.del(server(m, '10.3.0.1'));
+  m.add(parseInet('10.4.0.1')!, 80, 1);
+  const c = counts(m);
+  assert.deepEqual([c.get('10.5.0.1'), c.get('10.5.0.2')], [15, 7]);
+  m.add(parseInet('10.4.0.2')!, 80, 1); // 253
+  m.del(server(m, '10.5.0.1')); // 252, kept: X's 15 slots emptied
+  m.edit(server(m, '10.5.0.2'), 0, 0, 0); // Y quiesced: its clients fall back
+  const table = owners(m);
+  const y = table.flatMap((k, i) => (k === '10.5.0.2:80' ? [i] : []));
+  assert.equal(y.length, 7);
+  // A client whose slot is Y's and whose first fallback probe (roffset = its slot) is an empty slot.
+  let found = 0;
+  for (let n = 1; n < 200_000 && found < 3; n++) {
+    const caddr = fold(parseInet(`172.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`)!);
+    const ihash = mhHash1(caddr, 0, 0) % 251;
+    if (table[ihash] !== '10.5.0.2:80' || table[mhHash1(caddr, 0, ihash) % 251] !== null) continue;
+    found++;
+    assert.equal(m.schedule(input(`172.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`)), null);
+  }
+  assert.equal(found, 3);
+});
+
+test('an mh table size that is not one of the kernel primes is refused', () => {
+  assert.throws(() => service('mh', ABC, 0, 4096), /^Error: mh table size 4096 is not one of 251, 509, 1021, .*, 131071$/);
 });
