@@ -26,7 +26,9 @@
  * lock can never see an entry freed under it (freeing takes both of the entry's bucket locks).
  *
  * Lock order, always: bucket locks (lower index first) → entry lock → alloc lock. A lock word
- * holds its owner's id so the control thread can release what a crashed worker held.
+ * holds its owner's id so the control thread can release what a crashed worker held. A thread
+ * that finds a lock word still held after table.ts LOCK_STUCK_MS (5 s) throws instead of
+ * spinning on (table.ts spin).
  */
 
 export const TABLE_MAGIC = 0x55565331; // "UVS1"

@@ -28,7 +28,11 @@
  * counted (longWalks, longestWalk: the worker publishes both), and an insert into a chain of
  * CHAIN_LIMIT entries is refused (−3), so no lookup ever walks further even if the key leaked.
  *
- * Nothing here allocates per call; failures are return values (-1), never exceptions.
+ * Nothing here allocates per call; failures are return values (-1), never exceptions. Only a
+ * broken table throws (lockStuck, chainLoop, holdLoop): a lock word held for LOCK_STUCK_MS, or a
+ * chain walk longer than the table (a held-packet list longer than the area), is a dead owner
+ * nobody released or corrupted links — the thread fails loudly (a worker is restarted, the control
+ * thread's error is logged) instead of spinning silently.
  */
 import { randomFillSync } from 'node:crypto';
 import type { FlowKey, FlowView, NewFlow } from './flow';
@@ -68,6 +72,13 @@ const KEY6_TAIL = 37 << 24; // two 16-byte addresses, ports: 36 bytes + protocol
  */
 export const CHAIN_ALARM = 16;
 export const CHAIN_LIMIT = 32;
+
+/**
+ * A lock word still held after this long is never coming free: critical sections are a few
+ * dozen instructions, and a dead worker's locks are released by the control thread at its exit
+ * (releaseLocksOf), within milliseconds. The spinner then throws (lockStuck).
+ */
+export const LOCK_STUCK_MS = 5000;
 
 /** lookupIn's results. */
 export const FLOW_MISS = 0;
@@ -128,6 +139,8 @@ export class ConnTable {
   readonly rs: Int32Array;
   /** This thread's lock owner id. */
   readonly owner: number;
+  /** How long a lock word may stay held before spin() gives up (LOCK_STUCK_MS; tests wait less). */
+  private readonly stuckMs: number;
 
   static create(capacity: number, timeouts: TableTimeouts): SharedArrayBuffer {
     if (!Number.isInteger(capacity) || capacity < 16 || (capacity & (capacity - 1)) !== 0) {
@@ -166,7 +179,7 @@ export class ConnTable {
     return sab;
   }
 
-  constructor(sab: SharedArrayBuffer, rsSab: SharedArrayBuffer, owner: number) {
+  constructor(sab: SharedArrayBuffer, rsSab: SharedArrayBuffer, owner: number, lockStuckMs = LOCK_STUCK_MS) {
     this.sab = sab;
     this.i32 = new Int32Array(sab);
     if (this.i32[L.H_MAGIC] !== L.TABLE_MAGIC) throw new Error('not a uvs connection table');
@@ -188,6 +201,7 @@ export class ConnTable {
     this.srcKey = sipInit([k[L.H_SRC_KEY]! >>> 0, k[L.H_SRC_KEY + 1]! >>> 0, k[L.H_SRC_KEY + 2]! >>> 0, k[L.H_SRC_KEY + 3]! >>> 0]);
     this.rs = new Int32Array(rsSab);
     this.owner = owner;
+    this.stuckMs = lockStuckMs;
   }
 
   /** Table-relative milliseconds (int32, wraps after 24 days; compare with (a - b) | 0). */
@@ -288,7 +302,9 @@ export class ConnTable {
   private chainLength(headIdx: number, nextField: number): number {
     const a = this.i32;
     let n = 0;
-    for (let ref = a[headIdx]!; ref !== 0; ref = a[this.entries + (ref - 1) * L.ENTRY_WORDS + nextField]!) n++;
+    for (let ref = a[headIdx]!; ref !== 0; ref = a[this.entries + (ref - 1) * L.ENTRY_WORDS + nextField]!) {
+      if (++n > this.capacity) this.chainLoop(headIdx);
+    }
     return n;
   }
 
@@ -325,17 +341,43 @@ export class ConnTable {
   // ── locks ─────────────────────────────────────────────────────────────────────────────────
   lockBucket(b: number): void {
     const i = this.locks + b;
-    while (Atomics.compareExchange(this.i32, i, 0, this.owner) !== 0) {
-      /* spin: critical sections are a few dozen instructions */
-    }
+    if (Atomics.compareExchange(this.i32, i, 0, this.owner) !== 0) this.spin(i);
   }
   unlockBucket(b: number): void {
     Atomics.store(this.i32, this.locks + b, 0);
   }
   private lockWord(i: number): void {
-    while (Atomics.compareExchange(this.i32, i, 0, this.owner) !== 0) {
-      /* spin */
+    if (Atomics.compareExchange(this.i32, i, 0, this.owner) !== 0) this.spin(i);
+  }
+  /**
+   * Takes lock word i, held by another: spins (critical sections are a few dozen instructions),
+   * reading the clock every 2^16 tries; still held stuckMs after the first reading, it throws.
+   */
+  private spin(i: number): void {
+    const a = this.i32;
+    let since = -1;
+    for (let n = 1; Atomics.compareExchange(a, i, 0, this.owner) !== 0; n++) {
+      if ((n & 0xffff) !== 0) continue;
+      const t = Date.now();
+      if (since < 0) since = t;
+      else if (t - since >= this.stuckMs) this.lockStuck(i);
     }
+  }
+  /** Throws: lock word i has been held stuckMs. */
+  private lockStuck(i: number): never {
+    throw new Error(
+      `conntrack: lock word ${i} held by owner ${Atomics.load(this.i32, i)} for ${this.stuckMs} ms; owner ${this.owner} gives up`,
+    );
+  }
+  /** Throws: the held-packet list from slot first − 1 is longer than the area (its links loop). */
+  private holdLoop(first: number): never {
+    throw new Error(
+      `conntrack: the held-packet list from slot ${first - 1} has more links than the area has slots (${L.HOLD_SLOTS}): it loops`,
+    );
+  }
+  /** Throws: the chain at a[headIdx] is longer than the table (its links loop). */
+  private chainLoop(headIdx: number): never {
+    throw new Error(`conntrack: the chain at word ${headIdx} has more links than the table has entries (${this.capacity}): it loops`);
   }
   private lockPair(b1: number, b2: number): void {
     if (b1 === b2) this.lockBucket(b1);
@@ -379,7 +421,7 @@ export class ConnTable {
     let ref = a[this.inHeads + b]!;
     let n = 0;
     while (ref !== 0) {
-      n++;
+      if (++n > this.capacity) this.chainLoop(this.inHeads + b);
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
       if (
@@ -405,7 +447,7 @@ export class ConnTable {
     let ref = a[this.inHeads + b]!;
     let n = 0;
     while (ref !== 0) {
-      n++;
+      if (++n > this.capacity) this.chainLoop(this.inHeads + b);
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
       if (
@@ -469,7 +511,7 @@ export class ConnTable {
     let ref = a[this.outHeads + b]!;
     let n = 0;
     while (ref !== 0) {
-      n++;
+      if (++n > this.capacity) this.chainLoop(this.outHeads + b);
       const e = ref - 1;
       const o = this.entries + e * L.ENTRY_WORDS;
       if (
@@ -891,7 +933,10 @@ export class ConnTable {
         let ref = held & 0xffff;
         if (ref === 0) a[s + L.SP_HELD] = (slot + 1) | ((n + 1) << 16);
         else {
-          while (a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT] !== 0) ref = a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!;
+          for (let k = 1; a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT] !== 0; k++) {
+            if (k > L.HOLD_SLOTS) this.holdLoop(held & 0xffff);
+            ref = a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT]!;
+          }
           a[h + (ref - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT] = slot + 1;
           a[s + L.SP_HELD] = (held & 0xffff) | ((n + 1) << 16);
         }
@@ -1060,7 +1105,8 @@ export class ConnTable {
     const a = this.i32;
     const h = this.hold;
     let ref = first;
-    while (ref !== 0) {
+    for (let n = 1; ref !== 0; n++) {
+      if (n > L.HOLD_SLOTS) this.holdLoop(first);
       const sh = h + L.HOLD_HDR_WORDS + (ref - 1) * L.HOLD_SLOT_WORDS;
       const next = a[sh + L.HS_NEXT]!;
       this.lockWord(h + L.HOLD_LOCK);
@@ -1510,7 +1556,8 @@ export class ConnTable {
     const a = this.i32;
     let prevIdx = headIdx;
     let ref = a[headIdx]!;
-    while (ref !== 0) {
+    for (let n = 1; ref !== 0; n++) {
+      if (n > this.capacity) this.chainLoop(headIdx);
       if (ref === e + 1) {
         a[prevIdx] = a[this.entries + e * L.ENTRY_WORDS + nextField]!;
         return true;

@@ -18,12 +18,17 @@ import {
   FLOW_HIT,
   FLOW_MISS,
   FLOW_REUSE,
+  LOCK_STUCK_MS,
   LOOKUP_NEW,
+  SPH_HELD,
+  SPH_REFUSED,
+  SPH_RESEND,
 } from '../../conntrack/table';
-import { DIR_INPUT, DIR_OUTPUT, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
+import { DIR_INPUT, DIR_OUTPUT, TCP_CLOSE, TCP_ESTABLISHED, TCP_TIME_WAIT, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
 import { SCTP_S_CLOSED, SCTP_S_ESTABLISHED } from '../../conntrack/sctp-state';
 import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
 import { parseIPv6 } from '../../net/addr';
+import { Worker } from 'node:worker_threads';
 import { freshTable, TABLE_TIMEOUTS } from '../helpers/table';
 
 const timeouts = TABLE_TIMEOUTS;
@@ -1087,4 +1092,610 @@ test('findOut never returns a template; IPv6 templates differing only in their h
   assert.equal(t.findTemplate(b1, proto, 5, 80, 0x10, hi1), g1);
   assert.equal(t.findTemplate(b1, proto, 5, 80, 0x10, hi2), g2);
   t.unlockBucket(b1);
+});
+
+/**
+ * Distinct values of f(0..63), each checked to be a bucket (an integer in [0, n)). 64 keys hashed
+ * into 1024 buckets give ~62 distinct ones; 16 or fewer has a probability far below 1e-30 for
+ * a keyed hash, and a hash that ignores the varied input gives exactly 1.
+ */
+function spread(f: (x: number) => number, n = 1024): number {
+  const seen = new Set<number>();
+  for (let x = 0; x < 64; x++) {
+    const b = f(x);
+    assert.ok(Number.isInteger(b) && b >= 0 && b < n, `bucket ${b} out of [0, ${n})`);
+    seen.add(b);
+  }
+  return seen.size;
+}
+
+test('the bucket hash reads every key word and the protocol byte: keys differing in one of them spread over the buckets', () => {
+  const { t } = fresh(1024);
+  assert.ok(spread((x) => t.bucket(6, C + x, CP, V)) > 16, 'first address');
+  assert.ok(spread((x) => t.bucket(6, C, CP + x, V)) > 16, 'ports');
+  assert.ok(spread((x) => t.bucket(6, C, CP, V + x)) > 16, 'second address');
+  assert.ok(spread((x) => t.bucket(x, C, CP, V)) > 16, 'protocol');
+  assert.equal(t.bucket(6 | L.PROTO_V6, C, CP, V), t.bucket(6, C, CP, V), 'only the protocol byte is hashed');
+  assert.equal(t.bucket(6, C, CP, V), t.bucket(6, C, CP, V), 'the same key, the same bucket');
+  // IPv6: each of the 9 words and the protocol; the words outside [i1, i1+3) and [i2, i2+3) are not read.
+  const w = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22];
+  const at = (i: number, x: number) => w.map((v, j) => (j === i ? v + x : v));
+  for (const i of [1, 2, 3, 7, 8, 9]) assert.ok(spread((x) => t.bucket6(6, at(i, x), 1, C, CP, 7, V)) > 16, `high word ${i}`);
+  for (const i of [0, 4, 5, 6, 10, 11])
+    assert.equal(
+      spread((x) => t.bucket6(6, at(i, x), 1, C, CP, 7, V)),
+      1,
+      `word ${i} is not read`,
+    );
+  assert.ok(spread((x) => t.bucket6(6, w, 1, C + x, CP, 7, V)) > 16, 'IPv6 first address, low word');
+  assert.ok(spread((x) => t.bucket6(6, w, 1, C, CP + x, 7, V)) > 16, 'IPv6 ports');
+  assert.ok(spread((x) => t.bucket6(6, w, 1, C, CP, 7, V + x)) > 16, 'IPv6 second address, low word');
+  assert.ok(spread((x) => t.bucket6(x, w, 1, C, CP, 7, V)) > 16, 'IPv6 protocol');
+  assert.equal(t.bucket6(6 | L.PROTO_V6, w, 1, C, CP, 7, V), t.bucket6(6, w, 1, C, CP, 7, V));
+  // An IPv4 key and the IPv6 key of the same low words are hashed differently (length in the last word).
+  const z = new Array<number>(12).fill(0);
+  assert.notEqual(t.bucket6(6, z, 0, C, CP, 3, V), t.bucket(6, C, CP, V), 'zero high words are still an IPv6 key');
+  // bucketIn: IPv6 takes hi[0..2] and hi[3..5]; bucketOut hi[6..8] and hi[9..11]; without hi, or IPv4, the IPv4 hash.
+  const v6 = 6 | L.PROTO_V6;
+  assert.equal(t.bucketIn(v6, C, CP, V, w), t.bucket6(v6, w, 0, C, CP, 3, V));
+  assert.equal(t.bucketOut(v6, D, DP, P, w), t.bucket6(v6, w, 6, D, DP, 9, P));
+  assert.equal(t.bucketIn(v6, C, CP, V, null), t.bucket(v6, C, CP, V));
+  assert.equal(t.bucketOut(v6, D, DP, P, null), t.bucket(v6, D, DP, P));
+  assert.equal(t.bucketIn(6, C, CP, V, w), t.bucket(6, C, CP, V), 'an IPv4 key ignores hi');
+  assert.equal(t.bucketOut(6, D, DP, P, w), t.bucket(6, D, DP, P));
+  for (const i of [0, 1, 2, 3, 4, 5]) {
+    assert.ok(spread((x) => t.bucketIn(v6, C, CP, V, at(i, x))) > 16, `bucketIn hi[${i}]`);
+    assert.equal(
+      spread((x) => t.bucketOut(v6, D, DP, P, at(i, x))),
+      1,
+      `bucketOut ignores hi[${i}]`,
+    );
+  }
+  for (const i of [6, 7, 8, 9, 10, 11]) {
+    assert.ok(spread((x) => t.bucketOut(v6, D, DP, P, at(i, x))) > 16, `bucketOut hi[${i}]`);
+    assert.equal(
+      spread((x) => t.bucketIn(v6, C, CP, V, at(i, x))),
+      1,
+      `bucketIn ignores hi[${i}]`,
+    );
+  }
+  // Two tables have two keys: a key's bucket in one says nothing about the other.
+  const { t: u } = fresh(1024);
+  let same = 0;
+  for (let x = 0; x < 64; x++) if (u.bucket(6, C + x, CP, V) === t.bucket(6, C + x, CP, V)) same++;
+  assert.ok(same < 16, `${same} of 64 keys in the same bucket in two tables`);
+});
+
+test('per-source counter slots: keyed by the IPv4 address, or by the /64 of an IPv6 client (both its high words)', () => {
+  const { t } = fresh(1024);
+  const n = 1024; // one counter per entry
+  assert.ok(spread((x) => t.sourceSlot(false, C + x, 0, 0), n) > 16, 'IPv4 address');
+  assert.equal(
+    spread((x) => t.sourceSlot(false, C, x, x), n),
+    1,
+    'IPv4: the high words are not read',
+  );
+  assert.ok(spread((x) => t.sourceSlot(true, C, 0x20010db8 + x, 7), n) > 16, 'IPv6: first high word');
+  assert.ok(spread((x) => t.sourceSlot(true, C, 0x20010db8, 7 + x), n) > 16, 'IPv6: second high word');
+  assert.equal(
+    spread((x) => t.sourceSlot(true, C + x, 0x20010db8, 7), n),
+    1,
+    'IPv6: the low word is not read',
+  );
+  // The two high words are not symmetric: (h0, h1) and (h1, h0) are two /64s.
+  let swapped = 0;
+  for (let x = 0; x < 64; x++)
+    if (t.sourceSlot(true, 0, 0x20010db8 + x, 0x100 + x * 3) === t.sourceSlot(true, 0, 0x100 + x * 3, 0x20010db8 + x)) swapped++;
+  assert.ok(swapped < 16, `${swapped} of 64 swapped /64s share a slot`);
+});
+
+test('a lock word held too long throws (lockStuck) instead of hanging its thread; one freed meanwhile is taken', async () => {
+  assert.equal(LOCK_STUCK_MS, 5000);
+  const region = createRealServerRegion(8);
+  const sab = ConnTable.create(64, timeouts);
+  const t = new ConnTable(sab, region, L.OWNER_CONTROL, 100);
+  const a = t.i32;
+  const locks = L.bucketLocksOffset(64);
+  a[locks + 5] = 7;
+  let t0 = Date.now();
+  assert.throws(() => t.lockBucket(5), new RegExp(`lock word ${locks + 5} held by owner 7 for 100 ms; owner ${L.OWNER_CONTROL} gives up`));
+  let took = Date.now() - t0;
+  assert.ok(took >= 100 && took < 3000, `gave up after ${took} ms`);
+  assert.equal(a[locks + 5], 7, 'a stuck lock is not taken');
+  a[locks + 5] = 0;
+  // An entry lock word (touch) and the allocation lock (insert) likewise.
+  const e = t.insert(conn(6, C, 1, t.now()));
+  assert.ok(e >= 0);
+  a[t.base(e) + L.E_LOCK] = 8;
+  t0 = Date.now();
+  assert.throws(() => t.touch(e, DIR_INPUT, TCPF_SYN, t.now()), /held by owner 8 for 100 ms/);
+  took = Date.now() - t0;
+  assert.ok(took >= 100 && took < 3000, `gave up after ${took} ms`);
+  a[L.H_ALLOC_LOCK] = 9;
+  assert.throws(() => t.insert(conn(6, C + 1, 1, t.now())), /held by owner 9 for 100 ms/);
+  // Held by another thread for 100 ms: the spinner waits and takes it.
+  a[L.H_ALLOC_LOCK] = 0;
+  a[locks + 5] = 0;
+  Atomics.store(a, locks + 6, 0);
+  const w = new Worker(
+    `const { workerData: d, parentPort } = require('node:worker_threads');
+     const a = new Int32Array(d.sab);
+     Atomics.store(a, d.i, 42);
+     parentPort.postMessage(0);
+     Atomics.wait(a, d.go, 0); // until the main thread is about to spin
+     const until = Date.now() + 50;
+     while (Date.now() < until);
+     Atomics.store(a, d.i, 0);`,
+    { eval: true, workerData: { sab, i: locks + 6, go: locks + 7 } },
+  );
+  await new Promise((r) => w.once('message', r));
+  assert.equal(Atomics.load(a, locks + 6), 42, 'held by the worker');
+  const patient = new ConnTable(sab, region, 2);
+  t0 = Date.now();
+  Atomics.store(a, locks + 7, 1);
+  Atomics.notify(a, locks + 7);
+  patient.lockBucket(6);
+  assert.equal(a[locks + 6], 2, 'taken once freed');
+  assert.ok(Date.now() - t0 < 3000);
+  patient.unlockBucket(6);
+  a[locks + 7] = 0;
+  await new Promise((r) => w.once('exit', r));
+  // The default is LOCK_STUCK_MS (not waited for here: every mutant run of this file would wait too).
+  assert.equal((new ConnTable(sab, region, 3) as unknown as { stuckMs: number }).stuckMs, LOCK_STUCK_MS);
+});
+
+test('a chain whose links loop throws (chainLoop) on a lookup, an insert and a removal instead of walking forever', () => {
+  const t = new ConnTable(ConnTable.create(64, timeouts), createRealServerRegion(8), L.OWNER_CONTROL);
+  const a = t.i32;
+  const now = t.now();
+  const keys = collidingIn(t, 3);
+  const e0 = t.insert(newFlow({ proto: 6, caddr: keys[0]!, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: keys[0]!, rs: 1, now }));
+  // e1's server→client key on another out-chain than e0's.
+  let d1 = D + 1;
+  while (t.bucket(6, d1, DP, keys[1]!) === t.bucket(6, D, DP, keys[0]!)) d1++;
+  const e1 = t.insert(newFlow({ proto: 6, caddr: keys[1]!, cports: CP, vaddr: V, daddr: d1, dports: DP, laddr: keys[1]!, rs: 1, now }));
+  assert.ok(e0 >= 0 && e1 >= 0);
+  const b = t.bucket(6, keys[0]!, CP, V);
+  const head = L.inHeadsOffset() + b;
+  assert.equal(a[head], e1 + 1, 'the newest entry first');
+  assert.equal(a[t.base(e1) + L.E_NEXT_IN], e0 + 1);
+  // A chain of exactly 64 links (every entry of the table) is walked; e0's link back to e1 loops.
+  assert.equal(findIn(t, 6, keys[2]!, CP, V), -1);
+  a[t.base(e0) + L.E_NEXT_IN] = e1 + 1;
+  const loops = new RegExp(`chain at word ${head} has more links than the table has entries \\(64\\): it loops`);
+  assert.throws(() => findIn(t, 6, keys[2]!, CP, V), loops);
+  t.unlockBucket(b);
+  assert.throws(() => {
+    const bb = t.bucket(6, keys[2]!, CP, V);
+    t.lockBucket(bb);
+    try {
+      t.findTemplate(bb, 6, keys[2]!, CP, V);
+    } finally {
+      t.unlockBucket(bb);
+    }
+  }, loops);
+  assert.throws(
+    () => t.insert(newFlow({ proto: 6, caddr: keys[2]!, cports: CP, vaddr: V, daddr: D + 2, dports: DP, laddr: keys[2]!, rs: 1, now })),
+    loops,
+  );
+  for (let i = 0; i < 64; i++) a[L.bucketLocksOffset(64) + i] = 0;
+  // remove() of an entry of that bucket that is not on the chain walks it to its end: it loops.
+  const f = 40;
+  const o = t.base(f);
+  a[o + L.E_PROTO] = 6;
+  a[o + L.E_CADDR] = keys[2]!;
+  a[o + L.E_CPORTS] = CP;
+  a[o + L.E_VADDR] = V;
+  a[o + L.E_FLAGS] = L.F_IN_USE;
+  assert.throws(() => t.remove(f, false, now), loops);
+  for (let i = 0; i < 64; i++) a[L.bucketLocksOffset(64) + i] = 0;
+  // Out-chains: findOut and the insert's chain length.
+  a[t.base(e0) + L.E_NEXT_IN] = 0;
+  a[o + L.E_FLAGS] = 0;
+  const bo = t.bucket(6, D, DP, keys[0]!);
+  const outHead = L.outHeadsOffset(64) + bo;
+  assert.equal(a[outHead], e0 + 1);
+  a[t.base(e0) + L.E_NEXT_OUT] = e0 + 1;
+  const outLoops = new RegExp(`chain at word ${outHead} has more links than the table has entries \\(64\\): it loops`);
+  assert.throws(() => t.findOut(bo, 6, D, DP, 0x0c0c0c0c), outLoops, 'a miss walks the whole chain');
+  for (let i = 0; i < 64; i++) a[L.bucketLocksOffset(64) + i] = 0;
+  assert.throws(
+    () => t.insert(newFlow({ proto: 6, caddr: C + 99, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: keys[0]!, rs: 1, now })),
+    outLoops,
+  );
+});
+
+test('create() names the capacity it refuses; two tables have two source keys', () => {
+  assert.throws(() => ConnTable.create(24, timeouts), /^RangeError: connection table capacity must be a power of two ≥ 16, got 24$/);
+  const { t } = fresh(1024);
+  const { t: u } = fresh(1024);
+  let same = 0;
+  for (let x = 0; x < 64; x++) if (t.sourceSlot(false, C + x, 0, 0) === u.sourceSlot(false, C + x, 0, 0)) same++;
+  assert.ok(same < 16, `${same} of 64 sources on the same counter in two tables`);
+});
+
+test('every view of a table hashes sources alike, whatever the defense words say when it is made', () => {
+  const region = createRealServerRegion(8);
+  const sab = ConnTable.create(1024, timeouts);
+  const first = new ConnTable(sab, region, L.OWNER_CONTROL);
+  // What defense.ts and the config change at run time, in the header words next to the source key.
+  first.i32[L.H_SRC_LIMIT] = 5;
+  first.i32[L.H_DROP_RATE] = 10;
+  first.i32[L.H_SECURE_TCP_MS] = 3000;
+  const later = new ConnTable(sab, region, 2);
+  for (let x = 0; x < 64; x++) {
+    assert.equal(later.sourceSlot(false, C + x, 0, 0), first.sourceSlot(false, C + x, 0, 0));
+    assert.equal(later.sourceSlot(true, C, 0x20010db8 + x, x), first.sourceSlot(true, C, 0x20010db8 + x, x));
+  }
+});
+
+test('releaseLocksOf looks at lock words only: a source counter after the last entry equal to the owner id stays', () => {
+  const { t } = fresh(64);
+  const a = t.i32;
+  const src = L.sourceCountersOffset(64);
+  a[src] = 7;
+  a[src + 63] = 7;
+  a[t.base(63) + L.E_LOCK] = 7;
+  a[L.bucketLocksOffset(64) + 63] = 7;
+  assert.equal(t.releaseLocksOf(7), 2);
+  assert.deepEqual([a[src], a[src + 63], a[t.base(63) + L.E_LOCK], a[L.bucketLocksOffset(64) + 63]], [7, 7, 0, 0]);
+});
+
+test('an insert takes its two bucket locks lower index first (one order for every thread: no deadlock)', () => {
+  // Which is taken first shows when the other is held: the first is then held, the second not.
+  for (const lowerIn of [true, false]) {
+    for (const held of ['lower', 'higher'] as const) {
+      const sab = ConnTable.create(64, timeouts);
+      const t = new ConnTable(sab, createRealServerRegion(8), L.OWNER_CONTROL, 50);
+      let c = C;
+      let bi = 0;
+      let bo = 0;
+      for (; ; c++) {
+        bi = t.bucket(6, c, CP, V);
+        bo = t.bucket(6, D, DP, c);
+        if (bi !== bo && bi < bo === lowerIn) break;
+      }
+      const lo = Math.min(bi, bo);
+      const hi = Math.max(bi, bo);
+      const locks = L.bucketLocksOffset(64);
+      t.i32[locks + (held === 'lower' ? lo : hi)] = 7;
+      assert.throws(
+        () => t.insert(newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 1, now: t.now() })),
+        /held by owner 7/,
+        `in-bucket ${lowerIn ? 'lower' : 'higher'}, ${held} held`,
+      );
+      if (held === 'lower') assert.equal(t.i32[locks + hi], 0, `in-bucket ${lowerIn ? 'lower' : 'higher'}: the higher one not taken first`);
+      else assert.equal(t.i32[locks + lo], L.OWNER_CONTROL, `in-bucket ${lowerIn ? 'lower' : 'higher'}: the lower one taken first`);
+    }
+  }
+});
+
+test('a held-packet list whose links loop throws (holdLoop) when given back instead of freeing forever', () => {
+  const { t } = fresh(64);
+  const a = t.i32;
+  const sh = L.holdOffset(64) + L.HOLD_HDR_WORDS;
+  a[sh + L.HS_NEXT] = 2;
+  a[sh + L.HOLD_SLOT_WORDS + L.HS_NEXT] = 1;
+  assert.throws(
+    () => t.holdRelease(1),
+    new RegExp(`the held-packet list from slot 0 has more links than the area has slots \\(${L.HOLD_SLOTS}\\): it loops`),
+  );
+});
+
+/** A SYN-proxied flow (F_SYNPROXY; pending too with `pending`) of client c, its SP words from a record or a handshake. */
+function spFlow(t: ConnTable, c: number, o: { pending?: boolean; proto?: number; cports?: number; vaddr?: number; hi?: number[] } = {}) {
+  const hs = new Int32Array(L.SP_WORDS);
+  for (let i = 0; i < L.SP_HELD; i++) hs[i] = 1000 * (c & 0xff) + i + 1;
+  const r = newFlow({
+    proto: o.proto ?? 6,
+    caddr: c,
+    cports: o.cports ?? CP,
+    vaddr: o.vaddr ?? V,
+    daddr: D,
+    dports: DP,
+    laddr: c,
+    rs: 1,
+    flags: o.pending ? L.F_SYNPROXY | L.F_SP_PENDING : 0,
+    now: t.now(),
+    hi: o.hi ?? null,
+  });
+  if (o.pending) r.spHandshake = hs;
+  else {
+    r.sp = 1;
+    r.spDelta = 11 * (c & 0xff);
+    r.spTsDelta = 13 * (c & 0xff);
+    r.spOpts = 7;
+  }
+  const e = t.insert(r);
+  assert.ok(e >= 0 && r.created);
+  const v = new FlowView();
+  const k = key(o.proto ?? 6, c, o.cports ?? CP, o.vaddr ?? V);
+  if (o.hi) for (let i = 0; i < 6; i++) k.hi[i] = o.hi[i]!;
+  assert.ok(t.readFlow(k, false, v));
+  assert.equal(v.entry, e);
+  return { e, v, hs };
+}
+
+test('a view of a flow whose slot was freed, or reused by another flow differing in any key part, is refused by the SYN proxy calls', () => {
+  const { t } = fresh(64);
+  const w = new Int32Array(L.SP_WORDS);
+  const b = new Uint8Array(64);
+  const hi = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+  const variants: { name: string; o: Parameters<typeof spFlow>[2]; c?: number }[] = [
+    { name: 'another client', o: {}, c: C + 1 },
+    { name: 'another protocol', o: { proto: 132 } },
+    { name: 'other client ports', o: { cports: CP + 1 } },
+    { name: 'another virtual address', o: { vaddr: V + 1 } },
+  ];
+  for (const x of variants) {
+    const { e, v } = spFlow(t, C, { pending: true });
+    assert.equal(t.spRead(v, w), true, 'the live flow');
+    assert.equal(t.remove(e, false, t.now()), true);
+    assert.equal(t.spRead(v, w), false, `${x.name}: freed`);
+    assert.equal(t.spBegin(e, v, 3000, t.now()), false, `${x.name}: freed`);
+    assert.equal(t.spHold(v, true, b, 0, 60, 20, w, 0, t.now()), -1, `${x.name}: freed`);
+    assert.equal(t.spComplete(v, 1, 2, 7, 0, w), -1, `${x.name}: freed`);
+    const other = spFlow(t, x.c ?? C, { ...x.o, pending: true });
+    assert.equal(other.e, e, 'the slot is reused');
+    assert.equal(t.spRead(v, w), false, x.name);
+    assert.equal(t.spBegin(e, v, 3000, t.now()), false, x.name);
+    assert.equal(t.spHold(v, true, b, 0, 60, 20, w, 0, t.now()), -1, x.name);
+    assert.equal(t.spComplete(v, 1, 2, 7, (other.hs[L.SP_ISN]! + 1) | 0, w), -1, x.name);
+    assert.equal(t.holdUsed(), 0);
+    assert.equal(t.remove(e, false, t.now()), true);
+  }
+  // A template in the slot; an IPv6 flow of other high words.
+  const { e, v } = spFlow(t, C, { pending: true });
+  t.remove(e, false, t.now());
+  assert.equal(t.insert(template({ proto: 6, caddr: C, cports: CP, dports: DP, rs: 1, ms: 1000, now: t.now() })), e);
+  assert.equal(t.spRead(v, w), false, 'a template');
+  t.remove(e, false, t.now());
+  const a6 = spFlow(t, C, { pending: true, proto: 6 | L.PROTO_V6, hi });
+  assert.equal(t.spRead(a6.v, w), true);
+  for (const i of [0, 1, 2, 3, 4, 5]) {
+    a6.v.hi[i]! += 1;
+    assert.equal(t.spRead(a6.v, w), false, `high word ${i}`);
+    a6.v.hi[i]! -= 1;
+  }
+  assert.equal(t.spRead(a6.v, w), true);
+  // Not SYN-proxied at all: spRead says so, spComplete −1.
+  t.remove(a6.e, false, t.now());
+  const plain = t.insert(conn(6, C + 5, 1, t.now()));
+  const pv = new FlowView();
+  assert.ok(t.readFlow(key(6, C + 5, CP, V), false, pv));
+  assert.equal(pv.entry, plain);
+  assert.equal(t.spRead(pv, w), false);
+  assert.equal(t.spComplete(pv, 1, 2, 7, 0, w), -1);
+  // An IPv4 view whose high words are left from an IPv6 flow: they are not compared.
+  const q = spFlow(t, C + 6);
+  q.v.hi.fill(9);
+  assert.equal(t.spRead(q.v, w), true, 'IPv4: high words not compared');
+  assert.equal(t.spHold(pv, true, b, 0, 60, 20, w, 0, t.now()), -1, 'not pending');
+  assert.equal(t.spBegin(plain, pv, 3000, t.now()), false, 'not pending');
+});
+
+test('a pending flow at entry > 0: spBegin, three packets held in order and a fourth refused, our SYN due again, completion', () => {
+  const { t } = fresh(64);
+  t.insert(conn(17, C + 9, 1, t.now())); // entry 0 taken: SP words at e × SP_WORDS, e > 0
+  const hi = [0x20010db8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
+  const { e, v, hs } = spFlow(t, C, { pending: true, proto: 6 | L.PROTO_V6, hi });
+  assert.ok(e > 0);
+  assert.deepEqual([...v.hi], hi, 'the view carries the twelve high words');
+  // Another pending flow's packet takes hold slot 0: this flow's list starts further on.
+  const z = spFlow(t, C + 7, { pending: true });
+  const worker = new ConnTable(t.sab, createRealServerRegion(8), 4);
+  assert.equal(worker.spHold(z.v, true, new Uint8Array(40), 0, 40, 20, new Int32Array(L.SP_WORDS), 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(t.i32[L.holdOffset(64) + L.HOLD_HDR_WORDS + L.HS_OWNER], 0, 'attached to its flow: no owner');
+  const o = t.base(e);
+  const now = t.now();
+  assert.equal(t.spBegin(e, v, 3000, now), true);
+  assert.equal(t.i32[o + L.E_EXPIRES], (now + 3000) | 0, 'the pending timer');
+  const w = new Int32Array(L.SP_WORDS);
+  assert.equal(t.spRead(v, w), true);
+  assert.deepEqual([...w.subarray(0, L.SP_HELD)], [...hs.subarray(0, L.SP_HELD)], 'the handshake, in its own words');
+  // Packets of 60, 2048 (a full slot) and 100 bytes held; a fourth refused; the resend only when due.
+  const lens = [60, L.HOLD_SLOT_BYTES, 100, 80];
+  const src = t.sourceSlot(true, C, hi[0]!, hi[1]!) & (L.HOLD_SOURCES - 1);
+  const res: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    const b = new Uint8Array(L.HOLD_SLOT_BYTES + 8).fill(0x40 + i);
+    res.push(t.spHold(v, true, b, 4, lens[i]!, 40, w, 10_000, (now + i) | 0));
+  }
+  assert.deepEqual(res, [SPH_HELD, SPH_HELD, SPH_HELD, SPH_REFUSED], 'three held, the fourth refused');
+  assert.equal(t.holdUsed(), 4);
+  const zSrc = t.sourceSlot(false, C + 7, 0, 0) & (L.HOLD_SOURCES - 1); // the other flow's (may be the same counter)
+  assert.equal(t.holdAtSource(src), 3 + (zSrc === src ? 1 : 0), "counted for the client's /64");
+  const held = t.i32[L.synproxyOffset(64) + e * L.SP_WORDS + L.SP_HELD]!;
+  assert.equal(held >>> 16, 3, 'the count');
+  let ref = held & 0xffff;
+  for (let i = 0; i < 3; i++) {
+    assert.ok(ref > 0, `packet ${i} on the list`);
+    assert.deepEqual([t.holdLen(ref - 1), t.holdL4(ref - 1)], [lens[i], 40]);
+    const at = t.holdAt(ref - 1);
+    assert.equal(t.holdBytes[at], 0x40 + i);
+    assert.equal(t.holdBytes[at + lens[i]! - 1], 0x40 + i);
+    ref = t.holdNext(ref - 1);
+  }
+  assert.equal(ref, 0, 'three on the list');
+  w.fill(0);
+  const syn = hs[L.SP_SYN_AT]!; // when our SYN went (the handshake's word)
+  assert.equal(t.spHold(v, false, new Uint8Array(60), 0, 60, 20, w, 50, syn + 49), 0, 'not due yet');
+  assert.equal(w[L.SP_ISN], 0, 'w untouched');
+  assert.equal(t.spHold(v, false, new Uint8Array(60), 0, 60, 20, w, 50, syn + 50), SPH_RESEND);
+  assert.deepEqual([...w.subarray(0, L.SP_SYN_AT)], [...hs.subarray(0, L.SP_SYN_AT)], 'w gets the SP words');
+  assert.equal(w[L.SP_SYN_AT], syn + 50, 'the resend time, now');
+  assert.equal(w[L.SP_HELD], held, 'and the held list');
+  assert.equal(t.spHold(v, false, new Uint8Array(60), 0, 60, 20, w, 50, syn + 99), 0, 'counted from the last resend');
+  // The server's SYN-ACK: a wrong ack changes nothing; ours completes and gives the held list.
+  assert.equal(t.spComplete(v, 5000, 6000, 3, hs[L.SP_ISN]!, w), -3);
+  assert.equal(t.spPending(), 2, 'this flow and the other');
+  const first = t.spComplete(v, 5000, 6000, 3, (hs[L.SP_ISN]! + 1) | 0, w);
+  assert.equal(first, held & 0xffff);
+  assert.equal(w[L.SP_HELD], held, 'w: the words as they were');
+  assert.equal(t.spPending(), 1);
+  assert.equal(t.spComplete(v, 5000, 6000, 3, (hs[L.SP_ISN]! + 1) | 0, w), -2, 'a retransmitted SYN-ACK');
+  assert.equal(t.spRead(v, w), true);
+  assert.equal(w[L.SP_HELD], 0, 'the list is off the flow');
+  assert.equal(w[L.SP_DELTA], (hs[L.SP_COOKIE]! - 5000) | 0);
+  assert.equal(w[L.SP_TSDELTA], (hs[L.SP_OURTS]! - 6000) | 0);
+  assert.equal(t.spBegin(e, v, 9000, now), false, 'no longer pending');
+  assert.equal(t.i32[o + L.E_EXPIRES], (now + 3000) | 0, 'its timer left alone');
+  assert.equal(t.spHold(v, true, new Uint8Array(60), 0, 60, 20, w, 0, now), -1, 'no longer pending');
+  // Given back: the area and the source counter are empty again.
+  t.holdRelease(first);
+  assert.equal(t.holdUsed(), 1, "the other flow's");
+  assert.equal(t.holdAtSource(src), zSrc === src ? 1 : 0);
+});
+
+test('a pending flow whose held list loops throws (holdLoop) on the next packet instead of walking forever', () => {
+  const { t } = fresh(64);
+  const { e, v } = spFlow(t, C, { pending: true });
+  const w = new Int32Array(L.SP_WORDS);
+  assert.equal(t.spHold(v, true, new Uint8Array(40), 0, 40, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  const sw = L.synproxyOffset(64) + e * L.SP_WORDS + L.SP_HELD;
+  const first = t.i32[sw]! & 0xffff;
+  t.i32[L.holdOffset(64) + L.HOLD_HDR_WORDS + (first - 1) * L.HOLD_SLOT_WORDS + L.HS_NEXT] = first;
+  assert.throws(
+    () => t.spHold(v, true, new Uint8Array(40), 0, 40, 20, w, 0x7fffffff, t.now()),
+    new RegExp(`the held-packet list from slot ${first - 1} has more links than the area has slots`),
+  );
+});
+
+test('the hold area holds HOLD_SLOTS packets at most: the next one is refused (not for its source)', () => {
+  const { t } = fresh(256);
+  const w = new Int32Array(L.SP_WORDS);
+  const pkt = new Uint8Array(40);
+  let held = 0;
+  for (let i = 0; held < L.HOLD_SLOTS; i++) {
+    const { v } = spFlow(t, C + 0x100 * (i + 1), { pending: true });
+    for (let k = 0; k < L.HOLD_PER_FLOW && held < L.HOLD_SLOTS; k++, held++)
+      assert.equal(t.spHold(v, true, pkt, 0, 40, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  }
+  assert.equal(t.holdUsed(), L.HOLD_SLOTS);
+  const { v } = spFlow(t, 0x0c000001, { pending: true });
+  const before = [...t.i32];
+  assert.equal(t.spHold(v, true, pkt, 0, 40, 20, w, 0x7fffffff, t.now()), SPH_REFUSED);
+  assert.deepEqual([...t.i32], before, 'nothing changed');
+});
+
+test('templateFor with expire_quiescent: a template of a server with weight is kept; insertTemplate into a full table changes nothing', () => {
+  const { t } = fresh(16);
+  const now = t.now();
+  const g = t.insert(template({ proto: 6, caddr: C, cports: 80, dports: 8080 << 16, rs: 2, ms: 1000, now }));
+  const v = new FlowView();
+  assert.equal(t.templateFor(key(6, C, 80, V), v, true), g, 'weight 1, expire_quiescent on');
+  t.unreserve(g);
+  for (let i = 1; t.count() < 16; i++) t.insert(conn(17, C + i, 1, now));
+  const before = [...t.i32];
+  assert.equal(t.insertTemplate(template({ proto: 6, caddr: C + 99, cports: 80, dports: 8080 << 16, rs: 2, ms: 1000, now }), v), -1);
+  assert.deepEqual([...t.i32], before, 'nothing changed');
+});
+
+test('a SYN-proxied flow past its handshake in TIME_WAIT or CLOSE is reused by a SYN even while a template controls it; ESTABLISHED is not', () => {
+  for (const [st, want] of [
+    [TCP_TIME_WAIT, FLOW_REUSE],
+    [TCP_CLOSE, FLOW_REUSE],
+    [TCP_ESTABLISHED, FLOW_HIT],
+  ] as const) {
+    const { t } = fresh(64);
+    const now = t.now();
+    const g = t.insert(template({ proto: 6, caddr: C, cports: 80, dports: 8080 << 16, rs: 1, ms: 60_000, now }));
+    const { e } = spFlow(t, C);
+    t.control(e, g, now);
+    t.i32[t.base(e) + L.E_STATE] = st;
+    const v = new FlowView();
+    assert.equal(t.lookupIn(key(6, C, CP, V), v, TCPF_SYN, LOOKUP_NEW, now), want, `state ${st}`);
+  }
+});
+
+test('a SYN-proxied record at entry > 0: its words reach the view, spRecordWords and spRead; a reused slot has no stale words', () => {
+  const { t } = fresh(64);
+  t.insert(conn(17, C + 9, 1, t.now()));
+  const p = spFlow(t, C + 1, { pending: true });
+  assert.ok(p.e > 0);
+  t.remove(p.e, false, t.now());
+  const { e, v } = spFlow(t, C + 2);
+  assert.equal(e, p.e, 'the pending flow slot reused');
+  assert.deepEqual([v.spDelta, v.spTsDelta, v.spOpts], [44, 52, 7]);
+  assert.deepEqual(t.spRecordWords(e), [44, 52, 7]);
+  const w = new Int32Array(L.SP_WORDS).fill(-1);
+  assert.equal(t.spRead(v, w), true);
+  const want = new Int32Array(L.SP_WORDS);
+  want[L.SP_DELTA] = 44;
+  want[L.SP_TSDELTA] = 52;
+  want[L.SP_OPTS] = 7;
+  assert.deepEqual([...w], [...want], 'the other words 0');
+});
+
+test("holdReclaim gives back exactly the slots a dead worker had in hand, leaves attached and others' slots, and recounts the area", () => {
+  const { t, rs } = fresh(64);
+  const region = rs.buffer as SharedArrayBuffer;
+  const dead = new ConnTable(t.sab, region, 5);
+  const alive = new ConnTable(t.sab, region, 6);
+  const a = t.i32;
+  const h = L.holdOffset(64);
+  const sh = (slot: number) => h + L.HOLD_HDR_WORDS + slot * L.HOLD_SLOT_WORDS;
+  const w = new Int32Array(L.SP_WORDS);
+  const pkt = new Uint8Array(100);
+  pkt[16] = 5; // a held packet's bytes may look like an owner id
+  t.insert(conn(17, C + 30, 1, t.now())); // entry 0 taken
+  // P: pending, two packets held by the dead worker (attached: no owner).
+  const P = spFlow(t, C + 1, { pending: true });
+  assert.equal(dead.spHold(P.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()) & SPH_HELD, SPH_HELD);
+  assert.equal(dead.spHold(P.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()) & SPH_HELD, SPH_HELD);
+  // R: pending, one packet attached by the dead worker but not yet disowned (its owner still 5).
+  const R = spFlow(t, C + 2, { pending: true });
+  assert.equal(dead.spHold(R.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()) & SPH_HELD, SPH_HELD);
+  const rSlot = (a[L.synproxyOffset(64) + R.e * L.SP_WORDS + L.SP_HELD]! & 0xffff) - 1;
+  a[sh(rSlot) + L.HS_OWNER] = 5;
+  // Q: its server answered; the dead worker took its one packet off the flow (in hand) and died.
+  const Q = spFlow(t, C + 3, { pending: true });
+  assert.equal(dead.spHold(Q.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()) & SPH_HELD, SPH_HELD);
+  const qFirst = dead.spComplete(Q.v, 1, 2, 3, (Q.hs[L.SP_ISN]! + 1) | 0, w);
+  assert.ok(qFirst > 0);
+  assert.equal(a[sh(qFirst - 1) + L.HS_OWNER], 5, 'detached: in the dead worker’s hands');
+  // One slot taken by the dead worker and one by a live one, on no list.
+  const src = t.sourceSlot(false, C + 1, 0, 0) & (L.HOLD_SOURCES - 1);
+  const takenDead = (dead as unknown as { holdAlloc: (s: number) => number }).holdAlloc(src);
+  const takenAlive = (alive as unknown as { holdAlloc: (s: number) => number }).holdAlloc(src);
+  assert.ok(takenDead >= 0 && takenAlive >= 0);
+  assert.equal(t.holdUsed(), 6);
+  let counted = 0;
+  for (let s = 0; s < L.HOLD_SOURCES; s++) counted += t.holdAtSource(s);
+  assert.equal(counted, 6, 'each slot counted once, at its source');
+  const pFirst = (a[L.synproxyOffset(64) + P.e * L.SP_WORDS + L.SP_HELD]! & 0xffff) - 1;
+  assert.deepEqual([a[sh(pFirst) + L.HS_OWNER], a[sh(a[sh(pFirst) + L.HS_NEXT]! - 1) + L.HS_OWNER]], [0, 0], "P's slots: no owner");
+  // Counters gone wrong meanwhile are recounted.
+  a[h + L.HOLD_USED] = 99;
+  a[h + L.HOLD_SRC_BASE + src] = 42;
+  assert.equal(t.holdReclaim(5), 2, "Q's packet and the slot taken");
+  assert.equal(t.holdUsed(), 4, "P's two, R's one, the live worker's one");
+  // Expected per counter: P's two and the live worker's slot (P's source), R's one; Q's given back
+  // (sources may share a counter: the keyed hash is folded to HOLD_SOURCES).
+  const want = new Map<number, number>();
+  const srcOf = (c: number) => t.sourceSlot(false, c, 0, 0) & (L.HOLD_SOURCES - 1);
+  for (const [c, n] of [
+    [C + 1, 3],
+    [C + 2, 1],
+    [C + 3, 0],
+  ] as const)
+    want.set(srcOf(c), (want.get(srcOf(c)) ?? 0) + n);
+  for (const [s, n] of want) assert.equal(t.holdAtSource(s), n, `source counter ${s}`);
+  assert.equal(a[sh(rSlot) + L.HS_OWNER], 0, "R's slot disowned, still on R's list");
+  assert.equal(a[sh(takenAlive) + L.HS_OWNER], 6, "the live worker's slot stays in its hands");
+  assert.equal(a[L.synproxyOffset(64) + R.e * L.SP_WORDS + L.SP_HELD]! & 0xffff, rSlot + 1);
+  // The two given back are on the free list: every slot is free, held or in the live worker's hands.
+  let free = 0;
+  const seen = new Set<number>();
+  for (let ref = a[h + L.HOLD_FREE]!; ref !== 0 && free <= L.HOLD_SLOTS; ref = a[sh(ref - 1) + L.HS_NEXT]!) {
+    seen.add(ref - 1);
+    free++;
+  }
+  assert.equal(free, L.HOLD_SLOTS - 4);
+  assert.ok(seen.has(qFirst - 1) && seen.has(takenDead), 'both on the free list');
+  assert.ok(!seen.has(rSlot) && !seen.has(takenAlive));
+  for (let i = 0; i < L.HOLD_SLOTS; i++) assert.notEqual(a[sh(i) + L.HS_OWNER], 5, `slot ${i} still the dead worker's`);
+  assert.equal(t.holdBytes[t.holdAt(pFirst) + 16], 5, "P's packet bytes intact");
+  assert.equal(t.holdReclaim(5), 0, 'nothing left');
+  assert.equal(t.holdUsed(), 4);
 });
