@@ -76,9 +76,12 @@ export const CHAIN_LIMIT = 32;
 /**
  * A lock word still held after this long is never coming free: critical sections are a few
  * dozen instructions, and a dead worker's locks are released by the control thread at its exit
- * (releaseLocksOf), within milliseconds. The spinner then throws (lockStuck).
+ * (releaseLocksOf), within milliseconds. The spinner then throws (lockStuck). Counted in time
+ * the spinner spent spinning, so a stopped process or a suspended machine is no stuck lock.
  */
 export const LOCK_STUCK_MS = 5000;
+/** A gap between two clock readings of a spin longer than this is time the spinner did not run. */
+const SPIN_GAP_MS = 100;
 
 /** lookupIn's results. */
 export const FLOW_MISS = 0;
@@ -355,12 +358,17 @@ export class ConnTable {
    */
   private spin(i: number): void {
     const a = this.i32;
-    let since = -1;
+    let last = -1;
+    let spun = 0;
     for (let n = 1; Atomics.compareExchange(a, i, 0, this.owner) !== 0; n++) {
       if ((n & 0xffff) !== 0) continue;
       const t = Date.now();
-      if (since < 0) since = t;
-      else if (t - since >= this.stuckMs) this.lockStuck(i);
+      // Only time this thread spent spinning counts: 2^16 tries take well under a millisecond, so a
+      // longer gap is time it did not run (the process stopped, the machine suspended, this thread
+      // descheduled) — the owner did not run either, and must not be declared stuck for it.
+      if (last >= 0 && t - last < SPIN_GAP_MS) spun += t - last;
+      last = t;
+      if (spun >= this.stuckMs) this.lockStuck(i);
     }
   }
   /** Throws: lock word i has been held stuckMs. */
