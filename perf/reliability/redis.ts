@@ -381,6 +381,19 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
     r.notes.push(
       `HTTP errors before the failover: ${[...new Set(errs)].map((e) => `${e} ×${errs.filter((x) => x === e).length}`).join(', ')}.`,
     );
+  // Each request that failed after the failover, with its course relative to lb1's kill: whether it
+  // reached a server before (connected) and when it gave up — the story a "NO" needs.
+  const rel = (t: number | null | undefined) => (t == null ? '—' : `${t - tFail >= 0 ? '+' : ''}${t - tFail} ms`);
+  const afterErrs = after.filter((x) => x.error !== null);
+  if (afterErrs.length)
+    r.notes.push(
+      `HTTP requests failed after the failover (times from lb1's kill): ${afterErrs
+        .map(
+          (x) =>
+            `${x.error} (client port ${x.port ?? '—'}; started ${rel(x.start)}, connected ${rel(x.connected)}, answered ${rel(x.answered)}, ended ${rel(x.end)})`,
+        )
+        .join('; ')}.`,
+    );
   if ('error' in ackOut) r.notes.push(`The ACK generator failed: ${String((ackOut as { error: string }).error)}.`);
   await evidence(ctx, r, {
     records,
