@@ -149,6 +149,22 @@ function sctpCrcValid(b: Uint8Array, ihl: number, total: number): boolean {
 }
 
 /** True when the IP header and the TCP/UDP/ICMP checksums (SCTP: CRC32c) of a packet are all valid. */
+/**
+ * The IPv4 packet b (20-byte header) with 4 bytes of IP options (NOPs) after its header: IHL 6,
+ * total length and header checksum made again; what follows the header is unchanged.
+ */
+export function withIpOptions(b: Uint8Array): Uint8Array {
+  const o = new Uint8Array(b.length + 4);
+  o.set(b.subarray(0, 20));
+  o.set([1, 1, 1, 1], 20);
+  o.set(b.subarray(20), 24);
+  o[0] = 0x46;
+  P.put16(o, P.IP_TOTLEN, o.length);
+  P.put16(o, P.IP_CSUM, 0);
+  P.put16(o, P.IP_CSUM, P.checksum(o, 0, 24, 0));
+  return o;
+}
+
 export function checksumsValid(b: Uint8Array): boolean {
   const ihl = (b[0]! & 15) * 4;
   const total = P.u16(b, P.IP_TOTLEN);

@@ -13,8 +13,7 @@ import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_FIN, TCPF_RST, TCPF_SYN } from '../../conntrack/state';
 import { REPLY } from '../../lb/verdict';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
-import * as P from '../../net/packet';
-import { tcp, tcp6, udp, udp6 } from '../helpers/packets';
+import { tcp, tcp6, udp, udp6, withIpOptions } from '../helpers/packets';
 import { makeProcessor, payload } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
@@ -121,14 +120,7 @@ test('ICMP port unreachable quotes the IP header (options too) and 8 bytes; frag
   const id = (u[4]! << 8) | u[5]!;
   assert.deepEqual(u, ipv4(VIP, CLIENT, 1, icmpMsg(3, 3, 0, [...d.subarray(0, 28)]), id));
   // With 4 bytes of IP options (NOPs) the quote is 24 + 8 bytes.
-  const o = new Uint8Array(d.length + 4);
-  o.set(d.subarray(0, 20));
-  o.set([1, 1, 1, 1], 20);
-  o.set(d.subarray(20), 24);
-  o[0] = 0x46;
-  P.put16(o, P.IP_TOTLEN, o.length);
-  P.put16(o, P.IP_CSUM, 0);
-  P.put16(o, P.IP_CSUM, P.checksum(o, 0, 24, 0));
+  const o = withIpOptions(d);
   const uo = answer(p, o.slice());
   assert.deepEqual(uo, ipv4(VIP, CLIENT, 1, icmpMsg(3, 3, 0, [...o.subarray(0, 32)]), (uo[4]! << 8) | uo[5]!));
   // Fragmentation needed: a DF segment of 1400 bytes, the route to the server 1300.

@@ -14,7 +14,7 @@ import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { parseIPv4, parseIPv6 } from '../../net/addr';
 import * as P from '../../net/packet';
-import { field, field6, icmp6, icmpEcho, tcp, tcp6, udp, udp6 } from '../helpers/packets';
+import { field, field6, icmp6, icmpEcho, tcp, tcp6, udp, udp6, withIpOptions } from '../helpers/packets';
 import { makeProcessor, payload } from '../helpers/processor';
 
 const VIP = '10.96.0.10';
@@ -286,14 +286,7 @@ test('an error whose own IPv4 header carries options is read past them', () => {
   const p = setup();
   const reply = flow(p);
   const plain = icmpErr(CLIENT, VIP, reply.slice(0, 28));
-  const e = new Uint8Array(plain.length + 4);
-  e.set(plain.subarray(0, 20));
-  e.set([1, 1, 1, 1], 20);
-  e.set(plain.subarray(20), 24);
-  e[0] = 0x46;
-  P.put16(e, P.IP_TOTLEN, e.length);
-  P.put16(e, P.IP_CSUM, 0);
-  P.put16(e, P.IP_CSUM, P.checksum(e, 0, 24, 0));
+  const e = withIpOptions(plain);
   assert.equal(p.run(e).v, FORWARD);
   assert.equal(field(e).dst, RS);
   assert.equal(P.u16(e, 24 + 28), 8080, "the quoted source port is the server's");
