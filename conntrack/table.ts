@@ -354,7 +354,7 @@ export class ConnTable {
   }
   /**
    * Takes lock word i, held by another: spins (critical sections are a few dozen instructions),
-   * reading the clock every 2^16 tries; still held stuckMs after the first reading, it throws.
+   * reading the clock every 2^16 tries; still held after stuckMs spent spinning, it throws.
    */
   private spin(i: number): void {
     const a = this.i32;
