@@ -588,7 +588,9 @@ function spServerSynAck(c: PacketContext, b: Uint8Array, f: FlowView): number {
   let at = o + ih + thl + V; // the next packet's IP header
   if (held > 0) {
     // Replayed in order; one that no longer fits the output region is dropped (the client sends it again).
-    for (let ref = held; ref !== 0; ref = t.holdNext(ref - 1)) {
+    // A list is never longer than HOLD_PER_FLOW (table.ts holds no more); the bound keeps a damaged
+    // link from looping here, as it does in the table's own walks.
+    for (let ref = held, k = 0; ref !== 0 && k < L.HOLD_PER_FLOW; ref = t.holdNext(ref - 1), k++) {
       const slot = ref - 1;
       const len = t.holdLen(slot);
       if (at + len > out.end || n >= out.offs.length) {

@@ -247,3 +247,30 @@ test('lblc caches an IPv6 destination whose folded address is 0, and expires ent
   load(m, `[${z}]:80`, 0, 0);
   assert.equal(name(pick(m, v6(DAY + 30 * 60_000, vip0))), z);
 });
+
+/** The slots `holds` names among A, B, C (and slot 15, which no server uses): what keeps a deleted one in the trash. */
+function held(m: SchedModel): string[] {
+  const h = (slot: number) => m.scheduler.holds!(m.state, m.base, slot);
+  return [...[A, B, C].filter((k) => h(server(m, k).rs)), ...(h(15) ? ['slot 15'] : [])];
+}
+
+test('lblc holds exactly the servers its live entries name, in any entry, and none once the collector expired them', () => {
+  const V2 = '10.96.0.20';
+  const m = cachedC(0); // VIP → C (first entry)
+  assert.deepEqual(held(m), [C]);
+  assert.equal(pick(m, at(10, V2)), B); // V2 → B (second entry)
+  assert.deepEqual(held(m), [B, C]);
+  collect(m, 1470); // last used at 0 and 10 ms: dropped at the check of 24 h 30 min
+  assert.deepEqual(held(m), [], 'an expired entry still names its server, but holds it no longer');
+});
+
+test('lblcr holds exactly the members of a live set, and none once the collector dropped the set', () => {
+  const m = service('lblcr', ABC);
+  assert.equal(pick(m, at(0)), C);
+  assert.deepEqual(held(m), [C]);
+  load(m, C, 2, 0);
+  assert.equal(pick(m, at(1)), B); // set {B, C}
+  assert.deepEqual(held(m), [B, C]);
+  collect(m, 1470); // changed at 1 ms: dropped at the check of 24 h 30 min
+  assert.deepEqual(held(m), [], 'a dropped set still lists its members in memory, but holds them no longer');
+});
