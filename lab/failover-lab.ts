@@ -715,12 +715,17 @@ export class FailoverLab {
    * Returns that node, the kill time (for a node: its links cut) and how long VRRP took (kill → both instances MASTER, as
    * the notify FIFO told, a few ms after the addresses were added).
    */
-  async failover(kind: KillKind = 'node', timeoutMs = 15000): Promise<{ node: LbNode; killedAt: number; vrrpMs: number }> {
+  async failover(kind: KillKind = 'node', timeoutMs = 15000): Promise<{ node: LbNode; killedAt: number; deadAt: number; vrrpMs: number }> {
     const dead = this.active;
-    // The kill's moment: the signal for uvsd (delivered at once); for a node, its links' cut.
+    // The kill's moment: the signal for uvsd (sent at once); for a node, its links' cut. deadAt:
+    // when the old node certainly forwarded nothing more — uvsd's exit seen (the process dies when
+    // the kernel next runs each of its threads, up to ms after the signal), or the links' cut.
     let killedAt = Date.now();
-    if (kind === 'uvsd') await this.killUvsd(dead);
-    else killedAt = await this.killNode(dead);
+    let deadAt: number;
+    if (kind === 'uvsd') {
+      await this.killUvsd(dead);
+      deadAt = Date.now();
+    } else deadAt = killedAt = await this.killNode(dead);
     let node: LbNode | null = null;
     await waitFor(
       () => (node = this.nodes.find((n) => n !== dead && this.enteredAt(n, 'MASTER', killedAt) !== null) ?? null) !== null,
@@ -729,7 +734,7 @@ export class FailoverLab {
     );
     const live = node as unknown as LbNode;
     this.active = live;
-    return { node: live, killedAt, vrrpMs: this.enteredAt(live, 'MASTER', killedAt)! - killedAt };
+    return { node: live, killedAt, deadAt, vrrpMs: this.enteredAt(live, 'MASTER', killedAt)! - killedAt };
   }
 
   /**

@@ -8,7 +8,8 @@
  * them from the records lb1 wrote — including the ones it could write only after Redis came back.
  *
  * What a failure is put down to: each HTTP request counts in the phase it started in, except one
- * in flight at the failover (report.ts inFlightAt), which counts with it; every failure is listed
+ * in flight at the failover (report.ts inFlightAt) or started between lb1's kill signal and its
+ * exit, which counts with it; every failure is listed
  * with its source port, how far it got and lb1's counters around it, beside the phase timeline,
  * lb1's packets the kernel dropped on their way to uvsd, and the kernel TCP counters of the client
  * and the servers. With --capture, tcpdump records the clients' packets at each hop.
@@ -49,7 +50,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const outS = ctx.quick ? 5 : 30;
   const ackPps = ctx.quick ? 5000 : 20000;
   const rateKiB = 128;
-  r.how = `Two-node lab: client → router → lb1 (active) or lb2, real servers and redis-server on a shared switch; uvsd on both nodes (${ctx.workers} workers, Redis sync, counts every 0.5 s, parked-packet timeout 1 s). Load through lb1 for the whole run: lab/tools.js \`load\` (${LOAD_LOOPS} loops of one-connection HTTP requests to ${LAB_VIP}:80), 2 TCP echo streams (a line every 100 ms), downloads read at ${rateKiB} KiB/s (client.ts download) (3 started before the outages, 3 during the kill, 3 during the hang; checked with sha256), and relgen writing ${ackPps.toLocaleString('en-US')} mid-flow TCP ACKs/s from random sources into lb1's device during both outages (no flow has them: with sync on, each is parked for a Redis lookup). Redis is SIGKILLed, restarted after ${outS} s; then SIGSTOPped for ${outS} s and continued. "Caught up" = lb1 reconnected and then reported a finished catch-up (GET /v1/stats redis.catchUps moved, catchingUp false: every record queued before its reconnect, and every record of the walk it called for, written — docs/redis.md "Caught up"), polled every 100 ms; not "its queue empty", which new flows under load rarely allow. Then lb1's uvsd is SIGKILLed and keepalived (its track script) moves the router's next hop and the servers' gateway to lb2. lb1's RSS is sampled every 200 ms, its counters (GET /v1/stats, and \`ip -s link\` of its devices) every 500 ms. An HTTP request counts in the phase it started in — except one still in flight when lb1's uvsd is killed that moved (started, connected, answered) within ${IN_FLIGHT_MS} ms before: that one counts with the failover (the ${LOAD_LOOPS} loops have at most ${LOAD_LOOPS} in flight). Such a flow is younger than its first write to Redis (a request takes a few ms; a flow is queued on its 3rd packet and written within a 50 ms period), so lb2 finds no record: it parks the flow's packets, the lookup misses and they are dropped until the client gives up after 10 s (ETIMEDOUT) — a flow moves only once its record has left its node (docs/failover.md; the kernel's sync daemon has the same window, wider). Counted by start alone, these were the 2 failures "from the first outage to the failover" of an earlier run (2 of 137,358, the run's 2 loops; lb2 parked 14 packets across that failover, 9 of its lookups missed and 5 answers were not installed).`;
+  r.how = `Two-node lab: client → router → lb1 (active) or lb2, real servers and redis-server on a shared switch; uvsd on both nodes (${ctx.workers} workers, Redis sync, counts every 0.5 s, parked-packet timeout 1 s). Load through lb1 for the whole run: lab/tools.js \`load\` (${LOAD_LOOPS} loops of one-connection HTTP requests to ${LAB_VIP}:80), 2 TCP echo streams (a line every 100 ms), downloads read at ${rateKiB} KiB/s (client.ts download) (3 started before the outages, 3 during the kill, 3 during the hang; checked with sha256), and relgen writing ${ackPps.toLocaleString('en-US')} mid-flow TCP ACKs/s from random sources into lb1's device during both outages (no flow has them: with sync on, each is parked for a Redis lookup). Redis is SIGKILLed, restarted after ${outS} s; then SIGSTOPped for ${outS} s and continued. "Caught up" = lb1 reconnected and then reported a finished catch-up (GET /v1/stats redis.catchUps moved, catchingUp false: every record queued before its reconnect, and every record of the walk it called for, written — docs/redis.md "Caught up"), polled every 100 ms; not "its queue empty", which new flows under load rarely allow. Then lb1's uvsd is SIGKILLed and keepalived (its track script) moves the router's next hop and the servers' gateway to lb2. lb1's RSS is sampled every 200 ms, its counters (GET /v1/stats, and \`ip -s link\` of its devices) every 500 ms. An HTTP request counts in the phase it started in — except one still in flight when lb1's uvsd is killed that moved (started, connected, answered) within ${IN_FLIGHT_MS} ms before, or one started between the kill's signal and the moment the harness saw lb1's uvsd exit (the process dies when the kernel next runs each of its threads: its handshake may still have been forwarded by lb1): that one counts with the failover (the ${LOAD_LOOPS} loops have at most ${LOAD_LOOPS} in flight at the signal). "Started after the failover" means after that exit. Such a flow is younger than its first write to Redis (a request takes a few ms; a flow is queued on its 3rd packet and written within a 50 ms period), so lb2 finds no record: it parks the flow's packets, the lookup misses and they are dropped until the client gives up after 10 s (ETIMEDOUT) — a flow moves only once its record has left its node (docs/failover.md; the kernel's sync daemon has the same window, wider). Counted by start alone, these were the 2 failures "from the first outage to the failover" of an earlier run (2 of 137,358, the run's 2 loops; lb2 parked 14 packets across that failover, 9 of its lookups missed and 5 answers were not installed).`;
   flab.up();
   await flab.waitServers();
   await blackholeSpoofed(flab.nodeNs('lb1'));
@@ -222,7 +223,11 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const tFail = Date.now();
   phase('failover: lb1 uvsd killed', tFail);
   ctx.log(`redis: failover to lb2 with ${runningAtFailover} downloads running`);
-  await flab.failover('uvsd');
+  // tDead: lb1's uvsd certainly dead (its exit seen; the signal is sent just after tFail, and the
+  // process dies when the kernel next runs each of its threads, ms later on a loaded machine). A
+  // request started between the two may have had its handshake forwarded by lb1 and its flow not
+  // yet written to Redis: it is in flight at the failover, not after it.
+  const { deadAt: tDead } = await flab.failover('uvsd');
   const results = await Promise.all(downloads.map((x) => x.d.result));
   const echo = await stopEchoes(echoes);
   const ld = await load;
@@ -234,12 +239,12 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   // A request still waiting when lb1 was killed, and moving until just before (started, connected
   // or answered within one minimum TCP retransmission timeout of the kill), failed because of the
   // failover, whatever the time it started: it belongs to the failover's figures, not the outages'.
-  const atFailover = (x: LoadRecord) => inFlightAt(x, tFail);
+  const atFailover = (x: LoadRecord) => inFlightAt(x, tFail) || (x.start >= tFail && x.start < tDead);
   const failedIn = (a: number, b: number) =>
     records.filter((x) => x.error !== null && x.start >= a && x.start < b && !atFailover(x)).length;
   const inFlight = records.filter(atFailover);
   const inFlightFailed = inFlight.filter((x) => x.error !== null).length;
-  const after = records.filter((x) => x.start >= tFail);
+  const after = records.filter((x) => x.start >= tDead);
   const afterFailed = after.filter((x) => x.error !== null).length;
   const brokenBy = (phase: string) => downloads.filter((x, i) => x.phase === phase && !results[i]!.ok).length;
   const broken = results.filter((x) => !x.ok).length;
@@ -276,10 +281,11 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
     },
     { label: 'HTTP requests in that time', value: records.filter((x) => x.start >= tKill && x.start < tFail && !atFailover(x)).length },
     {
-      label: "HTTP requests in flight when lb1's uvsd was killed (the failover)",
+      label: "HTTP requests in flight when lb1's uvsd was killed (the failover), or started before its exit was seen",
       value: inFlight.length,
       unit: `(the load's ${LOAD_LOOPS} loops)`,
     },
+    { label: "lb1's uvsd exit seen, after the kill signal", value: tDead - tFail, unit: 'ms' },
     {
       label: '— of those failed (a flow lb1 had not written to Redis yet cannot move: lb2 parks its packets, the lookup misses)',
       value: inFlightFailed,
@@ -387,7 +393,7 @@ export async function redisScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResu
   const afterErrs = after.filter((x) => x.error !== null);
   if (afterErrs.length)
     r.notes.push(
-      `HTTP requests failed after the failover (times from lb1's kill): ${afterErrs
+      `HTTP requests failed after the failover (times from lb1's kill signal; its exit seen at ${rel(tDead)}): ${afterErrs
         .map(
           (x) =>
             `${x.error} (client port ${x.port ?? '—'}; started ${rel(x.start)}, connected ${rel(x.connected)}, answered ${rel(x.answered)}, ended ${rel(x.end)})`,
