@@ -271,6 +271,20 @@ test('lblcr holds exactly the members of a live set, and none once the collector
   load(m, C, 2, 0);
   assert.equal(pick(m, at(1)), B); // set {B, C}
   assert.deepEqual(held(m), [B, C]);
+  load(m, B, 2, 0); // both members overloaded: A joins
+  assert.equal(pick(m, at(2)), A);
+  assert.deepEqual(held(m), [A, B, C], 'a set of three: no member sits where the set size does');
   collect(m, 1470); // changed at 1 ms: dropped at the check of 24 h 30 min
   assert.deepEqual(held(m), [], 'a dropped set still lists its members in memory, but holds them no longer');
+});
+
+test('lblcr no longer holds the member it dropped from a set after 24 h', () => {
+  const m = service('lblcr', ABC);
+  assert.equal(pick(m, at(0)), C);
+  load(m, C, 2, 0);
+  assert.equal(pick(m, at(1)), B); // set {B, C}, changed at t=1
+  load(m, C, 3, 0);
+  load(m, B, 0, 0);
+  assert.equal(pick(m, at(2 + DAY)), B); // C, the most loaded, dropped
+  assert.deepEqual(held(m), [B], 'the dropped member may still be in memory past the set, but is not held');
 });
