@@ -1699,3 +1699,207 @@ test("holdReclaim gives back exactly the slots a dead worker had in hand, leaves
   assert.equal(t.holdReclaim(5), 0, 'nothing left');
   assert.equal(t.holdUsed(), 4);
 });
+
+// ── The held-packet area's neighbours (test/mutation/table-survivors.md, "Open" of 745–1241) ──
+
+/** Word offset of hold slot `slot`'s header in a table of `capacity`. */
+const slotHdr = (capacity: number, slot: number) => L.holdOffset(capacity) + L.HOLD_HDR_WORDS + slot * L.HOLD_SLOT_WORDS;
+/** Entry e's SP_HELD word: its first held slot + 1 (low 16 bits), the count << 16. */
+const heldWord = (t: ConnTable, capacity: number, e: number) => t.i32[L.synproxyOffset(capacity) + e * L.SP_WORDS + L.SP_HELD]!;
+/** The sum of all HOLD_SOURCES per-source counters. */
+function sourceTotal(t: ConnTable): number {
+  let n = 0;
+  for (let s = 0; s < L.HOLD_SOURCES; s++) n += t.holdAtSource(s);
+  return n;
+}
+/** The slots on the free list (0-based), walked from HOLD_FREE. */
+function freeSlots(t: ConnTable, capacity: number): Set<number> {
+  const a = t.i32;
+  const seen = new Set<number>();
+  for (
+    let ref = a[L.holdOffset(capacity) + L.HOLD_FREE]!;
+    ref !== 0 && seen.size <= L.HOLD_SLOTS;
+    ref = a[slotHdr(capacity, ref - 1) + L.HS_NEXT]!
+  )
+    seen.add(ref - 1);
+  return seen;
+}
+/** The first IPv4 client from 0x0b000001 on counted at held-slot source counter `counter`. */
+function clientAt(t: ConnTable, counter: number): number {
+  for (let c = 0x0b000001; c < 0x0b100000; c++) if ((t.sourceSlot(false, c, 0, 0) & (L.HOLD_SOURCES - 1)) === counter) return c;
+  throw new Error(`no client at source counter ${counter}`);
+}
+
+test("a held packet of exactly HOLD_SLOT_BYTES fills its slot and not a byte more: the next slot's packet keeps its first byte", () => {
+  const { t } = fresh(64);
+  const w = new Int32Array(L.SP_WORDS);
+  const A = spFlow(t, C + 1, { pending: true });
+  const B = spFlow(t, C + 2, { pending: true });
+  assert.equal(t.spHold(A.v, true, new Uint8Array(40).fill(0x11), 0, 40, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(t.spHold(B.v, true, new Uint8Array(40).fill(0x22), 0, 40, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  assert.deepEqual([heldWord(t, 64, A.e) & 0xffff, heldWord(t, 64, B.e) & 0xffff], [1, 2], 'A in slot 0, B in slot 1');
+  // A's server answers: its packet is replayed and given back; slot 0 is the first free one again.
+  const aFirst = t.spComplete(A.v, 1, 2, 3, (A.hs[L.SP_ISN]! + 1) | 0, w);
+  assert.equal(aFirst, 1);
+  t.holdRelease(aFirst);
+  // B's next packet fills a slot, from a buffer with more bytes after it: slot 0, right before B's first.
+  assert.equal(t.holdAt(0) + L.HOLD_SLOT_BYTES, t.holdAt(1));
+  const big = new Uint8Array(L.HOLD_SLOT_BYTES + 8).fill(0x33);
+  assert.equal(t.spHold(B.v, true, big, 4, L.HOLD_SLOT_BYTES, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(t.holdNext(1), 1, "slot 0 follows slot 1 on B's list");
+  const x = t.holdBytes;
+  assert.deepEqual([...x.subarray(t.holdAt(1), t.holdAt(1) + 40)], new Array(40).fill(0x22), "B's first packet intact, its first byte too");
+  assert.deepEqual([...x.subarray(t.holdAt(0), t.holdAt(0) + L.HOLD_SLOT_BYTES)], new Array(L.HOLD_SLOT_BYTES).fill(0x33));
+});
+
+test("a SYN-proxied record written into entry e leaves entry e + 1's words alone: the pending flow there keeps its handshake", () => {
+  const { t } = fresh(64);
+  const x = t.insert(conn(17, C + 9, 1, t.now()));
+  const P = spFlow(t, C + 1, { pending: true });
+  assert.equal(P.e, x + 1, 'the pending flow right after');
+  assert.equal(t.remove(x, false, t.now()), true);
+  const R = spFlow(t, C + 2); // a record with deltas (Redis, sync): spSet clears and writes its words
+  assert.equal(R.e, x, 'the record takes the entry before');
+  const w = new Int32Array(L.SP_WORDS);
+  assert.equal(t.spRead(P.v, w), true);
+  assert.deepEqual([...w.subarray(0, L.SP_HELD)], [...P.hs.subarray(0, L.SP_HELD)], 'the handshake, its ISN first');
+  assert.equal(t.spComplete(P.v, 5000, 6000, 3, (P.hs[L.SP_ISN]! + 1) | 0, w), 0, "the server's SYN-ACK for our SYN completes it");
+  assert.equal(t.spPending(), 0);
+});
+
+test("holdRelease disowns the slots it gives back and no other: a dead worker's slot in hand next to them is reclaimed, the counters exact", () => {
+  const { t, rs } = fresh(64);
+  const dead = new ConnTable(t.sab, rs.buffer as SharedArrayBuffer, 5);
+  const a = t.i32;
+  const w = new Int32Array(L.SP_WORDS);
+  const pkt = new Uint8Array(100).fill(0x5a);
+  const Q = spFlow(t, C + 1, { pending: true });
+  const P = spFlow(t, C + 2, { pending: true });
+  assert.equal(dead.spHold(Q.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(t.spHold(P.v, true, pkt, 0, 100, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  // Q's server answered: the worker took Q's packet (slot 0) off the flow, and died before replaying it.
+  assert.equal(dead.spComplete(Q.v, 1, 2, 3, (Q.hs[L.SP_ISN]! + 1) | 0, w), 1);
+  assert.equal(a[slotHdr(64, 0) + L.HS_OWNER], 5);
+  // P's (slot 1) is replayed and given back by another thread meanwhile.
+  const pFirst = t.spComplete(P.v, 1, 2, 3, (P.hs[L.SP_ISN]! + 1) | 0, w);
+  assert.equal(pFirst, 2);
+  assert.equal(a[slotHdr(64, 1) + L.HS_OWNER], L.OWNER_CONTROL, 'detached: in our hands');
+  t.holdRelease(pFirst);
+  assert.deepEqual([a[slotHdr(64, 0) + L.HS_OWNER], a[slotHdr(64, 1) + L.HS_OWNER]], [5, 0], 'only the slot given back is disowned');
+  assert.equal(t.holdUsed(), 1);
+  assert.equal(t.holdReclaim(5), 1, "the dead worker's slot given back");
+  assert.equal(t.holdUsed(), 0);
+  assert.equal(sourceTotal(t), 0, 'every per-source counter 0 after the recount');
+  assert.equal(freeSlots(t, 64).size, L.HOLD_SLOTS);
+});
+
+test('the SYN proxy calls judge a flow by its own flags word: an entry before it ending in an address word with the template bit changes nothing', () => {
+  const { t } = fresh(64);
+  const c6 = parseIPv6('2001:db8::1000:0:1')!; // third word 0x1000 = F_TEMPLATE
+  const v6 = parseIPv6('2001:db8::80')!;
+  const d6 = parseIPv6('2001:db8:1::2')!;
+  const x = t.insert(
+    newFlow({
+      proto: 6 | L.PROTO_V6,
+      caddr: c6[3]!,
+      cports: CP,
+      vaddr: v6[3]!,
+      daddr: d6[3]!,
+      dports: DP,
+      laddr: c6[3]!, // masq: the server replies to the client
+      rs: 1,
+      now: t.now(),
+      hi: [c6[0]!, c6[1]!, c6[2]!, v6[0]!, v6[1]!, v6[2]!, d6[0]!, d6[1]!, d6[2]!, c6[0]!, c6[1]!, c6[2]!],
+    }),
+  );
+  const P = spFlow(t, C + 1, { pending: true });
+  assert.equal(P.e, x + 1);
+  assert.equal(t.i32[t.base(P.e) - 1]! & L.F_TEMPLATE, L.F_TEMPLATE, "the word before P's entry has the template bit");
+  const w = new Int32Array(L.SP_WORDS);
+  assert.equal(t.spRead(P.v, w), true);
+  assert.equal(t.spBegin(P.e, P.v, 3000, t.now()), true);
+  assert.equal(t.spHold(P.v, true, new Uint8Array(40), 0, 40, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(heldWord(t, 64, P.e), 1 | (1 << 16), 'held in slot 0');
+  assert.equal(t.spComplete(P.v, 1, 2, 3, (P.hs[L.SP_ISN]! + 1) | 0, w), 1, 'completed: its held list');
+});
+
+test("holdReclaim keeps a slot the dead worker attached second on a flow's list and had not yet disowned", () => {
+  const { t, rs } = fresh(64);
+  const dead = new ConnTable(t.sab, rs.buffer as SharedArrayBuffer, 5);
+  const a = t.i32;
+  const w = new Int32Array(L.SP_WORDS);
+  const pkt = new Uint8Array(60).fill(1);
+  // 64 entries count sources at counters 0..63: counter 504, the word before slot 0's header (where
+  // a wrong link read would land), stays 0.
+  const Z = spFlow(t, C + 1, { pending: true });
+  const R = spFlow(t, C + 2, { pending: true });
+  assert.equal(dead.spHold(Z.v, true, pkt, 0, 60, 20, w, 0x7fffffff, t.now()), SPH_HELD); // slot 0
+  assert.equal(dead.spHold(R.v, true, pkt, 0, 60, 20, w, 0x7fffffff, t.now()), SPH_HELD); // slot 1
+  assert.equal(dead.spHold(R.v, true, pkt, 0, 60, 20, w, 0x7fffffff, t.now()), SPH_HELD); // slot 2
+  assert.deepEqual([heldWord(t, 64, R.e), t.holdNext(1), t.holdNext(2)], [2 | (2 << 16), 3, 0], "R's list: slots 1, 2");
+  a[slotHdr(64, 2) + L.HS_OWNER] = 5; // the worker died between attaching slot 2 and disowning it
+  assert.equal(t.holdReclaim(5), 0, 'nothing in its hands: every slot is on a list');
+  assert.equal(a[slotHdr(64, 2) + L.HS_OWNER], 0, 'disowned, kept');
+  assert.deepEqual([heldWord(t, 64, R.e), t.holdNext(1), t.holdNext(2)], [2 | (2 << 16), 3, 0], "R's list unchanged");
+  const free = freeSlots(t, 64);
+  assert.equal(free.size, L.HOLD_SLOTS - 3);
+  assert.ok(!free.has(0) && !free.has(1) && !free.has(2), 'no held slot on the free list');
+  assert.equal(t.holdUsed(), 3);
+  assert.equal(sourceTotal(t), 3);
+});
+
+test('holdReclaim: a pending flow that holds nothing marks no slot, whatever the words before the slot headers say', () => {
+  const { t, rs } = fresh(1024); // sources counted at all HOLD_SOURCES counters
+  const dead = new ConnTable(t.sab, rs.buffer as SharedArrayBuffer, 5);
+  const w = new Int32Array(L.SP_WORDS);
+  // Q's client is counted at 504, the word before slot 0's header: holding slot 0, it reads 1 = slot 0 + 1.
+  const Q = spFlow(t, clientAt(t, 504), { pending: true });
+  const P = spFlow(t, C + 1, { pending: true }); // pending, nothing held
+  assert.equal(dead.spHold(Q.v, true, new Uint8Array(60), 0, 60, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(dead.spComplete(Q.v, 1, 2, 3, (Q.hs[L.SP_ISN]! + 1) | 0, w), 1, 'slot 0 taken off Q by the dead worker');
+  assert.equal(t.holdAtSource(504), 1);
+  assert.equal(heldWord(t, 1024, P.e), 0);
+  assert.equal(t.holdReclaim(5), 1, 'slot 0 given back');
+  assert.deepEqual([t.holdUsed(), t.holdAtSource(504), sourceTotal(t)], [0, 0, 0]);
+  assert.equal(freeSlots(t, 1024).size, L.HOLD_SLOTS);
+});
+
+test("holdReclaim walks a list to the area's last slot: one attached there and not yet disowned is kept", () => {
+  const { t, rs } = fresh(64);
+  const dead = new ConnTable(t.sab, rs.buffer as SharedArrayBuffer, 5);
+  const a = t.i32;
+  const w = new Int32Array(L.SP_WORDS);
+  const take = (t as unknown as { holdAlloc: (s: number) => number }).holdAlloc.bind(t);
+  for (let i = 0; i < L.HOLD_SLOTS - 1; i++) assert.equal(take(i % L.HOLD_SOURCES), i, `slot ${i} taken (our hands)`);
+  const R = spFlow(t, C + 1, { pending: true });
+  assert.equal(dead.spHold(R.v, true, new Uint8Array(60), 0, 60, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(heldWord(t, 64, R.e) & 0xffff, L.HOLD_SLOTS, 'the last slot');
+  a[slotHdr(64, L.HOLD_SLOTS - 1) + L.HS_OWNER] = 5; // died between attaching and disowning
+  assert.equal(t.holdReclaim(5), 0);
+  assert.equal(a[slotHdr(64, L.HOLD_SLOTS - 1) + L.HS_OWNER], 0, 'disowned, kept');
+  assert.equal(heldWord(t, 64, R.e) & 0xffff, L.HOLD_SLOTS);
+  assert.deepEqual([t.holdUsed(), freeSlots(t, 64).size], [L.HOLD_SLOTS, 0]);
+});
+
+test("holdReclaim does not follow a held-list link out of the area's range into the packet bytes", () => {
+  const { t, rs } = fresh(64);
+  const dead = new ConnTable(t.sab, rs.buffer as SharedArrayBuffer, 5);
+  const a = t.i32;
+  const w = new Int32Array(L.SP_WORDS);
+  // Slot 0 holds a packet whose first word reads as a link to slot 1 (ref 2).
+  const Z = spFlow(t, C + 1, { pending: true });
+  const pkt = new Uint8Array(60);
+  new DataView(pkt.buffer).setInt32(0, 2, true);
+  assert.equal(t.spHold(Z.v, true, pkt, 0, 60, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(a[L.holdDataOffset(64) / 4], 2);
+  // Slot 1 in the dead worker's hands (taken off Q).
+  const Q = spFlow(t, C + 2, { pending: true });
+  assert.equal(dead.spHold(Q.v, true, new Uint8Array(60), 0, 60, 20, w, 0x7fffffff, t.now()), SPH_HELD);
+  assert.equal(dead.spComplete(Q.v, 1, 2, 3, (Q.hs[L.SP_ISN]! + 1) | 0, w), 2);
+  // A pending flow whose held word is corrupt: a first slot past the last (ref HOLD_SLOTS + 1).
+  const P = spFlow(t, C + 3, { pending: true });
+  a[L.synproxyOffset(64) + P.e * L.SP_WORDS + L.SP_HELD] = (L.HOLD_SLOTS + 1) | (1 << 16);
+  assert.equal(t.holdReclaim(5), 1, "slot 1 given back: the packet's bytes are no link");
+  assert.equal(t.holdUsed(), 1);
+  assert.ok(freeSlots(t, 64).has(1));
+});
