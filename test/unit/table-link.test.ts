@@ -50,15 +50,35 @@ function v6Words(): { hi: number[]; c: number; v: number; d: number; l: number }
     v = parseIPv6('fd00:96:7:8:9:a:b:c')!,
     d = parseIPv6('fd00:10:d:e:f:11:12:13')!,
     l = parseIPv6('fd00:20:14:15:16:17:18:19')!;
-  return { hi: [c[0]!, c[1]!, c[2]!, v[0]!, v[1]!, v[2]!, d[0]!, d[1]!, d[2]!, l[0]!, l[1]!, l[2]!], c: c[3]!, v: v[3]!, d: d[3]!, l: l[3]! };
+  return {
+    hi: [c[0]!, c[1]!, c[2]!, v[0]!, v[1]!, v[2]!, d[0]!, d[1]!, d[2]!, l[0]!, l[1]!, l[2]!],
+    c: c[3]!,
+    v: v[3]!,
+    d: d[3]!,
+    l: l[3]!,
+  };
 }
 
 test('putShadow says −1 for every insert it could not make: a full table, a full-NAT pool key already taken (−2 from insert)', () => {
   const { t } = fresh(16);
   const now = t.now();
   const shadow = (c: number, flags = 0) =>
-    newFlow({ proto: 6, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, flags, state: 3, expires: (now + 10_000) | 0 });
-  assert.ok(t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, flags: L.FWD_FULLNAT, now })) >= 0);
+    newFlow({
+      proto: 6,
+      caddr: c,
+      cports: CP,
+      vaddr: V,
+      daddr: D,
+      dports: DP,
+      laddr: P,
+      rs: 1,
+      flags,
+      state: 3,
+      expires: (now + 10_000) | 0,
+    });
+  assert.ok(
+    t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, flags: L.FWD_FULLNAT, now })) >= 0,
+  );
   const r = shadow(C + 1, L.FWD_FULLNAT);
   assert.equal(t.putShadow(r), -1, 'its pool address and port are a local flow’s');
   assert.equal(r.created, false);
@@ -89,7 +109,19 @@ test('putShadow refreshes by the server: IPv4 ignores leftover high words, IPv6 
   const w = v6Words();
   const proto = 6 | L.PROTO_V6;
   const rec6 = (hi: number[], state: number) =>
-    newFlow({ proto, caddr: w.c, cports: CP, vaddr: w.v, daddr: w.d, dports: DP, laddr: w.l, rs: 1, state, expires: (now + 10_000) | 0, hi });
+    newFlow({
+      proto,
+      caddr: w.c,
+      cports: CP,
+      vaddr: w.v,
+      daddr: w.d,
+      dports: DP,
+      laddr: w.l,
+      rs: 1,
+      state,
+      expires: (now + 10_000) | 0,
+      hi,
+    });
   const e6 = t.putShadow(rec6(w.hi, 3));
   assert.ok(e6 > 0);
   for (const j of [6, 7, 8]) {
@@ -140,7 +172,20 @@ test('an IPv6 insert writes its own entry only: a lock another thread holds on t
   const w = v6Words();
   const o1 = t.base(1);
   t.i32[o1 + L.E_LOCK] = 5; // a worker (owner 5) holds entry 1's lock
-  const e = t.insert(newFlow({ proto: 17 | L.PROTO_V6, caddr: w.c, cports: CP, vaddr: w.v, daddr: w.d, dports: DP, laddr: w.l, rs: 1, now: t.now(), hi: w.hi }));
+  const e = t.insert(
+    newFlow({
+      proto: 17 | L.PROTO_V6,
+      caddr: w.c,
+      cports: CP,
+      vaddr: w.v,
+      daddr: w.d,
+      dports: DP,
+      laddr: w.l,
+      rs: 1,
+      now: t.now(),
+      hi: w.hi,
+    }),
+  );
   assert.equal(e, 0);
   assert.equal(t.i32[o1 + L.E_LOCK], 5);
   assert.equal(t.releaseLocksOf(5), 1);
@@ -169,10 +214,33 @@ test('the per-source half-open count: new TCP and SCTP flows only, never a templ
   const now = t.now();
   t.i32[L.H_SRC_LIMIT] = 100;
   const slot = t.sourceSlot(false, C, 0, 0);
-  const tpl = newFlow({ proto: 6, caddr: C, cports: 80, vaddr: V, daddr: D, dports: DP, laddr: 0, rs: 1, flags: L.F_TEMPLATE, templateMs: 300_000, now });
+  const tpl = newFlow({
+    proto: 6,
+    caddr: C,
+    cports: 80,
+    vaddr: V,
+    daddr: D,
+    dports: DP,
+    laddr: 0,
+    rs: 1,
+    flags: L.F_TEMPLATE,
+    templateMs: 300_000,
+    now,
+  });
   assert.ok(t.insert(tpl) >= 0);
   assert.equal(t.halfOpenAt(slot), 0, 'a template');
-  const sh = newFlow({ proto: 6, caddr: C, cports: CP + 1, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, state: 0, expires: (now + 10_000) | 0 });
+  const sh = newFlow({
+    proto: 6,
+    caddr: C,
+    cports: CP + 1,
+    vaddr: V,
+    daddr: D,
+    dports: DP,
+    laddr: C,
+    rs: 1,
+    state: 0,
+    expires: (now + 10_000) | 0,
+  });
   assert.ok(t.putShadow(sh) >= 0);
   assert.equal(t.halfOpenAt(slot), 0, 'a shadow');
   assert.ok(t.insert(conn(17, C, 1, now)) >= 0);
@@ -224,7 +292,18 @@ test('remove() of a pending flow at entry > 0 gives its held packets back; a flo
   const { t } = fresh(64);
   const now = t.now();
   const plain = t.insert(conn(17, C + 9, 1, now)); // entry 0
-  const r = newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: C, rs: 1, flags: L.F_SYNPROXY | L.F_SP_PENDING, now });
+  const r = newFlow({
+    proto: 6,
+    caddr: C,
+    cports: CP,
+    vaddr: V,
+    daddr: D,
+    dports: DP,
+    laddr: C,
+    rs: 1,
+    flags: L.F_SYNPROXY | L.F_SP_PENDING,
+    now,
+  });
   r.spHandshake = new Int32Array(L.SP_WORDS).fill(7);
   const e = t.insert(r);
   assert.ok(e > 0);
@@ -232,7 +311,8 @@ test('remove() of a pending flow at entry > 0 gives its held packets back; a flo
   const v = new FlowView();
   assert.ok(t.readFlow(key(6, C, CP, V), false, v));
   const worker = new ConnTable(t.sab, createRealServerRegion(8), 4);
-  for (let i = 0; i < 2; i++) assert.equal(worker.spHold(v, true, new Uint8Array(40), 0, 40, 20, new Int32Array(L.SP_WORDS), 0x7fffffff, now), SPH_HELD);
+  for (let i = 0; i < 2; i++)
+    assert.equal(worker.spHold(v, true, new Uint8Array(40), 0, 40, 20, new Int32Array(L.SP_WORDS), 0x7fffffff, now), SPH_HELD);
   assert.equal(t.holdUsed(), 2);
   assert.equal(t.remove(plain, false, now), true);
   assert.equal(t.spPending(), 1, 'a plain flow removed: still one pending');
@@ -248,7 +328,19 @@ test('remove() of IPv6 flows unlinks them from their server→client chain: remo
   const proto = 6 | L.PROTO_V6;
   for (let k = 0; k < 4; k++) {
     const hi = base.hi.map((x, i) => (i >= 6 ? x + k : x));
-    const f = () => newFlow({ proto, caddr: base.c, cports: CP + k, vaddr: base.v, daddr: base.d + k, dports: DP + k, laddr: base.l + k, rs: 1, now, hi });
+    const f = () =>
+      newFlow({
+        proto,
+        caddr: base.c,
+        cports: CP + k,
+        vaddr: base.v,
+        daddr: base.d + k,
+        dports: DP + k,
+        laddr: base.l + k,
+        rs: 1,
+        now,
+        hi,
+      });
     for (let round = 0; round < 2; round++) {
       const e = t.insert(f());
       assert.ok(e > 0);
@@ -288,7 +380,9 @@ test('a table whose every entry shares one client→server chain: the last of th
     byBucket.set(b, list);
     if (list.length === 16) clients = list;
   }
-  const es = clients.map((c) => t.insert(newFlow({ proto: 17, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P + (c & 0xfff), rs: 1, now })));
+  const es = clients.map((c) =>
+    t.insert(newFlow({ proto: 17, caddr: c, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P + (c & 0xfff), rs: 1, now })),
+  );
   assert.ok(es.every((e) => e >= 0));
   assert.equal(t.count(), 16);
   assert.equal(t.remove(es[0]!, false, now), true, 'the first inserted: the chain’s 16th');
@@ -301,10 +395,105 @@ test('entryAddr prints each address of an IPv6 entry from its own words', () => 
   const now = t.now();
   t.insert(conn(17, C + 9, 1, now)); // entry 0 taken
   const w = v6Words();
-  const e = t.insert(newFlow({ proto: 17 | L.PROTO_V6, caddr: w.c, cports: CP, vaddr: w.v, daddr: w.d, dports: DP, laddr: w.l, rs: 1, now, hi: w.hi }));
+  const e = t.insert(
+    newFlow({ proto: 17 | L.PROTO_V6, caddr: w.c, cports: CP, vaddr: w.v, daddr: w.d, dports: DP, laddr: w.l, rs: 1, now, hi: w.hi }),
+  );
   const o = t.base(e);
   assert.deepEqual(
     [L.E_CADDR, L.E_VADDR, L.E_DADDR, L.E_LADDR].map((f) => entryAddr(t.i32, o, f)),
     ['2001:db8:1:2:3:4:5:6', 'fd00:96:7:8:9:a:b:c', 'fd00:10:d:e:f:11:12:13', 'fd00:20:14:15:16:17:18:19'],
   );
+});
+
+test('putShadow that loses the race to a local flow of the same key (inserted between its lookup and its insert) says −1 and leaves that flow alone', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const insert = t.insert.bind(t);
+  let local = -1;
+  // A worker inserts the key just after putShadow's lookup under the bucket lock found nothing.
+  t.insert = (r) => {
+    if (r.flags & L.F_SHADOW && local < 0) local = insert(conn(6, C, 1, now));
+    return insert(r);
+  };
+  const r = newFlow({
+    proto: 6,
+    caddr: C,
+    cports: CP,
+    vaddr: V,
+    daddr: D,
+    dports: DP,
+    laddr: C,
+    rs: 2,
+    state: 3,
+    expires: (now + 10_000) | 0,
+  });
+  assert.equal(t.putShadow(r), -1);
+  assert.ok(local >= 0);
+  assert.equal(r.created, false);
+  assert.deepEqual([t.count(), t.shadows()], [1, 0]);
+  assert.equal(t.i32[t.base(local) + L.E_FLAGS]! & L.F_SHADOW, 0, 'the local flow is no shadow');
+});
+
+test('insertIn touches the flow (new or already there) under the in-bucket lock, also when both keys share the one bucket', () => {
+  const { t } = fresh(16);
+  const now = t.now();
+  let cports = CP;
+  for (let port = 1; t.bucketIn(6, C, cports, V, null) !== t.bucketOut(6, D, DP, C, null); port++) cports = (port << 16) | 80;
+  const b = t.bucketIn(6, C, cports, V, null);
+  const lockWord = L.bucketLocksOffset(16) + b;
+  const seen: number[] = [];
+  const table = t as unknown as { firstTouch: (...args: unknown[]) => void };
+  const firstTouch = table.firstTouch.bind(t);
+  table.firstTouch = (...args: unknown[]) => {
+    seen.push(t.i32[lockWord]!);
+    firstTouch(...args);
+  };
+  const v = new FlowView();
+  const e = t.insertIn(conn(6, C, 1, now, cports), v, TCPF_SYN, now);
+  assert.ok(e >= 0);
+  assert.equal(t.insertIn(conn(6, C, 1, now, cports), v, TCPF_ACK, now), e);
+  assert.equal(v.state, TCP_ESTABLISHED);
+  assert.deepEqual(seen, [L.OWNER_CONTROL, L.OWNER_CONTROL], 'held during both touches');
+  assert.equal(t.i32[lockWord], 0, 'and released after');
+});
+
+test('remove() whose entry is freed and taken by another flow between hashing its keys and locking them removes that flow, from both its chains', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const tt = t as unknown as { lockPair: (b1: number, b2: number) => void };
+  const lockPair = tt.lockPair.bind(t);
+  // Another thread frees e and a new flow takes the slot just before remove() takes its locks.
+  const raceOnce = (act: () => void) => {
+    let armed = true;
+    tt.lockPair = (b1, b2) => {
+      if (armed) {
+        armed = false;
+        act();
+      }
+      lockPair(b1, b2);
+    };
+  };
+  const flow = (caddr: number, daddr: number) =>
+    newFlow({ proto: 6, caddr, cports: CP, vaddr: V, daddr, dports: DP, laddr: P, rs: 1, now });
+  // The same client key to another server: only the out-bucket changes.
+  let d2 = D + 1;
+  while (t.bucketOut(6, d2, DP, P, null) === t.bucketOut(6, D, DP, P, null)) d2++;
+  // Another client to the same server and pool key: only the in-bucket changes.
+  let c2 = C + 1;
+  while (t.bucketIn(6, c2, CP, V, null) === t.bucketIn(6, C, CP, V, null)) c2++;
+  for (const [caddr, daddr, what] of [
+    [C, d2, 'another server'],
+    [c2, D, 'another client'],
+  ] as const) {
+    const e = t.insert(flow(C, D));
+    raceOnce(() => {
+      assert.equal(t.remove(e, false, now), true);
+      assert.equal(t.insert(flow(caddr, daddr)), e, 'the slot taken again');
+    });
+    assert.equal(t.remove(e, false, now), true, what);
+    assert.equal(t.count(), 0, what);
+    const v = new FlowView();
+    assert.equal(t.readFlow(key(6, caddr, CP, V), false, v), false, `${what}: gone from its client→server chain`);
+    assert.equal(findOut(t, 6, daddr, DP, P), -1, `${what}: gone from its server→client chain`);
+  }
 });
