@@ -497,3 +497,45 @@ test('remove() whose entry is freed and taken by another flow between hashing it
     assert.equal(findOut(t, 6, daddr, DP, P), -1, `${what}: gone from its server→client chain`);
   }
 });
+
+test('the SYN proxy calls hold the locks of the flow’s buckets as they are once locked: a slot freed and taken by the same client key to another server meanwhile', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const tt = t as unknown as { lockPair: (b1: number, b2: number) => void; unlockPair: (b1: number, b2: number) => void };
+  const lockPair = tt.lockPair.bind(t);
+  const unlockPair = tt.unlockPair.bind(t);
+  const proxied = (daddr: number) => {
+    const r = newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr, dports: DP, laddr: C, rs: 1, now });
+    r.sp = 1;
+    r.spDelta = 5;
+    return r;
+  };
+  const b1 = t.bucketIn(6, C, CP, V, null);
+  const oldB2 = t.bucketOut(6, D, DP, C, null);
+  let d2 = D + 1;
+  for (let b = t.bucketOut(6, d2, DP, C, null); b === oldB2 || b === b1; b = t.bucketOut(6, d2, DP, C, null)) d2++;
+  const newB2 = L.bucketLocksOffset(1024) + t.bucketOut(6, d2, DP, C, null);
+  const e = t.insert(proxied(D));
+  const v = new FlowView();
+  assert.ok(t.readFlow(key(6, C, CP, V), false, v));
+  let armed = true;
+  tt.lockPair = (x, y) => {
+    if (armed) {
+      armed = false;
+      // Another thread: the flow ends and its client's next connection, to another server, takes the slot.
+      assert.equal(t.remove(e, false, now), true);
+      assert.equal(t.insert(proxied(d2)), e);
+    }
+    lockPair(x, y);
+  };
+  const held: number[] = [];
+  tt.unlockPair = (x, y) => {
+    held.push(t.i32[newB2]!);
+    unlockPair(x, y);
+  };
+  const w = new Int32Array(L.SP_WORDS);
+  assert.equal(t.spRead(v, w), true, 'the same client key: still v’s flow');
+  assert.equal(w[L.SP_DELTA], 5);
+  assert.equal(held.at(-1), L.OWNER_CONTROL, 'its server→client bucket was locked while its words were read');
+  assert.equal(t.i32[newB2], 0, 'and released after');
+});
