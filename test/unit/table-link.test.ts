@@ -22,9 +22,9 @@ const C = 0x0a000002,
 const CP = (40000 << 16) | 80,
   DP = (8080 << 16) | 40000;
 
-/** A connection C→V (laddr = the client) to D, the ports CP/DP, real server rs. */
-const conn = (proto: number, caddr: number, rs: number, now: number, cports = CP) =>
-  newFlow({ proto, caddr, cports, vaddr: V, daddr: D, dports: DP, laddr: caddr, rs, now });
+/** A connection C→V (laddr = the client) to D, the ports CP/DP, real server rs; `more` sets any other field. */
+const conn = (proto: number, caddr: number, rs: number, now: number, cports = CP, more: Partial<Parameters<typeof newFlow>[0]> = {}) =>
+  newFlow({ proto, caddr, cports, vaddr: V, daddr: D, dports: DP, laddr: caddr, rs, now, ...more });
 
 function key(proto: number, src: number, ports: number, dst: number, hi: ArrayLike<number> | null = null): FlowKey {
   const k = new FlowKey();
@@ -292,18 +292,7 @@ test('remove() of a pending flow at entry > 0 gives its held packets back; a flo
   const { t } = fresh(64);
   const now = t.now();
   const plain = t.insert(conn(17, C + 9, 1, now)); // entry 0
-  const r = newFlow({
-    proto: 6,
-    caddr: C,
-    cports: CP,
-    vaddr: V,
-    daddr: D,
-    dports: DP,
-    laddr: C,
-    rs: 1,
-    flags: L.F_SYNPROXY | L.F_SP_PENDING,
-    now,
-  });
+  const r = conn(6, C, 1, now, CP, { flags: L.F_SYNPROXY | L.F_SP_PENDING });
   r.spHandshake = new Int32Array(L.SP_WORDS).fill(7);
   const e = t.insert(r);
   assert.ok(e > 0);
@@ -415,18 +404,7 @@ test('putShadow that loses the race to a local flow of the same key (inserted be
     if (r.flags & L.F_SHADOW && local < 0) local = insert(conn(6, C, 1, now));
     return insert(r);
   };
-  const r = newFlow({
-    proto: 6,
-    caddr: C,
-    cports: CP,
-    vaddr: V,
-    daddr: D,
-    dports: DP,
-    laddr: C,
-    rs: 2,
-    state: 3,
-    expires: (now + 10_000) | 0,
-  });
+  const r = conn(6, C, 2, now, CP, { state: 3, expires: (now + 10_000) | 0 });
   assert.equal(t.putShadow(r), -1);
   assert.ok(local >= 0);
   assert.equal(r.created, false);
