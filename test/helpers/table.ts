@@ -1,6 +1,7 @@
 /** A fresh connection table for unit tests (control thread's owner id), with its real-server region. */
 import * as L from '../../conntrack/layout';
 import { TCP_DEFAULT_TIMEOUTS } from '../../conntrack/state';
+import { FlowKey } from '../../conntrack/flow';
 import { ConnTable, createRealServerRegion } from '../../conntrack/table';
 
 export const TABLE_TIMEOUTS = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
@@ -17,4 +18,33 @@ export function freshTable(capacity = 1024, available = false): { t: ConnTable; 
     }
   }
   return { t, rs };
+}
+
+/** A worker's lookup key (readFlow and friends): protocol, source, ports, destination, IPv6 high words. */
+export function key(proto: number, src: number, ports: number, dst: number, hi: ArrayLike<number> | null = null): FlowKey {
+  const k = new FlowKey();
+  k.proto = proto;
+  k.src = src;
+  k.ports = ports;
+  k.dst = dst;
+  if (hi) for (let i = 0; i < L.HI_WORDS; i++) k.hi[i] = hi[i]!;
+  return k;
+}
+
+/** findIn under the bucket lock, as the control thread calls it. */
+export function findIn(t: ConnTable, proto: number, c: number, cp: number, v: number, hi: ArrayLike<number> | null = null): number {
+  const b = t.bucketIn(proto, c, cp, v, hi);
+  t.lockBucket(b);
+  const e = t.findIn(b, proto, c, cp, v, hi);
+  t.unlockBucket(b);
+  return e;
+}
+
+/** findOut under the bucket lock. */
+export function findOut(t: ConnTable, proto: number, d: number, dp: number, l: number, hi: ArrayLike<number> | null = null): number {
+  const b = t.bucketOut(proto, d, dp, l, hi);
+  t.lockBucket(b);
+  const e = t.findOut(b, proto, d, dp, l, hi);
+  t.unlockBucket(b);
+  return e;
 }

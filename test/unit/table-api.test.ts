@@ -26,10 +26,10 @@ import {
 } from '../../conntrack/table';
 import { DIR_INPUT, DIR_OUTPUT, TCP_CLOSE, TCP_ESTABLISHED, TCP_TIME_WAIT, TCPF_ACK, TCPF_FIN, TCPF_SYN } from '../../conntrack/state';
 import { SCTP_S_CLOSED, SCTP_S_ESTABLISHED } from '../../conntrack/sctp-state';
-import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
+import { FlowView, newFlow } from '../../conntrack/flow';
 import { parseIPv6 } from '../../net/addr';
 import { Worker } from 'node:worker_threads';
-import { freshTable, TABLE_TIMEOUTS } from '../helpers/table';
+import { findIn, findOut, freshTable, key, TABLE_TIMEOUTS } from '../helpers/table';
 
 const timeouts = TABLE_TIMEOUTS;
 
@@ -61,30 +61,6 @@ const template = (o: { proto: number; caddr: number; cports: number; dports: num
     now: o.now,
   });
 
-function key(proto: number, src: number, ports: number, dst: number): FlowKey {
-  const k = new FlowKey();
-  k.proto = proto;
-  k.src = src;
-  k.ports = ports;
-  k.dst = dst;
-  return k;
-}
-
-/** findIn under the bucket lock, as the control thread calls it. */
-function findIn(t: ConnTable, proto: number, c: number, cp: number, v: number, hi: ArrayLike<number> | null = null): number {
-  const b = t.bucketIn(proto, c, cp, v, hi);
-  t.lockBucket(b);
-  const e = t.findIn(b, proto, c, cp, v, hi);
-  t.unlockBucket(b);
-  return e;
-}
-function findOut(t: ConnTable, proto: number, d: number, dp: number, l: number, hi: ArrayLike<number> | null = null): number {
-  const b = t.bucketOut(proto, d, dp, l, hi);
-  t.lockBucket(b);
-  const e = t.findOut(b, proto, d, dp, l, hi);
-  t.unlockBucket(b);
-  return e;
-}
 function findTemplate(t: ConnTable, proto: number, c: number, vport: number, v: number): number {
   const b = t.bucket(proto, c, vport, v);
   t.lockBucket(b);

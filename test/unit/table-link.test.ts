@@ -9,9 +9,9 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { ConnTable, createRealServerRegion, entryAddr, SPH_HELD } from '../../conntrack/table';
 import { DIR_INPUT, TCP_ESTABLISHED, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { FlowKey, FlowView, newFlow } from '../../conntrack/flow';
+import { FlowView, newFlow } from '../../conntrack/flow';
 import { parseIPv6 } from '../../net/addr';
-import { freshTable } from '../helpers/table';
+import { findOut, freshTable, key } from '../helpers/table';
 
 const fresh = (capacity = 1024) => freshTable(capacity, true);
 
@@ -25,24 +25,6 @@ const CP = (40000 << 16) | 80,
 /** A connection C→V (laddr = the client) to D, the ports CP/DP, real server rs; `more` sets any other field. */
 const conn = (proto: number, caddr: number, rs: number, now: number, cports = CP, more: Partial<Parameters<typeof newFlow>[0]> = {}) =>
   newFlow({ proto, caddr, cports, vaddr: V, daddr: D, dports: DP, laddr: caddr, rs, now, ...more });
-
-function key(proto: number, src: number, ports: number, dst: number, hi: ArrayLike<number> | null = null): FlowKey {
-  const k = new FlowKey();
-  k.proto = proto;
-  k.src = src;
-  k.ports = ports;
-  k.dst = dst;
-  if (hi) for (let i = 0; i < L.HI_WORDS; i++) k.hi[i] = hi[i]!;
-  return k;
-}
-
-function findOut(t: ConnTable, proto: number, d: number, dp: number, l: number, hi: ArrayLike<number> | null = null): number {
-  const b = t.bucketOut(proto, d, dp, l, hi);
-  t.lockBucket(b);
-  const e = t.findOut(b, proto, d, dp, l, hi);
-  t.unlockBucket(b);
-  return e;
-}
 
 /** Twelve high words, every one distinct and non-zero: client, virtual, server, local (3 each). */
 function v6Words(): { hi: number[]; c: number; v: number; d: number; l: number } {
