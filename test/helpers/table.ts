@@ -6,6 +6,16 @@ import { ConnTable, createRealServerRegion } from '../../conntrack/table';
 
 export const TABLE_TIMEOUTS = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300 };
 
+/** The table tests' IPv4 flow: client C, virtual V, real server D, full-NAT local P; ports C:40000 → V:80, D:8080 → 40000. */
+export const FLOW = {
+  C: 0x0a000002,
+  V: 0x0a600001,
+  D: 0x0a0b0002,
+  P: 0x0a0c0001,
+  CP: (40000 << 16) | 80,
+  DP: (8080 << 16) | 40000,
+};
+
 /** `available`: the 8 real-server slots marked available with weight 1 (else all words 0). */
 export function freshTable(capacity = 1024, available = false): { t: ConnTable; rs: Int32Array } {
   const region = createRealServerRegion(8);

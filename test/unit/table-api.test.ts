@@ -29,18 +29,13 @@ import { SCTP_S_CLOSED, SCTP_S_ESTABLISHED } from '../../conntrack/sctp-state';
 import { FlowView, newFlow } from '../../conntrack/flow';
 import { parseIPv6 } from '../../net/addr';
 import { Worker } from 'node:worker_threads';
-import { findIn, findOut, freshTable, key, TABLE_TIMEOUTS } from '../helpers/table';
+import { findIn, findOut, FLOW, freshTable, key, TABLE_TIMEOUTS } from '../helpers/table';
 
 const timeouts = TABLE_TIMEOUTS;
 
 const fresh = (capacity = 1024) => freshTable(capacity, true);
 
-const C = 0x0a000002,
-  V = 0x0a600001,
-  D = 0x0a0b0002,
-  P = 0x0a0c0001;
-const CP = (40000 << 16) | 80,
-  DP = (8080 << 16) | 40000;
+const { C, V, D, P, CP, DP } = FLOW;
 
 /** A connection C→V (or another client, laddr = the client) to D, the ports CP/DP, real server rs. */
 const conn = (proto: number, caddr: number, rs: number, now: number) =>

@@ -11,20 +11,19 @@ import { ConnTable, createRealServerRegion, entryAddr, SPH_HELD } from '../../co
 import { DIR_INPUT, TCP_ESTABLISHED, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { FlowView, newFlow } from '../../conntrack/flow';
 import { parseIPv6 } from '../../net/addr';
-import { findOut, freshTable, key } from '../helpers/table';
+import { findOut, FLOW, freshTable, key } from '../helpers/table';
 
 const fresh = (capacity = 1024) => freshTable(capacity, true);
 
-const C = 0x0a000002,
-  V = 0x0a600001,
-  D = 0x0a0b0002,
-  P = 0x0a0c0001;
-const CP = (40000 << 16) | 80,
-  DP = (8080 << 16) | 40000;
+const { C, V, D, P, CP, DP } = FLOW;
 
 /** A connection C→V (laddr = the client) to D, the ports CP/DP, real server rs; `more` sets any other field. */
 const conn = (proto: number, caddr: number, rs: number, now: number, cports = CP, more: Partial<Parameters<typeof newFlow>[0]> = {}) =>
   newFlow({ proto, caddr, cports, vaddr: V, daddr: D, dports: DP, laddr: caddr, rs, now, ...more });
+
+/** A connection between the four IPv6 addresses of v6Words() (high words w.hi unless `more` says), real server 1. */
+const conn6 = (w: ReturnType<typeof v6Words>, proto: number, now: number, more: Partial<Parameters<typeof newFlow>[0]> = {}) =>
+  newFlow({ proto, caddr: w.c, cports: CP, vaddr: w.v, daddr: w.d, dports: DP, laddr: w.l, rs: 1, now, hi: w.hi, ...more });
 
 /** Twelve high words, every one distinct and non-zero: client, virtual, server, local (3 each). */
 function v6Words(): { hi: number[]; c: number; v: number; d: number; l: number } {
@@ -90,20 +89,7 @@ test('putShadow refreshes by the server: IPv4 ignores leftover high words, IPv6 
 
   const w = v6Words();
   const proto = 6 | L.PROTO_V6;
-  const rec6 = (hi: number[], state: number) =>
-    newFlow({
-      proto,
-      caddr: w.c,
-      cports: CP,
-      vaddr: w.v,
-      daddr: w.d,
-      dports: DP,
-      laddr: w.l,
-      rs: 1,
-      state,
-      expires: (now + 10_000) | 0,
-      hi,
-    });
+  const rec6 = (hi: number[], state: number) => conn6(w, proto, now, { state, expires: (now + 10_000) | 0, hi });
   const e6 = t.putShadow(rec6(w.hi, 3));
   assert.ok(e6 > 0);
   for (const j of [6, 7, 8]) {
@@ -154,20 +140,7 @@ test('an IPv6 insert writes its own entry only: a lock another thread holds on t
   const w = v6Words();
   const o1 = t.base(1);
   t.i32[o1 + L.E_LOCK] = 5; // a worker (owner 5) holds entry 1's lock
-  const e = t.insert(
-    newFlow({
-      proto: 17 | L.PROTO_V6,
-      caddr: w.c,
-      cports: CP,
-      vaddr: w.v,
-      daddr: w.d,
-      dports: DP,
-      laddr: w.l,
-      rs: 1,
-      now: t.now(),
-      hi: w.hi,
-    }),
-  );
+  const e = t.insert(conn6(w, 17 | L.PROTO_V6, t.now()));
   assert.equal(e, 0);
   assert.equal(t.i32[o1 + L.E_LOCK], 5);
   assert.equal(t.releaseLocksOf(5), 1);
@@ -241,7 +214,7 @@ test('freeing an entry leaves its neighbour’s words alone: its local address a
   const now = 1_000_000; // table time far from 0: a synced time lost would show as "idle long"
   const w = v6Words();
   const proto = 17 | L.PROTO_V6;
-  const a = t.insert(newFlow({ proto, caddr: w.c, cports: CP, vaddr: w.v, daddr: w.d, dports: DP, laddr: w.l, rs: 1, now, hi: w.hi }));
+  const a = t.insert(conn6(w, proto, now));
   assert.equal(a, 0);
   const b = t.insert(conn(17, C, 1, now));
   assert.equal(b, 1);
@@ -366,9 +339,7 @@ test('entryAddr prints each address of an IPv6 entry from its own words', () => 
   const now = t.now();
   t.insert(conn(17, C + 9, 1, now)); // entry 0 taken
   const w = v6Words();
-  const e = t.insert(
-    newFlow({ proto: 17 | L.PROTO_V6, caddr: w.c, cports: CP, vaddr: w.v, daddr: w.d, dports: DP, laddr: w.l, rs: 1, now, hi: w.hi }),
-  );
+  const e = t.insert(conn6(w, 17 | L.PROTO_V6, now));
   const o = t.base(e);
   assert.deepEqual(
     [L.E_CADDR, L.E_VADDR, L.E_DADDR, L.E_LADDR].map((f) => entryAddr(t.i32, o, f)),
