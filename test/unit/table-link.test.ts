@@ -43,23 +43,8 @@ function v6Words(): { hi: number[]; c: number; v: number; d: number; l: number }
 test('putShadow says −1 for every insert it could not make: a full table, a full-NAT pool key already taken (−2 from insert)', () => {
   const { t } = fresh(16);
   const now = t.now();
-  const shadow = (c: number, flags = 0) =>
-    newFlow({
-      proto: 6,
-      caddr: c,
-      cports: CP,
-      vaddr: V,
-      daddr: D,
-      dports: DP,
-      laddr: P,
-      rs: 1,
-      flags,
-      state: 3,
-      expires: (now + 10_000) | 0,
-    });
-  assert.ok(
-    t.insert(newFlow({ proto: 6, caddr: C, cports: CP, vaddr: V, daddr: D, dports: DP, laddr: P, rs: 1, flags: L.FWD_FULLNAT, now })) >= 0,
-  );
+  const shadow = (c: number, flags = 0) => conn(6, c, 1, now, CP, { laddr: P, flags, state: 3, expires: (now + 10_000) | 0 });
+  assert.ok(t.insert(conn(6, C, 1, now, CP, { laddr: P, flags: L.FWD_FULLNAT })) >= 0);
   const r = shadow(C + 1, L.FWD_FULLNAT);
   assert.equal(t.putShadow(r), -1, 'its pool address and port are a local flow’s');
   assert.equal(r.created, false);
