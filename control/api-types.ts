@@ -7,7 +7,7 @@
  */
 import type { DefenseView } from '../conntrack/defense';
 import type { SyncStats } from '../conntrack/redis-sync';
-import type { IoPath } from '../lb/tun';
+import type { IoPath, SteeringPath } from '../lb/tun';
 import type { Protocol } from '../net/proto';
 import type { AnnounceStatus } from './announce';
 import type { UvsConfig } from './config';
@@ -126,6 +126,11 @@ export interface StatsResponse {
   generated: Record<string, Record<string, number>>;
   chains: { max: number; long: number };
   workers: WorkerStatus[];
+  /**
+   * How the device picks each packet's queue (dataplane.steering, docs/steering.md): ebpf (uvs's
+   * program) or automq (the device's flow table); reason: why not ebpf under auto, else null.
+   */
+  steering: { path: SteeringPath; reason: string | null };
   nodestExpired: number;
   shadows: number;
   adopted: number;

@@ -146,6 +146,7 @@ export function statsView(d: Daemon): StatsResponse {
     generated: d.stats.generated(),
     chains: { max: d.stats.maxWord(L.C_CHAIN_MAX), long: d.stats.word(L.C_LONG_CHAINS) },
     workers: d.dataplane.workerInfo().map((w, i) => ({ ...w, ...d.stats.perWorker()[i]! })), // one counter region per worker
+    steering: d.dataplane.steering(),
     nodestExpired: d.stats.word(L.C_NODEST_EXPIRED),
     shadows: d.table.shadows(),
     adopted: d.stats.word(L.C_ADOPTED),

@@ -343,6 +343,12 @@ const DATAPLANE = obj({
     msg: (v) => `must be auto, io_uring or poll, got ${JSON.stringify(v)}`,
     doc: 'Worker I/O: io_uring (one io_uring_enter per batch), poll (poll + read + write), or auto (io_uring where the kernel allows it)',
   }),
+  steering: oneOf(['auto', 'ebpf', 'automq'], {
+    default: 'auto',
+    strict: true,
+    msg: (v) => `must be auto, ebpf or automq, got ${JSON.stringify(v)}`,
+    doc: "Queue steering: ebpf (uvs's program keys a packet on its client's endpoint: a connection's packets share one queue), automq (the device's own flow table), or auto (ebpf where the kernel allows it)",
+  }),
   answerPing: bool({ default: true, doc: 'Answer ICMP echo requests sent to a VIP' }),
   expireQuiescentTemplate: bool({
     default: false,

@@ -150,6 +150,7 @@ export class Daemon {
         fullnatAddrs: dp.fullnat.addresses,
         offload: dp.offload,
         io: dp.io,
+        steering: dp.steering,
       },
       { table: tableSab, realServers: rsSab, sched: schedSab, counters, rings, capture: this.capture.sab },
       snapshot,
@@ -488,6 +489,7 @@ export class Daemon {
         'batch',
         'offload',
         'io',
+        'steering',
         'announceTable',
       ] as const;
       for (const k of fixed) {

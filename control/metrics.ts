@@ -223,6 +223,16 @@ export function buildRegistry(d: Daemon): Registry {
       }
     },
   );
+  gaugeFrom(
+    'uvs_dataplane_steering',
+    "How the device picks each packet's queue: 1 for the way it does (ebpf = uvs's program, keyed on the client's endpoint; automq = the device's flow table; dataplane.steering).",
+    ['path'],
+    (g) => {
+      const s = d.dataplane.steering();
+      g.set({ path: 'ebpf' }, s.path === 'ebpf' ? 1 : 0);
+      g.set({ path: 'automq' }, s.path === 'automq' ? 1 : 0);
+    },
+  );
   counterFrom('uvs_worker_restarts_total', 'Dataplane worker restarts.', ['worker'], (c) => {
     for (const w of d.dataplane.workerInfo()) c.inc({ worker: String(w.id) }, w.restarts);
   });

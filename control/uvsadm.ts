@@ -166,7 +166,7 @@ async function list(socket: string, what: string, format: ListFormat, service: S
     case 'workers': {
       const b = await get<StatsResponse>(socket, '/v1/stats');
       if (!b) return 1;
-      out(formatWorkers(b.workers));
+      out(formatWorkers(b.workers, b.steering));
       return 0;
     }
     case 'connections': {

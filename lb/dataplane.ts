@@ -28,11 +28,15 @@
  *     device's setting.)
  *   - The queues are opened with the kernel's offloads (dataplane.offload): TCP crosses the device
  *     as 64 KB GSO super-packets, checksums left partial.
+ *   - The device picks each packet's queue with uvs's steering program (dataplane.steering,
+ *     lb/native/steer.c, docs/steering.md): keyed on the client's endpoint, so both directions of
+ *     a connection reach one worker, in order; its hash seed is drawn at each start.
  *
  * Everything is removed on stop(); cleanup() removes leftovers of a daemon that died (the device
  * itself vanishes with the last queue fd, so only routes and rules can be left).
  */
 import { execFileSync } from 'node:child_process';
+import { randomInt } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
@@ -41,7 +45,7 @@ import type { Logger } from 'pino';
 import { DataplaneError } from './errors';
 import { MAX_OUT } from './verdict';
 import type { Snapshot } from './snapshot';
-import { tunAddon, type IoMode, type IoPath } from './tun';
+import { tunAddon, type IoMode, type IoPath, type SteeringMode, type SteeringPath } from './tun';
 import { CTL_SNAPSHOT_VERSION, CTL_WORDS, type WorkerInit } from './worker';
 
 export interface DataplaneOptions {
@@ -64,6 +68,8 @@ export interface DataplaneOptions {
   offload: boolean;
   /** Worker I/O path (`dataplane.io`): auto = io_uring where the kernel allows it, else poll. */
   io: IoMode;
+  /** Queue steering (`dataplane.steering`, docs/steering.md): auto = uvs's eBPF program where the kernel allows it. */
+  steering: SteeringMode;
 }
 
 /** Bytes of a worker's packet slot: a 64 KB super-packet and its virtio header with offloads. */
@@ -240,6 +246,9 @@ export class Dataplane {
   private readonly slots: WorkerSlot[] = [];
   /** The path workers are started on (decided once at start from `io` and the kernel). */
   private ioPath: IoPath = 'poll';
+  /** How the device picks a packet's queue, and why not ebpf when it is not (null: asked for automq). */
+  private steeringPath: SteeringPath = 'automq';
+  private steeringReason: string | null = null;
   private rules = new Map<string, ReplyRule>();
   private stopping = false;
   /** Called when a worker died and was restarted (id, reason). */
@@ -283,6 +292,7 @@ export class Dataplane {
       });
     }
     try {
+      this.chooseSteering(this.slots[0]!.fd);
       ip(['link', 'set', 'dev', o.device, 'mtu', String(o.mtu), 'up']);
       // A tunnelled super-packet is cut into segments by the worker, at most MAX_OUT of them:
       // the kernel keeps super-packets for the device within that (it segments larger ones).
@@ -334,6 +344,39 @@ export class Dataplane {
     noMemoryReducer();
     await Promise.all(this.slots.map((s) => this.spawn(s)));
     this.log.info({ device: o.device, queues: o.workers, vipCidrs: o.vipCidrs }, 'dataplane up');
+  }
+
+  /**
+   * uvs's steering program (lb/native/steer.c) where it is asked for or allowed (auto): a bpf()
+   * the process may not make (seccomp, no CAP_BPF/CAP_SYS_ADMIN) or a kernel before 4.16 refuses
+   * it, and auto then leaves the device's own steering. A forced ebpf that cannot load is an
+   * error. The program lives with the device: worker restarts (new queue fds) keep it.
+   */
+  private chooseSteering(fd: number): void {
+    const mode = this.opts.steering;
+    if (mode === 'automq') {
+      this.steeringPath = 'automq';
+      this.steeringReason = null;
+      this.log.info({ steering: 'automq', mode }, "queue steering: the device's flow table (dataplane.steering: automq)");
+      return;
+    }
+    const why = tunAddon().steerAttach(fd, randomInt(0, 2 ** 32));
+    if (why === '') {
+      this.steeringPath = 'ebpf';
+      this.steeringReason = null;
+      this.log.info({ steering: 'ebpf', mode }, "queue steering: eBPF program, keyed on the client's endpoint");
+      return;
+    }
+    if (mode === 'ebpf')
+      throw new DataplaneError('UVS_ERR_DATAPLANE_SETUP', `dataplane.steering is ebpf but the program cannot be attached: ${why}`);
+    this.steeringPath = 'automq';
+    this.steeringReason = why;
+    this.log.warn({ steering: 'automq', mode, reason: why }, "queue steering: eBPF program refused, using the device's flow table");
+  }
+
+  /** How the device picks each packet's queue (GET /v1/stats, uvs_dataplane_steering). */
+  steering(): { path: SteeringPath; reason: string | null } {
+    return { path: this.steeringPath, reason: this.steeringReason };
   }
 
   /**

@@ -64,7 +64,18 @@ export interface TunAddon {
   uringSubmit(h: UringHandle): number;
   /** Cancels the read, waits for writes in flight, frees the ring (also done when the thread ends). */
   uringClose(h: UringHandle): number;
+
+  /**
+   * Attaches the queue-steering eBPF program (lb/native/steer.c, docs/steering.md) to the device
+   * of queue fd, its hash keyed with `seed`: '' when attached, else why not (the device then keeps
+   * its automatic flow steering).
+   */
+  steerAttach(fd: number, seed: number): string;
 }
+
+/** How the device picks a packet's queue: `dataplane.steering` (docs/steering.md). */
+export type SteeringMode = 'auto' | 'ebpf' | 'automq';
+export type SteeringPath = 'ebpf' | 'automq';
 
 /** An io_uring ring of one worker (opaque). */
 export type UringHandle = { readonly __uring: unique symbol };

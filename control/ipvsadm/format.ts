@@ -417,14 +417,18 @@ export interface FmtWorker {
   txPackets: number;
 }
 
-/** uvs's own listing (`uvsadm -L --workers`): the dataplane workers and the I/O path of each. */
-export function formatWorkers(workers: FmtWorker[]): string {
+/**
+ * uvs's own listing (`uvsadm -L --workers`): the dataplane workers and the I/O path of each; then
+ * how the device steers packets to them (docs/steering.md), when known.
+ */
+export function formatWorkers(workers: FmtWorker[], steering?: { path: string; reason: string | null }): string {
   const out = [`${left('Worker', 7)} ${left('State', 6)} ${left('Restarts', 9)} ${left('I/O', 9)} ${left('RxPkts', 12)} TxPkts`];
   for (const w of workers) {
     out.push(
       `${left(w.id, 7)} ${left(w.ready ? 'up' : 'DOWN', 6)} ${left(w.restarts, 9)} ${left(w.io ?? '-', 9)} ${left(w.rxPackets, 12)} ${w.txPackets}`,
     );
   }
+  if (steering) out.push(`Queue steering: ${steering.path}${steering.reason ? ` (${steering.reason})` : ''}`);
   return out.join('\n') + '\n';
 }
 

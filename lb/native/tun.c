@@ -337,6 +337,7 @@ static napi_value send_packet(napi_env env, napi_callback_info info) {
 }
 
 void uvs_uring_init(napi_env env, napi_value exports); /* uring.c */
+void uvs_steer_init(napi_env env, napi_value exports); /* steer.c */
 
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
@@ -351,6 +352,7 @@ static napi_value init(napi_env env, napi_value exports) {
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   uvs_uring_init(env, exports);
+  uvs_steer_init(env, exports);
   return exports;
 }
 

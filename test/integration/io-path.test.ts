@@ -5,7 +5,9 @@
  * into segments in the out slots: many writes per slot), UDP request/response — and the path is
  * checked where an operator sees it: /metrics, GET /v1/stats, and the kernel's view (the
  * process's io_uring file descriptors). The whole dataplane suite runs on one path with
- * UVS_LAB_IO=io_uring|poll. Needs root; the io_uring half is skipped (saying why) where the
+ * UVS_LAB_IO=io_uring|poll. The io_uring lab steers queues with uvs's eBPF program
+ * (dataplane.steering auto), the poll lab with the device's own flow table (automq), so the same
+ * traffic crosses both steerings too. Needs root; the io_uring half is skipped (saying why) where the
  * kernel or a seccomp profile refuses io_uring.
  */
 import { after, before, describe, test } from 'node:test';
@@ -38,13 +40,16 @@ function uringFds(pid: number): number {
   return n;
 }
 
-for (const path of ['io_uring', 'poll'] as const) {
+for (const [path, steering] of [
+  ['io_uring', 'auto'],
+  ['poll', 'automq'],
+] as const) {
   const skip = !isRoot
     ? 'integration tests need root (network namespaces, TUN)'
     : path === 'io_uring' && uringWhy
       ? `io_uring unavailable here: ${uringWhy}`
       : false;
-  describe(`the ${path} worker I/O path carries real traffic`, { skip, timeout: 300_000 }, () => {
+  describe(`the ${path} worker I/O path carries real traffic (steering ${steering})`, { skip, timeout: 300_000 }, () => {
     // One lab at a time (the two describes run in turn): the uvt<pid> name test/run.sh cleans up.
     const lab = new Lab({ prefix: `uvt${process.pid % 100000}` });
     const rs = lab.rsAddrs;
@@ -74,7 +79,7 @@ for (const path of ['io_uring', 'poll'] as const) {
             detached: true,
           })
           .unref();
-      const cfg = lab.config(services, { dataplane: { io: path, tunnelSource: '10.200.1.1' } });
+      const cfg = lab.config(services, { dataplane: { io: path, steering, tunnelSource: '10.200.1.1' } });
       await lab.startUvsd(lab.writeConfig(cfg));
       const deadline = Date.now() + 15000;
       while (!(await stats()).workers.every((w) => w.ready)) {
@@ -88,10 +93,15 @@ for (const path of ['io_uring', 'poll'] as const) {
       lab.down();
     });
 
-    test(`/v1/stats, uvs_worker_io_path and uvsadm -L --workers say every worker runs on ${path}`, async () => {
+    test(`/v1/stats, uvs_worker_io_path and uvsadm -L --workers say every worker runs on ${path}, and the steering`, async () => {
       const st = await stats();
       assert.equal(st.workers.length, 2);
       for (const w of st.workers) assert.equal(w.io, path, `worker ${w.id}`);
+      // auto: the program, unless this kernel or process refuses bpf() (then the reason is given).
+      const refused = steering === 'auto' && st.steering.reason !== null;
+      if (refused) assert.match(st.steering.reason!, /not permitted|EPERM|ENOSYS|Inappropriate ioctl/);
+      const steers = steering === 'automq' || refused ? 'automq' : 'ebpf';
+      assert.deepEqual(st.steering, { path: steers, reason: refused ? st.steering.reason : null });
       const text = lab.exec(lab.lbNs, 'curl', ['-s', '-m', '5', 'http://127.0.0.1:10249/metrics']);
       for (const id of ['0', '1']) {
         for (const p of ['io_uring', 'poll']) {
@@ -113,6 +123,13 @@ for (const path of ['io_uring', 'poll'] as const) {
       ).split('\n');
       assert.match(listing[0]!, /^Worker +State +Restarts +I\/O +RxPkts +TxPkts$/);
       for (const id of [0, 1]) assert.match(listing[id + 1]!, new RegExp(`^${id} +up +0 +${path} +\\d+ +\\d+$`), listing.join('\n'));
+      assert.equal(listing[3], `Queue steering: ${steers}${refused ? ` (${st.steering.reason})` : ''}`);
+      for (const p of ['ebpf', 'automq'])
+        assert.match(
+          text,
+          new RegExp(`^uvs_dataplane_steering\\{path="${p}"\\} ${p === steers ? 1 : 0}$`, 'm'),
+          `uvs_dataplane_steering ${p}`,
+        );
       // The kernel's view: one ring per worker on io_uring, none on poll.
       assert.equal(uringFds(lab.uvsdProcess!.pid!), path === 'io_uring' ? 2 : 0);
     });

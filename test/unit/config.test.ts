@@ -221,6 +221,17 @@ test('dataplane.io picks the worker I/O path: auto by default, io_uring or poll;
   rejects({ dataplane: { ...base.dataplane, io: true }, services: [svc()] }, 'dataplane.io', /must be auto, io_uring or poll/);
 });
 
+test('dataplane.steering picks the queue steering: auto by default, ebpf or automq; anything else is named', () => {
+  assert.equal(validateConfig({ ...base, services: [svc()] }).dataplane.steering, 'auto');
+  for (const steering of ['auto', 'ebpf', 'automq'] as const)
+    assert.equal(validateConfig({ dataplane: { ...base.dataplane, steering }, services: [svc()] }).dataplane.steering, steering);
+  rejects(
+    { dataplane: { ...base.dataplane, steering: 'rss' }, services: [svc()] },
+    'dataplane.steering',
+    /must be auto, ebpf or automq, got "rss"/,
+  );
+});
+
 test('proxyProtocol: per service (the default of its servers) or per real server, full-NAT TCP only, refused elsewhere with the reason', () => {
   const fb = { dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'] } } };
   const cfg = validateConfig({

@@ -269,6 +269,16 @@ test('uvsadm -L --workers: id, up or DOWN, restarts, I/O path (- while starting)
   );
 });
 
+test('uvsadm -L --workers ends with the queue steering, and why not ebpf when auto fell back', () => {
+  const w = [{ id: 0, ready: true, restarts: 0, io: 'io_uring', rxPackets: 1, txPackets: 1 }];
+  const head = ['Worker  State  Restarts  I/O       RxPkts       TxPkts', '0       up     0         io_uring  1            1'];
+  assert.equal(formatWorkers(w, { path: 'ebpf', reason: null }), lines(...head, 'Queue steering: ebpf'));
+  assert.equal(
+    formatWorkers(w, { path: 'automq', reason: 'bpf(BPF_PROG_LOAD): Operation not permitted' }),
+    lines(...head, 'Queue steering: automq (bpf(BPF_PROG_LOAD): Operation not permitted)'),
+  );
+});
+
 test('uvsadm -L --defense: room, each defense under its sysctl name, rates, drops, refusals, full-NAT pools', () => {
   const view = {
     amemthresh: 1024,
