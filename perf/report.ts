@@ -124,6 +124,7 @@ export interface ReportData {
     flows: number[];
     tables: number[];
     uvsIo?: string;
+    uvsSteering?: string;
   };
   machine: Record<string, string | number>;
   tools: Record<string, string>;
@@ -227,7 +228,8 @@ function syscallSection(r: ReportData): string[] {
     '## Syscalls, wake-ups and context switches',
     '',
     "Of the LB processes' threads (direct and nftables have none): syscalls from `perf stat` on the syscall tracepoints over the whole generator run, wake-ups (voluntary context switches: a thread that went to sleep and was woken) and all context switches from `/proc/<pid>/task/*/status` over the active window. Per packet on the client's veth (request/response), per packet reaching the real servers (UDP flood), per connection the client opened (connections/s). Counts, not times: they do not depend on how loaded the machine is." +
-      (r.options.uvsIo ? ` uvsd ran with \`dataplane.io: ${r.options.uvsIo}\`.` : ''),
+      (r.options.uvsIo ? ` uvsd ran with \`dataplane.io: ${r.options.uvsIo}\`.` : '') +
+      (r.options.uvsSteering ? ` uvsd ran with \`dataplane.steering: ${r.options.uvsSteering}\`.` : ''),
     '',
     '| Measurement | unit | target | syscalls ↓ | largest parts | wake-ups ↓ | context switches ↓ |',
     '|---|---|---|---:|---|---:|---:|',

@@ -69,6 +69,7 @@ interface Options {
   failures: boolean;
   /** uvsd's dataplane.io for the uvs target and the scaling series (undefined: uvsd's default). */
   uvsIo: 'auto' | 'io_uring' | 'poll' | undefined;
+  uvsSteering: 'auto' | 'ebpf' | 'automq' | undefined;
   /** Count the LB processes' syscalls with perf stat. */
   syscalls: boolean;
   /** --profile: where uvsd's CPU profiles go (perf/profile.ts), or null. */
@@ -108,6 +109,7 @@ Options:
   --no-failures           without them (the default)
   --failures-only         only the failure figures: no comparison targets, no scaling series
   --uvs-io MODE           uvsd's worker I/O path: auto, io_uring or poll (dataplane.io; default auto)
+  --uvs-steering MODE     uvsd's queue steering: auto, ebpf or automq (dataplane.steering; default auto)
   --no-syscalls           do not count the LB processes' syscalls (perf stat on the syscall
                           tracepoints costs a little per syscall); wake-ups and context switches
                           come from /proc and are always counted
@@ -156,6 +158,7 @@ export function parseOptions(argv: string[]): Options | 'help' {
     install: true,
     failures: false,
     uvsIo: undefined,
+    uvsSteering: undefined,
     syscalls: true,
     profile: null,
     profileV8: false,
@@ -235,6 +238,9 @@ export function parseOptions(argv: string[]): Options | 'help' {
         break;
       case '--uvs-io':
         o.uvsIo = list(val(), ['auto', 'io_uring', 'poll'] as const, 'I/O path')[0];
+        break;
+      case '--uvs-steering':
+        o.uvsSteering = list(val(), ['auto', 'ebpf', 'automq'] as const, 'steering')[0];
         custom = true;
         break;
       case '--no-syscalls':
@@ -492,7 +498,14 @@ export async function perfCommand(argv: string[]): Promise<number> {
   try {
     // What can run.
     const targets: Target[] = [];
-    const env = { lab, workers: o.workers, log, uvsIo: o.uvsIo, ...(o.profile ? { profileDir: o.profile, profileV8: o.profileV8 } : {}) };
+    const env = {
+      lab,
+      workers: o.workers,
+      log,
+      uvsIo: o.uvsIo,
+      uvsSteering: o.uvsSteering,
+      ...(o.profile ? { profileDir: o.profile, profileV8: o.profileV8 } : {}),
+    };
     if (o.profile) {
       mkdirSync(o.profile, { recursive: true });
       log(`profiling uvsd into ${o.profile}${missing.has('perf') ? ' (.cpuprofile only: perf is not installed)' : ''}`);
@@ -855,6 +868,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
       flows: o.flows,
       tables: o.tables,
       ...(o.uvsIo ? { uvsIo: o.uvsIo } : {}),
+      ...(o.uvsSteering ? { uvsSteering: o.uvsSteering } : {}),
     },
     machine,
     tools,

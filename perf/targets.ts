@@ -81,6 +81,7 @@ export interface TargetEnv {
   log: (s: string) => void;
   /** uvsd's worker I/O path (dataplane.io); absent: its default (auto). */
   uvsIo?: 'auto' | 'io_uring' | 'poll';
+  uvsSteering?: 'auto' | 'ebpf' | 'automq';
   /**
    * --profile: uvsd runs with `--perf-basic-prof-only-functions` (JS names for perf record) and
    * `--trace-gc` (every GC with its pause, copied to `<dir>/uvsd-<n>/uvsd.log`).
@@ -236,7 +237,12 @@ export class UvsTarget implements Target {
     ];
     const cfg = lab.config(services, {
       log: { level: 'warn' },
-      dataplane: { workers: this.workers, tableSize: this.tableSize, ...(this.env.uvsIo ? { io: this.env.uvsIo } : {}) },
+      dataplane: {
+        workers: this.workers,
+        tableSize: this.tableSize,
+        ...(this.env.uvsIo ? { io: this.env.uvsIo } : {}),
+        ...(this.env.uvsSteering ? { steering: this.env.uvsSteering } : {}),
+      },
     });
     const file = lab.writeConfig(cfg, 'uvs-perf.yaml');
     const prof = this.env.profileDir;
