@@ -106,6 +106,21 @@ static void fold6(prog_t *p, int off, int acc) {
   }
 }
 
+/* r0 holds the transport protocol: jump to l when it has ports (TCP, UDP, SCTP). */
+static void if_ported(prog_t *p, int l) {
+  jump(p, BPF_JEQ, 0, BPF_REG_0, 6, l);
+  jump(p, BPF_JEQ, 0, BPF_REG_0, 17, l);
+  jump(p, BPF_JEQ, 0, BPF_REG_0, 132, l);
+}
+
+/* r7 = source port, r9 = destination port: to l_src when the source's is higher, to l_dst when the
+ * destination's, else (equal) to l_pair with r7 the port. */
+static void by_ports(prog_t *p, int l_src, int l_dst, int l_pair) {
+  jump(p, BPF_JGT, 1, BPF_REG_7, BPF_REG_9, l_src);
+  jump(p, BPF_JGT, 1, BPF_REG_9, BPF_REG_7, l_dst);
+  JA(p, l_pair);
+}
+
 /* Registers: r6 the skb (LD_ABS needs it there), r7 the key's port, r8 the key's address, r9 the
  * other port. LD_ABS/LD_IND leave their value in r0 and clobber r1-r5. */
 static void build(prog_t *p, uint32_t seed) {
@@ -121,9 +136,7 @@ static void build(prog_t *p, uint32_t seed) {
   emit(p, ALU32_IMM(BPF_AND, BPF_REG_0, 0x1fff));
   jump(p, BPF_JNE, 0, BPF_REG_0, 0, L_ADDR4);
   emit(p, LD_ABS(BPF_B, 9));
-  jump(p, BPF_JEQ, 0, BPF_REG_0, 6, L_L4V4);
-  jump(p, BPF_JEQ, 0, BPF_REG_0, 17, L_L4V4);
-  jump(p, BPF_JEQ, 0, BPF_REG_0, 132, L_L4V4);
+  if_ported(p, L_L4V4);
   label(p, L_ADDR4);
   emit(p, MOV32_IMM(BPF_REG_7, 0));
   label(p, L_PAIR4);
@@ -142,9 +155,7 @@ static void build(prog_t *p, uint32_t seed) {
   emit(p, MOV32_REG(BPF_REG_7, BPF_REG_0));
   emit(p, LD_IND(BPF_H, BPF_REG_8, 2));
   emit(p, MOV32_REG(BPF_REG_9, BPF_REG_0));
-  jump(p, BPF_JGT, 1, BPF_REG_7, BPF_REG_9, L_SRC4);
-  jump(p, BPF_JGT, 1, BPF_REG_9, BPF_REG_7, L_DST4);
-  JA(p, L_PAIR4); /* equal ports: r7 holds the port */
+  by_ports(p, L_SRC4, L_DST4, L_PAIR4);
   label(p, L_SRC4);
   emit(p, LD_ABS(BPF_W, 12));
   emit(p, MOV32_REG(BPF_REG_8, BPF_REG_0));
@@ -158,9 +169,7 @@ static void build(prog_t *p, uint32_t seed) {
   /* IPv6: ports only when the transport header follows the fixed header. */
   label(p, L_V6);
   emit(p, LD_ABS(BPF_B, 6));
-  jump(p, BPF_JEQ, 0, BPF_REG_0, 6, L_L4V6);
-  jump(p, BPF_JEQ, 0, BPF_REG_0, 17, L_L4V6);
-  jump(p, BPF_JEQ, 0, BPF_REG_0, 132, L_L4V6);
+  if_ported(p, L_L4V6);
   label(p, L_ADDR6);
   emit(p, MOV32_IMM(BPF_REG_7, 0));
   label(p, L_PAIR6);
@@ -172,9 +181,7 @@ static void build(prog_t *p, uint32_t seed) {
   emit(p, MOV32_REG(BPF_REG_7, BPF_REG_0));
   emit(p, LD_ABS(BPF_H, 42));
   emit(p, MOV32_REG(BPF_REG_9, BPF_REG_0));
-  jump(p, BPF_JGT, 1, BPF_REG_7, BPF_REG_9, L_SRC6);
-  jump(p, BPF_JGT, 1, BPF_REG_9, BPF_REG_7, L_DST6);
-  JA(p, L_PAIR6);
+  by_ports(p, L_SRC6, L_DST6, L_PAIR6);
   label(p, L_SRC6);
   fold6(p, 8, 0);
   JA(p, L_MIX);

@@ -209,28 +209,22 @@ test("SCTP services are accepted; timeouts.sctp defaults to the kernel's per-sta
   assert.equal(validateConfig({ ...base, services: [svc({ port: 3868 }), svc({ protocol: 'sctp', port: 3868 })] }).services.length, 2);
 });
 
-test('dataplane.io picks the worker I/O path: auto by default, io_uring or poll; anything else is named', () => {
-  assert.equal(validateConfig({ ...base, services: [svc()] }).dataplane.io, 'auto');
-  for (const io of ['auto', 'io_uring', 'poll'] as const)
-    assert.equal(validateConfig({ dataplane: { ...base.dataplane, io }, services: [svc()] }).dataplane.io, io);
-  rejects(
-    { dataplane: { ...base.dataplane, io: 'epoll' }, services: [svc()] },
-    'dataplane.io',
-    /must be auto, io_uring or poll, got "epoll"/,
-  );
-  rejects({ dataplane: { ...base.dataplane, io: true }, services: [svc()] }, 'dataplane.io', /must be auto, io_uring or poll/);
-});
-
-test('dataplane.steering picks the queue steering: auto by default, ebpf or automq; anything else is named', () => {
-  assert.equal(validateConfig({ ...base, services: [svc()] }).dataplane.steering, 'auto');
-  for (const steering of ['auto', 'ebpf', 'automq'] as const)
-    assert.equal(validateConfig({ dataplane: { ...base.dataplane, steering }, services: [svc()] }).dataplane.steering, steering);
-  rejects(
-    { dataplane: { ...base.dataplane, steering: 'rss' }, services: [svc()] },
-    'dataplane.steering',
-    /must be auto, ebpf or automq, got "rss"/,
-  );
-});
+for (const { field, values, bad, msg, what } of [
+  { field: 'io', values: ['auto', 'io_uring', 'poll'], bad: 'epoll', msg: 'must be auto, io_uring or poll', what: 'the worker I/O path' },
+  { field: 'steering', values: ['auto', 'ebpf', 'automq'], bad: 'rss', msg: 'must be auto, ebpf or automq', what: 'the queue steering' },
+] as const) {
+  test(`dataplane.${field} picks ${what}: auto by default, ${values.slice(1).join(' or ')}; anything else is named`, () => {
+    assert.equal(validateConfig({ ...base, services: [svc()] }).dataplane[field], 'auto');
+    for (const v of values)
+      assert.equal(validateConfig({ dataplane: { ...base.dataplane, [field]: v }, services: [svc()] }).dataplane[field], v);
+    rejects(
+      { dataplane: { ...base.dataplane, [field]: bad }, services: [svc()] },
+      `dataplane.${field}`,
+      new RegExp(`${msg}, got "${bad}"`),
+    );
+    rejects({ dataplane: { ...base.dataplane, [field]: true }, services: [svc()] }, `dataplane.${field}`, new RegExp(msg));
+  });
+}
 
 test('proxyProtocol: per service (the default of its servers) or per real server, full-NAT TCP only, refused elsewhere with the reason', () => {
   const fb = { dataplane: { vipCidrs: ['10.96.0.0/24'], fullnat: { addresses: ['10.99.0.1'] } } };
