@@ -240,11 +240,15 @@ export class Lab {
     return file;
   }
 
-  /** Starts uvsd in the LB namespace (node started with nodeArgs, e.g. --cpu-prof) and waits for its API socket. */
-  async startUvsd(configFile: string, timeoutMs = 15000, nodeArgs: string[] = []): Promise<ChildProcess> {
+  /**
+   * Starts uvsd in the LB namespace (node started with nodeArgs, e.g. --cpu-prof; the whole command
+   * behind `wrap`, e.g. setpriv dropping capabilities) and waits for its API socket.
+   */
+  async startUvsd(configFile: string, timeoutMs = 15000, nodeArgs: string[] = [], wrap: string[] = []): Promise<ChildProcess> {
     const log = openSync(join(this.dir, 'uvsd.log'), 'a');
     rmSync(this.socket, { force: true }); // a killed uvsd leaves its socket behind
-    const child = this.spawn(this.lbNs, process.execPath, [...nodeArgs, join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', configFile], {
+    const cmd = [...wrap, process.execPath, ...nodeArgs, join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', configFile];
+    const child = this.spawn(this.lbNs, cmd[0]!, cmd.slice(1), {
       stdio: ['ignore', log, log],
     });
     this.uvsd = child;

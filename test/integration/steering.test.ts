@@ -6,12 +6,18 @@
  * both directions of a masq connection must share a queue, and the queue must not depend on the
  * queue a packet was written from. A control run without the program shows what the device does
  * on its own (the queue that last wrote the flow), so the checks above cannot pass by accident.
+ * Then uvsd without CAP_BPF and CAP_SYS_ADMIN, as in a container: auto falls back to the device's
+ * steering and says why, traffic flows; a forced ebpf refuses to start, naming the reason.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomInt } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { StatsResponse } from '../../control/api-types';
+import { apiCall } from '../../control/client';
+import { Lab, LAB_VIP } from '../../lab/lab';
 import { steeringQueue } from '../../lb/steering';
 import { checksum, put16, put32 } from '../../net/packet';
 
@@ -203,5 +209,54 @@ describe('queue steering on a real multi-queue TUN device', {
     assert.ok(pairsSplit > 0, 'every masq pair shared a queue without the program');
     const asKeyed = cs.filter((c, i) => r.queues[i] === steeringQueue(c.pkt, seed, 2)).length;
     assert.ok(asKeyed < cs.length * 0.8, `${asKeyed} of ${cs.length} on the key's queue without the program`);
+  });
+});
+
+describe('uvsd without CAP_BPF and CAP_SYS_ADMIN (a container)', {
+  skip: isRoot ? false : 'needs root (network namespaces, TUN)',
+  timeout: 120_000,
+}, () => {
+  const lab = new Lab({ prefix: `uvsc${process.pid % 100000}` });
+  // setpriv drops them from the bounding set before uvsd's node is executed: it never has them.
+  const noBpf = ['setpriv', '--bounding-set=-bpf,-sys_admin', '--'];
+  const services = [
+    { protocol: 'tcp', address: LAB_VIP, port: 80, scheduler: 'rr', realServers: lab.rsAddrs.map((a) => ({ address: a, port: 8080 })) },
+  ];
+  before(async () => {
+    lab.up();
+    await lab.waitServers();
+  });
+  after(async () => {
+    await lab.stopUvsd();
+    lab.down();
+  });
+
+  test('steering auto: the device keeps its own steering, uvsd says why, and traffic flows', async () => {
+    await lab.startUvsd(lab.writeConfig(lab.config(services)), 15000, [], noBpf);
+    const st = (await apiCall<StatsResponse>(lab.socket, 'GET', '/v1/stats')).body;
+    assert.equal(st.steering.path, 'automq');
+    assert.match(st.steering.reason ?? '', /^bpf\(BPF_PROG_LOAD\): Operation not permitted/);
+    const listing = execFileSync(
+      process.execPath,
+      [join(ROOT, 'dist', 'control', 'uvsadm.js'), '--socket', lab.socket, '-L', '--workers'],
+      {
+        encoding: 'utf8',
+      },
+    );
+    assert.match(listing, /^Queue steering: automq \(bpf\(BPF_PROG_LOAD\): Operation not permitted\)$/m);
+    assert.match(readFileSync(join(lab.dir, 'uvsd.log'), 'utf8'), /queue steering: eBPF program refused, using the device's flow table/);
+    const servers = new Set<string>();
+    for (let i = 0; i < 6; i++) servers.add(lab.exec(lab.clientNs, 'curl', ['-s', '-m', '5', `http://${LAB_VIP}/`]).trim());
+    assert.equal(servers.size, 3, `rr over three servers without the program: ${[...servers].join(', ')}`);
+    await lab.stopUvsd();
+  });
+
+  test('steering ebpf: uvsd refuses to start and names the reason', async () => {
+    const cfg = lab.writeConfig(lab.config(services, { dataplane: { steering: 'ebpf' } }), 'forced.yaml');
+    await assert.rejects(lab.startUvsd(cfg, 15000, [], noBpf), /uvsd exited with [1-9]/);
+    assert.match(
+      readFileSync(join(lab.dir, 'uvsd.log'), 'utf8'),
+      /dataplane\.steering is ebpf but the program cannot be attached: bpf\(BPF_PROG_LOAD\): Operation not permitted/,
+    );
   });
 });
