@@ -134,11 +134,15 @@ export async function routeClientSources(lab: Lab): Promise<void> {
 
 /**
  * The same TCP settings in every namespace of the lab, written out rather than left to the
- * kernel's defaults: the client's port range (28 232 ports), TIME_WAIT reuse for outgoing
- * connections to loopback only (so a port whose 4-tuple the client holds in TIME_WAIT is skipped),
- * TCP timestamps on.
+ * kernel's defaults: the client's port range (28 232 ports), TCP timestamps on, and TIME_WAIT
+ * reuse for outgoing connections (tcp_tw_reuse=1: a port whose 4-tuple the client holds in
+ * TIME_WAIT is taken again after 1 s, its timestamps newer). Through a proxy, wrk closes first (it
+ * has the whole response before the proxy's FIN), so the client holds a TIME_WAIT socket per
+ * connection; with the kernel's default (2: loopback only) they filled the even ports connect()
+ * tries first, and once a proxy target had made ~14 k connections within 60 s every connect()
+ * scanned them all — its connections/s fell to 330–4 000 (perf/LOG.md, 2026-12-02).
  */
-export const LAB_SYSCTLS = ['net.ipv4.ip_local_port_range=32768 60999', 'net.ipv4.tcp_tw_reuse=2', 'net.ipv4.tcp_timestamps=1'];
+export const LAB_SYSCTLS = ['net.ipv4.ip_local_port_range=32768 60999', 'net.ipv4.tcp_tw_reuse=1', 'net.ipv4.tcp_timestamps=1'];
 
 export async function setLabSysctls(lab: Lab): Promise<void> {
   for (const ns of [lab.clientNs, lab.lbNs, ...lab.rsNs]) await runOk('sysctl', ['-qw', ...LAB_SYSCTLS], { ns, timeoutMs: 5000 });
