@@ -246,9 +246,8 @@ export class Dataplane {
   private readonly slots: WorkerSlot[] = [];
   /** The path workers are started on (decided once at start from `io` and the kernel). */
   private ioPath: IoPath = 'poll';
-  /** How the device picks a packet's queue, and why not ebpf when it is not (null: asked for automq). */
-  private steeringPath: SteeringPath = 'automq';
-  private steeringReason: string | null = null;
+  /** How the device picks a packet's queue, and why not ebpf under auto (decided once at start). */
+  private steer: { path: SteeringPath; reason: string | null } = { path: 'automq', reason: null };
   private rules = new Map<string, ReplyRule>();
   private stopping = false;
   /** Called when a worker died and was restarted (id, reason). */
@@ -292,7 +291,7 @@ export class Dataplane {
       });
     }
     try {
-      this.chooseSteering(this.slots[0]!.fd);
+      this.steer = this.chooseSteering(this.slots[0]!.fd);
       ip(['link', 'set', 'dev', o.device, 'mtu', String(o.mtu), 'up']);
       // A tunnelled super-packet is cut into segments by the worker, at most MAX_OUT of them:
       // the kernel keeps super-packets for the device within that (it segments larger ones).
@@ -352,31 +351,26 @@ export class Dataplane {
    * it, and auto then leaves the device's own steering. A forced ebpf that cannot load is an
    * error. The program lives with the device: worker restarts (new queue fds) keep it.
    */
-  private chooseSteering(fd: number): void {
+  private chooseSteering(fd: number): { path: SteeringPath; reason: string | null } {
     const mode = this.opts.steering;
     if (mode === 'automq') {
-      this.steeringPath = 'automq';
-      this.steeringReason = null;
       this.log.info({ steering: 'automq', mode }, "queue steering: the device's flow table (dataplane.steering: automq)");
-      return;
+      return { path: 'automq', reason: null };
     }
     const why = tunAddon().steerAttach(fd, randomInt(0, 2 ** 32));
     if (why === '') {
-      this.steeringPath = 'ebpf';
-      this.steeringReason = null;
       this.log.info({ steering: 'ebpf', mode }, "queue steering: eBPF program, keyed on the client's endpoint");
-      return;
+      return { path: 'ebpf', reason: null };
     }
     if (mode === 'ebpf')
       throw new DataplaneError('UVS_ERR_DATAPLANE_SETUP', `dataplane.steering is ebpf but the program cannot be attached: ${why}`);
-    this.steeringPath = 'automq';
-    this.steeringReason = why;
     this.log.warn({ steering: 'automq', mode, reason: why }, "queue steering: eBPF program refused, using the device's flow table");
+    return { path: 'automq', reason: why };
   }
 
   /** How the device picks each packet's queue (GET /v1/stats, uvs_dataplane_steering). */
-  steering(): { path: SteeringPath; reason: string | null } {
-    return { path: this.steeringPath, reason: this.steeringReason };
+  steering(): { readonly path: SteeringPath; readonly reason: string | null } {
+    return this.steer;
   }
 
   /**

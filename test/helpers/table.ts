@@ -41,20 +41,20 @@ export function key(proto: number, src: number, ports: number, dst: number, hi: 
   return k;
 }
 
-/** findIn under the bucket lock, as the control thread calls it. */
-export function findIn(t: ConnTable, proto: number, c: number, cp: number, v: number, hi: ArrayLike<number> | null = null): number {
-  const b = t.bucketIn(proto, c, cp, v, hi);
+/** find(b) under bucket b's lock, as the control thread looks a flow up. */
+function locked(t: ConnTable, b: number, find: (b: number) => number): number {
   t.lockBucket(b);
-  const e = t.findIn(b, proto, c, cp, v, hi);
+  const e = find(b);
   t.unlockBucket(b);
   return e;
 }
 
+/** findIn under the bucket lock. */
+export function findIn(t: ConnTable, proto: number, c: number, cp: number, v: number, hi: ArrayLike<number> | null = null): number {
+  return locked(t, t.bucketIn(proto, c, cp, v, hi), (b) => t.findIn(b, proto, c, cp, v, hi));
+}
+
 /** findOut under the bucket lock. */
 export function findOut(t: ConnTable, proto: number, d: number, dp: number, l: number, hi: ArrayLike<number> | null = null): number {
-  const b = t.bucketOut(proto, d, dp, l, hi);
-  t.lockBucket(b);
-  const e = t.findOut(b, proto, d, dp, l, hi);
-  t.unlockBucket(b);
-  return e;
+  return locked(t, t.bucketOut(proto, d, dp, l, hi), (b) => t.findOut(b, proto, d, dp, l, hi));
 }

@@ -19,6 +19,7 @@ import type { StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { Lab, LAB_VIP } from '../../lab/lab';
 import { steeringQueue } from '../../lb/steering';
+import { parseIPv4, parseIPv6 } from '../../net/addr';
 import { checksum, put16, put32 } from '../../net/packet';
 
 const ROOT = join(__dirname, '..', '..', '..');
@@ -26,10 +27,6 @@ const PROBE = join(ROOT, 'dist', 'test', 'helpers', 'steer-probe.js');
 const isRoot = process.getuid?.() === 0;
 const NS = `uvst${process.pid % 100000}-steer`;
 const DEV = 'uvsteer0';
-
-function v4(a: string): number {
-  return a.split('.').reduce((s, x) => s * 256 + Number(x), 0) >>> 0;
-}
 
 /** IPv4 packet: proto 6/17 with ports (TCP: 20-byte header; UDP: 8), or 1 (ICMP echo); a marker in the payload. */
 function pkt4(o: { src: string; dst: string; proto: number; sport?: number; dport?: number; frag?: number; mark: number }): Uint8Array {
@@ -41,8 +38,8 @@ function pkt4(o: { src: string; dst: string; proto: number; sport?: number; dpor
   put16(b, 6, o.frag ?? 0);
   b[8] = 64;
   b[9] = o.proto;
-  put32(b, 12, v4(o.src));
-  put32(b, 16, v4(o.dst));
+  put32(b, 12, parseIPv4(o.src)!);
+  put32(b, 16, parseIPv4(o.dst)!);
   if (o.proto === 6 || o.proto === 17) {
     put16(b, 20, o.sport!);
     put16(b, 22, o.dport!);
@@ -57,16 +54,6 @@ function pkt4(o: { src: string; dst: string; proto: number; sport?: number; dpor
   return b;
 }
 
-function v6(a: string): Uint8Array {
-  const [hi, lo] = a.split('::') as [string, string | undefined];
-  const h = hi ? hi.split(':') : [];
-  const l = lo ? lo.split(':') : [];
-  const words = [...h, ...Array(8 - h.length - l.length).fill('0'), ...l].map((w) => parseInt(w, 16));
-  const b = new Uint8Array(16);
-  words.forEach((w, i) => put16(b, i * 2, w));
-  return b;
-}
-
 /** IPv6 packet: next header 17 (UDP) with ports, or 58 (ICMPv6 echo); a marker in the payload. */
 function pkt6(o: { src: string; dst: string; next: number; sport?: number; dport?: number; mark: number }): Uint8Array {
   const b = new Uint8Array(40 + 8 + 4);
@@ -74,8 +61,8 @@ function pkt6(o: { src: string; dst: string; next: number; sport?: number; dport
   put16(b, 4, 12);
   b[6] = o.next;
   b[7] = 64;
-  b.set(v6(o.src), 8);
-  b.set(v6(o.dst), 24);
+  parseIPv6(o.src)!.forEach((w, i) => put32(b, 8 + 4 * i, w));
+  parseIPv6(o.dst)!.forEach((w, i) => put32(b, 24 + 4 * i, w));
   if (o.next === 17) {
     put16(b, 40, o.sport!);
     put16(b, 42, o.dport!);
