@@ -46,11 +46,35 @@ export async function answers(port: number): Promise<boolean> {
   }
 }
 
-/** Starts `redis-server` on 127.0.0.1:port with no persistence (extra arguments appended) and waits for it. */
-export async function startRedis(port: number, extra: string[] = [], bin = 'redis-server'): Promise<ChildProcess> {
-  const p = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extra], { stdio: 'ignore' });
-  await waitFor(`${bin} on ${port}`, () => answers(port));
+/**
+ * Starts `bin args` and waits until it answers PING on 127.0.0.1:port. A server that exits first
+ * (a port taken, a bad config) fails at once with its exit code and the end of its output.
+ */
+export async function startServer(bin: string, args: string[], port: number): Promise<ChildProcess> {
+  const p = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  const keep = (d: Buffer) => {
+    out = (out + d.toString()).slice(-2000);
+  };
+  p.stdout!.on('data', keep);
+  p.stderr!.on('data', keep);
+  let exited: string | null = null;
+  p.once('exit', (code, signal) => {
+    exited = `${bin} on ${port} exited (${signal ?? code}) before it answered; its output:\n${out}`;
+  });
+  p.once('error', (e) => {
+    exited = `${bin}: ${e.message}`;
+  });
+  await waitFor(`${bin} on ${port}`, async () => {
+    if (exited) throw new Error(exited);
+    return answers(port);
+  });
   return p;
+}
+
+/** Starts `redis-server` on 127.0.0.1:port with no persistence (extra arguments appended) and waits for it. */
+export function startRedis(port: number, extra: string[] = [], bin = 'redis-server'): Promise<ChildProcess> {
+  return startServer(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extra], port);
 }
 
 export const VIP = '10.96.0.10';

@@ -7,7 +7,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { execFileSync, type ChildProcess } from 'node:child_process';
 import Redis from 'ioredis';
 import pino from 'pino';
 import * as L from '../../conntrack/layout';
@@ -17,6 +17,8 @@ import { TCP_ESTABLISHED, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { parseIPv4 } from '../../net/addr';
 import { FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
+import { startRedis as startSharedRedis } from '../helpers/sync-node';
+import { freePorts } from '../helpers/ports';
 import { makeProcessor } from '../helpers/processor';
 
 const hasRedis = (() => {
@@ -27,8 +29,7 @@ const hasRedis = (() => {
   }
 })();
 const skip = hasRedis ? false : 'redis-server missing';
-const PORT = 26000 + (process.pid % 5000);
-const HUNG_PORT = PORT + 1;
+const [PORT, HUNG_PORT] = freePorts(2) as [number, number];
 const VIP = '10.96.0.10';
 const RS = ['10.1.0.1', '10.1.0.2', '10.1.0.3'];
 const SERVICE = `tcp ${VIP}:80`;
@@ -46,20 +47,8 @@ const waitFor = async (what: string, ok: () => boolean | Promise<boolean>, ms = 
 };
 
 async function startRedis(port: number): Promise<ChildProcess> {
-  const p = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const p = await startSharedRedis(port);
   servers.push(p);
-  await waitFor(`redis-server on ${port}`, async () => {
-    const c = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-    c.on('error', () => undefined);
-    try {
-      await c.connect();
-      return (await c.ping()) === 'PONG';
-    } catch {
-      return false;
-    } finally {
-      c.disconnect();
-    }
-  });
   return p;
 }
 

@@ -13,6 +13,7 @@ import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { FORWARD } from '../../lb/verdict';
 import { connect } from 'node:net';
 import { field6, tcp6 } from '../helpers/packets';
+import { freePorts } from '../helpers/ports';
 import { makeProcessor } from '../helpers/processor';
 import { needTool, waitFor as waitUntil } from '../helpers/wait';
 
@@ -23,7 +24,7 @@ const hasRedis = (() => {
     return false;
   }
 })();
-const PORT = 21000 + (process.pid % 5000);
+const [PORT] = freePorts(1) as [number];
 const VIP = 'fd00:96::10';
 const CLIENT = '2001:db8:1::100';
 const RS = ['fd00:10::1', 'fd00:10::2', 'fd00:10::3'];

@@ -17,11 +17,12 @@ import type { ChildProcess } from 'node:child_process';
 import { TCPF_ACK } from '../../conntrack/state';
 import { FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
+import { freePorts } from '../helpers/ports';
 import { hasCommand, sleep, startRedis, syncNode, VIP, waitFor, openFlow, storedPorts, type SyncNode } from '../helpers/sync-node';
 
 const skip = hasCommand('redis-server') ? false : 'redis-server missing';
-const PORT = 41000 + (process.pid % 4000) * 2; // and PORT + 1 (restarted)
-const LATE_PORT = 50000 + (process.pid % 4000); // nothing listens until the catch-up test starts it
+// PORT + 1 is the restarted server's; nothing listens on LATE_PORT until the catch-up test starts it.
+const [PORT, , LATE_PORT] = freePorts(3) as [number, number, number];
 const servers: ChildProcess[] = [];
 after(() => {
   for (const p of servers) p.kill('SIGKILL');

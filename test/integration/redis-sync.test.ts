@@ -15,11 +15,11 @@ import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
+import { freePorts } from '../helpers/ports';
 import { hasCommand, RS, startRedis, syncNode, VIP, waitFor, openFlow, storedPorts, type SyncNode } from '../helpers/sync-node';
 
 const skip = hasCommand('redis-server') ? false : 'redis-server missing';
-const PORT = 31000 + (process.pid % 4000) * 2; // and PORT + 1: below the Sentinel test's 36000+
-const LATE_PORT = PORT + 1;
+const [PORT, LATE_PORT] = freePorts(2) as [number, number];
 const servers: ChildProcess[] = [];
 let w: Redis;
 

@@ -9,7 +9,6 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,14 +16,12 @@ import Redis from 'ioredis';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { DROP, FORWARD } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
-import { answers, hasCommand, sleep, startRedis, syncNode, VIP, waitFor } from '../helpers/sync-node';
+import { freePorts } from '../helpers/ports';
+import { hasCommand, sleep, startRedis, startServer, syncNode, VIP, waitFor } from '../helpers/sync-node';
 
 const missing = ['redis-server', 'redis-sentinel'].filter((c) => !hasCommand(c));
 const skip = missing.length ? `${missing.join(', ')} missing` : false;
-const BASE = 36000 + (process.pid % 5000) * 3;
-const MASTER = BASE;
-const REPLICA = BASE + 1;
-const SENTINEL = BASE + 2;
+const [MASTER, REPLICA, SENTINEL] = freePorts(3) as [number, number, number];
 const NAME = 'uvsm';
 const procs: ChildProcess[] = [];
 const dir = mkdtempSync(join(tmpdir(), 'uvs-sentinel-'));
@@ -83,8 +80,7 @@ test('Sentinel failover during traffic: forwarding goes on, the nodes follow the
       '',
     ].join('\n'),
   );
-  procs.push(spawn('redis-sentinel', [conf], { stdio: 'ignore' }));
-  await waitFor('the sentinel', () => answers(SENTINEL));
+  procs.push(await startServer('redis-sentinel', [conf], SENTINEL));
   await waitFor('the sentinel to know the replica', async () => ((await sentinel('replicas', NAME)) as unknown[]).length === 1);
 
   const P = 's:';
