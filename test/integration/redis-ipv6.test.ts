@@ -6,7 +6,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { execFileSync, type ChildProcess } from 'node:child_process';
 import pino from 'pino';
 import { RedisSync } from '../../conntrack/redis-sync';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
@@ -14,6 +14,7 @@ import { FORWARD } from '../../lb/verdict';
 import { connect } from 'node:net';
 import { field6, tcp6 } from '../helpers/packets';
 import { freePorts } from '../helpers/ports';
+import { startRedis } from '../helpers/sync-node';
 import { makeProcessor } from '../helpers/processor';
 import { needTool, waitFor as waitUntil } from '../helpers/wait';
 
@@ -95,8 +96,7 @@ const waitFor = async (what: string, ok: () => boolean, ms = 20000) => {
 
 before(async () => {
   if (!hasRedis) return;
-  redis = spawn('redis-server', ['--port', String(PORT), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  await waitUntil('redis-server to answer PING', async () => (await redisCmd('PING')).startsWith('+PONG'));
+  redis = await startRedis(PORT);
 });
 after(() => {
   redis?.kill('SIGKILL');
