@@ -23,6 +23,7 @@ if [ "${1:-}" != "--no-system" ] && [ "$(id -u)" = 0 ]; then
   have bird || need+=(bird2) # BGP speaker of the ECMP lab (lab/ecmp-lab.ts)
   have nginx || [ -x /usr/sbin/nginx ] || need+=(nginx) # PROXY protocol lab: a real server that reads the header
   have redis-sentinel || need+=(redis-sentinel)
+  have nft || [ -x /usr/sbin/nft ] || need+=(nftables) # the labs cut links and drop packets with it (failover, SYN proxy loss)
   if [ ${#need[@]} -gt 0 ]; then
     echo "uvs: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
