@@ -349,7 +349,7 @@ export class Dataplane {
    * uvs's steering program (lb/native/steer.c) where it is asked for or allowed (auto): a bpf()
    * the process may not make (seccomp, no CAP_BPF/CAP_SYS_ADMIN) or a kernel before 4.16 refuses
    * it, and auto then leaves the device's own steering. A forced ebpf that cannot load is an
-   * error. The program lives with the device: worker restarts (new queue fds) keep it.
+   * error. The program lives with the device; a restarted worker reads the same queue fd.
    */
   private chooseSteering(fd: number): { path: SteeringPath; reason: string | null } {
     const mode = this.opts.steering;

@@ -227,8 +227,8 @@ for (const [path, steering] of [
       assert.equal(sum, blobSha256(22, bytes));
     });
 
-    // The program belongs to the device, which outlives the queues the restart closed and
-    // reopened; the kernel has no getter for it, so this checks what it does. With it, each
+    // The program belongs to the device (the queues stay open in the main thread across a
+    // worker's restart); the kernel has no getter for it, so this checks what it does. With it, each
     // connection's packets, both ways, are written by one worker. With the device's own table
     // (the poll lab: the control), the server's SYN-ACK takes the queue its hash picks — the
     // flow is learnt only after the SYN is delivered (docs/steering.md) — so about half the
