@@ -63,6 +63,13 @@ export class PacketContext {
   spMinute = 0;
   tsNow = 0;
   readonly spW = new Int32Array(L.SP_WORDS);
+  /**
+   * Queue steering by uvs's program (lb/steering.ts, docs/steering.md): its seed, this worker's
+   * queue and the device's number of queues; steerQueues ≤ 1 when the program does not steer.
+   */
+  steerSeed = 0;
+  steerQueue = 0;
+  steerQueues = 0;
 
   // ── the current packet ───────────────────────────────────────────────────────────────────
   /** The caller's region: generated packets go there, and what the packet got. */

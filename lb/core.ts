@@ -98,6 +98,16 @@ export class PacketProcessor {
     this.c.ringBytes = new Uint8Array(sab);
   }
 
+  /**
+   * The device steers by uvs's program with this seed over `queues` queues, and this worker reads
+   * queue `queue`: full-NAT then prefers pool ports whose replies come back to it (./xmit.ts).
+   */
+  setSteering(seed: number, queue: number, queues: number): void {
+    this.c.steerSeed = seed | 0;
+    this.c.steerQueue = queue;
+    this.c.steerQueues = queues;
+  }
+
   /** A new configuration, between batches. */
   setSnapshot(s: Snapshot): void {
     this.c.snapshot = s;

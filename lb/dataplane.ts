@@ -248,6 +248,8 @@ export class Dataplane {
   private ioPath: IoPath = 'poll';
   /** How the device picks a packet's queue, and why not ebpf under auto (decided once at start). */
   private steer: { path: SteeringPath; reason: string | null } = { path: 'automq', reason: null };
+  /** The program's seed (the workers' full-NAT port choice needs it). */
+  private steerSeed = 0;
   private rules = new Map<string, ReplyRule>();
   private stopping = false;
   /** Called when a worker died and was restarted (id, reason). */
@@ -357,8 +359,10 @@ export class Dataplane {
       this.log.info({ steering: 'automq', mode }, "queue steering: the device's flow table (dataplane.steering: automq)");
       return { path: 'automq', reason: null };
     }
-    const why = tunAddon().steerAttach(fd, randomInt(0, 2 ** 32));
+    const seed = randomInt(0, 2 ** 32);
+    const why = tunAddon().steerAttach(fd, seed);
     if (why === '') {
+      this.steerSeed = seed;
       this.log.info({ steering: 'ebpf', mode }, "queue steering: eBPF program, keyed on the client's endpoint");
       return { path: 'ebpf', reason: null };
     }
@@ -417,6 +421,7 @@ export class Dataplane {
       snapshotPort: port2,
       ctl: s.ctl.buffer as SharedArrayBuffer,
       io: this.ioPath,
+      steer: this.steer.path === 'ebpf' ? { seed: this.steerSeed, queues: this.slots.length } : null,
     };
     const w = new Worker(join(__dirname, 'worker.js'), { workerData: init, transferList: [port2] });
     s.worker = w;

@@ -11,7 +11,9 @@
  *   - anything else: 0.
  *   h = (((addr ^ seed) · 0x9e3779b1) ^ port) · 0x85ebca6b  (32 bits); value = h >>> 16;
  *   queue = value mod queues (the kernel's tun_ebpf_select_queue).
- * Not for the packet path: the kernel runs the program.
+ * The kernel runs the program; steeringValue/steeringQueue are its specification and not for the
+ * packet path. steeringHash is also used there, allocation-free: full-NAT picks pool ports whose
+ * server→client packets the program steers to the worker's own queue (lb/xmit.ts).
  */
 
 function w32(b: Uint8Array, o: number): number {
@@ -24,11 +26,13 @@ function fold6(b: Uint8Array, o: number): number {
   return (w32(b, o) ^ w32(b, o + 4) ^ w32(b, o + 8) ^ w32(b, o + 12)) >>> 0;
 }
 
-function mix(addr: number, port: number, seed: number): number {
+/** The program's value for the key (addr, port): addr a 32-bit word (IPv6: folded by xor). */
+export function steeringHash(addr: number, port: number, seed: number): number {
   let h = Math.imul((addr ^ seed) >>> 0, 0x9e3779b1) >>> 0;
   h = Math.imul((h ^ port) >>> 0, 0x85ebca6b) >>> 0;
   return h >>> 16;
 }
+const mix = steeringHash;
 
 const PORTED = new Set([6, 17, 132]);
 

@@ -31,7 +31,8 @@
  *  - the path cut short at known points by the packet itself (nothing stubbed): a TCP header that
  *    fails its length check (parse only), an RST to the service port without an entry (+ inbound
  *    hash, lookup miss, service lookup), a SYN refused by drop_packet at rate 1 (+ the checks);
- *  - the whole SYN path with rr, wlc and mh, with the per-source limit on, with Redis sync on;
+ *  - the whole SYN path with rr, wlc and mh, with the per-source limit on, with Redis sync on,
+ *    full-NAT, and full-NAT with pool ports chosen by queue (queue steering, 2 queues);
  *  - the whole rr SYN path against itself with one step stubbed (a prototype patch on one copy):
  *    the difference is that step's cost in place, inlining and cache misses included;
  *  - each step alone, in a loop over the 2000 flows' keys (its cost out of context).
@@ -112,11 +113,20 @@ function load(root = DIST): Mods {
 }
 
 /** One copy's world: table, processor, the 2000 SYNs (as perf/packet-path.ts sets it up). */
-function setup(m: Mods, scheduler: string) {
+function setup(m: Mods, scheduler: string, forwarding: 'masq' | 'fullnat' = 'masq') {
   const { L, T } = m;
   const cfg = m.C.validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24'], workers: 1, tableSize: TABLE, maxRealServers: 16, maxServices: 8 },
-    services: [{ protocol: 'tcp', address: VIP, port: 80, scheduler, realServers: RS.map((a) => ({ address: a, port: 8080 })) }],
+    dataplane: {
+      vipCidrs: ['10.96.0.0/24'],
+      workers: 1,
+      tableSize: TABLE,
+      maxRealServers: 16,
+      maxServices: 8,
+      ...(forwarding === 'fullnat' ? { fullnat: { addresses: ['10.99.0.1'] } } : {}),
+    },
+    services: [
+      { protocol: 'tcp', address: VIP, port: 80, scheduler, forwarding, realServers: RS.map((a) => ({ address: a, port: 8080 })) },
+    ],
   });
   const rsSab = T.createRealServerRegion(16);
   const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
@@ -356,6 +366,11 @@ function runPath(): void {
     synSide('SYN rr, per-source limit on (not reached)', src),
     synSide('SYN rr, sync on (ring event per SYN)', sync, () => Atomics.store(r, L.RG_SYNC_HEAD, r[L.RG_SYNC_TAIL]!)),
   ]);
+  // Full-NAT: a pool port per flow; with queue steering, one whose replies the program steers to
+  // this worker (lb/xmit.ts steeredPort; worker 0 of 2 queues).
+  const steered = setup(load(), 'rr', 'fullnat');
+  steered.proc.setSteering(0x5eed1234, 0, 2);
+  race([synSide('SYN rr, full-NAT', setup(load(), 'rr', 'fullnat')), synSide('SYN rr, full-NAT, ports by queue (2 queues)', steered)]);
 }
 
 /** The rr SYN path against itself with one step stubbed. */
@@ -599,6 +614,11 @@ function main(): void {
       `   +${diff('SYN rr: whole path', 'SYN rr, per-source limit on (not reached)').toFixed(0)}`,
     );
     line('SYN rr, sync on (ring event per SYN)', `   +${diff('SYN rr: whole path', 'SYN rr, sync on (ring event per SYN)').toFixed(0)}`);
+    line('SYN rr, full-NAT', `   +${diff('SYN rr: whole path', 'SYN rr, full-NAT').toFixed(0)}`);
+    line(
+      'SYN rr, full-NAT, ports by queue (2 queues)',
+      `   +${diff('SYN rr, full-NAT', 'SYN rr, full-NAT, ports by queue (2 queues)').toFixed(0)}`,
+    );
   }
   const stubs = Object.entries(STUBS).filter(([n]) => has(`${n}: SYN rr`));
   if (stubs.length > 0) console.log('\nthe rr SYN path against itself with one step stubbed, in one process (step = the difference):');

@@ -62,6 +62,14 @@ for (const [path, steering] of [
       {
         protocol: 'tcp',
         address: LAB_VIP,
+        port: 82,
+        scheduler: 'rr',
+        forwarding: 'fullnat',
+        realServers: rs.map((a) => ({ address: a, port: 8080 })),
+      },
+      {
+        protocol: 'tcp',
+        address: LAB_VIP,
         port: 9007,
         scheduler: 'rr',
         forwarding: 'tunnel',
@@ -79,7 +87,9 @@ for (const [path, steering] of [
             detached: true,
           })
           .unref();
-      const cfg = lab.config(services, { dataplane: { io: path, steering, tunnelSource: '10.200.1.1' } });
+      const cfg = lab.config(services, {
+        dataplane: { io: path, steering, tunnelSource: '10.200.1.1', fullnat: { addresses: ['10.200.99.1'] } },
+      });
       await lab.startUvsd(lab.writeConfig(cfg));
       const deadline = Date.now() + 15000;
       while (!(await stats()).workers.every((w) => w.ready)) {
@@ -228,35 +238,42 @@ for (const [path, steering] of [
     });
 
     // The program belongs to the device (the queues stay open in the main thread across a
-    // worker's restart); the kernel has no getter for it, so this checks what it does. With it, each
-    // connection's packets, both ways, are written by one worker. With the device's own table
-    // (the poll lab: the control), the server's SYN-ACK takes the queue its hash picks — the
-    // flow is learnt only after the SYN is delivered (docs/steering.md) — so about half the
-    // connections are split across the two workers, one direction each (seen: 4+6, 5+5, 3+8).
-    test('after the restart, the steering holds: with the program each connection is forwarded by one worker', async (t) => {
-      const path = (await stats()).steering.path;
-      const N = 16;
-      const tx = async () => (await stats()).workers.map((w) => w.txPackets);
-      const seen: string[] = [];
-      let split = 0;
-      await sleep(500); // the last packets of the test before
-      for (let i = 0; i < N; i++) {
-        const t0 = await tx();
-        client('curl', ['-s', '-m', '10', '-o', '/dev/null', `http://${LAB_VIP}/blob?bytes=2000&seed=${i}`]);
-        await sleep(200); // the closing FIN and ACKs, and any delayed ACK
-        const d = (await tx()).map((n, k) => n - t0[k]!);
-        seen.push(d.join('+'));
-        assert.ok(
-          d.reduce((a, b) => a + b, 0) >= 8,
-          `connection ${i}: ${d.join('+')} packets written: the handshake, request, answer and close`,
-        );
-        // Split: a second worker wrote two or more of its packets (one may be a stray of another
-        // flow; a split by the device's table is a whole direction, 4 or more).
-        if (d.filter((n) => n >= 2).length > 1) split++;
-      }
-      t.diagnostic(`${path}: ${split} of ${N} connections split; packets written per worker: ${seen.join(', ')}`);
-      if (path === 'ebpf') assert.equal(split, 0, `packets written per worker, each connection: ${seen.join(', ')}`);
-      else assert.ok(split > 0, `the device's table split none of ${N} connections: ${seen.join(', ')}`);
-    });
+    // worker's restart); the kernel has no getter for it, so this checks what it does. With it,
+    // each connection's packets, both ways, are written by one worker: masq by the key (the
+    // client's endpoint both ways), full-NAT because the worker picked a pool port whose replies
+    // the program steers back to it (lb/xmit.ts steeredPort). With the device's own table (the
+    // poll lab: the control), the server's SYN-ACK takes the queue its hash picks — the flow is
+    // learnt only after the SYN is delivered (docs/steering.md) — so about half the connections
+    // are split across the two workers, one direction each (seen: 4+6, 5+5, 3+8).
+    for (const [kind, port] of [
+      ['masq', 80],
+      ['full-NAT', 82],
+    ] as const) {
+      test(`after the restart, the steering holds: with the program each ${kind} connection is forwarded by one worker`, async (t) => {
+        const path = (await stats()).steering.path;
+        const N = 16;
+        const tx = async () => (await stats()).workers.map((w) => w.txPackets);
+        const seen: string[] = [];
+        let split = 0;
+        await sleep(500); // the last packets of the test before
+        for (let i = 0; i < N; i++) {
+          const t0 = await tx();
+          client('curl', ['-s', '-m', '10', '-o', '/dev/null', `http://${LAB_VIP}:${port}/blob?bytes=2000&seed=${i}`]);
+          await sleep(200); // the closing FIN and ACKs, and any delayed ACK
+          const d = (await tx()).map((n, k) => n - t0[k]!);
+          seen.push(d.join('+'));
+          assert.ok(
+            d.reduce((a, b) => a + b, 0) >= 8,
+            `connection ${i}: ${d.join('+')} packets written: the handshake, request, answer and close`,
+          );
+          // Split: a second worker wrote two or more of its packets (one may be a stray of another
+          // flow; a split by the device's table is a whole direction, 4 or more).
+          if (d.filter((n) => n >= 2).length > 1) split++;
+        }
+        t.diagnostic(`${kind}, ${path}: ${split} of ${N} connections split; packets written per worker: ${seen.join(', ')}`);
+        if (path === 'ebpf') assert.equal(split, 0, `packets written per worker, each connection: ${seen.join(', ')}`);
+        else assert.ok(split > 0, `the device's table split none of ${N} connections: ${seen.join(', ')}`);
+      });
+    }
   });
 }
