@@ -661,7 +661,7 @@ export class ConnTable {
    * FLOW_REUSE when `opts` has LOOKUP_NEW (a TCP SYN, an SCTP INIT) and the entry may be replaced
    * by a new connection (conn_reuse_mode=1): it is in TIME_WAIT (SCTP: CLOSED) and no template
    * controls it, or (LOOKUP_EXPIRE_NODEST, ≥ 5.16) its server is quiesced, or it is a SYN-proxied
-   * flow that has ended (CLOSE, TIME_WAIT: spReuse). `ev` as for touch().
+   * flow that has ended (CLOSE, TIME_WAIT: spReuse), copied into v. `ev` as for touch().
    */
   lookupIn(k: FlowKey, v: FlowView, ev: number, opts: number, now: number): number {
     const b = this.bucketIn(k.proto, k.src, k.ports, k.dst, k.hi);
@@ -686,6 +686,7 @@ export class ConnTable {
         (opts & LOOKUP_EXPIRE_NODEST && Atomics.load(this.rs, rsw + L.RS_WEIGHT) === 0) ||
         this.spReuse(o))
     ) {
+      this.view(e, o, v); // what the new connection may keep (lb/core.ts: full-NAT's server and pool port)
       this.unlockBucket(b);
       return FLOW_REUSE;
     }

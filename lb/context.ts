@@ -70,6 +70,17 @@ export class PacketContext {
   steerSeed = 0;
   steerQueue = 0;
   steerQueues = 0;
+  /**
+   * A full-NAT TCP connection in TIME_WAIT that the current SYN replaces (its client reused the
+   * port): its real server's slot (−1: none), address (IPv6: its last word, reuseHi the rest),
+   * ports (rport << 16 | lport) and pool address. The new connection keeps them where it can
+   * (./core.ts newFlow, ./xmit.ts insertFullnat). Set per packet.
+   */
+  reuseRs = -1;
+  reuseDaddr = 0;
+  reuseDports = 0;
+  reuseLaddr = 0;
+  readonly reuseHi = new Int32Array(6);
 
   // ── the current packet ───────────────────────────────────────────────────────────────────
   /** The caller's region: generated packets go there, and what the packet got. */

@@ -19,7 +19,8 @@
  *  - a VIP port without a service → TCP RST / ICMP port unreachable (the host never answers);
  *  - only a TCP segment with SYN and without RST creates a connection; other segments with no
  *    entry get a RST, as the kernel's local stack would answer them;
- *  - a SYN that hits an entry in TIME_WAIT starts a new connection (conn_reuse_mode=1);
+ *  - a SYN that hits an entry in TIME_WAIT starts a new connection (conn_reuse_mode=1); in
+ *    full-NAT it keeps the old one's server and pool port where it may (§3.8, the servers' TIME_WAIT);
  *  - weight 0 keeps existing flows: only scheduling looks at weights;
  *  - SCTP (./sctp.ts, sctp_conn_schedule): only a packet whose first chunk is INIT creates an
  *    entry, an INIT on an entry in CLOSED starts a new one, other chunks without an entry are
@@ -44,7 +45,7 @@ import { FlowKey, FlowView, NewFlow } from '../conntrack/flow';
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
 import { SCTP_EV_INIT } from '../conntrack/sctp-state';
-import { TCPF_ACK, TCPF_RST, TCPF_SYN } from '../conntrack/state';
+import { TCP_TIME_WAIT, TCPF_ACK, TCPF_RST, TCPF_SYN } from '../conntrack/state';
 import {
   type ConnTable,
   FLOW_DEST_GONE,
@@ -276,6 +277,7 @@ export class PacketProcessor {
     // May start a connection (is_new_conn): a TCP SYN, an SCTP INIT.
     const isNew = isSctp ? ev === SCTP_EV_INIT : (ev & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
     const f = c.flow;
+    c.reuseRs = -1;
     const found = t.lookupIn(c.key, f, ev, (isNew ? LOOKUP_NEW : 0) | (c.snapshot.expireNodestConn ? LOOKUP_EXPIRE_NODEST : 0), c.now);
     if (found === FLOW_HIT) {
       this.touched(f);
@@ -298,6 +300,20 @@ export class PacketProcessor {
       // A new SYN (SCTP: INIT) on this entry's ports (ip_vs_in, conn_reuse_mode=1): in TIME_WAIT
       // (SCTP: CLOSED) and not controlled by a persistence template, or its server quiesced with
       // expire_nodest_conn=1 (≥ 5.16), it is a new connection.
+      // Full-NAT TCP in TIME_WAIT: the new connection keeps the server and the pool port, if it
+      // may (newFlow). The server holds its TIME_WAIT socket for that 4-tuple (it closed first,
+      // as an HTTP server does) and takes a new SYN on it only if the SYN's timestamp (or, without
+      // timestamps, its sequence number) is newer (tcp_timewait_state_process). The client derives
+      // both from its own 4-tuple, so a SYN of the same client port is newer; a SYN of another
+      // client, which a new pool port may meet there, is newer or older by chance — about half of
+      // them were refused (PAWS) and waited 1 s for their retransmission (perf/LOG.md).
+      if (isTcp && f.fwd === L.FWD_FULLNAT && f.state === TCP_TIME_WAIT) {
+        c.reuseRs = f.rs;
+        c.reuseDaddr = f.daddr;
+        c.reuseDports = f.dports;
+        c.reuseLaddr = f.laddr;
+        if (c.v6) for (let i = 0; i < 6; i++) c.reuseHi[i] = f.hi[6 + i]!;
+      }
       t.remove(f.entry, false, c.now, proto, c.saddr, c.key.ports);
     }
 
@@ -426,7 +442,8 @@ export class PacketProcessor {
       fwd2 = tv.fwd;
       if (v6) for (let i = 0; i < 3; i++) r.hi[6 + i] = tv.hi[6 + i]!;
     } else {
-      const di = this.schedule(svc, si);
+      const keep = c.reuseRs >= 0 ? this.keptDest(svc) : -1;
+      const di = keep >= 0 ? keep : this.schedule(svc, si);
       if (di < 0) return this.noRealServer(b, proxied);
       const d = svc.dests[di]!;
       const a6 = d.addr6;
@@ -520,6 +537,24 @@ export class PacketProcessor {
   }
 
   /** The service's scheduler picks a real server for the current client packet, under the service's lock (rr is one rotation across workers). */
+  /**
+   * The index in svc of the real server a replaced full-NAT connection had (c.reuseRs, inbound),
+   * if it is still in the service with a weight above 0 and not overloaded as the schedulers
+   * see it; else −1 and the scheduler picks, as for any new connection.
+   */
+  private keptDest(svc: CompiledService): number {
+    const rs = this.c.table.rs;
+    const dests = svc.dests;
+    for (let i = 0; i < dests.length; i++) {
+      const d = dests[i]!;
+      if (d.rs !== this.c.reuseRs) continue;
+      const w = d.rs * L.RS_WORDS;
+      if (Atomics.load(rs, w + L.RS_WEIGHT) <= 0 || (Atomics.load(rs, w + L.RS_FLAGS) & L.RSF_OVERLOAD) !== 0) return -1;
+      return i;
+    }
+    return -1;
+  }
+
   private schedule(svc: CompiledService, si: number): number {
     const s = this.schedulers[si];
     if (s === undefined) return -1; // the kernel asks the scheduler even with an empty list

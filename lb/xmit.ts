@@ -368,6 +368,9 @@ export function insertFullnat(c: PacketContext, r: NewFlow, rport: number, extra
   if (c.fullTags[memo] === tag && ((c.fullUntil[memo]! - c.now) | 0) > 0) return -2;
   const probes = range < FULLNAT_PROBES * 4 ? 0 : FULLNAT_PROBES;
   let e = -2;
+  // The connection this one replaces (its client reused the port: lb/core.ts inbound) had this
+  // server: its pool address and port first, where the server's TIME_WAIT takes our SYN.
+  if (c.reuseRs >= 0 && keepsPort(c, r, rport)) e = tryPort(c, r, rport, c.reuseDports & 0xffff);
   const steered = c.steerQueues > 1 && s.fullnatPortMax > rport;
   const key = steered ? (v6 ? r.hi[9]! ^ r.hi[10]! ^ r.hi[11]! ^ r.laddr : r.laddr) : 0;
   for (let i = 0; i < probes && e === -2; i++) {
@@ -409,6 +412,16 @@ function steeredPort(c: PacketContext, rport: number, key: number): number {
     if (++lport > s.fullnatPortMax) lport = lo;
   }
   return first;
+}
+
+/** Whether r (server and pool address chosen) is the replaced connection's server and pool address, its port in range. */
+function keepsPort(c: PacketContext, r: NewFlow, rport: number): boolean {
+  const s = c.snapshot;
+  const lport = c.reuseDports & 0xffff;
+  if (r.daddr !== c.reuseDaddr || r.laddr !== c.reuseLaddr || c.reuseDports >>> 16 !== rport) return false;
+  if (lport < s.fullnatPortMin || lport > s.fullnatPortMax) return false;
+  if (c.v6) for (let i = 0; i < 6; i++) if (r.hi[6 + i] !== c.reuseHi[i]) return false;
+  return true;
 }
 
 /** Inserts the flow with pool port lport if that port looks free for this server; −2 when taken. */

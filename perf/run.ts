@@ -70,6 +70,7 @@ interface Options {
   /** uvsd's dataplane.io for the uvs target and the scaling series (undefined: uvsd's default). */
   uvsIo: 'auto' | 'io_uring' | 'poll' | undefined;
   uvsSteering: 'auto' | 'ebpf' | 'automq' | undefined;
+  uvsForwarding: 'masq' | 'fullnat' | undefined;
   /** Count the LB processes' syscalls with perf stat. */
   syscalls: boolean;
   /** --profile: where uvsd's CPU profiles go (perf/profile.ts), or null. */
@@ -110,6 +111,8 @@ Options:
   --failures-only         only the failure figures: no comparison targets, no scaling series
   --uvs-io MODE           uvsd's worker I/O path: auto, io_uring or poll (dataplane.io; default auto)
   --uvs-steering MODE     uvsd's queue steering: auto, ebpf or automq (dataplane.steering; default auto)
+  --uvs-forwarding F      uvsd's forwarding for every service: masq (the default) or fullnat (a pool
+                          address of the LB node, 10.200.99.1, is the servers' client)
   --no-syscalls           do not count the LB processes' syscalls (perf stat on the syscall
                           tracepoints costs a little per syscall); wake-ups and context switches
                           come from /proc and are always counted
@@ -159,6 +162,7 @@ export function parseOptions(argv: string[]): Options | 'help' {
     failures: false,
     uvsIo: undefined,
     uvsSteering: undefined,
+    uvsForwarding: undefined,
     syscalls: true,
     profile: null,
     profileV8: false,
@@ -241,6 +245,9 @@ export function parseOptions(argv: string[]): Options | 'help' {
         break;
       case '--uvs-steering':
         o.uvsSteering = list(val(), ['auto', 'ebpf', 'automq'] as const, 'steering')[0];
+        break;
+      case '--uvs-forwarding':
+        o.uvsForwarding = list(val(), ['masq', 'fullnat'] as const, 'forwarding')[0];
         custom = true;
         break;
       case '--no-syscalls':
@@ -504,6 +511,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
       log,
       uvsIo: o.uvsIo,
       uvsSteering: o.uvsSteering,
+      uvsForwarding: o.uvsForwarding,
       ...(o.profile ? { profileDir: o.profile, profileV8: o.profileV8 } : {}),
     };
     if (o.profile) {
@@ -869,6 +877,7 @@ export async function perfCommand(argv: string[]): Promise<number> {
       tables: o.tables,
       ...(o.uvsIo ? { uvsIo: o.uvsIo } : {}),
       ...(o.uvsSteering ? { uvsSteering: o.uvsSteering } : {}),
+      ...(o.uvsForwarding ? { uvsForwarding: o.uvsForwarding } : {}),
     },
     machine,
     tools,

@@ -82,6 +82,8 @@ export interface TargetEnv {
   /** uvsd's worker I/O path (dataplane.io); absent: its default (auto). */
   uvsIo?: 'auto' | 'io_uring' | 'poll';
   uvsSteering?: 'auto' | 'ebpf' | 'automq';
+  /** uvsd's forwarding for every service; absent: masq. fullnat: the pool address FULLNAT_POOL. */
+  uvsForwarding?: 'masq' | 'fullnat';
   /**
    * --profile: uvsd runs with `--perf-basic-prof-only-functions` (JS names for perf record) and
    * `--trace-gc` (every GC with its pause, copied to `<dir>/uvsd-<n>/uvsd.log`).
@@ -94,6 +96,8 @@ export interface TargetEnv {
 const ROOT = join(__dirname, '..', '..');
 
 const VIP = { uvs: '10.200.0.10', nftables: '10.200.0.20', haproxy: '10.200.0.30', nginx: '10.200.0.40', ctun: '10.200.0.50' } as const;
+/** uvsd's full-NAT pool address (--uvs-forwarding fullnat): routed into its device by uvsd, the real servers reach it through their default route. */
+const FULLNAT_POOL = '10.200.99.1';
 
 /**
  * Every target's connections leave the client from an address of their own (issue 16). The
@@ -225,6 +229,7 @@ export class UvsTarget implements Target {
   async setup(): Promise<void> {
     const lab = this.env.lab;
     const rr = (port: number) => lab.rsAddrs.map((address) => ({ address, port }));
+    const fwd = this.env.uvsForwarding ?? 'masq';
     const services = [
       { name: 'sockperf-udp', protocol: 'udp', address: VIP.uvs, port: SP_PORT, scheduler: 'rr', realServers: rr(SP_PORT) },
       { name: 'sockperf-tcp', protocol: 'tcp', address: VIP.uvs, port: SP_PORT, scheduler: 'rr', realServers: rr(SP_PORT) },
@@ -238,7 +243,7 @@ export class UvsTarget implements Target {
         realServers: [{ address: lab.rsAddrs[0]!, port: IPERF_PORT }],
       },
       { name: 'discard', protocol: 'udp', address: VIP.uvs, port: DISCARD_PORT, scheduler: 'rr', realServers: rr(DISCARD_PORT) },
-    ];
+    ].map((s) => ({ ...s, forwarding: fwd }));
     const cfg = lab.config(services, {
       log: { level: 'warn' },
       dataplane: {
@@ -246,6 +251,7 @@ export class UvsTarget implements Target {
         tableSize: this.tableSize,
         ...(this.env.uvsIo ? { io: this.env.uvsIo } : {}),
         ...(this.env.uvsSteering ? { steering: this.env.uvsSteering } : {}),
+        ...(fwd === 'fullnat' ? { fullnat: { addresses: [FULLNAT_POOL] } } : {}),
       },
     });
     const file = lab.writeConfig(cfg, 'uvs-perf.yaml');
