@@ -101,7 +101,8 @@ const FULLNAT_POOL = '10.200.99.1';
 
 /**
  * Every target's connections leave the client from an address of their own (issue 16). The
- * client's TCP timestamps start at an offset drawn per (source, destination address) pair, and
+ * client's TCP timestamps start at a keyed offset (per address pair since Linux 4.13; per 4-tuple
+ * on the 6.18 kernel seen 2026-12-02 — either way unrelated between targets), and
  * direct, uvs, ctun and nftables all reach the real servers with the client's own address and
  * port: with one client address, a target reusing a client port whose 4-tuple a real server
  * still holds in TIME_WAIT (60 s) from another target — the 28 232 ports go round in seconds at
