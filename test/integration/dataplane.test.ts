@@ -361,6 +361,73 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     }
   });
 
+  // A client that reuses its ports at once (it holds no TIME_WAIT: the server closes first) meets
+  // its full-NAT entries in TIME_WAIT; each reuse is a new connection (conn_reuse_mode=1). The
+  // servers hold TIME_WAIT for every (pool address:port, server:port) they served. The new
+  // connection keeps the old server and pool port (lb/core.ts keptDest, docs/ipvs-semantics.md
+  // §3.8), whose TIME_WAIT takes the same client port's SYN; before, it drew another port, which a
+  // small pool has most likely served too — for another client port, with unrelated timestamps —
+  // and about half such SYNs were refused (PAWS) and had to be sent again (with the fix taken out
+  // of the compiled code: 14 of 150 here).
+  test('full-NAT: a client reusing 30 ports for 150 connections is never refused by a server in TIME_WAIT (PAWS)', async () => {
+    const only = [
+      {
+        protocol: 'tcp',
+        address: LAB_VIP,
+        port: 83,
+        scheduler: 'rr',
+        forwarding: 'fullnat',
+        realServers: rs.map((a) => ({ address: a, port: 8080 })),
+      },
+    ];
+    const counters = () => {
+      let paws = 0;
+      for (const ns of lab.rsNs)
+        paws += Number(/TcpExtPAWSTimewait\s+(\d+)/.exec(lab.exec(ns, 'nstat', ['-asz', 'TcpExtPAWSTimewait']))?.[1] ?? 0);
+      const syn = Number(/TcpExtTCPSynRetrans\s+(\d+)/.exec(lab.exec(lab.clientNs, 'nstat', ['-asz', 'TcpExtTCPSynRetrans']))?.[1] ?? 0);
+      return { paws, syn };
+    };
+    await lab.stopUvsd();
+    await lab.startUvsd(lab.writeConfig({ ...labConfig(only, [31000, 31099]), defense: { synProxy: 0 } }, 'uvs-reuse.yaml'));
+    try {
+      const before = counters();
+      const py = [
+        'import socket, time, json',
+        'slow, bad = 0, 0',
+        'for i in range(150):',
+        '    s = socket.socket()',
+        '    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)',
+        '    s.settimeout(5)',
+        '    s.bind(("", 45000 + i % 30))',
+        '    t = time.monotonic()',
+        '    try:',
+        `        s.connect(("${LAB_VIP}", 83))`,
+        '        s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")',
+        '        body = b""',
+        '        while True:',
+        '            d = s.recv(4096)',
+        '            if not d: break',
+        '            body += d',
+        '        if not body.startswith(b"HTTP/1.1 200"): bad += 1',
+        '    except OSError:',
+        '        bad += 1',
+        '    if time.monotonic() - t > 0.5: slow += 1',
+        '    s.close()',
+        'print(json.dumps({"slow": slow, "bad": bad}))',
+      ].join('\n');
+      const r = JSON.parse(lab.exec(lab.clientNs, 'python3', ['-c', py], 120000)) as { slow: number; bad: number };
+      const after = counters();
+      const seen = `${JSON.stringify(r)}; PAWS rejects at the servers ${after.paws - before.paws}, client SYN retransmits ${after.syn - before.syn}`;
+      assert.equal(r.bad, 0, seen);
+      assert.equal(after.paws - before.paws, 0, seen);
+      assert.equal(after.syn - before.syn, 0, seen);
+      assert.equal(r.slow, 0, seen);
+    } finally {
+      await lab.stopUvsd();
+      await lab.startUvsd(configFile);
+    }
+  });
+
   test("IPv6 UDP: answers rotate over the servers; a server's ICMPv6 port unreachable reaches the client; no service is refused", () => {
     const answers = new Set<string>();
     for (let i = 0; i < 6; i++) {
