@@ -327,9 +327,11 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
     }
   });
 
-  test('full-NAT port pool exhaustion: with 2 ports per server, the third open connection to it is refused and counted', async () => {
-    // One real server and a pool of two ports. The pool cannot change on reload: this test runs
-    // its own uvsd with a two-port range, then the suite's comes back.
+  /**
+   * A full-NAT service on VIP:83 to `servers` with its own pool range, which cannot change on
+   * reload: uvsd restarted for it (SYN proxy off), then the suite's uvsd back, whatever happens.
+   */
+  const withPool = async (servers: string[], ports: [number, number], body: () => Promise<void>) => {
     const only = [
       {
         protocol: 'tcp',
@@ -337,14 +339,24 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
         port: 83,
         scheduler: 'rr',
         forwarding: 'fullnat',
-        realServers: [{ address: rs[0], port: 8080 }],
+        realServers: servers.map((a) => ({ address: a, port: 8080 })),
       },
     ];
     await lab.stopUvsd();
-    // The full pool is a shortage that turns the SYN proxy on (docs/defense.md): a client would
-    // then connect to uvs and be refused after; this is about the refusal at connect time.
-    await lab.startUvsd(lab.writeConfig({ ...labConfig(only, [31000, 31001]), defense: { synProxy: 0 } }, 'uvs-pool.yaml'));
+    await lab.startUvsd(lab.writeConfig({ ...labConfig(only, ports), defense: { synProxy: 0 } }, 'uvs-pool.yaml'));
     try {
+      await body();
+    } finally {
+      await lab.stopUvsd();
+      await lab.startUvsd(configFile);
+    }
+  };
+
+  test('full-NAT port pool exhaustion: with 2 ports per server, the third open connection to it is refused and counted', async () => {
+    // One real server, a pool of two ports. The SYN proxy is off (withPool): a full pool is a
+    // shortage that turns it on (docs/defense.md), and a client would then connect to uvs and be
+    // refused after; this is about the refusal at connect time.
+    await withPool([rs[0]!], [31000, 31001], async () => {
       const holds = [0, 1].map(() =>
         spawn('ip', ['netns', 'exec', lab.clientNs, 'curl', '-s', '-m', '30', `http://${LAB_VIP}:83/hold?ms=8000`], { stdio: 'ignore' }),
       );
@@ -355,10 +367,7 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       assert.ok((drops.fullnat_ports_exhausted ?? 0) >= 1, 'counted as fullnat_ports_exhausted');
       const codes = await Promise.all(holds.map((h) => new Promise<number | null>((r) => h.on('exit', r))));
       assert.deepEqual(codes, [0, 0], 'the two connections that had ports completed');
-    } finally {
-      await lab.stopUvsd();
-      await lab.startUvsd(configFile);
-    }
+    });
   });
 
   // A client that reuses its ports at once (it holds no TIME_WAIT: the server closes first) meets
@@ -370,16 +379,6 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
   // and about half such SYNs were refused (PAWS) and had to be sent again (with the fix taken out
   // of the compiled code: 14 of 150 here).
   test('full-NAT: a client reusing 30 ports for 150 connections is never refused by a server in TIME_WAIT (PAWS)', async () => {
-    const only = [
-      {
-        protocol: 'tcp',
-        address: LAB_VIP,
-        port: 83,
-        scheduler: 'rr',
-        forwarding: 'fullnat',
-        realServers: rs.map((a) => ({ address: a, port: 8080 })),
-      },
-    ];
     const counters = () => {
       let paws = 0;
       for (const ns of lab.rsNs)
@@ -387,9 +386,7 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       const syn = Number(/TcpExtTCPSynRetrans\s+(\d+)/.exec(lab.exec(lab.clientNs, 'nstat', ['-asz', 'TcpExtTCPSynRetrans']))?.[1] ?? 0);
       return { paws, syn };
     };
-    await lab.stopUvsd();
-    await lab.startUvsd(lab.writeConfig({ ...labConfig(only, [31000, 31099]), defense: { synProxy: 0 } }, 'uvs-reuse.yaml'));
-    try {
+    await withPool(rs, [31000, 31099], async () => {
       const before = counters();
       const py = [
         'import socket, time, json',
@@ -422,10 +419,7 @@ describe('one node forwards real traffic', { skip: needTool(isRoot, 'root (netwo
       assert.equal(after.paws - before.paws, 0, seen);
       assert.equal(after.syn - before.syn, 0, seen);
       assert.equal(r.slow, 0, seen);
-    } finally {
-      await lab.stopUvsd();
-      await lab.startUvsd(configFile);
-    }
+    });
   });
 
   test("IPv6 UDP: answers rotate over the servers; a server's ICMPv6 port unreachable reaches the client; no service is refused", () => {
