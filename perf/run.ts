@@ -245,6 +245,7 @@ export function parseOptions(argv: string[]): Options | 'help' {
         break;
       case '--uvs-steering':
         o.uvsSteering = list(val(), ['auto', 'ebpf', 'automq'] as const, 'steering')[0];
+        custom = true;
         break;
       case '--uvs-forwarding':
         o.uvsForwarding = list(val(), ['masq', 'fullnat'] as const, 'forwarding')[0];

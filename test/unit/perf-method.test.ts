@@ -61,6 +61,17 @@ test('--conns: a multiple of wrk threads, 33 by default', () => {
   assert.throws(() => parseOptions(['--conns', '1']), /--conns/);
 });
 
+test('--uvs-steering and --uvs-forwarding are custom runs, and say what they set', () => {
+  assert.equal((parseOptions([]) as Exclude<ReturnType<typeof parseOptions>, 'help'>).mode, 'default');
+  const s = parseOptions(['--uvs-steering', 'automq']);
+  assert.ok(s !== 'help');
+  assert.deepEqual([s.mode, s.uvsSteering], ['custom', 'automq']);
+  const f = parseOptions(['--uvs-forwarding', 'fullnat']);
+  assert.ok(f !== 'help');
+  assert.deepEqual([f.mode, f.uvsForwarding], ['custom', 'fullnat']);
+  assert.throws(() => parseOptions(['--uvs-forwarding', 'tunnel']), /forwarding/);
+});
+
 test('every target has a client address of its own, beside the lab client and trafgen addresses', () => {
   const addrs = ALL_TARGETS.map((t) => CLIENT_SOURCE[t]);
   assert.equal(new Set(addrs).size, ALL_TARGETS.length);
