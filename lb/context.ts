@@ -71,16 +71,11 @@ export class PacketContext {
   steerQueue = 0;
   steerQueues = 0;
   /**
-   * A full-NAT TCP connection in TIME_WAIT that the current SYN replaces (its client reused the
-   * port): its real server's slot (−1: none), address (IPv6: its last word, reuseHi the rest),
-   * ports (rport << 16 | lport) and pool address. The new connection keeps them where it can
-   * (./core.ts newFlow, ./xmit.ts insertFullnat). Set per packet.
+   * The current SYN replaces a full-NAT TCP connection in TIME_WAIT (its client reused the port),
+   * whose view `flow` still holds: the new connection keeps its real server and pool address and
+   * port where it can (./core.ts newFlow, ./xmit.ts insertFullnat). Set per packet.
    */
-  reuseRs = -1;
-  reuseDaddr = 0;
-  reuseDports = 0;
-  reuseLaddr = 0;
-  readonly reuseHi = new Int32Array(6);
+  keepFlow = false;
 
   // ── the current packet ───────────────────────────────────────────────────────────────────
   /** The caller's region: generated packets go there, and what the packet got. */

@@ -56,6 +56,7 @@ import {
   LOOKUP_NEW,
 } from '../conntrack/table';
 import * as P from '../net/packet';
+import { positionOf, unavailable } from '../schedulers/common';
 import { getScheduler } from '../schedulers/registry';
 import type { SchedInput, Scheduler } from '../schedulers/types';
 import { countIn, countOut, drop, PacketContext, pushSync } from './context';
@@ -277,7 +278,7 @@ export class PacketProcessor {
     // May start a connection (is_new_conn): a TCP SYN, an SCTP INIT.
     const isNew = isSctp ? ev === SCTP_EV_INIT : (ev & (TCPF_SYN | TCPF_RST | TCPF_ACK)) === TCPF_SYN;
     const f = c.flow;
-    c.reuseRs = -1;
+    c.keepFlow = false;
     const found = t.lookupIn(c.key, f, ev, (isNew ? LOOKUP_NEW : 0) | (c.snapshot.expireNodestConn ? LOOKUP_EXPIRE_NODEST : 0), c.now);
     if (found === FLOW_HIT) {
       this.touched(f);
@@ -307,13 +308,8 @@ export class PacketProcessor {
       // both from its own 4-tuple, so a SYN of the same client port is newer; a SYN of another
       // client, which a new pool port may meet there, is newer or older by chance — about half of
       // them were refused (PAWS) and waited 1 s for their retransmission (perf/LOG.md).
-      if (isTcp && f.fwd === L.FWD_FULLNAT && f.state === TCP_TIME_WAIT) {
-        c.reuseRs = f.rs;
-        c.reuseDaddr = f.daddr;
-        c.reuseDports = f.dports;
-        c.reuseLaddr = f.laddr;
-        if (c.v6) for (let i = 0; i < 6; i++) c.reuseHi[i] = f.hi[6 + i]!;
-      }
+      // f (lookupIn's view of the entry) stays as it is until the new entry is inserted.
+      c.keepFlow = isTcp && f.fwd === L.FWD_FULLNAT && f.state === TCP_TIME_WAIT;
       t.remove(f.entry, false, c.now, proto, c.saddr, c.key.ports);
     }
 
@@ -442,7 +438,7 @@ export class PacketProcessor {
       fwd2 = tv.fwd;
       if (v6) for (let i = 0; i < 3; i++) r.hi[6 + i] = tv.hi[6 + i]!;
     } else {
-      const keep = c.reuseRs >= 0 ? this.keptDest(svc) : -1;
+      const keep = c.keepFlow ? this.keptDest(svc) : -1;
       const di = keep >= 0 ? keep : this.schedule(svc, si);
       if (di < 0) return this.noRealServer(b, proxied);
       const d = svc.dests[di]!;
@@ -536,25 +532,17 @@ export class PacketProcessor {
     return mayAnswer(c, L.GEN_UNREACH, Drop.NoRealServer) ? unreachable(c, b) : DROP;
   }
 
-  /** The service's scheduler picks a real server for the current client packet, under the service's lock (rr is one rotation across workers). */
   /**
-   * The index in svc of the real server a replaced full-NAT connection had (c.reuseRs, inbound),
-   * if it is still in the service with a weight above 0 and not overloaded as the schedulers
-   * see it; else −1 and the scheduler picks, as for any new connection.
+   * The index in svc of the real server a replaced full-NAT connection had (c.keepFlow, inbound),
+   * if it is still in the service and available as sh and mh see it (weight above 0, not
+   * overloaded); else −1 and the scheduler picks, as for any new connection.
    */
   private keptDest(svc: CompiledService): number {
-    const rs = this.c.table.rs;
-    const dests = svc.dests;
-    for (let i = 0; i < dests.length; i++) {
-      const d = dests[i]!;
-      if (d.rs !== this.c.reuseRs) continue;
-      const w = d.rs * L.RS_WORDS;
-      if (Atomics.load(rs, w + L.RS_WEIGHT) <= 0 || (Atomics.load(rs, w + L.RS_FLAGS) & L.RSF_OVERLOAD) !== 0) return -1;
-      return i;
-    }
-    return -1;
+    const i = positionOf(svc.dests, this.c.flow.rs);
+    return i >= 0 && !unavailable(svc.dests[i]!, this.c.table.rs) ? i : -1;
   }
 
+  /** The service's scheduler picks a real server for the current client packet, under the service's lock (rr is one rotation across workers). */
   private schedule(svc: CompiledService, si: number): number {
     const s = this.schedulers[si];
     if (s === undefined) return -1; // the kernel asks the scheduler even with an empty list

@@ -32,7 +32,6 @@ export function steeringHash(addr: number, port: number, seed: number): number {
   h = Math.imul((h ^ port) >>> 0, 0x85ebca6b) >>> 0;
   return h >>> 16;
 }
-const mix = steeringHash;
 
 const PORTED = new Set([6, 17, 132]);
 
@@ -42,22 +41,22 @@ export function steeringValue(b: Uint8Array, seed: number): number {
   if (v === 0x40) {
     const laterFragment = (w16(b, 6) & 0x1fff) !== 0;
     const pair = (w32(b, 12) ^ w32(b, 16)) >>> 0;
-    if (laterFragment || !PORTED.has(b[9]!)) return mix(pair, 0, seed);
+    if (laterFragment || !PORTED.has(b[9]!)) return steeringHash(pair, 0, seed);
     const l4 = (b[0]! & 0x0f) * 4;
     const sp = w16(b, l4);
     const dp = w16(b, l4 + 2);
-    if (sp > dp) return mix(w32(b, 12), sp, seed);
-    if (dp > sp) return mix(w32(b, 16), dp, seed);
-    return mix(pair, sp, seed);
+    if (sp > dp) return steeringHash(w32(b, 12), sp, seed);
+    if (dp > sp) return steeringHash(w32(b, 16), dp, seed);
+    return steeringHash(pair, sp, seed);
   }
   if (v === 0x60) {
     const pair = (fold6(b, 8) ^ fold6(b, 24)) >>> 0;
-    if (!PORTED.has(b[6]!)) return mix(pair, 0, seed);
+    if (!PORTED.has(b[6]!)) return steeringHash(pair, 0, seed);
     const sp = w16(b, 40);
     const dp = w16(b, 42);
-    if (sp > dp) return mix(fold6(b, 8), sp, seed);
-    if (dp > sp) return mix(fold6(b, 24), dp, seed);
-    return mix(pair, sp, seed);
+    if (sp > dp) return steeringHash(fold6(b, 8), sp, seed);
+    if (dp > sp) return steeringHash(fold6(b, 24), dp, seed);
+    return steeringHash(pair, sp, seed);
   }
   return 0;
 }

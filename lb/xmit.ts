@@ -370,7 +370,7 @@ export function insertFullnat(c: PacketContext, r: NewFlow, rport: number, extra
   let e = -2;
   // The connection this one replaces (its client reused the port: lb/core.ts inbound) had this
   // server: its pool address and port first, where the server's TIME_WAIT takes our SYN.
-  if (c.reuseRs >= 0 && keepsPort(c, r, rport)) e = tryPort(c, r, rport, c.reuseDports & 0xffff);
+  if (c.keepFlow && keepsPort(c, r, rport)) e = tryPort(c, r, rport, c.flow.dports & 0xffff);
   const steered = c.steerQueues > 1 && s.fullnatPortMax > rport;
   const key = steered ? (v6 ? r.hi[9]! ^ r.hi[10]! ^ r.hi[11]! ^ r.laddr : r.laddr) : 0;
   for (let i = 0; i < probes && e === -2; i++) {
@@ -414,13 +414,14 @@ function steeredPort(c: PacketContext, rport: number, key: number): number {
   return first;
 }
 
-/** Whether r (server and pool address chosen) is the replaced connection's server and pool address, its port in range. */
+/** Whether r (server and pool address chosen) has the replaced connection's (c.flow) server and pool address, its port in range. */
 function keepsPort(c: PacketContext, r: NewFlow, rport: number): boolean {
+  const f = c.flow;
   const s = c.snapshot;
-  const lport = c.reuseDports & 0xffff;
-  if (r.daddr !== c.reuseDaddr || r.laddr !== c.reuseLaddr || c.reuseDports >>> 16 !== rport) return false;
+  const lport = f.dports & 0xffff;
+  if (r.daddr !== f.daddr || r.laddr !== f.laddr || f.dports >>> 16 !== rport) return false;
   if (lport < s.fullnatPortMin || lport > s.fullnatPortMax) return false;
-  if (c.v6) for (let i = 0; i < 6; i++) if (r.hi[6 + i] !== c.reuseHi[i]) return false;
+  if (c.v6) for (let i = 6; i < 12; i++) if (r.hi[i] !== f.hi[i]) return false;
   return true;
 }
 
