@@ -119,7 +119,12 @@ export const PP_VER_MASK = 0x300;
 export const PP_SENT = 0x1000; // a header segment went to the server
 export const PP_DATA = 0x2000; // the client's first byte (at E_PP_SEQ) went to the server once
 export const PP_ACKED = 0x4000; // the server acknowledged the whole header: shifts are plain from now on
-export const PP_FLAGS = PP_SENT | PP_DATA | PP_ACKED;
+/**
+ * E_PP_SEQ is the client's word only: the server's SYN-ACK has not yet named the stream start
+ * (its acknowledgement). Until it does, no client byte goes to the server (lb/xmit.ts proxyIn).
+ */
+export const PP_WAIT = 0x8000;
+export const PP_FLAGS = PP_SENT | PP_DATA | PP_ACKED | PP_WAIT;
 
 /** The header length an E_PP word records. */
 export function ppLength(pp: number): number {
@@ -359,6 +364,7 @@ export const C_SP_ACCEPTED = 64; // client ACKs with a valid cookie: flows made,
 export const C_SP_HELD = 65;
 export const C_SP_HELD_REFUSED = 66; // client packets that could not be held (flow or area full, too large) or replayed
 export const C_SP_SERVER_FAIL = 67; // real servers that answered our SYN with a RST
+export const C_PP_SYN_DATA = 68; // PROXY protocol: client SYNs sent to the server without their data (TCP Fast Open)
 export const W_GLOBAL_WORDS = 72;
 // Per real server / per service counters (kernel ip_vs_stats).
 export const RSC_CONNS = 0;
@@ -432,6 +438,10 @@ export const enum Drop {
   SynProxy,
   /** SYN proxy: a client packet that could be held but its source already holds HOLD_PER_SOURCE. */
   SynProxyHoldPerSource,
+  /** PROXY protocol: client data before the stream start S while the server has not acknowledged
+   *  the header, or before the server's SYN-ACK named S: it could land in the header's place
+   *  (lb/xmit.ts proxyIn; a forged header). */
+  ProxyForged,
 }
 export const DROP_NAMES = [
   'bad_version',
@@ -462,6 +472,7 @@ export const DROP_NAMES = [
   'synproxy_hold_full',
   'synproxy',
   'synproxy_hold_per_source',
+  'proxy_protocol_forged',
 ] as const;
 
 /*

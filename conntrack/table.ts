@@ -826,8 +826,9 @@ export class ConnTable {
   }
 
   /**
-   * A PROXY protocol flow's client started over (a new SYN with another ISN): the header goes
-   * before sequence number `seq` now, and nothing of it has been sent (layout.ts E_PP).
+   * The server's SYN-ACK named a PROXY protocol flow's stream start (its acknowledgement, `seq`):
+   * the header goes before it, confirmed (PP_WAIT cleared), and nothing of it has been sent — the
+   * first SYN-ACK, or one of a new connection on the client's reused port (layout.ts E_PP).
    */
   ppRestart(e: number, seq: number): void {
     const o = this.base(e);

@@ -135,6 +135,8 @@ export interface StatsResponse {
   shadows: number;
   adopted: number;
   proxyProtocolHeaders: number;
+  /** PROXY protocol: client SYNs sent to the server without their data (TCP Fast Open: it would precede the header). */
+  proxyProtocolSynData: number;
   parked: number;
   parkFull: number;
   /** SYN proxy: client packets held while their server's handshake was pending (consumed when held; replayed as txExtra). */

@@ -324,6 +324,12 @@ export function buildRegistry(d: Daemon): Registry {
     [],
     (c) => c.inc(d.stats.word(L.C_PP_HEADERS)),
   );
+  counterFrom(
+    'uvs_proxy_protocol_syn_data_total',
+    "Client SYNs of PROXY protocol flows sent on without their data (TCP Fast Open data would precede uvs's header).",
+    [],
+    (c) => c.inc(d.stats.word(L.C_PP_SYN_DATA)),
+  );
   // SYN proxy (lb/synproxy.ts); its bad cookies are uvs_drops_total{reason="bad_cookie"}.
   counterFrom('uvs_synproxy_cookies_total', 'SYN-ACKs with a SYN cookie sent to clients (no entry made).', [], (c) =>
     c.inc(d.stats.word(L.C_GEN_BASE + L.GEN_SYN_ACK * L.GEN_RESULTS + L.GEN_SENT)),

@@ -469,7 +469,7 @@ export class PacketProcessor {
     if (fwd2 === L.FWD_FULLNAT) {
       // PROXY protocol: the flow's header length and version, fixed for its life (E_PP).
       const ver = (proto & 0xff) === P.IPPROTO_TCP ? c.snapshot.proxyProtocol[r.rs]! : 0;
-      const pp = ver === 0 ? 0 : (ver << L.PP_VER_SHIFT) | proxyHeaderLength(c, ver);
+      const pp = ver === 0 ? 0 : (ver << L.PP_VER_SHIFT) | proxyHeaderLength(c, ver) | L.PP_WAIT;
       r.pp = pp;
       r.ppSeq = pp === 0 ? 0 : (P.u32(b, c.l4 + P.TCP_SEQ) + 1) | 0;
       ne = insertFullnat(c, r, dport2, spf);

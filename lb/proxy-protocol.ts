@@ -8,7 +8,9 @@
  * stream is then the client's with `len` more bytes in front, so for the whole flow:
  *   client→server  seq += len               (the client's byte s is the server's s + len)
  *   server→client  ack −= len, SACK −= len  (the server acknowledges bytes of its own numbering)
- * The header's bytes are [S, S + len) of the server's numbering, S = the client's SYN + 1 —
+ * The header's bytes are [S, S + len) of the server's numbering, S = the client's SYN + 1 as the
+ * server's SYN-ACK acknowledges it (lb/xmit.ts proxyOut; no client packet moves S, and no client byte
+ * before S or before that SYN-ACK goes on while the header is unacknowledged: no forged header) —
  * always the same bytes at the same numbers, so sending them twice is a duplicate TCP discards,
  * never data. Where they go (lb/xmit.ts proxyIn), chosen for what stays correct under loss:
  *   - the header is a segment of its own, never grown into the client's: a client segment of a

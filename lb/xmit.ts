@@ -14,7 +14,7 @@
 import type { FlowView, NewFlow } from '../conntrack/flow';
 import * as L from '../conntrack/layout';
 import { Drop, ppLength, ppVersion } from '../conntrack/layout';
-import { TCP_ESTABLISHED, TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
+import { TCPF_ACK, TCPF_FIN, TCPF_PSH, TCPF_RST, TCPF_SYN } from '../conntrack/state';
 import * as P from '../net/packet';
 import { PP_MAX_LEN, writeProxyHeader } from '../net/proxy-protocol';
 import { copyOut, drop, FULLNAT_MEMO_SLOTS, nextIpId, nextRandom, type PacketContext, pushSync, reply } from './context';
@@ -97,13 +97,23 @@ function proxyIn(c: PacketContext, b: Uint8Array, f: FlowView): number {
   const s = f.ppSeq;
   const flags = b[l4 + P.TCP_FLAGS]!;
   const seq = P.u32(b, l4 + P.TCP_SEQ);
+  const hl = (b[l4 + P.TCP_OFF]! >> 4) << 2;
+  const data = totlen - (l4 - off) - hl > 0 || (flags & TCPF_FIN) !== 0;
   if (flags & TCPF_SYN) {
-    // The SYN keeps its own number. One with another ISN on an entry that is not ESTABLISHED
-    // (the client's port reused after a RST or close) starts the header over.
-    if (!(flags & TCPF_ACK) && ((seq + 1) | 0) !== s && f.state !== TCP_ESTABLISHED) c.table.ppRestart(f.entry, (seq + 1) | 0);
+    // The SYN keeps its own number; the stream start S is the server's to say (proxyOut: its
+    // SYN-ACK). Data on it (TCP Fast Open) would be the server's bytes [S, …), the header's place.
+    return data ? synWithoutData(c, b, hl) : FORWARD;
+  }
+  if (pp & L.PP_ACKED) {
+    shiftSeq(b, l4, len, c.partial);
     return FORWARD;
   }
-  if (seq !== s || pp & L.PP_ACKED) {
+  const d = (seq - s) | 0;
+  // Bytes before S land in the header's place [S, S + len) of the server's numbering: a forged
+  // header, if the server has not had ours yet. No client sends them (its stream starts at S),
+  // nor any byte before the server's SYN-ACK has named S (PP_WAIT: S is the client's word).
+  if (data && (d < 0 || pp & L.PP_WAIT)) return drop(c, Drop.ProxyForged);
+  if (d !== 0) {
     shiftSeq(b, l4, len, c.partial);
     return FORWARD;
   }
@@ -113,8 +123,6 @@ function proxyIn(c: PacketContext, b: Uint8Array, f: FlowView): number {
     if (pp & L.PP_SENT) shiftSeq(b, l4, len, c.partial);
     return FORWARD;
   }
-  const hl = (b[l4 + P.TCP_OFF]! >> 4) << 2;
-  const data = totlen - (l4 - off) - hl > 0 || (flags & TCPF_FIN) !== 0;
   if (data && (pp & (L.PP_SENT | L.PP_DATA)) === L.PP_SENT) {
     // The client's first bytes right behind the ACK that carried the header: it is on its way.
     c.table.ppMark(f.entry, L.PP_DATA);
@@ -151,7 +159,6 @@ function proxySegment(c: PacketContext, b: Uint8Array, hl: number, f: FlowView, 
   const off = c.off;
   const ih = c.l4 - off;
   const len = ppLength(f.pp);
-  const total = ih + hl + len;
   const x = c.out.buf;
   plainVnet(c, at);
   copyOut(c, b, off, at, ih + hl);
@@ -168,20 +175,40 @@ function proxySegment(c: PacketContext, b: Uint8Array, hl: number, f: FlowView, 
   writeProxyHeader(x, t + hl, ppVersion(f.pp), c.v6, w, f.cports >>> 16, f.cports & 0xffff);
   P.put32(x, t + P.TCP_SEQ, f.ppSeq);
   x[t + P.TCP_FLAGS] = TCPF_ACK | TCPF_PSH;
+  if (!c.v6) P.put16(x, at + P.IP_ID, nextIpId(c));
+  sealSegment(c, at, ih, hl + len);
+}
+
+/**
+ * A client's SYN with data (TCP Fast Open) on a PROXY protocol flow goes to the server without
+ * its data, built in the output region: its bytes would be the server's first, before the header.
+ * The server acknowledges the SYN alone and the client sends the data again after the handshake
+ * (RFC 7413 §4.2.2: data the SYN-ACK does not acknowledge is retransmitted).
+ */
+function synWithoutData(c: PacketContext, b: Uint8Array, hl: number): number {
+  const at = c.out.off;
+  const ih = c.l4 - c.off;
+  if (at + ih + hl > c.out.end) return drop(c, Drop.OutputFull);
+  plainVnet(c, at);
+  copyOut(c, b, c.off, at, ih + hl);
+  sealSegment(c, at, ih, hl);
+  c.counters[L.C_PP_SYN_DATA]!++;
+  return reply(c, ih + hl);
+}
+
+/** Lengths and full checksums of a TCP segment of `seg` bytes built at out.buf[at] behind `ih` bytes of IP header. */
+function sealSegment(c: PacketContext, at: number, ih: number, seg: number): void {
+  const x = c.out.buf;
+  const t = at + ih;
   P.put16(x, t + P.TCP_CSUM, 0);
   if (c.v6) {
-    P.put16(x, at + P.IP6_PLEN, total - P.IP6_HLEN);
-    P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, hl + len, P.pseudoSum6(x, at + P.IP6_SRC, at + P.IP6_DST, P.IPPROTO_TCP, hl + len)));
+    P.put16(x, at + P.IP6_PLEN, ih + seg - P.IP6_HLEN);
+    P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, seg, P.pseudoSum6(x, at + P.IP6_SRC, at + P.IP6_DST, P.IPPROTO_TCP, seg)));
   } else {
-    P.put16(x, at + P.IP_TOTLEN, total);
-    P.put16(x, at + P.IP_ID, nextIpId(c));
+    P.put16(x, at + P.IP_TOTLEN, ih + seg);
     P.put16(x, at + P.IP_CSUM, 0);
     P.put16(x, at + P.IP_CSUM, P.checksum(x, at, ih, 0));
-    P.put16(
-      x,
-      t + P.TCP_CSUM,
-      P.checksum(x, t, hl + len, P.pseudoSum(P.u32(x, at + P.IP_SRC), P.u32(x, at + P.IP_DST), P.IPPROTO_TCP, hl + len)),
-    );
+    P.put16(x, t + P.TCP_CSUM, P.checksum(x, t, seg, P.pseudoSum(P.u32(x, at + P.IP_SRC), P.u32(x, at + P.IP_DST), P.IPPROTO_TCP, seg)));
   }
 }
 
@@ -229,11 +256,24 @@ export function forwardOut(c: PacketContext, b: Uint8Array, f: FlowView): number
  */
 function proxyOut(c: PacketContext, b: Uint8Array, f: FlowView): void {
   const l4 = c.l4;
-  const pp = f.pp;
-  const s = f.ppSeq;
+  let pp = f.pp;
+  let s = f.ppSeq;
   const len = ppLength(pp);
+  const flags = b[l4 + P.TCP_FLAGS]!;
+  if ((flags & (TCPF_SYN | TCPF_ACK)) === (TCPF_SYN | TCPF_ACK)) {
+    // A SYN-ACK names the stream start the server expects: its acknowledgement. The first one
+    // confirms S (PP_WAIT); one that differs (the client's port reused, a new ISN) starts the
+    // header over there, whatever the client's packets claimed: a client SYN never moves S.
+    const ack = P.u32(b, l4 + P.TCP_ACK);
+    if (ack !== s || pp & L.PP_WAIT) {
+      c.table.ppRestart(f.entry, ack);
+      s = ack;
+      pp &= ~L.PP_FLAGS;
+      pushSync(c, f.entry); // a node adopting the flow must not wait for a SYN-ACK it will not see
+    }
+  }
   let acked = (pp & L.PP_ACKED) !== 0;
-  if (!acked && b[l4 + P.TCP_FLAGS]! & TCPF_ACK && ((P.u32(b, l4 + P.TCP_ACK) - s) | 0) >= len) {
+  if (!acked && flags & TCPF_ACK && ((P.u32(b, l4 + P.TCP_ACK) - s) | 0) >= len) {
     acked = true;
     c.table.ppMark(f.entry, L.PP_ACKED);
     pushSync(c, f.entry);

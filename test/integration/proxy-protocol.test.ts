@@ -88,8 +88,8 @@ http {
   scgi_temp_path ${join(lab.dir, 'nginx-scgi')};
   client_max_body_size 0;
   server {
-    listen ${rs}:8081 proxy_protocol;
-    listen [${rs6}]:8081 proxy_protocol;
+    listen ${rs}:8081 proxy_protocol fastopen=64;
+    listen [${rs6}]:8081 proxy_protocol fastopen=64;
     root ${www};
     location /up/ { dav_methods PUT; create_full_put_path on; }
   }
@@ -111,6 +111,7 @@ http {
       .map((l) => l.split(' '));
   const sha256 = (file: string) => lab.exec(lab.clientNs, 'sha256sum', [file]).split(' ')[0]!;
   const headers = async () => (await apiCall<StatsResponse>(lab.socket, 'GET', '/v1/stats')).body;
+  let configFile = '';
 
   before(async () => {
     lab.up();
@@ -119,6 +120,9 @@ http {
     writeFileSync(join(www, 'index.html'), 'hello through PROXY protocol\n');
     const conf = join(lab.dir, 'nginx.conf');
     writeFileSync(conf, nginxConf());
+    // TCP Fast Open on the server, without cookies (0x200): SYN data reaches nginx's stream, so a
+    // header forged in a SYN's data would be read if uvs passed it on.
+    lab.exec(lab.rsNs[0]!, 'sysctl', ['-qw', 'net.ipv4.tcp_fastopen=515']);
     nginx = lab.spawn(lab.rsNs[0]!, 'nginx', ['-c', conf, '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'ignore'], detached: true });
     nginx.unref();
     const deadline = Date.now() + 15_000;
@@ -128,8 +132,17 @@ http {
     }
     const cfg = lab.config(services, {
       dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: [POOL, POOL6], portMin: 30000, portMax: 30999 } },
+      reload: { watch: false },
     });
-    await lab.startUvsd(lab.writeConfig(cfg));
+    configFile = lab.writeConfig(cfg);
+    await lab.startUvsd(configFile);
+    // The forging client's port range: its kernel, which owns no socket there, must not reset the server.
+    const nft = join(lab.dir, 'forge.nft');
+    writeFileSync(
+      nft,
+      'table inet forge {\n  chain out {\n    type filter hook output priority 0;\n    tcp sport 61000-61999 tcp flags & rst == rst drop\n  }\n}\n',
+    );
+    lab.exec(lab.clientNs, 'nft', ['-f', nft]);
     // The API socket is up before the first snapshot reaches the workers: wait for a first answer.
     const until = Date.now() + 15_000;
     for (;;) {
@@ -203,5 +216,59 @@ http {
       st.proxyProtocolHeaders - before >= 4,
       `a header for each of the 4 connections (${st.proxyProtocolHeaders - before}; more only if one was resent)`,
     );
+  });
+
+  /**
+   * A client with a raw socket (test/helpers/tcp-forge.py) sends its own PROXY header, built the
+   * length of uvs's so that the old shift put it exactly on the header's place: ending at the
+   * stream start, overlapping it, as SYN data (nginx takes Fast Open data here), or after uvs's
+   * header went. Whatever it sends, nginx must log the client's real address for its request.
+   */
+  test('a client with a raw socket cannot forge the header: v1 and v2, IPv4 and IPv6, with and without the SYN proxy', async () => {
+    const forge = join(__dirname, '..', '..', '..', 'test', 'helpers', 'tcp-forge.py');
+    let sport = 61000;
+    const tried: string[] = [];
+    const run = (phase: string) => {
+      for (const [vip, port, ver, src] of [
+        [LAB_VIP, 80, 'v2', lab.clientAddr],
+        [LAB_VIP, 81, 'v1', lab.clientAddr],
+        [LAB_VIP6, 80, 'v2', lab.clientAddr6],
+        [LAB_VIP6, 81, 'v1', lab.clientAddr6],
+      ] as const) {
+        for (const kind of ['end', 'overlap', 'syndata', 'after']) {
+          const tag = `${phase}-${kind}-${ver}-${vip.includes(':') ? 6 : 4}`;
+          const out = lab.exec(lab.clientNs, 'python3', [forge, src, vip, String(port), String(sport++), ver, kind, tag], 30_000);
+          const r = JSON.parse(out.trim().split('\n').pop()!) as { status: string | null; synack: boolean };
+          assert.ok(r.synack, `${tag}: the server answered the SYN`);
+          tried.push(`${tag}: ${r.status}`);
+          const line = logLines().find((l) => l[6] === `/index.html?forge=${tag}`);
+          // The request either reached nginx behind uvs's header (logged with the real client) or
+          // did not reach it at all; a forged address in the log is the failure.
+          const forged = logLines().filter((l) => l[0] === '6.6.6.6' || l[0] === '66.66.6.66' || l[0] === '2001:db8::666');
+          assert.deepEqual(forged, [], `${tag}: nginx read a forged header`);
+          assert.ok(line, `${tag}: the request was served (${r.status}); tried: ${tried.join(', ')}`);
+          assert.equal(line[0], src, `${tag}: ${line.join(' ')}`);
+          assert.equal(r.status?.split(' ')[1], '200', `${tag}: ${r.status}`);
+        }
+      }
+    };
+    const before = await headers();
+    run('plain');
+    // The same with the SYN proxy on (services with PROXY protocol are not proxied: docs/defense.md).
+    const cfg = lab.config(services, {
+      dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR], fullnat: { addresses: [POOL, POOL6], portMin: 30000, portMax: 30999 } },
+      defense: { synProxy: 3 },
+      reload: { watch: false },
+    });
+    lab.writeConfig(cfg);
+    const rl = await apiCall(lab.socket, 'POST', '/v1/reload', {});
+    assert.equal(rl.status, 200, JSON.stringify(rl.body));
+    run('synproxy');
+    const st = await headers();
+    const forgedDrops = (s: StatsResponse) => s.drops.proxy_protocol_forged ?? 0;
+    assert.ok(forgedDrops(st) - forgedDrops(before) >= 16, `forged segments dropped and counted: ${forgedDrops(st) - forgedDrops(before)}`);
+    assert.ok(st.proxyProtocolSynData - before.proxyProtocolSynData >= 8, 'SYN data held back and counted');
+    const errors = readFileSync(join(lab.dir, 'nginx-error.log'), 'utf8');
+    assert.doesNotMatch(errors, /broken header/, 'nginx read every header');
   });
 });

@@ -16,6 +16,7 @@ import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { PP_V1, PP_V2, writeProxyHeader } from '../../net/proxy-protocol';
 import { checkRecord, parseRecord, ppField, type FlowRecord } from '../../conntrack/redis-record';
 import { makeProcessor } from '../helpers/processor';
+import { rngBelow } from '../helpers/rng';
 
 const VIP = '10.96.0.10';
 const VIP6 = 'fd00:96::10';
@@ -156,7 +157,7 @@ function setup(o: { v6?: boolean; pp?: string; offload?: boolean } = {}) {
     if (r.v === FORWARD) outs.push(o.offload ? pkt.slice(V) : pkt);
     else if (r.v === REPLY && r.reply !== null) outs.push(r.reply);
     else if (r.v === REPLY) outs.push(...r.outs);
-    if (r.v === FORWARD && lport === 0) lport = parse(outs[0]!).sport;
+    if ((r.v === FORWARD || r.reply !== null) && lport === 0) lport = parse(outs[0]!).sport;
     return { v: r.v, outs, framed: r.v === REPLY ? outs : [pkt] };
   };
   /** A server segment (to the pool address and port the flow got); what the client receives. */
@@ -634,4 +635,156 @@ test('a flow adopted by another node from its Redis record keeps its shift and i
   // Node B knows the header was acknowledged: a late retransmission of the first data is only shifted.
   assert.equal(b.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK, data: bytes(100) }).v, FORWARD);
   assert.equal(b.headers(), 0);
+});
+
+// ── a client that forges the header (issue 25) ───────────────────────────────────────────────
+/** A client's own v2 header for 6.6.6.6:6666 → VIP:80, as an attacker would send it. */
+function forged(v6 = false): Uint8Array {
+  return v6 ? header(PP_V2, '2001:db8::666', VIP6, 6666, 80) : header(PP_V2, '6.6.6.6', VIP, 6666, 80);
+}
+
+test('client bytes before the stream start never reach the server while the header is unacknowledged: a segment ending at S is dropped', () => {
+  for (const v6 of [false, true]) {
+    const f = setup({ v6 });
+    const fake = forged(v6);
+    f.fromClient({ seq: ISN, flags: TCPF_SYN });
+    f.fromServer({ seq: SISN, ack: ISN + 1, flags: TCPF_SYN | TCPF_ACK });
+    // Before the handshake ACK (no header sent yet), and after it (sent, not acknowledged).
+    const early = f.fromClient({ seq: ISN + 1 - fake.length, ack: SISN + 1, flags: TCPF_ACK | TCPF_PSH, data: fake });
+    assert.equal(early.v, DROP, 'a segment ending exactly at S');
+    const over = f.fromClient({ seq: ISN + 1 - 10, ack: SISN + 1, flags: TCPF_ACK | TCPF_PSH, data: bytes(40) });
+    assert.equal(over.v, DROP, 'a segment overlapping S');
+    const fin = f.fromClient({ seq: ISN, ack: SISN + 1, flags: TCPF_ACK | TCPF_FIN });
+    assert.equal(fin.v, DROP, 'a FIN before S');
+    const h = f.fromClient({ seq: ISN + 1, ack: SISN + 1, flags: TCPF_ACK });
+    assert.equal(h.v, REPLY, 'the handshake ACK still becomes the header segment');
+    const keepalive = f.fromClient({ seq: ISN, ack: SISN + 1, flags: TCPF_ACK, data: bytes(1) });
+    assert.equal(keepalive.v, DROP, 'a one-byte probe at S − 1 would be the header’s last byte');
+    const bare = f.fromClient({ seq: ISN, ack: SISN + 1, flags: TCPF_ACK });
+    assert.equal(bare.v, FORWARD, 'a bare ACK before S carries no byte: it passes, shifted');
+    assert.equal(f.drops('proxy_protocol_forged'), 4);
+    // Once the server acknowledges the header, the server has [S, S + len): old bytes are duplicates.
+    f.fromServer({ seq: SISN + 1, ack: ISN + 1 + (v6 ? 52 : 28), flags: TCPF_ACK });
+    assert.equal(f.fromClient({ seq: ISN + 1 - 5, ack: SISN + 1, flags: TCPF_ACK, data: bytes(5) }).v, FORWARD);
+  }
+});
+
+test("a SYN with data (TCP Fast Open) reaches the server without it: the data would have been the server's first bytes", () => {
+  for (const v6 of [false, true]) {
+    for (const offload of [false, true]) {
+      const f = setup({ v6, offload });
+      const syn = f.fromClient({ seq: ISN, flags: TCPF_SYN, data: forged(v6) });
+      assert.equal(syn.v, REPLY);
+      assert.equal(syn.outs.length, 1);
+      const out = syn.outs[0]!;
+      const s = parse(out);
+      assert.equal(s.flags, TCPF_SYN);
+      assert.equal(s.seq, ISN);
+      assert.equal(s.data.length, 0, 'no data');
+      assert.equal(s.ts, 0x01020304, 'options kept');
+      assert.deepEqual([s.dst, s.dport], [v6 ? 'fd00:1:0:0:0:0:0:1' : RS, 8080]);
+      assert.ok(tcpValid(out), 'lengths and checksums');
+      assert.equal(f.counters[L.C_PP_SYN_DATA], 1);
+    }
+  }
+});
+
+test("the stream start is the server's: a client SYN with another ISN moves nothing, the server's SYN-ACK does", () => {
+  const f = setup();
+  const fake = forged();
+  f.fromClient({ seq: ISN, flags: TCPF_SYN });
+  f.fromServer({ seq: SISN, ack: ISN + 1, flags: TCPF_SYN | TCPF_ACK });
+  // The attacker picks a second ISN so that its forged segment lies after the new S, and sends
+  // it where the server (still in the first handshake) expects its S.
+  const isn2 = ISN - fake.length - 100;
+  assert.equal(f.fromClient({ seq: isn2, flags: TCPF_SYN }).v, FORWARD);
+  const forgedSeg = f.fromClient({ seq: ISN + 1 - fake.length, ack: SISN + 1, flags: TCPF_ACK | TCPF_PSH, data: fake });
+  assert.equal(forgedSeg.v, DROP, 'still before the S the server gave');
+  // A real reuse: the server answers a new SYN with a SYN-ACK naming the new start.
+  f.fromClient({ seq: 0x70000000, flags: TCPF_SYN });
+  f.fromServer({ seq: SISN + 5000, ack: 0x70000001, flags: TCPF_SYN | TCPF_ACK });
+  assert.equal(f.fromClient({ seq: 0x70000001 - fake.length, ack: SISN + 5001, flags: TCPF_ACK, data: fake }).v, DROP);
+  const h = f.fromClient({ seq: 0x70000001, ack: SISN + 5001, flags: TCPF_ACK });
+  assert.equal(h.v, REPLY);
+  assert.equal(parse(h.outs[0]!).seq, 0x70000001);
+});
+
+/**
+ * A receiver as the real server's TCP keeps its stream: S from the SYN-ACK it sent, bytes kept
+ * where they land first (a later copy of the same number is a duplicate), ACKs of what is in
+ * order. Random client segments around S — forged headers ending at or overlapping S, SYN data,
+ * retransmissions, out of order, new SYNs — never put a byte into [S, S + len) that is not
+ * uvs's header.
+ */
+test('random client segments around the stream start never place a byte in the header’s place that is not the header', () => {
+  for (const v6 of [false, true]) {
+    for (let seed = 1; seed <= 300; seed++) {
+      const r = rngBelow(seed * 7919 + (v6 ? 1 : 0));
+      const f = setup({ v6 });
+      const want = header(PP_V2, v6 ? CLIENT6 : CLIENT, v6 ? VIP6 : VIP, 40000, 80);
+      const len = want.length;
+      const fake = forged(v6);
+      let isn = ISN;
+      let s = 0; // the server's stream start; 0 = no connection
+      const got = new Map<number, number>(); // offset from S → byte
+      let log: string[] = [];
+      const deliver = (pkts: Uint8Array[]) => {
+        for (const pkt of pkts) {
+          const x = parse(pkt);
+          if (x.flags & TCPF_SYN) {
+            if (s === 0) {
+              s = (x.seq + 1) >>> 0;
+              f.fromServer({ seq: SISN, ack: s, flags: TCPF_SYN | TCPF_ACK });
+            }
+            continue;
+          }
+          if (s === 0) continue;
+          log.push(`>${x.flags}@${(x.seq - s) | 0}+${x.data.length}`);
+          for (let i = 0; i < x.data.length; i++) {
+            const at = ((x.seq + i - s) | 0) >>> 0;
+            if (at < len + 200 && !got.has(at)) got.set(at, x.data[i]!);
+          }
+        }
+        let nxt = 0;
+        while (got.has(nxt)) nxt++;
+        if (s !== 0 && nxt > 0) {
+          log.push(`<${nxt}`);
+          f.fromServer({ seq: SISN + 1, ack: (s + nxt) >>> 0, flags: TCPF_ACK });
+        }
+      };
+      const send = (seg: Omit<Seg, 'src' | 'dst' | 'sport' | 'dport'>) => {
+        log.push(`${seg.flags}@${(seg.seq - isn - 1) | 0}+${seg.data?.length ?? 0}`);
+        const o = f.fromClient(seg);
+        deliver(o.v === DROP ? [] : o.outs);
+      };
+      send({ seq: isn, flags: TCPF_SYN, data: r(2) ? fake : undefined });
+      for (let k = 0; k < 12; k++) {
+        const base = (isn + 1) | 0;
+        switch (r(6)) {
+          case 0: // a forged header ending at, or overlapping, the start
+            send({ seq: base - fake.length + r(2) * r(10), ack: SISN + 1, flags: TCPF_ACK | TCPF_PSH, data: fake });
+            break;
+          case 1: // the handshake ACK (or its repeat)
+            send({ seq: base, ack: SISN + 1, flags: TCPF_ACK });
+            break;
+          case 2: // client data at or after the start, maybe out of order
+            send({ seq: base + r(3) * 20, ack: SISN + 1, flags: TCPF_ACK, data: bytes(1 + r(40), seed) });
+            break;
+          case 3: // bytes just before the start
+            send({ seq: base - 1 - r(len + 20), ack: SISN + 1, flags: TCPF_ACK, data: bytes(1 + r(60), 3) });
+            break;
+          case 4: // a new SYN with another ISN, maybe with data
+            isn = (isn - len - r(200)) | 0;
+            send({ seq: isn, flags: TCPF_SYN, data: r(2) ? fake : undefined });
+            break;
+          default: // a FIN or RST somewhere near
+            send({ seq: base + r(len) - (len >> 1), ack: SISN + 1, flags: r(2) ? TCPF_ACK | TCPF_FIN : TCPF_RST | TCPF_ACK });
+        }
+      }
+      for (let i = 0; i < len; i++) {
+        if (got.has(i)) assert.equal(got.get(i), want[i], `v6=${v6} seed ${seed}: byte ${i} of the header's place; ${log.join(' ')}`);
+      }
+      log = [];
+    }
+  }
 });

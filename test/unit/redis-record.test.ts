@@ -212,7 +212,7 @@ test('PROXY protocol: a shift this node would not have made is refused', () => {
     [text(base) + ppField(v2 + 1, 1), 'proxy_protocol', t], // 29 bytes: every byte of the flow off by one
     [text(base) + ppField((PP_V1 << L.PP_VER_SHIFT) | 28, 1), 'proxy_protocol', t], // v1 of this flow is 41
     [text(base) + ppField((3 << L.PP_VER_SHIFT) | 28, 1), 'proxy_protocol', t],
-    [text(base) + ppField(v2 | 0x8000, 1), 'proxy_protocol', t], // a bit the word does not have
+    [text(base) + ppField(v2 | 0x10000, 1), 'proxy_protocol', t], // a bit the word does not have
     [text(base) + ppField(v2, 1), 'proxy_protocol', fullnat], // the server has no proxyProtocol
     [text() + ppField(v2, 1), 'proxy_protocol', { ...masq, pp: PP_V2 }], // masq never shifts
     [text({ ...base, proto: 17, state: 0, inactive: 1, expiresAt: NOW + 200_000 }) + ppField(v2, 1), 'proxy_protocol', { ...t, proto: 17 }],

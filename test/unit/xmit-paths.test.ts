@@ -425,7 +425,7 @@ test('a full pool is remembered for FULLNAT_FULL_MS: a port freed meanwhile is t
   assert.equal(p.table.count(), 4);
 });
 
-test('the PROXY header starts over only for a SYN without ACK, with another ISN, on an entry not ESTABLISHED', () => {
+test("the PROXY header starts over only where the server's SYN-ACK names another stream start; no client packet moves it", () => {
   const isn = 0x10000000;
   /** Handshake, header segment, the server's acknowledgement of it; returns the client-segment sender. */
   const acked = () => {
@@ -440,7 +440,7 @@ test('the PROXY header starts over only for a SYN without ACK, with another ISN,
       const r = p.run(pkt);
       return { v: r.v, seq: field(pkt).seq, n: r.outs.length };
     };
-    return { p, c };
+    return { p, c, lport };
   };
   // After a RST (CLOSE), the SYN again with the same ISN (a retransmission): the header state stays.
   const a = acked();
@@ -460,10 +460,15 @@ test('the PROXY header starts over only for a SYN without ACK, with another ISN,
   const ed = e.c(TCPF_ACK, 0x70000001, 10);
   assert.deepEqual([ed.v, ed.seq], [FORWARD, 0x70000001 + V2_4]);
   assert.equal(e.p.counters[L.C_PP_HEADERS], 1);
-  // The control: after a RST, a SYN with another ISN does start over (the header goes again).
+  // After a RST, a SYN with another ISN: nothing moves until the server answers it.
   const d = acked();
   assert.equal(d.c(TCPF_RST | TCPF_ACK, isn + 1).v, FORWARD);
   d.c(TCPF_SYN, 0x70000000);
+  const early = d.c(TCPF_ACK, 0x70000001, 10);
+  assert.deepEqual([early.v, early.seq], [FORWARD, 0x70000001 + V2_4], 'shifted as the old flow: the server has not named a new start');
+  // The control: the server's SYN-ACK names the new start, and the header goes again there.
+  const sa = tcp({ src: RS, dst: '10.99.0.1', sport: 8080, dport: d.lport, flags: TCPF_SYN | TCPF_ACK, seq: 9000, ack: 0x70000001 });
+  assert.equal(d.p.run(sa).v, FORWARD);
   const dd = d.c(TCPF_ACK, 0x70000001, 10);
   assert.deepEqual([dd.v, dd.n], [REPLY, 2], 'header segment, then the data');
 });
