@@ -282,6 +282,12 @@ export const RS_MTU = 7; // MTU of the route to the real server (control thread 
 export const RS_WORDS = 8;
 export const RSF_AVAILABLE = 0x1; // kernel IP_VS_DEST_F_AVAILABLE: in a service's list
 export const RSF_OVERLOAD = 0x2; // kernel IP_VS_DEST_F_OVERLOAD
+/**
+ * Deleted by a drain that reached 0 with Redis (control/services.ts drainedTrash): flows other
+ * nodes hold for it that no count saw may still arrive by adoption and are forwarded (the packet
+ * path's test for a gone server is AVAILABLE | DRAINED); scheduling and templates never use it.
+ */
+export const RSF_DRAINED = 0x4;
 
 /*
  * ── Scheduler state region (one SAB) ───────────────────────────────────────────────────────

@@ -56,6 +56,7 @@
 import Redis, { Cluster } from 'ioredis';
 import type { Logger } from 'pino';
 import { ip6Upper, u16, u32 } from '../net/packet';
+import { ClusterCounts } from './cluster-counts';
 import { NewFlow } from './flow';
 import * as L from './layout';
 import type { ConnTable } from './table';
@@ -237,8 +238,8 @@ export class RedisSync {
   private queue = new Map<number, { at: number }>();
   private timers: NodeJS.Timeout[] = [];
   private flushing = false;
-  /** Other nodes' counts, by "<service>|<realServer>". */
-  private remote = new Map<string, [number, number]>();
+  /** Other nodes' counts, live and held after a node stopped reporting (./cluster-counts.ts). */
+  private remote: ClusterCounts;
   private exchanging = false;
   /** The connection is being dropped after a command timed out (until the next 'ready'). */
   private resetting = false;
@@ -317,6 +318,7 @@ export class RedisSync {
     this.log = log;
     this.key = macKey(o.recordKey);
     this.shadowCap = Math.floor(table.capacity * o.maxShadowShare);
+    this.remote = new ClusterCounts(4 * o.maxNodes); // dead nodes' reports held beside the live ones
     this.maxHeld = rings.length * L.PARK_SLOTS;
   }
 
@@ -952,7 +954,7 @@ export class RedisSync {
       // Nodes run the same configuration: a report far larger than ours is not a node's.
       const known = new Set(Object.keys(local));
       const maxChars = 65536 + 256 * known.size;
-      const merged = new Map<string, [number, number]>();
+      const live = new Map<string, Map<string, [number, number]>>();
       const nodes = picked.nodes;
       for (let i = 0; i < nodes.length; i += COUNTS_BATCH) {
         const chunk = nodes.slice(i, i + COUNTS_BATCH);
@@ -966,13 +968,10 @@ export class RedisSync {
             this.stats.countsRefused[c]++;
             return;
           }
-          for (const [k, [a, n]] of c) {
-            const m = merged.get(k) ?? [0, 0];
-            merged.set(k, [m[0] + a, m[1] + n]);
-          }
+          live.set(chunk[j]!, c);
         });
       }
-      this.remote = merged;
+      this.remote.update(live, now, ttl, this.table.tcpHold());
       this.remoteNodes = nodes;
     } catch (e) {
       this.failed(e);
@@ -984,9 +983,14 @@ export class RedisSync {
   /** Other live nodes seen in the last exchange. */
   remoteNodes: string[] = [];
 
+  /** Nodes no longer reporting whose last counts are still held (their flows may live on). */
+  get heldNodes(): string[] {
+    return this.remote.held;
+  }
+
   /** Connections other nodes report for a real server (0, 0 when none or unknown). */
   remoteCounts(service: string, realServer: string): [number, number] {
-    return this.remote.get(`${service}|${realServer}`) ?? [0, 0];
+    return this.remote.counts(`${service}|${realServer}`);
   }
 }
 

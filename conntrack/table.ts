@@ -212,6 +212,18 @@ export class ConnTable {
     return (Date.now() - this.epoch) | 0;
   }
 
+  /**
+   * How long a TCP flow counted now may live (ms): an active one (ESTABLISHED) by its timeout, an
+   * inactive one by the longest other TCP state's (conntrack/cluster-counts.ts holds a vanished
+   * node's counts that long; control/services.ts the drained servers' trash).
+   */
+  tcpHold(): { active: number; inactive: number } {
+    const a = this.i32;
+    let inactive = 0;
+    for (let s = 0; s < TCP_STATE_COUNT; s++) if (s !== TCP_ESTABLISHED) inactive = Math.max(inactive, a[L.H_TIMEOUTS + s]!);
+    return { active: a[L.H_TIMEOUTS + TCP_ESTABLISHED]!, inactive };
+  }
+
   setTimeouts(t: TableTimeouts): void {
     setTimeouts(this.i32, t);
   }
@@ -676,7 +688,7 @@ export class ConnTable {
     const o = this.base(e);
     const rsw = a[o + L.E_RS]! * L.RS_WORDS;
     v.entry = e;
-    if ((Atomics.load(this.rs, rsw + L.RS_FLAGS) & L.RSF_AVAILABLE) === 0) {
+    if ((Atomics.load(this.rs, rsw + L.RS_FLAGS) & (L.RSF_AVAILABLE | L.RSF_DRAINED)) === 0) {
       this.unlockBucket(b);
       return FLOW_DEST_GONE;
     }

@@ -177,6 +177,10 @@ export class Daemon {
         log.child({ component: 'redis-sync' }),
       );
       this.model.remoteConns = (service, realServer) => this.sync!.remoteCounts(service, realServer);
+      this.model.recordHold = () => {
+        const h = this.table.tcpHold();
+        return Math.max(h.active, h.inactive);
+      };
     }
     this.announcer = new Announcer(
       { table: dp.announceTable, device: dp.device, vipCidrs: dp.vipCidrs },

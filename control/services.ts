@@ -190,6 +190,16 @@ export class ServiceModel {
   onFreshServiceSlot: ((slot: number) => void) | null = null;
   /** Drain decisions, for logs and metrics. */
   onDrainEvent: ((e: DrainEvent) => void) | null = null;
+  /**
+   * Servers a drain deleted at a cluster-wide count of 0 (with Redis), by slot key, and until when
+   * their records are still served: a count can miss flows (a node restarted or started after
+   * another died, its held counts lost: conntrack/cluster-counts.ts), and those flows' records
+   * may arrive for as long as their entries could live (recordHold). Their slots stay in the trash
+   * with RSF_DRAINED: an adopted flow goes on to the server, nothing new is scheduled to it.
+   */
+  private drainedTrash = new Map<string, { until: number; target: FlowTarget }>();
+  /** How long a flow's record may outlive its last count (ms): the longest TCP timeout. Set with Redis. */
+  recordHold: (() => number) | null = null;
   /** Clock (ms since the epoch); replaceable in tests. */
   clock: () => number = Date.now;
 
@@ -418,7 +428,21 @@ export class ServiceModel {
       this.onDrainEvent?.({ service: live.key, realServer: k, action: 'draining', activeConns: c.active, inactConns: c.inactive });
       return;
     }
+    if (drainsOnRemoval(live.cfg.protocol)) this.delDrained(live, k);
+    else this.delDest(live, k);
+  }
+
+  /**
+   * Deletes a TCP server whose drain found no connection in the cluster; with Redis it goes to
+   * the drained trash, its records served until recordHold() has passed (drainedTrash).
+   */
+  private delDrained(live: LiveService, k: string): void {
+    const target = this.recordHold ? this.flowTarget(live.key, k) : null;
+    const slot = this.rsSlots.get(`${live.key}|${k}`)!.slot;
     this.delDest(live, k);
+    if (!target) return;
+    this.drainedTrash.set(`${live.key}|${k}`, { until: this.clock() + this.recordHold!(), target });
+    Atomics.or(this.rs, slot * L.RS_WORDS + L.RS_FLAGS, L.RSF_DRAINED);
   }
 
   /**
@@ -441,7 +465,8 @@ export class ServiceModel {
       if (c.active + c.inactive === 0 || expired) {
         this.draining.delete(slotKey);
         this.drainConfigs.delete(slotKey);
-        this.delDest(live, d.realServer);
+        if (c.active + c.inactive === 0) this.delDrained(live, d.realServer);
+        else this.delDest(live, d.realServer);
         this.onDrainEvent?.({
           service: d.service,
           realServer: d.realServer,
@@ -626,6 +651,7 @@ export class ServiceModel {
       this.onFreshRealServerSlot?.(slot);
     }
     info.listed = true;
+    if (this.drainedTrash.delete(slotKey)) Atomics.and(this.rs, info.slot * L.RS_WORDS + L.RS_FLAGS, ~L.RSF_DRAINED);
     live.rsCfg.set(k, r);
     const weight = this.effectiveWeight(live, k, r);
     const o = info.slot * L.RS_WORDS;
@@ -749,9 +775,17 @@ export class ServiceModel {
    */
   collectTrash(): number {
     let freed = 0;
+    const now = this.clock();
     for (const [k, info] of this.rsSlots) {
       if (info.listed) continue;
       const o = info.slot * L.RS_WORDS;
+      // A drained server's records are served until `until`; flows adopted meanwhile keep the slot
+      // (and RSF_DRAINED) as long as they live, as a kernel dest stays in the trash while referenced.
+      const drained = this.drainedTrash.get(k);
+      if (drained) {
+        if (now < drained.until) continue;
+        this.drainedTrash.delete(k);
+      }
       if (Atomics.load(this.rs, o + L.RS_ACTIVE) + Atomics.load(this.rs, o + L.RS_INACTIVE) + Atomics.load(this.rs, o + L.RS_PERSIST) !== 0)
         continue;
       if (this.heldByScheduler(info)) continue;
@@ -872,6 +906,10 @@ export class ServiceModel {
    */
   flowTarget(service: string, realServer: string): FlowTarget | null {
     const i = this.rsSlots.get(`${service}|${realServer}`);
+    if (i && !i.listed) {
+      const t = this.drainedTrash.get(`${service}|${realServer}`);
+      return t && this.clock() < t.until ? t.target : null;
+    }
     const live = i?.listed ? this.services.get(i.svcKey) : undefined;
     const d = live?.compiled.dests.find((x) => x.rs === i!.slot);
     if (!live || !d) return null;

@@ -7,7 +7,7 @@
 import * as L from '../../conntrack/layout';
 import { SCTP_STATE_KEYS } from '../../conntrack/sctp-state';
 import { ConnTable, createRealServerRegion } from '../../conntrack/table';
-import { TCP_DEFAULT_TIMEOUTS } from '../../conntrack/state';
+import { TCP_STATE_NAMES } from '../../conntrack/state';
 import { validateConfig } from '../../control/config';
 import { ServiceModel } from '../../control/services';
 import { VNET_HLEN } from '../../net/packet';
@@ -45,7 +45,12 @@ export function makeProcessor(doc: Record<string, unknown>, o: ProcessorOptions 
   const rsSab = createRealServerRegion(16);
   const schedSab = new SharedArrayBuffer(8 * L.SCHED_WORDS * 4);
   const model = new ServiceModel(rsSab, schedSab, 16, 8);
-  const timeouts = { tcp: TCP_DEFAULT_TIMEOUTS, udp: 300, sctp: SCTP_STATE_KEYS.map((k) => cfg.timeouts.sctp[k]!) };
+  // The configured timeouts, as uvsd sets them (control/daemon.ts tableTimeouts).
+  const timeouts = {
+    tcp: TCP_STATE_NAMES.map((n) => cfg.timeouts.tcp[n]!),
+    udp: cfg.timeouts.udp,
+    sctp: SCTP_STATE_KEYS.map((k) => cfg.timeouts.sctp[k]!),
+  };
   const table = new ConnTable(ConnTable.create(capacity, timeouts), rsSab, 1);
   model.now = () => table.now(); // scheduler timers run on the table's clock, as uvsd wires them
   const counters = new Float64Array(L.counterWords(16, 8));

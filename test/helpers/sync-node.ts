@@ -86,6 +86,8 @@ export interface NodeOptions {
   realServers?: string[];
   protocol?: 'tcp' | 'udp';
   tableSize?: number;
+  /** The `timeouts:` section (seconds), e.g. { tcp: 8 } for a short ESTABLISHED timeout. */
+  timeouts?: Record<string, unknown>;
 }
 
 /** One node: `run` a packet through it; `apply` another list of real servers (a reload). */
@@ -103,6 +105,7 @@ export function syncNode(id: string, o: NodeOptions) {
       },
     ],
     redis: { nodeId: id, ...o.redis },
+    ...(o.timeouts ? { timeouts: o.timeouts } : {}),
   });
   const p = makeProcessor(doc(o.realServers ?? RS), { capacity: tableSize, ring: true, liveClock: true });
   const { cfg, table, model, proc, counters } = p;
@@ -127,6 +130,10 @@ export function syncNode(id: string, o: NodeOptions) {
     pino({ level: 'silent' }),
   );
   model.remoteConns = (service, realServer) => sync.remoteCounts(service, realServer);
+  model.recordHold = () => {
+    const h = table.tcpHold();
+    return Math.max(h.active, h.inactive);
+  };
   const apply = (servers: string[]) => p.apply(doc(servers));
   const counter = (i: number) => counters[i]!;
   const r = new Int32Array(ring);

@@ -202,6 +202,109 @@ test('a drain waits for the connections other nodes report: the server is delete
   }
 });
 
+test("a drain holds a node's counts after it dies, until its flows could have expired: its idle flow to the drained server is still adopted", {
+  skip,
+  timeout: 60_000,
+}, async () => {
+  const P = 'h:';
+  // ESTABLISHED lasts 6 s here, so the hold ends within the test; counts every 0.2 s (TTL 0.6 s).
+  const o = { redis: { url: url(), keyPrefix: P, countsInterval: 0.2 }, timeouts: { tcp: 6 } };
+  const a = syncNode('a', o);
+  const b = syncNode('b', o);
+  a.sync.start();
+  b.sync.start();
+  try {
+    await waitFor('connected', () => a.sync.stats.connected && b.sync.stats.connected);
+    const x = openFlow(a, '192.0.2.30', 46000);
+    const service = a.model.list()[0]!.key;
+    await waitFor("b to see a's count", () => b.sync.remoteCounts(service, `${x}:8080`)[0] === 1);
+    b.apply(RS.filter((r) => r !== x));
+    assert.equal(b.model.drains().length, 1, 'X drains on b: a still uses it');
+    // a dies (no last word): its counts key expires after three intervals.
+    await a.stop();
+    await waitFor("a's counts to expire in Redis", async () => (await w.exists(`${P}counts:a`)) === 0);
+    await waitFor('an exchange after that', () => b.sync.remoteNodes.length === 0);
+    assert.deepEqual(b.sync.heldNodes, ['a'], "b holds a's last report");
+    assert.deepEqual(b.sync.remoteCounts(service, `${x}:8080`), [1, 0]);
+    assert.equal(b.model.checkDrains(), false, "the drain waits for a's flow");
+    // The idle flow's next packet reaches b (the router moved it): adopted, to X.
+    const mid = tcp({ src: '192.0.2.30', dst: VIP, sport: 46000, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(10) });
+    const v = b.run(mid);
+    if (v === DROP) await waitFor('the replay', () => b.replayed.length === 1);
+    assert.equal(v === FORWARD ? field(mid).dst : b.replayed[0]!.dst, x, 'to the server a chose');
+    // Once a's flows could all have expired, its report is let go; b's own adopted entry (idle)
+    // expires too, and the drain ends.
+    await waitFor(
+      'the hold to end and the drain to finish',
+      () => {
+        b.table.expire(b.table.now()); // uvsd's sweeper
+        return b.model.checkDrains();
+      },
+      30_000,
+    );
+    assert.deepEqual(
+      b.sync.remoteCounts(service, `${x}:8080`),
+      [0, 0],
+      "a's active count let go (its inactive ones are held for the longest other timeout)",
+    );
+    assert.equal(
+      b.model.list()[0]!.realServers.some((r) => r.address === x),
+      false,
+      'X deleted',
+    );
+  } finally {
+    await a.stop();
+    await b.stop();
+  }
+});
+
+test('a server a drain deleted is served to flows no count saw (a node started after another died): their records still adopt to it', {
+  skip,
+  timeout: 60_000,
+}, async () => {
+  const P = 't:';
+  const o = { redis: { url: url(), keyPrefix: P, countsInterval: 0.2 }, timeouts: { tcp: 30 } };
+  const a = syncNode('a', o);
+  a.sync.start();
+  let c: SyncNode | null = null;
+  try {
+    await waitFor('a connected', () => a.sync.stats.connected);
+    const x = openFlow(a, '192.0.2.40', 47000);
+    await waitFor('a to write its flow', async () => (await storedPorts(PORT, P)).includes(47000));
+    await a.stop();
+    await waitFor("a's counts to expire in Redis", async () => (await w.exists(`${P}counts:a`)) === 0);
+    // c never saw a's report: removing X finds no connection anywhere and deletes it at once.
+    c = syncNode('c', o);
+    c.sync.start();
+    await waitFor('c connected', () => c!.sync.stats.connected);
+    c.apply(RS.filter((r) => r !== x));
+    assert.equal(c.model.drains().length, 0, 'deleted, not drained');
+    assert.equal(
+      c.model.list()[0]!.realServers.some((r) => r.address === x),
+      false,
+    );
+    // a's idle flow arrives at c: looked up, and adopted to X from the drained servers' trash.
+    const mid = tcp({ src: '192.0.2.40', dst: VIP, sport: 47000, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(10) });
+    assert.equal(c.run(mid), DROP, 'parked');
+    await waitFor('the lookup', () => c!.sync.stats.lookups.hit + c!.sync.stats.lookups.miss + c!.sync.stats.lookups.refused > 0);
+    assert.equal(c.sync.stats.lookups.hit, 1, JSON.stringify(c.sync.stats.lookups));
+    await waitFor('the replay', () => c!.replayed.length === 1);
+    assert.deepEqual(c.replayed[0], { verdict: FORWARD, dst: x });
+    const next = tcp({ src: '192.0.2.40', dst: VIP, sport: 47000, dport: 80, flags: TCPF_ACK });
+    assert.equal(c.run(next), FORWARD, 'later packets find the entry');
+    assert.equal(field(next).dst, x);
+    // Nothing new is scheduled to X.
+    for (let i = 0; i < 6; i++) {
+      const syn = tcp({ src: '192.0.2.41', dst: VIP, sport: 48000 + i, dport: 80, flags: TCPF_SYN });
+      assert.equal(c.run(syn), FORWARD);
+      assert.notEqual(field(syn).dst, x);
+    }
+  } finally {
+    await a.stop();
+    await c?.stop();
+  }
+});
+
 test("a client reuses its port for a new flow to another server: the other node replaces the old flow's shadow and carries the new one there", {
   skip,
   timeout: 60_000,
