@@ -143,7 +143,8 @@ export interface StatsResponse {
   synProxyHeld: number;
   syncRingFull: number;
   /** null without redis. */
-  redis: (SyncStats & { nodes: string[] }) | null;
+  /** nodes: other live nodes; heldNodes: nodes no longer reporting, counted from their last report (docs/redis.md). */
+  redis: (SyncStats & { nodes: string[]; heldNodes: string[] }) | null;
   draining: number;
   reloads: { ok: number; failed: number; lastError: string | null };
   stateFileSkipped: number;

@@ -156,7 +156,7 @@ export function statsView(d: Daemon): StatsResponse {
     parkFull: d.stats.word(L.C_PARK_FULL),
     synProxyHeld: d.stats.word(L.C_SP_HELD),
     syncRingFull: d.stats.word(L.C_SYNC_RING_FULL),
-    redis: d.sync ? { ...d.sync.stats, nodes: d.sync.remoteNodes } : null,
+    redis: d.sync ? { ...d.sync.stats, nodes: d.sync.remoteNodes, heldNodes: d.sync.heldNodes } : null,
     draining: d.model.drains().length,
     reloads: d.reloads,
     stateFileSkipped: d.stateSkipped,

@@ -104,6 +104,7 @@ export function echoStreams(
   seconds: number,
   intervalMs = 100,
   chunk = 500,
+  pause: { from: number; seconds: number } | null = null,
 ): EchoStreams {
   const child = spawn(
     'ip',
@@ -120,6 +121,7 @@ export function echoStreams(
       String(seconds),
       String(intervalMs),
       String(chunk),
+      ...(pause ? [String(pause.from), String(pause.seconds)] : []),
     ],
     { stdio: ['ignore', 'pipe', 'ignore'] },
   );

@@ -20,10 +20,11 @@
  *   udp-probe HOST PORT SECONDS INTERVAL_MS    a datagram every interval from one source port to
  *                                              the lab's UDP echo; prints each probe as [sent at,
  *                                              answered at or null, server or null] (epoch ms)
- *   streams HOST PORT COUNT SECONDS INTERVAL_MS CHUNK
+ *   streams HOST PORT COUNT SECONDS INTERVAL_MS CHUNK [PAUSE_FROM PAUSE_FOR]
  *                                              COUNT TCP connections to the lab's echo service, each
  *                                              sending CHUNK deterministic bytes (blob seed 1000+i)
- *                                              every interval for SECONDS and checking every echoed
+ *                                              every interval for SECONDS (idle, sending nothing,
+ *                                              for PAUSE_FOR s from PAUSE_FROM s on) and checking every echoed
  *                                              byte; prints {"ready",ports,servers} once all are
  *                                              connected, then one line per stream: sent, echoed,
  *                                              bad bytes, error, longest silence (maxGapMs, gapAt),
@@ -308,7 +309,16 @@ interface StreamState {
  * the longest silence between two arrivals is that stream's blackout. Bounded: SECONDS of sending,
  * then at most DRAIN_MS for the last echoes.
  */
-function streams(host: string, port: number, count: number, seconds: number, intervalMs: number, chunk: number): Promise<number> {
+function streams(
+  host: string,
+  port: number,
+  count: number,
+  seconds: number,
+  intervalMs: number,
+  chunk: number,
+  pauseFrom = 0,
+  pauseFor = 0,
+): Promise<number> {
   const DRAIN_MS = 10000;
   const GAP_MS = Math.round(intervalMs * 1.5); // a silence longer than the sending rhythm
   const MAX_GAPS = 20;
@@ -377,7 +387,9 @@ function streams(host: string, port: number, count: number, seconds: number, int
     }
     setTimeout(printReady, 10000).unref(); // some never connected: say so, the run goes on
     const tick = setInterval(() => {
-      const sending = Date.now() - started < seconds * 1000;
+      const elapsed = Date.now() - started;
+      const sending = elapsed < seconds * 1000;
+      if (sending && elapsed >= pauseFrom * 1000 && elapsed < (pauseFrom + pauseFor) * 1000) return; // idle: nothing sent
       if (sending) {
         for (const s of ss) {
           if (s.closed || s.server === '') continue;
@@ -528,7 +540,16 @@ async function main(argv: string[]): Promise<number> {
     case 'udp-probe':
       return udpProbe(a[0]!, Number(a[1]), Number(a[2] ?? 10), Number(a[3] ?? 10));
     case 'streams':
-      return streams(a[0]!, Number(a[1]), Number(a[2] ?? 10), Number(a[3] ?? 10), Number(a[4] ?? 100), Number(a[5] ?? 1000));
+      return streams(
+        a[0]!,
+        Number(a[1]),
+        Number(a[2] ?? 10),
+        Number(a[3] ?? 10),
+        Number(a[4] ?? 100),
+        Number(a[5] ?? 1000),
+        Number(a[6] ?? 0),
+        Number(a[7] ?? 0),
+      );
     case 'inject': {
       const [ifname, count, seed, vip, client] = a;
       process.stdout.write(

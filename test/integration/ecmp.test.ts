@@ -53,8 +53,8 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
   };
 
   /** uvsd on nodes ks (in parallel), each connected to Redis, and the router spreading over them. */
-  const startNodes = async (ks: number[], o: { cluster?: boolean; redis?: boolean } = {}) => {
-    await Promise.all(ks.map((k) => lab.startUvsd(k, lab.config(k, services(), o))));
+  const startNodes = async (ks: number[], o: { cluster?: boolean; redis?: boolean; extra?: Record<string, unknown> } = {}) => {
+    await Promise.all(ks.map((k) => lab.startUvsd(k, { ...lab.config(k, services(), o), ...o.extra })));
     for (const k of ks) {
       const deadline = Date.now() + 10000;
       while (o.redis !== false && !(await stats(k)).redis?.connected) {
@@ -317,6 +317,60 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const onDrained = ss.filter((s) => s.server === 'rs1');
     figure(`(c) streams on the weight-0 server rs1: ${onDrained.length}, all completed byte-identical`);
     assert.ok(onDrained.length >= 5, `some streams were on rs1 (mh-port spreads them): ${onDrained.length}`);
+  });
+
+  test('(h) a server removed gracefully while its idle flows sit on the node that dies: the drain waits for them, none lost', async () => {
+    // kube-proxy's graceful termination with a short check (1 s). Every stream opens through lb2
+    // alone, then goes idle; lb1 and lb3 join (idle flows do not move: they hold shadows only,
+    // which no count includes), the server is removed everywhere, lb2 dies. Before issue 33's fix
+    // the survivors deleted the server 1.6–2.9 s after the kill and the moved flows hung.
+    const extra = { gracefulTermination: { checkInterval: 1 } };
+    const victim = 2;
+    const survivors = [1, 3];
+    await startNodes([victim], { extra });
+    // 30 streams: they send for 2 s, are idle for 16 s (joins, removal, kill and drain checks fall here), then send again.
+    const st = echoStreams(lab.ns.cl, LAB_VIP, PORT, 30, 22, 100, 500, { from: 2, seconds: 16 });
+    const ready = await st.ready;
+    assert.equal(ready.ready, 30, 'every stream connected');
+    const x = 'rs1';
+    const xStreams = ready.servers.filter((s) => s === x).length;
+    assert.ok(xStreams > 0, `some streams go to ${x}: ${ready.servers.join(' ')}`);
+    await sleep(1500); // past their 3rd packet: in Redis
+    await startNodes(survivors, { extra });
+    for (const k of survivors) {
+      const until = Date.now() + 10_000;
+      while (!(await stats(k)).redis?.nodes.includes(`lb${victim}`)) {
+        if (Date.now() > until) throw new Error(`lb${k} never read lb${victim}'s counts`);
+        await sleep(100);
+      }
+    }
+    for (const k of [1, 2, 3]) {
+      const r = await apiCall(lab.socket(k), 'DELETE', `/v1/services/tcp/${LAB_VIP}/${PORT}/realservers/${lab.rsAddrs[0]}/${PORT}`);
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+    }
+    await lab.killNode(victim);
+    killed.add(victim);
+    await lab.waitNexthops(survivors);
+    await sleep(4000); // several drain checks on the survivors while the flows are idle
+    for (const k of survivors) {
+      const d = await apiCall<{ draining: { realServer: string }[] }>(lab.socket(k), 'GET', '/v1/drains');
+      const s = await stats(k);
+      assert.ok(
+        d.body.draining.some((r) => r.realServer.startsWith(`${lab.rsAddrs[0]}:`)),
+        `lb${k} still drains ${x}: ${JSON.stringify(d.body)}`,
+      );
+      assert.ok(s.redis?.heldNodes.includes(`lb${victim}`), `lb${k} holds lb${victim}'s counts: ${JSON.stringify(s.redis?.heldNodes)}`);
+    }
+    const ss = await st.done;
+    const lost = ss.filter((s) => s.error !== null || s.bad !== 0 || s.echoed !== s.sent);
+    figure(
+      `(h) graceful removal of ${x} (check every 1 s), lb${victim} killed while carrying all 30 idle streams, ${xStreams} of them to ${x}: kept ${ss.length - lost.length} of ${ss.length}`,
+    );
+    assert.deepEqual(
+      lost.map((s) => ({ port: s.port, server: s.server, error: s.error })),
+      [],
+      'no stream lost',
+    );
   });
 
   test('(d) maintenance: a node withdraws, its flows move by adoption, it stops, restarts and rejoins; none lost', async () => {
