@@ -167,6 +167,8 @@ export interface SyncStats {
   lastCatchUpSeconds: number | null;
   /** Shadows replaced by a record of a newer flow on the same client address and port. */
   superseded: number;
+  /** Counts exchanges completed (this node's report written, the others' read). */
+  countExchanges: number;
   lastError: string | null;
 }
 
@@ -278,6 +280,7 @@ export class RedisSync {
     catchUps: 0,
     lastCatchUpSeconds: null,
     superseded: 0,
+    countExchanges: 0,
     lastError: null,
   };
   /** Redis may lack records of live flows (records dropped from the queue, another server). */
@@ -973,6 +976,7 @@ export class RedisSync {
       }
       this.remote.update(live, now, ttl, this.table.tcpHold());
       this.remoteNodes = nodes;
+      this.stats.countExchanges++;
     } catch (e) {
       this.failed(e);
     } finally {
