@@ -33,12 +33,15 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
   ];
   let configFile = '';
   const api = <T>(method: string, path: string) => apiCall<T>(lab.socket, method, path);
-  const apply = async (services: unknown[], extra: Record<string, unknown> = fast) => {
+  /** Reloads with `services`; when the reload was asked for and when it answered. */
+  const reload = async (services: unknown[], extra: Record<string, unknown> = fast) => {
     writeFileSync(configFile, stringify(lab.config(services, extra)));
+    const sent = Date.now();
     const r = await api<AppliedResponse>('POST', '/v1/reload');
     assert.equal(r.status, 200, JSON.stringify(r.body));
-    return Date.now();
+    return { sent, answered: Date.now() };
   };
+  const apply = async (services: unknown[], extra: Record<string, unknown> = fast) => (await reload(services, extra)).answered;
   const drains = async () => (await api<DrainsResponse>('GET', '/v1/drains')).body.draining;
   const webServers = async (port = 80) =>
     (await api<ServicesResponse>('GET', '/v1/services')).body.services.find((s) => s.port === port && s.protocol === 'tcp')?.realServers ??
@@ -93,7 +96,10 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
     });
     let text = '';
     loadProc.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    const windows: { server: string; from: number; to: number }[] = [];
+    // A server drains from the moment its removal's reload answered (the snapshot is published
+    // before the answer) until the next reload, which adds it back, was asked for: that reload
+    // applies before it answers, so connections made while it runs may go to the server legitimately.
+    const windows: { server: string; from: number; to: number; toAnswered: number }[] = [];
     const sawDraining = new Set<string>();
     const t0 = Date.now();
     await sleep(2000);
@@ -102,14 +108,15 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
       const out = rs[i]!;
       const back = i > 0 ? rs[i - 1]! : null;
       current = rs.filter((a) => a !== out);
-      const from = await apply(svc(current));
-      if (back) windows[windows.length - 1]!.to = from;
-      windows.push({ server: out, from, to: Infinity });
+      const { sent, answered: from } = await reload(svc(current));
+      if (back) Object.assign(windows[windows.length - 1]!, { to: sent, toAnswered: from });
+      windows.push({ server: out, from, to: Infinity, toAnswered: Infinity });
       await sleep(600);
       for (const d of await drains()) sawDraining.add(d.realServer.split(':')[0]!);
       await sleep(2400);
     }
-    windows[windows.length - 1]!.to = await apply(svc(rs));
+    const last = await reload(svc(rs));
+    Object.assign(windows[windows.length - 1]!, { to: last.sent, toAnswered: last.answered });
     const code = await new Promise<number | null>((r) => loadProc.on('exit', r));
     assert.equal(code, 0);
     const result = JSON.parse(text) as {
@@ -121,6 +128,14 @@ describe('graceful termination', { skip: needTool(isRoot, 'root (network namespa
     assert.equal(errors.length, 0, `connections reset or stalled: ${JSON.stringify(errors.slice(0, 5))}`);
     assert.ok(result.requests > 120, `enough load (${result.requests} requests)`);
     // Publishing is synchronous with the reload answer; 20 ms covers the request's own connect.
+    // Connections to the server made while the reload that added it back was running are legitimate;
+    // they are counted and shown (the window 32 saw fail: 3 and 5 such connections, on a busy machine).
+    const during = windows.flatMap((w) =>
+      result.records.filter((r) => r.server === `rs${rs.indexOf(w.server) + 1}` && r.start >= w.to && r.start < w.toAnswered),
+    );
+    console.log(
+      `# graceful: ${during.length} new connections reached a server while the reload adding it back ran (legitimate); those reloads took ${windows.map((w) => w.toAnswered - w.to).join(', ')} ms`,
+    );
     for (const w of windows) {
       const bad = result.records.filter((r) => r.server === `rs${rs.indexOf(w.server) + 1}` && r.start > w.from + 20 && r.start < w.to);
       assert.equal(
