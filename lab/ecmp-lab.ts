@@ -25,7 +25,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { ConnectionsResponse } from '../control/api-types';
 import { apiCall } from '../control/client';
-import { hasCommand, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sh, sleep } from './lab';
+import { hasCommand, keepLogs, Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sh, sleep, waitUvsd } from './lab';
 
 const ROOT = join(__dirname, '..', '..');
 export const ECMP_ROUTER = '10.202.10.1';
@@ -433,12 +433,7 @@ export class EcmpLab {
     writeFileSync(file, stringify(cfg));
     rmSync(this.socket(k), { force: true }); // a killed uvsd leaves its socket behind
     const child = this.start(`uvsd-lb${k}`, this.nodeNs(k), process.execPath, [join(ROOT, 'dist', 'control', 'uvsd.js'), '--config', file]);
-    const deadline = Date.now() + timeoutMs;
-    while (!existsSync(this.socket(k))) {
-      if (child.exitCode !== null) throw new Error(`uvsd lb${k} exited with ${child.exitCode}; see ${join(this.dir, `uvsd-lb${k}.log`)}`);
-      if (Date.now() > deadline) throw new Error(`uvsd lb${k} did not start; see ${join(this.dir, `uvsd-lb${k}.log`)}`);
-      await sleep(50);
-    }
+    await waitUvsd(child, this.socket(k), join(this.dir, `uvsd-lb${k}.log`), `lb${k}`, timeoutMs);
     return child;
   }
 
@@ -572,6 +567,7 @@ export class EcmpLab {
       }
     }
     this.procs.clear();
+    keepLogs(this.dir, this.prefix);
     new Lab({ prefix: this.prefix }).down(); // same prefix rule: kills every process in the namespaces, deletes them
     if (existsSync(this.dir)) rmSync(this.dir, { recursive: true, force: true });
     this.nodes.clear();

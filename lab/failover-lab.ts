@@ -32,7 +32,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { ConnectionsResponse } from '../control/api-types';
 import { apiCall } from '../control/client';
-import { Lab, LAB_VIP6_CIDR, LAB_VIP_CIDR, sh, sleep } from './lab';
+import { keepLogs, Lab, LAB_VIP6_CIDR, LAB_VIP_CIDR, sh, sleep, waitUvsd } from './lab';
 
 const ROOT = join(__dirname, '..', '..');
 export const GATEWAY = '10.201.10.1';
@@ -387,6 +387,15 @@ export class FailoverLab {
   }
 
   down(): void {
+    // keepalived's state changes as the lab read them, beside the logs test/run.sh shows on a failure.
+    for (const [node, ev] of Object.entries(this.events)) {
+      if (existsSync(this.dir) && ev?.length)
+        writeFileSync(
+          join(this.dir, `${node}.vrrp-events.log`),
+          ev.map((e) => `${new Date(e.at).toISOString()} ${e.kind} ${e.name} ${e.state}`).join('\n') + '\n',
+        );
+    }
+    keepLogs(this.dir, this.prefix);
     for (const f of Object.values(this.fifos)) f?.destroy();
     for (const k of Object.keys(this.fifos)) delete this.fifos[k as LbNode];
     new Lab({ prefix: this.prefix }).down(); // same prefix rule: kills every process, deletes every namespace
@@ -434,14 +443,7 @@ export class FailoverLab {
       stdio: ['ignore', log, log],
     });
     this.uvsd[node] = child;
-    await waitFor(
-      () => {
-        if (child.exitCode !== null) throw new Error(`uvsd ${node} exited with ${child.exitCode}; see ${join(this.dir, `${node}.log`)}`);
-        return existsSync(this.socket(node));
-      },
-      timeoutMs,
-      `uvsd ${node} did not start; see ${join(this.dir, `${node}.log`)}`,
-    );
+    await waitUvsd(child, this.socket(node), join(this.dir, `${node}.log`), node, timeoutMs);
     return child;
   }
 

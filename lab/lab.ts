@@ -10,9 +10,10 @@
  * default route points at the LB node, as masq needs.
  */
 import { execFileSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { copyFileSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { stringify } from 'yaml';
+import { apiCall } from '../control/client';
 
 export const LAB_VIP_CIDR = '10.200.0.0/24';
 export const LAB_VIP = '10.200.0.10';
@@ -117,6 +118,7 @@ export class Lab {
 
   /** Stops every process in the lab's namespaces and deletes them. Never throws. */
   down(): void {
+    keepLogs(this.dir, this.prefix);
     const nss = Lab.existing(this.prefix);
     const pids = new Set<number>();
     for (const ns of nss) {
@@ -252,12 +254,7 @@ export class Lab {
       stdio: ['ignore', log, log],
     });
     this.uvsd = child;
-    const deadline = Date.now() + timeoutMs;
-    while (!existsSync(this.socket)) {
-      if (child.exitCode !== null) throw new Error(`uvsd exited with ${child.exitCode}; see ${join(this.dir, 'uvsd.log')}`);
-      if (Date.now() > deadline) throw new Error(`uvsd did not start in ${timeoutMs} ms; see ${join(this.dir, 'uvsd.log')}`);
-      await sleep(50);
-    }
+    await waitUvsd(child, this.socket, join(this.dir, 'uvsd.log'), this.lbNs, timeoutMs);
     return child;
   }
 
@@ -287,6 +284,60 @@ function alive(pid: number): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/**
+ * Copies a lab's logs (every *.log in its directory: uvsd, keepalived, BIRD, servers, notify
+ * histories) to $UVS_LAB_LOGS/<test file>/<prefix>/ before the lab is removed, when that variable
+ * is set: test/run.sh sets it and prints the ends of a failed test file's logs. Never throws.
+ */
+export function keepLogs(dir: string, prefix: string): void {
+  const to = process.env.UVS_LAB_LOGS;
+  if (!to || !existsSync(dir)) return;
+  try {
+    const files = readdirSync(dir).filter((f) => f.endsWith('.log'));
+    if (files.length === 0) return;
+    const at = join(to, basename(process.argv[1] ?? 'lab'), prefix); // node --test runs a process per file
+    mkdirSync(at, { recursive: true });
+    for (const f of files) copyFileSync(join(dir, f), join(at, f));
+  } catch {
+    /* best effort: diagnostics only */
+  }
+}
+
+/** The last `lines` lines of a log file ('' when there is none): what a failure message shows. */
+export function logTail(file: string, lines = 40): string {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * Waits until a uvsd just spawned answers its API (GET /v1/stats over `socket`): the socket file
+ * appears before the daemon answers on it, and on a busy machine seconds may lie between. Fails at
+ * once when the process exits, and every failure shows the end of its log (`log`).
+ */
+export async function waitUvsd(child: ChildProcess, socket: string, log: string, name: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = 'no socket yet';
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(`uvsd ${name} exited (${child.signalCode ?? child.exitCode}) before it answered; ${log}:\n${logTail(log)}`);
+    if (existsSync(socket)) {
+      try {
+        const r = await apiCall(socket, 'GET', '/v1/stats'); // its own 10 s timeout
+        if (r.status === 200) return;
+        last = `GET /v1/stats answered ${r.status}`;
+      } catch (e) {
+        last = (e as Error).message;
+      }
+    }
+    if (Date.now() > deadline)
+      throw new Error(`uvsd ${name} did not answer its API in ${timeoutMs} ms (${last}); ${log}:\n${logTail(log)}`);
+    await sleep(50);
   }
 }
 
