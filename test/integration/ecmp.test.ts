@@ -67,6 +67,22 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     await lab.waitNexthops(all, true);
   };
 
+  /**
+   * Every node in ks holds an entry for each of `count` streams — its own or a shadow from Redis
+   * (each flow is written at its 3rd packet and pre-loaded by the others): what a test waits for
+   * before a node may die. Replaces a fixed 2 s sleep; fails with what each node held.
+   */
+  const everyNodeHolds = async (ks: number[], count: number, timeoutMs = 20_000) => {
+    const deadline = Date.now() + timeoutMs;
+    let held: number[] = [];
+    for (;;) {
+      held = await Promise.all(ks.map(async (k) => (await stats(k)).table.entries));
+      if (held.every((n) => n >= count)) return;
+      if (Date.now() > deadline) throw new Error(`nodes ${ks.join(',')} hold ${held.join(',')} entries, not ${count} each`);
+      await sleep(50);
+    }
+  };
+
   const adoptedBy = async (ks: number[]) =>
     Object.fromEntries(await Promise.all(ks.map(async (k) => [k, (await stats(k)).adopted] as const))) as Record<number, number>;
 
@@ -169,7 +185,7 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const st = echoStreams(lab.ns.cl, v6 ? LAB_VIP6 : LAB_VIP, PORT, o.count, seconds);
     const ready = await st.ready;
     assert.equal(ready.ready, o.count, 'every stream connected and got its banner');
-    await sleep(2000); // every flow past its 3rd packet: in Redis, and a shadow on the other nodes
+    await everyNodeHolds([1, 2, 3], o.count); // every flow past its 3rd packet: in Redis, and a shadow on the other nodes
     const before = await lab.carriers([1, 2, 3], ready.ports);
     // IPv4: the router's hash, asked of its kernel, is what the nodes see. (IPv6's `ip route get`
     // hashes another way than forwarding does on this kernel: the nodes' view only.)
@@ -250,7 +266,7 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const st = echoStreams(lab.ns.cl, LAB_VIP, PORT, 60, 12);
     const ready = await st.ready;
     assert.equal(ready.ready, 60);
-    await sleep(2000);
+    await everyNodeHolds([1, 2, 3], 60);
     const before = lab.nodeOfFlows(ready.ports, PORT);
     const adopted0 = await adoptedBy([1, 2, 3]);
     const t0 = Date.now();
@@ -335,7 +351,12 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const x = 'rs1';
     const xStreams = ready.servers.filter((s) => s === x).length;
     assert.ok(xStreams > 0, `some streams go to ${x}: ${ready.servers.join(' ')}`);
-    await sleep(1500); // past their 3rd packet: in Redis
+    // Past their 3rd packet: in Redis (the joiners, which missed the change stream, look them up).
+    const until = Date.now() + 20_000;
+    while (((await stats(victim)).redis?.written ?? 0) < 30) {
+      if (Date.now() > until) throw new Error(`lb${victim} did not write the 30 flows to Redis`);
+      await sleep(50);
+    }
     await startNodes(survivors, { extra });
     for (const k of survivors) {
       const until = Date.now() + 10_000;
@@ -378,7 +399,7 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const st = echoStreams(lab.ns.cl, LAB_VIP, PORT, 60, 20);
     const ready = await st.ready;
     assert.equal(ready.ready, 60);
-    await sleep(2000);
+    await everyNodeHolds([1, 2, 3], 60);
     const before = lab.nodeOfFlows(ready.ports, PORT);
     const adopted0 = await adoptedBy([1, 3]);
     const t0 = Date.now();
@@ -469,7 +490,7 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     const st = echoStreams(lab.ns.cl, LAB_VIP, PORT, 40, 10);
     const ready = await st.ready;
     assert.equal(ready.ready, 40);
-    await sleep(2000);
+    await everyNodeHolds([1, 2, 3], 40);
     const own0 = await Promise.all([1, 2, 3].map(async (k) => (await stats(k)).table.entries - (await stats(k)).shadows));
     const adopted0 = await adoptedBy([2, 3]);
     const t0 = Date.now();
