@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import type { DefenseResponse, StatsResponse } from '../../control/api-types';
+import type { ConnectionsResponse, DefenseResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { blobSha256 } from '../../lab/blob';
 import { Lab, LAB_VIP, LAB_VIP6, LAB_VIP6_CIDR, LAB_VIP_CIDR, sleep } from '../../lab/lab';
@@ -180,7 +180,15 @@ describe('the SYN proxy (defense.synProxy: 3) with real clients and servers', {
   });
 
   test('SYNs never acknowledged take no table entry', async () => {
-    await sleep(6000); // pending and closed flows of the tests before: SYN_RECV/CLOSE timers
+    // No handshake of the tests before still under way (a client's SYN retransmitted now would
+    // make an entry and look like one the flood made): wait for the table to hold none.
+    const until = Date.now() + 20_000;
+    for (;;) {
+      const conns = (await api<ConnectionsResponse>('/v1/connections?limit=100000')).connections;
+      if (!conns.some((c) => c.state === 'SYN_RECV' || c.state === 'SYN_SENT' || c.state === 'SYNACK')) break;
+      if (Date.now() > until) throw new Error(`handshakes still under way: ${JSON.stringify(conns.slice(0, 5))}`);
+      await sleep(100);
+    }
     const before = await counts();
     const entries0 = (await api<StatsResponse>('/v1/stats')).table.entries;
     const out = lab.exec(lab.lbNs, process.execPath, [TOOLS, 'syn-flood', 'uvs0', LAB_VIP, '80', '500', '10', '300', '5']);
