@@ -6,8 +6,9 @@
  *                                              numbered line every interval, checks every echo
  *   echo-probe HOST PORT SECONDS [INTERVAL_MS] the same, and also prints when each echo arrived
  *                                              (`times`, epoch ms): gaps show a blackout
- *   udp-ask HOST PORT TEXT [TIMEOUT_MS]        one datagram from a connected socket; prints the
- *                                              answer or the error (ECONNREFUSED = ICMP unreachable)
+ *   udp-ask HOST PORT TEXT [TIMEOUT_MS [SPORT]] one datagram from a connected socket (from SPORT,
+ *                                              else an ephemeral port); prints the answer or the
+ *                                              error (ECONNREFUSED = ICMP unreachable)
  *   tcp-connect HOST PORT [TIMEOUT_MS]         connect only; prints ok or the error code
  *   load HOST PORT SECONDS CONCURRENCY HOLD_EVERY HOLD_MS
  *                                              HTTP load: CONCURRENCY loops of one-connection
@@ -97,7 +98,7 @@ function holdEcho(host: string, port: number, seconds: number, intervalMs: numbe
   });
 }
 
-function udpAsk(host: string, port: number, text: string, timeoutMs: number): Promise<number> {
+function udpAsk(host: string, port: number, text: string, timeoutMs: number, sport = 0): Promise<number> {
   return new Promise((resolve) => {
     const s = createSocket(host.includes(':') ? 'udp6' : 'udp4');
     const t = setTimeout(() => {
@@ -117,7 +118,9 @@ function udpAsk(host: string, port: number, text: string, timeoutMs: number): Pr
       s.close();
       resolve(1);
     });
-    s.connect(port, host, () => s.send(text));
+    const go = () => s.connect(port, host, () => s.send(text));
+    if (sport > 0) s.bind(sport, go);
+    else go();
   });
 }
 
@@ -530,7 +533,7 @@ async function main(argv: string[]): Promise<number> {
     case 'echo-probe':
       return holdEcho(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 20), true);
     case 'udp-ask':
-      return udpAsk(a[0]!, Number(a[1]), a[2] ?? 'ping', Number(a[3] ?? 2000));
+      return udpAsk(a[0]!, Number(a[1]), a[2] ?? 'ping', Number(a[3] ?? 2000), Number(a[4] ?? 0));
     case 'tcp-connect':
       return tcpConnect(a[0]!, Number(a[1]), Number(a[2] ?? 3000));
     case 'load':
