@@ -85,7 +85,10 @@ function node(id: string, o: NodeOpts) {
     (pkt) => replayed.push({ verdict: run(pkt), dst: field(pkt).dst }) > 0,
     pino({ level: 'silent' }),
   );
-  return { sync, table, run, replayed, local, stop: () => sync.stop() };
+  const r = new Int32Array(ring);
+  /** Every flow the worker queued has been written: its ring is drained and the write queue empty. */
+  const allWritten = () => Atomics.load(r, L.RG_SYNC_HEAD) === Atomics.load(r, L.RG_SYNC_TAIL) && sync.stats.queueDepth === 0;
+  return { sync, table, run, replayed, local, allWritten, stop: () => sync.stop() };
 }
 type Node = ReturnType<typeof node>;
 
@@ -206,7 +209,10 @@ test('forged records, published or stored, are refused and counted by reason; a 
     assert.equal(b.run(mid), FORWARD);
     assert.equal(field(mid).dst, rip, 'to the real server a chose');
 
-    // …and through a lookup, by a node that missed the stream.
+    // …and through a lookup, by a node that missed the stream. (b, having adopted the flow, writes
+    // it too: c must start after that write, or it learns the flow from the stream and never looks
+    // it up — on a loaded machine c used to subscribe first.)
+    await waitFor('a and b to write the flow', () => a.allWritten() && b.allWritten() && b.sync.stats.written === 1);
     const c = node('c', { prefix: P });
     c.sync.start();
     try {
