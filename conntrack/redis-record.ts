@@ -248,8 +248,11 @@ export function supersedes(gen: number, installed: number): boolean {
 }
 
 const MAC_TEXT = /^[0-9a-f]{32}$/;
-/** g=<generation>,<writer>: a positive safe integer, a percent-encoded node id (writerToken). */
-const GEN_FIELD = /^g=([1-9]\d{0,15}),((?:[A-Za-z0-9\-_.!~*'()]|%[0-9A-F]{2}){1,765})$/;
+/**
+ * g=<generation>,<writer>: a positive integer of at most 16 digits, a percent-encoded node id
+ * (writerToken; its '%' sequences are checked by decodeURIComponent, which throws on a bad one).
+ */
+const GEN_FIELD = /^g=([1-9]\d{0,15}),([A-Za-z0-9\-_.!~*'()%]{1,765})$/;
 
 /** Parses a record's text; with a key, only a record with a valid MAC. */
 export function parseRecord(text: string, key: Buffer | null): FlowRecord | RecordRefusal {
