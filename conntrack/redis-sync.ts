@@ -835,10 +835,9 @@ export class RedisSync {
    * A shadow under the record's client→server key that names another server is an earlier flow
    * of the same client address and port — clients reuse ports, and a closed flow's shadow lives
    * out its TIME_WAIT (2 min) — which the record, newer (installRecord checked its generation),
-   * supersedes: removed,
-   * so that the record can take its place (else the new flow's packets would go to the old flow's
-   * server, or be parked and refused here until the old shadow expired). A local entry is never
-   * touched. True if one was removed (counted in `superseded`).
+   * supersedes: removed, so that the record can take its place (else the new flow's packets would
+   * go to the old flow's server, or be parked and refused here until the old shadow expired). A
+   * local entry is never touched. True if one was removed (counted in `superseded`).
    */
   private dropSuperseded(r: FlowRecord): boolean {
     const t = this.table;
