@@ -16,11 +16,31 @@
  *   or, only for a SYN-proxied flow past its server's handshake (lb/synproxy.ts; never both):
  *   sp=<SP_DELTA>,<SP_TSDELTA>,<SP_OPTS>  its sequence and timestamp deltas and its options and
  *                              window scales: the adopting node must go on adjusting by as much
+ *   then g=<generation>,<writer>  when the record was written and by whom (below); every record
+ *                              of this release has it
  *   last, only when redis.recordKey is set: the MAC, 128 bits of HMAC-SHA256 over everything
- *   before it, in hex
- * 13-field records come from uvs before IPv6 (IPv4 only). The pp field never looks like a MAC
- * ('p' is no hex digit); a node from before it refuses such a record as malformed — rightly, as
- * it would forward the flow without its shift.
+ *   before it (the generation and the writer included), in hex
+ * Versions, each read by the releases after it: 13 fields (before IPv6, IPv4 only); 14 fields
+ * (IPv6 high words); then the pp= and sp= fields; then the g= field. None of 'p', 's' and 'g' is
+ * a hex digit, so no optional field looks like a MAC. A node from before pp=/sp= refuses such a
+ * record as malformed — rightly, as it would forward the flow without its shift. A node from
+ * before g= without a key reads a record with it as before (it takes the field for an unchecked
+ * MAC: at most 16 fields, which is what such a record has without a MAC); with a key it refuses
+ * it (`auth`: one field more than it allows; `malformed` with a pp= or sp= field: 17 fields).
+ * docs/redis.md "Rolling upgrades".
+ *
+ * Generation: a hybrid logical clock, GEN_PER_MS per millisecond of the writer's Unix time — the
+ * larger of (its last generation + 1), (now × GEN_PER_MS) and (the largest generation it has read
+ * in a record it believed), so it survives a restart of the writer (a restarted node starts at its
+ * clock, past everything it wrote before as long as its clock did not step back further than it
+ * was down) and orders records of different writers by cause: a node that adopted a flow from A's
+ * record had read that record, so everything it writes after is newer. A shadow keeps the
+ * generation of the record it was made from; a record for the same client→server key that is not
+ * newer is refused (`stale`): a record captured earlier and written back to Redis — one of the
+ * same flow, or of an earlier flow on a client port that was reused since — cannot roll a flow
+ * back. A record without a generation (an earlier release's) may make or refresh a shadow that
+ * has none, never replace one that has one. Writer: the node id, percent-encoded (node ids may
+ * contain '|').
  *
  * A record is installed only if it is what this node would have written for the same flow
  * (the kernel's backup does less: ip_vs_proc_conn keeps FWD_MASK|NOOUTPUT|INACTIVE|TEMPLATE of
@@ -39,7 +59,11 @@
  *     word with no bit but SPO_*'s and window scales of at most 14 (`synproxy`);
  *   - it expires in the future, at most the state's timeout (plus MAX_CLOCK_SKEW_MS) away — a
  *     23-day record cannot hold a slot for 23 days (`expiry`);
- *   - with a key configured, it carries a valid MAC (`auth`).
+ *   - its generation is not ahead of this node's clock by more than MAX_CLOCK_SKEW_MS — one that
+ *     was would outrank every true record of the flow until then (`generation`);
+ *   - with a key configured, it carries a valid MAC (`auth`);
+ *   - and, checked when it is installed (redis-sync.ts): it is newer than the record the shadow
+ *     of its key was made from, if there is one (`stale`).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import * as L from './layout';
@@ -62,6 +86,8 @@ export const RECORD_REFUSALS = [
   'expiry',
   'proxy_protocol', // a PROXY protocol word this node would not have written for the flow
   'synproxy', // SYN proxy words on a flow that cannot be proxied, or options no node writes
+  'generation', // a generation ahead of this node's clock by more than MAX_CLOCK_SKEW_MS
+  'stale', // not newer than the record the key's shadow was made from: a replay, or overtaken
   'key_mismatch', // a lookup's answer describes another flow than the parked packet's
   'shadow_cap', // redis.maxShadowShare of the table already holds shadows
   'not_installed', // a local entry has the key, or the table is full
@@ -73,7 +99,7 @@ export const COUNTS_REFUSALS = ['malformed', 'value', 'too_large', 'auth', 'stal
 export type CountsRefusal = (typeof COUNTS_REFUSALS)[number];
 
 /** Why a node in the node list was ignored: uvs_redis_nodes_refused_total{reason}. */
-export const NODE_REFUSALS = ['future', 'cap', 'bad_id'] as const;
+export const NODE_REFUSALS = ['future', 'cap', 'bad_id', 'auth', 'stale'] as const;
 export type NodeRefusal = (typeof NODE_REFUSALS)[number];
 
 /**
@@ -81,8 +107,17 @@ export type NodeRefusal = (typeof NODE_REFUSALS)[number];
  * a node that lost its time source for a while). A heartbeat or an expiry beyond it is a lie.
  */
 export const MAX_CLOCK_SKEW_MS = 5000;
-/** Longest record accepted: an IPv6 record with names is ~400 characters. */
-export const MAX_RECORD_CHARS = 1024;
+/**
+ * Longest record accepted: an IPv6 record with names, the sp= field and a MAC is ~500 characters;
+ * the writer adds its node id (at most 255 characters, 765 percent-encoded; a host name ~20).
+ */
+export const MAX_RECORD_CHARS = 1536;
+/**
+ * Generations per millisecond (the writer's counter within one): a generation reads as the Unix
+ * time in ms followed by three digits. A node writes at most 20,000 records/s (redis-sync.ts), 20
+ * per ms, so its generations stay within a millisecond of its clock.
+ */
+export const GEN_PER_MS = 1000;
 /** MAC length in hex: HMAC-SHA256 truncated to 128 bits (RFC 2104 §5 allows ≥ half the output). */
 export const MAC_HEX = 32;
 /** Most connections a count may claim: a node's table holds at most 2^26 entries (dataplane.tableSize). */
@@ -116,6 +151,10 @@ export interface FlowRecord {
   spDelta: number;
   spTsDelta: number;
   spOpts: number;
+  /** The writer's generation (GEN_PER_MS per ms of its clock); 0 = none (an earlier release's record). */
+  gen: number;
+  /** The writer's node id ('' with no generation). */
+  writer: string;
 }
 
 /** What this node has for a (service, real server) pair: the flow a record may describe. */
@@ -173,16 +212,79 @@ function word(s: string): number {
   return n >= -0x80000000 && n <= 0xffffffff ? n | 0 : NaN;
 }
 
+/** The writer field of a node id: percent-encoded, so that no '|' or ',' of an id splits a record. */
+export function writerToken(nodeId: string): string {
+  return encodeURIComponent(nodeId);
+}
+
+/** The record's generation field (written before the MAC; docs at the top). */
+export function genField(gen: number, writer: string): string {
+  return `|g=${gen},${writer}`;
+}
+
+/**
+ * A writer's generations: a hybrid logical clock (the top of this file). next() for each record
+ * written; observe() with the generation of each record believed.
+ */
+export class Generation {
+  private last = 0;
+  next(nowMs: number): number {
+    this.last = Math.max(this.last + 1, nowMs * GEN_PER_MS);
+    return this.last;
+  }
+  observe(gen: number): void {
+    if (gen > this.last) this.last = gen;
+  }
+}
+
+/**
+ * Whether a record of generation `gen` may replace or refresh a shadow made from one of
+ * generation `installed` (0: none, an earlier release's record): only a newer one. A record
+ * without one may refresh or replace a shadow without one (what every record did before), never
+ * one with one — a replayed record of an earlier release would roll it back.
+ */
+export function supersedes(gen: number, installed: number): boolean {
+  return installed === 0 || gen > installed;
+}
+
+const MAC_TEXT = /^[0-9a-f]{32}$/;
+/**
+ * g=<generation>,<writer>: a positive integer of at most 16 digits, a percent-encoded node id
+ * (writerToken; its '%' sequences are checked by decodeURIComponent, which throws on a bad one).
+ */
+const GEN_FIELD = /^g=([1-9]\d{0,15}),([A-Za-z0-9\-_.!~*'()%]{1,765})$/;
+
 /** Parses a record's text; with a key, only a record with a valid MAC. */
 export function parseRecord(text: string, key: Buffer | null): FlowRecord | RecordRefusal {
   if (text.length > MAX_RECORD_CHARS) return 'malformed';
   const f = text.split('|');
-  if (f.length < 13 || f.length > 16) return 'malformed';
-  // The optional field: pp= (PROXY protocol) or sp= (SYN proxy).
-  const optField = f.length > 14 && (f[14]!.startsWith('pp=') || f[14]!.startsWith('sp=')) ? f[14]! : null;
-  if (key !== null) {
-    if (f.length !== (optField !== null ? 16 : 15) || !macOk(key, text.slice(0, text.lastIndexOf('|')), f[f.length - 1]!)) return 'auth';
-  } else if (f.length === 16 && optField === null) return 'malformed';
+  const nf = f.length;
+  if (nf < 13 || nf > 17) return 'malformed';
+  // After the 14 fields: pp= or sp=, then g=, then the MAC — each optional, in this order.
+  let i = 14;
+  const optField = i < nf && (f[i]!.startsWith('pp=') || f[i]!.startsWith('sp=')) ? f[i++]! : null;
+  const genText = i < nf && f[i]!.startsWith('g=') ? f[i++]! : null;
+  const macText = i < nf ? f[i++]! : null;
+  if (i < nf) return 'malformed';
+  // Without a key a MAC is not checked: this node trusts the store (the default, as before).
+  if (key !== null && (macText === null || !macOk(key, text.slice(0, text.lastIndexOf('|')), macText))) return 'auth';
+  if (key === null && macText !== null && !MAC_TEXT.test(macText)) return 'malformed'; // a last field that is no MAC
+  let gen = 0;
+  let writer = '';
+  if (genText !== null) {
+    const m = GEN_FIELD.exec(genText);
+    if (!m) return 'malformed';
+    gen = Number(m[1]);
+    if (!Number.isSafeInteger(gen)) return 'malformed';
+    writer = m[2]!;
+    if (writer.includes('%')) {
+      try {
+        writer = decodeURIComponent(writer);
+      } catch {
+        return 'malformed'; // a percent-encoding that is no UTF-8
+      }
+    }
+  }
   let pp = 0;
   let ppSeq = 0;
   let sp = 0;
@@ -204,7 +306,6 @@ export function parseRecord(text: string, key: Buffer | null): FlowRecord | Reco
     spOpts = word(m[3]!);
     if (Number.isNaN(spDelta) || Number.isNaN(spTsDelta) || Number.isNaN(spOpts)) return 'malformed';
   }
-  // Without a key a MAC is not checked: this node trusts the store (the default, as before).
   const n: number[] = [];
   for (const i of [0, 1, 2, 3, 4, 5, 6, 7, 10, 11]) n[i] = word(f[i]!);
   if (n.some((x) => Number.isNaN(x))) return 'malformed';
@@ -246,6 +347,8 @@ export function parseRecord(text: string, key: Buffer | null): FlowRecord | Reco
     spDelta,
     spTsDelta,
     spOpts,
+    gen,
+    writer,
   };
 }
 
@@ -299,6 +402,7 @@ export function checkRecord(r: FlowRecord, t: FlowTarget | null, nowMs: number, 
   if (r.inactive === active) return 'state';
   const left = r.expiresAt - nowMs;
   if (!(left > 0) || left > timeoutMs(timeoutSlot(r.proto, r.state)) + MAX_CLOCK_SKEW_MS) return 'expiry';
+  if (r.gen >= (nowMs + MAX_CLOCK_SKEW_MS + 1) * GEN_PER_MS) return 'generation';
   return null;
 }
 
@@ -423,10 +527,45 @@ function sane(x: unknown): x is number {
   return typeof x === 'number' && Number.isInteger(x) && x >= 0 && x <= MAX_COUNT;
 }
 
+/** The MAC input of a heartbeat: its own domain, so that no record or counts MAC can pass for one. */
+const heartbeatText = (nodeId: string, atMs: number) => `uvs-heartbeat\n${nodeId}\n${atMs}`;
+
 /**
- * Picks the nodes to read counts from, out of ZREVRANGEBYSCORE … WITHSCORES (newest first,
- * [id, score, id, score…]): valid ids, not this node, heartbeats not from the future, at most
- * maxNodes. `total` is how many the window held (ZCOUNT): the ones not fetched count as `cap`.
+ * A signed heartbeat, published on <prefix>nodes with redis.recordKey set: "<nodeId>\n<ms>\n<MAC>".
+ * It tells the other nodes this node is alive without the node list, whose members anyone who can
+ * write to Redis can add.
+ */
+export function signHeartbeat(key: Buffer, nodeId: string, nowMs: number): string {
+  return `${nodeId}\n${nowMs}\n${mac(key, heartbeatText(nodeId, nowMs))}`;
+}
+
+/**
+ * A heartbeat's node id and time, if its MAC holds (`auth`), its id is one (`bad_id`) and it was
+ * made less than maxAgeMs ago and not in the future beyond MAX_CLOCK_SKEW_MS (`stale`: a
+ * recorded heartbeat replayed later).
+ */
+export function parseHeartbeat(
+  key: Buffer,
+  text: string,
+  nowMs: number,
+  maxAgeMs: number,
+): { nodeId: string; atMs: number } | 'auth' | 'bad_id' | 'stale' {
+  const parts = text.length <= 512 ? text.split('\n') : [];
+  if (parts.length !== 3 || !/^\d{1,15}$/.test(parts[1]!)) return 'auth';
+  const [nodeId, at, m] = parts as [string, string, string];
+  const atMs = Number(at);
+  if (!macOk(key, heartbeatText(nodeId, atMs), m)) return 'auth';
+  if (!NODE_ID.test(nodeId)) return 'bad_id';
+  if (!(atMs >= nowMs - maxAgeMs && atMs <= nowMs + MAX_CLOCK_SKEW_MS)) return 'stale';
+  return { nodeId, atMs };
+}
+
+/**
+ * Picks the nodes to read counts from: first `first` (with redis.recordKey, the nodes whose signed
+ * counts or heartbeats were believed lately: no entry of the node list can push them out), then
+ * out of ZREVRANGEBYSCORE … WITHSCORES (newest first, [id, score, id, score…]): valid ids, not
+ * this node, heartbeats not from the future, at most maxNodes in all. `total` is how many the
+ * window held (ZCOUNT): the ones not fetched count as `cap`.
  */
 export function selectNodes(
   flat: string[],
@@ -434,12 +573,14 @@ export function selectNodes(
   self: string,
   nowMs: number,
   maxNodes: number,
+  first: readonly string[] = [],
 ): { nodes: string[]; refused: Record<NodeRefusal, number> } {
-  const refused: Record<NodeRefusal, number> = { future: 0, cap: Math.max(0, total - flat.length / 2), bad_id: 0 };
-  const nodes: string[] = [];
+  const refused: Record<NodeRefusal, number> = { future: 0, cap: Math.max(0, total - flat.length / 2), bad_id: 0, auth: 0, stale: 0 };
+  const nodes: string[] = first.filter((id) => id !== self).slice(0, maxNodes);
+  const taken = new Set(nodes);
   for (let i = 0; i + 1 < flat.length; i += 2) {
     const id = flat[i]!;
-    if (id === self) continue;
+    if (id === self || taken.has(id)) continue;
     const at = Number(flat[i + 1]);
     if (!NODE_ID.test(id)) refused.bad_id++;
     else if (!(at <= nowMs + MAX_CLOCK_SKEW_MS)) refused.future++;

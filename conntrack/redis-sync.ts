@@ -14,6 +14,8 @@
  *   <prefix>flows                          channel: "<nodeId>\n<record>\n<record>…"
  *   <prefix>counts:<nodeId>                JSON {"<service>|<realServer>": [active, inactive]}, TTL 3 periods
  *   <prefix>nodes                          sorted set nodeId → last heartbeat (ms)
+ *   <prefix>nodes                          channel, with redis.recordKey: signed heartbeats
+ *                                          (redis-record.ts signHeartbeat), one per count period
  * Each flow key's hash tag is the whole tuple, so Redis Cluster spreads flows over all slots and
  * never needs a cross-slot command.
  *
@@ -63,9 +65,12 @@ import type { ConnTable } from './table';
 import {
   checkRecord,
   COUNTS_REFUSALS,
+  genField,
+  Generation,
   macKey,
   NODE_REFUSALS,
   parseCounts,
+  parseHeartbeat,
   parseRecord,
   ppField,
   spField,
@@ -73,7 +78,10 @@ import {
   recordMatches,
   selectNodes,
   signCounts,
+  signHeartbeat,
   signRecord,
+  supersedes,
+  writerToken,
   MAX_CLOCK_SKEW_MS,
   type CountsRefusal,
   type FlowRecord,
@@ -146,7 +154,7 @@ export interface SyncStats {
   refused: Record<RecordRefusal, number>;
   /** Other nodes' counts not believed, by reason. */
   countsRefused: Record<CountsRefusal, number>;
-  /** Entries of the node list ignored, by reason. */
+  /** Entries of the node list, and signed heartbeats, ignored by reason. */
   nodesRefused: Record<NodeRefusal, number>;
   /** Seconds between a record being queued and its write being acknowledged (last batch). */
   lagSeconds: number;
@@ -246,6 +254,25 @@ export class RedisSync {
   /** The connection is being dropped after a command timed out (until the next 'ready'). */
   private resetting = false;
   private readonly key: Buffer | null;
+  /** This node's generations (redis-record.ts Generation), and its writer field. */
+  private readonly gen = new Generation();
+  private readonly writer: string;
+  /**
+   * Generation of the record each shadow was made from, by entry index (0: a record without one).
+   * Read only for an entry that is a shadow now, and every shadow is made by installRecord, which
+   * sets it: a value left by an entry's earlier life is never read. 8 bytes per table entry (the
+   * table itself has 128 + 36), on the control thread only, as nothing else reads it.
+   */
+  private readonly shadowGen: Float64Array;
+  /**
+   * With redis.recordKey: other nodes whose signed counts or heartbeats were believed, and when
+   * (epoch ms), for three count periods; at most redis.maxNodes. Their counts are read before any
+   * other member of the node list, so members that anyone with access to Redis can add never
+   * push them out of the exchange.
+   */
+  private readonly trusted = new Map<string, number>();
+  /** How long counts and heartbeats count: three count periods (ms). */
+  private readonly countsTtlMs: number;
   /** Most shadow entries at once: redis.maxShadowShare of the table. */
   private readonly shadowCap: number;
   /** Lookups by flow (the parked packet's tuple). Bounded: ≤ maxHeld entries, so no hash flood. */
@@ -320,6 +347,9 @@ export class RedisSync {
     this.inject = inject;
     this.log = log;
     this.key = macKey(o.recordKey);
+    this.writer = writerToken(o.nodeId);
+    this.shadowGen = new Float64Array(table.capacity);
+    this.countsTtlMs = Math.round(o.countsInterval * 3000);
     this.shadowCap = Math.floor(table.capacity * o.maxShadowShare);
     this.remote = new ClusterCounts(4 * o.maxNodes); // dead nodes' reports held beside the live ones
     this.maxHeld = rings.length * L.PARK_SLOTS;
@@ -391,12 +421,15 @@ export class RedisSync {
     });
     // Cluster: a node joining the slot map is a failover's new master, which may lack recent writes.
     if (this.client instanceof Cluster) this.client.on('+node', () => this.wantResync(null));
+    const flows = `${this.o.keyPrefix}flows`;
+    // Signed heartbeats exist only with a key: without one anybody's would be as good as a node's.
+    const channels = this.key !== null ? [flows, `${this.o.keyPrefix}nodes`] : [flows];
     this.sub.on('ready', () => {
-      (this.sub.subscribe(`${this.o.keyPrefix}flows`) as Promise<unknown>).catch((e: Error) =>
+      (this.sub.subscribe(...channels) as Promise<unknown>).catch((e: Error) =>
         this.log.warn({ err: e.message }, 'Redis subscribe failed'),
       );
     });
-    this.sub.on('message', (_ch: string, msg: string) => this.onPublished(msg));
+    this.sub.on('message', (ch: string, msg: string) => (ch === flows ? this.onPublished(msg) : this.onHeartbeat(msg)));
     this.table.setSync(true);
     this.timers.push(setInterval(() => this.drainParked(), PARK_POLL_MS));
     this.timers.push(setInterval(() => void this.flush(true), FLUSH_MS));
@@ -494,7 +527,8 @@ export class RedisSync {
         proto & L.PROTO_V6 ? Array.from(this.table.entryHi(o)).join(',') : '',
       ].join('|') +
       ppField(Atomics.load(a, o + L.E_PP), a[o + L.E_PP_SEQ]!) +
-      spField(flags & L.F_SYNPROXY ? this.table.spRecordWords((o - this.table.base(0)) / L.ENTRY_WORDS) : null);
+      spField(flags & L.F_SYNPROXY ? this.table.spRecordWords((o - this.table.base(0)) / L.ENTRY_WORDS) : null) +
+      genField(this.gen.next(Date.now()), this.writer);
     const hi = proto & L.PROTO_V6 ? this.table.entryHi(o) : undefined;
     return {
       key: this.inKey(proto, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, a[o + L.E_VADDR]!, hi),
@@ -756,6 +790,11 @@ export class RedisSync {
     const nowMs = Date.now();
     const why = checkRecord(r, t, nowMs, (slot) => this.timeoutMs(slot));
     if (why !== null) return this.refuse(why);
+    // Believed: what this node writes from now on is newer (a flow it adopts from this record).
+    this.gen.observe(r.gen);
+    // A shadow of the key made from a record at least as new: this one is a replay, or overtaken.
+    const cur = this.shadowOf(r);
+    if (cur >= 0 && !supersedes(r.gen, this.shadowGen[cur]!)) return this.refuse('stale');
     const mayAdd = this.table.shadows() < this.shadowCap;
     const fwd = r.fwd | (r.fwd === L.FWD_MASQ || r.fwd === L.FWD_FULLNAT ? 0 : L.F_NOOUTPUT); // tunnel: one direction only
     const n = this.shadow;
@@ -782,16 +821,28 @@ export class RedisSync {
     // One shadow replaced by another: the count stays, so the shadow cap does not stand in the way.
     if (e < 0 && this.dropSuperseded(r)) e = this.table.putShadow(n, true);
     if (e < 0) return this.refuse(mayAdd ? 'not_installed' : 'shadow_cap');
+    this.shadowGen[e] = r.gen;
     return true;
+  }
+
+  /** The shadow entry under the record's client→server key, or −1 (none, or a local entry). */
+  private shadowOf(r: FlowRecord): number {
+    const t = this.table;
+    const b = t.bucketIn(r.proto, r.caddr, r.cports, r.vaddr, r.hi);
+    t.lockBucket(b);
+    const e = t.findIn(b, r.proto, r.caddr, r.cports, r.vaddr, r.hi);
+    const shadow = e >= 0 && (t.i32[t.base(e) + L.E_FLAGS]! & L.F_SHADOW) !== 0;
+    t.unlockBucket(b);
+    return shadow ? e : -1;
   }
 
   /**
    * A shadow under the record's client→server key that names another server is an earlier flow
    * of the same client address and port — clients reuse ports, and a closed flow's shadow lives
-   * out its TIME_WAIT (2 min) — which the record, its owner's current state, supersedes: removed,
-   * so that the record can take its place (else the new flow's packets would go to the old flow's
-   * server, or be parked and refused here until the old shadow expired). A local entry is never
-   * touched. True if one was removed (counted in `superseded`).
+   * out its TIME_WAIT (2 min) — which the record, newer (installRecord checked its generation),
+   * supersedes: removed, so that the record can take its place (else the new flow's packets would
+   * go to the old flow's server, or be parked and refused here until the old shadow expired). A
+   * local entry is never touched. True if one was removed (counted in `superseded`).
    */
   private dropSuperseded(r: FlowRecord): boolean {
     const t = this.table;
@@ -933,11 +984,14 @@ export class RedisSync {
    * bounded (redis-record.ts): heartbeats from the future are removed (they would never age out),
    * at most maxNodes nodes are read, in batches of COUNTS_BATCH, and each node's counts are parsed
    * on their own — one bad node does not spoil the rest, and a count is a non-negative integer.
+   * With redis.recordKey, the nodes whose signed counts or heartbeats were believed in the last
+   * three periods are read first (`trusted`): members of the node list that no node signed for
+   * cannot push them out, only take the places left.
    */
   private async exchangeCounts(): Promise<void> {
     if (!this.stats.connected || this.exchanging) return;
     this.exchanging = true;
-    const ttl = Math.round(this.o.countsInterval * 3000);
+    const ttl = this.countsTtlMs;
     const now = Date.now();
     const P = this.o.keyPrefix;
     const self = this.o.nodeId;
@@ -945,11 +999,14 @@ export class RedisSync {
       const local = this.resolver.counts();
       await this.client.set(`${P}counts:${self}`, signCounts(this.key, self, JSON.stringify(local), now), 'PX', ttl);
       await this.client.zadd(`${P}nodes`, now, self);
+      if (this.key !== null) await this.client.publish(`${P}nodes`, signHeartbeat(this.key, self, now));
       await this.client.zremrangebyscore(`${P}nodes`, '-inf', now - ttl);
       const future = await this.client.zremrangebyscore(`${P}nodes`, `(${now + MAX_CLOCK_SKEW_MS}`, '+inf');
       const total = await this.client.zcard(`${P}nodes`);
       const flat = await this.client.zrevrangebyscore(`${P}nodes`, '+inf', now - ttl, 'WITHSCORES', 'LIMIT', 0, this.o.maxNodes + 1);
-      const picked = selectNodes(flat, total, self, now, this.o.maxNodes);
+      for (const [id, at] of this.trusted) if (at < now - ttl) this.trusted.delete(id);
+      const first = [...this.trusted].sort((x, y) => y[1] - x[1]).map(([id]) => id);
+      const picked = selectNodes(flat, total, self, now, this.o.maxNodes, first);
       picked.refused.future += future;
       for (const k of NODE_REFUSALS) this.stats.nodesRefused[k] += picked.refused[k];
       if (future > 0 || picked.refused.cap > 0 || picked.refused.bad_id > 0)
@@ -959,6 +1016,7 @@ export class RedisSync {
       const maxChars = 65536 + 256 * known.size;
       const live = new Map<string, Map<string, [number, number]>>();
       const nodes = picked.nodes;
+      const believed: string[] = [];
       for (let i = 0; i < nodes.length; i += COUNTS_BATCH) {
         const chunk = nodes.slice(i, i + COUNTS_BATCH);
         const keys = chunk.map((n) => `${P}counts:${n}`);
@@ -971,11 +1029,14 @@ export class RedisSync {
             this.stats.countsRefused[c]++;
             return;
           }
+          believed.push(chunk[j]!);
+          if (this.key !== null) this.trust(chunk[j]!, now);
           live.set(chunk[j]!, c);
         });
       }
       this.remote.update(live, now, ttl, this.table.tcpHold());
-      this.remoteNodes = nodes;
+      // With a key, only the nodes whose signed counts were read: a member nobody signed for is none.
+      this.remoteNodes = this.key !== null ? believed : nodes;
       this.stats.countExchanges++;
     } catch (e) {
       this.failed(e);
@@ -984,7 +1045,35 @@ export class RedisSync {
     }
   }
 
-  /** Other live nodes seen in the last exchange. */
+  /** A signed heartbeat from <prefix>nodes (only subscribed with a key): its node is trusted. */
+  private onHeartbeat(msg: string): void {
+    const h = parseHeartbeat(this.key!, msg, Date.now(), this.countsTtlMs);
+    if (typeof h === 'string') this.stats.nodesRefused[h]++;
+    else if (h.nodeId !== this.o.nodeId) this.trust(h.nodeId, h.atMs);
+  }
+
+  /**
+   * Another node proved itself (its MAC held) at `atMs`. At most redis.maxNodes are kept: a new
+   * one takes the place of the one heard from longest ago, if that is older.
+   */
+  private trust(nodeId: string, atMs: number): void {
+    const was = this.trusted.get(nodeId);
+    if (was === undefined && this.trusted.size >= this.o.maxNodes) {
+      let oldest: string | null = null;
+      let oldestAt = atMs;
+      for (const [id, at] of this.trusted) {
+        if (at < oldestAt) {
+          oldest = id;
+          oldestAt = at;
+        }
+      }
+      if (oldest === null) return;
+      this.trusted.delete(oldest);
+    }
+    if (was === undefined || atMs > was) this.trusted.set(nodeId, atMs);
+  }
+
+  /** Other live nodes seen in the last exchange (with a key: those whose signed counts were believed). */
   remoteNodes: string[] = [];
 
   /** Nodes no longer reporting whose last counts are still held (their flows may live on). */

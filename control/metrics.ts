@@ -448,7 +448,7 @@ export function buildRegistry(d: Daemon): Registry {
     });
     counterFrom(
       'uvs_redis_nodes_refused_total',
-      'Entries of the Redis node list ignored, by reason (future: heartbeat ahead of this clock by more than 5 s, removed; cap: beyond redis.maxNodes).',
+      'Entries of the Redis node list ignored, by reason (future: heartbeat ahead of this clock by more than 5 s, removed; cap: beyond redis.maxNodes; bad_id), and with redis.recordKey signed heartbeats refused (auth: no valid MAC; stale: older than three count periods or from the future).',
       ['reason'],
       (c) => {
         for (const [k, v] of Object.entries(st.nodesRefused)) c.inc({ reason: k }, v);

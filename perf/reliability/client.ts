@@ -7,8 +7,9 @@
  *       a new TCP connection every interval (not waiting for the previous one) with one HTTP GET /;
  *       prints one JSON line per attempt as it ends: {"t":start,"c":connect ms,"d":answer ms,"e":error}
  *       (c/d null when it did not get that far) — streamed, so the harness can watch recovery live
- *   echo HOST PORT SECONDS INTERVAL_MS
- *       one TCP connection to a line-echo service; a numbered line every interval, each echo checked;
+ *   echo HOST PORT SECONDS INTERVAL_MS [LOCAL_PORT [rst]]
+ *       one TCP connection to a line-echo service (from LOCAL_PORT if given and not 0; ended with a
+ *       RST instead of a FIN with `rst`: no TIME_WAIT holds the port); a numbered line every interval, each echo checked;
  *       at the end {"server","port","sent","echoed","bad","error","maxGapMs","endGapMs"}: a lost
  *       stream shows as an error (reset, timeout) or missing echoes; port = its local port (to find
  *       it in a capture), maxGapMs = the longest wait between two echoes, endGapMs = from the last
@@ -94,9 +95,9 @@ function connectProbe(host: string, port: number, seconds: number, intervalMs: n
   });
 }
 
-function echo(host: string, port: number, seconds: number, intervalMs: number): Promise<number> {
+function echo(host: string, port: number, seconds: number, intervalMs: number, bindPort: number, rst: boolean): Promise<number> {
   return new Promise((resolve) => {
-    const sock = connect({ host, port });
+    const sock = connect({ host, port, ...(bindPort > 0 ? { localPort: bindPort } : {}) });
     let server = '';
     let buffered = '';
     let sent = 0;
@@ -112,7 +113,8 @@ function echo(host: string, port: number, seconds: number, intervalMs: number): 
       if (finished) return;
       finished = true;
       if (timer) clearInterval(timer);
-      sock.destroy();
+      if (rst && !sock.destroyed) sock.resetAndDestroy();
+      else sock.destroy();
       if (!error && echoed !== sent) error = 'missing echoes';
       out({ server, port: localPort, sent, echoed, bad, error, maxGapMs, endGapMs: Date.now() - last });
       resolve(error === null && bad === 0 ? 0 : 1);
@@ -266,7 +268,7 @@ async function main(argv: string[]): Promise<number> {
     case 'connect-probe':
       return connectProbe(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 50), Number(a[4] ?? 5000));
     case 'echo':
-      return echo(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 200));
+      return echo(a[0]!, Number(a[1]), Number(a[2]), Number(a[3] ?? 200), Number(a[4] ?? 0), a[5] === 'rst');
     case 'api-probe':
       return apiProbe(a[0]!, Number(a[1]), Number(a[2] ?? 20));
     case 'download':

@@ -15,13 +15,15 @@
  * and the servers. With --capture, tcpdump records the clients' packets at each hop.
  */
 import { execFileSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ConnectionsResponse } from '../../control/api-types';
+import { stringify } from 'yaml';
+import type { ConnectionsResponse, DrainsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { runTool } from '../../lab/clients';
 import { LAB_VIP, LAB_VIP_CIDR } from '../../lab/lab';
-import type { FailoverLab, LbNode } from '../../lab/failover-lab';
+import { REDIS_ADDR, type FailoverLab, type LbNode } from '../../lab/failover-lab';
 import { run, sleep, spawnTracked } from '../exec';
 import type { LoadRecord } from '../failures';
 import { parseSnmp } from '../probe';
@@ -37,8 +39,10 @@ import {
   stopEchoes,
   waitFor,
   waitWorkers,
+  echoFailure,
   type Ctx,
   type EchoResult,
+  type Stats,
 } from './common';
 import { flatten, IN_FLIGHT_MS, inFlightAt, lastMove, numericDiff, type ScenarioResult, type Value } from './report';
 
@@ -700,4 +704,188 @@ export class Capture {
     const r = await run('tcpdump', ['-nn', '-tt', '-r', this.file, `tcp port ${port}`], { timeoutMs: 60000 });
     return r.stdout.trim().split('\n').filter(Boolean).slice(0, max);
   }
+}
+
+// ── replayed records and a forged node list, with redis.recordKey ─────────────────────────
+/** The client port both echo streams of the replay scenario use (below the ephemeral range). */
+const REPLAY_PORT = 20123;
+/** Members of the forged node list: more than the places read (redis.maxNodes, 64). */
+const FAKE_NODES = 200;
+
+/**
+ * Issue 25, item 4, from outside: an attacker who can read and write Redis (not the record key)
+ * keeps a node's signed record of a flow, and publishes it again after the client has reused the
+ * flow's port for a new flow to another server; meanwhile it fills the node list with members
+ * fresher than the real nodes' heartbeats. The new flow must stay with its server through a
+ * failover, and a server removed on lb2 must keep draining while lb1 still has that flow.
+ */
+export async function replayScenario(ctx: Ctx, flab: FailoverLab, r: ScenarioResult): Promise<void> {
+  const recordKey = randomBytes(24).toString('hex');
+  r.how = `Two-node lab (as the Redis scenario's) with \`redis.recordKey\` set on both nodes (counts every 0.5 s, drain checks every 0.5 s); one service, TCP echo on ${LAB_VIP}:7, round robin over three real servers; lb1 active (keepalived). A client opens echo stream 1 from port ${REPLAY_PORT}; once lb2 holds it, the attacker (redis-cli in the Redis namespace: it reads and writes Redis, it does not have the key) keeps its signed record. Stream 1 ends with a RST; once both nodes have let its entry expire (CLOSE, 10 s), the client opens stream 2 from the same port: lb1 schedules it to the next server. Then the attacker adds ${FAKE_NODES} members to the node list, each with a heartbeat 4 s ahead (the newest; within the 5 s of clock skew tolerated) and unsigned counts of 10⁶ connections to stream 2's server, and publishes an unsigned heartbeat for each, every 300 ms; stream 2's server is removed from lb2's configuration (lb2 has no connection to it; lb1 has stream 2); the attacker publishes stream 1's record again (as from lb1) and writes it under the flow's key; then lb1's uvsd is killed and keepalived moves the traffic to lb2. Before this release, lb2 put stream 1's record in place of stream 2's (its shadow pointed at stream 1's server) and read the 64 fake members' counts instead of lb1's (so it deleted the removed server at once): either breaks stream 2 at the failover.`;
+  flab.up();
+  await flab.waitServers();
+  const services = (servers: readonly string[]) => [
+    {
+      name: 'echo',
+      protocol: 'tcp',
+      address: LAB_VIP,
+      port: 7,
+      scheduler: 'rr',
+      realServers: servers.map((address) => ({ address, port: 9007 })),
+    },
+  ];
+  const cfg = (n: LbNode, servers: readonly string[] = flab.rsAddrs) =>
+    flab.config(n, services(servers), {
+      log: { level: 'warn' },
+      dataplane: { device: 'uvs0', vipCidrs: [LAB_VIP_CIDR], workers: ctx.workers, tableSize: 65536 },
+      gracefulTermination: { checkInterval: 0.5 },
+      redis: { url: `redis://${REDIS_ADDR}:6379`, nodeId: n, countsInterval: 0.5, parkTimeout: 1, recordKey },
+    });
+  await flab.startUvsd('lb1', cfg('lb1'));
+  await flab.startUvsd('lb2', cfg('lb2'));
+  for (const n of ['lb1', 'lb2'] as const) {
+    await waitWorkers(flab.socket(n), ctx.workers);
+    await waitFor(async () => (await getStats(flab.socket(n)).catch(() => null))?.redis?.connected === true, 15000);
+  }
+  await flab.startVrrp('lb1');
+  /** A node's entry for the client port (its real server "addr:9007"), a shadow or not; null: none. */
+  const entry = async (n: LbNode): Promise<string | null> =>
+    (await flab.flows(n, true)).find((f) => f.includes(` ${flab.clientAddr}:${REPLAY_PORT}|`))?.split('|')[2] ?? null;
+  const echo = (seconds: number, rst: boolean) =>
+    client<EchoResult>(
+      flab.ns.cl,
+      ['echo', LAB_VIP, '7', String(seconds), '100', String(REPLAY_PORT), ...(rst ? ['rst'] : [])],
+      (seconds + 90) * 1000,
+    );
+  /** Waits until lb1 carries the client port and lb2 holds it with the same server; that server. */
+  const carried = async (what: string): Promise<string> => {
+    let rs: string | null = null;
+    const ok = await waitFor(async () => {
+      rs = await entry('lb1');
+      return rs !== null && (await entry('lb2')) === rs;
+    }, 15000);
+    if (ok === null || rs === null) throw new Error(`${what}: lb1 ${await entry('lb1')}, lb2 ${await entry('lb2')}`);
+    return rs;
+  };
+
+  // Stream 1, and the attacker's copy of its record.
+  const s1 = echo(120, true);
+  const rs1 = await carried('stream 1 not carried by lb1 and held by lb2');
+  let rec1: string | null = null;
+  let key1: string | null = null;
+  for (const k of flab.redisCli(['--scan', '--pattern', 'uvs:c:*']).split('\n').filter(Boolean)) {
+    const v = flab.redisCli(['GET', k]);
+    const f = v.split('|');
+    if (Number(f[2]) >>> 16 === REPLAY_PORT && f[9] === rs1) [rec1, key1] = [v, k];
+  }
+  if (rec1 === null || key1 === null) throw new Error(`no record of stream 1 (client port ${REPLAY_PORT}, ${rs1}) in Redis`);
+  const out1 = (await s1.stop()).at(-1);
+  const gone = await waitFor(async () => (await entry('lb1')) === null && (await entry('lb2')) === null, 30000, 250);
+  if (gone === null) throw new Error(`stream 1's entries did not expire: lb1 ${await entry('lb1')}, lb2 ${await entry('lb2')}`);
+
+  // Stream 2 from the same port: another server.
+  const s2 = echo(120, false);
+  const rs2 = await carried('stream 2 not carried by lb1 and held by lb2');
+  const rs2Addr = rs2.slice(0, rs2.lastIndexOf(':'));
+
+  // The forged node list, kept fresh until the end.
+  const fakeCounts = JSON.stringify({ [`tcp ${LAB_VIP}:7|${rs2}`]: [1_000_000, 0] });
+  const cmds: (string | number)[][] = [];
+  for (let i = 0; i < FAKE_NODES; i++) {
+    cmds.push(['ZADD', 'uvs:nodes', '$now+4000', `fake${i}`]);
+    cmds.push(['SET', `uvs:counts:fake${i}`, fakeCounts, 'PX', '5000']);
+    cmds.push(['PUBLISH', 'uvs:nodes', `fake${i}\n${Date.now()}\n${'0'.repeat(32)}`]);
+  }
+  const cmdFile = join(flab.dir, 'replay-fake-nodes.json');
+  writeFileSync(cmdFile, JSON.stringify(cmds));
+  const before = await getStats(flab.socket('lb2'));
+  const flood = client<{ ok: number; errors: number }>(flab.ns.rd, ['redis', `redis://${REDIS_ADDR}:6379`, cmdFile, '60', '300'], 150_000);
+  await sleep(3000); // 6 count exchanges
+  const during = await getStats(flab.socket('lb2'));
+  const nodes = during.redis?.nodes ?? [];
+
+  // Stream 2's server removed on lb2: it must drain while lb1 reports stream 2.
+  writeFileSync(
+    join(flab.dir, 'lb2.yaml'),
+    stringify(
+      cfg(
+        'lb2',
+        flab.rsAddrs.filter((a) => a !== rs2Addr),
+      ),
+    ),
+  );
+  await apiCall(flab.socket('lb2'), 'POST', '/v1/reload');
+  await sleep(3000); // 6 drain checks
+  const drains = await apiCall<DrainsResponse>(flab.socket('lb2'), 'GET', '/v1/drains');
+  const draining = drains.body.draining?.some((d) => d.realServer === rs2) ?? false;
+
+  // The replay: published as from lb1, and written back under the flow's key.
+  const beforeReplay = await getStats(flab.socket('lb2'));
+  flab.redisCli(['PUBLISH', 'uvs:flows', `lb1\n${rec1}`]);
+  flab.redisCli(['SET', key1, rec1, 'PX', '600000']);
+  await sleep(1000);
+  const afterReplay = await getStats(flab.socket('lb2'));
+  const lb2Entry = await entry('lb2');
+
+  // The failover: stream 2 goes on through lb2.
+  const tFail = Date.now();
+  await flab.failover('uvsd');
+  await sleep(5000);
+  const out2 = (await s2.stop()).at(-1) ?? null;
+  const end = await getStats(flab.socket('lb2')).catch(() => null);
+  await flood.stop();
+  await flab.stopUvsd('lb2').catch(() => undefined);
+  flab.down();
+
+  const d = (a: Stats | null, b: Stats | null, f: (x: NonNullable<Stats['redis']>) => number) =>
+    a?.redis && b?.redis ? f(b.redis) - f(a.redis) : null;
+  const stale = d(beforeReplay, afterReplay, (x) => x.refused.stale ?? 0);
+  const ok2 = out2 !== null && out2.error === null && out2.bad === 0 && out2.echoed === out2.sent && out2.sent > 0;
+  r.figures.push(
+    { label: `stream 1's real server (client port ${REPLAY_PORT}), as lb1 chose it`, value: rs1 },
+    { label: "stream 2's real server, same client port", value: rs2 },
+    {
+      label: "lb2: records refused as not newer than its shadow's (stale) when stream 1's record was published again",
+      value: stale,
+      expect: '≥ 1',
+      ok: stale !== null && stale >= 1,
+    },
+    {
+      label: "lb2's entry for the client port after the replay",
+      value: lb2Entry,
+      expect: `stream 2's server (${rs2})`,
+      ok: lb2Entry === rs2,
+    },
+    {
+      label: `nodes lb2 reads counts from, ${FAKE_NODES} unsigned members with fresher heartbeats in the node list`,
+      value:
+        nodes.length > 4
+          ? `${nodes.length} nodes, ${nodes.includes('lb1') ? 'lb1 among them' : 'not lb1'}: ${nodes.slice(0, 4).join(', ')}, …`
+          : nodes.join(', ') || 'none',
+      expect: 'lb1',
+      ok: nodes.length === 1 && nodes[0] === 'lb1',
+    },
+    {
+      label: "— the fake members' counts lb2 refused meanwhile (auth: read in the places left)",
+      value: d(before, during, (x) => x.countsRefused.auth),
+    },
+    { label: '— unsigned heartbeats lb2 refused meanwhile (auth)', value: d(before, during, (x) => x.nodesRefused.auth ?? 0) },
+    {
+      label: "stream 2's server removed from lb2's configuration while lb1 carries stream 2: still draining on lb2 3 s later",
+      value: draining ? 'yes' : 'no (deleted)',
+      expect: 'yes',
+      ok: draining,
+    },
+    {
+      label: 'stream 2 across the failover to lb2',
+      value: ok2 ? 'unbroken' : echoFailure(out2),
+      expect: 'unbroken',
+      ok: ok2,
+    },
+    { label: "stream 2's longest wait for an echo (the failover included)", value: out2?.maxGapMs ?? null, unit: 'ms' },
+    { label: "flows lb2 adopted after lb1's uvsd was killed", value: end ? Number(end.adopted) - Number(afterReplay.adopted) : null },
+  );
+  r.notes.push(
+    `Stream 1 (ended with a RST on purpose): ${out1 ? (out1.error === null ? 'unbroken' : echoFailure(out1)) : 'no output'}. The failover began ${round((Date.now() - tFail) / 1000, 1)} s before the scenario's end; stream 2 was stopped 5 s after lb2 took over.`,
+  );
 }

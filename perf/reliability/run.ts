@@ -9,6 +9,7 @@
  *   hashflood  IPv6 SYNs from one /64 vs from random addresses              (floods.ts)
  *   tablefull  a tiny table filled by a flood                               (floods.ts)
  *   redis      Redis killed 30 s and hung 30 s under load, then a failover  (redis.ts)
+ *   replay     a signed record replayed and a forged node list, recordKey set (redis.ts)
  *   reload     ×10 reloads and a worker crash under load                    (reload.ts)
  *   abuse      bad API bodies, YAML, state files, forged Redis data          (abuse.ts)
  *
@@ -26,13 +27,13 @@ import { buildRelgen, killClients, type Ctx } from './common';
 import { renderMarkdown, type ReliabilityReport, type ScenarioResult, type Value } from './report';
 import { fuzzScenario } from './fuzz';
 import { hashFloodScenario, synFloodScenario, tableFullScenario } from './floods';
-import { redisScenario } from './redis';
+import { redisScenario, replayScenario } from './redis';
 import { reloadScenario } from './reload';
 import { abuseScenario } from './abuse';
 
 const ROOT = join(__dirname, '..', '..', '..');
 
-export const SCENARIOS = ['fuzz', 'synflood', 'hashflood', 'tablefull', 'redis', 'reload', 'abuse'] as const;
+export const SCENARIOS = ['fuzz', 'synflood', 'hashflood', 'tablefull', 'redis', 'replay', 'reload', 'abuse'] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 
 const TITLES: Record<ScenarioName, string> = {
@@ -41,6 +42,7 @@ const TITLES: Record<ScenarioName, string> = {
   hashflood: 'IPv6 hash flood: one /64 against random addresses',
   tablefull: 'Table full: a tiny table under a flood',
   redis: 'Redis killed and hung under load, then a failover',
+  replay: 'Redis records replayed and a forged node list, with a record key',
   reload: 'Reloads and a worker crash under load',
   abuse: 'Abuse of the control plane',
 };
@@ -217,7 +219,7 @@ export async function reliabilityCommand(argv: string[]): Promise<number> {
   }
   log(`uvs reliability run, ${o.quick ? 'quick' : 'full'}: ${o.only.join(', ')}`);
   const need = ['cc', 'curl'];
-  if (o.only.includes('redis') || o.only.includes('abuse')) need.push('redis');
+  if (o.only.includes('redis') || o.only.includes('replay') || o.only.includes('abuse')) need.push('redis');
   const missing = new Set(ensureTools(need, o.install, log));
   if (missing.has('cc')) {
     console.error('reliability: no C compiler (cc) for the packet generator');
@@ -265,7 +267,7 @@ export async function reliabilityCommand(argv: string[]): Promise<number> {
       const s0 = Date.now();
       log(`── ${TITLES[name]}`);
       try {
-        if (name === 'redis' && missing.has('redis')) throw new Error('redis-server is not installed');
+        if ((name === 'redis' || name === 'replay') && missing.has('redis')) throw new Error('redis-server is not installed');
         if (name === 'abuse' && missing.has('redis')) r.notes.push('redis-server is not installed: the forged-Redis cases were skipped.');
         switch (name) {
           case 'fuzz':
@@ -282,6 +284,9 @@ export async function reliabilityCommand(argv: string[]): Promise<number> {
             break;
           case 'redis':
             await redisScenario(ctx, flab, r);
+            break;
+          case 'replay':
+            await replayScenario(ctx, flab, r);
             break;
           case 'reload':
             await reloadScenario(ctx, r);

@@ -12,7 +12,7 @@ import Redis from 'ioredis';
 import pino from 'pino';
 import * as L from '../../conntrack/layout';
 import { RedisSync } from '../../conntrack/redis-sync';
-import { signRecord, macKey } from '../../conntrack/redis-record';
+import { signHeartbeat, signRecord, macKey } from '../../conntrack/redis-record';
 import { TCP_ESTABLISHED, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { parseIPv4 } from '../../net/addr';
 import { FORWARD } from '../../lb/verdict';
@@ -85,7 +85,10 @@ function node(id: string, o: NodeOpts) {
     (pkt) => replayed.push({ verdict: run(pkt), dst: field(pkt).dst }) > 0,
     pino({ level: 'silent' }),
   );
-  return { sync, table, run, replayed, local, stop: () => sync.stop() };
+  const r = new Int32Array(ring);
+  /** Every flow the worker queued has been written: its ring is drained and the write queue empty. */
+  const allWritten = () => Atomics.load(r, L.RG_SYNC_HEAD) === Atomics.load(r, L.RG_SYNC_TAIL) && sync.stats.queueDepth === 0;
+  return { sync, table, run, replayed, local, allWritten, stop: () => sync.stop() };
 }
 type Node = ReturnType<typeof node>;
 
@@ -129,10 +132,24 @@ function record(
 async function connected(...ns: Node[]) {
   await waitFor('nodes connected', () => ns.every((n) => n.sync.stats.connected));
 }
-/** Waits until `n` subscribers listen on the prefix's channel. */
-async function subscribed(w: Redis, prefix: string, n: number) {
-  await waitFor('subscriptions', async () => ((await w.pubsub('NUMSUB', `${prefix}flows`)) as [string, number])[1] >= n);
+/** Waits until `n` subscribers listen on the prefix's channel (`nodes`: the signed heartbeats' channel). */
+async function subscribed(w: Redis, prefix: string, n: number, channel = 'flows') {
+  await waitFor('subscriptions', async () => ((await w.pubsub('NUMSUB', `${prefix}${channel}`)) as [string, number])[1] >= n);
 }
+/** A TCP connection's opening through a node: SYN, then two ACKs (its 3rd packet queues it for Redis). Its real server. */
+function open(n: Node, client: string, sport: number): string {
+  const syn = tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_SYN });
+  assert.equal(n.run(syn), FORWARD);
+  for (let i = 0; i < 2; i++) assert.equal(n.run(tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_ACK })), FORWARD);
+  return field(syn).dst;
+}
+/** A client's mid-flow packet through a node: its verdict and where it went. */
+function mid(n: Node, client: string, sport: number): { verdict: number; dst: string } {
+  const p = tcp({ src: client, dst: VIP, sport, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(10) });
+  const verdict = n.run(p);
+  return { verdict, dst: field(p).dst };
+}
+const exchange = (n: Node) => (n.sync as unknown as { exchangeCounts(): Promise<void> }).exchangeCounts();
 const sum = (o: Record<string, number>) => Object.values(o).reduce((a, b) => a + b, 0);
 
 let w: Redis;
@@ -206,7 +223,10 @@ test('forged records, published or stored, are refused and counted by reason; a 
     assert.equal(b.run(mid), FORWARD);
     assert.equal(field(mid).dst, rip, 'to the real server a chose');
 
-    // …and through a lookup, by a node that missed the stream.
+    // …and through a lookup, by a node that missed the stream. (b, having adopted the flow, writes
+    // it too: c must start after that write, or it learns the flow from the stream and never looks
+    // it up — on a loaded machine c used to subscribe first.)
+    await waitFor('a and b to write the flow', () => a.allWritten() && b.allWritten() && b.sync.stats.written === 1);
     const c = node('c', { prefix: P });
     c.sync.start();
     try {
@@ -430,6 +450,134 @@ test('a hung Redis (SIGSTOP) under a flood of mid-flow packets: lookups capped a
     assert.deepEqual(b.replayed[0], { verdict: FORWARD, dst: RS[2] });
   } finally {
     if (stopped) hung.kill('SIGCONT');
+    await b.stop();
+  }
+});
+
+test('with a record key, records captured earlier and published again are refused (stale): a reused client port stays with its new server, a moved flow with the node that adopted it', {
+  skip,
+}, async () => {
+  const P = 't6:';
+  const red = { recordKey: KEY };
+  const [a, b, c] = ['a', 'b', 'c'].map((id) => node(id, { prefix: P, redis: red })) as [Node, Node, Node];
+  for (const n of [a, b, c]) n.sync.start();
+  try {
+    await connected(a, b, c);
+    await subscribed(w, P, 3);
+    const CL = '192.0.2.80';
+    const CPORT = 46000;
+    const inKey = `${P}c:{6.${ip(CL)}.${(CPORT << 16) | 80 | 0}.${ip(VIP)}}`;
+    // Flow 1 from CL:CPORT through a; b and c hold it. The attacker, who can read Redis, keeps its record.
+    const rip1 = open(a, CL, CPORT);
+    await waitFor('b and c to hold flow 1', () => b.table.shadows() === 1 && c.table.shadows() === 1);
+    const flow1 = await w.get(inKey);
+    assert.ok(flow1?.includes(`|${rip1}:8080|`));
+    // Flow 1 ends; the client opens flow 2 from the same port, to the next server.
+    a.table.expire((a.table.now() + 3600_000) | 0);
+    const rip2 = open(a, CL, CPORT);
+    assert.notEqual(rip2, rip1);
+    await waitFor('b and c to take flow 2', () => b.sync.stats.superseded === 1 && c.sync.stats.superseded === 1);
+    const flow2ByA = await w.get(inKey);
+    // The flow moves to b (its packets reach b now): b adopts it and, on its 3rd packet, writes its own record.
+    for (let i = 0; i < 3; i++) assert.deepEqual(mid(b, CL, CPORT), { verdict: FORWARD, dst: rip2 });
+    await waitFor("c to take b's record", () => c.sync.stats.received + sum(c.sync.stats.refused) === 3);
+    assert.equal(c.sync.stats.received, 3, "b's record is newer than a's: b had read a's before it wrote");
+    // The attacker publishes what it kept, as if from a: a's record of flow 2, then flow 1's.
+    await w.publish(`${P}flows`, `a\n${flow2ByA}\n${flow1}`);
+    await waitFor('c to handle them', () => c.sync.stats.received + sum(c.sync.stats.refused) === 5);
+    assert.deepEqual(mid(c, CL, CPORT), { verdict: FORWARD, dst: rip2 }, "not rolled back to flow 1's server");
+    assert.equal(c.sync.stats.received, 3);
+    assert.equal(c.sync.stats.refused.stale, 2, 'both refused and counted');
+    assert.equal(c.sync.stats.superseded, 1);
+  } finally {
+    for (const n of [a, b, c]) await n.stop();
+  }
+});
+
+test("with a record key, a restarted node's new records are newer than those it wrote before the restart, which cannot be replayed", {
+  skip,
+}, async () => {
+  const P = 't7:';
+  const red = { recordKey: KEY };
+  const a1 = node('a', { prefix: P, redis: red });
+  const b = node('b', { prefix: P, redis: red });
+  a1.sync.start();
+  b.sync.start();
+  let a2: Node | null = null;
+  try {
+    await connected(a1, b);
+    await subscribed(w, P, 2);
+    const CL = '192.0.2.81';
+    const CPORT = 47000;
+    open(a1, '192.0.2.82', 47001); // round robin: flow 1 goes to the second server
+    const rip1 = open(a1, CL, CPORT);
+    await waitFor('b to hold both', () => b.table.shadows() === 2);
+    const flow1 = await w.get(`${P}c:{6.${ip(CL)}.${(CPORT << 16) | 80 | 0}.${ip(VIP)}}`);
+    assert.ok(flow1 !== null);
+    // a restarts (its table gone: flow 1 with it); the client reuses its port for flow 2.
+    await a1.stop();
+    a2 = node('a', { prefix: P, redis: red });
+    a2.sync.start();
+    await connected(a2);
+    await subscribed(w, P, 2);
+    const rip2 = open(a2, CL, CPORT);
+    assert.notEqual(rip2, rip1);
+    await waitFor('b to take flow 2', () => b.sync.stats.received + sum(b.sync.stats.refused) === 3);
+    assert.equal(b.sync.stats.received, 3, "the restarted writer's record is not taken for an old one");
+    assert.equal(b.sync.stats.superseded, 1);
+    // Flow 1's record, replayed.
+    await w.publish(`${P}flows`, `a\n${flow1}`);
+    await waitFor('b to handle it', () => b.sync.stats.received + sum(b.sync.stats.refused) === 4);
+    assert.deepEqual(mid(b, CL, CPORT), { verdict: FORWARD, dst: rip2 }, "not rolled back to flow 1's server");
+    assert.equal(b.sync.stats.received, 3);
+    assert.equal(b.sync.stats.refused.stale, 1);
+  } finally {
+    await b.stop();
+    await a2?.stop();
+  }
+});
+
+test('with a record key, node-list members and heartbeats nobody signed are refused: 100 fresher fake members do not push a real node out of the count exchange', {
+  skip,
+}, async () => {
+  const P = 't8:';
+  const red = { recordKey: KEY, countsInterval: 3600 };
+  const a = node('a', { prefix: P, redis: red });
+  const b = node('b', { prefix: P, redis: red });
+  const k = `${SERVICE}|${RS[0]}:8080`;
+  a.local[k] = [4, 2];
+  b.local[k] = [0, 0];
+  a.sync.start();
+  b.sync.start();
+  try {
+    await connected(a, b);
+    // 100 members fresher than any node's own heartbeat (within the 5 s of clock skew allowed),
+    // each with unsigned counts claiming 1000 connections: by the list alone they take all 64 places.
+    const now = Date.now();
+    for (let i = 0; i < 100; i++) {
+      await w.zadd(`${P}nodes`, now + 4000, `fake${i}`);
+      await w.set(`${P}counts:fake${i}`, JSON.stringify({ [k]: [1000, 0] }));
+    }
+    await waitFor("b to read a's counts", async () => {
+      await exchange(a); // a's counts (and, with this release, its signed heartbeat)
+      await exchange(b);
+      return b.sync.remoteNodes.includes('a');
+    });
+    assert.deepEqual(b.sync.remoteCounts(SERVICE, `${RS[0]}:8080`), [4, 2], "a's, and none of the fakes'");
+    assert.deepEqual(b.sync.remoteNodes, ['a'], 'a member no node signed for is no node');
+    assert.ok(b.sync.stats.countsRefused.auth >= 63, `the fakes read in the places left are refused: ${b.sync.stats.countsRefused.auth}`);
+    // The attacker takes a out of the list: b still reads it, as a signed lately.
+    await w.zrem(`${P}nodes`, 'a');
+    await exchange(b);
+    assert.deepEqual(b.sync.remoteCounts(SERVICE, `${RS[0]}:8080`), [4, 2]);
+    // Heartbeats on the channel: unsigned, and signed with another key.
+    await w.publish(`${P}nodes`, `fake0\n${now}\n${'0'.repeat(32)}`);
+    await w.publish(`${P}nodes`, signHeartbeat(macKey('not-the-shared-key-123')!, 'fake1', now));
+    await waitFor('b to refuse both heartbeats', () => b.sync.stats.nodesRefused.auth === 2);
+    await exchange(b);
+    assert.deepEqual(b.sync.remoteNodes, ['a']);
+  } finally {
+    await a.stop();
     await b.stop();
   }
 });

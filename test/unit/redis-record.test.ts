@@ -8,17 +8,24 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import {
   checkRecord,
+  GEN_PER_MS,
+  genField,
+  Generation,
   mac,
   macKey,
   MAX_COUNT,
   parseCounts,
+  parseHeartbeat,
   parseRecord,
   ppField,
   spField,
   recordMatches,
   selectNodes,
   signCounts,
+  signHeartbeat,
   signRecord,
+  supersedes,
+  writerToken,
   type FlowRecord,
   type FlowTarget,
 } from '../../conntrack/redis-record';
@@ -310,7 +317,141 @@ test('node list: this node, bad ids, heartbeats from the future (beyond 5 s of s
   ];
   const r = selectNodes(flat, 10, 'self', NOW, 2);
   assert.deepEqual(r.nodes, ['skewed', 'n1']);
-  assert.deepEqual(r.refused, { future: 1, cap: 2 + 3, bad_id: 1 }, '2 not read beyond the cap, 3 not fetched at all');
+  assert.deepEqual(r.refused, { future: 1, cap: 2 + 3, bad_id: 1, auth: 0, stale: 0 }, '2 not read beyond the cap, 3 not fetched at all');
+});
+
+test('node list: the nodes given first (signed lately) are read whatever the list holds; the list fills the places left', () => {
+  // 70 members fresher than any real node's heartbeat, as anyone with access to Redis can add.
+  const flat: string[] = [];
+  for (let i = 0; i < 70; i++) flat.push(`fake${i}`, String(NOW + 4000));
+  flat.push('n1', String(NOW - 10), 'n2', String(NOW - 20));
+  assert.deepEqual(selectNodes(flat, 72, 'self', NOW, 64).nodes.includes('n1'), false, 'by the list alone, n1 is pushed out');
+  const r = selectNodes(flat, 72, 'self', NOW, 64, ['n1', 'n2', 'self']);
+  assert.deepEqual(r.nodes.slice(0, 2), ['n1', 'n2'], 'never this node itself');
+  assert.equal(r.nodes.length, 64);
+  assert.equal(new Set(r.nodes).size, 64, 'n1 and n2 once, though the list has them too');
+  assert.equal(r.refused.cap, 70 - 62);
+});
+
+test('heartbeats: signed by their node at a time; unsigned, wrong-key, changed, replayed and future ones are refused', () => {
+  const k = macKey('0123456789abcdef-shared')!;
+  const hb = signHeartbeat(k, 'lb1', NOW - 1000);
+  assert.deepEqual(parseHeartbeat(k, hb, NOW, 6000), { nodeId: 'lb1', atMs: NOW - 1000 });
+  assert.equal(parseHeartbeat(k, 'lb1', NOW, 6000), 'auth');
+  assert.equal(parseHeartbeat(k, `lb1\n${NOW}\n${'0'.repeat(32)}`, NOW, 6000), 'auth');
+  assert.equal(parseHeartbeat(k, signHeartbeat(macKey('another-key-of-16+chars')!, 'lb1', NOW), NOW, 6000), 'auth');
+  assert.equal(parseHeartbeat(k, hb.replace('lb1', 'lb2'), NOW, 6000), 'auth', 'another node');
+  assert.equal(parseHeartbeat(k, hb.replace(String(NOW - 1000), String(NOW)), NOW, 6000), 'auth', 'another time');
+  assert.equal(parseHeartbeat(k, signHeartbeat(k, 'lb1', NOW - 6001), NOW, 6000), 'stale', 'recorded and replayed later');
+  assert.equal(parseHeartbeat(k, signHeartbeat(k, 'lb1', NOW + 5001), NOW, 6000), 'stale', 'from the future');
+  assert.equal(parseHeartbeat(k, signHeartbeat(k, 'a b', NOW), NOW, 6000), 'bad_id');
+  assert.equal(parseHeartbeat(k, 'x'.repeat(10_000), NOW, 6000), 'auth');
+  // No MAC of a record or of counts passes for a heartbeat's.
+  const counts = signCounts(k, 'lb1', '{}', NOW);
+  assert.equal(parseHeartbeat(k, `lb1\n${NOW}\n${counts.slice(0, 32)}`, NOW, 6000), 'auth');
+});
+
+// ── generations (replay) ───────────────────────────────────────────────────────────────────
+const G = NOW * GEN_PER_MS;
+/** A record of this release: the fields, pp/sp, then the writer's generation. */
+const versioned = (gen: number, writer = 'lb1', o: Parameters<typeof fields>[0] = {}) => text(o) + genField(gen, writerToken(writer));
+
+test('records carry their writer and generation (g=), under the MAC: neither can be changed or stripped', () => {
+  const k = macKey('0123456789abcdef-shared')!;
+  const signed = signRecord(k, versioned(G + 7));
+  assert.equal(signed.split('|').length, 16);
+  const r = parseRecord(signed, k) as FlowRecord;
+  assert.deepEqual([r.gen, r.writer], [G + 7, 'lb1']);
+  assert.equal(verdict(signed, masq, k), 'ok');
+  assert.equal(verdict(signed.replace(`g=${G + 7},`, `g=${G + 8},`), masq, k), 'auth', 'a newer generation forged');
+  assert.equal(verdict(signed.replace(',lb1|', ',lb2|'), masq, k), 'auth', 'another writer');
+  const stripped = signed.replace(`|g=${G + 7},lb1`, '');
+  assert.equal(verdict(stripped, masq, k), 'auth', 'the generation taken out: the MAC is over it');
+  // With pp= or sp=, g= comes after it and before the MAC: 17 fields.
+  const opts = 1460 | (7 << L.SPO_WS_SHIFT);
+  const sp = signRecord(k, text() + spField([1, 2, opts]) + genField(G, 'lb1'));
+  assert.equal(sp.split('|').length, 17);
+  assert.deepEqual([(parseRecord(sp, k) as FlowRecord).gen, (parseRecord(sp, k) as FlowRecord).spOpts], [G, opts]);
+  assert.equal(verdict(sp, masq, k), 'ok');
+  assert.equal(verdict(sp, masq, null), 'ok', 'read without a key: the MAC is not checked');
+});
+
+test('a node id with |, comma, spaces or non-ASCII travels percent-encoded and comes back as it was', () => {
+  for (const id of ['lb1', 'lb|1,x=y', 'nœud 2', 'a%b', '%C3']) {
+    const r = parseRecord(versioned(G, id), null) as FlowRecord;
+    assert.equal(r.writer, id, id);
+    assert.equal(verdict(versioned(G, id)), 'ok', id);
+  }
+});
+
+test('malformed generation fields are refused; so are fields out of order and a last field that is no MAC', () => {
+  const k = macKey('0123456789abcdef-shared')!;
+  const cases: [string, string, Buffer | null][] = [
+    [text() + '|g=0,lb1', 'malformed', null], // 0 is "none", not a generation
+    [text() + '|g=x,lb1', 'malformed', null],
+    [text() + `|g=${G}`, 'malformed', null], // no writer
+    [text() + `|g=${G},`, 'malformed', null],
+    [text() + '|g=12345678901234567,lb1', 'malformed', null], // 17 digits
+    [text() + '|g=9999999999999999,lb1', 'malformed', null], // beyond 2^53
+    [text() + `|g=${G},a b`, 'malformed', null], // a writer not percent-encoded
+    [text() + `|g=${G},%ZZ`, 'malformed', null],
+    [text() + `|g=${G},%C3`, 'malformed', null], // no UTF-8
+    [text() + `|g=${G},lb1|g=${G},lb1`, 'malformed', null],
+    [text() + genField(G, 'lb1') + ppField(0x21c, 1), 'malformed', null], // g= before pp=
+    [signRecord(k, text() + genField(G, 'lb1') + spField([1, 2, 0])), 'malformed', k],
+    [text() + '|nomac', 'malformed', null],
+    [text() + `|${'0'.repeat(32)}|g=${G},lb1`, 'malformed', null], // the MAC is last
+  ];
+  for (const [t, want, key] of cases) assert.equal(verdict(t, masq, key), want, t.slice(-60));
+});
+
+test('a generation more than 5 s ahead of this clock is refused (it would outrank every true record until then)', () => {
+  assert.equal(verdict(versioned((NOW + 5000) * GEN_PER_MS + GEN_PER_MS - 1)), 'ok');
+  assert.equal(verdict(versioned((NOW + 5001) * GEN_PER_MS)), 'generation');
+});
+
+test('records of earlier releases (13 and 14 fields, pp=/sp=, signed or not) have generation 0; signed ones are still believed', () => {
+  const k = macKey('0123456789abcdef-shared')!;
+  const cases: [string, Buffer | null][] = [
+    [fields().slice(0, 13).join('|'), null],
+    [text(), null],
+    [text() + spField([1, 2, 0]), null],
+    [signRecord(k, text()), k],
+    [signRecord(k, text() + ppField(0x21c, 1)), null],
+  ];
+  for (const [t, key] of cases) {
+    const r = parseRecord(t, key) as FlowRecord;
+    assert.deepEqual([r.gen, r.writer], [0, ''], t);
+  }
+  assert.equal(verdict(signRecord(k, text()), masq, k), 'ok');
+});
+
+test('a shadow is replaced or refreshed only by a newer record; one without a generation never replaces one with one', () => {
+  assert.ok(supersedes(G + 1, G));
+  assert.ok(!supersedes(G, G), 'the same record again: a replay');
+  assert.ok(!supersedes(G - 1, G), 'an earlier one');
+  assert.ok(!supersedes(0, G), "an earlier release's record over this release's");
+  assert.ok(supersedes(G, 0), "this release's over an earlier release's");
+  assert.ok(supersedes(0, 0), 'between earlier releases, as before');
+});
+
+test("generations: strictly increasing, at the writer's clock, past every generation read, and a restarted writer's are newer", () => {
+  const g = new Generation();
+  const a = g.next(NOW);
+  const b = g.next(NOW);
+  const c = g.next(NOW - 1000); // the clock stepped back: still increasing
+  assert.deepEqual([a, b, c], [G, G + 1, G + 2]);
+  assert.equal(g.next(NOW + 1), G + GEN_PER_MS, 'the clock again once it has moved on');
+  // Node B adopts a flow from A's record, A's clock 3 s ahead of B's: B's next record is newer.
+  const fromA = (NOW + 3000) * GEN_PER_MS + 5;
+  const bNode = new Generation();
+  bNode.observe(fromA);
+  assert.ok(bNode.next(NOW) > fromA);
+  bNode.observe(G); // an older one changes nothing
+  assert.equal(bNode.next(NOW), fromA + 2);
+  // A writer restarted 1 s later starts from its clock: past all it wrote before.
+  const restarted = new Generation();
+  assert.ok(restarted.next(NOW + 1 + 1000) > g.next(NOW + 1));
 });
 
 test('the redis limits have defaults and are validated with field and reason', () => {
