@@ -147,6 +147,13 @@ const TODROP_IDLE_MS = 60_000;
 /** secure_tcp's shortening visits at most this many slots a tick (a full pass of the default table). */
 const SECURE_SCAN_MAX = 65536;
 /**
+ * How far a worker's clock may run ahead of the tick's: a worker reads Date.now() at each batch,
+ * the tick once before its scan (~1 ms for 65 536 slots, more when the control thread is
+ * descheduled). An entry a worker armed under secure_tcp after the tick read its clock has up to
+ * the short timeout + that much left, and must not be taken for one the normal table armed.
+ */
+const SECURE_CLOCK_SLACK_MS = 1000;
+/**
  * The half-open drop_entry looks at most this many slots a tick, twice (a histogram, then the
  * drops): a table up to 262 144 entries in one tick, a larger one a window at a time. Measured
  * once by hand (tables of SYN_RECV entries, the shared 2-core machine at load ~7.5, 16 ticks):
@@ -401,10 +408,12 @@ export class Defense {
   }
 
   /**
-   * secure_tcp for entries already half-open: a timer longer than the short timeout was armed
-   * by the normal table (a worker under secure_tcp never arms more), so the entry's last packet
-   * is its timer − the state's normal timeout, and its timer becomes that + the short timeout.
-   * Compare-and-swap: a packet that re-arms the entry meanwhile wins.
+   * secure_tcp for entries already half-open: a timer longer than the short timeout (+ the
+   * workers' clock slack, SECURE_CLOCK_SLACK_MS) was armed by the normal table (a worker under
+   * secure_tcp never arms more), so the entry's last packet is its timer − the state's normal
+   * timeout, and its timer becomes that + the short timeout. Without the slack, a client's SYN
+   * armed by a worker whose batch clock read 1 ms after the tick's would be taken for one 50 s
+   * old and removed at once. Compare-and-swap: a packet that re-arms the entry meanwhile wins.
    */
   shortenHalfOpen(now: number): number {
     const t = this.t;
@@ -420,7 +429,7 @@ export class Defense {
       const state = a[o + L.E_STATE]!;
       if (state !== TCP_SYN_RECV && state !== TCP_SYNACK && state !== TCP_SYN_SENT) continue;
       const expires = a[o + L.E_EXPIRES]!;
-      if (((expires - now) | 0) <= shortMs) continue;
+      if (((expires - now) | 0) <= shortMs + SECURE_CLOCK_SLACK_MS) continue;
       const shorter = (expires - a[L.H_TIMEOUTS + state]! + shortMs) | 0;
       if (((shorter - expires) | 0) < 0 && Atomics.compareExchange(a, o + L.E_EXPIRES, expires, shorter) === expires) {
         shortened++;

@@ -548,6 +548,20 @@ test('secure_tcp shortens entries already half-open, counted from their last pac
   assert.equal(d.counts.secureTcpShortened, 2, 'timers armed under secure_tcp are never shortened twice');
 });
 
+test('secure_tcp never shortens an entry a worker armed under it after the tick read its clock (a real client’s fresh SYN)', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const d = new Defense(t, settings({ secureTcp: 3 }));
+  // A worker's batch clock 5 ms ahead of the tick's: it read the clock later (Date.now() ms), and
+  // armed the entry with the short timer — 10 005 ms from the tick's now, not the normal 60 s.
+  const e = flow(t, C, 1000, now + 5, [[DIR_INPUT, TCPF_SYN]]);
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 10_005) | 0);
+  d.tick(now);
+  assert.ok(live(t, e), 'kept: not mistaken for an entry the normal table armed 50 s ago');
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 10_005) | 0);
+  assert.equal(d.counts.secureTcpShortened, 0);
+});
+
 // ── per-source half-open counters ───────────────────────────────────────────────────────────
 test("a source's half-open count follows its entries: +1 at insert, −1 on ESTABLISHED or removal, an IPv6 /64 is one source", () => {
   const { t } = fresh();
