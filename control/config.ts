@@ -449,7 +449,9 @@ const tableSizeOf = (s: Scope | null) => dataplaneOf(s).tableSize;
  * `defense:` — the kernel's sysctls (modes 0 off, 1–2 automatic, 3 always) with the trigger in
  * free table entries. uvs turns drop_entry, secure_tcp and the per-source limit on (1) by default,
  * where the kernel ships them off: a fixed-size table fills under a SYN flood long before a node
- * runs out of memory, and the automatic modes act only then.
+ * runs out of memory, and the automatic modes act only then. Being on by default, drop_entry
+ * drops by default only half-open entries (dropEntryScope): a flood never costs a flow past its
+ * handshake unless the kernel's choice is asked for.
  */
 const DEFENSE: Schema<DefenseSettings, false> = obj(
   {
