@@ -20,12 +20,24 @@
  * without the hold the defenses switched off a second later, the real servers' retransmitted
  * SYN-ACKs re-armed the flood's entries for the normal 60 s, and the table sat at amemthresh.
  * drop_packet has no hold: its rate follows the room there is. Once a second tick():
- *  - drop_entry: scans capacity/32 entry slots from a random start (the kernel scans 1/32 of its
- *    buckets; uvs's buckets are as many as its slots, so the expected work is the same) and
- *    removes half-open TCP entries (SYN_RECV, SYNACK) and SCTP (INIT1, INIT), and of established
- *    TCP/SCTP and all UDP entries those todrop_entry picks: idle for 60 s and with 1–8 client
- *    packets, 1 in n of those with n packets. Templates are never dropped (older kernels' rule:
- *    uvs templates have no ASSURED state to tell a flood's from a client's).
+ *  - drop_entry, by `dropEntryScope`:
+ *    · `halfOpen` (uvs, the default): only entries whose handshake never completed — TCP
+ *      SYN_RECV and SYNACK, SCTP INIT1 and INIT — nearest their timer first, never a flow past
+ *      its handshake, a UDP flow, a template or a SYN-proxied flow whose client proved its
+ *      address (pending). How many a tick: the kernel's expected share of them (it scans 1/32 of
+ *      the table, so 1/32 of the half-open entries) and, while short of room, as many as bring
+ *      free entries back to amemthresh (and short full-NAT pools back to their share). A real
+ *      client's handshake re-arms its entry with every retransmitted SYN (Linux: 1, 3, 7, 15 s),
+ *      so the entries nearest expiry are those silent longest: a spoofed SYN's.
+ *    · `kernel` (ip_vs_random_dropentry exactly): scans capacity/32 entry slots from a random
+ *      start (the kernel scans 1/32 of its buckets; uvs's buckets are as many as its slots, so the
+ *      expected work is the same) and removes half-open TCP entries (SYN_RECV, SYNACK) and SCTP
+ *      (INIT1, INIT), and of established TCP/SCTP and all UDP entries those todrop_entry picks:
+ *      idle for 60 s and with 1–8 client packets, 1 in n of those with n packets — an idle
+ *      established connection too (a burst that filled the default table cost 36 of 100 idle
+ *      connections in the lab, issue 25).
+ *    Templates are never dropped (older kernels' rule: uvs templates have no ASSURED state to
+ *    tell a flood's from a client's).
  *  - drop_packet: workers refuse 1 of every `rate` new flows; rate = amemthresh / (amemthresh −
  *    availmem) in mode 1/2 (1 = every flow once the table is full), am_droprate in mode 3.
  *  - secure_tcp: workers use tcp_states_dos and, a uvs addition after 2.4's
@@ -47,7 +59,8 @@
  *
  * All of this runs on the control thread, never per packet: workers only read the header words
  * written here (layout.ts H_SECURE_TCP … H_SRC_LIMIT). Work per tick is bounded: capacity/32
- * slots for drop_entry, at most SECURE_SCAN_MAX slots for secure_tcp's shortening.
+ * slots for the kernel's drop_entry, two passes over at most DROP_SCAN_MAX slots for the
+ * half-open one, at most SECURE_SCAN_MAX slots for secure_tcp's shortening.
  */
 import { createHash, randomFillSync } from 'node:crypto';
 import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
@@ -61,6 +74,14 @@ export const MODE_AUTO = 1;
 export const MODE_AUTO_ACTIVE = 2;
 export const MODE_ALWAYS = 3;
 
+/**
+ * What drop_entry may drop (config `defense.dropEntryScope`): `halfOpen` only entries whose
+ * handshake never completed, nearest their timer first (uvs's default); `kernel` what
+ * ip_vs_random_dropentry drops, idle established connections and UDP flows included.
+ */
+export type DropEntryScope = 'halfOpen' | 'kernel';
+export const DROP_ENTRY_SCOPES: readonly DropEntryScope[] = ['halfOpen', 'kernel'];
+
 /** The settings (config `defense:`); modes 0–3 as the kernel's sysctls. */
 export interface DefenseSettings {
   /** Free entries below which the table is short of room (kernel amemthresh, in pages there). */
@@ -68,6 +89,8 @@ export interface DefenseSettings {
   /** drop_packet's rate in mode 3 (kernel am_droprate, default 10). */
   amDroprate: number;
   dropEntry: number;
+  /** What drop_entry drops: half-open entries only (default), or the kernel's choice. */
+  dropEntryScope: DropEntryScope;
   dropPacket: number;
   secureTcp: number;
   /** Seconds a half-open TCP entry lives while secure_tcp is on. */
@@ -123,6 +146,24 @@ export function autoDropRate(threshold: number, available: number): number {
 const TODROP_IDLE_MS = 60_000;
 /** secure_tcp's shortening visits at most this many slots a tick (a full pass of the default table). */
 const SECURE_SCAN_MAX = 65536;
+/**
+ * How far a worker's clock may run ahead of the tick's: a worker reads Date.now() at each batch,
+ * the tick once before its scan (~1 ms for 65 536 slots, more when the control thread is
+ * descheduled). An entry a worker armed under secure_tcp after the tick read its clock has up to
+ * the short timeout + that much left, and must not be taken for one the normal table armed.
+ */
+const SECURE_CLOCK_SLACK_MS = 1000;
+/**
+ * The half-open drop_entry looks at most this many slots a tick, twice (a histogram, then the
+ * drops): a table up to 262 144 entries in one tick, a larger one a window at a time. Measured
+ * once by hand (tables of SYN_RECV entries, the shared 2-core machine at load ~7.5, 16 ticks):
+ * 1.5–3.5 ms a tick for 65 536 slots dropping ~1 300–2 000 entries, 14–23 ms for 262 144 slots
+ * dropping ~5 000–8 000 (most of it the removals' bucket locks); the first, JIT-cold tick ~30 ms.
+ */
+const DROP_SCAN_MAX = 1 << 18;
+/** Its histogram of time left: 128 ms buckets (>> 7) over 262 s, the last one holding the rest. */
+const DROP_HIST_SHIFT = 7;
+const DROP_HIST_BUCKETS = 2048;
 
 export class Defense {
   private readonly t: ConnTable;
@@ -147,6 +188,9 @@ export class Defense {
   /** todrop_entry's rolling counters, one per in_pkts value 1..8 (ipvs->dropentry_counters). */
   private readonly todrop = new Int32Array(8);
   private secureCursor = 0;
+  private dropCursor = 0;
+  /** The half-open drop_entry's histogram of time left (DROP_HIST_BUCKETS buckets), reused every tick. */
+  private readonly dropHist = new Int32Array(DROP_HIST_BUCKETS);
   /** Table-relative ms of the last update that saw a shortage, null = none yet. */
   private lastNomemAt: number | null = null;
   /** SYN cookies answered per second over the last tick (the SYN proxy's own rule, above). */
@@ -199,8 +243,13 @@ export class Defense {
     }
     this.update(now);
     if (this.nomem) this.counts.nomemTicks++;
-    if (this.active.dropEntry) this.randomDropEntry(now, random);
+    // secure_tcp first: what it frees at once (entries past their short timer) is room the
+    // half-open drop_entry then need not take.
     if (this.active.secureTcp) this.shortenHalfOpen(now);
+    if (this.active.dropEntry) {
+      if (this.cfg.dropEntryScope === 'kernel') this.randomDropEntry(now, random);
+      else this.dropHalfOpen(now);
+    }
   }
 
   /** update_defense_level: measures room, steps every defense, publishes to the workers. */
@@ -251,7 +300,65 @@ export class Defense {
     Atomics.store(a, L.H_SYNPROXY, this.active.synProxy ? 1 : 0);
   }
 
-  /** ip_vs_random_dropentry over capacity/32 slots from a random start. */
+  /**
+   * drop_entry with `dropEntryScope: halfOpen`: half-open entries only, nearest their timer first
+   * (see the file comment for which and how many). Two passes over a window of the table (all of
+   * it up to DROP_SCAN_MAX slots, else the next window each tick): the first counts the
+   * candidates by time left into 128 ms buckets, which gives the cut-off; the second drops those
+   * below it (and from the cut-off bucket, in slot order, until the count is reached). The
+   * removal re-checks the key and the state under both bucket locks (the locks every state
+   * change is made under), so an entry whose handshake completed since it was counted is kept:
+   * never an established flow. No allocation: the histogram is the object's.
+   */
+  dropHalfOpen(now: number): number {
+    const t = this.t;
+    const a = t.i32;
+    const n = Math.min(t.capacity, DROP_SCAN_MAX);
+    const start = this.dropCursor;
+    this.dropCursor = (start + n) & t.mask;
+    const hist = this.dropHist;
+    hist.fill(0);
+    let candidates = 0;
+    for (let i = 0; i < n; i++) {
+      const o = t.base((start + i) & t.mask);
+      if (halfOpenState(a, o) < 0) continue;
+      hist[leftBucket(a[o + L.E_EXPIRES]!, now)]!++;
+      candidates++;
+    }
+    if (candidates === 0) return 0;
+    // How many: the kernel's expected share (1/32 of the half-open entries), and while short of
+    // room what brings free entries (and each short full-NAT pool) back to its threshold — both
+    // for this window's share of the table.
+    const thr = Math.max(0, this.cfg.amemthresh);
+    let short = Math.max(0, thr - (t.capacity - t.count()));
+    for (const p of this.poolUse) short += Math.max(0, Math.ceil((p.capacity * thr) / t.capacity) - (p.capacity - p.used));
+    const want = Math.min(candidates, Math.max(candidates >> 5, Math.ceil((short * n) / t.capacity)));
+    if (want === 0) return 0;
+    let cut = 0;
+    let below = 0;
+    while (below + hist[cut]! < want) below += hist[cut++]!;
+    let fromCut = want - below;
+    let dropped = 0;
+    for (let i = 0; i < n && dropped < want; i++) {
+      const e = (start + i) & t.mask;
+      const o = t.base(e);
+      const state = halfOpenState(a, o);
+      if (state < 0) continue;
+      const b = leftBucket(a[o + L.E_EXPIRES]!, now);
+      if (b > cut) continue;
+      if (b === cut) {
+        if (fromCut === 0) continue;
+        fromCut--;
+      }
+      if (t.remove(e, false, now, a[o + L.E_PROTO]!, a[o + L.E_CADDR]!, a[o + L.E_CPORTS]!, state)) {
+        dropped++;
+        this.counts.droppedHalfOpen++;
+      }
+    }
+    return dropped;
+  }
+
+  /** drop_entry with `dropEntryScope: kernel`: ip_vs_random_dropentry over capacity/32 slots from a random start. */
   randomDropEntry(now: number, random: () => number = Math.random): number {
     const t = this.t;
     const a = t.i32;
@@ -301,10 +408,12 @@ export class Defense {
   }
 
   /**
-   * secure_tcp for entries already half-open: a timer longer than the short timeout was armed
-   * by the normal table (a worker under secure_tcp never arms more), so the entry's last packet
-   * is its timer − the state's normal timeout, and its timer becomes that + the short timeout.
-   * Compare-and-swap: a packet that re-arms the entry meanwhile wins.
+   * secure_tcp for entries already half-open: a timer longer than the short timeout (+ the
+   * workers' clock slack, SECURE_CLOCK_SLACK_MS) was armed by the normal table (a worker under
+   * secure_tcp never arms more), so the entry's last packet is its timer − the state's normal
+   * timeout, and its timer becomes that + the short timeout. Without the slack, a client's SYN
+   * armed by a worker whose batch clock read 1 ms after the tick's would be taken for one 50 s
+   * old and removed at once. Compare-and-swap: a packet that re-arms the entry meanwhile wins.
    */
   shortenHalfOpen(now: number): number {
     const t = this.t;
@@ -320,7 +429,7 @@ export class Defense {
       const state = a[o + L.E_STATE]!;
       if (state !== TCP_SYN_RECV && state !== TCP_SYNACK && state !== TCP_SYN_SENT) continue;
       const expires = a[o + L.E_EXPIRES]!;
-      if (((expires - now) | 0) <= shortMs) continue;
+      if (((expires - now) | 0) <= shortMs + SECURE_CLOCK_SLACK_MS) continue;
       const shorter = (expires - a[L.H_TIMEOUTS + state]! + shortMs) | 0;
       if (((shorter - expires) | 0) < 0 && Atomics.compareExchange(a, o + L.E_EXPIRES, expires, shorter) === expires) {
         shortened++;
@@ -346,6 +455,7 @@ export class Defense {
       secureTcpTimeout: this.cfg.secureTcpTimeout,
       maxHalfOpenPerSource: this.cfg.maxHalfOpenPerSource,
       holdTime: this.cfg.holdTime,
+      dropEntryScope: this.cfg.dropEntryScope,
       defenses: DEFENSE_NAMES.map((name) => ({ name, configured: this.cfg[name], mode: this.modes[name], active: this.active[name] })),
       fullnatPools: this.poolUse.map((p) => ({ ...p })),
       synProxyMss: this.cfg.synProxyMss ?? 1460,
@@ -355,6 +465,28 @@ export class Defense {
       ...this.counts,
     };
   }
+}
+
+/**
+ * The state of the entry at word o if the half-open drop_entry may drop it, else −1: a live
+ * connection (no template) in TCP SYN_RECV or SYNACK or SCTP INIT1 or INIT — the states the
+ * kernel drops outright — and not a SYN-proxied flow waiting for its server (its client
+ * answered a cookie: a proven address, and its entry lives 5 s).
+ */
+function halfOpenState(a: Int32Array, o: number): number {
+  const flags = a[o + L.E_FLAGS]!;
+  if ((flags & (L.F_IN_USE | L.F_TEMPLATE | L.F_SP_PENDING)) !== L.F_IN_USE) return -1;
+  const state = a[o + L.E_STATE]!;
+  const p8 = a[o + L.E_PROTO]! & 0xff;
+  if (p8 === IPPROTO_TCP) return state === TCP_SYN_RECV || state === TCP_SYNACK ? state : -1;
+  if (p8 === IPPROTO_SCTP) return state === SCTP_S_INIT1 || state === SCTP_S_INIT ? state : -1;
+  return -1;
+}
+
+/** The histogram bucket of an entry's time left (0 for one already due), the last one for the rest. */
+function leftBucket(expires: number, now: number): number {
+  const left = (expires - now) | 0;
+  return left <= 0 ? 0 : Math.min(DROP_HIST_BUCKETS - 1, left >> DROP_HIST_SHIFT);
 }
 
 /**
@@ -381,6 +513,8 @@ export interface DefenseView {
   secureTcpTimeout: number;
   maxHalfOpenPerSource: number;
   holdTime: number;
+  /** What drop_entry drops (config defense.dropEntryScope). */
+  dropEntryScope: DropEntryScope;
   defenses: { name: DefenseName; configured: number; mode: number; active: boolean }[];
   fullnatPools: PoolUse[];
   /** SYN proxy: the MSS (IPv4) and window scale offered, flows waiting for their real server, held packets. */

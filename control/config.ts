@@ -13,7 +13,7 @@ import { parseYamlBounded as parseYaml } from './yaml-limits';
 import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6, splitHostPort } from '../net/addr';
 import { PROTOCOLS, type Protocol } from '../net/proto';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
-import type { DefenseSettings } from '../conntrack/defense';
+import { DROP_ENTRY_SCOPES, type DefenseSettings } from '../conntrack/defense';
 import { MH_DEFAULT_TABLE_SIZE, MH_PRIMES } from '../schedulers/mh';
 import { DEFAULT_SCHEDULER, flagScheduler, getScheduler, SCHED_FLAG_NAMES, schedulerNames } from '../schedulers/registry';
 import { SCTP_DEFAULT_TIMEOUTS, SCTP_STATE_KEYS } from '../conntrack/sctp-state';
@@ -449,7 +449,9 @@ const tableSizeOf = (s: Scope | null) => dataplaneOf(s).tableSize;
  * `defense:` — the kernel's sysctls (modes 0 off, 1–2 automatic, 3 always) with the trigger in
  * free table entries. uvs turns drop_entry, secure_tcp and the per-source limit on (1) by default,
  * where the kernel ships them off: a fixed-size table fills under a SYN flood long before a node
- * runs out of memory, and the automatic modes act only then.
+ * runs out of memory, and the automatic modes act only then. Being on by default, drop_entry
+ * drops by default only half-open entries (dropEntryScope): a flood never costs a flow past its
+ * handshake unless the kernel's choice is asked for.
  */
 const DEFENSE: Schema<DefenseSettings, false> = obj(
   {
@@ -460,7 +462,14 @@ const DEFENSE: Schema<DefenseSettings, false> = obj(
       doc: 'Free table entries below which the automatic defenses act; default tableSize / 16, at most tableSize',
     }),
     amDroprate: int({ default: 10, min: 1, max: 1_000_000, doc: "drop_packet's rate in mode 3 (1 of every this many new flows)" }),
-    dropEntry: mode(1, 'Randomly drop half-open entries (kernel default 0)'),
+    dropEntry: mode(1, 'Drop entries while the table is short of room; which ones: dropEntryScope (kernel default 0)'),
+    dropEntryScope: oneOf(DROP_ENTRY_SCOPES, {
+      default: 'halfOpen',
+      strict: true,
+      msg: (v) =>
+        `must be halfOpen (handshakes that never completed, nearest their timer first) or kernel (also idle established and UDP entries with 1–8 packets), got ${JSON.stringify(v)}`,
+      doc: 'What drop_entry drops: halfOpen (default) only TCP SYN_RECV/SYNACK and SCTP INIT1/INIT entries, nearest their timer first, never an established flow; kernel as ip_vs_random_dropentry, also idle (60 s) established TCP/SCTP and UDP entries with 1–8 client packets',
+    }),
     dropPacket: mode(0, 'Refuse a share of new flows'),
     secureTcp: mode(1, 'tcp_states_dos and short half-open timers (kernel default 0)'),
     secureTcpTimeout: duration({

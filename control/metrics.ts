@@ -292,7 +292,7 @@ export function buildRegistry(d: Daemon): Registry {
   );
   counterFrom(
     'uvs_defense_dropped_entries_total',
-    'Entries removed by drop_entry: half_open (SYN_RECV/SYNACK, SCTP INIT) or idle (todrop_entry).',
+    'Entries removed by drop_entry: half_open (SYN_RECV/SYNACK, SCTP INIT) or idle (todrop_entry, dropEntryScope kernel only).',
     ['kind'],
     (c) => {
       c.inc({ kind: 'half_open' }, d.defense.counts.droppedHalfOpen);

@@ -155,3 +155,72 @@ export function echoStreams(
   );
   return { ready, done, child };
 }
+
+/** One connection of `tools idle-echo` at its end: did its second line come back after the idle time. */
+export interface IdleConnection {
+  port: number;
+  server: string;
+  ok: boolean;
+  error: string | null;
+  /** How long the second echo took (ms), null when it did not come. */
+  ms: number | null;
+}
+
+export interface IdleConnections {
+  /** Every connection had its first exchange (or 10 s passed): how many, their ports and servers. */
+  ready: Promise<{ ready: number; ports: number[]; servers: string[] }>;
+  /** Each connection sends its second line now and must get it back; resolves with every result. */
+  check(): Promise<IdleConnection[]>;
+  child: ChildProcess;
+}
+
+/**
+ * `tools idle-echo`: COUNT TCP connections from ns to host:port that exchange one line and go
+ * silent until check() (or maxSeconds). SIGKILL after maxSeconds + 60 s: bounded whatever happens.
+ */
+export function idleConnections(
+  ns: string,
+  host: string,
+  port: number,
+  count: number,
+  maxSeconds: number,
+  timeoutMs = 10000,
+): IdleConnections {
+  const child = spawn(
+    'ip',
+    ['netns', 'exec', ns, process.execPath, TOOLS, 'idle-echo', host, String(port), String(count), String(maxSeconds), String(timeoutMs)],
+    { stdio: ['ignore', 'pipe', 'ignore'] },
+  );
+  const t = setTimeout(() => child.kill('SIGKILL'), (maxSeconds + 60) * 1000);
+  let text = '';
+  let readyResolve!: (v: { ready: number; ports: number[]; servers: string[] }) => void;
+  const ready = new Promise<{ ready: number; ports: number[]; servers: string[] }>((r) => (readyResolve = r));
+  child.stdout!.on('data', (d: Buffer) => {
+    text += d.toString();
+    if (!text.includes('\n')) return;
+    try {
+      const o = JSON.parse(text.split('\n')[0]!) as { ready?: number; ports: number[]; servers: string[] };
+      if (o.ready !== undefined) readyResolve({ ready: o.ready, ports: o.ports, servers: o.servers });
+    } catch {
+      /* not yet a whole line */
+    }
+  });
+  const done = new Promise<IdleConnection[]>((resolve) =>
+    child.on('close', () => {
+      clearTimeout(t);
+      readyResolve({ ready: 0, ports: [], servers: [] }); // no-op when it was already resolved
+      const last = text.trim().split('\n').pop() ?? '';
+      try {
+        resolve((JSON.parse(last) as { idle?: IdleConnection[] }).idle ?? []);
+      } catch {
+        resolve([]);
+      }
+    }),
+  );
+  const check = () => {
+    // `ip netns exec` execs the command: the child is node itself.
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGUSR1');
+    return done;
+  };
+  return { ready, check, child };
+}

@@ -30,6 +30,14 @@
  *                                              connected, then one line per stream: sent, echoed,
  *                                              bad bytes, error, longest silence (maxGapMs, gapAt),
  *                                              every silence > 1.5 intervals (gaps: [began at, ms])
+ *   idle-echo HOST PORT COUNT MAX_SECONDS [TIMEOUT_MS]
+ *                                              COUNT TCP connections to the lab's echo service that
+ *                                              go idle: each exchanges one line, then stays silent
+ *                                              (no keepalive) until SIGUSR1 or MAX_SECONDS, when each
+ *                                              sends one more line and must get it back within
+ *                                              TIMEOUT_MS (default 10000); prints {"ready",ports,
+ *                                              servers} once every first echo is back (or 10 s
+ *                                              passed), then {"idle":[{port,server,ok,error,ms}]}
  *   inject IFNAME COUNT SEED                   writes COUNT random and malformed packets into a
  *                                              device through an AF_PACKET socket (via python3)
  *   syn-flood IFNAME VIP PORT RATE SECONDS COUNT SEED
@@ -429,6 +437,98 @@ function streams(
   });
 }
 
+interface IdleConn {
+  sock: Socket;
+  port: number;
+  server: string;
+  buf: string;
+  /** Lines echoed so far: 1 after the first exchange, 2 after the check. */
+  echoed: number;
+  error: string | null;
+  /** When the check's line went out (epoch ms), and how long its echo took. */
+  checkAt: number;
+  ms: number | null;
+}
+
+/**
+ * Connections that sit idle (a SYN flood's drop_entry must not take them, docs/defense.md): one
+ * exchange each, silence, then one more exchange on SIGUSR1 (or at MAX_SECONDS). A connection
+ * whose entry was dropped gets no echo (its data has no entry at uvs) or a reset.
+ */
+function idleEcho(host: string, port: number, count: number, maxSeconds: number, timeoutMs: number): Promise<number> {
+  return new Promise((resolve) => {
+    const cs: IdleConn[] = [];
+    let readyPrinted = false;
+    let checking = false;
+    let done = false;
+    const printReady = () => {
+      if (readyPrinted) return;
+      readyPrinted = true;
+      out({ ready: cs.filter((c) => c.echoed >= 1).length, ports: cs.map((c) => c.port), servers: cs.map((c) => c.server) });
+    };
+    const finish = () => {
+      if (done) return;
+      done = true;
+      clearTimeout(maxTimer);
+      clearTimeout(checkTimer);
+      printReady();
+      const idle = cs.map((c) => {
+        c.sock.destroy();
+        const ok = c.error === null && c.echoed === 2;
+        return { port: c.port, server: c.server, ok, error: ok ? null : (c.error ?? 'timeout'), ms: c.ms };
+      });
+      out({ idle });
+      resolve(idle.every((c) => c.ok) ? 0 : 1);
+    };
+    let checkTimer: NodeJS.Timeout | undefined;
+    const check = () => {
+      if (checking) return;
+      checking = true;
+      for (const [i, c] of cs.entries()) {
+        if (c.error !== null) continue;
+        c.checkAt = Date.now();
+        c.sock.write(`again ${i}\n`);
+      }
+      checkTimer = setTimeout(finish, timeoutMs);
+      if (cs.every((c) => c.error !== null)) finish();
+    };
+    const maxTimer = setTimeout(check, maxSeconds * 1000);
+    process.once('SIGUSR1', check);
+    for (let i = 0; i < count; i++) {
+      const sock = connect({ host, port });
+      const c: IdleConn = { sock, port: 0, server: '', buf: '', echoed: 0, error: null, checkAt: 0, ms: null };
+      cs.push(c);
+      sock.setNoDelay(true);
+      sock.on('connect', () => {
+        c.port = sock.localPort ?? 0;
+        sock.write(`hello ${i}\n`);
+      });
+      sock.on('data', (d: Buffer) => {
+        c.buf += d.toString('utf8');
+        let nl: number;
+        while ((nl = c.buf.indexOf('\n')) >= 0) {
+          const line = c.buf.slice(0, nl);
+          c.buf = c.buf.slice(nl + 1);
+          if (!c.server) c.server = line;
+          else if (c.echoed === 0 && line === `hello ${i}`) c.echoed = 1;
+          else if (c.echoed === 1 && checking && line === `again ${i}`) {
+            c.echoed = 2;
+            c.ms = Date.now() - c.checkAt;
+          } else c.error ??= `unexpected ${JSON.stringify(line.slice(0, 40))}`;
+        }
+        if (!readyPrinted && cs.length === count && cs.every((x) => x.echoed >= 1)) printReady();
+        if (checking && cs.every((x) => x.echoed === 2 || x.error !== null)) finish();
+      });
+      sock.on('error', (e: NodeJS.ErrnoException) => (c.error ??= e.code ?? e.message));
+      sock.on('close', () => {
+        c.error ??= 'closed';
+        if (checking && cs.every((x) => x.echoed === 2 || x.error !== null)) finish();
+      });
+    }
+    setTimeout(printReady, 10000).unref(); // some never connected: say so, the run goes on
+  });
+}
+
 const INJECT_PY = `
 import socket, sys, random, struct
 ifname, count, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -553,6 +653,8 @@ async function main(argv: string[]): Promise<number> {
         Number(a[6] ?? 0),
         Number(a[7] ?? 0),
       );
+    case 'idle-echo':
+      return idleEcho(a[0]!, Number(a[1]), Number(a[2] ?? 100), Number(a[3] ?? 300), Number(a[4] ?? 10000));
     case 'inject': {
       const [ifname, count, seed, vip, client] = a;
       process.stdout.write(
@@ -579,7 +681,9 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     default:
-      console.error('usage: tools hold-echo|echo-probe|udp-ask|tcp-connect|load|udp-session|udp-probe|streams|inject|spoof|syn-flood …');
+      console.error(
+        'usage: tools hold-echo|echo-probe|udp-ask|tcp-connect|load|udp-session|udp-probe|streams|idle-echo|inject|spoof|syn-flood …',
+      );
       return 2;
   }
 }

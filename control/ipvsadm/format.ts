@@ -472,6 +472,11 @@ export function formatDefense(v: FmtDefense): string {
   out.push(
     `am_droprate ${v.amDroprate}, drop rate now ${v.dropRate === 0 ? '-' : `1/${v.dropRate}`}, secure_tcp half-open timeout ${v.secureTcpTimeout} s, half-open limit per source ${v.maxHalfOpenPerSource}`,
   );
+  out.push(
+    v.dropEntryScope === 'kernel'
+      ? 'drop_entry drops: as the kernel, half-open entries and idle ones with 1-8 packets, established ones too (dropEntryScope kernel)'
+      : 'drop_entry drops: half-open entries only, nearest their timer first (dropEntryScope halfOpen)',
+  );
   out.push(`Dropped entries: ${v.droppedHalfOpen} half-open, ${v.droppedIdle} idle; secure_tcp shortened ${v.secureTcpShortened}`);
   out.push(
     `Refused new flows: ${v.refused.dropPacket} drop_packet, ${v.refused.halfOpenPerSource} half-open limit, ${v.refused.tableFull} table full, ${v.refused.fullnatPortsExhausted} full-NAT ports exhausted`,

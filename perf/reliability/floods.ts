@@ -5,7 +5,9 @@
  *
  *   synflood   several rates up to relgen's limit, against the default table (65,536 entries,
  *              SYN_RECV 60 s): what real clients see during the flood, and how long after it
- *              stops new connections work again
+ *              stops new connections work again; then a burst that fills the table while 100
+ *              established connections sit idle: every one must still carry bytes both ways
+ *              once drop_entry stands down (issue 25: the kernel's todrop_entry took 36 of 100)
  *   hashflood  40,000 IPv6 SYNs at 2,000/s from one /64 against the same from random addresses:
  *              uvsd's CPU, a legitimate request's p99 and the API's latency, side by side
  *   tablefull  a 256-entry table filled by a flood: refusals counted, established streams
@@ -16,8 +18,9 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ConnectionStatus, ConnectionsResponse } from '../../control/api-types';
+import type { ConnectionStatus, ConnectionsResponse, DefenseResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
+import { idleConnections } from '../../lab/clients';
 import { LAB_VIP, LAB_VIP6 } from '../../lab/lab';
 import { sleep } from '../exec';
 import { attemptStats, defenseSettings, latencyStats, numericDiff, recovered, recoveryMs, type ScenarioResult, type Value } from './report';
@@ -245,12 +248,75 @@ function failures(errors: Record<string, number>): string {
 
 const pct = (x: number | null) => (x === null ? null : Math.round(x * 1000) / 10);
 
+/** The idle-connections round: how many, how long idle before the burst, the burst. */
+const IDLE_CONNS = 100;
+// The kernel's todrop_entry takes an established entry idle 60 s; drop_entry acts until holdTime
+// (60 s) after the last shortage: idle 35 s before, the connections are exposed ≥ 40 s of it.
+const IDLE_BEFORE_S = 35;
+const BURST_PPS = 20_000; // what uvsd read in full in the lab: the table fills in ~3.3 s
+const BURST_COUNT = 120_000;
+const STAND_DOWN_S = 150;
+
+interface IdleRound {
+  gen: GenResult;
+  ready: number;
+  ok: number;
+  failed: string[];
+  pressed: DefenseResponse | null;
+  after: DefenseResponse | null;
+  standDownS: number | null;
+}
+
+/**
+ * IDLE_CONNS echo connections (lab/tools.ts idle-echo) exchange a line and go silent; after
+ * IDLE_BEFORE_S, relgen sends BURST_COUNT spoofed SYNs at BURST_PPS (more than the default table
+ * holds); when drop_entry has stood down (holdTime after the last shortage, at most
+ * STAND_DOWN_S), each connection sends another line and must get it back within 10 s.
+ */
+async function idleRound(ctx: Ctx): Promise<IdleRound> {
+  const lab = ctx.lab;
+  await startUvsd(ctx, labConfig(ctx, labServices(lab)));
+  const mac = await linkMac(lab.lbNs, `${lab.prefix}c1`);
+  const idle = idleConnections(lab.clientNs, LAB_VIP, 7, IDLE_CONNS, IDLE_BEFORE_S + BURST_COUNT / BURST_PPS + STAND_DOWN_S + 60);
+  try {
+    const ready = (await idle.ready).ready;
+    await sleep(IDLE_BEFORE_S * 1000);
+    const gen = await relgen(
+      ctx,
+      lab.clientNs,
+      { mode: 'syn4', if: `${lab.prefix}c0`, mac, vip4: LAB_VIP, port: 80, pps: BURST_PPS, count: BURST_COUNT },
+      (BURST_COUNT / BURST_PPS) * 1000 + 10000,
+    );
+    const defense = async () => (await apiCall<DefenseResponse>(lab.socket, 'GET', '/v1/defense').catch(() => null))?.body ?? null;
+    const pressed = await defense();
+    const t0 = Date.now();
+    let after = pressed;
+    while (after?.defenses.find((d) => d.name === 'dropEntry')?.active && Date.now() - t0 < STAND_DOWN_S * 1000) {
+      await sleep(1000);
+      after = await defense();
+    }
+    const standing = after?.defenses.find((d) => d.name === 'dropEntry')?.active ?? true;
+    const results = await idle.check();
+    return {
+      gen,
+      ready,
+      ok: results.filter((r) => r.ok).length,
+      failed: results.filter((r) => !r.ok).map((r) => `port ${r.port} (${r.server || '—'}): ${r.error}`),
+      pressed,
+      after,
+      standDownS: standing ? null : round((Date.now() - t0) / 1000),
+    };
+  } finally {
+    idle.child.kill('SIGKILL');
+  }
+}
+
 export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
   const lab = ctx.lab;
   const rates = ctx.quick ? [3000, 0] : [1000, 3000, 10000, 0];
   const floodS = ctx.quick ? 5 : 30;
   const postBoundS = ctx.quick ? 10 : 75;
-  r.how = `For each rate, a fresh uvsd (${ctx.workers} workers, the default table of 65,536 entries, default timeouts: SYN_RECV 60 s) with the lab's services. Real clients: a new connection with one HTTP GET to ${LAB_VIP}:80 every 50 ms (connect-probe) and 3 TCP echo streams through port 7, from 3 s before the flood. relgen sends TCP SYNs (with an MSS option, valid checksums) to ${LAB_VIP}:80 from random sources in 198.18.0.0/15 and random ports for ${floodS} s at each rate (0 = as fast as it can), from the client's veth to the LB node. "During the flood" = connections started while it ran; a connect slower than ${SLOW_MS} ms waited for a SYN retransmission. Recovery = from the end of the flood to the first connection after which every new one worked within ${SLOW_MS} ms (observed for at most ${postBoundS} s after the flood).`;
+  r.how = `For each rate, a fresh uvsd (${ctx.workers} workers, the default table of 65,536 entries, default timeouts: SYN_RECV 60 s) with the lab's services. Real clients: a new connection with one HTTP GET to ${LAB_VIP}:80 every 50 ms (connect-probe) and 3 TCP echo streams through port 7, from 3 s before the flood. relgen sends TCP SYNs (with an MSS option, valid checksums) to ${LAB_VIP}:80 from random sources in 198.18.0.0/15 and random ports for ${floodS} s at each rate (0 = as fast as it can), from the client's veth to the LB node. "During the flood" = connections started while it ran; a connect slower than ${SLOW_MS} ms waited for a SYN retransmission. Recovery = from the end of the flood to the first connection after which every new one worked within ${SLOW_MS} ms (observed for at most ${postBoundS} s after the flood). Then the idle burst, against another fresh uvsd with the default configuration: ${IDLE_CONNS} TCP echo connections to ${LAB_VIP}:7 (lab/tools.ts idle-echo) exchange one line and go silent; ${IDLE_BEFORE_S} s later relgen sends ${BURST_COUNT.toLocaleString('en-US')} SYNs at ${BURST_PPS.toLocaleString('en-US')}/s as above (the table fills in ~3.3 s); once drop_entry has stood down (GET /v1/defense polled every second, at most ${STAND_DOWN_S} s), each connection sends another line and must get its echo within 10 s. (The kernel's todrop_entry takes established entries idle 60 s with 1–8 client packets; idle ${IDLE_BEFORE_S} s before the burst, they are exposed for the last ≥ 40 s of drop_entry's hold.)`;
   await blackholeSpoofed(lab.lbNs);
   const rows: Value[][] = [];
   let worstOk: number | null = null;
@@ -328,6 +394,12 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       `synflood: ${label}: ${Math.round(achieved)} SYN/s sent, peak ${fr.peakEntries} entries, real clients ${pct(during.okRate)} % ok, p99 connect ${during.connectP99} ms, recovery ${fr.recoveryMs === null ? 'not seen' : `${fr.recoveryMs} ms`}`,
     );
   }
+  ctx.log(`synflood: ${IDLE_CONNS} idle connections, ${IDLE_BEFORE_S} s, then ${BURST_COUNT} SYNs at ${BURST_PPS}/s`);
+  const ir = await idleRound(ctx);
+  await ctx.lab.stopUvsd();
+  ctx.log(
+    `synflood: idle connections: ${ir.ok} of ${IDLE_CONNS} carried bytes both ways after the burst (${ir.failed.length} failed), drop_entry stood down after ${ir.standDownS ?? '—'} s`,
+  );
   r.figures.push(
     {
       label: "real clients' new connections answered during the flood, worst rate that uvsd read in full (no drops at the device)",
@@ -369,6 +441,31 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
       expect: '≤ 5 s',
       ok: !notRecovered && (worstRecovery ?? 0) <= 5000,
     },
+    {
+      label: `idle burst: ticks the table was short of room (below amemthresh) after ${ir.gen.sent.toLocaleString('en-US')} SYNs at ${BURST_PPS.toLocaleString('en-US')}/s`,
+      value: ir.pressed?.nomemTicks ?? null,
+      expect: '> 0: the burst filled the table',
+      ok: ir.pressed ? ir.pressed.nomemTicks > 0 : null,
+    },
+    {
+      label: `idle burst: established connections (idle ${IDLE_BEFORE_S} s before it) that still carried bytes both ways once drop_entry stood down`,
+      value: `${ir.ok} of ${IDLE_CONNS}`,
+      expect: `${IDLE_CONNS} of ${IDLE_CONNS}, and drop_entry stood down within ${STAND_DOWN_S} s`,
+      ok: ir.ready === IDLE_CONNS && ir.ok === IDLE_CONNS && ir.standDownS !== null,
+    },
+    {
+      label: 'idle burst: entries drop_entry gave up, half-open / idle (todrop_entry); secure_tcp shortened',
+      value: ir.after
+        ? `${ir.after.droppedHalfOpen.toLocaleString('en-US')} / ${ir.after.droppedIdle} ; ${ir.after.secureTcpShortened.toLocaleString('en-US')}`
+        : null,
+      expect: `reported (drop_entry scope: ${ir.after?.dropEntryScope ?? '—'}); idle 0 with the default scope`,
+    },
+    {
+      label: 'idle burst: drop_entry stood down after the burst',
+      value: ir.standDownS === null ? `not within ${STAND_DOWN_S} s` : ir.standDownS,
+      unit: ir.standDownS === null ? undefined : 's',
+      expect: 'reported (holdTime, 60 s, after the last tick short of room)',
+    },
   );
   r.tables.push({
     title: 'Per rate',
@@ -394,6 +491,8 @@ export async function synFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<voi
   });
   r.notes.push(defense);
   if (echoNotes.length) r.notes.push(`Echo streams broken: ${echoNotes.join(' ')}`);
+  if (ir.ready !== IDLE_CONNS) r.notes.push(`Idle burst: only ${ir.ready} of ${IDLE_CONNS} connections made their first exchange.`);
+  if (ir.failed.length) r.notes.push(`Idle burst: connections that failed after it: ${ir.failed.join('; ')}.`);
 }
 
 export async function hashFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {

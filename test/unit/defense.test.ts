@@ -52,6 +52,7 @@ function settings(o: Partial<DefenseSettings> = {}): DefenseSettings {
     amemthresh: 64,
     amDroprate: 10,
     dropEntry: 0,
+    dropEntryScope: 'halfOpen',
     dropPacket: 0,
     secureTcp: 0,
     secureTcpTimeout: 10,
@@ -72,6 +73,16 @@ function flow(t: ConnTable, c: number, port: number, at: number, steps: [number,
   assert.ok(e >= 0);
   for (const [dir, f] of steps) t.touch(e, dir, f, at);
   return e;
+}
+
+/** Live entries (not templates) whose client address is c. */
+function liveFrom(t: ConnTable, c: number): number {
+  let n = 0;
+  for (let e = 0; e < t.capacity; e++) {
+    const o = t.base(e);
+    if ((t.i32[o + L.E_FLAGS]! & (L.F_IN_USE | L.F_TEMPLATE)) === L.F_IN_USE && t.i32[o + L.E_CADDR] === (c | 0)) n++;
+  }
+  return n;
 }
 
 // ── level transitions (update_defense_level) ────────────────────────────────────────────────
@@ -168,8 +179,8 @@ test('mode 3 acts with room to spare (drop_packet at am_droprate), mode 0 never,
   assert.equal(d.modes.secureTcp, 3);
 });
 
-// ── drop_entry (ip_vs_random_dropentry, todrop_entry) ───────────────────────────────────────
-test('drop_entry removes half-open TCP and SCTP INIT entries, never templates, established flows in use or UDP seen lately', () => {
+// ── drop_entry, dropEntryScope kernel (ip_vs_random_dropentry, todrop_entry) ────────────────
+test('the kernel drop_entry removes half-open TCP and SCTP INIT entries, never templates, established flows in use or UDP seen lately', () => {
   const { t, rs } = fresh(1024);
   const now = t.now();
   const synRecv = flow(t, C + 1, 1001, now, [[DIR_INPUT, TCPF_SYN]]);
@@ -217,7 +228,7 @@ test('drop_entry removes half-open TCP and SCTP INIT entries, never templates, e
     newFlow({ proto: 132, caddr: C + 9, cports: (1009 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: C + 9, rs: 1, now }),
   );
   t.i32[t.base(sctpCookie) + L.E_STATE] = SCTP_S_COOKIE_ECHOED;
-  const d = new Defense(t, settings({ dropEntry: 3 }));
+  const d = new Defense(t, settings({ dropEntry: 3, dropEntryScope: 'kernel' }));
   // Every live entry sits in slots 0..9: one scan of capacity/32 = 32 slots from slot 0 sees all.
   assert.equal(
     d.randomDropEntry(now + 1000, () => 0),
@@ -230,7 +241,7 @@ test('drop_entry removes half-open TCP and SCTP INIT entries, never templates, e
   assert.equal(rs[1 * L.RS_WORDS + L.RS_ACTIVE]! + rs[1 * L.RS_WORDS + L.RS_INACTIVE]!, 4, 'dropped entries are unbound from their server');
 });
 
-test('todrop_entry drops flows idle for 60 s with 1–8 client packets, every n-th of those with n, and keeps the rest', () => {
+test('the kernel todrop_entry drops flows idle for 60 s with 1–8 client packets, every n-th of those with n, and keeps the rest', () => {
   const { t } = fresh(1024);
   const now = t.now();
   const long = now - 70_000; // last packet 70 s ago: idle long enough
@@ -251,7 +262,7 @@ test('todrop_entry drops flows idle for 60 s with 1–8 client packets, every n-
     [DIR_INPUT, TCPF_ACK],
     [DIR_INPUT, TCPF_ACK],
   ]);
-  const d = new Defense(t, settings({ dropEntry: 3 }));
+  const d = new Defense(t, settings({ dropEntry: 3, dropEntryScope: 'kernel' }));
   d.randomDropEntry(now, () => 0);
   const live = (e: number) => (t.i32[t.base(e) + L.E_FLAGS]! & L.F_IN_USE) !== 0;
   assert.deepEqual(one.map(live), [false, false], '1 packet: every one');
@@ -262,7 +273,7 @@ test('todrop_entry drops flows idle for 60 s with 1–8 client packets, every n-
   assert.equal(d.counts.droppedIdle, 5);
 });
 
-test('drop_entry scans capacity/32 slots a tick from a random start; automatic, it stops once free entries reach amemthresh', () => {
+test('the kernel drop_entry scans capacity/32 slots a tick from a random start; automatic, it stops once free entries reach amemthresh', () => {
   for (const mode of [1, 3]) {
     const { t } = fresh(1024);
     const now = t.now();
@@ -272,7 +283,7 @@ test('drop_entry scans capacity/32 slots a tick from a random start; automatic, 
       -1,
       'full',
     );
-    const d = new Defense(t, settings({ dropEntry: mode, amemthresh: 64 }));
+    const d = new Defense(t, settings({ dropEntry: mode, dropEntryScope: 'kernel', amemthresh: 64 }));
     assert.equal(d.modes.dropEntry, mode === 1 ? 2 : 3);
     let seq = 0;
     const next = () => ((seq++ * 32) % 1024) / 1024;
@@ -291,6 +302,179 @@ test('drop_entry scans capacity/32 slots a tick from a random start; automatic, 
       assert.equal(d.modes.dropEntry, 1);
     }
   }
+});
+
+// ── drop_entry, dropEntryScope halfOpen (the default) ──────────────────────────────────────
+/**
+ * Every kind of entry a table holds, the flows past their handshake idle 70 s with 1–8 client
+ * packets (what the kernel's todrop_entry takes): `halfOpen` the ones whose handshake never
+ * completed, `kept` every other one.
+ */
+function mixedTable(t: ConnTable, now: number): { halfOpen: number[]; kept: number[]; idleEstablished: number[] } {
+  const long = now - 70_000;
+  const halfOpen: number[] = [];
+  const idleEstablished: number[] = [];
+  const kept: number[] = [];
+  let c = C;
+  const sctp = (state: number, at: number, pkts: number) => {
+    c++;
+    const e = t.insert(
+      newFlow({ proto: 132, caddr: c, cports: (5000 << 16) | 80, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 1, now: at }),
+    );
+    for (let k = 0; k < pkts; k++) t.touch(e, DIR_INPUT, 0, at);
+    t.i32[t.base(e) + L.E_STATE] = state;
+    return e;
+  };
+  const handshake: [number, number][] = [
+    [DIR_INPUT, TCPF_SYN],
+    [DIR_OUTPUT, TCPF_SYN | TCPF_ACK],
+    [DIR_INPUT, TCPF_ACK],
+  ];
+  for (let i = 0; i < 40; i++) idleEstablished.push(flow(t, ++c, 1000 + i, long, [...handshake, [DIR_INPUT, TCPF_ACK]]));
+  for (let i = 0; i < 10; i++) {
+    const e = t.insert(
+      newFlow({ proto: 17, caddr: ++c, cports: (2000 << 16) | 53, vaddr: V, daddr: D, dports: DP, laddr: c, rs: 1, now: long }),
+    );
+    t.touch(e, DIR_INPUT, 0, long);
+    kept.push(e);
+  }
+  for (let i = 0; i < 5; i++) kept.push(sctp(SCTP_S_ESTABLISHED, long, 2), sctp(SCTP_S_COOKIE_ECHOED, long, 2));
+  kept.push(flow(t, ++c, 3000, long, [...handshake, [DIR_OUTPUT, TCPF_FIN | TCPF_ACK]])); // FIN_WAIT
+  kept.push(flow(t, ++c, 3001, long, [[DIR_OUTPUT, TCPF_SYN]])); // SYN_SENT
+  kept.push(
+    t.insert(
+      newFlow({
+        proto: 6,
+        caddr: ++c,
+        cports: 80,
+        vaddr: V,
+        daddr: D,
+        dports: 8080 << 16,
+        laddr: c,
+        flags: L.F_TEMPLATE,
+        rs: 1,
+        now,
+        templateMs: 300_000,
+      }),
+    ),
+  );
+  // A SYN-proxied flow waiting for its server: its client answered a cookie.
+  const pending = t.insert(
+    newFlow({
+      proto: 6,
+      caddr: ++c,
+      cports: (3002 << 16) | 80,
+      vaddr: V,
+      daddr: D,
+      dports: DP,
+      laddr: c,
+      flags: L.F_SYNPROXY | L.F_SP_PENDING,
+      rs: 1,
+      now: long,
+    }),
+  );
+  t.i32[t.base(pending) + L.E_STATE] = TCP_STATE_NAMES.indexOf('SYN_RECV');
+  kept.push(pending);
+  for (let i = 0; i < 30; i++) halfOpen.push(flow(t, ++c, 4000 + i, now - i * 1000, [[DIR_INPUT, TCPF_SYN]]));
+  for (let i = 0; i < 10; i++) {
+    const e = flow(t, ++c, 5000 + i, now - i * 1000, [[DIR_INPUT, TCPF_SYN]]);
+    t.i32[t.base(e) + L.E_STATE] = TCP_STATE_NAMES.indexOf('SYNACK');
+    halfOpen.push(e);
+  }
+  for (let i = 0; i < 3; i++) halfOpen.push(sctp(SCTP_S_INIT1, now, 1), sctp(SCTP_S_INIT, now, 1));
+  for (const e of [...halfOpen, ...kept, ...idleEstablished]) assert.ok(e >= 0);
+  return { halfOpen, kept, idleEstablished };
+}
+
+const live = (t: ConnTable, e: number) => (t.i32[t.base(e) + L.E_FLAGS]! & L.F_IN_USE) !== 0;
+
+test('the default drop_entry gives up half-open entries only: never an established flow, idle or not, a UDP flow, a template or a pending proxied flow', () => {
+  const { t } = fresh(1024);
+  const now = t.now();
+  const m = mixedTable(t, now);
+  // Short of room by far (amemthresh = capacity): every candidate goes at the first tick.
+  const d = new Defense(t, settings({ dropEntry: 3, amemthresh: 1024 }));
+  assert.equal(d.settings.dropEntryScope, 'halfOpen');
+  for (let i = 0; i < 64; i++) d.tick(now + i * 1000);
+  assert.deepEqual(
+    m.halfOpen.filter((e) => live(t, e)),
+    [],
+    'TCP SYN_RECV/SYNACK, SCTP INIT1/INIT: gone',
+  );
+  assert.deepEqual(
+    [...m.idleEstablished, ...m.kept].filter((e) => !live(t, e)),
+    [],
+    'every other entry kept, through 64 ticks (two passes of the kernel scan)',
+  );
+  assert.deepEqual([d.counts.droppedHalfOpen, d.counts.droppedIdle], [m.halfOpen.length, 0]);
+  // The kernel's scope, on the same table, takes idle established and UDP flows: the test above
+  // would see them go.
+  const k = fresh(1024);
+  const km = mixedTable(k.t, now);
+  const kd = new Defense(k.t, settings({ dropEntry: 3, amemthresh: 1024, dropEntryScope: 'kernel' }));
+  let seq = 0;
+  for (let i = 0; i < 64; i++) kd.tick(now + i * 1000, () => ((seq++ * 32) % 1024) / 1024);
+  assert.ok(km.idleEstablished.filter((e) => !live(k.t, e)).length > 0, 'the kernel scope drops idle established flows');
+  assert.ok(kd.counts.droppedIdle > km.idleEstablished.filter((e) => !live(k.t, e)).length - 1);
+});
+
+test('the default drop_entry takes the half-open entries nearest their timer first, as many as bring free entries back to amemthresh', () => {
+  const { t } = fresh(1024);
+  const now = t.now();
+  // A full table of SYN_RECV entries whose last packet was 0–49 s ago (i % 50): time left 11–60 s.
+  const age = new Map<number, number>();
+  for (let i = 0; i < 1024; i++) age.set(flow(t, C + i, 6000, now - (i % 50) * 1000, [[DIR_INPUT, TCPF_SYN]]), i % 50);
+  const d = new Defense(t, settings({ dropEntry: 1, amemthresh: 64 }));
+  const gone = () =>
+    [...age]
+      .filter(([e]) => !live(t, e))
+      .map(([, a]) => a)
+      .sort((a, b) => b - a);
+  d.tick(now);
+  // 64 short (free 0 of amemthresh 64) beats the kernel's share (1024 / 32 = 32): the oldest 64 —
+  // 20 each of ages 49, 48 and 47 (i % 50 = 47…49 for i < 1024), then 4 of age 46.
+  const first = gone();
+  assert.equal(first.length, 64);
+  assert.deepEqual(first.slice(0, 60), [...Array(20).fill(49), ...Array(20).fill(48), ...Array(20).fill(47)]);
+  assert.deepEqual(first.slice(60), [46, 46, 46, 46]);
+  assert.equal(d.freeEntries, 0, 'measured before the drop');
+  assert.equal(t.capacity - t.count(), 64, 'free entries back at amemthresh');
+  // Room again but held (holdTime 0 here: automatic, off at once) — mode 3 keeps it acting: then
+  // only the kernel's share, 960 / 32 = 30, the next oldest.
+  d.configure(settings({ dropEntry: 3, amemthresh: 64 }));
+  d.tick(now);
+  const second = gone().slice(64);
+  assert.deepEqual(second, [...Array(16).fill(46), ...Array(14).fill(45)]);
+  assert.equal(d.counts.droppedHalfOpen, 94);
+  assert.equal(d.counts.droppedIdle, 0);
+});
+
+test('with room and few half-open entries the default drop_entry drops nothing (the kernel share of 20 is 0)', () => {
+  const { t } = fresh(1024);
+  const now = t.now();
+  const es = Array.from({ length: 20 }, (_, i) => flow(t, C + i, 7000, now - 50_000, [[DIR_INPUT, TCPF_SYN]]));
+  const d = new Defense(t, settings({ dropEntry: 3, amemthresh: 64 }));
+  // From slot 0 the kernel scope's 32-slot scan would cover all 20 (they sit in slots 0–19).
+  for (let i = 0; i < 5; i++) d.tick(now, () => 0);
+  assert.equal(es.filter((e) => live(t, e)).length, 20);
+  assert.equal(d.counts.droppedHalfOpen, 0);
+});
+
+test('on a table larger than one window the default drop_entry works a window a tick, with its share of the shortfall', () => {
+  const cap = 1 << 19; // two windows of 2^18 slots
+  const { t } = fresh(cap);
+  const now = t.now();
+  // 1000 half-open entries, all in the first window (the free list hands out slots from 0).
+  const es = Array.from({ length: 1000 }, (_, i) => flow(t, C + i, 8000, now - (i % 40) * 1000, [[DIR_INPUT, TCPF_SYN]]));
+  assert.ok(es.every((e) => e < cap >> 1));
+  // 500 short: each window is half the table, so it takes half of that, 250.
+  const d = new Defense(t, settings({ dropEntry: 3, amemthresh: cap - 1000 + 500 }));
+  d.tick(now);
+  assert.equal(d.counts.droppedHalfOpen, 250);
+  d.tick(now);
+  assert.equal(d.counts.droppedHalfOpen, 250, 'the second window holds none');
+  d.tick(now);
+  assert.equal(d.counts.droppedHalfOpen, 375, 'back at the first window: half of the 250 still short');
 });
 
 // ── secure_tcp (tcp_states_dos + short half-open timers) ───────────────────────────────────
@@ -363,6 +547,20 @@ test('secure_tcp shortens entries already half-open, counted from their last pac
   assert.equal(t.count(), 2);
   d.tick(now, () => 0.5);
   assert.equal(d.counts.secureTcpShortened, 2, 'timers armed under secure_tcp are never shortened twice');
+});
+
+test('secure_tcp never shortens an entry a worker armed under it after the tick read its clock (a real client’s fresh SYN)', () => {
+  const { t } = fresh();
+  const now = t.now();
+  const d = new Defense(t, settings({ secureTcp: 3 }));
+  // A worker's batch clock 5 ms ahead of the tick's: it read the clock later (Date.now() ms), and
+  // armed the entry with the short timer — 10 005 ms from the tick's now, not the normal 60 s.
+  const e = flow(t, C, 1000, now + 5, [[DIR_INPUT, TCPF_SYN]]);
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 10_005) | 0);
+  d.tick(now);
+  assert.ok(live(t, e), 'kept: not mistaken for an entry the normal table armed 50 s ago');
+  assert.equal(t.i32[t.base(e) + L.E_EXPIRES], (now + 10_005) | 0);
+  assert.equal(d.counts.secureTcpShortened, 0);
 });
 
 // ── per-source half-open counters ───────────────────────────────────────────────────────────
@@ -493,7 +691,8 @@ test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_en
   d.tick(table.now(), () => 0);
   assert.equal(d.nomem, true, 'a full pool is a shortage');
   assert.equal(d.modes.dropEntry, 2);
-  assert.equal(d.counts.droppedHalfOpen, 8);
+  // The default scope takes the pool's shortfall: its share of amemthresh is 8 × 64 / 1024 → 1 pair.
+  assert.equal(d.counts.droppedHalfOpen, 1);
   // The client retransmits its SYN after its RTO (1 s on Linux); the processor remembers a full
   // pool for FULLNAT_FULL_MS, far less than that.
   setNow(now() + Math.max(1000, FULLNAT_FULL_MS + 1));
@@ -502,17 +701,40 @@ test('a SYN flood that exhausts a full-NAT pool is refused (counted) and drop_en
     FORWARD,
     "the client's retransmitted SYN gets a port",
   );
-  d.tick(table.now(), () => 0.5);
+  // The pool is full again; the next tick (on the workers' clock) takes another flood entry, not
+  // the client's (the youngest, its timer furthest away).
+  d.tick(now());
+  assert.equal(d.counts.droppedHalfOpen, 2);
+  assert.equal(liveFrom(table, 0xc0000232), 1, "the client's half-open entry is kept");
+  d.tick(now());
   assert.equal(d.modes.dropEntry, 1, 'room again: back to automatic-idle');
 });
 
+test('the kernel drop_entry frees an exhausted full-NAT pool too (its random 1/32 scan happens to cover all eight)', () => {
+  const { run, table, cfg, rs } = makeProcessor(
+    svcDoc({
+      forwarding: 'fullnat',
+      dataplane: { fullnat: { addresses: ['10.99.0.1'], portMin: 20000, portMax: 20007 } },
+      defense: { holdTime: 0, synProxy: 0, dropEntryScope: 'kernel' },
+    }),
+  );
+  const pools = () => [{ realServer: 'tcp 10.1.0.1:8080', used: rs[L.RS_ACTIVE]! + rs[L.RS_INACTIVE]!, capacity: 8 }];
+  const d = new Defense(table, cfg.defense, pools);
+  for (let i = 0; i < 8; i++) assert.equal(run(tcp({ src: `198.51.100.${i + 1}`, dst: VIP, sport: 1234, flags: TCPF_SYN })).v, FORWARD);
+  d.tick(table.now(), () => 0);
+  assert.equal(d.counts.droppedHalfOpen, 8);
+});
+
 // ── configuration ───────────────────────────────────────────────────────────────────────────
+const pick = (d: DefenseSettings) => [d.dropEntry, d.dropEntryScope];
+
 test('defense settings default to the automatic modes with amemthresh = tableSize/16, and bad values name the field', () => {
   const base = { dataplane: { vipCidrs: ['10.96.0.0/24'], tableSize: 4096 } };
   assert.deepEqual(validateConfig(base).defense, {
     amemthresh: 256,
     amDroprate: 10,
     dropEntry: 1,
+    dropEntryScope: 'halfOpen',
     dropPacket: 0,
     secureTcp: 1,
     secureTcpTimeout: 10,
@@ -540,6 +762,17 @@ test('defense settings default to the automatic modes with amemthresh = tableSiz
   bad({ synProxyMss: 100 }, 'defense.synProxyMss');
   bad({ synProxyWscale: 15 }, 'defense.synProxyWscale');
   bad({ synProxyKey: 'short' }, 'defense.synProxyKey');
+  bad({ dropEntryScope: 'established' }, 'defense.dropEntryScope');
+  bad({ dropEntryScope: 1 }, 'defense.dropEntryScope');
+  bad({ dropEntryScope: true }, 'defense.dropEntryScope');
+  assert.throws(
+    () => validateConfig({ ...base, defense: { dropEntryScope: 'all' } }),
+    /defense\.dropEntryScope: must be halfOpen \(handshakes that never completed, nearest their timer first\) or kernel .*, got "all"/,
+  );
+  // Every value dropEntry took before the scope existed still parses, as the same mode, and
+  // now drops half-open entries only; the kernel's choice is asked for by name.
+  for (const m of [0, 1, 2, 3]) assert.deepEqual(pick(validateConfig({ ...base, defense: { dropEntry: m } }).defense), [m, 'halfOpen']);
+  assert.deepEqual(pick(validateConfig({ ...base, defense: { dropEntry: 3, dropEntryScope: 'kernel' } }).defense), [3, 'kernel']);
   assert.equal(validateConfig({ ...base, defense: { secureTcpTimeout: '3s', dropPacket: 3 } }).defense.secureTcpTimeout, 3);
 });
 

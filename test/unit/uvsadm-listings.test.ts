@@ -289,6 +289,7 @@ test('uvsadm -L --defense: room, each defense under its sysctl name, rates, drop
     dropRate: 7,
     secureTcpTimeout: 3,
     maxHalfOpenPerSource: 64,
+    dropEntryScope: 'halfOpen' as const,
     defenses: [
       { name: 'dropEntry' as const, configured: 1, mode: 1, active: true },
       { name: 'dropPacket' as const, configured: 2, mode: 2, active: true },
@@ -315,6 +316,7 @@ test('uvsadm -L --defense: room, each defense under its sysctl name, rates, drop
       'secure_tcp            0    0     no',
       'half_open_per_source  3    3     no',
       'am_droprate 10, drop rate now 1/7, secure_tcp half-open timeout 3 s, half-open limit per source 64',
+      'drop_entry drops: half-open entries only, nearest their timer first (dropEntryScope halfOpen)',
       'Dropped entries: 11 half-open, 12 idle; secure_tcp shortened 13',
       'Refused new flows: 14 drop_packet, 15 half-open limit, 16 table full, 17 full-NAT ports exhausted',
       'Full-NAT pool 10.200.11.2:8080: 5 of 64512 address:port pairs in use',
@@ -326,12 +328,17 @@ test('uvsadm -L --defense: room, each defense under its sysctl name, rates, drop
     defenses: [...view.defenses, { name: 'synProxy' as const, configured: 1, mode: 1, active: true }],
     synProxyCounts: { cookies: 100, accepted: 90, badCookies: 4, held: 20, heldRefused: 1, serverFailures: 5 },
   }).split('\n');
-  assert.deepEqual(sp.slice(6, 7).concat(sp.slice(9, 12)), [
+  assert.deepEqual(sp.slice(6, 7).concat(sp.slice(10, 13)), [
     'syn_proxy             1    1     yes',
     'Refused new flows: 14 drop_packet, 15 half-open limit, 16 table full, 17 full-NAT ports exhausted',
     'SYN proxy: 100 cookies sent, 90 accepted, 4 bad; 2 waiting for their server, 3 packets held (20 in all, 1 refused); 5 refused by the server',
     'Full-NAT pool 10.200.11.2:8080: 5 of 64512 address:port pairs in use',
   ]);
+  // The kernel's scope says what it may take.
+  assert.match(
+    formatDefense({ ...view, dropEntryScope: 'kernel' }),
+    /^drop_entry drops: as the kernel, half-open entries and idle ones with 1-8 packets, established ones too \(dropEntryScope kernel\)$/m,
+  );
   // No drop rate in force: "-" (drop_packet's 1/rate only while it drops).
   assert.match(formatDefense({ ...view, dropRate: 0, nomem: false }), /^am_droprate 10, drop rate now -, secure_tcp/m);
   assert.match(formatDefense({ ...view, dropRate: 0, nomem: false }), /^Overload defenses: .*: room$/m);
