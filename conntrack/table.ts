@@ -776,9 +776,14 @@ export class ConnTable {
     this.unlockBucket(b);
   }
 
-  /** touchIn's work; the caller holds the entry's in-bucket lock. */
+  /**
+   * touchIn's work; the caller holds the entry's in-bucket lock. The entry may be another node's
+   * flow that the control thread installed between the caller's lookup and its insert: the packet
+   * adopts it first, as lookupIn would have — touched while still a shadow, its state change would
+   * move ActiveConn/InActConn of a flow they never counted, for good.
+   */
   private firstTouch(e: number, v: FlowView, ev: number, now: number): void {
-    v.adopted = false;
+    v.adopted = (this.i32[this.base(e) + L.E_FLAGS]! & L.F_SHADOW) !== 0 && this.adopt(e, now);
     v.sync = this.touch(e, DIR_INPUT, ev, now);
     this.view(e, this.base(e), v);
   }
