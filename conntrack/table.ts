@@ -417,6 +417,13 @@ export class ConnTable {
   /**
    * Releases every lock word held by `owner` (a worker that died mid-section). The entry it was
    * changing may be half-updated; chains stay consistent because each link change is one store.
+   * Locks only: a worker that dies inside insert after taking an entry off the free list and
+   * before linking it or giving it back, or inside remove after unlinking and before pushFree,
+   * loses that entry until the table is made again; one that dies after linking a new entry and
+   * before counting it leaves it live but outside H_COUNT and its server's counts (both go one
+   * below zero when it goes); one that dies between templateFor and control/unreserve leaves the
+   * template's reservation, so it is re-armed forever (test/unit/table-model.test.ts,
+   * UVS_MODEL_DEATH=all, shows each in a shortest sequence).
    */
   releaseLocksOf(owner: number): number {
     let released = 0;
@@ -776,9 +783,14 @@ export class ConnTable {
     this.unlockBucket(b);
   }
 
-  /** touchIn's work; the caller holds the entry's in-bucket lock. */
+  /**
+   * touchIn's work; the caller holds the entry's in-bucket lock. The entry may be another node's
+   * flow that the control thread installed between the caller's lookup and its insert: the packet
+   * adopts it first, as lookupIn would have — touched while still a shadow, its state change would
+   * move ActiveConn/InActConn of a flow they never counted, for good.
+   */
   private firstTouch(e: number, v: FlowView, ev: number, now: number): void {
-    v.adopted = false;
+    v.adopted = (this.i32[this.base(e) + L.E_FLAGS]! & L.F_SHADOW) !== 0 && this.adopt(e, now);
     v.sync = this.touch(e, DIR_INPUT, ev, now);
     this.view(e, this.base(e), v);
   }

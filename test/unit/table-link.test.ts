@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { ConnTable, createRealServerRegion, entryAddr, SPH_HELD } from '../../conntrack/table';
-import { DIR_INPUT, TCP_ESTABLISHED, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
+import { DIR_INPUT, TCP_ESTABLISHED, TCP_SYN_RECV, TCP_TIME_WAIT, TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
 import { FlowView, newFlow } from '../../conntrack/flow';
 import { parseIPv6 } from '../../net/addr';
 import { findOut, FLOW, freshTable, key } from '../helpers/table';
@@ -348,6 +348,34 @@ test('putShadow that loses the race to a local flow of the same key (inserted be
   assert.equal(r.created, false);
   assert.deepEqual([t.count(), t.shadows()], [1, 0]);
   assert.equal(t.i32[t.base(local) + L.E_FLAGS]! & L.F_SHADOW, 0, 'the local flow is no shadow');
+});
+
+test('an insert that finds another node’s flow under its key (installed since the lookup) adopts it before its packet moves the state: counted once, nothing left when it goes', () => {
+  // Found by test/unit/table-model.test.ts: touched while still a shadow, the SYN moved the
+  // server's InActConn to ActiveConn for a flow neither counted — ActiveConn 1, InActConn −1 for good.
+  for (const fullnat of [false, true]) {
+    const { t, rs } = fresh();
+    const now = t.now();
+    const o = 1 * L.RS_WORDS;
+    const laddr = fullnat ? P : C;
+    const fwd = fullnat ? L.FWD_FULLNAT : L.FWD_MASQ;
+    // Another node's flow in TIME_WAIT (inactive there), learnt between a worker's lookup and its insert.
+    const e = t.putShadow(conn(6, C, 1, now, CP, { laddr, flags: fwd | L.F_INACTIVE, state: TCP_TIME_WAIT, expires: (now + 120_000) | 0 }));
+    assert.ok(e >= 0);
+    const r = conn(6, C, 1, now, CP, { laddr, flags: fwd });
+    const v = new FlowView();
+    let ne: number;
+    if (fullnat) {
+      ne = t.insert(r); // core.ts insertFullnat, then touchIn
+      t.touchIn(ne, v, TCPF_SYN, now);
+    } else ne = t.insertIn(r, v, TCPF_SYN, now);
+    const what = fullnat ? 'insert + touchIn' : 'insertIn';
+    assert.deepEqual([ne, r.created], [e, false], `${what}: the flow already there`);
+    assert.deepEqual([v.adopted, v.state], [true, TCP_SYN_RECV], `${what}: adopted, then moved by the SYN`);
+    assert.deepEqual([t.shadows(), rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 1, 0], `${what}: ours, counted once as active`);
+    assert.equal(t.remove(e, false, now), true);
+    assert.deepEqual([rs[o + L.RS_ACTIVE], rs[o + L.RS_INACTIVE]], [0, 0], `${what}: nothing left once it is gone`);
+  }
 });
 
 test('insertIn touches the flow (new or already there) under the in-bucket lock, also when both keys share the one bucket', () => {
