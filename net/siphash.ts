@@ -117,6 +117,14 @@ export class HalfSipHash {
     this.v3 = 0x74656462 ^ k1;
   }
 
+  /** Takes o's state: a prefix absorbed once, continued with several different tails. */
+  copyFrom(o: HalfSipHash): void {
+    this.v0 = o.v0;
+    this.v1 = o.v1;
+    this.v2 = o.v2;
+    this.v3 = o.v3;
+  }
+
   /** Absorbs the message word m: v3 ^= m, one HSIPROUND, v0 ^= m (the round on locals, no call). */
   word(m: number): void {
     let v0 = this.v0,
