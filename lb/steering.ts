@@ -6,18 +6,18 @@
  *
  *   - TCP, UDP, SCTP (IPv4 not a later fragment; IPv6 with the transport header right after the
  *     fixed one):
- *       to a VIP range: the source endpoint — a client's packet, whatever its port;
+ *       to a VIP range: the source endpoint — a client's packet;
  *       to a full-NAT pool address: the 4-tuple — a real server's reply, whose pool port the
  *         worker that opened the connection chose for its own queue (lb/xmit.ts);
- *       else (a masq reply): the endpoint with the higher port — the client's (ephemeral) port
- *         against the real server's; equal ports: both addresses xor'ed (word by word), and the port.
- *   - other IPv4/IPv6 packets: both addresses xor'ed, word by word.
+ *       else: the destination endpoint — a masq reply (routed into the device by its real
+ *         server's rule), to the client.
+ *   - other IPv4/IPv6 packets: both addresses xor'ed, word by word (either direction).
  *   - anything else: 0.
  * The key's words — every address word — are hashed with HalfSipHash-1-3 (net/siphash.ts) under a
- * 64-bit key (k0, k1) drawn at each start: endpoint and pair keys as the address words then a
- * last block (6 or 18 bytes) << 24 | port; a 4-tuple as the source's words, the destination's,
- * sport << 16 | dport, then (12 or 36) << 24. value = hash >>> 16; queue = value mod queues (the
- * kernel's tun_ebpf_select_queue).
+ * 64-bit key (k0, k1) drawn at each start: an endpoint as the address words then a last block
+ * (6 or 18 bytes) << 24 | port; an address pair the same with port 0; a 4-tuple as the source's
+ * words, the destination's, sport << 16 | dport, then (12 or 36) << 24. value = hash >>> 16;
+ * queue = value mod queues (the kernel's tun_ebpf_select_queue).
  *
  * steeringValue/steeringQueue are the specification and not for the packet path. steeringPrefix
  * and steeringPorts are used there, allocation-free: full-NAT picks pool ports whose
@@ -128,9 +128,7 @@ export function steeringValue(b: Uint8Array, k: SteeringKey): number {
     const dp = w16(b, l4 + 2);
     if (dest4In(d, k.vip4, 2)) return keyHash(k, [s], sp);
     if (dest4In(d, k.pool4, 1)) return tupleHash(k, [s], [d], sp, dp);
-    if (sp > dp) return keyHash(k, [s], sp);
-    if (dp > sp) return keyHash(k, [d], dp);
-    return keyHash(k, [(s ^ d) >>> 0], sp);
+    return keyHash(k, [d], dp);
   }
   if (v === 0x60) {
     const s = [0, 1, 2, 3].map((i) => w32(b, 8 + 4 * i));
@@ -141,9 +139,7 @@ export function steeringValue(b: Uint8Array, k: SteeringKey): number {
     const dp = w16(b, 42);
     if (dest6In(b, k.vip6, true)) return keyHash(k, s, sp);
     if (dest6In(b, k.pool6, false)) return tupleHash(k, s, d, sp, dp);
-    if (sp > dp) return keyHash(k, s, sp);
-    if (dp > sp) return keyHash(k, d, dp);
-    return keyHash(k, pair, sp);
+    return keyHash(k, d, dp);
   }
   return 0;
 }

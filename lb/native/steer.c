@@ -16,11 +16,10 @@
  * VIP and real server → client — land on one queue, and every packet of one direction always on
  * the same queue:
  *   - TCP, UDP, SCTP (IPv4 unfragmented or first fragment; IPv6 without extension headers):
- *       to a VIP range: the source endpoint (a client's packet, whatever its port);
+ *       to a VIP range: the source endpoint (a client's packet);
  *       to a full-NAT pool address: the whole 4-tuple (a real server's reply: the worker that
  *         opened the connection chose the pool port for it, lb/xmit.ts steeredPort);
- *       else (a masq reply): the endpoint with the higher port; equal ports: both addresses
- *         (xor, so either direction) and the port.
+ *       else (a masq reply, routed in by its real server's rule): the destination endpoint.
  *   - anything else (ICMP, later fragments, extension headers, other protocols): both addresses
  *     (xor) — stateless, so one direction of a pair always shares a queue.
  *   - not IPv4 or IPv6: queue 0.
@@ -95,7 +94,7 @@
 
 /* Labels: a jump's offset is patched once its target is emitted. Ranges get labels of their own. */
 enum {
-  L_V6, L_ADDR4, L_L4V4, L_PAIR4, L_SRC4, L_DST4, L_TUPLE4, L_L4V6, L_ADDR6, L_PAIR6, L_SRC6, L_DST6, L_TUPLE6,
+  L_V6, L_ADDR4, L_L4V4, L_SRC4, L_TUPLE4, L_L4V6, L_SRC6, L_TUPLE6,
   L_HASH, L_ABS0, L_ZERO = L_ABS0 + 9, L_FIXED
 };
 
@@ -249,13 +248,11 @@ static void build(prog_t *p, uint32_t k0, uint32_t k1, const uint32_t *table, in
   emit(p, LD_ABS(BPF_B, 9));
   if_ported(p, L_L4V4);
   label(p, L_ADDR4);
-  emit(p, MOV32_IMM(BPF_REG_7, 0));
-  label(p, L_PAIR4);
   emit(p, LDX_W(BPF_REG_0, S_SA(0)));
   emit(p, LDX_W(BPF_REG_1, S_DA(0)));
   emit(p, ALU32_REG(BPF_XOR, BPF_REG_0, BPF_REG_1));
   emit(p, STX_W(S_M(8), BPF_REG_0));
-  finish_key(p, 6, BPF_REG_7, 1);
+  finish_key(p, 6, -1, 1);
 
   label(p, L_L4V4);
   emit(p, LD_ABS(BPF_B, 0));
@@ -266,18 +263,17 @@ static void build(prog_t *p, uint32_t k0, uint32_t k1, const uint32_t *table, in
   emit(p, MOV32_REG(BPF_REG_7, BPF_REG_0));
   emit(p, LD_IND(BPF_H, BPF_REG_9, 2));
   emit(p, MOV32_REG(BPF_REG_8, BPF_REG_0));
-  dest_rules(p, table, entries, 4, STEER_VIP, L_SRC4);
+  int vip4 = dest_rules(p, table, entries, 4, STEER_VIP, L_SRC4);
   int pool4 = dest_rules(p, table, entries, 4, STEER_POOL, L_TUPLE4);
-  jump(p, BPF_JGT, 1, BPF_REG_7, BPF_REG_8, L_SRC4);
-  jump(p, BPF_JGT, 1, BPF_REG_8, BPF_REG_7, L_DST4);
-  JA(p, L_PAIR4);
-  label(p, L_SRC4);
-  copy(p, S_M(8), S_SA(0));
-  finish_key(p, 6, BPF_REG_7, 1);
-  label(p, L_DST4);
+  /* Neither: a masq reply, keyed on its destination, the client. */
   copy(p, S_M(8), S_DA(0));
   finish_key(p, 6, BPF_REG_8, 1);
   /* Only where something jumps to it: the verifier refuses unreachable instructions. */
+  if (vip4) {
+    label(p, L_SRC4);
+    copy(p, S_M(8), S_SA(0));
+    finish_key(p, 6, BPF_REG_7, 1);
+  }
   if (pool4) {
     label(p, L_TUPLE4);
     copy(p, S_M(6), S_SA(0));
@@ -299,32 +295,27 @@ static void build(prog_t *p, uint32_t k0, uint32_t k1, const uint32_t *table, in
   }
   emit(p, LD_ABS(BPF_B, 6));
   if_ported(p, L_L4V6);
-  label(p, L_ADDR6);
-  emit(p, MOV32_IMM(BPF_REG_7, 0));
-  label(p, L_PAIR6);
   for (int w = 0; w < 4; w++) {
     emit(p, LDX_W(BPF_REG_0, S_SA(w)));
     emit(p, LDX_W(BPF_REG_1, S_DA(w)));
     emit(p, ALU32_REG(BPF_XOR, BPF_REG_0, BPF_REG_1));
     emit(p, STX_W(S_M(5 + w), BPF_REG_0));
   }
-  finish_key(p, 18, BPF_REG_7, 4);
+  finish_key(p, 18, -1, 4);
   label(p, L_L4V6);
   emit(p, LD_ABS(BPF_H, 40));
   emit(p, MOV32_REG(BPF_REG_7, BPF_REG_0));
   emit(p, LD_ABS(BPF_H, 42));
   emit(p, MOV32_REG(BPF_REG_8, BPF_REG_0));
-  dest_rules(p, table, entries, 6, STEER_VIP, L_SRC6);
+  int vip6 = dest_rules(p, table, entries, 6, STEER_VIP, L_SRC6);
   int pool6 = dest_rules(p, table, entries, 6, STEER_POOL, L_TUPLE6);
-  jump(p, BPF_JGT, 1, BPF_REG_7, BPF_REG_8, L_SRC6);
-  jump(p, BPF_JGT, 1, BPF_REG_8, BPF_REG_7, L_DST6);
-  JA(p, L_PAIR6);
-  label(p, L_SRC6);
-  for (int w = 0; w < 4; w++) copy(p, S_M(5 + w), S_SA(w));
-  finish_key(p, 18, BPF_REG_7, 4);
-  label(p, L_DST6);
   for (int w = 0; w < 4; w++) copy(p, S_M(5 + w), S_DA(w));
   finish_key(p, 18, BPF_REG_8, 4);
+  if (vip6) {
+    label(p, L_SRC6);
+    for (int w = 0; w < 4; w++) copy(p, S_M(5 + w), S_SA(w));
+    finish_key(p, 18, BPF_REG_7, 4);
+  }
   if (pool6) {
     label(p, L_TUPLE6);
     for (int w = 0; w < 4; w++) {

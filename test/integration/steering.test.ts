@@ -122,17 +122,18 @@ function cases(): Case[] {
     });
   }
   for (let i = 0; i < 12; i++) {
-    // A client whose port is below the service's (but above the real server's): keyed on its own
-    // endpoint all the same, both ways.
+    // A client whose port is below the service's, and (every other one) the real server's: keyed
+    // on its own endpoint all the same, both ways.
     const client = `10.99.6.${1 + i}`;
     const cport = randomInt(1000, 8000);
+    const rport = i % 2 ? 443 : 9000;
     out.push({
       name: `v4 tcp ${client}:${cport} → VIP:8000`,
       pkt: pkt4({ src: client, dst: '10.99.0.10', proto: 6, sport: cport, dport: 8000, mark: mark++ }),
     });
     out.push({
-      name: `v4 tcp 10.99.2.1:443 → ${client}:${cport} (reply)`,
-      pkt: pkt4({ src: '10.99.2.1', dst: client, proto: 6, sport: 443, dport: cport, mark: mark++ }),
+      name: `v4 tcp 10.99.2.1:${rport} → ${client}:${cport} (reply)`,
+      pkt: pkt4({ src: '10.99.2.1', dst: client, proto: 6, sport: rport, dport: cport, mark: mark++ }),
       pairOf: out.length - 1,
     });
     // Full-NAT replies to a pool address, its port above or below the server's: the 4-tuple.
@@ -185,17 +186,22 @@ function aimedCases(per: number): { cls: string; cases: Case[] }[] {
   }
   const fold64: Case[] = [];
   const lowPorts: Case[] = [];
+  const answers: Case[] = [];
   const pool: Case[] = [];
   for (let i = 0; i < per; i++) {
     const iid = randomInt(0, 2 ** 32);
     const w3 = (iid ^ fold) >>> 0;
     const src = `fd98:0:0:1:${(iid >>> 16).toString(16)}:${(iid & 0xffff).toString(16)}:${(w3 >>> 16).toString(16)}:${(w3 & 0xffff).toString(16)}`;
     fold64.push({ name: `aimed v6 ${src} → VIP:80`, pkt: pkt6({ src, dst: 'fd99::10', next: 17, sport: 40000, dport: 80, mark: mark++ }) });
-    const a = `10.98.${randomInt(0, 256)}.${randomInt(1, 255)}`;
+    const a = `10.99.${randomInt(128, 256)}.${randomInt(1, 255)}`; // routed back into the device, for the answers
     const sport = randomInt(1, 80);
     lowPorts.push({
       name: `aimed v4 ${a}:${sport} → VIP:80`,
       pkt: pkt4({ src: a, dst: '10.99.0.10', proto: 6, sport, dport: 80, mark: mark++ }),
+    });
+    answers.push({
+      name: `aimed v4 10.99.2.${1 + (i % 3)}:8080 → ${a}:${sport} (the server's answer)`,
+      pkt: pkt4({ src: `10.99.2.${1 + (i % 3)}`, dst: a, proto: 6, sport: 8080, dport: sport, mark: mark++ }),
     });
     const b = `10.97.${randomInt(0, 256)}.${randomInt(1, 255)}`;
     const bport = randomInt(1, 40000);
@@ -208,6 +214,7 @@ function aimedCases(per: number): { cls: string; cases: Case[] }[] {
     { cls: 'IPv4 sources differing only above bit 17', cases: highBits },
     { cls: 'IPv6 sources in one /64 with one 32-bit fold', cases: fold64 },
     { cls: 'IPv4 sources with ports below the service port', cases: lowPorts },
+    { cls: "three real servers' answers to them", cases: answers },
     { cls: 'IPv4 sources to one pool address and port, from lower ports', cases: pool },
   ];
 }

@@ -60,6 +60,8 @@ function pkt6(src: readonly number[], dst: readonly number[], next: number, spor
  *  - the same as ICMPv6 (no ports: keyed on the address pair).
  *  - random IPv4 sources whose ports are below the service's (1–79 → VIP:80): the higher port is
  *    the VIP's, so every one of them was keyed on (VIP, 80).
+ *  - the real servers' answers to them (three servers, port 8080 → those sources): keyed on the
+ *    three servers' endpoints, so on at most three queues.
  *  - random IPv4 sources, ports below 40000, to one full-NAT pool address and port 40000: keyed
  *    on (pool address, 40000) the same way.
  */
@@ -70,14 +72,18 @@ function aimed(): { name: string; pkts: Uint8Array[] }[] {
   const v6: Uint8Array[] = [];
   const icmp6: Uint8Array[] = [];
   const lowPorts: Uint8Array[] = [];
+  const answers: Uint8Array[] = [];
   const pool: Uint8Array[] = [];
   for (let i = 0; i < SOURCES; i++) {
     v4.push(tcp4(((i << 18) | low) >>> 0, 40000, VIP4, 80));
     const iid = randomInt(0, 2 ** 32);
-    const src = [0x20010db8, 0x00010002, iid, (iid ^ fold) >>> 0];
-    v6.push(pkt6(src, VIP6, 6, 40000, 80));
-    icmp6.push(pkt6(src, VIP6, 58));
-    lowPorts.push(tcp4(0xc6120000 + randomInt(0, 2 ** 17), randomInt(1, 80), VIP4, 80));
+    const src6 = [0x20010db8, 0x00010002, iid, (iid ^ fold) >>> 0];
+    v6.push(pkt6(src6, VIP6, 6, 40000, 80));
+    icmp6.push(pkt6(src6, VIP6, 58));
+    const src = 0xc6120000 + randomInt(0, 2 ** 17);
+    const sport = randomInt(1, 80);
+    lowPorts.push(tcp4(src, sport, VIP4, 80));
+    answers.push(tcp4(0x0a000001 + (i % 3), 8080, src, sport));
     pool.push(tcp4(0xc6120000 + randomInt(0, 2 ** 17), randomInt(1, 40000), POOL4, 40000));
   }
   return [
@@ -85,6 +91,7 @@ function aimed(): { name: string; pkts: Uint8Array[] }[] {
     { name: 'IPv6 sources in one /64 with one 32-bit fold', pkts: v6 },
     { name: 'ICMPv6 from one /64 with one 32-bit fold', pkts: icmp6 },
     { name: 'IPv4 sources with ports below the service port', pkts: lowPorts },
+    { name: "three real servers' answers to them", pkts: answers },
     { name: 'IPv4 sources to one full-NAT pool address and port, from lower ports', pkts: pool },
   ];
 }
@@ -173,19 +180,21 @@ test('every address and port bit of the key changes every bit of the value half 
   ]);
 });
 
-test('both directions of a masq connection share a queue: client → VIP and real server → client, IPv4 and IPv6', () => {
+test('both directions of a masq connection share a queue, whatever the ports: client → VIP and real server → client, IPv4 and IPv6', () => {
   const key = randomKey();
   for (let i = 0; i < 2000; i++) {
     const c = 0xc0a80000 + randomInt(1, 65535);
-    // The client's port: ephemeral, or below the service's (700 → 8000) yet above the server's.
-    const cport = i % 4 ? randomInt(32768, 61000) : randomInt(100, 8000);
-    const vport = i % 4 ? 80 : 8000;
+    // The client's port: ephemeral, or below the service's and the server's (a client bound to
+    // port 80, 53 → 53, …): the key is the client's endpoint in both directions all the same.
+    const cport = i % 4 ? randomInt(32768, 61000) : randomInt(1, 1024);
+    const vport = i % 3 ? 80 : 8000;
+    const rport = i % 2 ? 8080 : cport;
     const rs = 0x0a000001 + (i % 3);
     const fwd = steeringValue(tcp4(c, cport, VIP4, vport), key);
-    assert.equal(steeringValue(tcp4(rs, 53 + (i % 40), c, cport), key), fwd, `${c}:${cport}`);
+    assert.equal(steeringValue(tcp4(rs, rport, c, cport), key), fwd, `${c}:${cport} ↔ ${rport}`);
     const c6 = [0x20010db8, randomInt(0, 2 ** 32), randomInt(0, 2 ** 32), randomInt(0, 2 ** 32)];
     const fwd6 = steeringValue(pkt6(c6, VIP6, 17, cport, vport), key);
-    assert.equal(steeringValue(pkt6([0xfd000010, 0, 0, 1 + (i % 3)], c6, 17, 53, cport), key), fwd6);
+    assert.equal(steeringValue(pkt6([0xfd000010, 0, 0, 1 + (i % 3)], c6, 17, rport, cport), key), fwd6);
   }
 });
 
