@@ -66,12 +66,11 @@ export class PacketContext {
   /**
    * Queue steering by uvs's program (lb/steering.ts, docs/steering.md): its 64-bit key, this
    * worker's queue and the device's number of queues; steerQueues ≤ 1 when the program does not
-   * steer. steerPrefix/steerHash: full-NAT's port choice hashes a 4-tuple prefix once per SYN.
+   * steer. steerPrefix: full-NAT's port choice hashes a 4-tuple's prefix once per SYN.
    */
   steerK0 = 0;
   steerK1 = 0;
   readonly steerPrefix = new HalfSipHash();
-  readonly steerHash = new HalfSipHash();
   steerQueue = 0;
   steerQueues = 0;
   /**

@@ -173,10 +173,8 @@ export function steeringPrefix(h: HalfSipHash, k0: number, k1: number, raddr: nu
 
 /**
  * The program's value for the reply rport → lport of a 4-tuple whose prefix `prefix` holds
- * (steeringPrefix), using `h` (overwritten). v6: the family. Allocation-free.
+ * (steeringPrefix; left as it is, for the next candidate). v6: the family. Allocation-free.
  */
-export function steeringPorts(h: HalfSipHash, prefix: HalfSipHash, rport: number, lport: number, v6: boolean): number {
-  h.copyFrom(prefix);
-  h.word((rport << 16) | lport);
-  return h.end((v6 ? 36 : 12) << 24) >>> 16;
+export function steeringPorts(prefix: HalfSipHash, rport: number, lport: number, v6: boolean): number {
+  return prefix.wordEnd((rport << 16) | lport, (v6 ? 36 : 12) << 24) >>> 16;
 }

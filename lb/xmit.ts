@@ -449,7 +449,7 @@ function steeredPort(c: PacketContext, rport: number, v6: boolean): number {
   const n = c.steerQueues;
   let lport = first;
   for (let t = 0; t < tries; t++) {
-    if (steeringPorts(c.steerHash, c.steerPrefix, rport, lport, v6) % n === q) return lport;
+    if (steeringPorts(c.steerPrefix, rport, lport, v6) % n === q) return lport;
     if (++lport > s.fullnatPortMax) lport = lo;
   }
   return first;

@@ -9,7 +9,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
-import { type SteeringKey, steeringKey, steeringValue } from '../../lb/steering';
+import { type SteeringKey, steeringKey, steeringPorts, steeringPrefix, steeringValue } from '../../lb/steering';
+import { HalfSipHash } from '../../net/siphash';
 import { put16, put32 } from '../../net/packet';
 
 const VIP_CIDRS = ['10.200.0.0/24', 'fd00:200::/64'];
@@ -202,4 +203,30 @@ test('a packet that is neither IPv4 nor IPv6 is queue 0', () => {
   const b = tcp4(1, 2, 3, 4);
   b[0] = 0x55;
   assert.equal(steeringValue(b, randomKey()), 0);
+});
+
+test("the full-NAT port choice's hash is the program's: steeringPorts on a prefix is the 4-tuple key's value, the prefix left as it was", () => {
+  const key = randomKey();
+  const prefix = new HalfSipHash();
+  for (let i = 0; i < 200; i++) {
+    const rs = randomInt(0, 2 ** 32);
+    steeringPrefix(prefix, key.k0, key.k1, rs, POOL4, null);
+    for (let t = 0; t < 4; t++) {
+      const lport = randomInt(1024, 65536);
+      const reply = tcp4(rs, 8080, POOL4, lport);
+      assert.equal(steeringPorts(prefix, 8080, lport, false), steeringValue(reply, key));
+    }
+  }
+  const hi = new Int32Array(12);
+  for (let i = 0; i < 200; i++) {
+    const rs = [0xfd000010, randomInt(0, 2 ** 32), randomInt(0, 2 ** 32), randomInt(0, 2 ** 32)];
+    const pool = [0xfd000200, 0x00990000, 0, 1];
+    hi.set([rs[0]!, rs[1]!, rs[2]!], 6);
+    hi.set([pool[0]!, pool[1]!, pool[2]!], 9);
+    steeringPrefix(prefix, key.k0, key.k1, rs[3]!, pool[3]!, hi);
+    for (let t = 0; t < 4; t++) {
+      const lport = randomInt(1024, 65536);
+      assert.equal(steeringPorts(prefix, 443, lport, true), steeringValue(pkt6(rs, pool, 6, 443, lport), key));
+    }
+  }
 });
