@@ -38,12 +38,14 @@ export interface SteeringKey {
   readonly pool6: Uint32Array;
 }
 
-/** Words per entry of the table steerAttach takes (lb/native/steer.c STEER_ENTRY), and its kinds. */
+/**
+ * Words per entry of the table steerAttach takes (lb/native/steer.c STEER_ENTRY), and its kinds.
+ * The program takes at most 256 entries (STEER_MAX): more, and steerAttach says so (auto then
+ * falls back to the device's own steering, ebpf refuses to start).
+ */
 const ENTRY = 10;
 const KIND_VIP = 1;
 const KIND_POOL = 2;
-/** The most entries the program takes (lb/native/steer.c STEER_MAX). */
-export const STEERING_MAX_ENTRIES = 256;
 
 /** The key for (k0, k1), the VIP ranges (dataplane.vipCidrs) and pool addresses (dataplane.fullnat.addresses). */
 export function steeringKey(k0: number, k1: number, vipCidrs: readonly string[], poolAddrs: readonly string[]): SteeringKey {

@@ -343,6 +343,14 @@ describe('queue steering on a real multi-queue TUN device', {
         tun.closeFd(fd);
       }
     }
+    // More VIP ranges and pool addresses than the program takes: refused, saying why.
+    const many = steeringKey(
+      1,
+      2,
+      [],
+      Array.from({ length: 257 }, (_, i) => `10.98.${i >> 7}.${(i & 127) + 1}`),
+    );
+    assert.throws(() => tun.steerLoad(1, 2, steeringTable(many)), /257 VIP ranges and full-NAT addresses, at most 256/);
   });
 
   test('without the program (control): the device splits connections and ignores the key', () => {
