@@ -64,10 +64,13 @@ export class PacketContext {
   tsNow = 0;
   readonly spW = new Int32Array(L.SP_WORDS);
   /**
-   * Queue steering by uvs's program (lb/steering.ts, docs/steering.md): its seed, this worker's
-   * queue and the device's number of queues; steerQueues ≤ 1 when the program does not steer.
+   * Queue steering by uvs's program (lb/steering.ts, docs/steering.md): its 64-bit key, this
+   * worker's queue and the device's number of queues; steerQueues ≤ 1 when the program does not
+   * steer. steerPrefix: full-NAT's port choice hashes a 4-tuple's prefix once per SYN.
    */
-  steerSeed = 0;
+  steerK0 = 0;
+  steerK1 = 0;
+  readonly steerPrefix = new HalfSipHash();
   steerQueue = 0;
   steerQueues = 0;
   /**

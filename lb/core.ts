@@ -101,11 +101,12 @@ export class PacketProcessor {
   }
 
   /**
-   * The device steers by uvs's program with this seed over `queues` queues, and this worker reads
-   * queue `queue`: full-NAT then prefers pool ports whose replies come back to it (./xmit.ts).
+   * The device steers by uvs's program with the key (k0, k1) over `queues` queues, and this worker
+   * reads queue `queue`: full-NAT then prefers pool ports whose replies come back to it (./xmit.ts).
    */
-  setSteering(seed: number, queue: number, queues: number): void {
-    this.c.steerSeed = seed | 0;
+  setSteering(k0: number, k1: number, queue: number, queues: number): void {
+    this.c.steerK0 = k0 | 0;
+    this.c.steerK1 = k1 | 0;
     this.c.steerQueue = queue;
     this.c.steerQueues = queues;
   }

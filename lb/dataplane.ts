@@ -30,13 +30,13 @@
  *     as 64 KB GSO super-packets, checksums left partial.
  *   - The device picks each packet's queue with uvs's steering program (dataplane.steering,
  *     lb/native/steer.c, docs/steering.md): keyed on the client's endpoint, so both directions of
- *     a connection reach one worker, in order; its hash seed is drawn at each start.
+ *     a connection reach one worker, in order; its 64-bit hash key is drawn at each start.
  *
  * Everything is removed on stop(); cleanup() removes leftovers of a daemon that died (the device
  * itself vanishes with the last queue fd, so only routes and rules can be left).
  */
 import { execFileSync } from 'node:child_process';
-import { randomInt } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
@@ -44,6 +44,7 @@ import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { DataplaneError } from './errors';
 import { MAX_OUT } from './verdict';
+import { steeringKey, steeringTable } from './steering';
 import type { Snapshot } from './snapshot';
 import { tunAddon, type IoMode, type IoPath, type SteeringMode, type SteeringPath } from './tun';
 import { CTL_SNAPSHOT_VERSION, CTL_WORDS, type WorkerInit } from './worker';
@@ -248,8 +249,9 @@ export class Dataplane {
   private ioPath: IoPath = 'poll';
   /** How the device picks a packet's queue, and why not ebpf under auto (decided once at start). */
   private steer: { path: SteeringPath; reason: string | null } = { path: 'automq', reason: null };
-  /** The program's seed (the workers' full-NAT port choice needs it). */
-  private steerSeed = 0;
+  /** The program's 64-bit key (the workers' full-NAT port choice needs it). */
+  private steerK0 = 0;
+  private steerK1 = 0;
   private rules = new Map<string, ReplyRule>();
   private stopping = false;
   /** Called when a worker died and was restarted (id, reason). */
@@ -359,10 +361,12 @@ export class Dataplane {
       this.log.info({ steering: 'automq', mode }, "queue steering: the device's flow table (dataplane.steering: automq)");
       return { path: 'automq', reason: null };
     }
-    const seed = randomInt(0, 2 ** 32);
-    const why = tunAddon().steerAttach(fd, seed);
+    const k = randomBytes(8);
+    const key = steeringKey(k.readUInt32BE(0), k.readUInt32BE(4), this.opts.vipCidrs, this.opts.fullnatAddrs);
+    const why = tunAddon().steerAttach(fd, key.k0, key.k1, steeringTable(key));
     if (why === '') {
-      this.steerSeed = seed;
+      this.steerK0 = key.k0;
+      this.steerK1 = key.k1;
       this.log.info({ steering: 'ebpf', mode }, "queue steering: eBPF program, keyed on the client's endpoint");
       return { path: 'ebpf', reason: null };
     }
@@ -421,7 +425,7 @@ export class Dataplane {
       snapshotPort: port2,
       ctl: s.ctl.buffer as SharedArrayBuffer,
       io: this.ioPath,
-      steer: this.steer.path === 'ebpf' ? { seed: this.steerSeed, queues: this.slots.length } : null,
+      steer: this.steer.path === 'ebpf' ? { k0: this.steerK0, k1: this.steerK1, queues: this.slots.length } : null,
     };
     const w = new Worker(join(__dirname, 'worker.js'), { workerData: init, transferList: [port2] });
     s.worker = w;

@@ -67,10 +67,15 @@ export interface TunAddon {
 
   /**
    * Attaches the queue-steering eBPF program (lb/native/steer.c, docs/steering.md) to the device
-   * of queue fd, its hash keyed with `seed`: '' when attached, else why not (the device then keeps
-   * its automatic flow steering).
+   * of queue fd, its hash keyed with (k0, k1), its VIP ranges and pool addresses from `table`
+   * (lb/steering.ts steeringTable): '' when attached, else why not (the device then keeps its
+   * automatic flow steering).
    */
-  steerAttach(fd: number, seed: number): string;
+  steerAttach(fd: number, k0: number, k1: number, table: Uint32Array): string;
+  /** The same program, loaded but not attached: its fd (tests and perf, for steerRun). Throws why not. */
+  steerLoad(k0: number, k1: number, table: Uint32Array): number;
+  /** [value, ns]: the program progFd run `repeat` times by the kernel on the IP packet (BPF_PROG_TEST_RUN). */
+  steerRun(progFd: number, packet: Uint8Array, repeat: number): [number, number];
 }
 
 /** How the device picks a packet's queue: `dataplane.steering` (docs/steering.md). */

@@ -38,8 +38,8 @@ export interface WorkerInit {
   ctl: SharedArrayBuffer;
   /** The I/O path the owner chose (dataplane.io after probing); io_uring falls back to poll if the ring cannot be set up. */
   io: IoPath;
-  /** uvs's steering program steers the device (its seed, the number of queues), else null. This worker reads queue `id`. */
-  steer: { seed: number; queues: number } | null;
+  /** uvs's steering program steers the device (its 64-bit key, the number of queues), else null. This worker reads queue `id`. */
+  steer: { k0: number; k1: number; queues: number } | null;
 }
 
 /** Control words shared with the owner (Int32). */
@@ -96,7 +96,7 @@ function main(init: WorkerInit): void {
   const proc = new PacketProcessor(table, counters, new Int32Array(init.sched), init.maxRealServers, init.snapshot, init.offload);
   const out = new OutRegion(buf);
   proc.setRing(init.ring);
-  if (init.steer) proc.setSteering(init.steer.seed, init.id, init.steer.queues);
+  if (init.steer) proc.setSteering(init.steer.k0, init.steer.k1, init.id, init.steer.queues);
   const tap = new CaptureTap(init.capture, init.id);
   let running = true;
   const ctl = new Int32Array(init.ctl);

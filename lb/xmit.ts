@@ -22,7 +22,7 @@ import { mayAnswer, tooBig } from './icmp';
 import { plainVnet } from './offload';
 import { shiftSeq, unshiftAck } from './proxy-protocol';
 import { sctpSeal } from './sctp';
-import { steeringHash } from './steering';
+import { steeringPorts, steeringPrefix } from './steering';
 import { encapsulate } from './tunnel';
 import { DROP, FORWARD, REPLY } from './verdict';
 
@@ -374,10 +374,10 @@ function rewrite6(
  * ConnTable.insert; extraFlags go into the entry's flags with the method.
  *
  * Where uvs's program steers the device, each random probe prefers a port whose server→client
- * packets the program sends to this worker's queue (steeredPort): the program keys them on the
- * endpoint with the higher port, (pool address, lport) when lport > rport, so the two directions
- * of the connection are read by one worker, as in masq (docs/steering.md). A preference, never a
- * limit: the scan after the probes takes any free port.
+ * packets the program sends to this worker's queue (steeredPort): the program keys a packet to a
+ * pool address on its 4-tuple, so the two directions of the connection are read by one worker, as
+ * in masq (docs/steering.md). A preference, never a limit: the scan after the probes takes any
+ * free port.
  */
 export function insertFullnat(c: PacketContext, r: NewFlow, rport: number, extraFlags = 0): number {
   const s = c.snapshot;
@@ -411,10 +411,10 @@ export function insertFullnat(c: PacketContext, r: NewFlow, rport: number, extra
   // The connection this one replaces (its client reused the port: lb/core.ts inbound) had this
   // server: its pool address and port first, where the server's TIME_WAIT takes our SYN.
   if (c.keepFlow && keepsPort(c, r, rport)) e = tryPort(c, r, rport, c.flow.dports & 0xffff);
-  const steered = c.steerQueues > 1 && s.fullnatPortMax > rport;
-  const key = steered ? (v6 ? r.hi[9]! ^ r.hi[10]! ^ r.hi[11]! ^ r.laddr : r.laddr) : 0;
+  const steered = c.steerQueues > 1;
+  if (steered) steeringPrefix(c.steerPrefix, c.steerK0, c.steerK1, r.daddr, r.laddr, v6 ? r.hi : null);
   for (let i = 0; i < probes && e === -2; i++) {
-    const lport = steered ? steeredPort(c, rport, key) : min + ((nextRandom(c) >>> 0) % range);
+    const lport = steered ? steeredPort(c, rport, v6) : min + ((nextRandom(c) >>> 0) % range);
     e = tryPort(c, r, rport, lport);
   }
   if (e === -2) {
@@ -432,23 +432,24 @@ export function insertFullnat(c: PacketContext, r: NewFlow, rport: number, extra
 }
 
 /**
- * A pool port above rport whose server→client packets, keyed (pool address `key`, port), the
- * program steers to this worker's queue: from a random port above rport, the first such port
- * upwards (wrapping), within 16 ports per queue (at most 64), else the random one. With 2 queues
- * a port fits half the time: 2 hashes on average, and 32 ports miss once in 4·10⁹. Measured: the
- * full-NAT SYN path about 40 ns (5 %) slower with it (perf/LOG.md, 2026-12-02).
+ * A pool port whose server→client packets the program steers to this worker's queue: it keys a
+ * packet to a pool address on its 4-tuple (real server, pool address, rport, lport), whose
+ * prefix c.steerPrefix holds (steeringPrefix). From a random port of the pool's range, the first
+ * such port upwards (wrapping), within 16 ports per queue (at most 64), else the random one. With
+ * 2 queues a port fits half the time: 2 hashes on average, and 32 ports miss once in 4·10⁹.
+ * Measured: perf/LOG.md (2026-12-02, and the keyed hash of issue 25).
  */
-function steeredPort(c: PacketContext, rport: number, key: number): number {
+function steeredPort(c: PacketContext, rport: number, v6: boolean): number {
   const s = c.snapshot;
-  const lo = rport >= s.fullnatPortMin ? rport + 1 : s.fullnatPortMin;
-  const span = s.fullnatPortMax - lo + 1; // ≥ 1: the caller checked fullnatPortMax > rport
+  const lo = s.fullnatPortMin;
+  const span = s.fullnatPortMax - lo + 1;
   const first = lo + ((nextRandom(c) >>> 0) % span);
   const tries = Math.min(64, 16 * c.steerQueues, span);
   const q = c.steerQueue;
   const n = c.steerQueues;
   let lport = first;
   for (let t = 0; t < tries; t++) {
-    if (steeringHash(key, lport, c.steerSeed) % n === q) return lport;
+    if (steeringPorts(c.steerPrefix, rport, lport, v6) % n === q) return lport;
     if (++lport > s.fullnatPortMax) lport = lo;
   }
   return first;

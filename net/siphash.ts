@@ -176,4 +176,38 @@ export class HalfSipHash {
     }
     return (v1 ^ v3) >>> 0;
   }
+
+  /**
+   * word(m) then end(b), leaving the state as it was: a prefix absorbed once and finished with
+   * several different last words (the full-NAT port choice, lb/steering.ts). All on locals.
+   */
+  wordEnd(m: number, b: number): number {
+    let v0 = this.v0,
+      v1 = this.v1,
+      v2 = this.v2,
+      v3 = this.v3;
+    for (let r = 0; r < 5; r++) {
+      // r 0: absorb m; r 1: absorb b (the first round of end()); 2–4: finalization.
+      const x = r === 0 ? m : r === 1 ? b : 0;
+      v3 ^= x;
+      // HSIPROUND
+      v0 = (v0 + v1) | 0;
+      v1 = (v1 << 5) | (v1 >>> 27);
+      v1 ^= v0;
+      v0 = (v0 << 16) | (v0 >>> 16);
+      v2 = (v2 + v3) | 0;
+      v3 = (v3 << 8) | (v3 >>> 24);
+      v3 ^= v2;
+      v0 = (v0 + v3) | 0;
+      v3 = (v3 << 7) | (v3 >>> 25);
+      v3 ^= v0;
+      v2 = (v2 + v1) | 0;
+      v1 = (v1 << 13) | (v1 >>> 19);
+      v1 ^= v2;
+      v2 = (v2 << 16) | (v2 >>> 16);
+      v0 ^= x;
+      if (r === 1) v2 ^= 0xff;
+    }
+    return (v1 ^ v3) >>> 0;
+  }
 }

@@ -369,7 +369,7 @@ function runPath(): void {
   // Full-NAT: a pool port per flow; with queue steering, one whose replies the program steers to
   // this worker (lb/xmit.ts steeredPort; worker 0 of 2 queues).
   const steered = setup(load(), 'rr', 'fullnat');
-  steered.proc.setSteering(0x5eed1234, 0, 2);
+  steered.proc.setSteering(0x5eed1234, 0x0badcafe, 0, 2);
   race([synSide('SYN rr, full-NAT', setup(load(), 'rr', 'fullnat')), synSide('SYN rr, full-NAT, ports by queue (2 queues)', steered)]);
 }
 

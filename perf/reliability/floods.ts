@@ -12,11 +12,15 @@
  *              uvsd's CPU, a legitimate request's p99 and the API's latency, side by side
  *   tablefull  a 256-entry table filled by a flood: refusals counted, established streams
  *              untouched, and recovery without anyone stepping in
+ *   steerflood SYN floods from sources aimed at one queue by someone who knows the steering
+ *              algorithm but not its key (low source ports; one /64 with one 32-bit fold),
+ *              against random sources: how the workers share the packets read
  *
  * The SYN-flood defense (drop_entry / secure_tcp / amemthresh, per-source caps) is left at
  * whatever defaults the configuration has; the settings found are listed in the report.
  */
 import { writeFileSync } from 'node:fs';
+import { randomInt } from 'node:crypto';
 import { join } from 'node:path';
 import type { ConnectionStatus, ConnectionsResponse, DefenseResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
@@ -668,4 +672,95 @@ export async function tableFullScenario(ctx: Ctx, r: ScenarioResult): Promise<vo
   if (other) r.notes.push(`Other counters that moved during the flood: ${other}.`);
   if (fr.echoFailed.length) r.notes.push(`Echo streams broken: ${fr.echoFailed.map((f) => `${echoFailure(f)}.`).join(' ')}`);
   if (fr.echoPackets) r.notes.push(`Their packets (client and real servers): ${fr.echoPackets}.`);
+}
+
+/**
+ * Queue steering under aimed floods (docs/steering.md, issue 25): sources chosen, knowing the
+ * algorithm but not the key, so that the key before the keyed hash put them all on one queue —
+ * IPv4 source ports below the service's (keyed on VIP:80 by the endpoint with the higher port)
+ * and IPv6 sources of one /64 whose interface identifiers have one 32-bit xor fold — against
+ * random sources. A flood a worker reads alone stalls every client on its queue at 1/N of the
+ * rate a spread flood needs; spread, each worker reads about 1/N.
+ */
+export async function steerFloodScenario(ctx: Ctx, r: ScenarioResult): Promise<void> {
+  const lab = ctx.lab;
+  const count = ctx.quick ? 10000 : 40000;
+  const rate = 4000;
+  const n = ctx.workers;
+  const slack = 0.05;
+  r.how = `For each flood a fresh uvsd (${n} workers: ${n} device queues, steering at its default) with the lab's services; relgen sends ${count.toLocaleString('en-US')} TCP SYNs at ${rate.toLocaleString('en-US')}/s from the client's veth to the LB node: to ${LAB_VIP}:80 from random sources in 198.18.0.0/15 with random ports (control), and with source ports 1–79; to [${LAB_VIP6}]:80 from random sources all over 2001:db8::/32 (control), and from one /64 (2001:db8:1:2::/64) whose interface identifiers' two 32-bit words xor to one value, drawn per run, all from source port 40000. Each worker's packets read (GET /v1/stats workers[].rxPackets) over the flood, as a share of all of them. On main before issue 25 every SYN of either aimed flood went to one worker, whatever the key (and the IPv4 one's answers from the three real servers to at most three queues).`;
+  await blackholeSpoofed(lab.lbNs);
+  const floods = [
+    { name: 'IPv4, random sources and ports (control)', mode: 'syn4' },
+    { name: 'IPv4, source ports 1–79 to VIP:80', mode: 'syn4low' },
+    { name: 'IPv6, random sources (control)', mode: 'syn6' },
+    { name: 'IPv6, one /64 with one 32-bit fold, one source port', mode: 'syn6fold' },
+  ] as const;
+  const rows: Value[][] = [];
+  let path = '';
+  for (const f of floods) {
+    ctx.log(`steerflood: ${f.name}, ${count} SYNs at ${rate}/s`);
+    await startUvsd(ctx, labConfig(ctx, labServices(lab)));
+    const mac = await linkMac(lab.lbNs, `${lab.prefix}c1`);
+    await sleep(1000);
+    const before = await getStats(lab.socket);
+    const st = (before as { steering?: { path?: string; reason?: string | null } }).steering;
+    if (!path && st) path = `${st.path ?? '?'}${st.reason ? ` (${st.reason})` : ''}`;
+    const dev0 = await devStats(lab.lbNs, 'uvs0');
+    const gen = await relgen(
+      ctx,
+      lab.clientNs,
+      {
+        mode: f.mode,
+        if: `${lab.prefix}c0`,
+        mac,
+        vip4: LAB_VIP,
+        vip6: LAB_VIP6,
+        port: 80,
+        sport: 40000,
+        pps: rate,
+        count,
+        seed: randomInt(1, 2 ** 31),
+      },
+      (count / rate) * 1000 + 10000,
+    );
+    await sleep(500);
+    const after = await getStats(lab.socket).catch(() => null);
+    const dev1 = await devStats(lab.lbNs, 'uvs0');
+    await ctx.lab.stopUvsd();
+    const rx = (s: Stats, id: number) => s.workers.find((w) => w.id === id)?.rxPackets ?? 0;
+    const d = after ? after.workers.map((w) => rx(after, w.id) - rx(before, w.id)) : [];
+    const sum = d.reduce((a, b) => a + b, 0);
+    const max = sum > 0 ? Math.max(...d) / sum : null;
+    const ok = max === null ? null : max <= 1 / n + slack;
+    rows.push([
+      f.name,
+      gen.sent,
+      d.map((x) => `${x.toLocaleString('en-US')} (${sum ? round((x / sum) * 100, 1) : 0} %)`).join(' / ') || '—',
+      max === null ? null : round(max * 100, 1),
+      dev0 && dev1 ? dev1.txDropped - dev0.txDropped : null,
+    ]);
+    r.figures.push({
+      label: `largest worker's share of the packets read, ${f.name}`,
+      value: max === null ? '—' : round(max * 100, 1),
+      unit: max === null ? undefined : '%',
+      expect: `≤ ${round((1 / n + slack) * 100, 1)} % (1/N + ${slack * 100} points)`,
+      ok,
+    });
+    ctx.log(
+      `steerflood: ${f.name}: ${d.join(' / ')} packets read by the workers (largest share ${max === null ? '—' : round(max * 100, 1)} %)`,
+    );
+  }
+  r.tables.push({
+    title: 'Packets each worker read during the flood',
+    columns: [
+      'flood',
+      'SYNs sent',
+      "read by each worker (its queue's share)",
+      "largest worker's share (%)",
+      'dropped at the device (queue full)',
+    ],
+    rows,
+  });
+  r.notes.push(`Queue steering in effect (GET /v1/stats steering): ${path || 'not reported'}.`);
 }

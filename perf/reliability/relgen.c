@@ -17,6 +17,11 @@
  *   syn6     TCP SYNs to [vip6]:port from random sources all over 2001:db8::/32
  *   syn6net  the same from one /64 (2001:db8:1:2::/64, random interface identifiers): the
  *            IPv6 hash-flood pattern
+ *   syn6fold the same from one /64 whose interface identifiers' two 32-bit words xor to one
+ *            value (fixed by seed=), all from source port sport=: one 32-bit xor fold of the
+ *            address and one port, a queue-steering aim
+ *   syn4low  syn4 with source ports below port (1 .. port-1): keyed on the VIP's endpoint by a
+ *            steering key that takes the endpoint with the higher port
  *   ack4     mid-flow TCP ACKs to vip4:port from random sources (no flow has them: with Redis
  *            sync on, each one is a lookup)
  *
@@ -113,6 +118,13 @@ static void src6_net(uint8_t *a) {
   static const uint8_t p[8] = {0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 2};
   memcpy(a, p, 8);
   rbytes(a + 8, 8);
+}
+static uint32_t fold6; // syn6fold: the xor of every source's two interface-identifier words
+static void src6_fold(uint8_t *a) {
+  src6_net(a);
+  uint32_t w2 = (uint32_t)rnd();
+  put32(a + 8, w2);
+  put32(a + 12, w2 ^ fold6);
 }
 
 /** IPv4 header (20 bytes, checksum set) for an L4 payload of l4 bytes; returns 20. */
@@ -436,19 +448,21 @@ static int syn_frame(uint8_t *b, int kind, uint16_t *proto) {
   uint8_t src[16];
   int n;
   uint8_t *t;
-  if (kind == 4 || kind == 1) {
+  if (kind == 4 || kind == 1 || kind == 5) {
     src4_random(src);
     t = b + 20;
     n = tcp(t, port, kind == 1 ? 0x10 : 0x02, 0);
-    if (kind == 4) { t[12] = 6 << 4; t[20] = 2; t[21] = 4; put16(t + 22, 1460); n = 24; } // MSS option, as real SYNs carry
+    if (kind == 5) put16(t, (uint16_t)(1 + rn(port > 1 ? (uint32_t)port - 1 : 1)));
+    if (kind != 1) { t[12] = 6 << 4; t[20] = 2; t[21] = 4; put16(t + 22, 1460); n = 24; } // MSS option, as real SYNs carry
     ip4(b, 6, src, vip4, n);
     put16(t + 16, fold(sum(t, n, pseudo4(b, 6, n))));
     *proto = ETH_P_IP;
     return 20 + n;
   }
-  if (kind == 6) src6_random(src); else src6_net(src);
+  if (kind == 6) src6_random(src); else if (kind == 8) src6_fold(src); else src6_net(src);
   t = b + 40;
   n = tcp(t, port, 0x02, 0);
+  if (kind == 8) put16(t, (uint16_t)sport);
   t[12] = 6 << 4; t[20] = 2; t[21] = 4; put16(t + 22, 1440); n = 24;
   ip6(b, 6, src, vip6, n);
   put16(t + 16, fold(sum(t, n, pseudo6(b, 6, n))));
@@ -495,9 +509,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "mac")) { if (parse_mac(v, mac)) { fprintf(stderr, "relgen: bad mac\n"); return 2; } has_mac = 1; }
     else { fprintf(stderr, "relgen: unknown option %s\n", k); return 2; }
   }
-  int m = !strcmp(mode, "fuzz") ? 0 : !strcmp(mode, "syn4") ? 4 : !strcmp(mode, "syn6") ? 6 : !strcmp(mode, "syn6net") ? 7 : !strcmp(mode, "ack4") ? 1 : -1;
+  int m = !strcmp(mode, "fuzz") ? 0 : !strcmp(mode, "syn4") ? 4 : !strcmp(mode, "syn6") ? 6 : !strcmp(mode, "syn6net") ? 7 : !strcmp(mode, "ack4") ? 1
+        : !strcmp(mode, "syn4low") ? 5 : !strcmp(mode, "syn6fold") ? 8 : -1;
   if (m < 0) { fprintf(stderr, "relgen: unknown mode %s\n", mode); return 2; }
   rs = seed * 0x9E3779B97F4A7C15ULL + 1;
+  fold6 = (uint32_t)(rnd() >> 32);
   crc32c_init();
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);

@@ -8,6 +8,7 @@
  *   synflood   SYN floods at several rates against the default table        (floods.ts)
  *   hashflood  IPv6 SYNs from one /64 vs from random addresses              (floods.ts)
  *   tablefull  a tiny table filled by a flood                               (floods.ts)
+ *   steerflood SYNs aimed at one queue vs random ones: the workers' shares   (floods.ts)
  *   redis      Redis killed 30 s and hung 30 s under load, then a failover  (redis.ts)
  *   replay     a signed record replayed and a forged node list, recordKey set (redis.ts)
  *   reload     ×10 reloads and a worker crash under load                    (reload.ts)
@@ -26,14 +27,14 @@ import { killLive, waitLive } from '../exec';
 import { buildRelgen, killClients, type Ctx } from './common';
 import { renderMarkdown, type ReliabilityReport, type ScenarioResult, type Value } from './report';
 import { fuzzScenario } from './fuzz';
-import { hashFloodScenario, synFloodScenario, tableFullScenario } from './floods';
+import { hashFloodScenario, steerFloodScenario, synFloodScenario, tableFullScenario } from './floods';
 import { redisScenario, replayScenario } from './redis';
 import { reloadScenario } from './reload';
 import { abuseScenario } from './abuse';
 
 const ROOT = join(__dirname, '..', '..', '..');
 
-export const SCENARIOS = ['fuzz', 'synflood', 'hashflood', 'tablefull', 'redis', 'replay', 'reload', 'abuse'] as const;
+export const SCENARIOS = ['fuzz', 'synflood', 'hashflood', 'tablefull', 'steerflood', 'redis', 'replay', 'reload', 'abuse'] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 
 const TITLES: Record<ScenarioName, string> = {
@@ -41,6 +42,7 @@ const TITLES: Record<ScenarioName, string> = {
   synflood: 'SYN flood against the default table',
   hashflood: 'IPv6 hash flood: one /64 against random addresses',
   tablefull: 'Table full: a tiny table under a flood',
+  steerflood: 'Queue steering: floods aimed at one worker against random ones',
   redis: 'Redis killed and hung under load, then a failover',
   replay: 'Redis records replayed and a forged node list, with a record key',
   reload: 'Reloads and a worker crash under load',
@@ -281,6 +283,9 @@ export async function reliabilityCommand(argv: string[]): Promise<number> {
             break;
           case 'tablefull':
             await tableFullScenario(ctx, r);
+            break;
+          case 'steerflood':
+            await steerFloodScenario(ctx, r);
             break;
           case 'redis':
             await redisScenario(ctx, flab, r);

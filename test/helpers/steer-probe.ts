@@ -1,29 +1,33 @@
 /**
- * Runs inside a network namespace (ip netns exec NS node steer-probe.js JSON): makes a
- * multi-queue TUN device, attaches the steering program (unless seed is null), routes the test
- * prefixes back into the device and writes each packet into the queue it names. The kernel
- * forwards every packet out of the device again — through its queue selection — and this reads
- * all queues and prints, as one JSON line, the queue each packet came back on (−1: not seen).
+ * Runs inside a network namespace (ip netns exec NS node steer-probe.js < JSON): makes a
+ * multi-queue TUN device, attaches the steering program (unless key is null) built as uvsd
+ * builds it (lb/steering.ts steeringKey), routes the test prefixes back into the device and
+ * writes each packet into the queue it names. The kernel forwards every packet out of the device
+ * again — through its queue selection — and this reads all queues and prints, as one JSON line,
+ * the queue each packet came back on (−1: not seen).
  *
- * Input: { dev, queues, seed: number|null, packets: [{ hex, writeQueue }] }.
+ * Input: { dev, queues, key: { k0, k1, vipCidrs, pool } | null, packets: [{ hex, writeQueue }] }.
  * Output: { attach: ''|reason|null, queues: number[] }.
  */
 import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { steeringKey, steeringTable } from '../../lb/steering';
 import { tunAddon } from '../../lb/tun';
 
 interface Input {
   dev: string;
   queues: number;
-  seed: number | null;
+  key: { k0: number; k1: number; vipCidrs: string[]; pool: string[] } | null;
   packets: { hex: string; writeQueue: number }[];
 }
 
-const input = JSON.parse(process.argv[2]!) as Input;
+// On stdin: a few thousand packets pass the 128 KB an argument may hold.
+const input = JSON.parse(readFileSync(0, 'utf8')) as Input;
 const tun = tunAddon();
 const fds: number[] = [];
 for (let i = 0; i < input.queues; i++) fds.push(tun.openQueue(input.dev, false));
-const attach = input.seed === null ? null : tun.steerAttach(fds[0]!, input.seed >>> 0);
+const k = input.key;
+const attach = k === null ? null : tun.steerAttach(fds[0]!, k.k0, k.k1, steeringTable(steeringKey(k.k0, k.k1, k.vipCidrs, k.pool)));
 const sh = (args: string[]) => execFileSync('ip', args, { stdio: 'ignore' });
 sh(['link', 'set', 'dev', input.dev, 'up']);
 writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
@@ -42,13 +46,6 @@ const buf = new Uint8Array(SLOT * 64);
 const lens = new Int32Array(64);
 const wOffs = new Int32Array(1);
 const wLens = new Int32Array(1);
-for (let i = 0; i < sent.length; i++) {
-  const p = sent[i]!;
-  buf.set(p, 0);
-  wLens[0] = p.length;
-  const n = tun.writeBatch(fds[input.packets[i]!.writeQueue]!, buf, wOffs, wLens, 1);
-  if (n !== 1) throw new Error(`write of packet ${i} returned ${n}`);
-}
 
 /** The same packet, as forwarded: equal but for the TTL / hop limit and the IPv4 header checksum. */
 function same(a: Uint8Array, b: Uint8Array): boolean {
@@ -63,10 +60,10 @@ function same(a: Uint8Array, b: Uint8Array): boolean {
 
 const queues = sent.map(() => -1);
 let left = sent.length;
-const deadline = Date.now() + 3000;
-while (left > 0 && Date.now() < deadline) {
+/** Reads what every queue holds (waiting up to timeoutMs on each), matching packets to those sent. */
+function drain(timeoutMs: number): void {
   for (let q = 0; q < fds.length; q++) {
-    const n = tun.readBatch(fds[q]!, buf, lens, 64, SLOT, 20, true);
+    const n = tun.readBatch(fds[q]!, buf, lens, 64, SLOT, timeoutMs, timeoutMs > 0);
     for (let k = 0; k < n; k++) {
       const got = buf.subarray(k * SLOT, k * SLOT + lens[k]!);
       for (let i = 0; i < sent.length; i++) {
@@ -79,5 +76,18 @@ while (left > 0 && Date.now() < deadline) {
     }
   }
 }
+
+const wbuf = new Uint8Array(SLOT);
+for (let i = 0; i < sent.length; i++) {
+  const p = sent[i]!;
+  wbuf.set(p, 0);
+  wLens[0] = p.length;
+  const n = tun.writeBatch(fds[input.packets[i]!.writeQueue]!, wbuf, wOffs, wLens, 1);
+  if (n !== 1) throw new Error(`write of packet ${i} returned ${n}`);
+  // A queue holds tx_queue_len (500) packets: read as we go, so that none is dropped for want of room.
+  if (i % 32 === 31) drain(0);
+}
+const deadline = Date.now() + 3000;
+while (left > 0 && Date.now() < deadline) drain(20);
 process.stdout.write(JSON.stringify({ attach, queues }) + '\n');
 for (const fd of fds) tun.closeFd(fd);

@@ -9,7 +9,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { steeringQueue } from '../../lb/steering';
+import { steeringKey, steeringQueue } from '../../lb/steering';
 import { DROP, FORWARD } from '../../lb/verdict';
 import { field, field6, tcp, tcp6 } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
@@ -18,7 +18,10 @@ const VIP = '10.96.0.10';
 const VIP6 = 'fd00:96::10';
 const RS = '10.0.0.1';
 const RS6 = 'fd00:10::1';
-const SEED = 0x5eed1234;
+const K0 = 0x5eed1234;
+const K1 = 0x0badcafe;
+/** The program's key as uvsd builds it from the configuration below. */
+const KEY = steeringKey(K0, K1, ['10.96.0.0/24', 'fd00:96::/64'], ['10.99.0.1', 'fd00:99::1']);
 
 function fullnat(range: { portMin?: number; portMax?: number } = {}, rport = 8080) {
   return makeProcessor(
@@ -43,13 +46,13 @@ function replyQueues(p: ReturnType<typeof fullnat>, n: number, queues: number, v
       assert.equal(p.run(syn).v, FORWARD);
       const f = field6(syn);
       const reply = tcp6({ src: f.dst, dst: f.src, sport: f.dport, dport: f.sport, flags: TCPF_SYN | TCPF_ACK });
-      out.push(steeringQueue(reply, SEED, queues));
+      out.push(steeringQueue(reply, KEY, queues));
     } else {
       const syn = tcp({ src: `192.168.${i >> 8}.${(i & 255) + 1}`, dst: VIP, sport, dport: 80, flags: TCPF_SYN });
       assert.equal(p.run(syn).v, FORWARD);
       const f = field(syn);
       const reply = tcp({ src: f.dst, dst: f.src, sport: f.dport, dport: f.sport, flags: TCPF_SYN | TCPF_ACK });
-      out.push(steeringQueue(reply, SEED, queues));
+      out.push(steeringQueue(reply, KEY, queues));
     }
   }
   return out;
@@ -59,7 +62,7 @@ for (const queues of [2, 3]) {
   test(`${queues} queues: every full-NAT connection's server replies are steered to the worker that opened it, IPv4 and IPv6`, () => {
     for (let q = 0; q < queues; q++) {
       const p = fullnat();
-      p.proc.setSteering(SEED, q, queues);
+      p.proc.setSteering(K0, K1, q, queues);
       for (const v6 of [false, true]) {
         const got = replyQueues(p, 300, queues, v6);
         assert.deepEqual(new Set(got), new Set([q]), `worker ${q} of ${queues}, IPv${v6 ? 6 : 4}`);
@@ -75,14 +78,17 @@ test('the control: without the program the pool ports fall on any queue', () => 
   assert.ok(mine > 90 && mine < 210, `${mine} of 300 on queue 0`);
 });
 
-test('a pool whose ports are all below the server port cannot be steered: the ports are taken as before', () => {
+test('a pool whose ports all lie below the server port is steered too (the reply is keyed on its 4-tuple)', () => {
   const p = fullnat({ portMin: 2000, portMax: 2999 });
-  p.proc.setSteering(SEED, 1, 2);
+  p.proc.setSteering(K0, K1, 1, 2);
   const lports: number[] = [];
   for (let i = 0; i < 200; i++) {
     const syn = tcp({ src: '192.168.1.1', dst: VIP, sport: 30000 + i, dport: 80, flags: TCPF_SYN });
     assert.equal(p.run(syn).v, FORWARD);
-    lports.push(field(syn).sport);
+    const f = field(syn);
+    lports.push(f.sport);
+    const reply = tcp({ src: f.dst, dst: f.src, sport: f.dport, dport: f.sport, flags: TCPF_SYN | TCPF_ACK });
+    assert.equal(steeringQueue(reply, KEY, 2), 1, `pool port ${f.sport}`);
   }
   assert.ok(
     lports.every((l) => l >= 2000 && l <= 2999),
@@ -93,7 +99,7 @@ test('a pool whose ports are all below the server port cannot be steered: the po
 
 test('no port is lost to the preference: a 100-port pool with steering serves 100 connections to one server, the 101st is refused', () => {
   const p = fullnat({ portMin: 20000, portMax: 20099 }, 80);
-  p.proc.setSteering(SEED, 0, 2);
+  p.proc.setSteering(K0, K1, 0, 2);
   const lports = new Set<number>();
   for (let i = 0; i < 100; i++) {
     const syn = tcp({ src: '192.168.1.1', dst: VIP, sport: 30000 + i, dport: 80, flags: TCPF_SYN });
