@@ -237,13 +237,13 @@ test('one check per interval, the next one an interval after the previous one en
 });
 
 test('a check slower than the interval is never overlapped: the next one starts an interval after it ended', async () => {
-  // The server answers each check one byte-ish at a time (the header takes 12 × 50 ms): the
-  // request timeout is an idle timeout, so the check succeeds after ~600 ms, three intervals. A
-  // checker at a fixed rate would have the next check connect while this one is still open, or
-  // start it as soon as this one ends. Times are the server's: a check ends after the server's
-  // last write, and the next can only connect an interval after the checker saw that write, so
-  // load can only widen the gaps measured here.
-  const INTERVAL_MS = 200;
+  // The server answers each check a byte at a time (the header takes 25 × 30 ms): the request
+  // timeout is an idle timeout, so the check succeeds after ~750 ms, 2.5 intervals. A checker at
+  // a fixed rate would have the next check connect while this one is still open, or start it as
+  // soon as this one ends. Times are the server's: a check ends after the server's last write,
+  // and the next can only connect an interval after the checker saw that write, so load can only
+  // widen the gaps measured here.
+  const INTERVAL_MS = 300;
   const checks: { start: number; end: number }[] = [];
   let open = 0;
   let mostOpen = 0;
@@ -258,14 +258,14 @@ test('a check slower than the interval is never overlapped: the next one starts 
     let n = 0;
     const tick = setInterval(() => {
       if (s.destroyed) return clearInterval(tick);
-      if (++n < 12) {
+      if (++n < 25) {
         s.write('.');
         return;
       }
       clearInterval(tick);
       c.end = performance.now();
       s.end('\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
-    }, 50);
+    }, 30); // a stall of the process under 270 ms does not reach the 300 ms idle timeout
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as AddressInfo).port;
