@@ -5,8 +5,11 @@
  * rejects a bad one (while a file change alone, with the watch off, changes nothing); `/livez`
  * answers 503 while a killed worker is restarted, then 200; TCP health checks quiesce and restore
  * a TCP and an SCTP service's servers; kube-proxy's `syncPeriod` reloads the file by itself and
- * `excludeCIDRs` keeps runtime services in its ranges across those reloads; `uvsd --cleanup`
- * removes what a SIGKILLed uvsd left, and a new uvsd cleans up by itself.
+ * `excludeCIDRs` keeps runtime services in its ranges across those reloads; `uvsadm --maintenance
+ * wait` waits for 2 s without a packet; a SIGTERM stop removes every route, the blackholes of both
+ * families included; a SIGKILLed uvsd leaves its blackholes (IPv4 and IPv6) to drop the traffic
+ * its rules and VIP ranges still catch, `uvsd --cleanup` removes them with the rest, and a new
+ * uvsd cleans up by itself.
  * The tests run in order and share the lab (one file: one lab, ~1 minute).
  */
 import { after, before, describe, test } from 'node:test';
@@ -15,9 +18,9 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import type { HealthResponse, ServicesResponse, StatsResponse } from '../../control/api-types';
+import type { HealthResponse, MaintenanceResponse, ServicesResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
-import { hasCommand, Lab, LAB_VIP, sleep } from '../../lab/lab';
+import { hasCommand, Lab, LAB_VIP, LAB_VIP_CIDR, LAB_VIP6_CIDR, sleep } from '../../lab/lab';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const UVSADM = join(ROOT, 'dist', 'control', 'uvsadm.js');
@@ -89,6 +92,32 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
       .ip(lab.lbNs, ['rule', 'show', 'pref', String(pref)])
       .split('\n')
       .filter(Boolean);
+  /** Routes of one family in a table (main by default), one line each. */
+  const routes = (family: 4 | 6, ...sel: string[]) =>
+    lab
+      .ip(lab.lbNs, [`-${family}`, 'route', 'show', ...sel])
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean);
+  /** Both VIP ranges, so that uvsd installs its routes and blackholes for IPv6 too. */
+  const dualStack = { dataplane: { vipCidrs: [LAB_VIP_CIDR, LAB_VIP6_CIDR] } };
+  /**
+   * uvsd's blackholes (lb/dataplane.ts, docs/failover.md): each VIP range in the main table and a
+   * default in the reply table 4711 (dataplane.routeTable), both families, metric 4294967295.
+   */
+  const blackholes = () => ({
+    main4: routes(4, 'type', 'blackhole'),
+    main6: routes(6, 'type', 'blackhole'),
+    reply4: routes(4, 'table', '4711', 'type', 'blackhole'),
+    reply6: routes(6, 'table', '4711', 'type', 'blackhole'),
+  });
+  const allBlackholes = {
+    main4: ['blackhole 10.200.0.0/24 metric 4294967295'],
+    main6: ['blackhole fd00:200::/64 dev lo metric 4294967295 pref medium'],
+    reply4: ['blackhole default metric 4294967295'],
+    reply6: ['blackhole default dev lo metric 4294967295 pref medium'],
+  };
+  const noBlackholes = { main4: [], main6: [], reply4: [], reply6: [] };
 
   before(async () => {
     lab.up();
@@ -267,9 +296,72 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     assert.equal(await hasService('10.200.0.200', 80), true, 'inside excludeCIDRs: kept across reloads');
   });
 
+  test('uvsadm --maintenance wait returns only after 2 s without a packet, however long the traffic goes on', async () => {
+    await lab.stopUvsd();
+    write(baseServices, { dataplane: { announceTable: 4712 } }); // maintenance needs an announcement to withdraw
+    await lab.startUvsd(configFile);
+    const on = uvsadm('--maintenance', 'on');
+    assert.equal(on.status, 0, on.stderr);
+    // A client keeps sending datagrams to the UDP service (every 50 ms for 1.5 s) and prints the
+    // time of its last one: nothing reaches uvsd after that, so wait may not return before + 2 s.
+    const sender = `
+      const d = require('dgram').createSocket('udp4');
+      const end = Date.now() + 1500; let last = 0;
+      const t = setInterval(() => {
+        if (Date.now() > end) { clearInterval(t); d.close(); console.log('last ' + last); return; }
+        d.send('x', 53, '${LAB_VIP}');
+        if (last === 0) console.log('started');
+        last = Date.now();
+      }, 50);`;
+    const p = spawn('ip', ['netns', 'exec', lab.clientNs, process.execPath, '-e', sender], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = new Promise<void>((r) => p.once('exit', () => r()));
+    try {
+      await waitFor('packets reaching uvsd', async () => {
+        const m = (await api<MaintenanceResponse>('GET', '/v1/maintenance')).body;
+        return out.includes('started') && m.idleSeconds < 0.5;
+      });
+      const w = await new Promise<{ code: number | null; stdout: string; at: number }>((resolve) => {
+        const c = spawn(process.execPath, [UVSADM, '--socket', lab.socket, '--maintenance', 'wait'], {
+          stdio: ['ignore', 'pipe', 'inherit'],
+        });
+        let o = '';
+        c.stdout.on('data', (d: Buffer) => (o += d.toString()));
+        c.once('exit', (code) => resolve({ code, stdout: o, at: Date.now() }));
+      });
+      await exited;
+      const last = Number(/^last (\d+)$/m.exec(out)?.[1]);
+      assert.ok(last > 0, `the sender's output: ${out}`);
+      assert.equal(w.code, 0, w.stdout);
+      assert.ok(w.at - last >= 2000, `wait returned ${w.at - last} ms after the last datagram was sent`);
+      const idle = Number(/last packet (\d+\.\d) s ago/.exec(w.stdout)?.[1]);
+      assert.ok(idle >= 2, `uvsadm said: ${w.stdout}`);
+    } finally {
+      p.kill();
+      const off = uvsadm('--maintenance', 'off');
+      assert.equal(off.status, 0, off.stderr);
+    }
+  });
+
+  test('a SIGTERM stop removes the blackholes of both families, the VIP ranges in the main table included', async () => {
+    await lab.stopUvsd();
+    write(baseServices, dualStack);
+    await lab.startUvsd(configFile);
+    assert.deepEqual(blackholes(), allBlackholes, 'a running uvsd has its blackholes behind its routes');
+    assert.equal(await lab.stopUvsd(), 0, 'SIGTERM: a clean exit');
+    assert.deepEqual(blackholes(), noBlackholes, 'nothing left in the main table or table 4711');
+    assert.deepEqual([routes(4, 'table', '4711'), routes(6, 'table', '4711')], [[], []]);
+    assert.deepEqual(
+      [...routes(4), ...routes(6)].filter((l) => /10\.200\.0\.|fd00:200::\/|uvs0/.test(l)),
+      [],
+      'no VIP range route left',
+    );
+  });
+
   test('uvsd --cleanup removes what a SIGKILLed uvsd left; a new uvsd cleans up by itself and starts', async () => {
     await lab.stopUvsd();
-    write(baseServices);
+    write(baseServices, dualStack);
     const child = await lab.startUvsd(configFile);
     const fresh = rules(4711).length;
     assert.ok(fresh >= 6, `reply rules installed: ${fresh}`);
@@ -281,6 +373,9 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     child.kill('SIGKILL');
     await new Promise((r) => child.once('exit', r));
     assert.equal(rules(4711).length, fresh, 'a killed uvsd leaves its rules behind');
+    // …and its blackholes, which now drop what those rules and the VIP ranges still catch (the
+    // device and its routes went with the process), IPv6 as IPv4.
+    assert.deepEqual(blackholes(), allBlackholes, 'a killed uvsd leaves its blackholes behind, both families');
 
     const c = spawnSync('ip', ['netns', 'exec', lab.lbNs, process.execPath, UVSD, '--cleanup', '--config', configFile], {
       encoding: 'utf8',
@@ -295,7 +390,8 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     assert.match(rules(4709)[0]!, /fwmark 0x1234 lookup main/);
     lab.ip(lab.lbNs, ['rule', 'del', 'pref', '4709', 'fwmark', '0x1234', 'lookup', 'main']);
     lab.ip(lab.lbNs, ['rule', 'del', 'pref', '4710', 'from', '192.0.2.77', 'lookup', 'main']);
-    assert.equal(lab.ip(lab.lbNs, ['route', 'show', 'table', '4711']).trim(), '');
+    assert.deepEqual([routes(4, 'table', '4711'), routes(6, 'table', '4711')], [[], []]);
+    assert.deepEqual(blackholes(), noBlackholes, '--cleanup removes the blackholes, the main table ones too');
     assert.equal(spawnSync('ip', ['-n', lab.lbNs, 'link', 'show', 'uvs0']).status, 1, 'no device');
 
     // Killed again, and started again without --cleanup: it removes the leftovers itself.

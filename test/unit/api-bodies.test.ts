@@ -178,15 +178,29 @@ test('every POST and PUT route refuses a body with an unknown field, naming it',
       .replace('{raddr}', '10.0.0.1')
       .replace('{rport}', '8080')
       .replace('{id}', '0');
-    const r = await app.inject({ method: method.toUpperCase() as 'POST' | 'PUT', url, payload: { colour: 'red' } });
-    const b = r.json() as { code: string; path: string; message: string };
-    assert.equal(r.statusCode, 400, `${route}: ${r.body}`);
-    assert.equal(b.path, `${where[route] ?? ''}colour`, route);
-    assert.match(b.message, /unknown field/, route);
+    // Object.prototype's member names too: a key check with `in` would let them through.
+    for (const field of ['colour', 'toString', 'constructor', 'hasOwnProperty']) {
+      const r = await app.inject({ method: method.toUpperCase() as 'POST' | 'PUT', url, payload: { [field]: 'red' } });
+      const b = r.json() as { code: string; path: string; message: string };
+      assert.equal(r.statusCode, 400, `${route} ${field}: ${r.body}`);
+      assert.equal(b.path, `${where[route] ?? ''}${field}`, route);
+      assert.match(b.message, /unknown field/, route);
+    }
+    // "__proto__" never reaches the schema: fastify's JSON parser refuses it (onProtoPoisoning).
+    const proto = await app.inject({
+      method: method.toUpperCase() as 'POST' | 'PUT',
+      url,
+      headers: { 'content-type': 'application/json' },
+      payload: '{"__proto__": {"polluted": true}}',
+    });
+    assert.deepEqual([proto.statusCode, proto.json().code], [400, 'UVS_ERR_API_BAD_REQUEST'], `${route} __proto__: ${proto.body}`);
   }
+  assert.equal(({} as Record<string, unknown>).polluted, undefined, 'nothing reached Object.prototype');
   // Inside a batch, an operation's own fields too.
   const r = await app.inject({ method: 'POST', url: '/v1/batch', payload: { ops: [{ op: 'clear' }, { op: 'clear', colour: 'red' }] } });
   assert.deepEqual([r.statusCode, r.json().path], [400, 'ops[1].colour']);
+  const c = await app.inject({ method: 'POST', url: '/v1/batch', payload: { ops: [{ op: 'clear', constructor: 'red' }] } });
+  assert.deepEqual([c.statusCode, c.json().path], [400, 'ops[0].constructor']);
   assert.equal(edits.length, 0, 'nothing was applied');
 });
 

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfigFile, validateConfig } from '../../control/config';
@@ -61,6 +61,37 @@ test('unknown fields are rejected with their path', () => {
     'services[0].realServers[0].wieght',
     /unknown field/,
   );
+});
+
+test('a field named after an Object.prototype member is as unknown as any other (toString, constructor, __proto__…)', () => {
+  // JSON.parse and the YAML loader make own properties of these keys, "__proto__" included; a key
+  // check with `in` would find them on the prototype of the schema's field table and let them pass.
+  const keyed = (k: string, v: unknown) => JSON.parse(`{${JSON.stringify(k)}: ${JSON.stringify(v)}}`) as Record<string, unknown>;
+  for (const k of ['toString', 'constructor', '__proto__', 'hasOwnProperty', 'valueOf', 'isPrototypeOf']) {
+    rejects({ ...base, ...keyed(k, 1) }, k, /unknown field \(allowed: ipvs, dataplane/);
+    rejects({ ...base, services: [svc(keyed(k, 'x'))] }, `services[0].${k}`, /unknown field/);
+    rejects(
+      { ...base, services: [svc({ realServers: [{ address: '10.0.0.1', ...keyed(k, {}) }] })] },
+      `services[0].realServers[0].${k}`,
+      /unknown field/,
+    );
+    rejects({ dataplane: { ...base.dataplane, generatedLimit: keyed(k, 2) } }, `dataplane.generatedLimit.${k}`, /unknown field/);
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'uvs-cfg-'));
+  try {
+    for (const k of ['__proto__', 'constructor', 'toString']) {
+      const f = join(dir, 'uvs.yaml');
+      writeFileSync(f, `dataplane:\n  vipCidrs: [10.96.0.0/24]\n  ${k}: { polluted: true }\n`);
+      assert.throws(
+        () => loadConfigFile(f),
+        (e: unknown) => e instanceof UvsError && e.path === `dataplane.${k}` && /unknown field/.test(e.message),
+        `a YAML file with dataplane.${k}`,
+      );
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  assert.equal(({} as Record<string, unknown>).polluted, undefined, 'nothing reached Object.prototype');
 });
 
 test('invalid values name the field and the reason', () => {

@@ -5,7 +5,7 @@
  * (pool address:port, server:port); the client's SYN on the same port is newer by its own
  * timestamps and sequence numbers and is taken, where another client's SYN met there by a new pool
  * port was refused about half the time (PAWS; perf/LOG.md). Masq reschedules as before
- * (processor.test.ts), and so does full-NAT when the old server is quiesced.
+ * (processor.test.ts), and so does full-NAT when the old server is quiesced or overloaded.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -23,7 +23,8 @@ const POOL6 = 'fd00:99::1';
 const RS = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];
 const RS6 = ['fd00:10::1', 'fd00:10::2', 'fd00:10::3'];
 
-const doc = (weights = [1, 1, 1]) => ({
+/** rs1: more fields for the IPv4 service's first real server (thresholds). */
+const doc = (weights = [1, 1, 1], rs1: Record<string, unknown> = {}) => ({
   dataplane: { vipCidrs: ['10.96.0.0/24', 'fd00:96::/64'], fullnat: { addresses: [POOL, POOL6] } },
   services: [
     {
@@ -32,7 +33,7 @@ const doc = (weights = [1, 1, 1]) => ({
       port: 80,
       scheduler: 'rr',
       forwarding: 'fullnat',
-      realServers: RS.map((a, i) => ({ address: a, port: 8080, weight: weights[i] })),
+      realServers: RS.map((a, i) => ({ address: a, port: 8080, weight: weights[i], ...(i === 0 ? rs1 : {}) })),
     },
     {
       protocol: 'tcp',
@@ -76,6 +77,33 @@ for (const v6 of [false, true]) {
     assert.notEqual(next.server, other.server, 'rr was not stalled by the kept connection');
   });
 }
+
+test('an overloaded server (its upper threshold reached) is not kept: the SYN is scheduled again, to another server', () => {
+  // rs1: overloaded at 2 connections, cleared below 1 (__ip_vs_unbind_dest: lower threshold set),
+  // so replacing the TIME_WAIT entry (one of the two) leaves it overloaded when the SYN is scheduled.
+  const p = makeProcessor(doc([1, 1, 1], { upperThreshold: 2, lowerThreshold: 1 }));
+  // One closed connection per server (rr): the one on rs1 is the port that comes back.
+  const servers = [43000, 43001, 43002].map((sport) => connection(p, sport).server);
+  assert.deepEqual([...servers].sort(), RS, 'rr gave each server one connection');
+  const port = 43000 + servers.indexOf(RS[0]!);
+  // A second connection to rs1, left open: rs1 holds 2 (one in TIME_WAIT), its threshold.
+  let open = '';
+  for (let sport = 43010; sport < 43013 && open !== RS[0]; sport++) {
+    const syn = tcp({ src: CLIENT, dst: VIP, sport, dport: 80, flags: TCPF_SYN });
+    assert.equal(p.run(syn).v, FORWARD);
+    open = field(syn).dst;
+  }
+  assert.equal(open, RS[0], 'rr came round to rs1 again');
+  const rs1 = () =>
+    p.model
+      .list()
+      .find((s) => s.cfg.address === VIP)!
+      .realServers.find((r) => r.address === RS[0])!;
+  assert.equal(rs1().overloaded, true, 'rs1 overloaded at its upper threshold');
+  const again = connection(p, port);
+  assert.notEqual(again.server, RS[0], 'the overloaded server is not kept for the reused port');
+  assert.equal(rs1().overloaded, true, 'rs1 still overloaded (one connection left, lower threshold 1)');
+});
 
 test('a quiesced server (weight 0) is not kept: the SYN is scheduled again, to another server and port', () => {
   const p = makeProcessor(doc());

@@ -159,6 +159,30 @@ test('answers to one source are limited as icmp_ratelimit limits them: a burst o
   assert.equal(gen(counters, 'unreachable', 'rate_limited'), 2);
 });
 
+test("a source's bucket never holds more than perSourceBurst answers, however long it was idle, and the configured burst is the one used", () => {
+  // inet_peer_xrlim_allow: credit += elapsed, capped at XRLIM_BURST_FACTOR × timeout. A source
+  // answered once keeps 5 of its 6 answers; 60 s later it must have 6 again, not 5 + 6.
+  const syns = (p: ReturnType<typeof setup>, sport: number, n: number) =>
+    Array.from({ length: n }, (_, i) => p.run(tcp({ src: CLIENT, dst: VIP, sport: sport + i, dport: 22, flags: TCPF_SYN })).v).filter(
+      (v) => v === REPLY,
+    ).length;
+  const dflt = setup();
+  const t0 = dflt.now();
+  assert.equal(syns(dflt, 3000, 1), 1);
+  dflt.setNow(t0 + 60_000);
+  assert.equal(syns(dflt, 3100, 12), 6, 'a partly used bucket refills to the burst, not beyond');
+  // perSourceBurst 3 (half a second each): a new source gets 3, and 3 again after any idle time.
+  const three = setup({ perSourceBurst: 3, perSourceInterval: '500ms' });
+  const t1 = three.now();
+  assert.equal(syns(three, 3200, 10), 3, 'a never-answered source starts with the configured burst');
+  three.setNow(t1 + 499);
+  assert.equal(syns(three, 3300, 1), 0, 'one answer per 500 ms');
+  three.setNow(t1 + 500);
+  assert.equal(syns(three, 3400, 3), 1);
+  three.setNow(t1 + 600_000);
+  assert.equal(syns(three, 3500, 10), 3, 'refilled to the configured burst after 10 minutes');
+});
+
 test('echo replies and fragmentation needed are not limited by default (icmp_ratemask; PMTU discovery never is)', () => {
   const { run, setMtu, counters } = setup();
   for (let i = 0; i < 30; i++) assert.equal(run(icmpEcho({ src: CLIENT, dst: VIP })).v, FORWARD);

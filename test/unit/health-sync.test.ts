@@ -2,7 +2,7 @@
  * The health checker's life cycle (control/health.ts) against real listeners on loopback, no
  * mocks: what `sync` keeps, restarts and stops when the configuration is applied again (uvsd calls
  * it on every reload and API edit), `stop`, the cadence (one check per interval, counted from the
- * end of the previous one), the spread of the first checks, a check still in flight when its
+ * end of the previous one, never two at once even when a check outlasts the interval), the spread of the first checks, a check still in flight when its
  * server is removed, the reason kept for a refused connection, the request an HTTP check sends,
  * the log line of each verdict change (README "Logs": pino JSON, component `health`), and the
  * ICMP echo check (README "Health checks": `type: ping`, keepalived's PING_CHECK).
@@ -233,6 +233,62 @@ test('one check per interval, the next one an interval after the previous one en
   } finally {
     c.h.stop();
     await close(a.server);
+  }
+});
+
+test('a check slower than the interval is never overlapped: the next one starts an interval after it ended', async () => {
+  // The server answers each check a byte at a time (the header takes 25 × 30 ms): the request
+  // timeout is an idle timeout, so the check succeeds after ~750 ms, 2.5 intervals. A checker at
+  // a fixed rate would have the next check connect while this one is still open, or start it as
+  // soon as this one ends. Times are the server's: a check ends after the server's last write,
+  // and the next can only connect an interval after the checker saw that write, so load can only
+  // widen the gaps measured here.
+  const INTERVAL_MS = 300;
+  const checks: { start: number; end: number }[] = [];
+  let open = 0;
+  let mostOpen = 0;
+  const server = createServer((s) => {
+    const c = { start: performance.now(), end: -1 };
+    checks.push(c);
+    mostOpen = Math.max(mostOpen, ++open);
+    s.once('close', () => open--);
+    s.on('error', () => {});
+    s.on('data', () => {}); // the request: not needed
+    s.write('HTTP/1.1 200 OK\r\nX-Slow: ');
+    let n = 0;
+    const tick = setInterval(() => {
+      if (s.destroyed) return clearInterval(tick);
+      if (++n < 25) {
+        s.write('.');
+        return;
+      }
+      clearInterval(tick);
+      c.end = performance.now();
+      s.end('\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+    }, 30); // a stall of the process under 270 ms does not reach the 300 ms idle timeout
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  const c = checker();
+  try {
+    c.h.sync(services(svc(80, [port], { type: 'http', interval: INTERVAL_MS / 1000, timeout: INTERVAL_MS / 1000, fall: 1 })));
+    await waitFor('three finished checks and a fourth started', () => checks.length >= 4 && c.state(port)!.checks >= 3, 20_000);
+    c.h.stop();
+    const done = checks.filter((k) => k.end >= 0);
+    assert.ok(done.length >= 3, `${done.length} checks answered in full`);
+    for (const k of done) assert.ok(k.end - k.start > 2 * INTERVAL_MS, `a check took ${Math.round(k.end - k.start)} ms`);
+    assert.deepEqual(c.changes, [], 'every slow check passed (fall 1: one failure would have quiesced it)');
+    assert.equal(mostOpen, 1, 'never two checks of one server at once');
+    for (let i = 1; i < checks.length; i++) {
+      const prev = checks[i - 1]!;
+      assert.ok(prev.end >= 0, `check ${i + 1} started before check ${i} was answered`);
+      // setTimeout may fire up to 1 ms early (ms rounding): 5 ms of slack.
+      const gap = checks[i]!.start - prev.end;
+      assert.ok(gap >= INTERVAL_MS - 5, `check ${i + 1} started ${Math.round(gap)} ms after check ${i} ended (interval ${INTERVAL_MS} ms)`);
+    }
+  } finally {
+    c.h.stop();
+    await close(server);
   }
 });
 
