@@ -371,6 +371,8 @@ export const C_SP_HELD = 65;
 export const C_SP_HELD_REFUSED = 66; // client packets that could not be held (flow or area full, too large) or replayed
 export const C_SP_SERVER_FAIL = 67; // real servers that answered our SYN with a RST
 export const C_PP_SYN_DATA = 68; // PROXY protocol: client SYNs sent to the server without their data (TCP Fast Open)
+export const C_SLOPPY = 69; // connections started by a packet other than a SYN / INIT (sloppy_tcp, sloppy_sctp)
+export const C_SECOND_CHANCE = 70; // replayed mid-flow packets Redis knew nothing of, taken with a permit (PERMIT_*)
 export const W_GLOBAL_WORDS = 72;
 // Per real server / per service counters (kernel ip_vs_stats).
 export const RSC_CONNS = 0;
@@ -488,6 +490,7 @@ export const DROP_NAMES = [
  *   [sync ring: SYNC_RING_SLOTS int32]        entry indices whose state should be written to Redis
  *   [park lengths: PARK_SLOTS int32]          byte length of each parked packet
  *   [park data: PARK_SLOTS × PARK_SLOT_BYTES]  packets waiting for a Redis lookup (adoption)
+ *   [permits: PERMIT_SLOTS × PERMIT_WORDS int32] second chances, written by the control thread
  * Head/tail are free-running counters; slot = counter & (size − 1). The producer writes the data,
  * then publishes with Atomics.store(tail); the consumer reads up to tail, then stores head.
  */
@@ -500,8 +503,33 @@ export const SYNC_RING_SLOTS = 8192; // ≥ new flows per 50 ms drain at 100k co
 export const PARK_SLOTS = 256; // packets parked for adoption at once, per worker
 export const PARK_SLOT_BYTES = 2048; // ≥ MTU 1500; larger packets are not parked (dropped, counted)
 
+/**
+ * Second chances (issue 33; conntrack/redis-sync.ts secondChance): a client's mid-flow packet that
+ * Redis knew nothing of twice, PERMIT_MIN_MS apart — long enough for a live node's record still in
+ * flight to have arrived — is replayed once with a permit in every worker's ring. The worker that
+ * reads it takes the permit instead of parking the packet again: a sloppy service schedules it,
+ * any other answers it as a kernel director would (a RST for TCP). A permit is the flow's key
+ * [proto, client, ports, VIP, fold of the IPv6 high words] and its expiry (table clock, 0 = none,
+ * stored last), in slot permitIndex(key); a later permit for another flow of that slot replaces it.
+ */
+export const PERMIT_SLOTS = 256;
+export const PERMIT_WORDS = 6;
+export const PERMIT_EXPIRES = 5;
+export const PERMIT_TTL_MS = 2000;
+export const PERMIT_MIN_MS = 150;
+
 export function ringBytes(): number {
-  return (RING_HDR_WORDS + SYNC_RING_SLOTS + PARK_SLOTS) * 4 + PARK_SLOTS * PARK_SLOT_BYTES;
+  return (RING_HDR_WORDS + SYNC_RING_SLOTS + PARK_SLOTS) * 4 + PARK_SLOTS * PARK_SLOT_BYTES + PERMIT_SLOTS * PERMIT_WORDS * 4;
+}
+/** Word index of the permits. */
+export function permitOffset(): number {
+  return ((RING_HDR_WORDS + SYNC_RING_SLOTS + PARK_SLOTS) * 4 + PARK_SLOTS * PARK_SLOT_BYTES) >> 2;
+}
+/** A flow key's permit slot. */
+export function permitIndex(proto: number, src: number, ports: number, dst: number, fold: number): number {
+  let h = Math.imul(src ^ Math.imul(ports, 0x9e3779b1), 0x85ebca6b) ^ dst ^ fold ^ proto;
+  h = Math.imul(h ^ (h >>> 15), 0xc2b2ae35);
+  return (h ^ (h >>> 13)) & (PERMIT_SLOTS - 1);
 }
 export function syncRingOffset(): number {
   return RING_HDR_WORDS;

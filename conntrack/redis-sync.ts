@@ -177,6 +177,11 @@ export interface SyncStats {
   superseded: number;
   /** Counts exchanges completed (this node's report written, the others' read). */
   countExchanges: number;
+  /**
+   * Mid-flow client packets Redis knew nothing of twice (a miss, or no Redis to ask), PERMIT_MIN_MS
+   * apart, replayed once with a permit: a sloppy service schedules them, others refuse them (a RST).
+   */
+  secondChances: number;
   lastError: string | null;
 }
 
@@ -223,6 +228,9 @@ interface Lookup {
 }
 
 const TIMED_OUT = 'Command timed out'; // ioredis's message for commandTimeout
+/** Flows remembered as missed (their second chance waits for the next miss), and for how long. */
+const MAX_MISSES = 65536;
+const MISS_FORGET_MS = 10_000;
 /** An IPv4 lookup's high words: none (its keys and record checks never read them). */
 const NO_HI = new Int32Array(0);
 
@@ -277,6 +285,8 @@ export class RedisSync {
   private readonly shadowCap: number;
   /** Lookups by flow (the parked packet's tuple). Bounded: ≤ maxHeld entries, so no hash flood. */
   private pending = new Map<string, Lookup>();
+  /** Flows whose lookup found nothing, and when first (ms): the next miss after PERMIT_MIN_MS is a second chance. */
+  private misses = new Map<string, number>();
   /** Lookups whose commands have not settled (answer, timeout or closed connection). */
   private inFlight = 0;
   /** Parked packets waiting on lookups, and their bound: what the workers' park rings hold. */
@@ -308,6 +318,7 @@ export class RedisSync {
     lastCatchUpSeconds: null,
     superseded: 0,
     countExchanges: 0,
+    secondChances: 0,
     lastError: null,
   };
   /** Redis may lack records of live flows (records dropped from the queue, another server). */
@@ -921,6 +932,7 @@ export class RedisSync {
     }
     if (!this.stats.connected) {
       this.stats.lookups.error++;
+      this.missed(key, [b.slice(off, off + len)], proto, s, ports, d, v6 ? hi : NO_HI);
       return;
     }
     const p: Lookup = {
@@ -965,7 +977,11 @@ export class RedisSync {
     );
   }
 
-  /** A lookup's end (first of: answer, error, parkTimeout): its packets replayed on a hit, else dropped. */
+  /**
+   * A lookup's end (first of: answer, error, parkTimeout): its packets replayed on a hit, else
+   * dropped — or, when Redis knew nothing of the flow (or could not be asked) twice, replayed
+   * with a second chance (missed).
+   */
   private settle(p: Lookup, result: 'hit' | 'miss' | 'refused' | 'timeout' | 'error'): void {
     if (p.done) return;
     p.done = true;
@@ -974,8 +990,46 @@ export class RedisSync {
     this.held -= p.pkts.length;
     this.stats.parkedWaiting = this.held;
     this.stats.lookups[result]++;
-    if (result === 'hit') for (const pkt of p.pkts) if (!this.inject(pkt)) this.stats.replayFailed++;
+    if (result === 'hit') {
+      this.misses.delete(p.key);
+      for (const pkt of p.pkts) if (!this.inject(pkt)) this.stats.replayFailed++;
+    } else if (result !== 'refused') this.missed(p.key, p.pkts, p.proto, p.s, p.ports, p.d, p.hi);
     p.pkts = [];
+  }
+
+  /**
+   * A flow Redis knew nothing of (or could not be asked about). The first time its packets are
+   * dropped: a live node's record may still be on its way (written within 50 ms of the flow's 3rd
+   * packet), and the client sends again. A miss at least PERMIT_MIN_MS later is the second chance
+   * (issue 33: never a silent black hole): the packets are replayed with a permit in every
+   * worker's ring (layout.ts PERMIT_*), and the worker schedules them on a sloppy service or
+   * answers them (a TCP RST) otherwise. Server-side packets never match a permit (the worker reads
+   * it for client packets only): they stay dropped.
+   */
+  private missed(key: string, pkts: Uint8Array[], proto: number, s: number, ports: number, d: number, hi: Int32Array): void {
+    const now = Date.now();
+    const first = this.misses.get(key);
+    if (first === undefined || now - first > MISS_FORGET_MS) {
+      this.misses.delete(key);
+      this.misses.set(key, now);
+      if (this.misses.size > MAX_MISSES) this.misses.delete(this.misses.keys().next().value!);
+      return;
+    }
+    if (now - first < L.PERMIT_MIN_MS) return;
+    this.misses.delete(key);
+    const fold = hi.length >= 6 ? hi[0]! ^ hi[1]! ^ hi[2]! ^ hi[3]! ^ hi[4]! ^ hi[5]! : 0;
+    const o = L.permitOffset() + L.permitIndex(proto, s, ports, d, fold) * L.PERMIT_WORDS;
+    const expires = (this.table.now() + L.PERMIT_TTL_MS) | 0 || 1;
+    for (const r of this.rings) {
+      r[o] = proto;
+      r[o + 1] = s;
+      r[o + 2] = ports;
+      r[o + 3] = d;
+      r[o + 4] = fold;
+      Atomics.store(r, o + L.PERMIT_EXPIRES, expires);
+    }
+    this.stats.secondChances++;
+    for (const pkt of pkts) if (!this.inject(pkt)) this.stats.replayFailed++;
   }
 
   // ── cluster-wide counts ───────────────────────────────────────────────────────────────────

@@ -137,6 +137,8 @@ export interface StatsResponse {
   proxyProtocolHeaders: number;
   /** PROXY protocol: client SYNs sent to the server without their data (TCP Fast Open: it would precede the header). */
   proxyProtocolSynData: number;
+  /** Connections started by a packet other than a SYN / INIT (sloppy_tcp, sloppy_sctp: docs/sloppy.md). */
+  sloppyConnections: number;
   parked: number;
   parkFull: number;
   /** SYN proxy: client packets held while their server's handshake was pending (consumed when held; replayed as txExtra). */

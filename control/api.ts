@@ -152,6 +152,7 @@ export function statsView(d: Daemon): StatsResponse {
     adopted: d.stats.word(L.C_ADOPTED),
     proxyProtocolHeaders: d.stats.word(L.C_PP_HEADERS),
     proxyProtocolSynData: d.stats.word(L.C_PP_SYN_DATA),
+    sloppyConnections: d.stats.word(L.C_SLOPPY),
     parked: d.stats.word(L.C_PARKED),
     parkFull: d.stats.word(L.C_PARK_FULL),
     synProxyHeld: d.stats.word(L.C_SP_HELD),

@@ -284,6 +284,23 @@ const GENERATED_LIMIT = obj(
 );
 export type GeneratedLimitConfig = Out<typeof GENERATED_LIMIT>;
 
+/**
+ * sloppy_tcp / sloppy_sctp (docs/sloppy.md): true, false, or auto — on for the services where a
+ * mid-flow packet lands where the dead node had sent it: a consistent scheduler (mh, sh, dh),
+ * no persistence, no full-NAT real server.
+ */
+export type SloppyMode = boolean | 'auto';
+function sloppyMode(proto: string, kernel: string) {
+  return leaf<SloppyMode>(
+    { oneOf: [{ type: 'boolean' }, { type: 'string', enum: ['auto'] }] },
+    (v, path) => (typeof v === 'boolean' || v === 'auto' ? v : fail(path, `must be true, false or auto, got ${JSON.stringify(v)}`)),
+    {
+      default: 'auto',
+      doc: `A ${proto} packet with no connection may start one, not only ${kernel} (kernel sloppy_${proto.toLowerCase()}); auto: for services whose scheduler is consistent across nodes (mh, sh, dh), not persistent, without full-NAT servers`,
+    },
+  );
+}
+
 /** dataplane.replayMark's default: no bit kube-proxy (0x4000, 0x8000), Calico (0xffff0000) or Cilium (0x0f00) tests. */
 export const DEFAULT_REPLAY_MARK = 0x75;
 
@@ -350,6 +367,8 @@ const DATAPLANE = obj({
     doc: "Queue steering: ebpf (uvs's program keys a packet on its client's endpoint: a connection's packets share one queue), automq (the device's own flow table), or auto (ebpf where the kernel allows it)",
   }),
   answerPing: bool({ default: true, doc: 'Answer ICMP echo requests sent to a VIP' }),
+  sloppyTcp: sloppyMode('TCP', 'a SYN'),
+  sloppySctp: sloppyMode('SCTP', 'an INIT'),
   expireQuiescentTemplate: bool({
     default: false,
     doc: 'Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it)',
@@ -717,6 +736,11 @@ export const SERVICE = obj(
         doc: 'Seconds a removed real server may drain before it is deleted with connections left; absent = gracefulTermination.maxDrainTime',
       }),
     ),
+    sloppy: opt(
+      bool({
+        doc: 'A mid-flow packet with no connection may start one (sloppy_tcp / sloppy_sctp for this service); absent = dataplane.sloppyTcp / sloppySctp',
+      }),
+    ),
     slowStart: opt(
       duration({
         max: 3600,
@@ -762,6 +786,15 @@ export const SERVICE = obj(
           );
         }
       });
+      if (svc.sloppy === true) {
+        if (svc.protocol === 'udp') fail(`${path}.sloppy`, 'applies to TCP and SCTP services (a UDP datagram always may start a flow)');
+        const j = svc.realServers.findIndex((r) => r.forwarding === 'fullnat');
+        if (j >= 0)
+          fail(
+            `${path}.sloppy`,
+            `real server ${hostPort(svc.realServers[j]!.address, svc.realServers[j]!.port)} uses fullnat: a mid-flow packet cannot be given the pool address and port its connection had`,
+          );
+      }
       // IPVS allows another family only for tunnelled servers; uvs tunnels within one family.
       svc.realServers.forEach((r, j) => {
         if (r.address.includes(':') !== v6)

@@ -330,6 +330,12 @@ export function buildRegistry(d: Daemon): Registry {
     [],
     (c) => c.inc(d.stats.word(L.C_PP_SYN_DATA)),
   );
+  counterFrom(
+    'uvs_sloppy_connections_total',
+    'Connections started by a packet other than a SYN or INIT (sloppy_tcp, sloppy_sctp): a flow another node carried.',
+    [],
+    (c) => c.inc(d.stats.word(L.C_SLOPPY)),
+  );
   // SYN proxy (lb/synproxy.ts); its bad cookies are uvs_drops_total{reason="bad_cookie"}.
   counterFrom('uvs_synproxy_cookies_total', 'SYN-ACKs with a SYN cookie sent to clients (no entry made).', [], (c) =>
     c.inc(d.stats.word(L.C_GEN_BASE + L.GEN_SYN_ACK * L.GEN_RESULTS + L.GEN_SENT)),
@@ -397,6 +403,12 @@ export function buildRegistry(d: Daemon): Registry {
       (c) => {
         for (const [k, v] of Object.entries(st.lookups)) c.inc({ result: k }, v);
       },
+    );
+    counterFrom(
+      'uvs_adoption_second_chances_total',
+      'Client packets Redis knew nothing of twice (or could not be asked about), replayed once to be scheduled (sloppy) or refused with a RST: no silent black hole.',
+      [],
+      (c) => c.inc(st.secondChances),
     );
     counterFrom(
       'uvs_adoption_replay_failures_total',

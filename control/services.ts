@@ -47,7 +47,7 @@ import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } f
 import type { ReplyRule } from '../lb/dataplane';
 import { getScheduler } from '../schedulers/registry';
 import { schedFlagBits, type DestListChange, type SchedDest } from '../schedulers/types';
-import type { RealServerConfig, ServiceConfig, UvsConfig } from './config';
+import type { RealServerConfig, ServiceConfig, SloppyMode, UvsConfig } from './config';
 
 const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, tunnel: L.FWD_TUNNEL };
 const PP: Record<string, number> = { v1: PP_V1, v2: PP_V2 };
@@ -56,6 +56,9 @@ const PP: Record<string, number> = { v1: PP_V1, v2: PP_V2 };
 function destAddr(d: CompiledDest): string {
   return d.addr6 ? formatIPv6(d.addr6) : formatAddr(d.addr);
 }
+
+/** Schedulers whose choice is a function of the packet and the configuration alone: every node makes the same (sloppy `auto`). */
+export const CONSISTENT_SCHEDULERS: ReadonlySet<string> = new Set(['mh', 'sh', 'dh']);
 
 /** Slow-start steps are at least this far apart per service (HAProxy's warmup period floor). */
 export const SLOW_START_MIN_STEP_MS = 1000;
@@ -171,6 +174,7 @@ export class ServiceModel {
   private answerPing = true;
   private expireNodestConn = true;
   private expireQuiescentTemplate = false;
+  private sloppy: { tcp: SloppyMode; sctp: SloppyMode } = { tcp: 'auto', sctp: 'auto' };
   private adopt = false;
   private fullnat = { addresses: [] as string[], portMin: 1024, portMax: 65535 };
   private tunnelSrc = 0;
@@ -219,6 +223,7 @@ export class ServiceModel {
     this.answerPing = cfg.dataplane.answerPing;
     this.expireNodestConn = cfg.gracefulTermination.expireNodestConn;
     this.expireQuiescentTemplate = cfg.dataplane.expireQuiescentTemplate;
+    this.sloppy = { tcp: cfg.dataplane.sloppyTcp, sctp: cfg.dataplane.sloppySctp };
     this.adopt = cfg.redis !== null;
     this.fullnat = cfg.dataplane.fullnat;
     this.tunnelSrc = cfg.dataplane.tunnelSource ? parseIPv4(cfg.dataplane.tunnelSource)! : 0;
@@ -313,6 +318,7 @@ export class ServiceModel {
       dests: [],
       data: null,
       persistMs: (s.persistence ?? 0) * 1000,
+      sloppy: false, // snapshot() decides: it depends on the servers too
       ...ServiceModel.netmasks(s),
       ...(s.mhTableSize !== undefined ? { mhTableSize: s.mhTableSize } : {}),
     };
@@ -816,6 +822,7 @@ export class ServiceModel {
   }
 
   snapshot(): Snapshot {
+    for (const l of this.services.values()) l.compiled.sloppy = this.sloppyOf(l);
     const services = [...this.services.values()].map((l) => l.compiled);
     const { lookup, lookupMask } = buildLookup(services);
     const v4 = this.vipCidrs.map((c) => parseCidr(c)).filter((c) => c !== null);
@@ -963,6 +970,23 @@ export class ServiceModel {
   /** Every real-server slot in use (listed or trashed) with its address. */
   rsSlotAddrs(): { slot: number; addr: string }[] {
     return [...this.rsSlots.values()].map((i) => ({ slot: i.slot, addr: i.addr }));
+  }
+
+  /**
+   * Whether a service's mid-flow packets may start a connection (docs/sloppy.md): its own
+   * `sloppy`, else dataplane.sloppyTcp / sloppySctp; `auto` is on where every node picks the same
+   * server for the packet — a consistent scheduler (mh, sh, dh: a hash of the packet over a table
+   * all nodes build alike from the same configuration), no persistence (a template is one node's
+   * state), no full-NAT server (its pool port is).
+   */
+  private sloppyOf(l: LiveService): boolean {
+    const p = l.cfg.protocol;
+    if (p !== 'tcp' && p !== 'sctp') return false;
+    const want = l.cfg.sloppy ?? (p === 'tcp' ? this.sloppy.tcp : this.sloppy.sctp);
+    if (want !== 'auto') return want;
+    return (
+      CONSISTENT_SCHEDULERS.has(l.cfg.scheduler) && (l.cfg.persistence ?? 0) === 0 && !l.compiled.dests.some((d) => d.fwd === L.FWD_FULLNAT)
+    );
   }
 
   /** A service's persistence masks: dotted for IPv4, a prefix length for IPv6 (as ipvsadm -M). */

@@ -44,7 +44,7 @@ import { randomFillSync } from 'node:crypto';
 import { FlowKey, FlowView, NewFlow } from '../conntrack/flow';
 import * as L from '../conntrack/layout';
 import { Drop } from '../conntrack/layout';
-import { SCTP_EV_INIT } from '../conntrack/sctp-state';
+import { SCTP_EV_ABORT, SCTP_EV_INIT } from '../conntrack/sctp-state';
 import { TCP_TIME_WAIT, TCPF_ACK, TCPF_RST, TCPF_SYN } from '../conntrack/state';
 import {
   type ConnTable,
@@ -342,14 +342,17 @@ export class PacketProcessor {
     }
     if (!proxied && isTcp && (ev & (TCPF_SYN | TCPF_RST)) !== TCPF_SYN) {
       // Mid-flow: another node may have carried this flow; ask Redis (bounded) before refusing.
-      if (c.ring !== null && c.snapshot.adopt) return this.park(b);
+      if (c.ring !== null && c.snapshot.adopt && !this.secondChance()) return this.park(b);
       if (ev & TCPF_RST) return drop(c, Drop.NoConnection); // never answer a RST
-      return mayAnswer(c, L.GEN_RESET, Drop.NoConnection) ? tcpReset(c, b) : DROP;
+      // sloppy_tcp (tcp_conn_schedule): any segment but a RST may start a connection; its first
+      // touch puts it in the state the kernel's table gives from NONE (an ACK: ESTABLISHED).
+      if (!c.snapshot.services[si]!.sloppy) return mayAnswer(c, L.GEN_RESET, Drop.NoConnection) ? tcpReset(c, b) : DROP;
     }
     if (isSctp && ev !== SCTP_EV_INIT) {
-      // Only an INIT starts an association (sctp_conn_schedule); the rest may be another node's.
-      if (c.ring !== null && c.snapshot.adopt) return this.park(b);
-      return drop(c, Drop.NoConnection);
+      // Only an INIT starts an association (sctp_conn_schedule), or with sloppy_sctp any chunk but
+      // an ABORT; the rest may be another node's.
+      if (c.ring !== null && c.snapshot.adopt && !this.secondChance()) return this.park(b);
+      if (ev === SCTP_EV_ABORT || !c.snapshot.services[si]!.sloppy) return drop(c, Drop.NoConnection);
     }
     // Overload defenses (conntrack/defense.ts sets the words once a second): drop_packet refuses
     // 1 of every `rate` new flows (ip_vs_todrop, per worker), and a source holding its limit of
@@ -504,6 +507,9 @@ export class PacketProcessor {
     } else this.touched(f);
     if (created) {
       c.counters[L.C_CONNS_NEW]!++;
+      // Started by a packet other than a SYN / INIT: sloppy_tcp, sloppy_sctp.
+      if ((proto & 0xff) === P.IPPROTO_TCP ? (c.ev & TCPF_SYN) === 0 : (proto & 0xff) === P.IPPROTO_SCTP && c.ev !== SCTP_EV_INIT)
+        c.counters[L.C_SLOPPY]!++;
       c.counters[L.rsCounterBase(f.rs) + L.RSC_CONNS]!++;
       c.counters[L.svcCounterBase(c.maxRealServers, svc.slot) + L.RSC_CONNS]!++;
     }
@@ -600,6 +606,25 @@ export class PacketProcessor {
    * flow; if found, the control thread installs it and writes the packet back into the device.
    * Bounded: a full ring (or a packet larger than a slot) drops it, counted.
    */
+  /**
+   * Whether this client packet holds a second chance (layout.ts PERMIT_*): Redis knew nothing of
+   * its flow twice, so it is not parked again but scheduled (sloppy) or refused. Takes the permit.
+   */
+  private secondChance(): boolean {
+    const c = this.c;
+    const r = c.ring!;
+    const k = c.key;
+    const hi = k.hi;
+    const fold = c.v6 ? hi[0]! ^ hi[1]! ^ hi[2]! ^ hi[3]! ^ hi[4]! ^ hi[5]! : 0;
+    const o = L.permitOffset() + L.permitIndex(k.proto, k.src, k.ports, k.dst, fold) * L.PERMIT_WORDS;
+    const exp = Atomics.load(r, o + L.PERMIT_EXPIRES);
+    if (exp === 0 || ((exp - c.now) | 0) <= 0) return false;
+    if (r[o] !== k.proto || r[o + 1] !== k.src || r[o + 2] !== k.ports || r[o + 3] !== k.dst || r[o + 4] !== fold) return false;
+    Atomics.store(r, o + L.PERMIT_EXPIRES, 0);
+    c.counters[L.C_SECOND_CHANCE]!++;
+    return true;
+  }
+
   private park(b: Uint8Array): number {
     const c = this.c;
     // Replayed later without offload metadata: the checksum must be whole.

@@ -36,6 +36,12 @@ export interface CompiledService extends SchedService {
   netmask: number;
   /** IPv6: the persistence prefix as four mask words (ipvsadm -M for IPv6 is a prefix length). */
   netmask6: Int32Array | null;
+  /**
+   * sloppy_tcp / sloppy_sctp for this service (docs/sloppy.md): a TCP segment without SYN (not a
+   * RST), an SCTP chunk other than INIT (not an ABORT), with no connection may start one — after
+   * Redis, when configured, knew nothing of it (lb/core.ts).
+   */
+  sloppy: boolean;
 }
 
 export interface Snapshot {

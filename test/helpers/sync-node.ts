@@ -88,6 +88,8 @@ export interface NodeOptions {
   tableSize?: number;
   /** The `timeouts:` section (seconds), e.g. { tcp: 8 } for a short ESTABLISHED timeout. */
   timeouts?: Record<string, unknown>;
+  /** The service's scheduler (default rr). */
+  scheduler?: string;
 }
 
 /** One node: `run` a packet through it; `apply` another list of real servers (a reload). */
@@ -100,7 +102,7 @@ export function syncNode(id: string, o: NodeOptions) {
         protocol: o.protocol ?? 'tcp',
         address: VIP,
         port: 80,
-        scheduler: 'rr',
+        scheduler: o.scheduler ?? 'rr',
         realServers: servers.map((a) => ({ address: a, port: 8080 })),
       },
     ],

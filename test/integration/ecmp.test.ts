@@ -53,8 +53,12 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
   };
 
   /** uvsd on nodes ks (in parallel), each connected to Redis, and the router spreading over them. */
-  const startNodes = async (ks: number[], o: { cluster?: boolean; redis?: boolean; extra?: Record<string, unknown> } = {}) => {
-    await Promise.all(ks.map((k) => lab.startUvsd(k, { ...lab.config(k, services(), o), ...o.extra })));
+  const startNodes = async (
+    ks: number[],
+    o: { cluster?: boolean; redis?: boolean; extra?: Record<string, unknown>; sloppy?: boolean } = {},
+  ) => {
+    const svcs = o.sloppy === undefined ? services() : services().map((x) => ({ ...x, sloppy: o.sloppy }));
+    await Promise.all(ks.map((k) => lab.startUvsd(k, { ...lab.config(k, svcs, o), ...o.extra })));
     for (const k of ks) {
       const deadline = Date.now() + 10000;
       while (o.redis !== false && !(await stats(k)).redis?.connected) {
@@ -516,24 +520,71 @@ describe('ECMP: LB nodes active-active behind BGP multipath, flows carried acros
     assert.ok(own0[0]! > 0 && adopted >= own0[0]!, `nodes 2 and 3 adopted at least node 1's ${own0[0]} flows (${adopted})`);
   });
 
-  test('control: without Redis the same kill loses exactly the flows the router moved', async () => {
-    await startNodes([1, 2, 3], { redis: false });
-    const st = echoStreams(lab.ns.cl, LAB_VIP, PORT, 40, 6);
+  /** Without Redis: `count` streams, node `victim` killed; what moved and what was lost. */
+  const killWithoutRedis = async (count: number, sloppy?: boolean) => {
+    await startNodes([1, 2, 3], { redis: false, ...(sloppy === undefined ? {} : { sloppy }) });
+    const st = echoStreams(lab.ns.cl, LAB_VIP, PORT, count, 8);
     const ready = await st.ready;
-    await sleep(2000);
+    assert.equal(ready.ready, count);
+    await sleep(1000); // the streams are under way on their nodes (no Redis to wait for)
     const before = lab.nodeOfFlows(ready.ports, PORT);
+    const sloppy0 = await Promise.all([2, 3].map(async (k) => (await stats(k)).sloppyConnections));
     await lab.killNode(1);
     killed.add(1);
     await lab.waitNexthops([2, 3]);
     const after = lab.nodeOfFlows(ready.ports, PORT);
     const ss = await st.done;
+    const sloppy1 = await Promise.all([2, 3].map(async (k) => (await stats(k)).sloppyConnections));
     const movedPorts = ready.ports.filter((_p, i) => before[i] !== after[i]).sort();
     const lostPorts = ss
       .filter((s) => s.error !== null || s.echoed !== s.sent)
       .map((s) => s.port)
       .sort();
-    figure(`control without Redis: 40 streams, ${movedPorts.length} moved by the kill, ${lostPorts.length} lost`);
-    assert.ok(movedPorts.length > 0);
-    assert.deepEqual(lostPorts, movedPorts, 'the moved flows, and only they, are lost: what Redis saves in the tests above');
+    return { movedPorts, lostPorts, sloppy: sloppy1[0]! - sloppy0[0]! + sloppy1[1]! - sloppy0[1]! };
+  };
+
+  test('without Redis, mh with sloppy_tcp (auto, the default): a node killed under 100 streams loses none, the survivors start the moved ones', async () => {
+    const r = await killWithoutRedis(100);
+    figure(
+      `without Redis, sloppy: 100 streams, ${r.movedPorts.length} moved by the kill, ${r.lostPorts.length} lost, ${r.sloppy} started sloppily`,
+    );
+    assert.ok(r.movedPorts.length > 0);
+    assert.deepEqual(r.lostPorts, [], 'no stream lost: the survivors send each moved one to the server mh gave it');
+    assert.ok(r.sloppy >= r.movedPorts.length, `every moved stream started on a survivor by a mid-flow packet (${r.sloppy})`);
+  });
+
+  test('without Redis, sloppy: a fourth node joining mid-stream takes over its share of 100 streams, none lost', async () => {
+    await startNodes([1, 2, 3], { redis: false });
+    const st = echoStreams(lab.ns.cl, LAB_VIP, PORT, 100, 8);
+    const ready = await st.ready;
+    assert.equal(ready.ready, 100);
+    await sleep(1000);
+    const before = lab.nodeOfFlows(ready.ports, PORT);
+    lab.addNode(4);
+    lab.startBird(4);
+    await lab.startUvsd(4, lab.config(4, services(), { redis: false }));
+    await lab.waitNexthops([1, 2, 3, 4]);
+    const after = lab.nodeOfFlows(ready.ports, PORT);
+    const ss = await st.done;
+    const lost = ss.filter((s) => s.error !== null || s.echoed !== s.sent);
+    const toNode4 = after.filter((k, i) => k === 4 && before[i] !== 4).length;
+    const s4 = await stats(4);
+    figure(
+      `without Redis, sloppy: node 4 joins under 100 streams, ${toNode4} moved to it, ${lost.length} lost, ${s4.sloppyConnections} started sloppily there`,
+    );
+    assert.ok(toNode4 > 0, 'the router moved some streams to node 4');
+    assert.deepEqual(
+      lost.map((s) => s.port),
+      [],
+    );
+    assert.ok(s4.sloppyConnections >= toNode4);
+  });
+
+  test('control: without Redis and with sloppyTcp off, the same kill loses exactly the flows the router moved', async () => {
+    const r = await killWithoutRedis(40, false);
+    figure(`control without Redis, sloppy off: 40 streams, ${r.movedPorts.length} moved by the kill, ${r.lostPorts.length} lost`);
+    assert.ok(r.movedPorts.length > 0);
+    assert.deepEqual(r.lostPorts, r.movedPorts, 'the moved flows, and only they, are lost: what Redis or sloppy saves in the tests above');
+    assert.equal(r.sloppy, 0);
   });
 });

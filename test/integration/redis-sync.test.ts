@@ -13,10 +13,10 @@ import type { ChildProcess } from 'node:child_process';
 import Redis from 'ioredis';
 import * as L from '../../conntrack/layout';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { DROP, FORWARD } from '../../lb/verdict';
+import { DROP, FORWARD, REPLY } from '../../lb/verdict';
 import { field, tcp } from '../helpers/packets';
 import { freePorts } from '../helpers/ports';
-import { hasCommand, RS, startRedis, syncNode, VIP, waitFor, openFlow, storedPorts, type SyncNode } from '../helpers/sync-node';
+import { hasCommand, RS, sleep, startRedis, syncNode, VIP, waitFor, openFlow, storedPorts, type SyncNode } from '../helpers/sync-node';
 
 const skip = hasCommand('redis-server') ? false : 'redis-server missing';
 const [PORT, LATE_PORT] = freePorts(2) as [number, number];
@@ -302,6 +302,83 @@ test('a server a drain deleted is served to flows no count saw (a node started a
   } finally {
     await a.stop();
     await c?.stop();
+  }
+});
+
+test('a mid-flow packet Redis knows nothing of gets a second chance on its next miss: scheduled (sloppy mh), or refused with a RST (rr)', {
+  skip,
+  timeout: 60_000,
+}, async () => {
+  const P = 's:';
+  const mh = syncNode('m', { redis: { url: url(), keyPrefix: P }, scheduler: 'mh' });
+  const rr = syncNode('r', { redis: { url: url(), keyPrefix: P } });
+  mh.sync.start();
+  rr.sync.start();
+  try {
+    await waitFor('connected', () => mh.sync.stats.connected && rr.sync.stats.connected);
+    const ack = (sport: number) => tcp({ src: '192.0.2.60', dst: VIP, sport, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(8) });
+    // Each node its own flow: the flow mh starts is written to Redis, where rr would find it.
+    for (const [n, name, sport] of [
+      [mh, 'mh', 49000],
+      [rr, 'rr', 49010],
+    ] as const) {
+      // The first miss drops (a live node's record may be on its way); so does one too soon after.
+      assert.equal(n.run(ack(sport)), DROP, `${name}: parked`);
+      await waitFor(`${name}: the first miss`, () => n.sync.stats.lookups.miss === 1);
+      assert.equal(n.run(ack(sport)), DROP);
+      await waitFor(`${name}: the second miss`, () => n.sync.stats.lookups.miss === 2);
+      assert.equal(n.sync.stats.secondChances, 0, `${name}: no second chance within ${L.PERMIT_MIN_MS} ms`);
+      assert.equal(n.replayed.length, 0);
+      // The client's next retransmission, later: its second chance.
+      await sleep(L.PERMIT_MIN_MS + 50);
+      assert.equal(n.run(ack(sport)), DROP, `${name}: parked again`);
+      await waitFor(`${name}: the second chance`, () => n.replayed.length === 1);
+      assert.equal(n.sync.stats.secondChances, 1);
+      assert.equal(n.counter(L.C_SECOND_CHANCE), 1, `${name}: the worker took the permit`);
+    }
+    // mh is consistent: sloppy (auto) schedules the packet; rr is not: a RST answers it.
+    assert.equal(mh.replayed[0]!.verdict, FORWARD);
+    assert.ok(RS.includes(mh.replayed[0]!.dst));
+    assert.equal(mh.counter(L.C_SLOPPY), 1);
+    assert.equal(mh.run(ack(49000)), FORWARD, 'later packets find the entry');
+    assert.equal(rr.replayed[0]!.verdict, REPLY, 'a RST to the client');
+    assert.equal(rr.counter(L.C_SLOPPY), 0);
+    // A flow whose record arrives between its misses is adopted, never given a second chance.
+    const a = syncNode('a', { redis: { url: url(), keyPrefix: P }, scheduler: 'mh' });
+    a.sync.start();
+    await waitFor('a connected', () => a.sync.stats.connected);
+    assert.equal(mh.run(ack(49100)), DROP);
+    await waitFor('the first miss', () => mh.sync.stats.lookups.miss === 3);
+    const x = openFlow(a, '192.0.2.60', 49100);
+    await waitFor('its record', async () => (await storedPorts(PORT, P)).includes(49100));
+    await sleep(L.PERMIT_MIN_MS + 50);
+    const pkt = ack(49100);
+    if (mh.run(pkt) === FORWARD) assert.equal(field(pkt).dst, x, 'adopted from the shadow the change stream brought');
+    else {
+      await waitFor('the adoption', () => mh.replayed.length === 2);
+      assert.deepEqual(mh.replayed[1], { verdict: FORWARD, dst: x }, 'adopted from the record a lookup found');
+    }
+    assert.equal(mh.sync.stats.secondChances, 1, 'no second chance for a flow Redis knew');
+    await a.stop();
+  } finally {
+    await mh.stop();
+    await rr.stop();
+  }
+});
+
+test('Redis unreachable: a mid-flow packet still gets its second chance (no silent black hole)', { skip, timeout: 30_000 }, async () => {
+  const n = syncNode('u', { redis: { url: 'redis://127.0.0.1:1', keyPrefix: 'u:' }, scheduler: 'mh' });
+  n.sync.start();
+  try {
+    const ack = () => tcp({ src: '192.0.2.61', dst: VIP, sport: 49200, dport: 80, flags: TCPF_ACK, payload: new Uint8Array(8) });
+    assert.equal(n.run(ack()), DROP);
+    await waitFor('the first packet read', () => n.sync.stats.lookups.error === 1);
+    await sleep(L.PERMIT_MIN_MS + 50);
+    assert.equal(n.run(ack()), DROP);
+    await waitFor('the second chance', () => n.replayed.length === 1);
+    assert.equal(n.replayed[0]!.verdict, FORWARD, 'scheduled (sloppy mh)');
+  } finally {
+    await n.stop();
   }
 });
 
