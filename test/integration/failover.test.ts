@@ -16,9 +16,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ConnectionsResponse, ServicesResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
-import { blobDownload, runTool, type Download } from '../../lab/clients';
+import { blobDownload, echoStreams, runTool, type Download } from '../../lab/clients';
 import { FailoverLab, LAB_VRRP, REDIS_ADDR, waitFor, type LbNode } from '../../lab/failover-lab';
-import { LAB_VIP, LAB_VIP6 } from '../../lab/lab';
+import { LAB_VIP, LAB_VIP6, sleep } from '../../lab/lab';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const TOOLS = join(ROOT, 'dist', 'lab', 'tools.js');
@@ -240,6 +240,33 @@ describe('two nodes, keepalived, one Redis: flows survive the death of a node', 
     assert.deepEqual(await checkStreams(ss), { started: 3, completed: 3, broken: 0 });
     assert.ok((await stats('lb2')).adopted >= 3, 'lb2 carried all three');
     assert.equal((await realServers('lb2', 80)).find((r) => r.address === rs[0])!.weight, 0);
+  });
+
+  test('without Redis, masq with mh and sloppy_tcp (auto): streams through lb1 go on through lb2 after its uvsd is killed', async () => {
+    // Issue 33: lb2 has no record and no shadow; sloppy starts each moved flow on its first packet
+    // and mh sends it to the server lb1 had chosen; the servers' replies come back through the
+    // gateway, which moved to lb2 with the VIP.
+    const mhEcho = [
+      { protocol: 'tcp', address: LAB_VIP, port: 7, scheduler: 'mh', realServers: rs.map((a) => ({ address: a, port: 9007 })) },
+    ];
+    for (const n of ['lb1', 'lb2'] as const) await lab.startUvsd(n, lab.config(n, mhEcho, { redis: null }));
+    await lab.startVrrp('lb1');
+    const st = echoStreams(lab.ns.cl, LAB_VIP, 7, 20, 10);
+    const ready = await st.ready;
+    assert.equal(ready.ready, 20);
+    await sleep(1000);
+    const f = await lab.failover('uvsd');
+    assert.equal(f.node, 'lb2');
+    const ss = await st.done;
+    const lost = ss.filter((s) => s.error !== null || s.bad !== 0 || s.echoed !== s.sent);
+    const s2 = await stats('lb2');
+    console.log(`# failover without Redis (mh, sloppy): 20 streams, lost ${lost.length}, started sloppily on lb2 ${s2.sloppyConnections}`);
+    assert.deepEqual(
+      lost.map((s) => ({ port: s.port, server: s.server, error: s.error })),
+      [],
+      'no stream lost',
+    );
+    assert.ok(s2.sloppyConnections >= 20, `lb2 started every stream from a mid-flow packet (${s2.sloppyConnections})`);
   });
 
   test('a UDP flow keeps its real server across the failover: lb2 adopts it instead of scheduling it anew', async () => {
