@@ -5,6 +5,7 @@
  * already declare — a real server's view, the counters, a health verdict, the defenses, the
  * announcement — is used as it is, so each shape still lives in one place.
  */
+import type { ListenerStatus } from './listen';
 import type { DefenseView } from '../conntrack/defense';
 import type { SyncStats } from '../conntrack/redis-sync';
 import type { IoPath, SteeringPath } from '../lb/tun';
@@ -149,6 +150,11 @@ export interface StatsResponse {
   stateFileSkipped: number;
   defense: DefenseResponse;
   announce: AnnounceStatus;
+  /**
+   * The TCP listeners (api.listen, metrics, healthz): one whose port another process holds is
+   * not listening, names the holder and is tried again every 2 s (docs/control-plane.md).
+   */
+  listeners: ListenerStatus[];
 }
 
 /** A real server being drained (GET /v1/drains, uvsadm -L --drain). */
@@ -175,6 +181,18 @@ export interface DrainsResponse {
 /** GET /v1/health: one verdict per checked real server. */
 export interface HealthResponse {
   checks: HealthState[];
+}
+
+/**
+ * GET /healthz and /livez (kube-proxy's shape), on the admin API's unix socket and on the healthz
+ * listener: 200 while every worker runs, 503 otherwise. Only the answer on the root-only socket
+ * proves that uvsd gave it (docs/failover.md, "The track script").
+ */
+export interface HealthzResponse {
+  lastUpdated: string;
+  currentTime: string;
+  healthy: boolean;
+  workers: { id: number; up: boolean; restarts: number }[];
 }
 
 /** GET /v1/timeouts (ipvsadm -L --timeout), seconds. */

@@ -3,7 +3,7 @@
  * socket 0600); nothing listens on the network unless configured. Every error answer is
  * { code, message } with a code from errors.ts.
  */
-import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, statSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
@@ -22,6 +22,7 @@ import type {
   DefenseResponse,
   DrainsResponse,
   HealthResponse,
+  HealthzResponse,
   InfoResponse,
   KillWorkerResponse,
   MaintenanceResponse,
@@ -33,7 +34,7 @@ import type {
 } from './api-types';
 import type { Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
-import { tokenOk } from './listen';
+import { listenOrWait, tokenOk, type ListenerStatus } from './listen';
 import { DEFAULT_PROTOCOL, validateRealServer, validateService } from './config';
 import {
   BATCH,
@@ -51,6 +52,7 @@ import { applyEdits, type EditOp, type ServiceRef } from './edits';
 import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
 import { CAPTURE, type CaptureRequest } from './capture';
 import { memoryView } from './memory';
+import { healthzView } from './metrics';
 import { ERRORS, UvsError, type ErrorCode } from './errors';
 import { badHostMessage, hostGuard, redactSecrets } from './http-guard';
 import { serviceKey } from './services';
@@ -59,6 +61,8 @@ import { run, type JsonSchema, type Schema } from './schema';
 
 export interface ApiServer {
   close(): Promise<void>;
+  /** The TCP listener's state (api.listen), if one is configured. */
+  listeners(): ListenerStatus[];
 }
 
 export function connectionsView(d: Daemon, limit: number, offset: number): ConnectionsResponse {
@@ -162,6 +166,7 @@ export function statsView(d: Daemon): StatsResponse {
     stateFileSkipped: d.stateSkipped,
     defense: defenseView(d),
     announce: d.announcer.status(),
+    listeners: d.listenerStatus(),
   };
 }
 
@@ -240,6 +245,14 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
       configFile: d.configFile,
     }),
   );
+  // Health on the root-only socket: only uvsd can answer here (keepalived's track script asks
+  // this, not the healthz TCP port, which any local user may hold while uvsd is down).
+  for (const path of ['/healthz', '/livez']) {
+    app.get(path, async (_req, reply): Promise<HealthzResponse> => {
+      const h = healthzView(d);
+      return reply.status(h.status).send(h.body);
+    });
+  }
   app.get('/v1/services', async () => servicesView(d));
   app.get(
     '/v1/connections',
@@ -538,18 +551,40 @@ function rateBlocks(d: Daemon): number[] {
 
 export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { listen: string; token?: string }): Promise<ApiServer> {
   const app = buildApi(d, log);
-  let tcpApp: FastifyInstance | null = null;
+  let tcpListener: Awaited<ReturnType<typeof listenOrWait>> | null = null;
   if (tcp?.listen) {
     const hp = splitHostPort(tcp.listen)!;
     const host = hp.host.replace(/^\[|\]$/g, '');
     // Loopback too: any local user (or a browser page) reaches a loopback port; root-only is the socket.
     if (!tcp.token) throw new UvsError('UVS_ERR_CONFIG_INVALID', `refusing to serve the API on ${tcp.listen} without a token`, 'api.token');
-    tcpApp = buildApi(d, log, { host, token: tcp.token });
-    await tcpApp.listen({ host, port: hp.port });
-    log.info({ listen: tcp.listen, token: 'required' }, 'API listening on TCP');
+    const token = tcp.token;
+    tcpListener = await listenOrWait(
+      'api',
+      tcp.listen,
+      async () => {
+        const tcpApp = buildApi(d, log, { host, token });
+        try {
+          await tcpApp.listen({ host, port: hp.port });
+        } catch (e) {
+          await tcpApp.close();
+          throw e;
+        }
+        log.info({ listen: tcp.listen, token: 'required' }, 'API listening on TCP');
+        return { close: () => tcpApp.close() };
+      },
+      log,
+    );
   }
   const dir = dirname(socket);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // keepalived's track script trusts a /healthz answer on this socket because only uvsd's user
+  // can create it (docs/failover.md): not so in a directory someone else owns or may write.
+  const ds = statSync(dir);
+  if (ds.uid !== process.getuid?.() || (ds.mode & 0o022) !== 0)
+    log.warn(
+      { dir, uid: ds.uid, mode: (ds.mode & 0o777).toString(8) },
+      'the API socket directory is not ours alone: another user could listen in uvsd’s place while it is down (answers there prove nothing)',
+    );
   if (existsSync(socket)) unlinkSync(socket); // a stale socket of a dead daemon
   await app.listen({ path: socket });
   chmodSync(socket, 0o600);
@@ -559,9 +594,10 @@ export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { l
   return {
     close: async () => {
       clearInterval(estimator);
-      await tcpApp?.close();
+      await tcpListener?.close();
       await app.close();
       if (existsSync(socket)) unlinkSync(socket);
     },
+    listeners: () => tcpListener?.listeners() ?? [],
   };
 }

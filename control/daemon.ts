@@ -24,6 +24,7 @@ import { Capturer } from './capture';
 import { UvsError } from './errors';
 import { serviceKey, ServiceModel, type PersistedDrain } from './services';
 import { inAnyCidr } from '../net/addr';
+import type { ListenerStatus } from './listen';
 import { StatsReader } from './stats';
 import { validateStateDrains } from './state-file';
 
@@ -39,6 +40,8 @@ const RAMP_TICK_MS = 250;
 /** A listener the daemon closes when it stops. */
 export interface Endpoint {
   close(): Promise<void>;
+  /** Its TCP listeners' state (a port another process holds is tried again: listen.ts listenOrWait). */
+  listeners?(): ListenerStatus[];
 }
 
 /**
@@ -232,6 +235,11 @@ export class Daemon {
       'uvsd started',
     );
     return d;
+  }
+
+  /** The TCP listeners' state (api.listen, metrics, healthz). */
+  listenerStatus(): ListenerStatus[] {
+    return this.endpoints.flatMap((e) => e.listeners?.() ?? []);
   }
 
   /**

@@ -15,6 +15,7 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import { memoryView } from './memory';
 import * as L from '../conntrack/layout';
+import type { HealthzResponse } from './api-types';
 import type { Daemon } from './daemon';
 import { listenHttp, tokenOk, type HttpEndpoint } from './listen';
 
@@ -236,6 +237,14 @@ export function buildRegistry(d: Daemon): Registry {
   counterFrom('uvs_worker_restarts_total', 'Dataplane worker restarts.', ['worker'], (c) => {
     for (const w of d.dataplane.workerInfo()) c.inc({ worker: String(w.id) }, w.restarts);
   });
+  gaugeFrom(
+    'uvs_listener_up',
+    '1 while a TCP listener (api, metrics, healthz) listens; 0 while another process holds its port (uvsd tries again every 2 s).',
+    ['listener', 'address'],
+    (g) => {
+      for (const l of d.listenerStatus()) g.set({ listener: l.name, address: l.address }, l.listening ? 1 : 0);
+    },
+  );
   gaugeFrom('uvs_drain_list_size', 'Real servers being drained (graceful termination).', [], (g) => g.set(d.model.drains().length));
   counterFrom(
     'uvs_drains_total',
@@ -481,7 +490,27 @@ export function startMetrics(d: Daemon, address: string, token: string | undefin
   });
 }
 
-/** kube-proxy-style health: 200 while every worker runs, 503 otherwise. */
+/** kube-proxy-style health: 200 while every worker runs, 503 otherwise (GET /healthz, /livez). */
+export function healthzView(d: Daemon): { status: 200 | 503; body: HealthzResponse } {
+  const workers = d.dataplane.workerInfo();
+  const healthy = workers.length > 0 && workers.every((w) => w.ready);
+  const now = new Date().toISOString();
+  return {
+    status: healthy ? 200 : 503,
+    body: {
+      lastUpdated: healthy ? now : new Date(d.lastSnapshotAt).toISOString(),
+      currentTime: now,
+      healthy,
+      workers: workers.map((w) => ({ id: w.id, up: w.ready, restarts: w.restarts })),
+    },
+  };
+}
+
+/**
+ * The healthz listener (healthz.address, 127.0.0.1:10256 by default), for kubelet-style probes. Any
+ * local user can listen on that port while uvsd does not, so an answer here does not prove uvsd
+ * gave it: keepalived asks the admin API's root-only socket instead (examples/keepalived).
+ */
 export function startHealthz(d: Daemon, address: string, token: string | undefined): Promise<HttpEndpoint> {
   return listenHttp(address, (req, res) => {
     if (!tokenOk(req, token)) {
@@ -492,16 +521,7 @@ export function startHealthz(d: Daemon, address: string, token: string | undefin
       res.writeHead(404).end();
       return;
     }
-    const workers = d.dataplane.workerInfo();
-    const healthy = workers.length > 0 && workers.every((w) => w.ready);
-    const now = new Date().toISOString();
-    res.writeHead(healthy ? 200 : 503, { 'content-type': 'application/json' }).end(
-      JSON.stringify({
-        lastUpdated: healthy ? now : new Date(d.lastSnapshotAt).toISOString(),
-        currentTime: now,
-        healthy,
-        workers: workers.map((w) => ({ id: w.id, up: w.ready, restarts: w.restarts })),
-      }),
-    );
+    const h = healthzView(d);
+    res.writeHead(h.status, { 'content-type': 'application/json' }).end(JSON.stringify(h.body));
   });
 }
