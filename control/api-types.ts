@@ -5,7 +5,6 @@
  * already declare — a real server's view, the counters, a health verdict, the defenses, the
  * announcement — is used as it is, so each shape still lives in one place.
  */
-import type { ListenerStatus } from './listen';
 import type { DefenseView } from '../conntrack/defense';
 import type { SyncStats } from '../conntrack/redis-sync';
 import type { IoPath, SteeringPath } from '../lb/tun';
@@ -15,8 +14,10 @@ import type { UvsConfig } from './config';
 import type { DisruptionPreview } from './disruption';
 import type { ErrorCode } from './errors';
 import type { HealthState } from './health';
+import type { ListenerStatus } from './listen';
 import type { MemoryView } from './memory';
 import type { RealServerView } from './services';
+import type { ControlThreadView } from './slices';
 import type { FlowRates, FlowStats, PacketCounters } from './stats';
 
 /** Every refusal and failure: a code of errors.ts (docs/errors.md), the reason, the field if any. */
@@ -155,6 +156,12 @@ export interface StatsResponse {
    * not listening, names the holder and is tried again every 2 s (docs/control-plane.md).
    */
   listeners: ListenerStatus[];
+  /**
+   * The control thread's responsiveness (control/slices.ts): event-loop delay (longest since the
+   * start, in the open one-second window, and in each of the last 60) and the sliced jobs by kind
+   * (apply, publish, capture): how many, how many slices, the longest slice.
+   */
+  controlThread: ControlThreadView;
 }
 
 /** A real server being drained (GET /v1/drains, uvsadm -L --drain). */

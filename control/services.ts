@@ -48,6 +48,7 @@ import type { ReplyRule } from '../lb/dataplane';
 import { getScheduler } from '../schedulers/registry';
 import { schedFlagBits, type DestListChange, type SchedDest } from '../schedulers/types';
 import type { RealServerConfig, ServiceConfig, UvsConfig } from './config';
+import { runAll } from './slices';
 
 const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, tunnel: L.FWD_TUNNEL };
 const PP: Record<string, number> = { v1: PP_V1, v2: PP_V2 };
@@ -101,6 +102,15 @@ interface RsSlotInfo {
   port: number;
   /** In a service's list (false = trash). */
   listed: boolean;
+}
+
+/** A service as list() shows it. */
+export interface ListedService {
+  key: string;
+  cfg: ServiceConfig;
+  slot: number;
+  removing: boolean;
+  realServers: (RealServerView & { lastWeight: number })[];
 }
 
 export interface DrainEntry {
@@ -205,6 +215,17 @@ export class ServiceModel {
 
   /** Applies a validated configuration; returns the new snapshot. Throws before changing anything if slots run out. */
   apply(cfg: UvsConfig): Snapshot {
+    return runAll(this.applySteps(cfg));
+  }
+
+  /**
+   * apply() as steps (control/slices.ts runSliced): one step per real server added, edited or
+   * removed, so the control thread can answer between them. Its caller must keep every other
+   * change of the model (health verdicts, drains, slow start, the trash) for after the last step.
+   * The shared real-server and scheduler regions change step by step, as they always did while
+   * the operations ran; the snapshot with the new lists is returned, and published, at the end.
+   */
+  *applySteps(cfg: UvsConfig): Generator<void, Snapshot> {
     this.vipCidrs = cfg.dataplane.vipCidrs;
     this.answerPing = cfg.dataplane.answerPing;
     this.expireNodestConn = cfg.gracefulTermination.expireNodestConn;
@@ -227,12 +248,13 @@ export class ServiceModel {
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
     this.checkCapacity(wanted);
     for (const live of [...this.services.values()]) {
-      if (!wanted.has(live.key) && !live.removing) this.removeService(live);
+      if (!wanted.has(live.key) && !live.removing) yield* this.removeService(live);
     }
     for (const [key, s] of wanted) {
       const live = this.services.get(key);
-      if (live) this.editService(live, s);
-      else this.addService(s);
+      if (live) yield* this.editService(live, s);
+      else yield* this.addService(s);
+      yield;
     }
     return this.snapshot();
   }
@@ -287,7 +309,7 @@ export class ServiceModel {
     });
   }
 
-  private addService(s: ServiceConfig): void {
+  private *addService(s: ServiceConfig): Generator<void> {
     const key = serviceKey(s);
     const slot = this.freeSvc.pop()!;
     this.onFreshServiceSlot?.(slot);
@@ -309,10 +331,13 @@ export class ServiceModel {
     const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false, nextTick: null, lastRampStep: 0 };
     this.services.set(key, live);
     this.bindScheduler(live);
-    for (const r of s.realServers) this.addDest(live, r);
+    for (const r of s.realServers) {
+      this.addDest(live, r);
+      yield;
+    }
   }
 
-  private editService(live: LiveService, s: ServiceConfig): void {
+  private *editService(live: LiveService, s: ServiceConfig): Generator<void> {
     const schedChanged = s.scheduler !== live.cfg.scheduler || s.mhTableSize !== live.cfg.mhTableSize;
     live.removing = false;
     live.cfg = s;
@@ -327,6 +352,7 @@ export class ServiceModel {
     for (const d of [...live.compiled.dests]) {
       const k = `${destAddr(d)}:${d.port}`;
       if (!want.has(k)) this.removeDest(live, k);
+      yield;
     }
     for (const [k, r] of want) {
       const slotKey = `${live.key}|${k}`;
@@ -346,6 +372,7 @@ export class ServiceModel {
         this.delDest(live, k);
         this.startRamp(live, k, r);
         this.addDest(live, r);
+        yield;
         continue;
       }
       const old = live.rsCfg.get(k);
@@ -360,19 +387,24 @@ export class ServiceModel {
       ) {
         this.editDest(live, k, r);
       }
+      yield;
     }
     // -a for new ones, in configuration order
     for (const [k, r] of want) {
       if (live.rsCfg.has(k)) continue;
       this.startRamp(live, k, r);
       this.addDest(live, r);
+      yield;
     }
   }
 
   /** The service is no longer configured: delete it, or keep it while its TCP servers drain. */
-  private removeService(live: LiveService): void {
+  private *removeService(live: LiveService): Generator<void> {
     live.removing = true;
-    for (const d of [...live.compiled.dests]) this.removeDest(live, `${destAddr(d)}:${d.port}`);
+    for (const d of [...live.compiled.dests]) {
+      this.removeDest(live, `${destAddr(d)}:${d.port}`);
+      yield;
+    }
     if (live.compiled.dests.length === 0) this.deleteService(live);
   }
 
@@ -494,7 +526,7 @@ export class ServiceModel {
         continue;
       }
       if (!live) {
-        this.addService({ ...d.serviceConfig, realServers: [] });
+        runAll(this.addService({ ...d.serviceConfig, realServers: [] }));
         live = this.services.get(d.service)!;
         live.removing = true;
       }
@@ -824,17 +856,39 @@ export class ServiceModel {
   }
 
   /** Services with their real servers in kernel list order, for the API. */
-  list(): { key: string; cfg: ServiceConfig; slot: number; removing: boolean; realServers: (RealServerView & { lastWeight: number })[] }[] {
-    return [...this.services.values()].map((l) => ({
-      key: l.key,
-      cfg: l.cfg,
-      slot: l.slot,
-      removing: l.removing,
-      realServers: l.compiled.dests.map((d) => {
-        const k = `${destAddr(d)}:${d.port}`;
-        return { ...this.rsView(l, k, d.rs, l.rsCfg.get(k)!), lastWeight: d.lastWeight ?? d.weight };
-      }),
-    }));
+  list(): ListedService[] {
+    return [...this.eachService()];
+  }
+
+  /**
+   * list() one service at a time, for readers that let the event loop turn between services
+   * (GET /v1/services, the metrics: control/slices.ts). The services are those of the moment it
+   * starts; a service removed meanwhile still comes, as it was.
+   */
+  *eachService(): Generator<ListedService> {
+    for (const l of [...this.services.values()]) {
+      yield {
+        key: l.key,
+        cfg: l.cfg,
+        slot: l.slot,
+        removing: l.removing,
+        realServers: l.compiled.dests.map((d) => {
+          const k = `${destAddr(d)}:${d.port}`;
+          return { ...this.rsView(l, k, d.rs, l.rsCfg.get(k)!), lastWeight: d.lastWeight ?? d.weight };
+        }),
+      };
+    }
+  }
+
+  /** The counter slots of every service and of its listed real servers (the rate estimator, totals), without building views. */
+  counterSlots(): { services: number[]; realServers: number[] } {
+    const services: number[] = [];
+    const realServers: number[] = [];
+    for (const l of this.services.values()) {
+      services.push(l.slot);
+      for (const d of l.compiled.dests) realServers.push(d.rs);
+    }
+    return { services, realServers };
   }
 
   private rsView(live: LiveService, k: string, slot: number, r: RealServerConfig): RealServerView {
