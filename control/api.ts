@@ -347,11 +347,11 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     const b = req.body as { service?: ServiceRef };
     // Any spelling of an IPv6 address finds the service, as every other lookup (refFrom) does.
     const ref = b.service ? { ...b.service, address: canonAddr(b.service.address) as string } : undefined;
-    const list = d.model.list().filter((s) => !ref || s.key === serviceKey(ref));
+    const list = d.model.counterSlots(ref && serviceKey(ref));
     if (ref && list.length === 0) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${serviceKey(ref)}`, 'service');
     for (const s of list) {
       d.stats.zeroService(s.slot);
-      for (const r of s.realServers) d.stats.zeroRealServer(r.slot);
+      for (const r of s.realServers) d.stats.zeroRealServer(r);
     }
     return { ok: true, zeroed: list.length };
   });
@@ -417,8 +417,7 @@ function editBody(json: JsonSchema) {
 
 /** The counter blocks whose rates the estimator follows (ipvsadm --rate): every listed service and real server. */
 function rateBlocks(d: Daemon): number[] {
-  const { services, realServers } = d.model.counterSlots();
-  return [...services.map((s) => d.stats.serviceBase(s)), ...realServers.map((r) => d.stats.realServerBase(r))];
+  return d.model.counterSlots().flatMap((s) => [d.stats.serviceBase(s.slot), ...s.realServers.map((r) => d.stats.realServerBase(r))]);
 }
 
 export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { listen: string; token?: string }): Promise<ApiServer> {

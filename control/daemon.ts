@@ -182,8 +182,7 @@ export class Daemon {
           target: (service, realServer) => model.flowTarget(service, realServer),
           counts: () => {
             const out: Record<string, [number, number]> = {};
-            for (const s of model.list())
-              for (const r of s.realServers) out[`${s.key}|${r.address}:${r.port}`] = [r.activeConns, r.inactConns];
+            for (const r of model.eachRealServer()) out[`${r.service}|${r.address}:${r.port}`] = [r.activeConns, r.inactConns];
             return out;
           },
         },
@@ -226,7 +225,6 @@ export class Daemon {
       d.mtuTimer = setInterval(() => void d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       watchFullGcs(); // memory.heapAfterFullGc (control/memory.ts)
-      watchLoopDelay(); // GET /v1/stats controlThread (control/slices.ts)
       d.defenseTimer = setInterval(() => d.defense.tick(), DEFENSE_PERIOD_MS);
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.rampTimer = setInterval(() => {
@@ -239,6 +237,9 @@ export class Daemon {
       d.fileHash = d.hashFile();
       d.startReloadTriggers();
       await serve(d, (e) => d.endpoints.push(e));
+      // From here requests come: GET /v1/stats controlThread (control/slices.ts). Start-up (the
+      // listeners' routes compiled, ~50–90 ms in one piece) is before any request can wait.
+      watchLoopDelay();
       // Last: traffic is drawn here only once everything that carries it runs.
       d.announcer.start(() => d.sync === null || d.sync.stats.connected);
     } catch (e) {
@@ -335,14 +336,12 @@ export class Daemon {
     const n6 = f.addresses.filter((a) => a.includes(':')).length;
     const n4 = f.addresses.length - n6;
     const use = new Map<string, PoolUse>();
-    for (const s of this.model.list()) {
-      for (const r of s.realServers) {
-        if (r.forwarding !== 'fullnat') continue;
-        const key = `${s.cfg.protocol} ${r.address.includes(':') ? `[${r.address}]` : r.address}:${r.port}`;
-        const u = use.get(key) ?? { realServer: key, used: 0, capacity: ports * (r.address.includes(':') ? n6 : n4) };
-        u.used += r.activeConns + r.inactConns;
-        use.set(key, u);
-      }
+    for (const r of this.model.eachRealServer()) {
+      if (r.forwarding !== 'fullnat') continue;
+      const key = `${r.protocol} ${r.address.includes(':') ? `[${r.address}]` : r.address}:${r.port}`;
+      const u = use.get(key) ?? { realServer: key, used: 0, capacity: ports * (r.address.includes(':') ? n6 : n4) };
+      u.used += r.activeConns + r.inactConns;
+      use.set(key, u);
     }
     return [...use.values()];
   }
@@ -545,7 +544,7 @@ export class Daemon {
    */
   async preview(ref: ServiceRef, body: Buffer): Promise<DisruptionPreview> {
     const key = serviceKey(ref);
-    const svc = this.model.list().find((s) => s.key === key);
+    const svc = this.model.listed(key);
     const service: PreviewService | null = svc
       ? {
           address: svc.cfg.address,
@@ -633,8 +632,8 @@ export class Daemon {
 
   /**
    * Applies a validated configuration: the model's diff in slices (the control thread answers
-   * between them; health verdicts, drains, slow start and the trash wait for the end), then the
-   * snapshot to every worker once, the reply rules and route MTUs (`ip`, waited for without
+   * between them; health verdicts, drains, slow start and the trash wait until the new snapshot
+   * has reached the workers), then the reply rules and route MTUs (`ip`, waited for without
    * blocking), the health checks and the state file. The answer comes once all of it is done.
    */
   private async applyDoc(doc: Record<string, unknown>, cfg: UvsConfig, source: 'file' | 'api'): Promise<Applied> {
@@ -643,38 +642,38 @@ export class Daemon {
     } catch (e) {
       return this.rejected(e);
     }
+    let snapshot: Snapshot;
+    const intervalChanged = cfg.gracefulTermination.checkInterval !== this.cfg.gracefulTermination.checkInterval;
     this.applying = true;
     try {
-      let snapshot: Snapshot;
       try {
         snapshot = await runSliced('apply', this.model.applySteps(cfg));
       } catch (e) {
         return this.rejected(e);
       }
       this.doc = doc;
-      const intervalChanged = cfg.gracefulTermination.checkInterval !== this.cfg.gracefulTermination.checkInterval;
       this.cfg = cfg;
       this.table.setTimeouts(tableTimeouts(cfg));
       this.defense.configure(cfg.defense);
       await this.publish(snapshot);
-      await this.dataplane.syncReplyRules(this.model.replyRules());
-      await this.refreshMtus();
-      this.health.sync(cfg.services);
-      this.saveState();
-      if (intervalChanged && this.drainTimer) {
-        clearInterval(this.drainTimer);
-        this.drainTimer = setInterval(() => this.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
-      }
-      this.reloads.ok++;
-      this.log.info(
-        { version: snapshot.version, services: cfg.services.length, source },
-        source === 'file' ? 'configuration reloaded' : 'configuration changed through the API',
-      );
-      return { ok: true, version: snapshot.version };
     } finally {
       this.applying = false;
       for (const fn of this.afterApply.splice(0)) fn();
     }
+    await this.dataplane.syncReplyRules(this.model.replyRules());
+    await this.refreshMtus();
+    this.health.sync(cfg.services);
+    this.saveState();
+    if (intervalChanged && this.drainTimer) {
+      clearInterval(this.drainTimer);
+      this.drainTimer = setInterval(() => this.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
+    }
+    this.reloads.ok++;
+    this.log.info(
+      { version: snapshot.version, services: cfg.services.length, source },
+      source === 'file' ? 'configuration reloaded' : 'configuration changed through the API',
+    );
+    return { ok: true, version: snapshot.version };
   }
 
   async stop(): Promise<void> {

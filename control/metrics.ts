@@ -29,7 +29,7 @@ export function buildRegistry(d: Daemon): Registry {
   const svcStatsSum = () => {
     if (performance.now() - sumAt < 100) return sum;
     sum = { conns: 0, inPkts: 0, outPkts: 0, inBytes: 0, outBytes: 0 };
-    for (const slot of d.model.counterSlots().services) {
+    for (const { slot } of d.model.counterSlots()) {
       const st = d.stats.service(slot);
       sum.conns += st.conns;
       sum.inPkts += st.inPkts;

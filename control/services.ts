@@ -814,7 +814,10 @@ export class ServiceModel {
   }
 
   snapshot(): Snapshot {
-    const services = [...this.services.values()].map((l) => l.compiled);
+    // Copies: the daemon sends a snapshot to one worker per slice, and a change applied meanwhile
+    // sets fields of the live objects (flags, netmasks, data) — a later worker must not get those
+    // under this version. A service's dest list and its entries are never changed in place.
+    const services = [...this.services.values()].map((l) => ({ ...l.compiled }));
     const { lookup, lookupMask } = buildLookup(services);
     const v4 = this.vipCidrs.map((c) => parseCidr(c)).filter((c) => c !== null);
     const vips = new Int32Array(v4.length * 2);
@@ -866,7 +869,11 @@ export class ServiceModel {
    * starts; a service removed meanwhile still comes, as it was.
    */
   *eachService(): Generator<ListedService> {
-    for (const l of [...this.services.values()]) {
+    yield* this.views([...this.services.values()]);
+  }
+
+  private *views(services: LiveService[]): Generator<ListedService> {
+    for (const l of services) {
       yield {
         key: l.key,
         cfg: l.cfg,
@@ -880,15 +887,57 @@ export class ServiceModel {
     }
   }
 
-  /** The counter slots of every service and of its listed real servers (the rate estimator, totals), without building views. */
-  counterSlots(): { services: number[]; realServers: number[] } {
-    const services: number[] = [];
-    const realServers: number[] = [];
+  /** One service as list() shows it, or null (without building the others' views). */
+  listed(key: string): ListedService | null {
+    const l = this.services.get(key);
+    if (!l) return null;
+    for (const v of this.views([l])) return v;
+    return null;
+  }
+
+  /**
+   * The counter slots of every service (or of the one with `key`) and of its listed real servers,
+   * without building views: the rate estimator every 2 s, the node totals, ipvsadm -Z.
+   */
+  counterSlots(key?: string): { key: string; slot: number; realServers: number[] }[] {
+    const out: { key: string; slot: number; realServers: number[] }[] = [];
     for (const l of this.services.values()) {
-      services.push(l.slot);
-      for (const d of l.compiled.dests) realServers.push(d.rs);
+      if (key !== undefined && l.key !== key) continue;
+      out.push({ key: l.key, slot: l.slot, realServers: l.compiled.dests.map((d) => d.rs) });
     }
-    return { services, realServers };
+    return out;
+  }
+
+  /**
+   * Every listed real server with its service and connection counts, without building views: for
+   * readers that run every second (the Redis count exchange, full-NAT pool use), which list() made
+   * cost tens of ms at 4096 real servers.
+   */
+  *eachRealServer(): Generator<{
+    service: string;
+    protocol: Protocol;
+    address: string;
+    port: number;
+    forwarding: string;
+    activeConns: number;
+    inactConns: number;
+  }> {
+    for (const i of this.rsSlots.values()) {
+      if (!i.listed) continue;
+      const live = this.services.get(i.svcKey);
+      const r = live?.rsCfg.get(`${i.addr}:${i.port}`);
+      if (!live || !r) continue;
+      const o = i.slot * L.RS_WORDS;
+      yield {
+        service: i.svcKey,
+        protocol: live.cfg.protocol,
+        address: i.addr,
+        port: i.port,
+        forwarding: r.forwarding,
+        activeConns: Atomics.load(this.rs, o + L.RS_ACTIVE),
+        inactConns: Atomics.load(this.rs, o + L.RS_INACTIVE),
+      };
+    }
   }
 
   private rsView(live: LiveService, k: string, slot: number, r: RealServerConfig): RealServerView {

@@ -255,6 +255,7 @@ describe('the control thread while the largest accepted requests run', {
       const change = { delete: WIDE.realServers.slice(0, 4000).map((r) => `${r.address}:${r.port}`) };
       const r = await apiCall<PreviewResponse>(lab.socket, 'POST', `/v1/services/tcp/${WIDE.address}/${WIDE.port}/preview`, change);
       assert.equal(r.status, 200, JSON.stringify(r.body));
+      report.push(`preview: ${r.body.flows} flows of the service in the table, ${r.body.flowsMoved} of them moved`);
       assert.ok(r.body.flows > 30_000, `the preview saw ${r.body.flows} flows`);
     });
   });
