@@ -13,7 +13,7 @@
  *    the thread costs every probe behind it (0.3 to 28 s before the fix). uvsd cuts request-sized
  *    work into slices of 5 ms (control/slices.ts) or hands it to its control worker
  *    (control/offload.ts); what remains in one piece — a GC pause, a fork for `ip`, a snapshot's
- *    clone — measured 10 to 30 ms. CPU time does not grow with other programs' load;
+ *    clone — measured 10 to 40 ms. CPU time does not grow with other programs' load;
  *  - on the API socket (what keepalived's track script asks), the answer's latency less the time
  *    the control thread and the probe spent waiting for a CPU (their schedstat run-queue delay): a
  *    busy machine's scheduling is not the design's, but any other wait is counted. Not on TCP:
