@@ -79,9 +79,9 @@ function serviceView(d: Daemon, s: ListedService): ServicesResponse['services'][
 }
 
 /**
- * GET /v1/services (ServicesResponse) as JSON text, built one service at a time in slices (control/slices.ts): 1023
- * services and 4096 real servers are 2 MB of JSON, which took 160 ms of the control thread in
- * one piece.
+ * GET /v1/services (ServicesResponse) as JSON text, built one service at a time in slices
+ * (control/slices.ts): 1023 services and 4096 real servers are 2 MB of JSON, which took 160 ms of
+ * the control thread in one piece.
  */
 export async function servicesJson(d: Daemon): Promise<string> {
   const parts: string[] = [];
