@@ -14,8 +14,10 @@ import type { UvsConfig } from './config';
 import type { DisruptionPreview } from './disruption';
 import type { ErrorCode } from './errors';
 import type { HealthState } from './health';
+import type { ListenerStatus } from './listen';
 import type { MemoryView } from './memory';
 import type { RealServerView } from './services';
+import type { ControlThreadView } from './slices';
 import type { FlowRates, FlowStats, PacketCounters } from './stats';
 
 /** Every refusal and failure: a code of errors.ts (docs/errors.md), the reason, the field if any. */
@@ -152,6 +154,17 @@ export interface StatsResponse {
   stateFileSkipped: number;
   defense: DefenseResponse;
   announce: AnnounceStatus;
+  /**
+   * The TCP listeners (api.listen, metrics, healthz): one whose port another process holds is
+   * not listening, names the holder and is tried again every 2 s (docs/control-plane.md).
+   */
+  listeners: ListenerStatus[];
+  /**
+   * The control thread's responsiveness (control/slices.ts): event-loop delay (longest since the
+   * start, in the open one-second window, and in each of the last 60) and the sliced jobs by kind
+   * (apply, publish, capture): how many, how many slices, the longest slice.
+   */
+  controlThread: ControlThreadView;
 }
 
 /** A real server being drained (GET /v1/drains, uvsadm -L --drain). */
@@ -178,6 +191,18 @@ export interface DrainsResponse {
 /** GET /v1/health: one verdict per checked real server. */
 export interface HealthResponse {
   checks: HealthState[];
+}
+
+/**
+ * GET /healthz and /livez (kube-proxy's shape), on the admin API's unix socket and on the healthz
+ * listener: 200 while every worker runs, 503 otherwise. Only the answer on the root-only socket
+ * proves that uvsd gave it (docs/failover.md, "The track script").
+ */
+export interface HealthzResponse {
+  lastUpdated: string;
+  currentTime: string;
+  healthy: boolean;
+  workers: { id: number; up: boolean; restarts: number }[];
 }
 
 /** GET /v1/timeouts (ipvsadm -L --timeout), seconds. */

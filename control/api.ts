@@ -3,25 +3,19 @@
  * socket 0600); nothing listens on the network unless configured. Every error answer is
  * { code, message } with a code from errors.ts.
  */
-import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, statSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
-import Fastify, { type FastifyInstance } from 'fastify';
+import { Readable } from 'node:stream';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import * as L from '../conntrack/layout';
-import { SCTP_STATE_NAMES } from '../conntrack/sctp-state';
-import { TCP_STATE_NAMES } from '../conntrack/state';
-import { canonAddr, hostPort, splitHostPort } from '../net/addr';
-import { IPPROTO_SCTP, IPPROTO_TCP } from '../net/packet';
-import { protoLabel } from '../net/proto';
-import { entryAddr } from '../conntrack/table';
+import { canonAddr, splitHostPort } from '../net/addr';
 import type {
   AppliedResponse,
-  ConfigResponse,
-  ConnectionsResponse,
-  ConnectionStatus,
   DefenseResponse,
   DrainsResponse,
   HealthResponse,
+  HealthzResponse,
   InfoResponse,
   KillWorkerResponse,
   MaintenanceResponse,
@@ -31,10 +25,9 @@ import type {
   TimeoutsResponse,
   ZeroResponse,
 } from './api-types';
-import type { Daemon } from './daemon';
+import type { Applied, Daemon } from './daemon';
 import { OpenApiCollector } from './openapi';
-import { tokenOk } from './listen';
-import { DEFAULT_PROTOCOL, validateRealServer, validateService } from './config';
+import { listenOrWait, tokenOk, type ListenerStatus } from './listen';
 import {
   BATCH,
   MAINTENANCE,
@@ -47,77 +40,59 @@ import {
   SET_TIMEOUTS,
   ZERO,
 } from './api-bodies';
-import { applyEdits, type EditOp, type ServiceRef } from './edits';
-import { PreviewError, previewDisruption, type PreviewFlow, type ProposedChange } from './disruption';
+import type { EditOp, ServiceRef } from './edits';
 import { CAPTURE, type CaptureRequest } from './capture';
 import { memoryView } from './memory';
+import { healthzView } from './metrics';
 import { ERRORS, UvsError, type ErrorCode } from './errors';
-import { badHostMessage, hostGuard, redactSecrets } from './http-guard';
-import { serviceKey } from './services';
+import { badHostMessage, hostGuard } from './http-guard';
+import { serviceKey, type ListedService } from './services';
 import { RATE_PERIOD_MS } from './stats';
 import { run, type JsonSchema, type Schema } from './schema';
+import { controlThreadView, Slicer } from './slices';
 
 export interface ApiServer {
   close(): Promise<void>;
+  /** The TCP listener's state (api.listen), if one is configured. */
+  listeners(): ListenerStatus[];
 }
 
-export function connectionsView(d: Daemon, limit: number, offset: number): ConnectionsResponse {
-  const t = d.table;
-  const a = t.i32;
-  const now = t.now();
-  const rows: ConnectionStatus[] = [];
-  let total = 0;
-  t.forEach((_e, o) => {
-    total++;
-    if (total <= offset || rows.length >= limit) return;
-    const proto = a[o + L.E_PROTO]! & 0xff;
-    const cports = a[o + L.E_CPORTS]!;
-    const dports = a[o + L.E_DPORTS]!;
-    rows.push({
-      protocol: protoLabel(proto),
-      client: hostPort(entryAddr(a, o, L.E_CADDR), cports >>> 16),
-      virtual: hostPort(entryAddr(a, o, L.E_VADDR), cports & 0xffff),
-      realServer: hostPort(entryAddr(a, o, L.E_DADDR), dports >>> 16),
-      // Templates: ip_vs_state_name()'s template names (ip_vs_proto.c), not the protocol's.
-      state:
-        a[o + L.E_FLAGS]! & L.F_TEMPLATE
-          ? a[o + L.E_STATE]! & L.CTPL_ASSURED
-            ? 'ASSURED'
-            : 'NONE'
-          : proto === IPPROTO_TCP
-            ? TCP_STATE_NAMES[a[o + L.E_STATE]!]!
-            : proto === IPPROTO_SCTP
-              ? SCTP_STATE_NAMES[a[o + L.E_STATE]!]!
-              : 'UDP',
-      expiresIn: Math.max(0, ((a[o + L.E_EXPIRES]! - now) | 0) / 1000),
-      inactive: (a[o + L.E_FLAGS]! & L.F_INACTIVE) !== 0,
-      shadow: (a[o + L.E_FLAGS]! & L.F_SHADOW) !== 0,
-    });
-  });
-  return { total, offset, connections: rows };
-}
-
-export function servicesView(d: Daemon): ServicesResponse {
+/** One service of GET /v1/services, with its counters and rates. */
+function serviceView(d: Daemon, s: ListedService): ServicesResponse['services'][number] {
   return {
-    tableSize: d.cfg.dataplane.tableSize,
-    services: d.model.list().map((s) => ({
-      name: s.cfg.name,
-      protocol: s.cfg.protocol,
-      address: s.cfg.address,
-      port: s.cfg.port,
-      scheduler: s.cfg.scheduler,
-      schedFlags: s.cfg.schedFlags,
-      persistence: s.cfg.persistence,
-      netmask: s.cfg.netmask,
-      stats: d.stats.service(s.slot),
-      rates: d.stats.rates(d.stats.serviceBase(s.slot)),
-      realServers: s.realServers.map((r) => ({
-        ...r,
-        stats: d.stats.realServer(r.slot),
-        rates: d.stats.rates(d.stats.realServerBase(r.slot)),
-      })),
+    name: s.cfg.name,
+    protocol: s.cfg.protocol,
+    address: s.cfg.address,
+    port: s.cfg.port,
+    scheduler: s.cfg.scheduler,
+    schedFlags: s.cfg.schedFlags,
+    persistence: s.cfg.persistence,
+    netmask: s.cfg.netmask,
+    stats: d.stats.service(s.slot),
+    rates: d.stats.rates(d.stats.serviceBase(s.slot)),
+    realServers: s.realServers.map((r) => ({
+      ...r,
+      stats: d.stats.realServer(r.slot),
+      rates: d.stats.rates(d.stats.realServerBase(r.slot)),
     })),
   };
+}
+
+/**
+ * GET /v1/services (ServicesResponse) as JSON text, built one service at a time in slices
+ * (control/slices.ts): 1023 services and 4096 real servers are 2 MB of JSON, which took 160 ms of
+ * the control thread in one piece.
+ */
+export async function servicesJson(d: Daemon): Promise<string> {
+  const parts: string[] = [];
+  const sl = new Slicer('services');
+  for (const s of d.model.eachService()) {
+    parts.push(JSON.stringify(serviceView(d, s)));
+    if (sl.due()) await sl.pause();
+  }
+  const text = `{"tableSize":${d.cfg.dataplane.tableSize},"services":[${parts.join(',')}]}`;
+  sl.end();
+  return text;
 }
 
 export function drainsView(d: Daemon): DrainsResponse {
@@ -163,6 +138,8 @@ export function statsView(d: Daemon): StatsResponse {
     stateFileSkipped: d.stateSkipped,
     defense: defenseView(d),
     announce: d.announcer.status(),
+    listeners: d.listenerStatus(),
+    controlThread: controlThreadView(),
   };
 }
 
@@ -241,7 +218,15 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
       configFile: d.configFile,
     }),
   );
-  app.get('/v1/services', async () => servicesView(d));
+  // Health on the root-only socket: only uvsd can answer here (keepalived's track script asks
+  // this, not the healthz TCP port, which any local user may hold while uvsd is down).
+  for (const path of ['/healthz', '/livez']) {
+    app.get(path, async (_req, reply): Promise<HealthzResponse> => {
+      const h = healthzView(d);
+      return reply.status(h.status).send(h.body);
+    });
+  }
+  app.get('/v1/services', async (_req, reply) => reply.type('application/json; charset=utf-8').send(await servicesJson(d)));
   app.get(
     '/v1/connections',
     {
@@ -253,9 +238,10 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
         },
       },
     },
-    async (req) => {
+    // The walk and the rows are the control worker's (a full table: tens of ms and more).
+    async (req, reply) => {
       const q = req.query as { limit?: number; offset?: number };
-      return connectionsView(d, q.limit ?? 1000, q.offset ?? 0);
+      return reply.type('application/json; charset=utf-8').send(bytes(await d.connectionsJson(q.limit ?? 1000, q.offset ?? 0)));
     },
   );
   app.get('/v1/stats', async () => statsView(d));
@@ -271,104 +257,39 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
       sctp: d.cfg.timeouts.sctp, // uvs: seconds per SCTP state (ipvsadm --timeout prints the first three)
     }),
   );
-  // Disruption preview: what share of table slots and tracked flows a change would move.
-  app.post(
-    '/v1/services/:protocol/:address/:port/preview',
-    body(PREVIEW, 'change', 'UVS_ERR_API_BAD_REQUEST'),
-    async (req): Promise<PreviewResponse> => {
-      const p = req.params as { protocol: string; address: string; port: string };
-      const svc = d.model
-        .list()
-        .find((s) => s.key === serviceKey({ protocol: p.protocol, address: canonAddr(p.address) as string, port: Number(p.port) }));
-      if (!svc) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${p.protocol} ${p.address}:${p.port}`);
-      const change = req.body as Record<string, unknown>;
-      // A service never holds more than maxRealServers: a longer list is refused before any work.
-      for (const k of ['delete', 'setWeight', 'add'] as const) {
-        const v = change[k];
-        if (Array.isArray(v) && v.length > d.cfg.dataplane.maxRealServers) {
-          throw new UvsError(
-            'UVS_ERR_API_TOO_LARGE',
-            `${v.length} entries, more than dataplane.maxRealServers (${d.cfg.dataplane.maxRealServers})`,
-            k,
-          );
-        }
-      }
-      const flows: PreviewFlow[] = [];
-      const t = d.table;
-      const a = t.i32;
-      t.forEach((_e, o) => {
-        if (a[o + L.E_SVC] !== svc.slot || a[o + L.E_FLAGS]! & L.F_TEMPLATE) return;
-        flows.push({
-          client: entryAddr(a, o, L.E_CADDR),
-          clientPort: a[o + L.E_CPORTS]! >>> 16,
-          realServer: `${entryAddr(a, o, L.E_DADDR)}:${a[o + L.E_DPORTS]! >>> 16}`,
-        });
-      });
-      try {
-        return previewDisruption(
-          {
-            address: svc.cfg.address,
-            port: svc.cfg.port,
-            scheduler: svc.cfg.scheduler,
-            flags: svc.cfg.schedFlags,
-            ...(svc.cfg.mhTableSize !== undefined ? { mhTableSize: svc.cfg.mhTableSize } : {}),
-            realServers: svc.realServers.map((r) => ({
-              address: r.address,
-              port: r.port,
-              weight: r.weight,
-              lastWeight: r.lastWeight,
-              overloaded: r.overloaded,
-            })),
-          },
-          change as ProposedChange,
-          flows,
-        );
-      } catch (e) {
-        if (e instanceof PreviewError) throw new UvsError('UVS_ERR_API_BAD_REQUEST', e.reason, e.path);
-        throw e;
-      }
-    },
-  );
-
   // Secrets (tokens, the Redis password: http-guard.ts SECRET_FIELDS) never leave the daemon.
-  app.get(
-    '/v1/config',
-    async (): Promise<ConfigResponse> => ({ file: d.configFile, document: redactSecrets(d.doc), effective: redactSecrets(d.cfg) }),
-  );
+  // The copy, its redaction and its JSON are the control worker's (ConfigResponse).
+  app.get('/v1/config', async (_req, reply) => reply.type('application/json; charset=utf-8').send(bytes(await d.configJson())));
 
-  const runEdits = (ops: EditOp[], reply: import('fastify').FastifyReply) => {
-    // Limits before any work: a batch that must fail on them costs O(ops), not a validation of
-    // everything it would have built (100 000 additions over maxServices used to be refused last).
-    checkBatchLimits(d, ops);
-    // Each operation's body is checked by the configuration schema first, so errors name it (the
-    // operations' own shape is the route's body schema: BATCH, or the route's own operation).
-    ops.forEach((o, i) => {
-      if (o.op === 'addService' || o.op === 'editService') validateService(o.service, `ops[${i}].service`);
-      if (o.op === 'addRealServer' || o.op === 'editRealServer')
-        validateRealServer(o.realServer, `ops[${i}].realServer`, o.ref.port, 'masq');
-    });
-    const r = d.edit((doc) => applyEdits(doc, ops));
-    if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
-    return reply.send({ ok: true, version: r.version } satisfies AppliedResponse);
-  };
-  app.post(
-    '/v1/batch',
-    {
-      bodyLimit: 64 << 20, // a large uvsadm -R (≈ 130 bytes an operation)
-      // The limits first, before the body schema checks every operation: a batch that must be
-      // refused for its size costs one pass over the operations, not their validation.
-      preValidation: async (req) => {
-        const ops = (req.body as { ops?: unknown } | null)?.ops;
-        if (Array.isArray(ops)) checkBatchLimits(d, ops as EditOp[]);
-      },
-      ...body(BATCH, '', 'UVS_ERR_API_BAD_REQUEST'),
-    },
-    async (req, reply) => runEdits((req.body as { ops: EditOp[] }).ops, reply),
-  );
+  const applied = (r: Applied, reply: FastifyReply) =>
+    r.ok ? reply.send({ ok: true, version: r.version } satisfies AppliedResponse) : reply.status(r.error.status).send(r.error.toJSON());
+  // The operations, their limits, each one's service or real server and the whole result are
+  // checked by the control worker (control/offload-jobs.ts), in that order.
+  const runEdits = async (ops: EditOp[], reply: FastifyReply) => applied(await d.edit(ops), reply);
   const refFrom = (p: { protocol: string; address: string; port: string }): ServiceRef => ({
     protocol: p.protocol,
     address: canonAddr(p.address) as string,
     port: Number(p.port),
+  });
+  // Bodies whose size the caller chooses reach the control worker as bytes: parsing 64 MB of
+  // JSON here would hold this thread for seconds. fastify still limits their size, takes only
+  // application/json, and shows their schema in the OpenAPI document.
+  app.register(async (raw) => {
+    raw.removeContentTypeParser('application/json');
+    raw.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, b, done) => done(null, b));
+    const asBytes = (json: JsonSchema) => ({ schema: { body: json }, validatorCompiler: () => () => true });
+    raw.post(
+      '/v1/batch',
+      { bodyLimit: 64 << 20, ...asBytes(BATCH.json) }, // a large uvsadm -R (≈ 130 bytes an operation)
+      async (req, reply) => applied(await d.batch(req.body as Buffer), reply),
+    );
+    // Disruption preview: what share of table slots and tracked flows a change would move.
+    raw.post(
+      '/v1/services/:protocol/:address/:port/preview',
+      asBytes(PREVIEW.json),
+      async (req): Promise<PreviewResponse> =>
+        d.preview(refFrom(req.params as { protocol: string; address: string; port: string }), req.body as Buffer),
+    );
   });
   app.post('/v1/services', editBody(SERVICE_BODY), async (req, reply) =>
     runEdits([{ op: 'addService', service: req.body as Record<string, unknown> }], reply),
@@ -427,20 +348,16 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     const b = req.body as { service?: ServiceRef };
     // Any spelling of an IPv6 address finds the service, as every other lookup (refFrom) does.
     const ref = b.service ? { ...b.service, address: canonAddr(b.service.address) as string } : undefined;
-    const list = d.model.list().filter((s) => !ref || s.key === serviceKey(ref));
+    const list = d.model.counterSlots(ref && serviceKey(ref));
     if (ref && list.length === 0) throw new UvsError('UVS_ERR_API_NOT_FOUND', `no service ${serviceKey(ref)}`, 'service');
     for (const s of list) {
       d.stats.zeroService(s.slot);
-      for (const r of s.realServers) d.stats.zeroRealServer(r.slot);
+      for (const r of s.realServers) d.stats.zeroRealServer(r);
     }
     return { ok: true, zeroed: list.length };
   });
 
-  app.post('/v1/reload', body(NO_BODY, '', 'UVS_ERR_API_BAD_REQUEST'), async (_req, reply) => {
-    const r = d.reload();
-    if (!r.ok) return reply.status(r.error.status).send(r.error.toJSON());
-    return { ok: true, version: r.version } satisfies AppliedResponse;
-  });
+  app.post('/v1/reload', body(NO_BODY, '', 'UVS_ERR_API_BAD_REQUEST'), async (_req, reply) => applied(await d.reload(), reply));
   // Flow sampling: answers when the capture ends (seconds or maxPackets), with the pcap file or
   // the JSON lines as the body.
   app.post('/v1/capture', body(CAPTURE, 'capture', 'UVS_ERR_API_BAD_REQUEST'), async (req, reply) => {
@@ -448,7 +365,9 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     reply.header('content-type', r.format === 'pcap' ? 'application/vnd.tcpdump.pcap' : 'application/x-ndjson');
     reply.header('x-uvs-capture-packets', String(r.packets));
     reply.header('x-uvs-capture-overruns', String(r.overruns));
-    return reply.send(r.body);
+    reply.header('content-length', String(r.bytes));
+    // Streamed chunk by chunk: one Buffer.concat of ~165 MB would hold this thread ~50 ms.
+    return reply.send(Readable.from(r.body, { objectMode: false }));
   });
   // Node maintenance (control/announce.ts): withdraw this node's announcement, keep forwarding.
   app.get('/v1/maintenance', async (): Promise<MaintenanceResponse> => d.announcer.status());
@@ -463,6 +382,11 @@ export function buildApi(d: Daemon, log: Logger, tcp?: { host: string; token: st
     return reply.status(202).send({ ok: true, worker: id } satisfies KillWorkerResponse);
   });
   return app;
+}
+
+/** A Buffer over the control worker's answer, without a copy. */
+function bytes(u: Uint8Array): Buffer {
+  return Buffer.from(u.buffer, u.byteOffset, u.byteLength);
 }
 
 /**
@@ -492,65 +416,47 @@ function editBody(json: JsonSchema) {
   return { schema: { body: json }, validatorCompiler: () => () => true };
 }
 
-/**
- * Refuses (413) a batch whose result must exceed dataplane.maxServices or maxRealServers, from
- * the counts alone: services and real servers the running document has, plus those the batch
- * adds, minus those it deletes. Draining servers take slots too, so this only ever refuses what
- * the full check would also refuse; it just refuses it first.
- */
-function checkBatchLimits(d: Daemon, ops: EditOp[]): void {
-  const rsCount = (list: unknown) => (Array.isArray(list) ? list.length : 0);
-  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) =>
-    `${String(r?.protocol ?? DEFAULT_PROTOCOL)} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
-  const count = new Map<string, number>(); // service → real servers
-  const svcs = (d.doc as { services?: unknown } | null)?.services;
-  if (Array.isArray(svcs))
-    for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));
-  for (const o of ops) {
-    if (o === null || typeof o !== 'object') continue; // not an operation: the body schema refuses it
-    const k = o.op === 'addService' || o.op === 'editService' ? key(o.service) : 'ref' in o ? key(o.ref) : '';
-    if (o.op === 'clear') count.clear();
-    else if (o.op === 'addService') count.set(k, rsCount(o.service?.realServers));
-    else if (o.op === 'deleteService') count.delete(k);
-    else if (o.op === 'addRealServer' && count.has(k)) count.set(k, count.get(k)! + 1);
-    else if (o.op === 'deleteRealServer' && count.has(k)) count.set(k, Math.max(0, count.get(k)! - 1));
-  }
-  const dp = d.cfg.dataplane;
-  if (count.size > dp.maxServices)
-    throw new UvsError(
-      'UVS_ERR_API_TOO_LARGE',
-      `the batch would leave ${count.size} services, more than dataplane.maxServices (${dp.maxServices})`,
-      'ops',
-    );
-  let rs = 0;
-  for (const n of count.values()) rs += n;
-  if (rs > dp.maxRealServers)
-    throw new UvsError(
-      'UVS_ERR_API_TOO_LARGE',
-      `the batch would leave ${rs} real servers, more than dataplane.maxRealServers (${dp.maxRealServers})`,
-      'ops',
-    );
-}
-
 /** The counter blocks whose rates the estimator follows (ipvsadm --rate): every listed service and real server. */
 function rateBlocks(d: Daemon): number[] {
-  return d.model.list().flatMap((s) => [d.stats.serviceBase(s.slot), ...s.realServers.map((r) => d.stats.realServerBase(r.slot))]);
+  return d.model.counterSlots().flatMap((s) => [d.stats.serviceBase(s.slot), ...s.realServers.map((r) => d.stats.realServerBase(r))]);
 }
 
 export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { listen: string; token?: string }): Promise<ApiServer> {
   const app = buildApi(d, log);
-  let tcpApp: FastifyInstance | null = null;
+  let tcpListener: Awaited<ReturnType<typeof listenOrWait>> | null = null;
   if (tcp?.listen) {
     const hp = splitHostPort(tcp.listen)!;
     const host = hp.host.replace(/^\[|\]$/g, '');
     // Loopback too: any local user (or a browser page) reaches a loopback port; root-only is the socket.
     if (!tcp.token) throw new UvsError('UVS_ERR_CONFIG_INVALID', `refusing to serve the API on ${tcp.listen} without a token`, 'api.token');
-    tcpApp = buildApi(d, log, { host, token: tcp.token });
-    await tcpApp.listen({ host, port: hp.port });
-    log.info({ listen: tcp.listen, token: 'required' }, 'API listening on TCP');
+    const token = tcp.token;
+    tcpListener = await listenOrWait(
+      'api',
+      tcp.listen,
+      async () => {
+        const tcpApp = buildApi(d, log, { host, token });
+        try {
+          await tcpApp.listen({ host, port: hp.port });
+        } catch (e) {
+          await tcpApp.close();
+          throw e;
+        }
+        log.info({ listen: tcp.listen, token: 'required' }, 'API listening on TCP');
+        return { close: () => tcpApp.close() };
+      },
+      log,
+    );
   }
   const dir = dirname(socket);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // keepalived's track script trusts a /healthz answer on this socket because only uvsd's user
+  // can create it (docs/failover.md): not so in a directory someone else owns or may write.
+  const ds = statSync(dir);
+  if (ds.uid !== process.getuid?.() || (ds.mode & 0o022) !== 0)
+    log.warn(
+      { dir, uid: ds.uid, mode: (ds.mode & 0o777).toString(8) },
+      'the API socket directory is not ours alone: another user could listen in uvsd’s place while it is down (answers there prove nothing)',
+    );
   if (existsSync(socket)) unlinkSync(socket); // a stale socket of a dead daemon
   await app.listen({ path: socket });
   chmodSync(socket, 0o600);
@@ -560,9 +466,10 @@ export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { l
   return {
     close: async () => {
       clearInterval(estimator);
-      await tcpApp?.close();
+      await tcpListener?.close();
       await app.close();
       if (existsSync(socket)) unlinkSync(socket);
     },
+    listeners: () => tcpListener?.listeners() ?? [],
   };
 }

@@ -5,6 +5,12 @@
  * would see them arrive) or as one JSON line per packet with the decision taken. One capture at
  * a time; bounded by `seconds` (≤ CAPTURE_MAX_SECONDS) and `maxPackets` (≤ CAPTURE_MAX_PACKETS),
  * so its output stays below ~165 MB. Ring layout: conntrack/layout.ts CAP_*.
+ *
+ * The control thread keeps answering meanwhile (control/slices.ts): each drain's records are
+ * formatted as they arrive, in slices, and kept once, as their output bytes; at the end the
+ * workers' lists (each in time order) are merged by time, in slices, into ~256 KB chunks that the
+ * answer streams. A capture at its limits used to hold the thread 1–1.3 s at its end (sort, one
+ * Buffer.concat, JSON) and keep ~0.5 GB (records, their pcap copies, the whole body).
  */
 import * as L from '../conntrack/layout';
 import { SCTP_STATE_NAMES } from '../conntrack/sctp-state';
@@ -14,16 +20,21 @@ import { IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP } 
 import { PROTO_NUMBER } from '../net/proto';
 import { DROP, FORWARD } from '../lb/verdict';
 import { UvsError } from './errors';
+import { Slicer } from './slices';
 import { at, fail, isObj, leaf, obj, oneOf, opt, run, type LeafOpts, type Out, type Schema } from './schema';
 
 export const CAPTURE_MAX_SECONDS = 300;
 export const CAPTURE_MAX_PACKETS = 100_000;
+/** The answer's chunk size: records are joined into buffers of about this many bytes. */
+const OUT_CHUNK = 256 << 10;
 /** LINKTYPE_RAW (tcpdump.org linktypes): the packet begins with its IPv4 or IPv6 header. */
 export const LINKTYPE_RAW = 101;
 
 export interface CaptureResult {
   format: 'pcap' | 'jsonl';
-  body: Buffer;
+  /** The output in order, in chunks of about OUT_CHUNK bytes (streamed by the API). */
+  body: Buffer[];
+  bytes: number;
   packets: number;
   /** Records the workers could not hand over (ring full). */
   overruns: number;
@@ -283,6 +294,7 @@ export class Capturer {
     this.busy = true;
     const h = new Int32Array(this.sab, 0, L.CAP_HDR_WORDS);
     const a = new Int32Array(this.sab);
+    const sl = new Slicer('capture');
     try {
       // Leftovers of an earlier capture (records published after it stopped) are discarded.
       for (let w = 0; w < this.workers; w++) {
@@ -300,26 +312,76 @@ export class Capturer {
       // A fresh non-zero generation: workers restart their 1-in-N count.
       this.gen = (this.gen % 0x7ffffffe) + 1;
       Atomics.store(h, L.CAP_ON, this.gen);
-      const records: CaptureRecord[] = [];
+      // Per worker, in ring (= time) order: each record's time and output bytes.
+      const out: Formatted[][] = Array.from({ length: this.workers }, () => []);
+      let n = 0;
+      const raw: CaptureRecord[] = [];
+      const take = async () => {
+        for (let w = 0; w < this.workers; w++) {
+          raw.length = 0;
+          drainRing(this.sab, w, raw); // copies ≤ CAP_SLOTS records: ≤ 0.8 MB, well under a slice
+          for (const r of raw) {
+            out[w]!.push({ timeMs: r.timeMs, bytes: this.format(req.format, r) });
+            if (sl.due()) await sl.pause();
+          }
+          n += raw.length;
+        }
+        raw.length = 0;
+      };
       const until = Date.now() + req.seconds * 1000;
-      while (records.length < req.maxPackets && Date.now() < until) {
+      while (n < req.maxPackets && Date.now() < until) {
+        sl.end();
         await new Promise((r) => setTimeout(r, L.CAP_DRAIN_MS));
-        for (let w = 0; w < this.workers; w++) drainRing(this.sab, w, records);
+        sl.resume();
+        await take();
       }
       Atomics.store(h, L.CAP_ON, 0);
       // A worker that loaded CAP_ON before it went to 0 finishes its batch: one more drain.
+      sl.end();
       await new Promise((r) => setTimeout(r, L.CAP_DRAIN_MS));
-      for (let w = 0; w < this.workers; w++) drainRing(this.sab, w, records);
-      records.sort((x, y) => x.timeMs - y.timeMs);
-      const kept = records.slice(0, req.maxPackets);
-      const body =
-        req.format === 'pcap'
-          ? Buffer.concat([pcapHeader(), ...kept.map((r) => pcapRecord(r.timeMs, r.len, r.data))])
-          : Buffer.from(kept.map((r) => JSON.stringify(describeRecord(r, this.names)) + '\n').join(''));
-      return { format: req.format, body, packets: kept.length, overruns: overruns(this.sab, this.workers) - over0 };
+      sl.resume();
+      await take();
+      const body: Buffer[] = req.format === 'pcap' ? [pcapHeader()] : [];
+      let bytes = body[0]?.length ?? 0;
+      const kept = Math.min(n, req.maxPackets);
+      // The workers' lists merged by time (ties: the lower worker first), the first `kept` only.
+      const next = new Int32Array(this.workers);
+      let group: Buffer[] = [];
+      let groupBytes = 0;
+      for (let i = 0; i < kept; i++) {
+        let best = -1;
+        for (let w = 0; w < this.workers; w++) {
+          const x = out[w]![next[w]!];
+          if (x !== undefined && (best < 0 || x.timeMs < out[best]![next[best]!]!.timeMs)) best = w;
+        }
+        const x = out[best]![next[best]!]!;
+        out[best]![next[best]!++] = DONE; // let the record's bytes go once its chunk is made
+        group.push(x.bytes);
+        groupBytes += x.bytes.length;
+        if (groupBytes >= OUT_CHUNK || i === kept - 1) {
+          body.push(Buffer.concat(group, groupBytes));
+          bytes += groupBytes;
+          group = [];
+          groupBytes = 0;
+        }
+        if (sl.due()) await sl.pause();
+      }
+      sl.end();
+      return { format: req.format, body, bytes, packets: kept, overruns: overruns(this.sab, this.workers) - over0 };
     } finally {
       Atomics.store(h, L.CAP_ON, 0);
       this.busy = false;
     }
   }
+
+  private format(format: CaptureRequest['format'], r: CaptureRecord): Buffer {
+    return format === 'pcap' ? pcapRecord(r.timeMs, r.len, r.data) : Buffer.from(`${JSON.stringify(describeRecord(r, this.names))}\n`);
+  }
 }
+
+interface Formatted {
+  timeMs: number;
+  bytes: Buffer;
+}
+
+const DONE: Formatted = { timeMs: 0, bytes: Buffer.alloc(0) };

@@ -23,7 +23,13 @@ import { readConfigDoc, validateConfig, type UvsConfig } from './config';
 import { Capturer } from './capture';
 import { UvsError } from './errors';
 import { serviceKey, ServiceModel, type PersistedDrain } from './services';
-import { inAnyCidr } from '../net/addr';
+import type { EditLimits, EditOp, ServiceRef } from './edits';
+import type { DisruptionPreview, PreviewService } from './disruption';
+import { Offload } from './offload';
+import { fromJobError, toJobError, type Job, type JobResult } from './offload-jobs';
+import { runSliced, stopWatchingLoopDelay, watchLoopDelay } from './slices';
+import type { Snapshot } from '../lb/snapshot';
+import type { ListenerStatus } from './listen';
 import { StatsReader } from './stats';
 import { validateStateDrains } from './state-file';
 
@@ -39,6 +45,8 @@ const RAMP_TICK_MS = 250;
 /** A listener the daemon closes when it stops. */
 export interface Endpoint {
   close(): Promise<void>;
+  /** Its TCP listeners' state (a port another process holds is tried again: listen.ts listenOrWait). */
+  listeners?(): ListenerStatus[];
 }
 
 /**
@@ -47,6 +55,9 @@ export interface Endpoint {
  * the daemon closes them when it stops, and also when a later one fails to start.
  */
 export type Serve = (d: Daemon, keep: (e: Endpoint) => void) => Promise<void>;
+
+/** A configuration change's outcome: the snapshot version now running, or why it was refused. */
+export type Applied = { ok: true; version: number } | { ok: false; error: UvsError };
 
 export function tableTimeouts(cfg: UvsConfig): TableTimeouts {
   return {
@@ -125,9 +136,11 @@ export class Daemon {
       else if (e.action === 'deadline') drainLog.warn(f, 'maximum drain time reached: deleted real server with connections left');
       else drainLog.info(f, 'real server re-added while draining: deleted and added back');
     };
-    this.health = new HealthChecker(log.child({ component: 'health' }), (service, realServer, healthy) => {
-      if (this.model.setHealthy(service, realServer, healthy)) this.publish(this.model.snapshot());
-    });
+    this.health = new HealthChecker(log.child({ component: 'health' }), (service, realServer, healthy) =>
+      this.whenIdle(() => {
+        if (this.model.setHealthy(service, realServer, healthy)) void this.publish(this.model.snapshot());
+      }),
+    );
     this.model.apply(cfg);
     this.defense = new Defense(
       this.table,
@@ -157,6 +170,7 @@ export class Daemon {
       log.child({ component: 'dataplane' }),
     );
     this.dataplane.releaseLocks = (owner) => this.releaseLocksOf(owner);
+    this.offload = new Offload({ table: tableSab, realServers: rsSab }, log.child({ component: 'control-worker' }));
     if (cfg.redis) {
       const model = this.model;
       this.sync = new RedisSync(
@@ -168,8 +182,7 @@ export class Daemon {
           target: (service, realServer) => model.flowTarget(service, realServer),
           counts: () => {
             const out: Record<string, [number, number]> = {};
-            for (const s of model.list())
-              for (const r of s.realServers) out[`${s.key}|${r.address}:${r.port}`] = [r.activeConns, r.inactConns];
+            for (const r of model.eachRealServer()) out[`${r.service}|${r.address}:${r.port}`] = [r.activeConns, r.inactConns];
             return out;
           },
         },
@@ -200,6 +213,8 @@ export class Daemon {
 
   /** Shared flow state through Redis, when configured. */
   readonly sync: RedisSync | null = null;
+  /** The control worker: parsing, validation and table walks off this thread (control/offload.ts). */
+  readonly offload: Offload;
   /** The announcement routes a BGP speaker follows, and node maintenance (control/announce.ts). */
   readonly announcer: Announcer;
 
@@ -209,15 +224,16 @@ export class Daemon {
     const d = new Daemon(doc, cfg, configFile, log);
     await d.dataplane.start();
     try {
-      d.dataplane.syncReplyRules(d.model.replyRules());
-      d.refreshMtus();
-      d.mtuTimer = setInterval(() => d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
+      await d.dataplane.syncReplyRules(d.model.replyRules());
+      await d.refreshMtus();
+      d.mtuTimer = setInterval(() => void d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       watchFullGcs(); // memory.heapAfterFullGc (control/memory.ts)
       d.defenseTimer = setInterval(() => d.defense.tick(), DEFENSE_PERIOD_MS);
       d.drainTimer = setInterval(() => d.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
       d.rampTimer = setInterval(() => {
-        if (d.model.rampTick()) d.publish(d.model.snapshot());
+        // While a change is applied in slices the model is not ours to touch: the next tick steps.
+        if (!d.applying && d.model.rampTick()) void d.publish(d.model.snapshot());
       }, RAMP_TICK_MS);
       d.health.sync(cfg.services);
       d.sync?.start();
@@ -225,6 +241,9 @@ export class Daemon {
       d.fileHash = d.hashFile();
       d.startReloadTriggers();
       await serve(d, (e) => d.endpoints.push(e));
+      // From here requests come: GET /v1/stats controlThread (control/slices.ts). Start-up (the
+      // listeners' routes compiled, ~50–90 ms in one piece) is before any request can wait.
+      watchLoopDelay();
       // Last: traffic is drawn here only once everything that carries it runs.
       d.announcer.start(() => d.sync === null || d.sync.stats.connected);
     } catch (e) {
@@ -236,6 +255,11 @@ export class Daemon {
       'uvsd started',
     );
     return d;
+  }
+
+  /** The TCP listeners' state (api.listen, metrics, healthz). */
+  listenerStatus(): ListenerStatus[] {
+    return this.endpoints.flatMap((e) => e.listeners?.() ?? []);
   }
 
   /**
@@ -261,18 +285,25 @@ export class Daemon {
   private routes = new Map<string, RouteMtu>();
   private mtuTicks = 0;
 
+  /** A refreshMtus is running (the timer skips a turn rather than start a second `ip`). */
+  private mtuBusy = false;
+
   /**
    * Writes the MTU of the route to every real server into the shared region (RS_MTU), where
    * workers check DF packets against it (ICMP fragmentation needed, as IPVS). Routes and device
    * MTUs change without telling us: every MTU_REFRESH_MS the devices' MTUs are re-read from sysfs
-   * (cheap: no process is started), and the routes themselves with `ip` on every configuration
-   * change and every ROUTE_REFRESH_TICKS refreshes.
+   * (cheap: no process is started), and the routes themselves with `ip` (one process for all,
+   * not waited for on this thread) on every configuration change and every ROUTE_REFRESH_TICKS
+   * refreshes.
    */
-  refreshMtus(routesToo = true): void {
+  async refreshMtus(routesToo = true): Promise<void> {
+    if (this.mtuBusy) return;
+    this.mtuBusy = true;
     try {
-      const slots = this.model.rsSlotAddrs();
+      let slots = this.model.rsSlotAddrs();
       if (routesToo || slots.some((x) => !this.routes.has(x.addr))) {
-        this.routes = routeMtus([...new Set(slots.map((x) => x.addr))]);
+        this.routes = await routeMtus([...new Set(slots.map((x) => x.addr))]);
+        slots = this.model.rsSlotAddrs(); // the model may have changed meanwhile
       } else {
         for (const r of this.routes.values()) if (r.routeMtu === null) r.mtu = deviceMtu(r.dev);
       }
@@ -282,16 +313,19 @@ export class Daemon {
         { err: (e as Error).message },
         'cannot read the MTU of the routes to the real servers; path-MTU checks keep the last values',
       );
+    } finally {
+      this.mtuBusy = false;
     }
   }
 
   sweep(): void {
     const now = this.table.now();
     const removed = this.table.expire(now);
-    this.model.tick(now);
     this.expiredTotal += removed;
+    if (this.applying) return; // the model's timers and trash wait for the change being applied
+    this.model.tick(now);
     const freed = this.model.collectTrash();
-    if (freed > 0) this.dataplane.syncReplyRules(this.model.replyRules());
+    if (freed > 0) void this.dataplane.syncReplyRules(this.model.replyRules());
   }
 
   /**
@@ -306,29 +340,64 @@ export class Daemon {
     const n6 = f.addresses.filter((a) => a.includes(':')).length;
     const n4 = f.addresses.length - n6;
     const use = new Map<string, PoolUse>();
-    for (const s of this.model.list()) {
-      for (const r of s.realServers) {
-        if (r.forwarding !== 'fullnat') continue;
-        const key = `${s.cfg.protocol} ${r.address.includes(':') ? `[${r.address}]` : r.address}:${r.port}`;
-        const u = use.get(key) ?? { realServer: key, used: 0, capacity: ports * (r.address.includes(':') ? n6 : n4) };
-        u.used += r.activeConns + r.inactConns;
-        use.set(key, u);
-      }
+    for (const r of this.model.eachRealServer()) {
+      if (r.forwarding !== 'fullnat') continue;
+      const key = `${r.protocol} ${r.address.includes(':') ? `[${r.address}]` : r.address}:${r.port}`;
+      const u = use.get(key) ?? { realServer: key, used: 0, capacity: ports * (r.address.includes(':') ? n6 : n4) };
+      u.used += r.activeConns + r.inactConns;
+      use.set(key, u);
     }
     return [...use.values()];
   }
 
   /** The drain check (kube-proxy's tryDeleteRs, every gracefulTermination.checkInterval). */
   checkDrains(): void {
-    if (!this.model.checkDrains()) return;
-    this.publish(this.model.snapshot());
-    this.dataplane.syncReplyRules(this.model.replyRules());
+    if (this.applying || !this.model.checkDrains()) return;
+    void this.publish(this.model.snapshot());
+    void this.dataplane.syncReplyRules(this.model.replyRules());
     this.saveState();
   }
 
-  publish(snapshot: ReturnType<ServiceModel['snapshot']>): void {
-    this.dataplane.publish(snapshot);
+  /** The snapshot the publisher sends next (a newer one replaces it before it goes out). */
+  private nextSnapshot: Snapshot | null = null;
+  private publishing: Promise<void> | null = null;
+
+  /**
+   * Sends a snapshot to every worker, one worker per slice (each postMessage clones it: about
+   * 10 ms for 1023 services and 4096 real servers). Publications never interleave: one that
+   * comes while another is going out waits and then goes to every worker, so each worker's
+   * versions only grow. Resolves once the latest snapshot asked for has reached every worker.
+   */
+  publish(snapshot: Snapshot): Promise<void> {
+    this.nextSnapshot = snapshot;
     this.lastSnapshotAt = Date.now();
+    this.publishing ??= (async () => {
+      for (let s = this.nextSnapshot; s !== null; s = this.nextSnapshot) {
+        this.nextSnapshot = null;
+        await runSliced('publish', this.dataplane.publishSteps(s));
+      }
+      this.publishing = null;
+    })();
+    return this.publishing;
+  }
+
+  /** A configuration change is being applied (in slices): other changes of the model wait. */
+  private applying = false;
+  /** What came meanwhile (health verdicts), run once it is done. */
+  private afterApply: (() => void)[] = [];
+
+  private whenIdle(fn: () => void): void {
+    if (this.applying) this.afterApply.push(fn);
+    else fn();
+  }
+
+  /** Configuration changes (reloads, edits, batches) run one after another, each on the last one's result. */
+  private changes: Promise<unknown> = Promise.resolve();
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.changes.then(fn, fn);
+    this.changes = next.catch(() => undefined);
+    return next;
   }
 
   /** State-file entries skipped at start-up (wrong shape, outside vipCidrs, no free slot): logged and counted. */
@@ -374,18 +443,16 @@ export class Daemon {
 
   /**
    * Re-reads the configuration file. A bad file is rejected with the field and reason and the
-   * running configuration stays; a good one is applied as a diff (see services.ts).
+   * running configuration stays; a good one is applied as a diff (see services.ts). The file is
+   * read, parsed and validated by the control worker.
    */
-  reload(): { ok: true; version: number } | { ok: false; error: UvsError } {
-    this.lastFileReload = Date.now();
-    this.fileHash = this.hashFile();
-    let doc: unknown;
-    try {
-      doc = this.keepExcluded(readConfigDoc(this.configFile));
-    } catch (e) {
-      return this.rejected(e);
-    }
-    return this.applyDoc(doc, 'file');
+  reload(): Promise<Applied> {
+    return this.serial(async () => {
+      this.lastFileReload = Date.now();
+      this.fileHash = this.hashFile();
+      const running = { doc: this.doc, services: this.cfg.services.map((s) => ({ key: serviceKey(s), address: s.address })) };
+      return this.applyResult(await this.offloaded({ kind: 'file', file: this.configFile, running }), 'file');
+    });
   }
 
   private hashFile(): string {
@@ -394,29 +461,6 @@ export class Daemon {
     } catch {
       return '';
     }
-  }
-
-  /**
-   * kube-proxy's excludeCIDRs: services with a VIP in these ranges are never removed by a file
-   * reload (they were added at runtime, by the API or uvsadm), as kube-proxy never cleans them up.
-   */
-  private keepExcluded(doc: unknown): unknown {
-    let next: UvsConfig;
-    try {
-      next = validateConfig(doc);
-    } catch {
-      return doc; // applyDoc reports the error
-    }
-    const ranges = next.kubeProxy?.excludeCIDRs ?? [];
-    if (ranges.length === 0 || typeof doc !== 'object' || doc === null) return doc;
-    const inFile = new Set(next.services.map(serviceKey));
-    const running = ((this.doc as { services?: Record<string, unknown>[] })?.services ?? []).filter((_raw, i) => {
-      const s = this.cfg.services[i];
-      return s !== undefined && !inFile.has(serviceKey(s)) && inAnyCidr(s.address, ranges);
-    });
-    if (running.length === 0) return doc;
-    const d = doc as { services?: unknown[] };
-    return { ...d, services: [...(d.services ?? []), ...running] };
   }
 
   /** File watch (debounced, only on a real content change), periodic resync, rate limit. */
@@ -429,7 +473,7 @@ export class Daemon {
         this.pendingReload = null;
         if (why === 'watch' && this.hashFile() === this.fileHash) return; // touched, not changed
         this.log.info({ trigger: why }, 'reloading configuration');
-        this.reload();
+        void this.reload();
       }, wait);
     };
     if (r.watch) {
@@ -447,20 +491,47 @@ export class Daemon {
     if (this.cfg.kubeProxy?.strictARP) this.log.info('ipvs.strictARP has no effect: uvs puts VIPs on a TUN device, which answers no ARP');
   }
 
+  private get limits(): EditLimits {
+    return { maxServices: this.cfg.dataplane.maxServices, maxRealServers: this.cfg.dataplane.maxRealServers };
+  }
+
   /**
-   * Runtime edit (API, uvsadm): `edit` changes a copy of the running document; the result is
-   * validated whole and applied like a reload. Edits live until the file is reloaded, as ipvsadm
-   * changes live until the next restore.
+   * Runtime edit (API, uvsadm): the operations change a copy of the running document; the result
+   * is validated whole and applied like a reload. Edits live until the file is reloaded, as
+   * ipvsadm changes live until the next restore. The copy, the checks and the edit are the
+   * control worker's (control/offload-jobs.ts).
    */
-  edit(edit: (doc: Record<string, unknown>) => void): { ok: true; version: number } | { ok: false; error: UvsError } {
-    const copy = structuredClone(this.doc ?? {}) as Record<string, unknown>;
+  edit(ops: EditOp[]): Promise<Applied> {
+    return this.serial(async () =>
+      this.applyResult(await this.offloaded({ kind: 'edit', doc: this.doc, ops, limits: this.limits }), 'api'),
+    );
+  }
+
+  /** POST /v1/batch: the body as it came (JSON, up to 64 MB), parsed and checked by the control worker. */
+  batch(body: Buffer): Promise<Applied> {
+    return this.serial(async () => {
+      const own = body.byteOffset === 0 && body.byteLength === body.buffer.byteLength; // not a slice of a shared pool
+      const job = { kind: 'batch' as const, doc: this.doc, body, limits: this.limits };
+      return this.applyResult(await this.offloaded(job, own ? [body.buffer as ArrayBuffer] : []), 'api');
+    });
+  }
+
+  /** A job on the control worker; its failure to run (it died) is a result too. */
+  private async offloaded(job: Job, transfer: ArrayBuffer[] = []): Promise<JobResult> {
     try {
-      edit(copy);
+      return await this.offload.run(job, transfer);
     } catch (e) {
-      if (e instanceof UvsError) return { ok: false, error: e };
-      throw e;
+      return { ok: false, error: toJobError(e), stage: 'request' };
     }
-    return this.applyDoc(copy, 'api');
+  }
+
+  private applyResult(r: JobResult, source: 'file' | 'api'): Promise<Applied> {
+    // A request refused for itself (an unknown service, a field, the limits) is no rejected configuration.
+    if (!r.ok)
+      return Promise.resolve(r.stage === 'config' ? this.rejected(fromJobError(r.error)) : { ok: false, error: fromJobError(r.error) });
+    if (!('cfg' in r))
+      return Promise.resolve(this.rejected(new UvsError('UVS_ERR_API_INTERNAL', 'the control worker gave no configuration')));
+    return this.applyDoc(r.doc, r.cfg, source);
   }
 
   private rejected(e: unknown): { ok: false; error: UvsError } {
@@ -471,63 +542,130 @@ export class Daemon {
     return { ok: false, error: err };
   }
 
-  private applyDoc(doc: unknown, source: 'file' | 'api'): { ok: true; version: number } | { ok: false; error: UvsError } {
-    let cfg: UvsConfig;
+  /**
+   * POST /v1/services/…/preview: the body checked and the preview computed by the control worker,
+   * against this service's flows in the shared table. Throws the refusal (UvsError).
+   */
+  async preview(ref: ServiceRef, body: Buffer): Promise<DisruptionPreview> {
+    const key = serviceKey(ref);
+    const svc = this.model.listed(key);
+    const service: PreviewService | null = svc
+      ? {
+          address: svc.cfg.address,
+          port: svc.cfg.port,
+          scheduler: svc.cfg.scheduler,
+          flags: svc.cfg.schedFlags,
+          ...(svc.cfg.mhTableSize !== undefined ? { mhTableSize: svc.cfg.mhTableSize } : {}),
+          realServers: svc.realServers.map((r) => ({
+            address: r.address,
+            port: r.port,
+            weight: r.weight,
+            lastWeight: r.lastWeight,
+            overloaded: r.overloaded,
+          })),
+        }
+      : null;
+    const r = await this.offload.run({
+      kind: 'preview',
+      body,
+      service,
+      serviceName: `${ref.protocol} ${ref.address}:${ref.port}`,
+      svcSlot: svc?.slot ?? -1,
+      maxRealServers: this.cfg.dataplane.maxRealServers,
+    });
+    if (!r.ok) throw fromJobError(r.error);
+    if (!('preview' in r)) throw new UvsError('UVS_ERR_API_INTERNAL', 'the control worker gave no preview');
+    return r.preview;
+  }
+
+  /** GET /v1/config as JSON bytes (ConfigResponse, secrets redacted), from the control worker. */
+  async configJson(): Promise<Uint8Array> {
+    const r = await this.offload.run({ kind: 'config', file: this.configFile, doc: this.doc, cfg: this.cfg });
+    if (!r.ok) throw fromJobError(r.error);
+    if (!('json' in r)) throw new UvsError('UVS_ERR_API_INTERNAL', 'the control worker gave no configuration');
+    return r.json;
+  }
+
+  /** GET /v1/connections as JSON bytes, from the control worker's walk of the shared table. */
+  async connectionsJson(limit: number, offset: number): Promise<Uint8Array> {
+    const r = await this.offload.run({ kind: 'connections', limit, offset });
+    if (!r.ok) throw fromJobError(r.error);
+    if (!('json' in r)) throw new UvsError('UVS_ERR_API_INTERNAL', 'the control worker gave no listing');
+    return r.json;
+  }
+
+  /** What cannot change without a restart: refused with the field. */
+  private checkUnchangeable(cfg: UvsConfig): void {
+    for (const k of ['metrics', 'healthz', 'api', 'reload', 'redis'] as const) {
+      if (JSON.stringify(cfg[k]) !== JSON.stringify(this.cfg[k])) {
+        throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
+      }
+    }
+    const fixed = [
+      'device',
+      'workers',
+      'tableSize',
+      'maxRealServers',
+      'maxServices',
+      'mtu',
+      'routeTable',
+      'rulePriority',
+      'replayMark',
+      'batch',
+      'offload',
+      'io',
+      'steering',
+      'announceTable',
+    ] as const;
+    for (const k of fixed) {
+      if (cfg.dataplane[k] !== this.cfg.dataplane[k]) {
+        throw new UvsError(
+          'UVS_ERR_CONFIG_UNSUPPORTED',
+          `cannot change on reload (restart uvsd): was ${this.cfg.dataplane[k]}, now ${cfg.dataplane[k]}`,
+          `dataplane.${k}`,
+        );
+      }
+    }
+    if (JSON.stringify(cfg.dataplane.fullnat) !== JSON.stringify(this.cfg.dataplane.fullnat)) {
+      throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', 'dataplane.fullnat');
+    }
+    if (cfg.dataplane.vipCidrs.join() !== this.cfg.dataplane.vipCidrs.join()) {
+      throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', 'dataplane.vipCidrs');
+    }
+  }
+
+  /**
+   * Applies a validated configuration: the model's diff in slices (the control thread answers
+   * between them; health verdicts, drains, slow start and the trash wait until the new snapshot
+   * has reached the workers), then the reply rules and route MTUs (`ip`, waited for without
+   * blocking), the health checks and the state file. The answer comes once all of it is done.
+   */
+  private async applyDoc(doc: Record<string, unknown>, cfg: UvsConfig, source: 'file' | 'api'): Promise<Applied> {
     try {
-      cfg = validateConfig(doc);
-      for (const k of ['metrics', 'healthz', 'api', 'reload', 'redis'] as const) {
-        if (JSON.stringify(cfg[k]) !== JSON.stringify(this.cfg[k])) {
-          throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', k);
-        }
-      }
-      const fixed = [
-        'device',
-        'workers',
-        'tableSize',
-        'maxRealServers',
-        'maxServices',
-        'mtu',
-        'routeTable',
-        'rulePriority',
-        'replayMark',
-        'batch',
-        'offload',
-        'io',
-        'steering',
-        'announceTable',
-      ] as const;
-      for (const k of fixed) {
-        if (cfg.dataplane[k] !== this.cfg.dataplane[k]) {
-          throw new UvsError(
-            'UVS_ERR_CONFIG_UNSUPPORTED',
-            `cannot change on reload (restart uvsd): was ${this.cfg.dataplane[k]}, now ${cfg.dataplane[k]}`,
-            `dataplane.${k}`,
-          );
-        }
-      }
-      if (JSON.stringify(cfg.dataplane.fullnat) !== JSON.stringify(this.cfg.dataplane.fullnat)) {
-        throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', 'dataplane.fullnat');
-      }
-      if (cfg.dataplane.vipCidrs.join() !== this.cfg.dataplane.vipCidrs.join()) {
-        throw new UvsError('UVS_ERR_CONFIG_UNSUPPORTED', 'cannot change on reload (restart uvsd)', 'dataplane.vipCidrs');
-      }
+      this.checkUnchangeable(cfg);
     } catch (e) {
       return this.rejected(e);
     }
-    let snapshot: ReturnType<ServiceModel['apply']>;
-    try {
-      snapshot = this.model.apply(cfg);
-    } catch (e) {
-      return this.rejected(e);
-    }
-    this.doc = doc;
+    let snapshot: Snapshot;
     const intervalChanged = cfg.gracefulTermination.checkInterval !== this.cfg.gracefulTermination.checkInterval;
-    this.cfg = cfg;
-    this.table.setTimeouts(tableTimeouts(cfg));
-    this.defense.configure(cfg.defense);
-    this.publish(snapshot);
-    this.dataplane.syncReplyRules(this.model.replyRules());
-    this.refreshMtus();
+    this.applying = true;
+    try {
+      try {
+        snapshot = await runSliced('apply', this.model.applySteps(cfg));
+      } catch (e) {
+        return this.rejected(e);
+      }
+      this.doc = doc;
+      this.cfg = cfg;
+      this.table.setTimeouts(tableTimeouts(cfg));
+      this.defense.configure(cfg.defense);
+      await this.publish(snapshot);
+    } finally {
+      this.applying = false;
+      for (const fn of this.afterApply.splice(0)) fn();
+    }
+    await this.dataplane.syncReplyRules(this.model.replyRules());
+    await this.refreshMtus();
     this.health.sync(cfg.services);
     this.saveState();
     if (intervalChanged && this.drainTimer) {
@@ -546,12 +684,14 @@ export class Daemon {
     // First: the withdrawal goes out while the dataplane still forwards what is in flight.
     this.announcer.stop();
     this.health.stop();
+    await this.offload.stop();
     await this.sync?.stop();
     this.watcher?.close();
     if (this.syncTimer) clearInterval(this.syncTimer);
     if (this.pendingReload) clearTimeout(this.pendingReload);
     if (this.sweeper) clearInterval(this.sweeper);
     stopWatchingGcs();
+    stopWatchingLoopDelay();
     if (this.defenseTimer) clearInterval(this.defenseTimer);
     if (this.mtuTimer) clearInterval(this.mtuTimer);
     if (this.drainTimer) clearInterval(this.drainTimer);

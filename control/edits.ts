@@ -5,7 +5,7 @@
  * catalogue (not found 404, already exists 409).
  */
 import { canonAddr } from '../net/addr';
-import { DEFAULT_PROTOCOL } from './config';
+import { DEFAULT_PROTOCOL, validateRealServer, validateService } from './config';
 import { UvsError } from './errors';
 import { int, obj, str, type Out } from './schema';
 
@@ -217,4 +217,66 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
     }
   });
   ix.compact();
+}
+
+/** The limits a batch is counted against (dataplane.maxServices, maxRealServers). */
+export interface EditLimits {
+  maxServices: number;
+  maxRealServers: number;
+}
+
+/**
+ * Refuses (413) a batch whose result must exceed dataplane.maxServices or maxRealServers, from
+ * the counts alone: services and real servers the running document has, plus those the batch
+ * adds, minus those it deletes. Draining servers take slots too, so this only ever refuses what
+ * the full check would also refuse; it just refuses it first.
+ */
+export function checkBatchLimits(doc: unknown, ops: EditOp[], limits: EditLimits): void {
+  const rsCount = (list: unknown) => (Array.isArray(list) ? list.length : 0);
+  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) =>
+    `${String(r?.protocol ?? DEFAULT_PROTOCOL)} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
+  const count = new Map<string, number>(); // service → real servers
+  const svcs = (doc as { services?: unknown } | null)?.services;
+  if (Array.isArray(svcs))
+    for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));
+  for (const o of ops) {
+    if (o === null || typeof o !== 'object') continue; // not an operation: the body schema refuses it
+    const k = o.op === 'addService' || o.op === 'editService' ? key(o.service) : 'ref' in o ? key(o.ref) : '';
+    if (o.op === 'clear') count.clear();
+    else if (o.op === 'addService') count.set(k, rsCount(o.service?.realServers));
+    else if (o.op === 'deleteService') count.delete(k);
+    else if (o.op === 'addRealServer' && count.has(k)) count.set(k, count.get(k)! + 1);
+    else if (o.op === 'deleteRealServer' && count.has(k)) count.set(k, Math.max(0, count.get(k)! - 1));
+  }
+  if (count.size > limits.maxServices)
+    throw new UvsError(
+      'UVS_ERR_API_TOO_LARGE',
+      `the batch would leave ${count.size} services, more than dataplane.maxServices (${limits.maxServices})`,
+      'ops',
+    );
+  let rs = 0;
+  for (const n of count.values()) rs += n;
+  if (rs > limits.maxRealServers)
+    throw new UvsError(
+      'UVS_ERR_API_TOO_LARGE',
+      `the batch would leave ${rs} real servers, more than dataplane.maxRealServers (${limits.maxRealServers})`,
+      'ops',
+    );
+}
+
+/**
+ * An edit of the running document, up to (not including) the validation of the whole result:
+ * the limits first (a batch that must fail on them costs O(ops), not a validation of everything
+ * it would have built: 100 000 additions over maxServices used to be refused last), then each
+ * operation's service or real server by the configuration's schema (so errors name it:
+ * ops[3].realServer.weight), then the operations in order. `doc` is changed in place.
+ */
+export function editDocument(doc: Doc, ops: EditOp[], limits: EditLimits): Doc {
+  checkBatchLimits(doc, ops, limits);
+  ops.forEach((o, i) => {
+    if (o.op === 'addService' || o.op === 'editService') validateService(o.service, `ops[${i}].service`);
+    if (o.op === 'addRealServer' || o.op === 'editRealServer') validateRealServer(o.realServer, `ops[${i}].realServer`, o.ref.port, 'masq');
+  });
+  applyEdits(doc, ops);
+  return doc;
 }

@@ -11,8 +11,10 @@
  */
 import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
 import { splitHostPort } from '../net/addr';
 import { badHostMessage, hostGuard } from './http-guard';
+import { describeHolders } from './port-holder';
 
 /** Constant-time bearer-token check; true when no token is required. */
 export function tokenOk(req: IncomingMessage, token: string | undefined): boolean {
@@ -55,4 +57,73 @@ export function listenHttp(address: string, handler: (req: IncomingMessage, res:
       resolve({ server, close: () => new Promise((r) => server.close(() => r())) });
     });
   });
+}
+
+/** A TCP listener's state (GET /v1/stats `listeners`, metric uvs_listener_up). */
+export interface ListenerStatus {
+  /** api (api.listen), metrics or healthz. */
+  name: string;
+  address: string;
+  listening: boolean;
+  /** While another process holds the port: who (pid, command, uid), as /proc shows it. */
+  heldBy: string | null;
+}
+
+/** How often a port another process holds is tried again. */
+export const LISTEN_RETRY_MS = 2000;
+
+/**
+ * Opens a TCP listener that an unprivileged process may be holding already. Ports above 1023 can
+ * be bound by any user, so failing the start on EADDRINUSE would let any local user keep the load
+ * balancer down by binding 10249 or 10256 first; uvsd starts without the listener instead, logs
+ * who holds the port (control/port-holder.ts: pid, command line, uid) and tries again every
+ * LISTEN_RETRY_MS until it gets it. Any other error (an address not on this host, a privileged
+ * port) is a configuration error and is thrown, failing the start as before.
+ */
+export async function listenOrWait(
+  name: string,
+  address: string,
+  open: () => Promise<{ close(): Promise<void> }>,
+  log: Logger,
+): Promise<{ close(): Promise<void>; listeners(): ListenerStatus[] }> {
+  const hp = splitHostPort(address)!;
+  let server: { close(): Promise<void> } | null = null;
+  let heldBy: string | null = null;
+  let lastInode = -1;
+  let timer: NodeJS.Timeout | null = null;
+  let closed = false;
+  const attempt = async (first: boolean): Promise<void> => {
+    try {
+      const s = await open();
+      if (closed) return void (await s.close()); // uvsd stopped while this attempt ran
+      server = s;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw e;
+      const h = describeHolders(hp.host, hp.port, lastInode);
+      if (!h.same) {
+        heldBy = h.text;
+        lastInode = h.inode;
+        log.error(
+          { listener: name, address, heldBy },
+          `${name} listener: ${address} is held by another process (${heldBy}); uvsd runs without it and tries again every ${LISTEN_RETRY_MS / 1000} s`,
+        );
+      }
+      const retry = () =>
+        attempt(false).catch((err: Error) => log.error({ listener: name, address, err: err.message }, `${name} listener failed`));
+      if (!closed) timer = setTimeout(() => void retry(), LISTEN_RETRY_MS);
+      return;
+    }
+    if (!first) log.warn({ listener: name, address }, `${name} listener: ${address} is free again; listening`);
+    heldBy = null;
+    lastInode = -1;
+  };
+  await attempt(true);
+  return {
+    close: async () => {
+      closed = true;
+      if (timer) clearTimeout(timer);
+      await (server as { close(): Promise<void> } | null)?.close();
+    },
+    listeners: () => [{ name, address, listening: server !== null, heldBy: server === null ? heldBy : null }],
+  };
 }

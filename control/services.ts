@@ -48,6 +48,7 @@ import type { ReplyRule } from '../lb/dataplane';
 import { getScheduler } from '../schedulers/registry';
 import { schedFlagBits, type DestListChange, type SchedDest } from '../schedulers/types';
 import type { RealServerConfig, ServiceConfig, SloppyMode, UvsConfig } from './config';
+import { runAll } from './slices';
 
 const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, tunnel: L.FWD_TUNNEL };
 const PP: Record<string, number> = { v1: PP_V1, v2: PP_V2 };
@@ -104,6 +105,15 @@ interface RsSlotInfo {
   port: number;
   /** In a service's list (false = trash). */
   listed: boolean;
+}
+
+/** A service as list() shows it. */
+export interface ListedService {
+  key: string;
+  cfg: ServiceConfig;
+  slot: number;
+  removing: boolean;
+  realServers: (RealServerView & { lastWeight: number })[];
 }
 
 export interface DrainEntry {
@@ -219,6 +229,17 @@ export class ServiceModel {
 
   /** Applies a validated configuration; returns the new snapshot. Throws before changing anything if slots run out. */
   apply(cfg: UvsConfig): Snapshot {
+    return runAll(this.applySteps(cfg));
+  }
+
+  /**
+   * apply() as steps (control/slices.ts runSliced): one step per real server added, edited or
+   * removed, so the control thread can answer between them. Its caller must keep every other
+   * change of the model (health verdicts, drains, slow start, the trash) for after the last step.
+   * The shared real-server and scheduler regions change step by step, as they always did while
+   * the operations ran; the snapshot with the new lists is returned, and published, at the end.
+   */
+  *applySteps(cfg: UvsConfig): Generator<void, Snapshot> {
     this.vipCidrs = cfg.dataplane.vipCidrs;
     this.answerPing = cfg.dataplane.answerPing;
     this.expireNodestConn = cfg.gracefulTermination.expireNodestConn;
@@ -242,12 +263,13 @@ export class ServiceModel {
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
     this.checkCapacity(wanted);
     for (const live of [...this.services.values()]) {
-      if (!wanted.has(live.key) && !live.removing) this.removeService(live);
+      if (!wanted.has(live.key) && !live.removing) yield* this.removeService(live);
     }
     for (const [key, s] of wanted) {
       const live = this.services.get(key);
-      if (live) this.editService(live, s);
-      else this.addService(s);
+      if (live) yield* this.editService(live, s);
+      else yield* this.addService(s);
+      yield;
     }
     return this.snapshot();
   }
@@ -302,7 +324,7 @@ export class ServiceModel {
     });
   }
 
-  private addService(s: ServiceConfig): void {
+  private *addService(s: ServiceConfig): Generator<void> {
     const key = serviceKey(s);
     const slot = this.freeSvc.pop()!;
     this.onFreshServiceSlot?.(slot);
@@ -325,10 +347,13 @@ export class ServiceModel {
     const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false, nextTick: null, lastRampStep: 0 };
     this.services.set(key, live);
     this.bindScheduler(live);
-    for (const r of s.realServers) this.addDest(live, r);
+    for (const r of s.realServers) {
+      this.addDest(live, r);
+      yield;
+    }
   }
 
-  private editService(live: LiveService, s: ServiceConfig): void {
+  private *editService(live: LiveService, s: ServiceConfig): Generator<void> {
     const schedChanged = s.scheduler !== live.cfg.scheduler || s.mhTableSize !== live.cfg.mhTableSize;
     live.removing = false;
     live.cfg = s;
@@ -343,6 +368,7 @@ export class ServiceModel {
     for (const d of [...live.compiled.dests]) {
       const k = `${destAddr(d)}:${d.port}`;
       if (!want.has(k)) this.removeDest(live, k);
+      yield;
     }
     for (const [k, r] of want) {
       const slotKey = `${live.key}|${k}`;
@@ -362,6 +388,7 @@ export class ServiceModel {
         this.delDest(live, k);
         this.startRamp(live, k, r);
         this.addDest(live, r);
+        yield;
         continue;
       }
       const old = live.rsCfg.get(k);
@@ -376,19 +403,24 @@ export class ServiceModel {
       ) {
         this.editDest(live, k, r);
       }
+      yield;
     }
     // -a for new ones, in configuration order
     for (const [k, r] of want) {
       if (live.rsCfg.has(k)) continue;
       this.startRamp(live, k, r);
       this.addDest(live, r);
+      yield;
     }
   }
 
   /** The service is no longer configured: delete it, or keep it while its TCP servers drain. */
-  private removeService(live: LiveService): void {
+  private *removeService(live: LiveService): Generator<void> {
     live.removing = true;
-    for (const d of [...live.compiled.dests]) this.removeDest(live, `${destAddr(d)}:${d.port}`);
+    for (const d of [...live.compiled.dests]) {
+      this.removeDest(live, `${destAddr(d)}:${d.port}`);
+      yield;
+    }
     if (live.compiled.dests.length === 0) this.deleteService(live);
   }
 
@@ -525,7 +557,7 @@ export class ServiceModel {
         continue;
       }
       if (!live) {
-        this.addService({ ...d.serviceConfig, realServers: [] });
+        runAll(this.addService({ ...d.serviceConfig, realServers: [] }));
         live = this.services.get(d.service)!;
         live.removing = true;
       }
@@ -823,7 +855,10 @@ export class ServiceModel {
 
   snapshot(): Snapshot {
     for (const l of this.services.values()) l.compiled.sloppy = this.sloppyOf(l);
-    const services = [...this.services.values()].map((l) => l.compiled);
+    // Copies: the daemon sends a snapshot to one worker per slice, and a change applied meanwhile
+    // sets fields of the live objects (flags, netmasks, data) — a later worker must not get those
+    // under this version. A service's dest list and its entries are never changed in place.
+    const services = [...this.services.values()].map((l) => ({ ...l.compiled }));
     const { lookup, lookupMask } = buildLookup(services);
     const v4 = this.vipCidrs.map((c) => parseCidr(c)).filter((c) => c !== null);
     const vips = new Int32Array(v4.length * 2);
@@ -865,17 +900,85 @@ export class ServiceModel {
   }
 
   /** Services with their real servers in kernel list order, for the API. */
-  list(): { key: string; cfg: ServiceConfig; slot: number; removing: boolean; realServers: (RealServerView & { lastWeight: number })[] }[] {
-    return [...this.services.values()].map((l) => ({
-      key: l.key,
-      cfg: l.cfg,
-      slot: l.slot,
-      removing: l.removing,
-      realServers: l.compiled.dests.map((d) => {
-        const k = `${destAddr(d)}:${d.port}`;
-        return { ...this.rsView(l, k, d.rs, l.rsCfg.get(k)!), lastWeight: d.lastWeight ?? d.weight };
-      }),
-    }));
+  list(): ListedService[] {
+    return [...this.eachService()];
+  }
+
+  /**
+   * list() one service at a time, for readers that let the event loop turn between services
+   * (GET /v1/services, the metrics: control/slices.ts). The services are those of the moment it
+   * starts; a service removed meanwhile still comes, as it was.
+   */
+  *eachService(): Generator<ListedService> {
+    yield* this.views([...this.services.values()]);
+  }
+
+  private *views(services: LiveService[]): Generator<ListedService> {
+    for (const l of services) {
+      yield {
+        key: l.key,
+        cfg: l.cfg,
+        slot: l.slot,
+        removing: l.removing,
+        realServers: l.compiled.dests.map((d) => {
+          const k = `${destAddr(d)}:${d.port}`;
+          return { ...this.rsView(l, k, d.rs, l.rsCfg.get(k)!), lastWeight: d.lastWeight ?? d.weight };
+        }),
+      };
+    }
+  }
+
+  /** One service as list() shows it, or null (without building the others' views). */
+  listed(key: string): ListedService | null {
+    const l = this.services.get(key);
+    if (!l) return null;
+    for (const v of this.views([l])) return v;
+    return null;
+  }
+
+  /**
+   * The counter slots of every service (or of the one with `key`) and of its listed real servers,
+   * without building views: the rate estimator every 2 s, the node totals, ipvsadm -Z.
+   */
+  counterSlots(key?: string): { key: string; slot: number; realServers: number[] }[] {
+    const out: { key: string; slot: number; realServers: number[] }[] = [];
+    for (const l of this.services.values()) {
+      if (key !== undefined && l.key !== key) continue;
+      out.push({ key: l.key, slot: l.slot, realServers: l.compiled.dests.map((d) => d.rs) });
+    }
+    return out;
+  }
+
+  /**
+   * Every listed real server with its service and connection counts, without building views: for
+   * readers that run every second (the Redis count exchange, full-NAT pool use), which list() made
+   * cost tens of ms at 4096 real servers.
+   */
+  *eachRealServer(): Generator<{
+    service: string;
+    protocol: Protocol;
+    address: string;
+    port: number;
+    forwarding: string;
+    activeConns: number;
+    inactConns: number;
+  }> {
+    for (const i of this.rsSlots.values()) {
+      if (!i.listed) continue;
+      const live = this.services.get(i.svcKey);
+      const r = live?.rsCfg.get(`${i.addr}:${i.port}`);
+      if (!live || !r) continue;
+      const o = i.slot * L.RS_WORDS;
+      yield {
+        service: i.svcKey,
+        protocol: live.cfg.protocol,
+        address: i.addr,
+        port: i.port,
+        forwarding: r.forwarding,
+        activeConns: Atomics.load(this.rs, o + L.RS_ACTIVE),
+        inactConns: Atomics.load(this.rs, o + L.RS_INACTIVE),
+      };
+    }
   }
 
   private rsView(live: LiveService, k: string, slot: number, r: RealServerConfig): RealServerView {

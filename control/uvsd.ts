@@ -7,6 +7,7 @@ import { startApi } from './api';
 import { DEFAULT_REPLAY_MARK, loadConfigFile } from './config';
 import { Daemon, type Serve } from './daemon';
 import type { UvsError } from './errors';
+import { listenOrWait } from './listen';
 import { makeLogger } from './log';
 import { startHealthz, startMetrics } from './metrics';
 import { cleanupRouting } from '../lb/dataplane';
@@ -33,8 +34,12 @@ function listeners(log: Logger): Serve {
   return async (d, keep) => {
     const cfg = d.cfg;
     keep(await startApi(d, cfg.api.socket, log.child({ component: 'api' }), cfg.api));
-    if (cfg.metrics.address) keep(await startMetrics(d, cfg.metrics.address, cfg.metrics.token));
-    if (cfg.healthz.address) keep(await startHealthz(d, cfg.healthz.address, cfg.healthz.token));
+    // A port another process holds does not stop uvsd: listenOrWait logs the holder and retries.
+    const http = log.child({ component: 'listen' });
+    const { address: m, token: mt } = cfg.metrics;
+    if (m) keep(await listenOrWait('metrics', m, () => startMetrics(d, m, mt), http));
+    const { address: h, token: ht } = cfg.healthz;
+    if (h) keep(await listenOrWait('healthz', h, () => startHealthz(d, h, ht), http));
   };
 }
 

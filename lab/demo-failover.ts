@@ -128,7 +128,7 @@ export async function failoverDemo(): Promise<number> {
     for (const n of ['lb1', 'lb2'] as const) await startUvsd(n);
     await lab.startVrrp('lb1');
     console.log(
-      `  keepalived: ${LAB_VRRP.advertSeconds * 1000} ms VRRPv3 adverts, track script on uvsd's /healthz every ${LAB_VRRP.scriptInterval} s (fall ${LAB_VRRP.scriptFall}), nopreempt`,
+      `  keepalived: ${LAB_VRRP.advertSeconds * 1000} ms VRRPv3 adverts, track script on uvsd's /healthz (API socket) every ${LAB_VRRP.scriptInterval} s (fall ${LAB_VRRP.scriptFall}), nopreempt`,
     );
     console.log(`  lb1 ${lab.state('lb1')} holds ${lab.heldAddresses('lb1').join(' ')}; lb2 ${lab.state('lb2')}`);
     console.log(

@@ -18,7 +18,8 @@
  *
  * Who holds the next hop and the gateway is decided by real keepalived (startKeepalived), one
  * per LB namespace with its own config, pid files and notify FIFO in the lab's directory: one
- * VRRPv3 instance per family in a sync group, 100 ms adverts, a track script on uvsd's /healthz.
+ * VRRPv3 instance per family in a sync group, 100 ms adverts, a track script asking uvsd's /healthz
+ * over its root-only API socket.
  * The lab only kills things (uvsd, or a whole node: its links down and every process in it) and
  * watches keepalived's state changes; it never moves an address itself.
  *
@@ -53,7 +54,7 @@ export type KillKind = 'uvsd' | 'node';
  * VRRP timing. 100 ms adverts (VRRPv3 counts centiseconds): a backup declares the master dead
  * after 3 adverts plus its skew, (256 − priority) / 256 of one advert — 326 ms for the lab's lb2 (priority 190).
  * The track script runs every second (keepalived's floor: `interval` is whole seconds) with a 1 s
- * curl timeout; one failure faults the node (a dead uvsd refuses the connection at once, so the
+ * curl timeout; one failure faults the node (nothing accepts on a dead uvsd's socket, so the
  * detection is 0–1 s after the death, plus the script's start).
  */
 export interface KeepalivedTiming {
@@ -85,12 +86,20 @@ export interface KeepalivedOptions {
   /** CIDR prefix lengths of the two segments. */
   prefix4: number;
   prefix6: number;
-  /** uvsd's /healthz URL (uvsd's `healthz.address`). */
-  healthz: string;
+  /**
+   * uvsd's admin API socket (`api.socket`): the track script asks /healthz there, where only uvsd
+   * can answer (a squatter on the healthz TCP port cannot: docs/failover.md).
+   */
+  apiSocket: string;
   notifyFifo?: string;
   vrid4?: number;
   vrid6?: number;
   timing?: KeepalivedTiming;
+}
+
+/** The track script's command: uvsd's /healthz over its root-only API socket (as examples/keepalived). */
+export function trackScriptCommand(apiSocket: string): string {
+  return `/usr/bin/curl -sf -m 1 -o /dev/null --unix-socket ${apiSocket} http://localhost/healthz`;
 }
 
 /**
@@ -131,7 +140,7 @@ global_defs {
 ${o.notifyFifo ? `    notify_fifo ${o.notifyFifo}\n` : ''}}
 
 vrrp_script uvsd_healthz {
-    script "/usr/bin/curl -sf -m 1 -o /dev/null ${o.healthz}"
+    script "${trackScriptCommand(o.apiSocket)}"
     interval ${t.scriptInterval}
     timeout ${t.scriptInterval + 1}
     fall ${t.scriptFall}
@@ -470,7 +479,7 @@ export class FailoverLab {
       gateway6: GATEWAY6,
       prefix4: 24,
       prefix6: 64,
-      healthz: 'http://127.0.0.1:10256/healthz',
+      apiSocket: this.socket(node),
       notifyFifo: join(this.dir, `${node}.vrrp.fifo`),
       timing,
     });

@@ -35,9 +35,10 @@
  * Everything is removed on stop(); cleanup() removes leftovers of a daemon that died (the device
  * itself vanishes with the last queue fd, so only routes and rules can be left).
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
@@ -201,23 +202,47 @@ export interface RouteMtu {
 }
 
 /**
+ * Runs `ip [args] -force -batch -` on these lines without blocking the caller: a spawn, not
+ * execFileSync, and one process for all the lines (8192 reply rules, one execFileSync each, held
+ * the control thread 28 s). -force goes on past a failed line; its error is in stderr.
+ */
+export function ipBatch(args: string[], lines: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn('ip', [...args, '-force', '-batch', '-'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    try {
+      // Background work (8192 rules: seconds of the kernel's time in its context): behind the
+      // control thread and the dataplane workers when the CPUs are busy.
+      if (p.pid) setPriority(p.pid, 10);
+    } catch {
+      /* gone already */
+    }
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    p.stdout.on('data', (b: Buffer) => out.push(b));
+    p.stderr.on('data', (b: Buffer) => err.push(b));
+    p.stdin.on('error', () => undefined); // ip gone early: its exit code says why
+    p.on('error', (e) => resolve({ code: null, stdout: '', stderr: e.message }));
+    p.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') }));
+    p.stdin.end(lines.map((l) => `${l}\n`).join(''));
+  });
+}
+
+/**
  * The route to each address, as the kernel's forwarding takes its MTU (the route's own mtu
  * metric, else its device's MTU): one `ip -batch` for all of them. Addresses it cannot route are
- * left out. This forks `ip`; deviceMtu() re-reads a device's MTU without forking.
+ * left out. This starts `ip` (without waiting for it); deviceMtu() re-reads a device's MTU
+ * without a process.
  */
-export function routeMtus(addrs: string[]): Map<string, RouteMtu> {
+export async function routeMtus(addrs: string[]): Promise<Map<string, RouteMtu>> {
   const out = new Map<string, RouteMtu>();
   if (addrs.length === 0) return out;
-  let text = '';
-  try {
-    text = execFileSync('ip', ['-j', '-force', '-batch', '-'], {
-      input: addrs.map((a) => `route get ${a}\n`).join(''),
-      encoding: 'utf8',
-      stdio: ['pipe', 'pipe', 'ignore'],
-    });
-  } catch (e) {
-    text = String((e as { stdout?: string }).stdout ?? ''); // some addresses had no route
-  }
+  // Some addresses may have no route: their lines fail, the others' answers are in stdout.
+  const text = (
+    await ipBatch(
+      ['-j'],
+      addrs.map((a) => `route get ${a}`),
+    )
+  ).stdout;
   for (const line of text.split('\n')) {
     if (!line.startsWith('[')) continue;
     for (const r of JSON.parse(line) as { dst: string; dev?: string; metrics?: { mtu?: number }[] }[]) {
@@ -475,24 +500,53 @@ export class Dataplane {
   releaseLocks: ((owner: number) => number) | null = null;
 
   publish(snapshot: Snapshot): void {
+    for (const _ of this.publishSteps(snapshot));
+  }
+
+  /**
+   * publish() one worker per step: each postMessage clones the snapshot on the control thread
+   * (about 10 ms for 1023 services and 4096 real servers), so the caller may let the event loop
+   * turn between workers (control/slices.ts). A worker started meanwhile gets the new snapshot.
+   */
+  *publishSteps(snapshot: Snapshot): Generator<void> {
     this.snapshot = snapshot;
-    for (const s of this.slots) {
+    for (const s of [...this.slots]) {
       if (!s.worker || !s.port) continue;
       s.port.postMessage(snapshot);
       Atomics.store(s.ctl, CTL_SNAPSHOT_VERSION, snapshot.version);
+      yield;
     }
   }
 
-  /** Makes the installed masq reply rules exactly `wanted`. */
-  syncReplyRules(wanted: ReplyRule[]): void {
+  /** The reply-rule changes not yet made, in order (syncReplyRules chains them). */
+  private ruleJob: Promise<void> = Promise.resolve();
+
+  /**
+   * Makes the installed masq reply rules exactly `wanted`: the difference from the last call, as
+   * one `ip -batch` per family, after the changes already under way. Resolves once they are made;
+   * a rule that cannot be added is logged (the flows of its server get no replies).
+   */
+  syncReplyRules(wanted: ReplyRule[]): Promise<void> {
     const next = new Map(wanted.map((r) => [ruleKey(r), r]));
-    for (const [k, r] of this.rules) {
-      if (!next.has(k)) {
-        ip(ruleDelArgs(r, this.opts), true);
-      }
-    }
-    for (const [k, r] of next) if (!this.rules.has(k)) ip(ruleArgs(r, this.opts));
+    const lines: Record<4 | 6, string[]> = { 4: [], 6: [] };
+    const line = (args: string[]) => (args[0] === '-6' ? lines[6].push(args.slice(1).join(' ')) : lines[4].push(args.join(' ')));
+    for (const [k, r] of this.rules) if (!next.has(k)) line(ruleDelArgs(r, this.opts));
+    for (const [k, r] of next) if (!this.rules.has(k)) line(ruleArgs(r, this.opts));
     this.rules = next;
+    if (lines[4].length + lines[6].length === 0) return this.ruleJob;
+    this.ruleJob = this.ruleJob.then(async () => {
+      for (const fam of [4, 6] as const) {
+        if (lines[fam].length === 0) continue;
+        const r = await ipBatch([`-${fam}`], lines[fam]);
+        // A delete of a rule already gone is fine (as before, allowFail); an add that failed is not.
+        const failed = r.stderr
+          .split('\n')
+          .filter((l) => l.trim() && !/No such file or directory|Command failed/.test(l))
+          .slice(0, 5);
+        if (failed.length) this.log.error({ family: fam, errors: failed }, 'masq reply rules: ip refused some changes');
+      }
+    });
+    return this.ruleJob;
   }
 
   /** inject's raw sockets (marked replayMark), per family; −1 when not open. */
@@ -528,10 +582,7 @@ export class Dataplane {
     await Promise.all(this.slots.map((s) => s.worker?.terminate()));
     for (const s of this.slots) s.port?.close();
     this.closeQueues();
-    for (const r of this.rules.values()) {
-      ip(ruleDelArgs(r, this.opts), true);
-    }
-    this.rules.clear();
+    await this.syncReplyRules([]); // one batch, not one `ip` per rule
     cleanupRouting(this.opts);
     this.log.info({ device: this.opts.device }, 'dataplane down');
   }

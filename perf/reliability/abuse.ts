@@ -5,7 +5,7 @@
  * 4xx, a counted rejection, or simply not taken), did uvsd survive, and how long did a probe
  * request to the API (GET /v1/info every 20 ms, client.ts api-probe) wait while it happened?
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -27,6 +27,7 @@ import {
   type ClientRun,
   type Ctx,
 } from './common';
+import type { ControlThreadView } from '../../control/slices';
 import type { ApiSample, ScenarioResult, Value } from './report';
 
 const SECRET_REDIS = 'redis-secret-7f3a-5e0c91';
@@ -44,7 +45,7 @@ interface Outcome {
 }
 
 interface Case {
-  area: 'API' | 'YAML' | 'state file' | 'Redis';
+  area: 'API' | 'YAML' | 'state file' | 'Redis' | 'health';
   what: string;
   expect: string;
   run: () => Promise<Outcome>;
@@ -479,6 +480,101 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     },
   ];
 
+  // ── the largest requests uvsd accepts (issue 25, item 6): taken, and the API must keep answering.
+  const fake = (k: number) => ({ address: `10.${201 + (k >> 16)}.${(k >> 8) & 255}.${k & 255}`, port: 8080 });
+  const took = (x: Raw) => (x.status ? `HTTP ${x.status} in ${x.ms} ms` : `connection ${x.error} after ${x.ms} ms`);
+  cases.push(
+    {
+      area: 'API',
+      what: 'POST /v1/batch of 100,000 operations within the limits (the schema’s maximum)',
+      expect: 'taken; the API keeps answering',
+      run: async () => {
+        const services = (
+          goodCfg() as {
+            services: { protocol?: string; address: string; port: number; realServers: { address: string; port: number }[] }[];
+          }
+        ).services;
+        const http = services[0]!;
+        const ref = { protocol: http.protocol ?? 'tcp', address: http.address, port: http.port };
+        const ops: unknown[] = [{ op: 'clear' }, ...services.map((service) => ({ op: 'addService', service }))];
+        for (let n = 0; ops.length < 100_000; n++)
+          ops.push({ op: 'editRealServer', ref, realServer: { ...http.realServers[n % http.realServers.length]!, weight: 1 + (n % 3) } });
+        const x = await raw(sock, 'POST', '/v1/batch', JSON.stringify({ ops }));
+        await restore();
+        return { outcome: took(x), refused: x.status === 200 ? null : false };
+      },
+    },
+    {
+      area: 'API',
+      what: 'disruption preview adding 4,096 real servers (dataplane.maxRealServers)',
+      expect: 'answered; the API keeps answering',
+      run: async () => {
+        const add = Array.from({ length: 4096 }, (_, k) => ({ ...fake(k), weight: 1 }));
+        const x = await raw(sock, 'POST', `/v1/services/tcp/${LAB_VIP}/80/preview`, JSON.stringify({ add }));
+        return { outcome: took(x), refused: x.status === 200 ? null : false };
+      },
+    },
+    {
+      area: 'API',
+      what: 'POST /v1/capture of 100,000 packets (jsonl, the limit) under a SYN flood',
+      expect: 'answered; the API keeps answering',
+      run: async () => {
+        // Spoofed SYNs written into the device (lab/tools.js syn-flood): each one a packet to capture.
+        const flood = spawnTracked(
+          process.execPath,
+          [join(__dirname, '..', '..', 'lab', 'tools.js'), 'syn-flood', 'uvs0', LAB_VIP, '80', '15000', '60', '2000000', '3'],
+          lab.lbNs,
+        );
+        const body = JSON.stringify({ sample: 1, maxPackets: 100_000, seconds: 60, format: 'jsonl' });
+        const x = await raw(sock, 'POST', '/v1/capture', body);
+        flood.kill('SIGTERM');
+        return { outcome: took(x), refused: x.status === 200 ? null : false };
+      },
+    },
+    {
+      area: 'YAML',
+      what: 'a reload to 1,023 services and 4,086 real servers (the limits), then its metrics and GET /v1/services',
+      expect: 'taken; the API keeps answering',
+      run: async () => {
+        const c = goodCfg() as { services: unknown[] };
+        const more = Array.from({ length: 1023 - c.services.length }, (_, i) => ({
+          protocol: 'tcp',
+          address: `10.200.0.${100 + (i >> 8)}`,
+          port: 1000 + (i & 255),
+          scheduler: 'mh',
+          realServers: [0, 1, 2, 3].map((j) => fake(i * 4 + j)),
+        }));
+        const x = await reloadWith(stringify({ ...c, services: [...c.services, ...more] }));
+        const t = Date.now();
+        const m = await run(
+          'curl',
+          [
+            '-s',
+            '-o',
+            '/dev/null',
+            '-w',
+            '%{size_download}',
+            '-m',
+            '60',
+            '-H',
+            `Authorization: Bearer ${SECRET_METRICS}`,
+            `http://127.0.0.1:19249/metrics`,
+          ],
+          {
+            ns: lab.lbNs,
+            timeoutMs: 70000,
+          },
+        );
+        const metricsMs = Date.now() - t;
+        const svc = await raw(sock, 'GET', '/v1/services');
+        return {
+          outcome: `reload ${took(x)}; /metrics ${Math.round(Number(m.stdout) / 1e6)} MB in ${metricsMs} ms; /v1/services ${took(svc)}`,
+          refused: x.status === 200 ? null : false,
+        };
+      },
+    },
+  );
+
   // ── state files: uvsd restarted on each; it must start, and take nothing outside its VIP ranges.
   const stateFile = join(lab.dir, 'state.json');
   const stateCase = (what: string, content: string, check?: () => Promise<boolean>): Case => ({
@@ -531,6 +627,58 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
       async () => !(await servicesList()).includes('192.0.2.1'),
     ),
   );
+
+  // ── the healthz port held by another user while uvsd is down (issue 25, item 5)
+  cases.push({
+    area: 'health',
+    what: 'an unprivileged process answering 200 on the healthz port (127.0.0.1:10256) while uvsd is down',
+    expect: 'the shipped track script fails; uvsd starts anyway and names the holder',
+    run: async () => {
+      const conf = readFileSync(join(__dirname, '..', '..', '..', 'examples', 'keepalived', 'keepalived.conf'), 'utf8');
+      const script = /vrrp_script uvsd_healthz \{[\s\S]*?^\s*script "([^"]+)"/m.exec(conf)?.[1]?.split('/run/uvs/uvsd.sock').join(sock);
+      if (!script) return { outcome: 'no track script in examples/keepalived/keepalived.conf', refused: false };
+      const track = async () => (await run('sh', ['-c', script], { ns: lab.lbNs, timeoutMs: 10000 })).code;
+      const curl = async () =>
+        (
+          await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', 'http://127.0.0.1:10256/healthz'], {
+            ns: lab.lbNs,
+            timeoutMs: 5000,
+          })
+        ).stdout;
+      await lab.stopUvsd();
+      const squatter = spawnTracked(
+        'setpriv',
+        [
+          '--reuid=65534',
+          '--regid=65534',
+          '--clear-groups',
+          process.execPath,
+          '-e',
+          "require('http').createServer((q, r) => r.end('ok')).listen(10256, '127.0.0.1')",
+        ],
+        lab.lbNs,
+      );
+      try {
+        const squatted = (await waitFor(async () => (await curl()) === '200', 10000)) !== null ? '200' : await curl();
+        const down = await track();
+        let started = true;
+        try {
+          pid = await startUvsd(ctx, goodCfg());
+        } catch {
+          started = false;
+        }
+        const up = started ? await track() : null;
+        const named = readFileSync(join(lab.dir, 'uvsd.log'), 'utf8').includes(`pid ${squatter.pid} (`);
+        if (!started) pid = await startUvsd(ctx, goodCfg()).catch(() => 0);
+        return {
+          outcome: `squatter answers ${squatted}; track script exit ${down} with uvsd down, ${up ?? '—'} with uvsd up; uvsd ${started ? 'started' : 'did not start'}${named ? ', its log names the squatter’s pid' : ''}`,
+          refused: squatted === '200' && down !== 0 && started && up === 0 && named,
+        };
+      } finally {
+        squatter.kill('SIGKILL');
+      }
+    },
+  });
 
   // ── Redis
   if (haveRedis) {
@@ -687,6 +835,7 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
   let crashes = 0;
   let stalls = 0;
   let worstStall = 0;
+  let worstCpu = 0;
   const probeS = quick ? 300 : 600;
   const probe = apiProbe(sock, lab.lbNs, probeS);
   await sleep(1000);
@@ -710,7 +859,19 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     }
     // Probe samples in flight during the case (probes restart with uvsd: state-file cases excluded).
     const samples = probe.lines.filter((s: ApiSample) => s.t + s.took >= t0 && s.t <= t1);
-    const stall = c.area === 'state file' ? null : samples.length ? Math.max(...samples.map((s) => s.took)) : null;
+    const restarts = c.area === 'state file' || c.area === 'health';
+    const stall = restarts ? null : samples.length ? Math.max(...samples.map((s) => s.took)) : null;
+    // uvsd's own figure (GET /v1/stats controlThread): the longest CPU time its control thread ran
+    // without its event loop turning, in the one-second windows that overlap the case.
+    const ct = restarts
+      ? null
+      : await getStats(sock)
+          .then((st) => (st as { controlThread?: ControlThreadView }).controlThread)
+          .catch(() => undefined);
+    const cpuRun = ct
+      ? Math.max(ct.loopDelay.currentCpuMs ?? 0, ...ct.loopDelay.windows.filter((w) => w.end > t0).map((w) => w.maxCpuMs ?? 0))
+      : null;
+    if (cpuRun !== null) worstCpu = Math.max(worstCpu, cpuRun);
     if (stall !== null) worstStall = Math.max(worstStall, stall);
     if (stall !== null && stall > STALL_MS) stalls++;
     if (o.refused === true) refusedN++;
@@ -723,6 +884,7 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
       o.refused === null ? 'n/a' : o.refused ? 'yes' : '**NO**',
       alive ? 'yes' : '**NO**',
       stall,
+      cpuRun === null ? null : Math.round(cpuRun * 10) / 10,
     ]);
     ctx.log(`abuse: ${c.area}: ${c.what}: ${o.outcome}${alive ? '' : ' — uvsd DIED'}${stall !== null ? `, API ${stall} ms` : ''}`);
     if (c.area !== 'state file' && c.area !== 'API') await restore();
@@ -741,16 +903,35 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
     { label: 'uvsd crashed or stopped answering', value: crashes, expect: '0', ok: crashes === 0 },
     { label: `cases during which an API probe waited more than ${STALL_MS} ms`, value: stalls, expect: '0', ok: stalls === 0 },
     { label: 'longest API wait during any case', value: worstStall, unit: 'ms', expect: `< ${STALL_MS} ms`, ok: worstStall < STALL_MS },
+    {
+      label: "longest CPU run of uvsd's control thread without its event loop turning, during any case",
+      value: Math.round(worstCpu * 10) / 10,
+      unit: 'ms',
+      expect: `< ${STALL_MS} ms`,
+      ok: worstCpu < STALL_MS,
+    },
   );
   r.tables.push({
     title: 'Cases',
-    columns: ['area', 'input', 'expected', 'what happened', 'refused', 'uvsd alive', `longest API wait (ms)`],
+    columns: [
+      'area',
+      'input',
+      'expected',
+      'what happened',
+      'refused',
+      'uvsd alive',
+      `longest API wait (ms)`,
+      'longest control-thread CPU run (ms)',
+    ],
     rows,
   });
   r.notes.push(
     '"n/a" = accepted in a harmless form (e.g. a health-check path that is encoded and checked, a timeout kept within bounds) or not measurable in this run; the "what happened" column says which.',
   );
   r.notes.push(
-    'State-file cases restart uvsd (its API is down meanwhile), so they have no API-wait figure; they count as refused when uvsd starts and took nothing outside its VIP ranges.',
+    'State-file cases restart uvsd (its API is down meanwhile), so they have no API-wait figure; they count as refused when uvsd starts and took nothing outside its VIP ranges. So does the healthz squatter case, which counts as refused when the squatter answers 200, the shipped keepalived track script (examples/keepalived/keepalived.conf, over the API socket) fails while uvsd is down and passes once it runs, and uvsd starts and logs the squatter’s pid.',
+  );
+  r.notes.push(
+    '"Longest control-thread CPU run" is uvsd’s own figure (GET /v1/stats controlThread, from its schedstat): the most CPU time its control thread spent without letting a request in, in the one-second windows overlapping the case. Unlike the API wait, the machine’s other load does not lengthen it; it is what the design bounds (docs/control-plane.md, "The control thread never stalls").',
   );
 }

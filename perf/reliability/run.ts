@@ -12,7 +12,8 @@
  *   redis      Redis killed 30 s and hung 30 s under load, then a failover  (redis.ts)
  *   replay     a signed record replayed and a forged node list, recordKey set (redis.ts)
  *   reload     ×10 reloads and a worker crash under load                    (reload.ts)
- *   abuse      bad API bodies, YAML, state files, forged Redis data          (abuse.ts)
+ *   abuse      bad API bodies, YAML, state files, forged Redis data, the     (abuse.ts)
+ *              largest accepted requests, a squatter on the healthz port
  *
  * Every load is bounded in time and count; measurement only, nothing here changes uvs.
  */

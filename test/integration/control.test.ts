@@ -162,6 +162,8 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
       'get /v1/config',
       'post /v1/reload',
       'post /v1/workers/{id}/kill',
+      'get /healthz',
+      'get /livez',
     ];
     type Body = { content: { 'application/json': { schema: { properties?: Record<string, { items?: { required?: string[] } }> } } } };
     const r = await api<{
@@ -255,6 +257,8 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
       ['get /v1/config', 'GET', '/v1/config', undefined, 200],
       ['post /v1/reload', 'POST', '/v1/reload', undefined, 200],
       ['post /v1/workers/{id}/kill', 'POST', '/v1/workers/99/kill', undefined, 404],
+      ['get /healthz', 'GET', '/healthz', undefined, 200],
+      ['get /livez', 'GET', '/livez', undefined, 200],
     ];
     assert.deepEqual(
       probes.map((x) => x[0]).sort(),

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import type { ConnectionsResponse, ServicesResponse, StatsResponse } from '../../control/api-types';
 import { apiCall } from '../../control/client';
 import { blobDownload, echoStreams, runTool, type Download } from '../../lab/clients';
-import { FailoverLab, LAB_VRRP, REDIS_ADDR, waitFor, type LbNode } from '../../lab/failover-lab';
+import { FailoverLab, LAB_VRRP, REDIS_ADDR, trackScriptCommand, waitFor, type LbNode } from '../../lab/failover-lab';
 import { LAB_VIP, LAB_VIP6, sleep } from '../../lab/lab';
 
 const ROOT = join(__dirname, '..', '..', '..');
@@ -575,6 +575,8 @@ describe('keepalived configuration', { skip, timeout: 60_000 }, () => {
         )
         .sort();
     assert.deepEqual(lines(example), lines(lab));
-    assert.match(lab, /script "\/usr\/bin\/curl -sf -m 1 -o \/dev\/null http:\/\/127\.0\.0\.1:10256\/healthz"/);
+    // The same track script, over each one's API socket (only uvsd can answer there).
+    assert.ok(example.includes(`script "${trackScriptCommand('/run/uvs/uvsd.sock')}"`), 'the example asks the default API socket');
+    assert.ok(lab.includes(`script "${trackScriptCommand(new FailoverLab('x').socket('lb1'))}"`), "the lab asks its node's API socket");
   });
 });

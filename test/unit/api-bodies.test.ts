@@ -9,6 +9,9 @@ import assert from 'node:assert/strict';
 import pino from 'pino';
 import { buildApi } from '../../control/api';
 import type { Daemon } from '../../control/daemon';
+import { editDocument, type EditOp } from '../../control/edits';
+import type { UvsError } from '../../control/errors';
+import { batchOps, fromJobError, runJob } from '../../control/offload-jobs';
 
 interface Op {
   requestBody?: { required: boolean; content: { 'application/json': { schema: Schema } } };
@@ -27,18 +30,33 @@ interface Schema {
   nullable?: boolean;
 }
 
+/**
+ * The daemon's edits, batches and previews run the control worker's own code (runJob's steps)
+ * in-process, up to the validation of the whole configuration (this stand-in has none).
+ */
 function standIn() {
   const edits: Record<string, unknown>[] = [];
+  const limits = { maxServices: 1024, maxRealServers: 4096 };
+  const doc = { services: [] };
+  const applied = (f: () => Record<string, unknown>) => {
+    try {
+      edits.push(f());
+      return Promise.resolve({ ok: true, version: edits.length });
+    } catch (e) {
+      return Promise.resolve({ ok: false, error: e as UvsError });
+    }
+  };
   const d = {
-    doc: { services: [] },
-    cfg: { dataplane: { maxServices: 1024, maxRealServers: 4096 } },
+    doc,
+    cfg: { dataplane: limits },
     model: { list: () => [] },
     capture: { run: async () => assert.fail('a refused capture must not run') },
-    edit: (f: (doc: Record<string, unknown>) => void) => {
-      const doc: Record<string, unknown> = {};
-      f(doc);
-      edits.push(doc);
-      return { ok: true, version: edits.length };
+    edit: (ops: EditOp[]) => applied(() => editDocument(structuredClone(doc), ops, limits)),
+    batch: (body: Buffer) => applied(() => editDocument(structuredClone(doc), batchOps(body, doc, limits), limits)),
+    preview: async (_ref: unknown, body: Buffer) => {
+      const r = runJob({ kind: 'preview', body, service: null, serviceName: 'tcp 10.96.0.10:80', svcSlot: -1, maxRealServers: 4096 }, null);
+      if (!r.ok) throw fromJobError(r.error);
+      return assert.fail('no service here: the body must be refused or the service not found');
     },
   };
   const app = buildApi(d as unknown as Daemon, pino({ level: 'silent' }));

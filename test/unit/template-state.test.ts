@@ -7,8 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TCPF_ACK, TCPF_SYN } from '../../conntrack/state';
-import { connectionsView } from '../../control/api';
-import type { Daemon } from '../../control/daemon';
+import { connectionsView } from '../../control/connections';
 import { field, tcp, udp } from '../helpers/packets';
 import { makeProcessor } from '../helpers/processor';
 
@@ -20,7 +19,7 @@ function setup(service: Record<string, unknown>) {
   const table = p.table;
   const run = (pkt: Uint8Array) => p.run(pkt).pkt;
   /** -Lnc's rows as the API gives them: template rows have client port 0. */
-  const rows = () => connectionsView({ table } as unknown as Daemon, 100, 0).connections;
+  const rows = () => connectionsView({ table }, 100, 0).connections;
   const templateState = () =>
     rows()
       .filter((r) => r.client.endsWith(':0'))
