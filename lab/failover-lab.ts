@@ -629,7 +629,35 @@ export class FailoverLab {
         return `${master} does not hold the VRRP addresses: ${this.heldAddresses(master).join(' ')}; notify events ${ev.join('; ')}`;
       },
     );
+    await this.holdStates(master, timing, timeoutMs);
     this.active = master;
+  }
+
+  /**
+   * The roles must hold, not be seen once: on a loaded machine a pair can flap (BACKUP → MASTER →
+   * BACKUP within seconds, a split brain while adverts are late). Waits until no node's state
+   * changed for 10 advert intervals (at least 1 s) with `master` MASTER and the others BACKUP;
+   * fails with every node's recent state changes when they do not settle within timeoutMs.
+   */
+  private async holdStates(master: LbNode, timing: KeepalivedTiming, timeoutMs: number): Promise<void> {
+    const quiet = Math.max(1000, timing.advertSeconds * 10_000);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const lastChange = Math.max(0, ...this.nodes.flatMap((n) => (this.events[n] ?? []).map((e) => e.at)));
+      const roles = this.nodes.every((n) => this.state(n) === (n === master ? 'MASTER' : 'BACKUP'));
+      if (roles && Date.now() - lastChange >= quiet) return;
+      if (Date.now() > deadline) {
+        const ev = this.nodes.map(
+          (n) =>
+            `${n}: ${(this.events[n] ?? [])
+              .slice(-8)
+              .map((x) => `${new Date(x.at).toISOString().slice(11, 23)} ${x.name} ${x.state}`)
+              .join(', ')}`,
+        );
+        throw new Error(`the VRRP roles did not settle (${master} MASTER, the rest BACKUP, ${quiet} ms unchanged): ${ev.join('; ')}`);
+      }
+      await sleep(50);
+    }
   }
 
   /**
