@@ -281,6 +281,9 @@ export class ServiceModel {
       if (!this.services.has(key)) newSvcs++;
       for (const r of s.realServers) if (!this.rsSlots.has(`${key}|${r.address}:${r.port}`)) newRs++;
     }
+    // Drained servers held only for late records give their slots up first (never one in use).
+    if (newSvcs > this.freeSvc.length) this.collectTrash(Number.POSITIVE_INFINITY);
+    else if (newRs > this.freeRs.length) this.collectTrash(newRs - this.freeRs.length);
     if (newSvcs > this.freeSvc.length)
       throw new Error(`not enough service slots: ${newSvcs} needed, ${this.freeSvc.length} free (dataplane.maxServices)`);
     if (newRs > this.freeRs.length)
@@ -811,12 +814,11 @@ export class ServiceModel {
    * ip_vs_dest_trash_expire: refcnt down to the trash's own): no connections or templates left,
    * and not held by the scheduler state of its service (lblc's cache entry, lblcr's set).
    */
-  collectTrash(): number {
+  collectTrash(need = 0): number {
     let freed = 0;
     const now = this.clock();
     for (const [k, info] of this.rsSlots) {
       if (info.listed) continue;
-      const o = info.slot * L.RS_WORDS;
       // A drained server's records are served until `until`; flows adopted meanwhile keep the slot
       // (and RSF_DRAINED) as long as they live, as a kernel dest stays in the trash while referenced.
       const drained = this.drainedTrash.get(k);
@@ -824,16 +826,35 @@ export class ServiceModel {
         if (now < drained.until) continue;
         this.drainedTrash.delete(k);
       }
-      if (Atomics.load(this.rs, o + L.RS_ACTIVE) + Atomics.load(this.rs, o + L.RS_INACTIVE) + Atomics.load(this.rs, o + L.RS_PERSIST) !== 0)
-        continue;
-      if (this.heldByScheduler(info)) continue;
-      this.rsSlots.delete(k);
-      this.rsBySlot.delete(info.slot);
-      this.freeRs.push(info.slot);
-      freed++;
-      if (--this.svcSlotRefs[info.svcSlot]! === 0 && this.orphanSvcSlots.delete(info.svcSlot)) this.freeSvc.push(info.svcSlot);
+      if (this.freeSlot(k, info)) freed++;
+    }
+    // Slots a configuration needs (checkCapacity): drained servers give theirs up before their
+    // hold ends, the soonest-ending first — late records for them are then refused (unknown_server),
+    // which is what a server deleted without the drained trash gets.
+    if (freed < need) {
+      const held = [...this.drainedTrash].sort((x, y) => x[1].until - y[1].until);
+      for (const [k] of held) {
+        const info = this.rsSlots.get(k);
+        if (info && !info.listed && this.freeSlot(k, info)) {
+          this.drainedTrash.delete(k);
+          if (++freed >= need) break;
+        }
+      }
     }
     return freed;
+  }
+
+  /** Frees a trashed slot nothing references (connections, templates, scheduler state); whether it did. */
+  private freeSlot(k: string, info: RsSlotInfo): boolean {
+    const o = info.slot * L.RS_WORDS;
+    if (Atomics.load(this.rs, o + L.RS_ACTIVE) + Atomics.load(this.rs, o + L.RS_INACTIVE) + Atomics.load(this.rs, o + L.RS_PERSIST) !== 0)
+      return false;
+    if (this.heldByScheduler(info)) return false;
+    this.rsSlots.delete(k);
+    this.rsBySlot.delete(info.slot);
+    this.freeRs.push(info.slot);
+    if (--this.svcSlotRefs[info.svcSlot]! === 0 && this.orphanSvcSlots.delete(info.svcSlot)) this.freeSvc.push(info.svcSlot);
+    return true;
   }
 
   /**

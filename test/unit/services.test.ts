@@ -243,3 +243,30 @@ test('SCTP real servers are deleted at once even with associations, like UDP (ku
     'a trashed server keeps its sctp reply rule',
   );
 });
+
+test('with Redis, a server deleted by a drain is held for late records, and gives its slot up when a configuration needs it', () => {
+  const { m, rs, advance } = model();
+  m.remoteConns = () => [0, 0]; // Redis configured: no other node reports anything
+  m.recordHold = () => 900_000;
+  const first = Array.from({ length: 16 }, (_, i) => `10.0.1.${i + 1}`);
+  m.apply(cfgWith(first));
+  const slotOfFirst0 = m.realServerSlot(`tcp ${VIP}:80`, `${first[0]}:8080`)!.slot;
+  // All 16 removed with no connection anywhere: deleted, but their records are still believed.
+  m.apply(cfgWith([]));
+  assert.ok(m.flowTarget(`tcp ${VIP}:80`, `${first[0]}:8080`) !== null, 'a late record is served');
+  assert.ok((Atomics.load(rs, slotOfFirst0 * L.RS_WORDS + L.RS_FLAGS) & L.RSF_DRAINED) !== 0);
+  assert.equal(m.collectTrash(), 0, 'held until its hold ends');
+  // 16 other servers need every slot: the held ones give theirs up rather than refuse the change.
+  const second = Array.from({ length: 16 }, (_, i) => `10.0.2.${i + 1}`);
+  m.apply(cfgWith(second));
+  assert.equal(m.list()[0]!.realServers.length, 16);
+  assert.equal(m.flowTarget(`tcp ${VIP}:80`, `${first[0]}:8080`), null, 'its records are refused now');
+  // A held server with an adopted flow is never evicted: the configuration is refused instead.
+  m.apply(cfgWith(second.slice(0, 15)));
+  const held = m.realServerSlot(`tcp ${VIP}:80`, `${second[15]}:8080`)!.slot;
+  rs[held * L.RS_WORDS + L.RS_ACTIVE] = 1;
+  assert.throws(() => m.apply(cfgWith([...second.slice(0, 15), '10.0.3.1'])), /not enough real-server slots: 1 needed, 0 free/);
+  rs[held * L.RS_WORDS + L.RS_ACTIVE] = 0;
+  advance(900_000);
+  assert.equal(m.collectTrash(), 1, 'freed once the hold ended');
+});
