@@ -133,6 +133,15 @@ export interface StatsResponse {
    * program) or automq (the device's flow table); reason: why not ebpf under auto, else null.
    */
   steering: { path: SteeringPath; reason: string | null };
+  /**
+   * The node around the device (docs/node-resources.md): how masq replies reach it (nftables: uvs's
+   * table, one rule; rules: no nftables, one policy rule per real server, with the reason) and
+   * what the periodic check restored after another tool removed it.
+   */
+  node: {
+    replies: { path: 'nftables' | 'rules'; reason: string | null };
+    repairs: { nftables: number; rules: number; routes: number };
+  };
   nodestExpired: number;
   shadows: number;
   adopted: number;
@@ -150,7 +159,8 @@ export interface StatsResponse {
   /** nodes: other live nodes; heldNodes: nodes no longer reporting, counted from their last report (docs/redis.md). */
   redis: (SyncStats & { nodes: string[]; heldNodes: string[] }) | null;
   draining: number;
-  reloads: { ok: number; failed: number; lastError: string | null };
+  /** lastSeconds: the last accepted change (reload, edit, batch), from its turn to its answer. */
+  reloads: { ok: number; failed: number; lastError: string | null; lastSeconds: number };
   stateFileSkipped: number;
   defense: DefenseResponse;
   announce: AnnounceStatus;

@@ -122,6 +122,7 @@ export function statsView(d: Daemon): StatsResponse {
     chains: { max: d.stats.maxWord(L.C_CHAIN_MAX), long: d.stats.word(L.C_LONG_CHAINS) },
     workers: d.dataplane.workerInfo().map((w, i) => ({ ...w, ...d.stats.perWorker()[i]! })), // one counter region per worker
     steering: d.dataplane.steering(),
+    node: { replies: d.dataplane.replies(), repairs: { ...d.dataplane.repairs() } },
     nodestExpired: d.stats.word(L.C_NODEST_EXPIRED),
     shadows: d.table.shadows(),
     adopted: d.stats.word(L.C_ADOPTED),

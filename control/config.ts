@@ -9,7 +9,8 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { availableParallelism, hostname } from 'node:os';
-import { parseYamlBounded as parseYaml } from './yaml-limits';
+import { parseConfigYaml } from './yaml-items';
+import { checkYamlDepth, parseYamlBounded as parseYaml } from './yaml-limits';
 import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6, splitHostPort } from '../net/addr';
 import { PROTOCOLS, type Protocol } from '../net/proto';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
@@ -301,111 +302,140 @@ function sloppyMode(proto: string, kernel: string) {
   );
 }
 
-/** dataplane.replayMark's default: no bit kube-proxy (0x4000, 0x8000), Calico (0xffff0000) or Cilium (0x0f00) tests. */
-export const DEFAULT_REPLAY_MARK = 0x75;
+/**
+ * dataplane.markMask's default: bits 1, 7 and 12, which no common neighbour uses (lb/marks.ts
+ * lists kube-proxy's, Calico's, Cilium's, Weave's, Tailscale's, Istio's and wg-quick's).
+ */
+export const DEFAULT_MARK_MASK = 0x1082;
 
-const DATAPLANE = obj({
-  device: str({
-    default: 'uvs0',
-    doc: 'TUN device uvsd creates',
-    check: (v, path) => /^[a-zA-Z0-9_.-]{1,15}$/.test(v) || fail(path, 'must be 1–15 characters of letters, digits, _ . -'),
-  }),
-  vipCidrs: list(cidr('must be an IPv4 or IPv6 CIDR like 10.0.0.0/24 or fd00:10::/64'), {
-    nonEmpty: true,
-    msg: 'must be a non-empty list of IPv4 or IPv6 CIDRs',
-    doc: 'VIP ranges routed to the device',
-  }),
-  workers: int({
-    default: () => availableParallelism(),
-    min: 1,
-    max: 64,
-    doc: 'Dataplane threads = TUN queues; default: the number of CPUs',
-  }),
-  // 144 B an entry: 128 of entry words, 12 of chain heads and bucket lock, 4 of per-source
-  // counter (conntrack/layout.ts tableBytes) → 9 MiB at the default.
-  tableSize: int({
-    default: 65536,
-    min: 16,
-    max: 1 << 26,
-    doc: 'Connection table capacity, a power of two',
-    check: (v, path) => (v & (v - 1)) === 0 || fail(path, `must be a power of two, got ${v}`),
-  }),
-  maxRealServers: int({ default: 4096, min: 1, max: 1 << 20 }),
-  maxServices: int({ default: 1024, min: 1, max: 1 << 16 }),
-  mtu: int({ default: 1500, min: 576, max: 9000 }),
-  routeTable: int({
-    default: 4711,
-    min: 1,
-    max: 0x7fffffff,
-    doc: 'Policy-routing table for masq replies; any unused id',
-    check: notReservedTable,
-  }),
-  rulePriority: int({
-    default: 4711,
-    min: 3,
-    max: 32765,
-    doc: 'Priority of the masq reply rules; the device rule takes this − 1 and the replay rule this − 2',
-  }),
-  replayMark: int({
-    default: DEFAULT_REPLAY_MARK,
-    min: 1,
-    max: 0xffffffff,
-    doc: 'Firewall mark of packets replayed after a Redis lookup (routed back into the device by a rule); any mark nothing else uses',
-  }),
-  batch: int({ default: 64, min: 1, max: 1024, doc: 'Packets per read; amortises poll() and the JS↔C crossing' }),
-  offload: bool({ default: true, doc: 'Kernel offloads on the device (virtio header, checksum + TSO: 64 KB super-packets)' }),
-  io: oneOf(['auto', 'io_uring', 'poll'], {
-    default: 'auto',
-    strict: true,
-    msg: (v) => `must be auto, io_uring or poll, got ${JSON.stringify(v)}`,
-    doc: 'Worker I/O: io_uring (one io_uring_enter per batch), poll (poll + read + write), or auto (io_uring where the kernel allows it)',
-  }),
-  steering: oneOf(['auto', 'ebpf', 'automq'], {
-    default: 'auto',
-    strict: true,
-    msg: (v) => `must be auto, ebpf or automq, got ${JSON.stringify(v)}`,
-    doc: "Queue steering: ebpf (uvs's program keys a packet on its client's endpoint: a connection's packets share one queue), automq (the device's own flow table), or auto (ebpf where the kernel allows it)",
-  }),
-  answerPing: bool({ default: true, doc: 'Answer ICMP echo requests sent to a VIP' }),
-  sloppyTcp: sloppyMode('TCP', 'a SYN'),
-  sloppySctp: sloppyMode('SCTP', 'an INIT'),
-  expireQuiescentTemplate: bool({
-    default: false,
-    doc: 'Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it)',
-  }),
-  fullnat: obj(
-    {
-      addresses: list(ipAddr(), { msg: 'must be a list of IPv4 and/or IPv6 addresses' }),
-      portMin: int({ default: 1024, min: 1, max: 65535 }),
-      portMax: int({ default: 65535, min: 1, max: 65535 }),
+const DATAPLANE = obj(
+  {
+    device: str({
+      default: 'uvs0',
+      doc: 'TUN device uvsd creates',
+      check: (v, path) => /^[a-zA-Z0-9_.-]{1,15}$/.test(v) || fail(path, 'must be 1–15 characters of letters, digits, _ . -'),
+    }),
+    vipCidrs: list(cidr('must be an IPv4 or IPv6 CIDR like 10.0.0.0/24 or fd00:10::/64'), {
+      nonEmpty: true,
+      msg: 'must be a non-empty list of IPv4 or IPv6 CIDRs',
+      doc: 'VIP ranges routed to the device',
+    }),
+    workers: int({
+      default: () => availableParallelism(),
+      min: 1,
+      max: 64,
+      doc: 'Dataplane threads = TUN queues; default: the number of CPUs',
+    }),
+    // 144 B an entry: 128 of entry words, 12 of chain heads and bucket lock, 4 of per-source
+    // counter (conntrack/layout.ts tableBytes) → 9 MiB at the default.
+    tableSize: int({
+      default: 65536,
+      min: 16,
+      max: 1 << 26,
+      doc: 'Connection table capacity, a power of two',
+      check: (v, path) => (v & (v - 1)) === 0 || fail(path, `must be a power of two, got ${v}`),
+    }),
+    // Sized for 10,000 services of 10 servers with room for a reload that replaces some of them
+    // (new servers take slots before the old ones give theirs up). perf/SCALE.md has the RSS.
+    maxRealServers: int({
+      default: 131072,
+      min: 1,
+      max: 1 << 20,
+      doc: 'Real-server slots (deleted servers keep theirs while they have connections): 32 B each and 40 B of counters per worker (14 MiB at the default with 2 workers)',
+    }),
+    maxServices: int({
+      default: 16384,
+      min: 1,
+      max: 1 << 16,
+      doc: 'Service slots: 256 B of scheduler state each and 40 B of counters per worker (5.3 MiB at the default with 2 workers)',
+    }),
+    mtu: int({ default: 1500, min: 576, max: 9000 }),
+    routeTable: int({
+      default: 4711,
+      min: 1,
+      max: 0x7fffffff,
+      doc: 'Policy-routing table that sends masq replies and replayed packets into the device; any unused id',
+      check: notReservedTable,
+    }),
+    rulePriority: int({
+      default: 4711,
+      min: 3,
+      max: 32765,
+      doc: 'Policy-rule priorities: the into-device rule (fwmark, masq replies and replayed packets) takes this − 2, the device rule this − 1; this one itself is used only without nftables (a rule per masq real server)',
+    }),
+    markMask: int({
+      default: DEFAULT_MARK_MASK,
+      min: 1,
+      max: 0xffffffff,
+      doc: "Bits of the packet mark uvs may set and test, handed out lowest first (docs/node-resources.md): the lowest routes masq replies and replayed packets into the device. Other systems' bits stay untouched; give uvs bits nothing else uses",
+    }),
+    resyncInterval: duration({
+      default: 5,
+      min: 0.2,
+      max: 3600,
+      doc: "Seconds between checks that uvs's routes, rules and nftables table are still in place (another tool's flush, a deleted route); what is missing is restored, counted and logged",
+    }),
+    batch: int({ default: 64, min: 1, max: 1024, doc: 'Packets per read; amortises poll() and the JS↔C crossing' }),
+    offload: bool({ default: true, doc: 'Kernel offloads on the device (virtio header, checksum + TSO: 64 KB super-packets)' }),
+    io: oneOf(['auto', 'io_uring', 'poll'], {
+      default: 'auto',
+      strict: true,
+      msg: (v) => `must be auto, io_uring or poll, got ${JSON.stringify(v)}`,
+      doc: 'Worker I/O: io_uring (one io_uring_enter per batch), poll (poll + read + write), or auto (io_uring where the kernel allows it)',
+    }),
+    steering: oneOf(['auto', 'ebpf', 'automq'], {
+      default: 'auto',
+      strict: true,
+      msg: (v) => `must be auto, ebpf or automq, got ${JSON.stringify(v)}`,
+      doc: "Queue steering: ebpf (uvs's program keys a packet on its client's endpoint: a connection's packets share one queue), automq (the device's own flow table), or auto (ebpf where the kernel allows it)",
+    }),
+    answerPing: bool({ default: true, doc: 'Answer ICMP echo requests sent to a VIP' }),
+    sloppyTcp: sloppyMode('TCP', 'a SYN'),
+    sloppySctp: sloppyMode('SCTP', 'an INIT'),
+    expireQuiescentTemplate: bool({
+      default: false,
+      doc: 'Persistence templates of a weight-0 server are not used (kernel sysctl, default off; kube-proxy sets it)',
+    }),
+    fullnat: obj(
+      {
+        addresses: list(ipAddr(), { msg: 'must be a list of IPv4 and/or IPv6 addresses' }),
+        portMin: int({ default: 1024, min: 1, max: 65535 }),
+        portMax: int({ default: 65535, min: 1, max: 65535 }),
+      },
+      {
+        doc: 'Full-NAT source addresses (routed to the device) and the port range allocated on them',
+        check: (f, path) => f.portMax >= f.portMin || fail(`${path}.portMax`, `must not be below portMin (${f.portMin})`),
+      },
+    ),
+    tunnelSource: leaf({ type: 'string' }, (v, path) => ipv4Of(takeStr(v, path), path), {
+      default: '',
+      doc: 'Outer source address of IPIP-tunnelled packets (an address of this node the real servers reach)',
+    }),
+    tunnelSource6: leaf({ type: 'string' }, (v, path) => ipv6Of(takeStr(v, path), path), {
+      default: '',
+      doc: 'The same for ip6ip6-tunnelled IPv6 services',
+    }),
+    generatedLimit: GENERATED_LIMIT,
+    announceTable: int({
+      default: 0,
+      min: 0,
+      max: 0x7fffffff,
+      doc: 'Kernel table where uvsd keeps the VIP ranges while it wants traffic (a BGP speaker announces them); 0 = none',
+      check: (v, path, s) => {
+        notReservedTable(v, path);
+        const routeTable = s!.out.routeTable as number;
+        if (v !== 0 && v === routeTable)
+          fail(path, `must differ from dataplane.routeTable (${routeTable}), which holds the masq reply routes`);
+      },
+    }),
+  },
+  {
+    retired: {
+      replayMark:
+        'replaced by dataplane.markMask (uvs now sets and tests bits of the mark, not a whole value; docs/node-resources.md): remove it, or give markMask bits nothing else on the node uses',
     },
-    {
-      doc: 'Full-NAT source addresses (routed to the device) and the port range allocated on them',
-      check: (f, path) => f.portMax >= f.portMin || fail(`${path}.portMax`, `must not be below portMin (${f.portMin})`),
-    },
-  ),
-  tunnelSource: leaf({ type: 'string' }, (v, path) => ipv4Of(takeStr(v, path), path), {
-    default: '',
-    doc: 'Outer source address of IPIP-tunnelled packets (an address of this node the real servers reach)',
-  }),
-  tunnelSource6: leaf({ type: 'string' }, (v, path) => ipv6Of(takeStr(v, path), path), {
-    default: '',
-    doc: 'The same for ip6ip6-tunnelled IPv6 services',
-  }),
-  generatedLimit: GENERATED_LIMIT,
-  announceTable: int({
-    default: 0,
-    min: 0,
-    max: 0x7fffffff,
-    doc: 'Kernel table where uvsd keeps the VIP ranges while it wants traffic (a BGP speaker announces them); 0 = none',
-    check: (v, path, s) => {
-      notReservedTable(v, path);
-      const routeTable = s!.out.routeTable as number;
-      if (v !== 0 && v === routeTable)
-        fail(path, `must differ from dataplane.routeTable (${routeTable}), which holds the masq reply routes`);
-    },
-  }),
-});
+  },
+);
 
 /** Seconds per state name, each absent one left to the defaults (`defaults`, or none). */
 function stateTimeouts(names: readonly string[], defaults: readonly number[] | null, doc: string) {
@@ -954,7 +984,8 @@ export function readConfigDoc(file: string): unknown {
   }
   let doc: unknown;
   try {
-    doc = parseYaml(text);
+    checkYamlDepth(text);
+    doc = parseConfigYaml(text); // only the services not seen in the last parse (control/yaml-items.ts)
   } catch (e) {
     throw new UvsError('UVS_ERR_CONFIG_READ', `${file}: not valid YAML: ${(e as Error).message}`);
   }

@@ -104,7 +104,8 @@ export class Daemon {
   lastSnapshotAt = Date.now();
   readonly startedAt = Date.now();
   expiredTotal = 0;
-  reloads = { ok: 0, failed: 0, lastError: null as string | null };
+  /** lastSeconds: how long the last accepted change took, from its turn to its answer (checks, model, workers, nftables, MTUs). */
+  reloads = { ok: 0, failed: 0, lastError: null as string | null, lastSeconds: 0 };
 
   private constructor(doc: unknown, cfg: UvsConfig, configFile: string, log: Logger) {
     this.doc = doc;
@@ -157,7 +158,8 @@ export class Daemon {
         mtu: dp.mtu,
         routeTable: dp.routeTable,
         rulePriority: dp.rulePriority,
-        replayMark: dp.replayMark,
+        markMask: dp.markMask,
+        resyncInterval: dp.resyncInterval,
         batch: dp.batch,
         maxRealServers: dp.maxRealServers,
         fullnatAddrs: dp.fullnat.addresses,
@@ -224,7 +226,7 @@ export class Daemon {
     const d = new Daemon(doc, cfg, configFile, log);
     await d.dataplane.start();
     try {
-      await d.dataplane.syncReplyRules(d.model.replyRules());
+      await d.dataplane.changeReplyRules(d.model.replyChanges());
       await d.refreshMtus();
       d.mtuTimer = setInterval(() => void d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
@@ -283,6 +285,8 @@ export class Daemon {
 
   /** How each real server's address is routed (refreshed by refreshMtus with `ip`). */
   private routes = new Map<string, RouteMtu>();
+  /** Addresses routeMtus was asked for since the last full refresh (routed or not). */
+  private routesAsked = new Set<string>();
   private mtuTicks = 0;
 
   /** A refreshMtus is running (the timer skips a turn rather than start a second `ip`). */
@@ -301,9 +305,18 @@ export class Daemon {
     this.mtuBusy = true;
     try {
       let slots = this.model.rsSlotAddrs();
-      if (routesToo || slots.some((x) => !this.routes.has(x.addr))) {
-        this.routes = await routeMtus([...new Set(slots.map((x) => x.addr))]);
+      if (routesToo) {
+        const all = [...new Set(slots.map((x) => x.addr))];
+        this.routes = await routeMtus(all);
+        this.routesAsked = new Set(all);
         slots = this.model.rsSlotAddrs(); // the model may have changed meanwhile
+      } else if (slots.some((x) => !this.routesAsked.has(x.addr))) {
+        // A configuration change: only addresses not asked for yet (the periodic refresh asks for
+        // all), so a change costs its own size; one without a route stays asked until then.
+        const fresh = [...new Set(slots.filter((x) => !this.routesAsked.has(x.addr)).map((x) => x.addr))];
+        for (const a of fresh) this.routesAsked.add(a);
+        for (const [a, r] of await routeMtus(fresh)) this.routes.set(a, r);
+        slots = this.model.rsSlotAddrs();
       } else {
         for (const r of this.routes.values()) if (r.routeMtu === null) r.mtu = deviceMtu(r.dev);
       }
@@ -325,7 +338,7 @@ export class Daemon {
     if (this.applying) return; // the model's timers and trash wait for the change being applied
     this.model.tick(now);
     const freed = this.model.collectTrash();
-    if (freed > 0) void this.dataplane.syncReplyRules(this.model.replyRules());
+    if (freed > 0) void this.dataplane.changeReplyRules(this.model.replyChanges());
   }
 
   /**
@@ -354,7 +367,7 @@ export class Daemon {
   checkDrains(): void {
     if (this.applying || !this.model.checkDrains()) return;
     void this.publish(this.model.snapshot());
-    void this.dataplane.syncReplyRules(this.model.replyRules());
+    void this.dataplane.changeReplyRules(this.model.replyChanges());
     this.saveState();
   }
 
@@ -395,7 +408,13 @@ export class Daemon {
   private changes: Promise<unknown> = Promise.resolve();
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const next = this.changes.then(fn, fn);
+    const timed = async () => {
+      const t0 = performance.now();
+      const r = await fn();
+      if ((r as { ok?: unknown } | null)?.ok === true) this.reloads.lastSeconds = (performance.now() - t0) / 1000;
+      return r;
+    };
+    const next = this.changes.then(timed, timed);
     this.changes = next.catch(() => undefined);
     return next;
   }
@@ -610,7 +629,7 @@ export class Daemon {
       'mtu',
       'routeTable',
       'rulePriority',
-      'replayMark',
+      'markMask',
       'batch',
       'offload',
       'io',
@@ -664,8 +683,8 @@ export class Daemon {
       this.applying = false;
       for (const fn of this.afterApply.splice(0)) fn();
     }
-    await this.dataplane.syncReplyRules(this.model.replyRules());
-    await this.refreshMtus();
+    await this.dataplane.changeReplyRules(this.model.replyChanges());
+    await this.refreshMtus(false);
     this.health.sync(cfg.services);
     this.saveState();
     if (intervalChanged && this.drainTimer) {

@@ -159,6 +159,25 @@ export function buildRegistry(d: Daemon): Registry {
       g.set({ path: 'automq' }, s.path === 'automq' ? 1 : 0);
     },
   );
+  gaugeFrom(
+    'uvs_node_replies',
+    "How masq replies reach the device: 1 for the way they do (nftables = uvs's table and one rule; rules = one policy rule per real server, without nftables).",
+    ['path'],
+    (g) => {
+      const r = d.dataplane.replies();
+      g.set({ path: 'nftables' }, r.path === 'nftables' ? 1 : 0);
+      g.set({ path: 'rules' }, r.path === 'rules' ? 1 : 0);
+    },
+  );
+  counterFrom(
+    'uvs_node_repairs_total',
+    'Times uvsd restored its own node state another tool removed (what: nftables = its table, rules = its policy rules, routes = its routes; dataplane.resyncInterval).',
+    ['what'],
+    (c) => {
+      const r = d.dataplane.repairs();
+      for (const k of ['nftables', 'rules', 'routes'] as const) c.inc({ what: k }, r[k]);
+    },
+  );
   counterFrom('uvs_worker_restarts_total', 'Dataplane worker restarts.', ['worker'], (c) => {
     for (const w of d.dataplane.workerInfo()) c.inc({ worker: String(w.id) }, w.restarts);
   });

@@ -264,6 +264,8 @@ export interface ObjOpts<F extends Fields> {
   check?: (v: ObjOut<F>, path: string, scope: Scope, raw: Record<string, unknown>) => void;
   /** Must be given as a mapping (a list entry); otherwise absent or null is an empty mapping (a section left out). */
   mapping?: boolean;
+  /** Fields a former release had: refused with this message (what replaced them), not "unknown". */
+  retired?: Record<string, string>;
 }
 
 /** A mapping with exactly these fields, parsed in this order; any other field is refused. */
@@ -285,7 +287,11 @@ export function obj<F extends Fields>(fields: F, o: ObjOpts<F> = {}): Schema<Obj
     parse(v, path, up) {
       if ((v === undefined || v === null) && !o.mapping) v = {};
       if (!isObj(v)) fail(path, 'must be a mapping');
-      for (const k of Object.keys(v)) if (!Object.hasOwn(fields, k)) fail(at(path, k), `unknown field (allowed: ${allowed})`);
+      for (const k of Object.keys(v)) {
+        if (Object.hasOwn(fields, k)) continue;
+        const gone = o.retired && Object.hasOwn(o.retired, k) ? o.retired[k] : undefined;
+        fail(at(path, k), gone ?? `unknown field (allowed: ${allowed})`);
+      }
       const out: Record<string, unknown> = {};
       const scope: Scope = { out, up };
       for (const k of keys) {

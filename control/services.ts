@@ -44,7 +44,7 @@ import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4,
 import { PP_V1, PP_V2 } from '../net/proxy-protocol';
 import { PROTO_NUMBER, type Protocol } from '../net/proto';
 import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } from '../lb/snapshot';
-import type { ReplyRule } from '../lb/dataplane';
+import { ruleKey, type ReplyRule } from '../lb/nftables';
 import { getScheduler } from '../schedulers/registry';
 import { schedFlagBits, type DestListChange, type SchedDest } from '../schedulers/types';
 import type { RealServerConfig, ServiceConfig, SloppyMode, UvsConfig } from './config';
@@ -54,6 +54,22 @@ const FWD: Record<string, number> = { masq: L.FWD_MASQ, fullnat: L.FWD_FULLNAT, 
 const PP: Record<string, number> = { v1: PP_V1, v2: PP_V2 };
 
 /** A compiled real server's address as text (IPv6 from its words; `addr` is then a fold). */
+/** Deep equality of validated configuration values (plain objects, arrays, primitives). */
+export function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameValue(a[i], b[i])) return false;
+    return true;
+  }
+  if (Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  for (const k of ka) if (!sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+  return true;
+}
+
 function destAddr(d: CompiledDest): string {
   return d.addr6 ? formatIPv6(d.addr6) : formatAddr(d.addr);
 }
@@ -105,6 +121,8 @@ interface RsSlotInfo {
   port: number;
   /** In a service's list (false = trash). */
   listed: boolean;
+  /** Masq: its replies are marked into the device (an element of uvs's nftables sets) while the slot lives. */
+  masq: boolean;
 }
 
 /** A service as list() shows it. */
@@ -261,12 +279,25 @@ export class ServiceModel {
     };
     this.policy = { maxDrainTime: cfg.gracefulTermination.maxDrainTime * 1000 };
     const wanted = new Map(cfg.services.map((s) => [serviceKey(s), s]));
-    this.checkCapacity(wanted);
+    // Services whose configuration is what runs: nothing to do for them (a reload that changes
+    // one of 10,000 services costs that one, issue 37).
+    const same = new Set<string>();
+    for (const [key, s] of wanted) {
+      const live = this.services.get(key);
+      if (live && !live.removing && sameValue(live.cfg, s)) same.add(key);
+    }
+    this.checkCapacity(wanted, same);
     for (const live of [...this.services.values()]) {
       if (!wanted.has(live.key) && !live.removing) yield* this.removeService(live);
     }
+    let unchanged = 0;
     for (const [key, s] of wanted) {
       const live = this.services.get(key);
+      if (live && same.has(key)) {
+        live.cfg = s;
+        if (++unchanged % 512 === 0) yield;
+        continue;
+      }
       if (live) yield* this.editService(live, s);
       else yield* this.addService(s);
       yield;
@@ -274,10 +305,11 @@ export class ServiceModel {
     return this.snapshot();
   }
 
-  private checkCapacity(wanted: Map<string, ServiceConfig>): void {
+  private checkCapacity(wanted: Map<string, ServiceConfig>, same: Set<string>): void {
     let newSvcs = 0;
     let newRs = 0;
     for (const [key, s] of wanted) {
+      if (same.has(key)) continue;
       if (!this.services.has(key)) newSvcs++;
       for (const r of s.realServers) if (!this.rsSlots.has(`${key}|${r.address}:${r.port}`)) newRs++;
     }
@@ -683,7 +715,7 @@ export class ServiceModel {
     let info = this.rsSlots.get(slotKey);
     if (!info) {
       const slot = this.freeRs.pop()!;
-      info = { slot, svcKey: live.key, svcSlot: live.slot, addr: r.address, port: r.port, listed: false };
+      info = { slot, svcKey: live.key, svcSlot: live.slot, addr: r.address, port: r.port, listed: false, masq: false };
       this.rsSlots.set(slotKey, info);
       this.rsBySlot.set(slot, info);
       this.svcSlotRefs[live.slot]!++;
@@ -692,6 +724,7 @@ export class ServiceModel {
       this.onFreshRealServerSlot?.(slot);
     }
     info.listed = true;
+    this.setMasq(info, r.forwarding === 'masq');
     if (this.drainedTrash.delete(slotKey)) Atomics.and(this.rs, info.slot * L.RS_WORDS + L.RS_FLAGS, ~L.RSF_DRAINED);
     live.rsCfg.set(k, r);
     const weight = this.effectiveWeight(live, k, r);
@@ -722,6 +755,7 @@ export class ServiceModel {
   private editDest(live: LiveService, k: string, r: RealServerConfig): void {
     const info = this.rsSlots.get(`${live.key}|${k}`)!;
     live.rsCfg.set(k, r);
+    this.setMasq(info, r.forwarding === 'masq');
     const weight = this.effectiveWeight(live, k, r);
     const o = info.slot * L.RS_WORDS;
     this.setThresholds(o, r);
@@ -850,6 +884,7 @@ export class ServiceModel {
     if (Atomics.load(this.rs, o + L.RS_ACTIVE) + Atomics.load(this.rs, o + L.RS_INACTIVE) + Atomics.load(this.rs, o + L.RS_PERSIST) !== 0)
       return false;
     if (this.heldByScheduler(info)) return false;
+    this.setMasq(info, false);
     this.rsSlots.delete(k);
     this.rsBySlot.delete(info.slot);
     this.freeRs.push(info.slot);
@@ -879,7 +914,9 @@ export class ServiceModel {
     // Copies: the daemon sends a snapshot to one worker per slice, and a change applied meanwhile
     // sets fields of the live objects (flags, netmasks, data) — a later worker must not get those
     // under this version. A service's dest list and its entries are never changed in place.
-    const services = [...this.services.values()].map((l) => ({ ...l.compiled }));
+    // Each at its slot (lb/snapshot.ts SnapshotDelta: an unchanged service keeps its place).
+    const services: CompiledService[] = [];
+    for (const l of this.services.values()) services[l.compiled.slot] = { ...l.compiled };
     const { lookup, lookupMask } = buildLookup(services);
     const v4 = this.vipCidrs.map((c) => parseCidr(c)).filter((c) => c !== null);
     const vips = new Int32Array(v4.length * 2);
@@ -897,7 +934,7 @@ export class ServiceModel {
     const fullnatAddrs6 = new Int32Array(pool6.length * 4);
     pool6.forEach((a, i) => fullnatAddrs6.set(a, i * 4));
     const proxyProtocol = new Uint8Array(this.maxRealServers);
-    for (const l of services) for (const d of l.dests) proxyProtocol[d.rs] = d.pp;
+    for (const l of services) if (l) for (const d of l.dests) proxyProtocol[d.rs] = d.pp;
     return {
       version: ++this.version,
       services,
@@ -1120,20 +1157,56 @@ export class ServiceModel {
   }
 
   /** Masq real servers whose replies must be routed into the device (trashed ones too: their flows still need replies). */
+  /**
+   * The masq reply elements (lb/nftables.ts) every allocated masq real-server slot needs — listed
+   * or in the trash, whose flows still get replies: its (protocol, address, port), and its address
+   * for ICMP errors. Kept as counts as slots come and go, so a change costs its own size.
+   */
+  private readonly replyNeed = new Map<string, { rule: ReplyRule; n: number }>();
+  /** Keys whose count crossed zero since the last replyChanges(). */
+  private readonly replyDirty = new Set<string>();
+  /** What replyChanges() has handed out so far: the elements the dataplane holds. */
+  private readonly replyHeld = new Map<string, ReplyRule>();
+
+  private setMasq(info: RsSlotInfo, masq: boolean): void {
+    if (info.masq === masq) return;
+    info.masq = masq;
+    const proto = info.svcKey.slice(0, info.svcKey.indexOf(' ')) as Protocol;
+    const d = masq ? 1 : -1;
+    this.needReply({ addr: info.addr, port: info.port, proto }, d);
+    this.needReply({ addr: info.addr, port: 0, proto: 'icmp' }, d);
+  }
+
+  private needReply(rule: ReplyRule, d: number): void {
+    const k = ruleKey(rule);
+    let e = this.replyNeed.get(k);
+    if (!e) this.replyNeed.set(k, (e = { rule, n: 0 }));
+    e.n += d;
+    if (e.n <= 0) this.replyNeed.delete(k);
+    this.replyDirty.add(k);
+  }
+
+  /** Every reply element needed now (a rebuild, tests). */
   replyRules(): ReplyRule[] {
-    const out = new Map<string, ReplyRule>();
-    const add = (proto: Protocol, addr: string, port: number): void => {
-      out.set(`${proto} ${addr}:${port}`, { addr, port, proto });
-      // The server's ICMP errors about its flows (port unreachable, …) are translated too (port 0: all ICMP).
-      out.set(`icmp ${addr}`, { addr, port: 0, proto: 'icmp' });
-    };
-    for (const l of this.services.values()) {
-      for (const d of l.compiled.dests) if (d.fwd === L.FWD_MASQ) add(l.cfg.protocol, destAddr(d), d.port);
+    return [...this.replyNeed.values()].map((e) => e.rule);
+  }
+
+  /** The elements to add and to remove since the last call: Dataplane.changeReplyRules takes them. */
+  replyChanges(): { added: ReplyRule[]; gone: ReplyRule[] } {
+    const added: ReplyRule[] = [];
+    const gone: ReplyRule[] = [];
+    for (const k of this.replyDirty) {
+      const need = this.replyNeed.get(k);
+      const held = this.replyHeld.get(k);
+      if (need && !held) {
+        added.push(need.rule);
+        this.replyHeld.set(k, need.rule);
+      } else if (!need && held) {
+        gone.push(held);
+        this.replyHeld.delete(k);
+      }
     }
-    for (const i of this.rsSlots.values()) {
-      if (i.listed) continue;
-      add(i.svcKey.slice(0, i.svcKey.indexOf(' ')) as Protocol, i.addr, i.port);
-    }
-    return [...out.values()];
+    this.replyDirty.clear();
+    return { added, gone };
   }
 }

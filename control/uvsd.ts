@@ -4,7 +4,7 @@
  */
 import type { Logger } from 'pino';
 import { startApi } from './api';
-import { DEFAULT_REPLAY_MARK, loadConfigFile } from './config';
+import { DEFAULT_MARK_MASK, loadConfigFile } from './config';
 import { Daemon, type Serve } from './daemon';
 import type { UvsError } from './errors';
 import { listenOrWait } from './listen';
@@ -70,12 +70,14 @@ async function main(argv: string[]): Promise<number> {
           device: 'uvs0',
           routeTable: 4711,
           rulePriority: 4711,
-          replayMark: DEFAULT_REPLAY_MARK,
+          markMask: DEFAULT_MARK_MASK,
           vipCidrs: [] as string[],
           fullnat: { addresses: [] as string[] },
         };
     cleanupRouting({ ...dp, fullnatAddrs: dp.fullnat.addresses });
-    console.log(`uvsd: removed ${dp.device}, its routes and rules (table ${dp.routeTable}, rule priority ${dp.rulePriority})`);
+    console.log(
+      `uvsd: removed ${dp.device}, its routes and rules (table ${dp.routeTable}, rule priority ${dp.rulePriority}) and its nftables table`,
+    );
     return 0;
   }
   if (!config) {

@@ -180,6 +180,11 @@ async function main(): Promise<number> {
     console.log(`  per worker: ${st.workers.map((w) => `#${w.id} ${w.rxPackets} packets`).join(', ')}`);
     const drops = Object.entries(st.drops).filter(([, v]) => v > 0);
     console.log(`  drops: ${drops.length ? drops.map(([k, v]) => `${k} ${v}`).join(', ') : 'none'}`);
+    console.log(
+      st.node.replies.path === 'nftables'
+        ? '  masq replies: nftables table inet uvs_uvs0 (a set element per real server) and one rule, however many servers'
+        : `  masq replies: one policy rule per real server (no nftables: ${st.node.replies.reason})`,
+    );
 
     title('12. Teardown');
     await cleanup();

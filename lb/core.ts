@@ -114,8 +114,16 @@ export class PacketProcessor {
   /** A new configuration, between batches. */
   setSnapshot(s: Snapshot): void {
     this.c.snapshot = s;
-    this.schedulers = s.services.map((svc) => getScheduler(svc.scheduler)!);
-    this.spOk = Uint8Array.from(s.services, (svc) => (eligible(s, svc) ? 1 : 0));
+    // Services sit at their slots (lb/snapshot.ts): the array may have holes.
+    const n = s.services.length;
+    this.schedulers = new Array<Scheduler>(n);
+    this.spOk = new Uint8Array(n);
+    for (let i = 0; i < n; i++) {
+      const svc = s.services[i];
+      if (svc === undefined) continue;
+      this.schedulers[i] = getScheduler(svc.scheduler)!;
+      this.spOk[i] = eligible(s, svc) ? 1 : 0;
+    }
   }
 
   /** Sets the time (ConnTable.now()) the next packets are handled at: once per batch. */

@@ -3,22 +3,25 @@
  * routes and rules that bring traffic to it, and the worker pool.
  *
  *   - VIP ranges are routed to the device (main table), so clients' packets reach the workers.
- *   - Masq replies: for every masq real server a policy rule
- *       from RIP ipproto P sport RPORT lookup <routeTable>   (table: default dev <device>)
- *     sends the server's replies into the device instead of straight to the client; the rule is as
- *     narrow as the service, so the servers' other traffic is untouched; one more per server,
- *       from RIP ipproto icmp (IPv6: ipv6-icmp) lookup <routeTable>
- *     brings its ICMP errors for translation, and
+ *   - Masq replies: uvs's nftables table (lb/nftables.ts) marks the real servers' replies and
+ *     their ICMP errors with the into-device bit of dataplane.markMask (lb/marks.ts); sets keyed
+ *     (RIP, protocol, port) hold the servers, so the node's rules do not grow with them. One rule
+ *       fwmark BIT/BIT lookup <routeTable>   (priority rulePriority − 2; table: default dev <device>)
+ *     sends them into the device. Packets parked for a Redis lookup are replayed through a raw
+ *     socket whose packets carry the same bit, so the same rule sends them into the device
+ *     whichever way they go: a client's packet for a VIP would come back by the main table too,
+ *     but a real server's reply, addressed to the client, would be forwarded to the client
+ *     un-NATed (and the client's RST for it would kill the server's socket — the flow the lookup
+ *     was to adopt).
  *       iif <device> lookup main   (priority rulePriority − 1)
- *     routes whatever leaves the device by the main table, so ICMP a worker lets through unchanged
- *     does not loop. IPv6 gets the same routes and rules (`ip -6`) when a VIP range or pool is IPv6.
- *   - Packets parked for a Redis lookup are replayed through a raw socket whose packets carry
- *     fwmark replayMark, and
- *       fwmark <replayMark> lookup <routeTable>   (priority rulePriority − 2)
- *     sends them into the device, whichever way they go: a client's packet for a VIP would come
- *     back by the main table too, but a real server's reply, addressed to the client, would be
- *     forwarded to the client un-NATed (and the client's RST for it would kill the server's
- *     socket — the flow the lookup was to adopt).
+ *     routes whatever leaves the device by the main table. Without nftables (no `nft`, no
+ *     nf_tables in the kernel) uvsd falls back, with a warning, to one rule per masq real server
+ *     at rulePriority (`from RIP ipproto P sport PORT lookup <routeTable>`, and one for its ICMP)
+ *     — the old way, whose cost grows with the servers. IPv6 gets the same routes and rules
+ *     (`ip -6`) when a VIP range or pool is IPv6.
+ *   - Every dataplane.resyncInterval seconds uvsd checks that its routes, rules and table are in
+ *     place (another tool's `nft flush ruleset`, `ip rule flush`, a deleted route) and restores
+ *     what is missing, counted (uvs_node_repairs_total) and logged.
  *   - Behind both, blackholes with the worst metric (VIP ranges in main, default in <routeTable>):
  *     when a killed uvsd's device vanishes they drop its traffic rather than forward it un-NATed.
  *   - rp_filter is off on the device (packets come out of it with the clients' source addresses,
@@ -44,9 +47,12 @@ import { setFlagsFromString } from 'node:v8';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { DataplaneError } from './errors';
+import { formatCidr, formatIPv6, parseCidr, parseCidr6 } from '../net/addr';
+import { hexMark, intoDeviceBit } from './marks';
+import { elementLines, nftRun, nftTableName, removeTableScript, ruleKey, tableComplete, tableScript, type ReplyRule } from './nftables';
 import { MAX_OUT } from './verdict';
 import { steeringKey, steeringTable } from './steering';
-import type { Snapshot } from './snapshot';
+import { snapshotDelta, type Snapshot } from './snapshot';
 import { tunAddon, type IoMode, type IoPath, type SteeringMode, type SteeringPath } from './tun';
 import { CTL_SNAPSHOT_VERSION, CTL_WORDS, type WorkerInit } from './worker';
 
@@ -57,8 +63,10 @@ export interface DataplaneOptions {
   mtu: number;
   routeTable: number;
   rulePriority: number;
-  /** fwmark of replayed packets (inject): a rule at rulePriority − 2 routes them into the device. */
-  replayMark: number;
+  /** Bits of the packet mark uvs may use (lb/marks.ts): the lowest routes a packet into the device. */
+  markMask: number;
+  /** Seconds between checks of the routes, rules and nftables table (repairs). */
+  resyncInterval: number;
   batch: number;
   maxRealServers: number;
   /** Full-NAT pool addresses: routed to the device so the real servers' replies come back. */
@@ -91,13 +99,7 @@ export interface SharedRegions {
   capture: SharedArrayBuffer;
 }
 
-/** A masq reply rule: traffic from addr:port (proto) goes into the device; ICMP from addr (port 0). */
-export interface ReplyRule {
-  /** IPv4 or IPv6 text. */
-  addr: string;
-  port: number;
-  proto: 'tcp' | 'udp' | 'sctp' | 'icmp';
-}
+export type { ReplyRule } from './nftables';
 
 interface WorkerSlot {
   id: number;
@@ -165,10 +167,6 @@ function delArgs(add: string[]): string[] {
   return args;
 }
 
-function ruleKey(r: ReplyRule): string {
-  return `${r.proto} ${r.addr} ${r.port}`;
-}
-
 /**
  * Packets that leave the device (forwarded, translated or passed through by a worker) are routed
  * by the main table, ahead of the reply rules: ICMP a worker lets through unchanged must not be
@@ -178,8 +176,12 @@ function deviceRuleArgs(o: Pick<DataplaneOptions, 'device' | 'rulePriority'>, fa
   return [...(family === 6 ? ['-6'] : []), 'rule', 'add', 'pref', String(o.rulePriority - 1), 'iif', o.device, 'lookup', 'main'];
 }
 
-/** Packets with the replay mark (inject's raw socket) go into the device, whatever their destination. */
-function replayRuleArgs(o: Pick<DataplaneOptions, 'routeTable' | 'rulePriority' | 'replayMark'>, family: 4 | 6): string[] {
+/**
+ * Packets with the into-device bit go into the device, whatever their destination: masq replies
+ * (marked by uvs's nftables table) and packets replayed after a Redis lookup (inject's raw socket).
+ */
+function intoDeviceRuleArgs(o: Pick<DataplaneOptions, 'routeTable' | 'rulePriority' | 'markMask'>, family: 4 | 6): string[] {
+  const bit = hexMark(intoDeviceBit(o.markMask));
   return [
     ...(family === 6 ? ['-6'] : []),
     'rule',
@@ -187,7 +189,7 @@ function replayRuleArgs(o: Pick<DataplaneOptions, 'routeTable' | 'rulePriority' 
     'pref',
     String(o.rulePriority - 2),
     'fwmark',
-    `0x${o.replayMark.toString(16)}`,
+    `${bit}/${bit}`,
     'lookup',
     String(o.routeTable),
   ];
@@ -243,7 +245,11 @@ export async function routeMtus(addrs: string[]): Promise<Map<string, RouteMtu>>
       addrs.map((a) => `route get ${a}`),
     )
   ).stdout;
-  for (const line of text.split('\n')) {
+  const lines = text.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    // 100,000 servers are 100,000 answers: the control thread answers between thousands.
+    if (i % 2000 === 1999) await new Promise((r) => setImmediate(r));
+    const line = lines[i]!;
     if (!line.startsWith('[')) continue;
     for (const r of JSON.parse(line) as { dst: string; dev?: string; metrics?: { mtu?: number }[] }[]) {
       if (!r.dev) continue;
@@ -278,6 +284,20 @@ export class Dataplane {
   private steerK0 = 0;
   private steerK1 = 0;
   private rules = new Map<string, ReplyRule>();
+  /** Whether IPv6 routes and rules are kept too (an IPv6 VIP range or pool address). */
+  private v6 = false;
+  /** The into-device bit of the mark (lb/marks.ts). */
+  private readonly bit: number;
+  /**
+   * How masq replies reach the device: uvs's nftables table (sets), or — where nft or the
+   * kernel's nf_tables is missing — one policy rule per server (the cost grows with them).
+   */
+  private replyPath: { path: 'nftables' | 'rules'; reason: string | null } = { path: 'nftables', reason: null };
+  /** The table must be rebuilt with every element (a batch was refused: someone changed it). */
+  private nftStale = false;
+  /** What the periodic check found missing and restored (uvs_node_repairs_total). */
+  private readonly repairCounts = { nftables: 0, rules: 0, routes: 0 };
+  private resyncTimer: NodeJS.Timeout | null = null;
   private stopping = false;
   /** Called when a worker died and was restarted (id, reason). */
   onRestart: ((id: number, reason: string) => void) | null = null;
@@ -287,6 +307,7 @@ export class Dataplane {
     this.regions = regions;
     this.snapshot = snapshot;
     this.log = log;
+    this.bit = intoDeviceBit(opts.markMask);
   }
 
   /** Creates the device and its queues, routes and sysctls, then starts the workers. */
@@ -295,7 +316,9 @@ export class Dataplane {
     const tun = tunAddon();
     // A uvsd that was killed (SIGKILL, crash) left its policy rules and reply table behind; the
     // device went with its last fd. Start from a clean slate, as `uvsd --cleanup` would.
-    if (ip(['rule', 'show', 'pref', String(o.rulePriority)], true).trim() !== '') {
+    // Its blackhole in the reply table outlives it (and a release before nftables left a rule per server).
+    const left = ip(['route', 'show', 'table', String(o.routeTable)], true) + ip(['rule', 'show', 'pref', String(o.rulePriority)], true);
+    if (left.trim() !== '') {
       this.log.warn({ rulePriority: o.rulePriority, routeTable: o.routeTable }, 'removing rules and routes a previous uvsd left behind');
     }
     cleanupRouting(o);
@@ -337,40 +360,34 @@ export class Dataplane {
         writeFileSync(`/proc/sys/net/ipv6/conf/${o.device}/disable_ipv6`, '0');
         writeFileSync('/proc/sys/net/ipv6/conf/all/forwarding', '1');
       }
-      for (const c of o.vipCidrs) ip(['route', 'replace', c, 'dev', o.device]);
-      ip(deviceRuleArgs(o, 4));
-      if (v6) ip(deviceRuleArgs(o, 6));
-      ip(replayRuleArgs(o, 4));
-      if (v6) ip(replayRuleArgs(o, 6));
+      this.v6 = v6;
+      // A uvsd that dies (SIGKILL, crash) takes the device and every route through it along,
+      // while the node and its rules live on until keepalived moves the addresses (up to a
+      // second: its track script runs once a second). The blackholes routingPlan adds — with
+      // the worst metric, shadowed while the device routes exist — drop that traffic instead of
+      // forwarding it: a masq reply would reach the client un-NATed, from the real server's
+      // address, and the client's RST for it would kill the flow on the server — the flow the
+      // other node is about to adopt; VIP traffic would loop between this node and its router.
+      for (const args of routingPlan(o, v6)) ip(args);
       // Without them (no CAP_NET_RAW, no IPv6) forwarding works; a packet found by a Redis lookup
       // is not replayed (counted: redis.replayFailed; its retransmission finds the installed entry).
       for (const fam of v6 ? ([4, 6] as const) : ([4] as const)) {
         try {
-          if (fam === 4) this.send4 = tun.openSend(4, o.replayMark);
-          else this.send6 = tun.openSend(6, o.replayMark);
+          if (fam === 4) this.send4 = tun.openSend(4, this.bit);
+          else this.send6 = tun.openSend(6, this.bit);
         } catch (e) {
           this.log.warn({ err: (e as Error).message, family: fam }, `no IPv${fam} raw socket to replay packets a Redis lookup found`);
         }
       }
-      for (const a of o.fullnatAddrs) ip(['route', 'replace', hostRoute(a), 'dev', o.device]);
-      ip(['route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
-      if (v6) ip(['-6', 'route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
-      // A uvsd that dies (SIGKILL, crash) takes the device and every route through it along,
-      // while the node and its rules live on until keepalived moves the addresses (up to a
-      // second: its track script runs once a second). What these leave behind — blackholes with
-      // the worst metric, shadowed while the device routes exist — drops that traffic instead of
-      // forwarding it: a masq reply would reach the client un-NATed, from the real server's
-      // address, and the client's RST for it would kill the flow on the server — the flow the
-      // other node is about to adopt; VIP traffic would loop between this node and its router.
-      for (const c of o.vipCidrs) ip(['route', 'replace', 'blackhole', c, 'metric', BLACKHOLE_METRIC]);
-      ip(['route', 'replace', 'blackhole', 'default', 'table', String(o.routeTable), 'metric', BLACKHOLE_METRIC]);
-      if (v6) ip(['-6', 'route', 'replace', 'blackhole', 'default', 'table', String(o.routeTable), 'metric', BLACKHOLE_METRIC]);
+      await this.chooseReplyPath();
     } catch (e) {
       this.closeQueues();
       throw e;
     }
     noMemoryReducer();
     await Promise.all(this.slots.map((s) => this.spawn(s)));
+    this.resyncTimer = setInterval(() => void this.resync(), Math.round(o.resyncInterval * 1000));
+    this.resyncTimer.unref();
     this.log.info({ device: o.device, queues: o.workers, vipCidrs: o.vipCidrs }, 'dataplane up');
   }
 
@@ -504,52 +521,205 @@ export class Dataplane {
   }
 
   /**
-   * publish() one worker per step: each postMessage clones the snapshot on the control thread
-   * (about 10 ms for 1023 services and 4096 real servers), so the caller may let the event loop
-   * turn between workers (control/slices.ts). A worker started meanwhile gets the new snapshot.
+   * publish() one worker per step: each postMessage clones what changed since the last
+   * publication (lb/snapshot.ts SnapshotDelta; a whole snapshot took 130 ms at 10,000 services
+   * × 10 servers), so the caller may let the event loop turn between workers (control/slices.ts).
+   * A worker started meanwhile gets the new snapshot whole.
    */
   *publishSteps(snapshot: Snapshot): Generator<void> {
+    // Workers hold the last published snapshot: they get what changed (a worker started meanwhile
+    // gets the whole new one, and the delta again, which changes nothing: its values are absolute).
+    const delta = snapshotDelta(this.snapshot, snapshot);
     this.snapshot = snapshot;
     for (const s of [...this.slots]) {
       if (!s.worker || !s.port) continue;
-      s.port.postMessage(snapshot);
+      s.port.postMessage(delta);
       Atomics.store(s.ctl, CTL_SNAPSHOT_VERSION, snapshot.version);
       yield;
     }
   }
 
-  /** The reply-rule changes not yet made, in order (syncReplyRules chains them). */
+  /**
+   * uvs's nftables table where nft and the kernel allow it, else one rule per server (logged: the
+   * node's rules then grow with the real servers, issue 37).
+   */
+  private async chooseReplyPath(): Promise<void> {
+    const r = await nftRun(tableScript(this.opts.device, this.bit, []));
+    if (r.code === 0) {
+      this.replyPath = { path: 'nftables', reason: null };
+      this.log.info({ table: `inet ${nftTableName(this.opts.device)}`, mark: hexMark(this.bit) }, 'masq replies: nftables sets, one rule');
+      return;
+    }
+    const reason = (r.stderr.trim().split('\n')[0] ?? '') || `nft exited ${r.code}`;
+    this.replyPath = { path: 'rules', reason };
+    this.log.warn({ reason }, 'masq replies: no nftables; one policy rule per real server (their cost grows with the servers)');
+  }
+
+  /** How masq replies reach the device, and why not nftables (GET /v1/stats). */
+  replies(): { readonly path: 'nftables' | 'rules'; readonly reason: string | null } {
+    return this.replyPath;
+  }
+
+  /** What the periodic check restored so far, by kind (GET /v1/stats node.repairs, uvs_node_repairs_total). */
+  repairs(): { readonly nftables: number; readonly rules: number; readonly routes: number } {
+    return this.repairCounts;
+  }
+
+  /** The reply-element changes and checks not yet made, in order (changeReplyRules and resync chain them). */
   private ruleJob: Promise<void> = Promise.resolve();
 
   /**
-   * Makes the installed masq reply rules exactly `wanted`: the difference from the last call, as
-   * one `ip -batch` per family, after the changes already under way. Resolves once they are made;
-   * a rule that cannot be added is logged (the flows of its server get no replies).
+   * Makes the marked masq replies exactly `wanted` (the difference from what is held): stop()
+   * and tests; the daemon hands changeReplyRules the model's changes.
    */
   syncReplyRules(wanted: ReplyRule[]): Promise<void> {
     const next = new Map(wanted.map((r) => [ruleKey(r), r]));
+    const gone: ReplyRule[] = [];
+    const added: ReplyRule[] = [];
+    for (const [k, r] of this.rules) if (!next.has(k)) gone.push(r);
+    for (const [k, r] of next) if (!this.rules.has(k)) added.push(r);
+    return this.changeReplyRules({ added, gone });
+  }
+
+  /**
+   * The marked masq replies change by these elements — the model's replyChanges(), so a change
+   * costs its own size, not the number of servers — as one `nft -f -` transaction (or, without
+   * nftables, one `ip -batch` per family), after the changes already under way. Resolves once
+   * they are made; a change the kernel refuses is logged, and the table is rebuilt.
+   */
+  changeReplyRules(c: { added: ReplyRule[]; gone: ReplyRule[] }): Promise<void> {
+    const gone = c.gone.filter((r) => this.rules.delete(ruleKey(r)));
+    const added = c.added.filter((r) => {
+      const k = ruleKey(r);
+      if (this.rules.has(k)) return false;
+      this.rules.set(k, r);
+      return true;
+    });
+    if (gone.length + added.length === 0) return this.ruleJob;
+    this.ruleJob = this.ruleJob.then(() =>
+      this.replyPath.path === 'nftables' ? this.nftChange(gone, added) : this.ruleChange(gone, added),
+    );
+    return this.ruleJob;
+  }
+
+  private async nftChange(gone: ReplyRule[], added: ReplyRule[]): Promise<void> {
+    if (this.nftStale) return; // the next check rebuilds the table from this.rules
+    const t = nftTableName(this.opts.device);
+    const r = await nftRun([...elementLines('delete', t, gone), ...elementLines('add', t, added), ''].join('\n'));
+    if (r.code === 0) return;
+    this.nftStale = true;
+    this.log.error({ errors: r.stderr.trim().split('\n').slice(0, 5) }, 'masq replies: nft refused a change; rebuilding the table');
+    void this.resync();
+  }
+
+  private async ruleChange(gone: ReplyRule[], added: ReplyRule[]): Promise<void> {
     const lines: Record<4 | 6, string[]> = { 4: [], 6: [] };
     const line = (args: string[]) => (args[0] === '-6' ? lines[6].push(args.slice(1).join(' ')) : lines[4].push(args.join(' ')));
-    for (const [k, r] of this.rules) if (!next.has(k)) line(ruleDelArgs(r, this.opts));
-    for (const [k, r] of next) if (!this.rules.has(k)) line(ruleArgs(r, this.opts));
-    this.rules = next;
-    if (lines[4].length + lines[6].length === 0) return this.ruleJob;
+    for (const r of gone) line(ruleDelArgs(r, this.opts));
+    for (const r of added) line(ruleArgs(r, this.opts));
+    for (const fam of [4, 6] as const) {
+      if (lines[fam].length === 0) continue;
+      const r = await ipBatch([`-${fam}`], lines[fam]);
+      // A delete of a rule already gone is fine (as before, allowFail); an add that failed is not.
+      const failed = r.stderr
+        .split('\n')
+        .filter((l) => l.trim() && !/No such file or directory|Command failed/.test(l))
+        .slice(0, 5);
+      if (failed.length) this.log.error({ family: fam, errors: failed }, 'masq reply rules: ip refused some changes');
+    }
+  }
+
+  private resyncing = false;
+
+  /**
+   * Checks that the routes, rules and nftables table are in place and restores what is missing
+   * (another tool's `nft flush ruleset`, `ip rule flush`, a deleted route): each kind counted and
+   * logged. Asynchronous (`ip -j`, `nft -t`, no element listing), chained with the element
+   * changes so a rebuild never races one. Elements deleted one by one by someone else are not
+   * seen (the table is listed without them).
+   */
+  resync(): Promise<void> {
+    if (this.resyncing || this.stopping) return this.ruleJob;
+    this.resyncing = true;
     this.ruleJob = this.ruleJob.then(async () => {
-      for (const fam of [4, 6] as const) {
-        if (lines[fam].length === 0) continue;
-        const r = await ipBatch([`-${fam}`], lines[fam]);
-        // A delete of a rule already gone is fine (as before, allowFail); an add that failed is not.
-        const failed = r.stderr
-          .split('\n')
-          .filter((l) => l.trim() && !/No such file or directory|Command failed/.test(l))
-          .slice(0, 5);
-        if (failed.length) this.log.error({ family: fam, errors: failed }, 'masq reply rules: ip refused some changes');
+      try {
+        await this.checkRouting();
+        if (this.replyPath.path === 'nftables') await this.checkTable();
+      } catch (e) {
+        this.log.error({ err: (e as Error).message }, 'checking routes, rules and the nftables table failed');
+      } finally {
+        this.resyncing = false;
       }
     });
     return this.ruleJob;
   }
 
-  /** inject's raw sockets (marked replayMark), per family; −1 when not open. */
+  private async checkTable(): Promise<void> {
+    const o = this.opts;
+    if (!this.nftStale) {
+      const l = await nftRun(`list table inet ${nftTableName(o.device)}\n`, ['-t']);
+      if (this.stopping || (l.code === 0 && tableComplete(l.stdout, o.device, this.bit))) return;
+    }
+    if (this.stopping) return;
+    const r = await nftRun(tableScript(o.device, this.bit, this.rules.values()));
+    if (r.code !== 0) {
+      this.log.error({ errors: r.stderr.trim().split('\n').slice(0, 5) }, 'masq replies: cannot rebuild the nftables table');
+      return;
+    }
+    this.nftStale = false;
+    this.repairCounts.nftables++;
+    this.log.warn(
+      { table: `inet ${nftTableName(o.device)}`, elements: this.rules.size },
+      'restored the nftables table someone removed or changed',
+    );
+  }
+
+  private async checkRouting(): Promise<void> {
+    const o = this.opts;
+    for (const fam of this.v6 ? ([4, 6] as const) : ([4] as const)) {
+      const f = `-${fam}`;
+      const want = routingPlan(o, fam === 6).filter((a) => (a[0] === '-6') === (fam === 6));
+      const [rulesOut, tableOut, mainOut, holesOut] = await Promise.all([
+        ipBatch(['-j', f], ['rule show']),
+        ipBatch(['-j', f], [`route show table ${o.routeTable}`]),
+        ipBatch(['-j', f], [`route show table main dev ${o.device}`]),
+        ipBatch(['-j', f], ['route show table main type blackhole']),
+      ]);
+      if (this.stopping) return;
+      const rules = parseJson(rulesOut.stdout);
+      const bit = hexMark(this.bit);
+      const haveInto = rules.some(
+        (r) => r.priority === o.rulePriority - 2 && r.fwmark === bit && r.fwmask === bit && r.table === String(o.routeTable),
+      );
+      const haveIif = rules.some((r) => r.priority === o.rulePriority - 1 && r.iif === o.device && r.table === 'main');
+      const missingRules = want.filter(
+        (a) => a.includes('rule') && ((a.includes('fwmark') && !haveInto) || (a.includes('iif') && !haveIif)),
+      );
+      const table = parseJson(tableOut.stdout);
+      // The kernel's own routes on the device (IPv6 link-local, multicast) are not uvs's.
+      const main = parseJson(mainOut.stdout).filter((r) => r.protocol !== 'kernel' && r.type !== 'multicast');
+      const holes = parseJson(holesOut.stdout).filter((r) => r.metric === Number(BLACKHOLE_METRIC));
+      const plan = expectedRoutes(o, fam);
+      const routesOk =
+        table.some((r) => r.dst === 'default' && r.dev === o.device) &&
+        table.some((r) => r.dst === 'default' && r.type === 'blackhole') &&
+        main.length >= plan.device &&
+        holes.length >= plan.blackholes;
+      const lines = [...missingRules, ...(routesOk ? [] : want.filter((a) => a.includes('route')))].map((a) =>
+        (a[0] === '-6' ? a.slice(1) : a).join(' '),
+      );
+      if (lines.length === 0) continue;
+      const r = await ipBatch([f], lines);
+      if (missingRules.length) this.repairCounts.rules++;
+      if (!routesOk) this.repairCounts.routes++;
+      this.log.warn(
+        { family: fam, restored: lines, errors: r.stderr.trim() ? r.stderr.trim().split('\n').slice(0, 5) : undefined },
+        'restored routes or rules someone removed',
+      );
+    }
+  }
+
+  /** inject's raw sockets (their packets carry the into-device bit), per family; −1 when not open. */
   private send4 = -1;
   private send6 = -1;
 
@@ -579,11 +749,15 @@ export class Dataplane {
 
   async stop(): Promise<void> {
     this.stopping = true;
+    if (this.resyncTimer) clearInterval(this.resyncTimer);
+    this.resyncTimer = null;
     await Promise.all(this.slots.map((s) => s.worker?.terminate()));
     for (const s of this.slots) s.port?.close();
     this.closeQueues();
-    await this.syncReplyRules([]); // one batch, not one `ip` per rule
-    cleanupRouting(this.opts);
+    await this.ruleJob;
+    if (this.replyPath.path === 'rules') await this.syncReplyRules([]); // one batch, not one `ip` per rule
+    this.rules.clear();
+    cleanupRouting(this.opts); // the nftables table too
     this.log.info({ device: this.opts.device }, 'dataplane down');
   }
 
@@ -609,17 +783,71 @@ function noMemoryReducer(): void {
   setFlagsFromString('--no-memory-reducer');
 }
 
+/**
+ * Every route and rule uvsd keeps (`ip` argument lists, `replace`/`add`), IPv6 ones with v6: the
+ * VIP ranges and full-NAT addresses into the device with blackholes behind them, the reply
+ * table's default route and its blackhole, the into-device and device rules. A constant number,
+ * whatever the services and servers.
+ */
+function routingPlan(o: DataplaneOptions, v6: boolean): string[][] {
+  const out: string[][] = [];
+  const fams = v6 ? ([4, 6] as const) : ([4] as const);
+  for (const c of o.vipCidrs) out.push(['route', 'replace', c, 'dev', o.device]);
+  for (const a of o.fullnatAddrs) out.push(['route', 'replace', hostRoute(a), 'dev', o.device]);
+  for (const f of fams) {
+    const six = f === 6 ? ['-6'] : [];
+    out.push(deviceRuleArgs(o, f), intoDeviceRuleArgs(o, f));
+    out.push([...six, 'route', 'replace', 'default', 'dev', o.device, 'table', String(o.routeTable)]);
+    out.push([...six, 'route', 'replace', 'blackhole', 'default', 'table', String(o.routeTable), 'metric', BLACKHOLE_METRIC]);
+  }
+  for (const c of o.vipCidrs) out.push(['route', 'replace', 'blackhole', c, 'metric', BLACKHOLE_METRIC]);
+  // `ip route` picks the family from the address; the check sorts them with a leading -6.
+  return out.map((a) => (a[0] !== '-6' && a.some((x) => x.includes(':')) ? ['-6', ...a] : a));
+}
+
+/** How many device routes and VIP blackholes of a family main holds (distinct prefixes). */
+function expectedRoutes(o: DataplaneOptions, fam: 4 | 6): { device: number; blackholes: number } {
+  const key = (c: string) => {
+    if (fam === 4) {
+      const p = parseCidr(c);
+      return p ? formatCidr(p) : null;
+    }
+    const p = parseCidr6(c);
+    return p ? `${formatIPv6(p.net)}/${p.bits}` : null;
+  };
+  const vips = new Set(o.vipCidrs.map(key).filter((k) => k !== null));
+  const pool = new Set(o.fullnatAddrs.map((a) => key(a)).filter((k) => k !== null));
+  const all = new Set([...vips, ...pool]);
+  return { device: all.size, blackholes: vips.size };
+}
+
+function parseJson(text: string): Record<string, unknown>[] {
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('[')) continue;
+    try {
+      return JSON.parse(line) as Record<string, unknown>[];
+    } catch {
+      return [];
+    }
+  }
+  return [];
+}
+
 /** Removes every route and rule uvsd installs for these options (idempotent). */
 export function cleanupRouting(
-  o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'replayMark' | 'vipCidrs'> & { fullnatAddrs?: string[] },
+  o: Pick<DataplaneOptions, 'device' | 'routeTable' | 'rulePriority' | 'markMask' | 'vipCidrs'> & { fullnatAddrs?: string[] },
 ): void {
   const pref = String(o.rulePriority);
   for (const fam of [['-4'], ['-6']]) {
     // With their selectors: a bare `rule del pref N` removes whichever rule holds N, maybe not ours.
     const family = fam[0] === '-6' ? 6 : 4;
-    for (const add of [deviceRuleArgs(o, family), replayRuleArgs(o, family)]) {
+    for (const add of [deviceRuleArgs(o, family), intoDeviceRuleArgs(o, family)]) {
       for (let i = 0; i < 100 && ipOk(delArgs(add)); i++); // one rule per call: until none is left
     }
+    // A release before markMask left `fwmark 0x75 lookup <routeTable>` here: any rule at that
+    // priority into uvs's own table is uvs's.
+    const into = [...fam, 'rule', 'del', 'pref', String(o.rulePriority - 2), 'lookup', String(o.routeTable)];
+    for (let i = 0; i < 100 && ipOk(into); i++);
     // One `ip rule del pref N` removes one rule; stop when none is left (bounded for safety).
     for (let i = 0; i < 100000 && ip([...fam, 'rule', 'show', 'pref', pref], true).trim() !== ''; i++) {
       ip([...fam, 'rule', 'del', 'pref', pref], true);
@@ -632,6 +860,11 @@ export function cleanupRouting(
   }
   for (const a of o.fullnatAddrs ?? []) ip(['route', 'del', hostRoute(a), 'dev', o.device], true);
   ip(['link', 'del', o.device], true);
+  try {
+    execFileSync('nft', ['-f', '-'], { input: removeTableScript(o.device), stdio: ['pipe', 'ignore', 'ignore'] });
+  } catch {
+    /* no nft, or nothing to remove */
+  }
 }
 
 /** The blackholes' metric: the worst there is, so any route through the device wins. */

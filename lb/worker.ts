@@ -11,7 +11,7 @@ import { ConnTable } from '../conntrack/table';
 import { CaptureTap } from './capture';
 import { VNET_HLEN } from '../net/packet';
 import { PacketProcessor } from './core';
-import type { Snapshot } from './snapshot';
+import { applyDelta, isDelta, type Snapshot, type SnapshotDelta } from './snapshot';
 import { tunAddon, type IoPath, type UringHandle } from './tun';
 import { DROP, FORWARD, MAX_OUT, OutRegion } from './verdict';
 
@@ -101,12 +101,20 @@ function main(init: WorkerInit): void {
   let running = true;
   const ctl = new Int32Array(init.ctl);
   let seenVersion = init.snapshot.version;
+  /** The snapshot in use: deltas are applied to it. */
+  let current = init.snapshot;
   // A configuration change must apply to the very next batch — not after the poll that may be
   // holding this thread — so the owner bumps a shared version word after posting, and the worker
   // takes the snapshot synchronously when it sees the word change (one atomic load per batch).
   const takeSnapshots = (): void => {
-    let m: { message: Snapshot } | undefined;
-    while ((m = receiveMessageOnPort(init.snapshotPort) as { message: Snapshot } | undefined)) proc.setSnapshot(m.message);
+    let m: { message: Snapshot | SnapshotDelta } | undefined;
+    while ((m = receiveMessageOnPort(init.snapshotPort) as { message: Snapshot | SnapshotDelta } | undefined)) {
+      const x = m.message;
+      // A delta (lb/snapshot.ts) patches the snapshot this worker holds; a whole one replaces it.
+      if (isDelta(x)) {
+        if (x.version > current.version) proc.setSnapshot((current = applyDelta(current, x)));
+      } else proc.setSnapshot((current = x));
+    }
     seenVersion = Atomics.load(ctl, CTL_SNAPSHOT_VERSION);
   };
 

@@ -115,6 +115,8 @@ export async function abuseScenario(ctx: Ctx, r: ScenarioResult, haveRedis: bool
   const redisCli = async (...args: string[]) =>
     (await run('redis-cli', ['-a', SECRET_REDIS, '--no-auth-warning', ...args], { ns: lab.lbNs, timeoutMs: 20000 })).stdout.trim();
   const base = {
+    // The limits the cases below fill (the defaults are larger since issue 37; perf/SCALE.md measures those).
+    dataplane: { maxServices: 1024, maxRealServers: 4096 },
     gracefulTermination: { checkInterval: 1 },
     reload: { watch: false },
     api: { socket: sock, listen: API_TCP, token: SECRET_API },

@@ -60,6 +60,8 @@ describe('control plane', { skip: needTool(isRoot, 'root (network namespaces, TU
   ];
   let configFile = '';
   const listeners = () => ({
+    // Limits the requests below go over (the defaults are ten times larger: issue 37).
+    dataplane: { maxServices: 1024, maxRealServers: 4096 },
     api: { socket: lab.socket, listen: '10.200.1.1:8443', token: TOKEN },
     healthz: { address: '127.0.0.1:10256', token: HEALTHZ_TOKEN },
   });

@@ -92,6 +92,14 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
       .ip(lab.lbNs, ['rule', 'show', 'pref', String(pref)])
       .split('\n')
       .filter(Boolean);
+  /** uvs's nftables table as `nft -j` lists it, or null when there is none. */
+  const nftTable = (): { set?: { name: string; elem?: unknown[] } }[] | null => {
+    const r = spawnSync('ip', ['netns', 'exec', lab.lbNs, 'nft', '-j', 'list', 'table', 'inet', 'uvs_uvs0'], { encoding: 'utf8' });
+    if (r.status !== 0) return null;
+    return (JSON.parse(r.stdout) as { nftables: { set?: { name: string; elem?: unknown[] } }[] }).nftables;
+  };
+  /** Elements of the reply and ICMP sets (one per masq server address:port, one per server address). */
+  const replyElements = () => (nftTable() ?? []).reduce((n, o) => n + (o.set?.elem?.length ?? 0), 0);
   /** Routes of one family in a table (main by default), one line each. */
   const routes = (family: 4 | 6, ...sel: string[]) =>
     lab
@@ -363,16 +371,18 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     await lab.stopUvsd();
     write(baseServices, dualStack);
     const child = await lab.startUvsd(configFile);
-    const fresh = rules(4711).length;
-    assert.ok(fresh >= 6, `reply rules installed: ${fresh}`);
+    assert.deepEqual(rules(4711), [], 'no rule per real server: nftables sets hold them');
+    const fresh = replyElements();
+    assert.ok(fresh >= 6, `reply elements installed: ${fresh}`);
     assert.equal(rules(4710).length, 1, 'the device rule');
-    assert.match(rules(4709).join('\n'), /fwmark 0x75 lookup 4711/, 'the replay rule');
+    assert.match(rules(4709).join('\n'), /fwmark 0x2\/0x2 lookup 4711/, 'the into-device rule (replies and replays)');
     // Someone else's rules at the same priorities: cleanup removes uvsd's rules, not these.
     lab.ip(lab.lbNs, ['rule', 'add', 'pref', '4709', 'fwmark', '0x1234', 'lookup', 'main']);
     lab.ip(lab.lbNs, ['rule', 'add', 'pref', '4710', 'from', '192.0.2.77', 'lookup', 'main']);
     child.kill('SIGKILL');
     await new Promise((r) => child.once('exit', r));
-    assert.equal(rules(4711).length, fresh, 'a killed uvsd leaves its rules behind');
+    assert.equal(replyElements(), fresh, 'a killed uvsd leaves its nftables table behind');
+    assert.equal(rules(4709).length, 2, 'and its rule');
     // …and its blackholes, which now drop what those rules and the VIP ranges still catch (the
     // device and its routes went with the process), IPv6 as IPv4.
     assert.deepEqual(blackholes(), allBlackholes, 'a killed uvsd leaves its blackholes behind, both families');
@@ -384,6 +394,7 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     assert.equal(c.status, 0, c.stderr);
     assert.match(c.stdout, /removed uvs0/);
     assert.deepEqual(rules(4711), []);
+    assert.equal(nftTable(), null, 'the nftables table is gone');
     assert.equal(rules(4710).length, 1, `only the foreign rule is left at 4710: ${rules(4710).join('; ')}`);
     assert.match(rules(4710)[0]!, /from 192\.0\.2\.77 lookup main/);
     assert.equal(rules(4709).length, 1, `only the foreign rule is left at 4709: ${rules(4709).join('; ')}`);
@@ -398,11 +409,55 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     const again = await lab.startUvsd(configFile);
     again.kill('SIGKILL');
     await new Promise((r) => again.once('exit', r));
-    assert.equal(rules(4711).length, fresh);
+    assert.equal(replyElements(), fresh);
     await lab.startUvsd(configFile);
-    assert.equal(rules(4711).length, fresh, 'the same rules, once each');
+    assert.equal(replyElements(), fresh, 'the same elements, once each');
     assert.equal(rules(4710).length, 1);
+    assert.equal(rules(4709).length, 1);
     assert.match(readFileSync(join(lab.dir, 'uvsd.log'), 'utf8'), /removing rules and routes a previous uvsd left behind/);
     await waitFor('traffic', () => /^rs\d$/.test(curl() ?? ''), 10_000);
+  });
+
+  test('what another tool removes — nft flush ruleset, ip rules, the reply and VIP routes — uvsd restores and counts', async () => {
+    await lab.stopUvsd();
+    write(baseServices, { dataplane: { ...dualStack.dataplane, resyncInterval: 0.5 } });
+    await lab.startUvsd(configFile);
+    await waitFor('traffic', () => /^rs\d$/.test(curl() ?? ''), 10_000);
+    const fresh = replyElements();
+    const before = { rules4709: rules(4709), table4: routes(4, 'table', '4711'), main4: routes(4).filter((l) => l.includes('uvs0')) };
+    const stats = async () => (await api<StatsResponse>('GET', '/v1/stats')).body.node;
+    assert.deepEqual(await stats(), { replies: { path: 'nftables', reason: null }, repairs: { nftables: 0, rules: 0, routes: 0 } });
+
+    lab.exec(lab.lbNs, 'nft', ['flush', 'ruleset']);
+    lab.ip(lab.lbNs, ['rule', 'del', 'pref', '4709', 'lookup', '4711']);
+    lab.ip(lab.lbNs, ['-6', 'rule', 'del', 'pref', '4710', 'iif', 'uvs0']);
+    lab.ip(lab.lbNs, ['route', 'del', 'default', 'dev', 'uvs0', 'table', '4711']);
+    lab.ip(lab.lbNs, ['route', 'del', LAB_VIP_CIDR, 'dev', 'uvs0']);
+    assert.equal(nftTable(), null);
+    await waitFor(
+      'every repair counted',
+      async () => {
+        const r = (await stats()).repairs;
+        return r.nftables >= 1 && r.rules >= 1 && r.routes >= 1;
+      },
+      15_000,
+    );
+    assert.equal(replyElements(), fresh, 'the table comes back with every element');
+    assert.deepEqual(rules(4709), before.rules4709);
+    assert.equal(lab.ip(lab.lbNs, ['-6', 'rule', 'show', 'pref', '4710']).trim().split('\n').length, 1);
+    assert.deepEqual(routes(4, 'table', '4711'), before.table4);
+    assert.deepEqual(
+      routes(4).filter((l) => l.includes('uvs0')),
+      before.main4,
+    );
+    await waitFor('traffic after the repair', () => /^rs\d$/.test(curl() ?? ''), 10_000);
+    const m = scrape();
+    assert.ok(sample(m, 'uvs_node_repairs_total\\{what="nftables"\\}') >= 1, 'uvs_node_repairs_total{what="nftables"}');
+    assert.equal(sample(m, 'uvs_node_replies\\{path="nftables"\\}'), 1);
+    assert.match(readFileSync(join(lab.dir, 'uvsd.log'), 'utf8'), /restored the nftables table someone removed or changed/);
+    // Nothing more to repair: the counts stay.
+    const settled = (await stats()).repairs;
+    await sleep(1500);
+    assert.deepEqual((await stats()).repairs, settled, 'a check that finds everything in place repairs nothing');
   });
 });

@@ -1,0 +1,155 @@
+/**
+ * Changes that cost their own size (issue 37), each checked against a full rebuild over random
+ * sequences of configurations.
+ *
+ * The masq reply elements: ServiceModel.replyChanges() hands out only what changed. Over random sequences of configurations
+ * (services and servers added and removed, forwarding switched between masq and tunnel,
+ * connections that keep removed TCP servers draining or in the trash, drains and the trash
+ * collected), the elements handed out so far must always equal a full rebuild's: one
+ * (protocol, address, port) and one ICMP address for every masq server listed or in the trash.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as L from '../../conntrack/layout';
+import { createRealServerRegion } from '../../conntrack/table';
+import { validateConfig } from '../../control/config';
+import { ServiceModel } from '../../control/services';
+import { ruleKey } from '../../lb/nftables';
+import { applyDelta, type Snapshot, sameService, snapshotDelta } from '../../lb/snapshot';
+
+const SLOTS = 64;
+const SERVICES = [
+  { protocol: 'tcp', address: '10.96.0.10', port: 80 },
+  { protocol: 'udp', address: '10.96.0.10', port: 80 },
+  { protocol: 'sctp', address: '10.96.0.11', port: 80 },
+  { protocol: 'tcp', address: '10.96.0.12', port: 80 },
+];
+const ADDRS = ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5'];
+const PORTS = [80, 8080];
+
+function rng(seed: number): () => number {
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    return (x >>> 0) / 4294967296;
+  };
+}
+
+/** A random configuration of SERVICES' services over ADDRS × PORTS, masq or tunnel. */
+function randomServices(r: () => number) {
+  return SERVICES.filter(() => r() < 0.8).map((s) => {
+    const servers = new Map<string, { address: string; port: number; forwarding: string; weight: number }>();
+    for (const a of ADDRS) {
+      if (r() < 0.5) continue;
+      const port = PORTS[Math.floor(r() * PORTS.length)]!;
+      const forwarding = port === s.port && r() < 0.4 ? 'tunnel' : 'masq';
+      servers.set(`${a}:${port}`, { address: a, port, forwarding, weight: Math.floor(r() * 3) });
+    }
+    return {
+      ...s,
+      scheduler: ['rr', 'mh', 'wrr', 'sh'][Math.floor(r() * 4)]!,
+      persistence: r() < 0.2 ? 60 : 0,
+      realServers: [...servers.values()],
+    };
+  });
+}
+
+const config = (services: unknown[]) =>
+  validateConfig({
+    dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254' },
+    services,
+  });
+
+test('a worker patched by snapshot deltas holds what a whole snapshot holds, after every step of 300 random sequences', () => {
+  for (let seed = 1; seed <= 300; seed++) {
+    const r = rng(seed);
+    const rsSab = createRealServerRegion(SLOTS);
+    const m = new ServiceModel(rsSab, new SharedArrayBuffer(8 * L.SCHED_WORDS * 4), SLOTS, 8);
+    m.clock = () => 1_000_000;
+    let published = m.apply(config([]));
+    let worker: Snapshot = structuredClone(published);
+    for (let step = 0; step < 10; step++) {
+      const next = m.apply(config(randomServices(r)));
+      // postMessage clones: the worker never shares objects with the control thread.
+      worker = applyDelta(worker, structuredClone(snapshotDelta(published, next)));
+      published = next;
+      const where = `seed ${seed} step ${step}`;
+      assert.equal(worker.version, next.version, where);
+      assert.equal(worker.services.length, next.services.length, `${where}: services length`);
+      for (let i = 0; i < next.services.length; i++) {
+        const a = worker.services[i];
+        const b = next.services[i];
+        assert.equal(a === undefined, b === undefined, `${where}: slot ${i} present in one only`);
+        if (a && b) assert.deepEqual(a, b, `${where}: slot ${i}`);
+      }
+      assert.deepEqual(worker.lookup, next.lookup, `${where}: the service index`);
+      assert.deepEqual(worker.proxyProtocol, next.proxyProtocol, where);
+      // An unchanged configuration: nothing to send.
+      const same = m.snapshot();
+      const d = snapshotDelta(published, same);
+      assert.deepEqual([d.set.length, d.clear.length], [0, 0], `${where}: a delta of nothing`);
+      published = same;
+      worker = applyDelta(worker, structuredClone(d));
+      for (const s of next.services) if (s) assert.ok(sameService(s, same.services[s.slot]!), where);
+    }
+  }
+});
+
+test('reply changes handed out equal a full rebuild after every step of 300 random sequences', () => {
+  for (let seed = 1; seed <= 300; seed++) {
+    const r = rng(seed);
+    const rsSab = createRealServerRegion(SLOTS);
+    const rs = new Int32Array(rsSab);
+    const m = new ServiceModel(rsSab, new SharedArrayBuffer(8 * L.SCHED_WORDS * 4), SLOTS, 8);
+    let now = 1_000_000;
+    m.clock = () => now;
+    /** The forwarding each (service, server) was last configured with: what a trashed slot had. */
+    const lastFwd = new Map<string, string>();
+    const held = new Map<string, string>();
+    const take = () => {
+      const c = m.replyChanges();
+      for (const x of c.gone) assert.ok(held.delete(ruleKey(x)), `seed ${seed}: removed ${ruleKey(x)}, never added`);
+      for (const x of c.added) {
+        assert.ok(!held.has(ruleKey(x)), `seed ${seed}: added ${ruleKey(x)} twice`);
+        held.set(ruleKey(x), ruleKey(x));
+      }
+    };
+    const rebuild = () => {
+      const want = new Set<string>();
+      const add = (proto: string, addr: string, port: number) => {
+        want.add(ruleKey({ proto: proto as 'tcp', addr, port }));
+        want.add(ruleKey({ proto: 'icmp', addr, port: 0 }));
+      };
+      for (const s of m.list()) {
+        const proto = s.key.split(' ')[0]!;
+        for (const x of s.realServers) if (x.forwarding === 'masq') add(proto, x.address, x.port);
+      }
+      for (const t of m.trash())
+        if (lastFwd.get(`${t.svcKey}|${t.addr}:${t.port}`) === 'masq') add(t.svcKey.split(' ')[0]!, t.addr, t.port);
+      return [...want].sort();
+    };
+    for (let step = 0; step < 12; step++) {
+      const cfg = config(randomServices(r));
+      // Connections on some servers: removed TCP ones drain, removed UDP/SCTP ones wait in the trash.
+      for (const s of m.list())
+        for (const x of s.realServers) if (r() < 0.3) rs[x.slot * L.RS_WORDS + L.RS_ACTIVE] = 1 + Math.floor(r() * 3);
+      m.apply(cfg);
+      for (const s of cfg.services)
+        for (const x of s.realServers) lastFwd.set(`${s.protocol} ${s.address}:${s.port}|${x.address}:${x.port}`, x.forwarding);
+      take();
+      assert.deepEqual([...held.keys()].sort(), rebuild(), `seed ${seed} step ${step}: after the change`);
+      // Connections end now and then: drains finish, the trash is collected.
+      if (r() < 0.5) {
+        for (let i = 0; i < SLOTS; i++) rs[i * L.RS_WORDS + L.RS_ACTIVE] = rs[i * L.RS_WORDS + L.RS_INACTIVE] = 0;
+        now += 1000;
+        m.checkDrains();
+        m.collectTrash();
+        take();
+        assert.deepEqual([...held.keys()].sort(), rebuild(), `seed ${seed} step ${step}: after drains and the trash`);
+      }
+      assert.deepEqual(m.replyRules().map(ruleKey).sort(), [...held.keys()].sort(), `seed ${seed} step ${step}: replyRules()`);
+    }
+  }
+});
