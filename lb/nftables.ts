@@ -10,7 +10,7 @@
  *   table inet uvs_<device> {
  *     set replies4 { type ipv4_addr . inet_proto . inet_service }   RIP . proto . port
  *     set replies6 { type ipv6_addr . inet_proto . inet_service }
- *     set icmp4    { type ipv4_addr }                                RIP (its ICMP errors)
+ *     set icmp4    { type ipv4_addr }                                RIP (its ICMP errors, not echo replies)
  *     set icmp6    { type ipv6_addr }
  *     chain prerouting { type filter hook prerouting priority mangle
  *       iifname <device> return                    what leaves the device is never sent back
@@ -88,8 +88,9 @@ function markRules(device: string, bit: number): string[] {
     `iifname ${JSON.stringify(device)} return`,
     `ip saddr . meta l4proto . th sport @replies4 ${set}`,
     `ip6 saddr . meta l4proto . th sport @replies6 ${set}`,
-    `meta l4proto icmp ip saddr @icmp4 ${set}`,
-    `meta l4proto ipv6-icmp ip6 saddr @icmp6 ${set}`,
+    // Errors only (what ip_vs_out_icmp translates): a server's echo replies and the rest stay off the device.
+    `ip saddr @icmp4 icmp type { destination-unreachable, time-exceeded, parameter-problem } ${set}`,
+    `ip6 saddr @icmp6 icmpv6 type { destination-unreachable, packet-too-big, time-exceeded, parameter-problem } ${set}`,
   ];
 }
 
@@ -142,8 +143,9 @@ export function tableComplete(listing: string, device: string, bit: number): boo
   for (const chain of ['prerouting', 'output']) {
     const at = listing.indexOf(`chain ${chain} {`);
     if (at < 0) return false;
-    const end = listing.indexOf('}', at);
-    const body = listing.slice(at, end < 0 ? undefined : end);
+    // The chain ends at a line of its own `}` (rules hold anonymous sets `{ … }` on their line).
+    const end = listing.slice(at).search(/\n\s*\}\s*\n/);
+    const body = listing.slice(at, end < 0 ? undefined : at + end);
     // nft prints the rules back in its own words: check the sets and the bit each names.
     for (const s of ['@replies4', '@replies6', '@icmp4', '@icmp6']) if (!body.includes(s)) return false;
     const marks = [...body.matchAll(/meta mark set meta mark (?:or|\|) (0x[0-9a-fA-F]+)/g)].map((m) => Number(m[1]));
