@@ -26,7 +26,7 @@ import { serviceKey, ServiceModel, type PersistedDrain } from './services';
 import type { EditLimits, EditOp, ServiceRef } from './edits';
 import type { DisruptionPreview, PreviewService } from './disruption';
 import { Offload } from './offload';
-import { fromJobError, toJobError, type Job, type JobResult } from './offload-jobs';
+import { applyPatch, fromJobError, toJobError, type BaseRef, type Job, type JobResult } from './offload-jobs';
 import { runSliced, stopWatchingLoopDelay, watchLoopDelay } from './slices';
 import type { Snapshot } from '../lb/snapshot';
 import type { ListenerStatus } from './listen';
@@ -469,8 +469,8 @@ export class Daemon {
     return this.serial(async () => {
       this.lastFileReload = Date.now();
       this.fileHash = this.hashFile();
-      const running = { doc: this.doc, services: this.cfg.services.map((s) => ({ key: serviceKey(s), address: s.address })) };
-      return this.applyResult(await this.offloaded({ kind: 'file', file: this.configFile, running }), 'file');
+      const file = this.configFile;
+      return this.applyResult(await this.based((base, doc) => ({ kind: 'file', file, base, ...(doc ? { doc } : {}) })), 'file');
     });
   }
 
@@ -522,7 +522,7 @@ export class Daemon {
    */
   edit(ops: EditOp[]): Promise<Applied> {
     return this.serial(async () =>
-      this.applyResult(await this.offloaded({ kind: 'edit', doc: this.doc, ops, limits: this.limits }), 'api'),
+      this.applyResult(await this.based((base, doc) => ({ kind: 'edit', ops, limits: this.limits, base, ...(doc ? { doc } : {}) })), 'api'),
     );
   }
 
@@ -530,9 +530,32 @@ export class Daemon {
   batch(body: Buffer): Promise<Applied> {
     return this.serial(async () => {
       const own = body.byteOffset === 0 && body.byteLength === body.buffer.byteLength; // not a slice of a shared pool
-      const job = { kind: 'batch' as const, doc: this.doc, body, limits: this.limits };
-      return this.applyResult(await this.offloaded(job, own ? [body.buffer as ArrayBuffer] : []), 'api');
+      const job = (base: BaseRef, doc?: Record<string, unknown>): Job => ({
+        kind: 'batch',
+        body,
+        limits: this.limits,
+        base,
+        ...(doc ? { doc } : {}),
+      });
+      // The body is copied to the worker the first time, moved the second (the worker lacked the configuration).
+      return this.applyResult(await this.based(job, own ? () => [body.buffer as ArrayBuffer] : undefined), 'api');
     });
+  }
+
+  /** The version of the running configuration the control worker may hold (offload-jobs.ts BaseRef); 0: none. */
+  private docVersion = 0;
+  private versions = 0;
+
+  /**
+   * A job on the running configuration, named by version: the worker answers with what changed.
+   * When it does not hold that version (it started since, or the last answer was refused here),
+   * the job goes again with the document and the configuration.
+   */
+  private async based(make: (base: BaseRef, doc?: Record<string, unknown>) => Job, transfer?: () => ArrayBuffer[]): Promise<JobResult> {
+    const next = ++this.versions;
+    const r = await this.offloaded(make({ version: this.docVersion, next }));
+    if (r.ok || r.stage !== 'base') return r;
+    return this.offloaded(make({ version: this.docVersion, next, cfg: this.cfg }, this.doc as Record<string, unknown>), transfer?.() ?? []);
   }
 
   /** A job on the control worker; its failure to run (it died) is a result too. */
@@ -548,6 +571,17 @@ export class Daemon {
     // A request refused for itself (an unknown service, a field, the limits) is no rejected configuration.
     if (!r.ok)
       return Promise.resolve(r.stage === 'config' ? this.rejected(fromJobError(r.error)) : { ok: false, error: fromJobError(r.error) });
+    if ('patch' in r) {
+      // What changed, on the configuration this thread runs (the unchanged services keep their objects).
+      let next: { doc: Record<string, unknown>; cfg: UvsConfig };
+      try {
+        next = applyPatch({ doc: this.doc as Record<string, unknown>, cfg: this.cfg }, r.patch);
+      } catch (e) {
+        this.docVersion = 0;
+        return Promise.resolve(this.rejected(e));
+      }
+      return this.applyDoc(next.doc, next.cfg, source, r.version);
+    }
     if (!('cfg' in r))
       return Promise.resolve(this.rejected(new UvsError('UVS_ERR_API_INTERNAL', 'the control worker gave no configuration')));
     return this.applyDoc(r.doc, r.cfg, source);
@@ -599,7 +633,8 @@ export class Daemon {
 
   /** GET /v1/config as JSON bytes (ConfigResponse, secrets redacted), from the control worker. */
   async configJson(): Promise<Uint8Array> {
-    const r = await this.offload.run({ kind: 'config', file: this.configFile, doc: this.doc, cfg: this.cfg });
+    const file = this.configFile;
+    const r = await this.based((base, doc) => ({ kind: 'config', file, base, ...(doc ? { doc } : {}) }));
     if (!r.ok) throw fromJobError(r.error);
     if (!('json' in r)) throw new UvsError('UVS_ERR_API_INTERNAL', 'the control worker gave no configuration');
     return r.json;
@@ -659,7 +694,7 @@ export class Daemon {
    * has reached the workers), then the reply rules and route MTUs (`ip`, waited for without
    * blocking), the health checks and the state file. The answer comes once all of it is done.
    */
-  private async applyDoc(doc: Record<string, unknown>, cfg: UvsConfig, source: 'file' | 'api'): Promise<Applied> {
+  private async applyDoc(doc: Record<string, unknown>, cfg: UvsConfig, source: 'file' | 'api', version = 0): Promise<Applied> {
     try {
       this.checkUnchangeable(cfg);
     } catch (e) {
@@ -676,6 +711,7 @@ export class Daemon {
       }
       this.doc = doc;
       this.cfg = cfg;
+      this.docVersion = version;
       this.table.setTimeouts(tableTimeouts(cfg));
       this.defense.configure(cfg.defense);
       await this.publish(snapshot);

@@ -31,7 +31,8 @@ import { checkBatchLimits, editDocument, type EditLimits, type EditOp } from './
 import { UvsError, type ErrorCode } from './errors';
 import { redactSecrets } from './http-guard';
 import { run } from './schema';
-import { serviceKey } from './services';
+import { sameValue, serviceKey } from './services';
+import type { ServiceConfig } from './config';
 
 /** What the file reload needs of the running configuration (kube-proxy's excludeCIDRs). */
 export interface RunningConfig {
@@ -40,10 +41,38 @@ export interface RunningConfig {
   services: { key: string; address: string }[];
 }
 
+/**
+ * The running configuration by version (issue 37): a job that names the version this worker
+ * holds carries no document, and its answer carries only the services that changed (a patch).
+ * At 10,000 services × 10 real servers the document and the configuration cloned each way cost
+ * the control thread 100–150 ms each. The worker keeps the configuration of the last answer it
+ * gave, under `next`; the control thread names it once it runs it. A job whose version this
+ * worker does not hold (it started since, or the control thread refused the last answer) is
+ * answered `stage: 'base'`, and the control thread sends it again with `doc` and `cfg`.
+ */
+export interface BaseRef {
+  /** The version of the configuration the control thread runs. */
+  version: number;
+  /** The version the answer's configuration gets. */
+  next: number;
+  /** With the document (the job's `doc`): the configuration it runs, for a worker that lacks it. */
+  cfg?: UvsConfig;
+}
+
+/** An answer's configuration as what changed from the base: every service key in order, the changed ones whole. */
+export interface ConfigPatch {
+  /** The document's top-level keys in order, and their values but `services`. */
+  docKeys: string[];
+  docTop: Record<string, unknown>;
+  cfgTop: Omit<UvsConfig, 'services'>;
+  keys: string[];
+  changed: { key: string; doc: unknown; cfg: ServiceConfig }[];
+}
+
 export type Job =
-  | { kind: 'file'; file: string; running: RunningConfig }
-  | { kind: 'edit'; doc: unknown; ops: EditOp[]; limits: EditLimits }
-  | { kind: 'batch'; doc: unknown; body: Uint8Array; limits: EditLimits }
+  | { kind: 'file'; file: string; running?: RunningConfig; base?: BaseRef; doc?: unknown }
+  | { kind: 'edit'; doc?: unknown; ops: EditOp[]; limits: EditLimits; base?: BaseRef }
+  | { kind: 'batch'; doc?: unknown; body: Uint8Array; limits: EditLimits; base?: BaseRef }
   | {
       kind: 'preview';
       body: Uint8Array;
@@ -54,7 +83,7 @@ export type Job =
       maxRealServers: number;
     }
   | { kind: 'connections'; limit: number; offset: number }
-  | { kind: 'config'; file: string; doc: unknown; cfg: UvsConfig };
+  | { kind: 'config'; file: string; doc?: unknown; cfg?: UvsConfig; base?: BaseRef };
 
 /** A UvsError as it crosses the thread boundary. */
 export interface JobError {
@@ -64,8 +93,12 @@ export interface JobError {
 }
 
 export type Configured = { ok: true; doc: Record<string, unknown>; cfg: UvsConfig };
+export type Patched = { ok: true; version: number; patch: ConfigPatch };
 export type JobResult =
   | Configured
+  | Patched
+  /** The job named a version this worker does not hold: send it again with the document. */
+  | { ok: false; error: JobError; stage: 'base' }
   | { ok: true; preview: DisruptionPreview }
   | { ok: true; json: Uint8Array }
   /**
@@ -205,34 +238,165 @@ function edited(f: () => Record<string, unknown>): JobResult {
   return configured(doc);
 }
 
+interface Running {
+  version: number;
+  doc: Record<string, unknown>;
+  cfg: UvsConfig;
+}
+
+/** The configuration of this worker's last answer (or the one last sent with a job): BaseRef. */
+let held: Running | null = null;
+
+const STALE = {
+  ok: false,
+  error: { code: 'UVS_ERR_API_INTERNAL', detail: 'the control worker does not hold the running configuration' },
+  stage: 'base',
+} as const satisfies JobResult;
+
+/** The configuration a job with a BaseRef is based on, or 'stale' when this worker lacks it. */
+function baseOf(job: { base?: BaseRef; doc?: unknown }): Running | 'stale' {
+  const b = job.base!;
+  if (job.doc !== undefined && b.cfg) return (held = { version: b.version, doc: copyDoc(job.doc), cfg: b.cfg });
+  return held !== null && held.version === b.version ? held : 'stale';
+}
+
+/** What changed from `from` to (doc, cfg): the services compared by key, whole where they differ. */
+export function makePatch(
+  from: { doc: Record<string, unknown>; cfg: UvsConfig },
+  doc: Record<string, unknown>,
+  cfg: UvsConfig,
+): ConfigPatch {
+  const fromDoc = Array.isArray(from.doc.services) ? (from.doc.services as unknown[]) : [];
+  const at = new Map<string, number>();
+  from.cfg.services.forEach((x, i) => at.set(serviceKey(x), i));
+  const docSvcs = Array.isArray(doc.services) ? (doc.services as unknown[]) : [];
+  const keys: string[] = [];
+  const changed: ConfigPatch['changed'] = [];
+  cfg.services.forEach((x, i) => {
+    const k = serviceKey(x);
+    keys.push(k);
+    const j = at.get(k);
+    if (j === undefined || !sameValue(from.cfg.services[j], x) || !sameValue(fromDoc[j], docSvcs[i]))
+      changed.push({ key: k, doc: docSvcs[i], cfg: x });
+  });
+  const { services: _d, ...docTop } = doc;
+  const { services: _c, ...cfgTop } = cfg;
+  return { docKeys: Object.keys(doc), docTop, cfgTop, keys, changed };
+}
+
+/** The document and configuration a patch describes, from those it was made against (the control thread's side). */
+export function applyPatch(
+  from: { doc: Record<string, unknown>; cfg: UvsConfig },
+  p: ConfigPatch,
+): { doc: Record<string, unknown>; cfg: UvsConfig } {
+  const fromDoc = Array.isArray(from.doc.services) ? (from.doc.services as unknown[]) : [];
+  const old = new Map<string, { doc: unknown; cfg: ServiceConfig }>();
+  from.cfg.services.forEach((x, i) => old.set(serviceKey(x), { doc: fromDoc[i], cfg: x }));
+  const changed = new Map(p.changed.map((c) => [c.key, c]));
+  const docSvcs: unknown[] = [];
+  const cfgSvcs: ServiceConfig[] = [];
+  for (const k of p.keys) {
+    const c = changed.get(k) ?? old.get(k);
+    if (!c) throw new UvsError('UVS_ERR_API_INTERNAL', `the control worker's answer lacks service ${k}`);
+    docSvcs.push(c.doc);
+    cfgSvcs.push(c.cfg);
+  }
+  const doc: Record<string, unknown> = {};
+  for (const k of p.docKeys) doc[k] = k === 'services' ? docSvcs : p.docTop[k];
+  return { doc, cfg: { ...p.cfgTop, services: cfgSvcs } as UvsConfig };
+}
+
+/** A base job's answer: the patch, and this worker now holds the result as `next`. */
+function patched(from: Running, next: number, r: JobResult): JobResult {
+  if (!r.ok || !('cfg' in r)) return r;
+  held = { version: next, doc: r.doc, cfg: r.cfg };
+  return { ok: true, version: next, patch: makePatch(from, r.doc, r.cfg) };
+}
+
+/**
+ * A copy of the held document that ops may change: the services they may touch (those on a port
+ * an operation names) copied deep, the rest shared — the held one must stay as it is.
+ */
+function cowDoc(doc: Record<string, unknown>, ops: EditOp[]): Record<string, unknown> {
+  const ports = new Set<unknown>();
+  for (const o of ops) {
+    const x = o as { ref?: { port?: unknown }; service?: { port?: unknown } };
+    ports.add(x.ref?.port);
+    ports.add(x.service?.port);
+  }
+  const out = { ...doc };
+  if (Array.isArray(doc.services))
+    out.services = doc.services.map((s: unknown) =>
+      s !== null && typeof s === 'object' && ports.has((s as { port?: unknown }).port) ? structuredClone(s) : s,
+    );
+  return out;
+}
+
+function fileJob(file: string, running: RunningConfig): JobResult {
+  try {
+    const doc0 = readConfigDoc(file);
+    const cfg0 = validateConfig(doc0);
+    const doc = keepExcluded(doc0, cfg0, running);
+    return doc === doc0 ? { ok: true, doc: doc as Record<string, unknown>, cfg: cfg0 } : configured(doc as Record<string, unknown>);
+  } catch (e) {
+    return { ok: false, error: toJobError(e), stage: 'config' };
+  }
+}
+
 /** Runs one job; never throws (errors are results). */
 export function runJob(job: Job, table: ConnTable | null): JobResult {
   switch (job.kind) {
-    case 'file':
-      try {
-        const doc0 = readConfigDoc(job.file);
-        const cfg0 = validateConfig(doc0);
-        const doc = keepExcluded(doc0, cfg0, job.running);
-        return doc === doc0 ? { ok: true, doc: doc as Record<string, unknown>, cfg: cfg0 } : configured(doc as Record<string, unknown>);
-      } catch (e) {
-        return { ok: false, error: toJobError(e), stage: 'config' };
-      }
-    case 'edit':
-      return edited(() => editDocument(copyDoc(job.doc), job.ops, job.limits));
-    case 'batch':
-      return edited(() => editDocument(copyDoc(job.doc), batchOps(job.body, job.doc, job.limits), job.limits));
+    case 'file': {
+      if (!job.base) return fileJob(job.file, job.running ?? { doc: {}, services: [] });
+      const b = baseOf(job);
+      if (b === 'stale') return STALE;
+      const running = { doc: b.doc, services: b.cfg.services.map((x) => ({ key: serviceKey(x), address: x.address })) };
+      return patched(b, job.base.next, fileJob(job.file, running));
+    }
+    case 'edit': {
+      if (!job.base) return edited(() => editDocument(copyDoc(job.doc), job.ops, job.limits));
+      const b = baseOf(job);
+      if (b === 'stale') return STALE;
+      return patched(
+        b,
+        job.base.next,
+        edited(() => editDocument(cowDoc(b.doc, job.ops), job.ops, job.limits)),
+      );
+    }
+    case 'batch': {
+      if (!job.base) return edited(() => editDocument(copyDoc(job.doc), batchOps(job.body, job.doc, job.limits), job.limits));
+      const b = baseOf(job);
+      if (b === 'stale') return STALE;
+      return patched(
+        b,
+        job.base.next,
+        edited(() => {
+          const ops = batchOps(job.body, b.doc, job.limits);
+          return editDocument(cowDoc(b.doc, ops), ops, job.limits);
+        }),
+      );
+    }
     case 'preview':
       try {
         return { ok: true, preview: preview(job, table) };
       } catch (e) {
         return { ok: false, error: toJobError(e), stage: 'request' };
       }
-    case 'config':
+    case 'config': {
       // GET /v1/config: secrets (http-guard.ts SECRET_FIELDS) never leave the daemon.
+      let doc = job.doc;
+      let cfg: unknown = job.cfg;
+      if (job.base) {
+        const b = baseOf(job);
+        if (b === 'stale') return STALE;
+        doc = b.doc;
+        cfg = b.cfg;
+      }
       return {
         ok: true,
-        json: Buffer.from(JSON.stringify({ file: job.file, document: redactSecrets(job.doc), effective: redactSecrets(job.cfg) })),
+        json: Buffer.from(JSON.stringify({ file: job.file, document: redactSecrets(doc), effective: redactSecrets(cfg) })),
       };
+    }
     case 'connections':
       try {
         if (!table) throw new UvsError('UVS_ERR_API_INTERNAL', 'no connection table');

@@ -13,7 +13,8 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { createRealServerRegion } from '../../conntrack/table';
 import { validateConfig } from '../../control/config';
-import { ServiceModel } from '../../control/services';
+import { applyPatch, makePatch } from '../../control/offload-jobs';
+import { sameValue, ServiceModel, serviceKey } from '../../control/services';
 import { ruleKey } from '../../lb/nftables';
 import { applyDelta, type Snapshot, sameService, snapshotDelta } from '../../lb/snapshot';
 
@@ -151,5 +152,39 @@ test('reply changes handed out equal a full rebuild after every step of 300 rand
       }
       assert.deepEqual(m.replyRules().map(ruleKey).sort(), [...held.keys()].sort(), `seed ${seed} step ${step}: replyRules()`);
     }
+  }
+});
+
+test('the control worker’s answer as a patch: applied to the running configuration it gives the new one, unchanged services kept', () => {
+  for (let seed = 1; seed <= 200; seed++) {
+    const r = rng(seed);
+    const doc1 = {
+      dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254' },
+      services: randomServices(r),
+    };
+    const cfg1 = validateConfig(doc1);
+    const doc2 =
+      r() < 0.2
+        ? { log: { level: 'warn' }, ...structuredClone(doc1), services: randomServices(r) }
+        : { ...structuredClone(doc1), services: r() < 0.5 ? randomServices(r) : structuredClone(doc1.services) };
+    const cfg2 = validateConfig(doc2);
+    const from = { doc: doc1 as Record<string, unknown>, cfg: cfg1 };
+    // postMessage clones the patch: the control thread never shares the worker's objects.
+    const patch = structuredClone(makePatch(from, doc2, cfg2));
+    const got = applyPatch(from, patch);
+    assert.deepEqual(got.doc, doc2, `seed ${seed}: document`);
+    assert.deepEqual(Object.keys(got.doc), Object.keys(doc2), `seed ${seed}: key order`);
+    assert.deepEqual(got.cfg, cfg2, `seed ${seed}: configuration`);
+    const oldKeys = new Map(cfg1.services.map((s, i) => [serviceKey(s), i]));
+    cfg2.services.forEach((s, i) => {
+      const j = oldKeys.get(serviceKey(s));
+      const same = j !== undefined && sameValue(cfg1.services[j], s) && sameValue(doc1.services[j], doc2.services[i]);
+      assert.equal(
+        patch.changed.some((c) => c.key === serviceKey(s)),
+        !same,
+        `seed ${seed}: ${serviceKey(s)} sent iff changed`,
+      );
+      if (same) assert.equal(got.cfg.services[i], cfg1.services[j!], `seed ${seed}: unchanged ${serviceKey(s)} keeps its object`);
+    });
   }
 });
