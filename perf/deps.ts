@@ -26,6 +26,8 @@ export const TOOLS: Record<string, Tool> = {
   nginx: { check: 'nginx', pkg: 'nginx', why: 'the nginx stream peer' },
   nginxStream: { check: NGINX_STREAM_MODULE, pkg: 'libnginx-mod-stream', why: 'nginx stream module' },
   curl: { check: 'curl', pkg: 'curl', why: 'lab readiness checks' },
+  ping: { check: 'ping', pkg: 'iputils-ping', why: 'forwarded ping through the node (perf scale)' },
+  nc: { check: 'nc', pkg: 'netcat-openbsd', why: 'connection checks (perf scale)' },
   redis: { check: 'redis-server', pkg: 'redis-server', why: 'the two-node lab of the failure figures (--failures)' },
   keepalived: { check: 'keepalived', pkg: 'keepalived', why: 'VRRP between the two LB nodes of the failure figures (--failures)' },
   perf: { check: 'perf', pkg: 'linux-perf', why: 'syscalls per packet and per connection of the LB processes (perf stat)' },

@@ -81,6 +81,11 @@ interface Options {
 }
 
 const HELP = `Usage: uvs perf [options]        (or: npm run perf -- [options])
+       uvs perf scale [--only=SHAPE]    (or: npm run perf -- scale)
+
+\`scale\` measures 10, 1,000 and 10,000 services × 10 real servers and one service × 10,000
+(start, RSS, edits, reloads, churn, connect p99, UDP packets/s, forwarded ping, /healthz) beside
+kube-proxy's nftables model; writes perf/SCALE.md and perf/scale.json (perf/scale.ts).
 
 Benchmarks uvs against direct routing, a minimal C TUN forwarder (perf/peers/ctun.c, built with
 cc at run time), nftables DNAT, HAProxy (mode tcp) and nginx stream in a namespace lab, with
@@ -386,6 +391,8 @@ const METHOD = [
 
 // ── main ────────────────────────────────────────────────────────────────────────────────────
 export async function perfCommand(argv: string[]): Promise<number> {
+  // `npm run perf -- scale`: the ten-thousand-services benchmark (perf/scale.ts, perf/SCALE.md).
+  if (argv[0] === 'scale') return (await import('./scale')).scaleCommand(argv.slice(1));
   let o: Options;
   try {
     const p = parseOptions(argv);
