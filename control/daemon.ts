@@ -227,7 +227,14 @@ export class Daemon {
     await d.dataplane.start();
     try {
       await d.dataplane.changeReplyRules(d.model.replyChanges());
-      await d.refreshMtus();
+      // The route MTUs of a few thousand servers are known before traffic is drawn; beyond (one
+      // `ip route get` each: seconds at 100,000) they arrive meanwhile — a server's path-MTU check
+      // starts with its first answer.
+      const mtus = d.refreshMtus();
+      if (d.model.rsSlotAddrs().length <= 4096) await mtus;
+      // The control worker gets the running configuration now, and the file's parse for its
+      // cache, so that the first change is not the one that pays for them (offload-jobs.ts).
+      void d.based((base, doc) => ({ kind: 'prime', file: configFile, base, ...(doc ? { doc } : {}) }));
       d.mtuTimer = setInterval(() => void d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       watchFullGcs(); // memory.heapAfterFullGc (control/memory.ts)

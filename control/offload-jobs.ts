@@ -83,7 +83,9 @@ export type Job =
       maxRealServers: number;
     }
   | { kind: 'connections'; limit: number; offset: number }
-  | { kind: 'config'; file: string; doc?: unknown; cfg?: UvsConfig; base?: BaseRef };
+  | { kind: 'config'; file: string; doc?: unknown; cfg?: UvsConfig; base?: BaseRef }
+  /** Take the running configuration (BaseRef) and parse the file once for the reload's cache (yaml-items.ts). */
+  | { kind: 'prime'; file: string; doc?: unknown; base: BaseRef };
 
 /** A UvsError as it crosses the thread boundary. */
 export interface JobError {
@@ -382,6 +384,16 @@ export function runJob(job: Job, table: ConnTable | null): JobResult {
       } catch (e) {
         return { ok: false, error: toJobError(e), stage: 'request' };
       }
+    case 'prime': {
+      const b = baseOf(job);
+      if (b === 'stale') return STALE;
+      try {
+        readConfigDoc(job.file);
+      } catch {
+        /* the reload that follows reports it */
+      }
+      return { ok: true, json: new Uint8Array(0) };
+    }
     case 'config': {
       // GET /v1/config: secrets (http-guard.ts SECRET_FIELDS) never leave the daemon.
       let doc = job.doc;

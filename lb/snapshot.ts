@@ -175,6 +175,8 @@ export interface SnapshotDelta extends Omit<Snapshot, 'services'> {
   kind: 'delta';
   set: CompiledService[];
   clear: number[];
+  /** A part: more services of this delta follow; only the last part (without `more`) is applied, with all of them. */
+  more?: boolean;
 }
 
 function sameWords(a: Int32Array | null, b: Int32Array | null): boolean {

@@ -11,7 +11,7 @@ import { ConnTable } from '../conntrack/table';
 import { CaptureTap } from './capture';
 import { VNET_HLEN } from '../net/packet';
 import { PacketProcessor } from './core';
-import { applyDelta, isDelta, type Snapshot, type SnapshotDelta } from './snapshot';
+import { applyDelta, isDelta, type CompiledService, type Snapshot, type SnapshotDelta } from './snapshot';
 import { tunAddon, type IoPath, type UringHandle } from './tun';
 import { DROP, FORWARD, MAX_OUT, OutRegion } from './verdict';
 
@@ -103,6 +103,8 @@ function main(init: WorkerInit): void {
   let seenVersion = init.snapshot.version;
   /** The snapshot in use: deltas are applied to it. */
   let current = init.snapshot;
+  /** Services of a delta sent in parts, until its last part. */
+  const parts: CompiledService[] = [];
   // A configuration change must apply to the very next batch — not after the poll that may be
   // holding this thread — so the owner bumps a shared version word after posting, and the worker
   // takes the snapshot synchronously when it sees the word change (one atomic load per batch).
@@ -112,8 +114,16 @@ function main(init: WorkerInit): void {
       const x = m.message;
       // A delta (lb/snapshot.ts) patches the snapshot this worker holds; a whole one replaces it.
       if (isDelta(x)) {
+        if (x.more) {
+          for (const svc of x.set) parts.push(svc);
+          continue;
+        }
+        if (parts.length) x.set = parts.splice(0).concat(x.set);
         if (x.version > current.version) proc.setSnapshot((current = applyDelta(current, x)));
-      } else proc.setSnapshot((current = x));
+      } else {
+        parts.length = 0;
+        proc.setSnapshot((current = x));
+      }
     }
     seenVersion = Atomics.load(ctl, CTL_SNAPSHOT_VERSION);
   };
