@@ -49,7 +49,7 @@ import { badHostMessage, hostGuard } from './http-guard';
 import { serviceKey, type ListedService } from './services';
 import { RATE_PERIOD_MS } from './stats';
 import { run, type JsonSchema, type Schema } from './schema';
-import { controlThreadView, Slicer } from './slices';
+import { controlThreadView, runSliced, Slicer } from './slices';
 
 export interface ApiServer {
   close(): Promise<void>;
@@ -462,7 +462,13 @@ export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { l
   await app.listen({ path: socket });
   chmodSync(socket, 0o600);
   log.info({ socket }, 'API listening');
-  const estimator = setInterval(() => d.stats.estimate(rateBlocks(d)), RATE_PERIOD_MS);
+  // In slices: 110,000 blocks at 10,000 services × 10 servers (stats.ts estimateSteps).
+  let estimating = false;
+  const estimator = setInterval(() => {
+    if (estimating) return;
+    estimating = true;
+    void runSliced('estimate', d.stats.estimateSteps(rateBlocks(d))).finally(() => (estimating = false));
+  }, RATE_PERIOD_MS);
   estimator.unref();
   return {
     close: async () => {

@@ -139,7 +139,7 @@ export class Daemon {
     };
     this.health = new HealthChecker(log.child({ component: 'health' }), (service, realServer, healthy) =>
       this.whenIdle(() => {
-        if (this.model.setHealthy(service, realServer, healthy)) void this.publish(this.model.snapshot());
+        if (this.model.setHealthy(service, realServer, healthy)) this.publishSoon();
       }),
     );
     this.model.apply(cfg);
@@ -399,6 +399,22 @@ export class Daemon {
       this.publishing = null;
     })();
     return this.publishing;
+  }
+
+  private publishQueued = false;
+
+  /**
+   * One snapshot for every health verdict of this turn of the event loop: thousands of servers
+   * failing together (a subnet gone) gave one snapshot each, 5 s of the control thread at 1,000
+   * services × 10 servers (perf/SCALE.md).
+   */
+  private publishSoon(): void {
+    if (this.publishQueued) return;
+    this.publishQueued = true;
+    setImmediate(() => {
+      this.publishQueued = false;
+      this.whenIdle(() => void this.publish(this.model.snapshot()));
+    });
   }
 
   /** A configuration change is being applied (in slices): other changes of the model wait. */
