@@ -17,7 +17,7 @@ import * as L from '../conntrack/layout';
 import { entryAddr, type ConnTable } from '../conntrack/table';
 import { inAnyCidr } from '../net/addr';
 import { BATCH, PREVIEW } from './api-bodies';
-import { readConfigDoc, validateConfig, type UvsConfig } from './config';
+import { readConfigDoc, validateConfig, validateRemembering, type UvsConfig } from './config';
 import { connectionsView } from './connections';
 import {
   PreviewError,
@@ -221,23 +221,26 @@ function preview(job: Extract<Job, { kind: 'preview' }>, table: ConnTable | null
   }
 }
 
-/** The configuration an edited document gives; its refusal is a rejected configuration. */
-function configured(doc: Record<string, unknown>): JobResult {
+/**
+ * The configuration an edited document gives; its refusal is a rejected configuration. `remember`:
+ * the document is this worker's own, its mappings never changed in place (validateRemembering).
+ */
+function configured(doc: Record<string, unknown>, remember = false): JobResult {
   try {
-    return { ok: true, doc, cfg: validateConfig(doc) };
+    return { ok: true, doc, cfg: remember ? validateRemembering(doc) : validateConfig(doc) };
   } catch (e) {
     return { ok: false, error: toJobError(e), stage: 'config' };
   }
 }
 
-function edited(f: () => Record<string, unknown>): JobResult {
+function edited(f: () => Record<string, unknown>, remember = false): JobResult {
   let doc: Record<string, unknown>;
   try {
     doc = f();
   } catch (e) {
     return { ok: false, error: toJobError(e), stage: 'request' };
   }
-  return configured(doc);
+  return configured(doc, remember);
 }
 
 interface Running {
@@ -334,12 +337,14 @@ function cowDoc(doc: Record<string, unknown>, ops: EditOp[]): Record<string, unk
   return out;
 }
 
-function fileJob(file: string, running: RunningConfig): JobResult {
+function fileJob(file: string, running: RunningConfig, remember = false): JobResult {
   try {
     const doc0 = readConfigDoc(file);
-    const cfg0 = validateConfig(doc0);
+    const cfg0 = remember ? validateRemembering(doc0) : validateConfig(doc0);
     const doc = keepExcluded(doc0, cfg0, running);
-    return doc === doc0 ? { ok: true, doc: doc as Record<string, unknown>, cfg: cfg0 } : configured(doc as Record<string, unknown>);
+    return doc === doc0
+      ? { ok: true, doc: doc as Record<string, unknown>, cfg: cfg0 }
+      : configured(doc as Record<string, unknown>, remember);
   } catch (e) {
     return { ok: false, error: toJobError(e), stage: 'config' };
   }
@@ -353,20 +358,25 @@ export function runJob(job: Job, table: ConnTable | null): JobResult {
       const b = baseOf(job);
       if (b === 'stale') return STALE;
       const running = { doc: b.doc, services: b.cfg.services.map((x) => ({ key: serviceKey(x), address: x.address })) };
-      return patched(b, job.base.next, fileJob(job.file, running));
+      return patched(b, job.base.next, fileJob(job.file, running, true));
     }
     case 'edit': {
-      if (!job.base) return edited(() => editDocument(copyDoc(job.doc), job.ops, job.limits));
+      // The services an operation touches are copied: validation remembers mappings (config.ts).
+      if (!job.base) return edited(() => editDocument(cowDoc(copyDoc(job.doc), job.ops), job.ops, job.limits));
       const b = baseOf(job);
       if (b === 'stale') return STALE;
       return patched(
         b,
         job.base.next,
-        edited(() => editDocument(cowDoc(b.doc, job.ops), job.ops, job.limits)),
+        edited(() => editDocument(cowDoc(b.doc, job.ops), job.ops, job.limits), true),
       );
     }
     case 'batch': {
-      if (!job.base) return edited(() => editDocument(copyDoc(job.doc), batchOps(job.body, job.doc, job.limits), job.limits));
+      if (!job.base)
+        return edited(() => {
+          const ops = batchOps(job.body, job.doc, job.limits);
+          return editDocument(cowDoc(copyDoc(job.doc), ops), ops, job.limits);
+        });
       const b = baseOf(job);
       if (b === 'stale') return STALE;
       return patched(
@@ -375,7 +385,7 @@ export function runJob(job: Job, table: ConnTable | null): JobResult {
         edited(() => {
           const ops = batchOps(job.body, b.doc, job.limits);
           return editDocument(cowDoc(b.doc, ops), ops, job.limits);
-        }),
+        }, true),
       );
     }
     case 'preview':

@@ -49,7 +49,18 @@ import type { Logger } from 'pino';
 import { DataplaneError } from './errors';
 import { formatCidr, formatIPv6, parseCidr, parseCidr6 } from '../net/addr';
 import { hexMark, intoDeviceBit } from './marks';
-import { elementLines, nftRun, nftTableName, removeTableScript, ruleKey, tableComplete, tableScript, type ReplyRule } from './nftables';
+import {
+  elementLines,
+  nftCmd,
+  nftRun,
+  nftTableName,
+  removeTableScript,
+  ruleKey,
+  tableComplete,
+  tableScript,
+  tableShape,
+  type ReplyRule,
+} from './nftables';
 import { MAX_OUT } from './verdict';
 import { steeringKey, steeringTable } from './steering';
 import { snapshotDelta, type CompiledService, type Snapshot } from './snapshot';
@@ -260,6 +271,9 @@ export async function routeMtus(addrs: string[]): Promise<Map<string, RouteMtu>>
   }
   return out;
 }
+
+/** Every how many checks of the table its rules are listed too (dataplane.resyncInterval each: about a minute at the default). */
+const FULL_CHECK_EVERY = 12;
 
 /** Services per message of a snapshot delta: 10,000 changed services cloned at once held the control thread ~130 ms. */
 const DELTA_PART = 500;
@@ -652,39 +666,60 @@ export class Dataplane {
    * seen (the table is listed without them).
    */
   resync(): Promise<void> {
-    if (this.resyncing || this.stopping) return this.ruleJob;
+    if (this.resyncing || this.stopping) return this.resyncJob;
     this.resyncing = true;
-    this.ruleJob = this.ruleJob.then(async () => {
+    const full = this.nftStale || ++this.resyncTicks % FULL_CHECK_EVERY === 0;
+    this.resyncJob = (async () => {
       try {
         await this.checkRouting();
-        if (this.replyPath.path === 'nftables') await this.checkTable();
+        if (this.replyPath.path === 'nftables') await this.checkTable(full);
       } catch (e) {
         this.log.error({ err: (e as Error).message }, 'checking routes, rules and the nftables table failed');
       } finally {
         this.resyncing = false;
       }
-    });
-    return this.ruleJob;
+    })();
+    return this.resyncJob;
   }
 
-  private async checkTable(): Promise<void> {
+  private resyncJob: Promise<void> = Promise.resolve();
+  private resyncTicks = 0;
+
+  /**
+   * Whether the table is there. Cheap (every check): its two chains and four sets by name — `nft`
+   * lists those without a set's elements. Full (every FULL_CHECK_EVERY checks, and when a change
+   * was refused): the chains' rules too, which costs nft about 1 s at 100,000 servers (it loads
+   * every element to print a rule naming a set). So a table, chain or set removed is restored
+   * within one interval, a chain flushed of its rules within FULL_CHECK_EVERY. Only the rebuild
+   * waits in line with the element changes: a check never holds a configuration change up.
+   */
+  private async checkTable(full: boolean): Promise<void> {
     const o = this.opts;
+    const t = nftTableName(o.device);
     if (!this.nftStale) {
-      const l = await nftRun(`list table inet ${nftTableName(o.device)}\n`, ['-t']);
-      if (this.stopping || (l.code === 0 && tableComplete(l.stdout, o.device, this.bit))) return;
+      let ok: boolean;
+      if (full) {
+        const l = await nftRun(`list table inet ${t}\n`, ['-t']);
+        ok = l.code === 0 && tableComplete(l.stdout, o.device, this.bit);
+      } else {
+        const [chains, sets] = await Promise.all([nftCmd(['-j', 'list', 'chains', 'inet']), nftCmd(['-j', '-t', 'list', 'sets', 'inet'])]);
+        ok = chains.code === 0 && sets.code === 0 && tableShape(chains.stdout, sets.stdout, t);
+      }
+      if (this.stopping || ok) return;
     }
     if (this.stopping) return;
-    const r = await nftRun(tableScript(o.device, this.bit, this.rules.values()));
-    if (r.code !== 0) {
-      this.log.error({ errors: r.stderr.trim().split('\n').slice(0, 5) }, 'masq replies: cannot rebuild the nftables table');
-      return;
-    }
-    this.nftStale = false;
-    this.repairCounts.nftables++;
-    this.log.warn(
-      { table: `inet ${nftTableName(o.device)}`, elements: this.rules.size },
-      'restored the nftables table someone removed or changed',
-    );
+    this.ruleJob = this.ruleJob.then(async () => {
+      if (this.stopping) return;
+      const r = await nftRun(tableScript(o.device, this.bit, this.rules.values()));
+      if (r.code !== 0) {
+        this.log.error({ errors: r.stderr.trim().split('\n').slice(0, 5) }, 'masq replies: cannot rebuild the nftables table');
+        return;
+      }
+      this.nftStale = false;
+      this.repairCounts.nftables++;
+      this.log.warn({ table: `inet ${t}`, elements: this.rules.size }, 'restored the nftables table someone removed or changed');
+    });
+    await this.ruleJob;
   }
 
   private async checkRouting(): Promise<void> {
@@ -767,6 +802,7 @@ export class Dataplane {
     await Promise.all(this.slots.map((s) => s.worker?.terminate()));
     for (const s of this.slots) s.port?.close();
     this.closeQueues();
+    await this.resyncJob; // a check under way must not put back what cleanup removes
     await this.ruleJob;
     if (this.replyPath.path === 'rules') await this.syncReplyRules([]); // one batch, not one `ip` per rule
     this.rules.clear();

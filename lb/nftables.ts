@@ -67,6 +67,42 @@ export function nftRun(script: string, args: string[] = []): Promise<{ code: num
   });
 }
 
+/** Runs `nft ARGS` without blocking the caller, at a lower CPU priority. */
+export function nftCmd(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn('nft', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    try {
+      if (p.pid) setPriority(p.pid, 10);
+    } catch {
+      /* gone already */
+    }
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    p.stdout.on('data', (b: Buffer) => out.push(b));
+    p.stderr.on('data', (b: Buffer) => err.push(b));
+    p.on('error', (e) => resolve({ code: null, stdout: '', stderr: e.message }));
+    p.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') }));
+  });
+}
+
+/**
+ * Whether `nft -j list chains inet` and `nft -j -t list sets inet` show the table's two chains on
+ * their hooks and its four sets: the cheap check (no rule is listed, so no element is loaded).
+ */
+export function tableShape(chainsJson: string, setsJson: string, table: string): boolean {
+  try {
+    const items = [
+      ...(JSON.parse(chainsJson) as { nftables: Record<string, { table?: string; name?: string; hook?: string }>[] }).nftables,
+      ...(JSON.parse(setsJson) as { nftables: Record<string, { table?: string; name?: string; hook?: string }>[] }).nftables,
+    ];
+    const chains = new Set(items.filter((x) => x.chain?.table === table).map((x) => `${x.chain!.name} ${x.chain!.hook}`));
+    const sets = new Set(items.filter((x) => x.set?.table === table).map((x) => x.set!.name));
+    return chains.has('prerouting prerouting') && chains.has('output output') && SETS.every(([name]) => sets.has(name));
+  } catch {
+    return false;
+  }
+}
+
 /** The set an element of this rule lives in, and the element's text. */
 export function element(r: ReplyRule): { set: string; text: string } {
   const v6 = r.addr.includes(':');

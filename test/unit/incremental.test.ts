@@ -12,7 +12,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { createRealServerRegion } from '../../conntrack/table';
-import { validateConfig } from '../../control/config';
+import { validateConfig, validateRemembering } from '../../control/config';
 import { applyPatch, makePatch } from '../../control/offload-jobs';
 import { sameValue, ServiceModel, serviceKey } from '../../control/services';
 import { ruleKey } from '../../lb/nftables';
@@ -187,4 +187,36 @@ test('the control worker’s answer as a patch: applied to the running configura
       if (same) assert.equal(got.cfg.services[i], cfg1.services[j!], `seed ${seed}: unchanged ${serviceKey(s)} keeps its object`);
     });
   }
+});
+
+test('validation that remembers services gives what a whole validation gives; other sections changed, it validates again', () => {
+  for (let seed = 1; seed <= 100; seed++) {
+    const r = rng(seed);
+    const dataplane = { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254' };
+    let services = randomServices(r) as unknown[];
+    for (let step = 0; step < 5; step++) {
+      // Keep some mappings (the same objects, as the control worker's document does), replace others.
+      const mixed = (randomServices(r) as unknown[]).map((s, i) => (r() < 0.5 && services[i] ? services[i] : s));
+      const byKey = new Map(
+        mixed.map((s) => [
+          JSON.stringify([(s as { protocol: string }).protocol, (s as { port: number }).port, (s as { address: string }).address]),
+          s,
+        ]),
+      );
+      services = [...byKey.values()];
+      const doc = { dataplane: r() < 0.2 ? { ...dataplane, tunnelSource: '10.0.0.253' } : dataplane, services };
+      assert.deepEqual(validateRemembering(doc), validateConfig(doc), `seed ${seed} step ${step}`);
+    }
+  }
+  // The sections before `services` decide a service's defaults: a change of them is seen.
+  const svc = { protocol: 'tcp', address: '10.96.0.10', port: 80, realServers: [{ address: '10.0.0.1', port: 80 }] };
+  const a = validateRemembering({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services: [svc] });
+  assert.throws(() => validateRemembering({ dataplane: { vipCidrs: ['10.97.0.0/24'] }, services: [svc] }), /not inside dataplane.vipCidrs/);
+  const b = validateRemembering({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services: [svc] });
+  assert.notEqual(b.services[0], a.services[0], 'the sections changed in between: validated again');
+  assert.equal(
+    validateRemembering({ dataplane: { vipCidrs: ['10.96.0.0/24'] }, services: [svc] }).services[0],
+    b.services[0],
+    'remembered',
+  );
 });

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { DEFAULT_MARK_MASK, validateConfig } from '../../control/config';
 import { hexMark, intoDeviceBit, maskBits } from '../../lb/marks';
-import { element, elementLines, nftTableName, type ReplyRule, tableComplete, tableScript } from '../../lb/nftables';
+import { element, elementLines, nftTableName, type ReplyRule, tableComplete, tableScript, tableShape } from '../../lb/nftables';
 
 test('mark bits: lowest first; the default shares no bit with kube-proxy, Calico, Cilium, Weave, Tailscale, Istio or wg-quick', () => {
   assert.deepEqual(maskBits(0x1082), [0x2, 0x80, 0x1000]);
@@ -83,7 +83,14 @@ test('the table script loads into nft, and the check knows a complete table from
     const load = inNs(['nft', '-f', '-'], tableScript('uvs-0', 0x2, RULES));
     assert.equal(load.status, 0, load.stderr);
     const listing = () => inNs(['nft', '-t', 'list', 'table', 'inet', 'uvs_uvs_0']).stdout;
+    const shape = () =>
+      tableShape(
+        inNs(['nft', '-j', 'list', 'chains', 'inet']).stdout,
+        inNs(['nft', '-j', '-t', 'list', 'sets', 'inet']).stdout,
+        'uvs_uvs_0',
+      );
     assert.ok(tableComplete(listing(), 'uvs-0', 0x2), listing());
+    assert.ok(shape(), 'the cheap check sees the chains and sets');
     assert.equal(tableComplete(listing(), 'uvs-0', 0x80), false, 'another bit');
     assert.equal(tableComplete(listing(), 'uvs-1', 0x2), false, 'another device');
     const elems = inNs(['nft', '-j', 'list', 'set', 'inet', 'uvs_uvs_0', 'replies4']).stdout;
@@ -101,8 +108,10 @@ test('the table script loads into nft, and the check knows a complete table from
     inNs(['nft', '-f', '-'], tableScript('uvs-0', 0x2, RULES));
     inNs(['nft', 'delete', 'chain', 'inet', 'uvs_uvs_0', 'prerouting']);
     assert.equal(tableComplete(listing(), 'uvs-0', 0x2), false, 'deleted chain');
+    assert.equal(shape(), false, 'the cheap check sees a deleted chain');
     inNs(['nft', 'flush', 'ruleset']);
     assert.equal(tableComplete(listing(), 'uvs-0', 0x2), false, 'no table');
+    assert.equal(shape(), false, 'the cheap check sees no table');
   } finally {
     spawnSync('ip', ['netns', 'del', ns]);
   }
