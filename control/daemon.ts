@@ -567,6 +567,8 @@ export class Daemon {
 
   /** The version of the running configuration the control worker may hold (offload-jobs.ts BaseRef); 0: none. */
   private docVersion = 0;
+  /** How long the last change's job took in the control worker (ms; -1: it was sent again with the document). */
+  private lastJobMs = 0;
   private versions = 0;
 
   /**
@@ -576,8 +578,11 @@ export class Daemon {
    */
   private async based(make: (base: BaseRef, doc?: Record<string, unknown>) => Job, transfer?: () => ArrayBuffer[]): Promise<JobResult> {
     const next = ++this.versions;
+    const t = performance.now();
     const r = await this.offloaded(make({ version: this.docVersion, next }));
+    this.lastJobMs = Math.round(performance.now() - t);
     if (r.ok || r.stage !== 'base') return r;
+    this.lastJobMs = -1; // sent again with the document
     return this.offloaded(make({ version: this.docVersion, next, cfg: this.cfg }, this.doc as Record<string, unknown>), transfer?.() ?? []);
   }
 
@@ -718,6 +723,14 @@ export class Daemon {
    * blocking), the health checks and the state file. The answer comes once all of it is done.
    */
   private async applyDoc(doc: Record<string, unknown>, cfg: UvsConfig, source: 'file' | 'api', version = 0): Promise<Applied> {
+    // Where the time of a change went (ms per phase, in the log line): perf/SCALE.md reads them.
+    const phases: Record<string, number> = {};
+    let t0 = performance.now();
+    const phase = (name: string) => {
+      const t = performance.now();
+      phases[name] = Math.round(t - t0);
+      t0 = t;
+    };
     try {
       this.checkUnchangeable(cfg);
     } catch (e) {
@@ -728,7 +741,9 @@ export class Daemon {
     this.applying = true;
     try {
       try {
+        phase('checks');
         snapshot = await runSliced('apply', this.model.applySteps(cfg));
+        phase('apply');
       } catch (e) {
         return this.rejected(e);
       }
@@ -738,12 +753,15 @@ export class Daemon {
       this.table.setTimeouts(tableTimeouts(cfg));
       this.defense.configure(cfg.defense);
       await this.publish(snapshot);
+      phase('publish');
     } finally {
       this.applying = false;
       for (const fn of this.afterApply.splice(0)) fn();
     }
     await this.dataplane.changeReplyRules(this.model.replyChanges());
+    phase('replies');
     await this.refreshMtus(false);
+    phase('mtus');
     this.health.sync(cfg.services);
     this.saveState();
     if (intervalChanged && this.drainTimer) {
@@ -751,8 +769,9 @@ export class Daemon {
       this.drainTimer = setInterval(() => this.checkDrains(), Math.round(cfg.gracefulTermination.checkInterval * 1000));
     }
     this.reloads.ok++;
+    phase('rest');
     this.log.info(
-      { version: snapshot.version, services: cfg.services.length, source },
+      { version: snapshot.version, services: cfg.services.length, source, ms: { worker: this.lastJobMs, ...phases } },
       source === 'file' ? 'configuration reloaded' : 'configuration changed through the API',
     );
     return { ok: true, version: snapshot.version };

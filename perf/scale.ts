@@ -148,7 +148,7 @@ function services(lab: Lab, shape: Shape, gen = 0, weight = 1): unknown[] {
     const real = i === 0 || i === shape.services - 1;
     const servers = Array.from({ length: shape.servers }, (_, j) => {
       const k = i * shape.servers + j;
-      if (real && j < live.length) return live[j]!;
+      if (real && j < live.length) return { ...live[j]! }; // a copy: yaml would write a shared object as an anchor and alias (and a reload with aliases parses whole)
       // Churn: every tenth server takes a new address in each generation. In the first and the
       // last service they have weight 0: configured (the control plane's work), never chosen, so
       // every connection measured reaches a live endpoint.
@@ -457,7 +457,11 @@ function render(rows: Row[]): string {
       ['a reload changing one weight (daemon) ≤ 200 ms', `${f(big.reloadDaemonMs)} ms`, (big.reloadDaemonMs ?? Infinity) <= 200],
       ['10 % churn (daemon) ≤ 2 s', `${f(big.churnDaemonMs)} ms`, (big.churnDaemonMs ?? Infinity) <= 2000],
       [`UDP packets/s within 10 % of 10 services (${f(base.udpPps)})`, f(big.udpPps), big.udpPps >= 0.9 * base.udpPps],
-      [`forwarded ping within 10 % of 10 services (${f(base.pingAvgMs, 3)} ms)`, `${f(big.pingAvgMs, 3)} ms`, big.pingAvgMs <= 1.1 * base.pingAvgMs],
+      [
+        `forwarded ping within 10 % of 10 services (${f(base.pingAvgMs, 3)} ms)`,
+        `${f(big.pingAvgMs, 3)} ms`,
+        big.pingAvgMs <= 1.1 * base.pingAvgMs,
+      ],
       ['no /healthz answer slower than 100 ms', `${f(big.healthzMaxMs)} ms`, (big.healthzMaxMs ?? Infinity) <= 100],
     ];
     lines.push('', "## Issue 37's targets at 10,000 × 10, this run", '', '| target | measured | met |', '|---|--:|---|');
