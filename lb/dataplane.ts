@@ -38,14 +38,14 @@
  * Everything is removed on stop(); cleanup() removes leftovers of a daemon that died (the device
  * itself vanishes with the last queue fd, so only routes and rules can be left).
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
+import { runBackground, type Ran } from './background';
 import { DataplaneError } from './errors';
 import { formatCidr, formatIPv6, parseCidr, parseCidr6 } from '../net/addr';
 import { hexMark, intoDeviceBit } from './marks';
@@ -219,25 +219,8 @@ export interface RouteMtu {
  * execFileSync, and one process for all the lines (8192 reply rules, one execFileSync each, held
  * the control thread 28 s). -force goes on past a failed line; its error is in stderr.
  */
-export function ipBatch(args: string[], lines: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const p = spawn('ip', [...args, '-force', '-batch', '-'], { stdio: ['pipe', 'pipe', 'pipe'] });
-    try {
-      // Background work (8192 rules: seconds of the kernel's time in its context): behind the
-      // control thread and the dataplane workers when the CPUs are busy.
-      if (p.pid) setPriority(p.pid, 10);
-    } catch {
-      /* gone already */
-    }
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    p.stdout.on('data', (b: Buffer) => out.push(b));
-    p.stderr.on('data', (b: Buffer) => err.push(b));
-    p.stdin.on('error', () => undefined); // ip gone early: its exit code says why
-    p.on('error', (e) => resolve({ code: null, stdout: '', stderr: e.message }));
-    p.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') }));
-    p.stdin.end(lines.map((l) => `${l}\n`).join(''));
-  });
+export function ipBatch(args: string[], lines: string[]): Promise<Ran> {
+  return runBackground('ip', [...args, '-force', '-batch', '-'], lines.map((l) => `${l}\n`).join(''));
 }
 
 /**

@@ -26,8 +26,7 @@
  * it applies whole or not at all. A batch the kernel refuses (someone flushed a set, deleted the
  * table) makes the next check rebuild the table with every element.
  */
-import { spawn } from 'node:child_process';
-import { setPriority } from 'node:os';
+import { runBackground, type Ran } from './background';
 import { hexMark } from './marks';
 
 /** A masq reply to mark: traffic from addr:port (proto) goes into the device; ICMP from addr (port 0). */
@@ -48,41 +47,13 @@ export function nftTableName(device: string): string {
 }
 
 /** Runs `nft [args] -f -` on this script without blocking the caller, at a lower CPU priority. */
-export function nftRun(script: string, args: string[] = []): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const p = spawn('nft', [...args, '-f', '-'], { stdio: ['pipe', 'pipe', 'pipe'] });
-    try {
-      if (p.pid) setPriority(p.pid, 10);
-    } catch {
-      /* gone already */
-    }
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    p.stdout.on('data', (b: Buffer) => out.push(b));
-    p.stderr.on('data', (b: Buffer) => err.push(b));
-    p.stdin.on('error', () => undefined);
-    p.on('error', (e) => resolve({ code: null, stdout: '', stderr: e.message }));
-    p.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') }));
-    p.stdin.end(script);
-  });
+export function nftRun(script: string, args: string[] = []): Promise<Ran> {
+  return runBackground('nft', [...args, '-f', '-'], script);
 }
 
 /** Runs `nft ARGS` without blocking the caller, at a lower CPU priority. */
-export function nftCmd(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const p = spawn('nft', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    try {
-      if (p.pid) setPriority(p.pid, 10);
-    } catch {
-      /* gone already */
-    }
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    p.stdout.on('data', (b: Buffer) => out.push(b));
-    p.stderr.on('data', (b: Buffer) => err.push(b));
-    p.on('error', (e) => resolve({ code: null, stdout: '', stderr: e.message }));
-    p.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') }));
-  });
+export function nftCmd(args: string[]): Promise<Ran> {
+  return runBackground('nft', args);
 }
 
 /**
