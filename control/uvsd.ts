@@ -16,11 +16,13 @@ const HELP = `Usage: uvsd --config FILE [-v] [--pretty]
        uvsd --cleanup [--config FILE]
 
 Runs the uvs load balancer: creates the TUN device (dataplane.device, one queue per worker),
-routes the VIP ranges to it, installs the masq reply rules and serves the admin API on a
-root-only unix socket (api.socket).
+routes the VIP ranges to it, sends masq replies into it (its nftables table inet uvs_<device>
+and one rule: docs/node-resources.md) and serves the admin API on a root-only unix socket
+(api.socket).
 
   --config FILE   YAML configuration (see uvs.example.yaml)
-  --cleanup       remove the device, routes and rules a uvsd with this configuration created
+  --cleanup       remove the device, routes, rules and nftables table a uvsd with this
+                  configuration created
                   (defaults used if no --config), then exit
   -v              debug logging (overrides log.level)
   --pretty        human-readable log lines instead of JSON
