@@ -516,12 +516,8 @@ export class Dataplane {
   /** Set by the owner: releases shared-memory locks held by a dead worker's owner id. */
   releaseLocks: ((owner: number) => number) | null = null;
 
-  publish(snapshot: Snapshot): void {
-    for (const _ of this.publishSteps(snapshot));
-  }
-
   /**
-   * publish() one worker per step: each postMessage clones what changed since the last
+   * A new snapshot to the workers, one worker per step: each postMessage clones what changed since the last
    * publication (lb/snapshot.ts SnapshotDelta; a whole snapshot took 130 ms at 10,000 services
    * × 10 servers), so the caller may let the event loop turn between workers (control/slices.ts).
    * A worker started meanwhile gets the new snapshot whole.
