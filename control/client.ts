@@ -40,7 +40,14 @@ export function apiCallRaw(
 }
 
 /** A JSON request; `T` is the route's answer (api-types.ts), or ApiError's fields when it is refused. */
-export function apiCall<T = unknown>(socket: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
+/** `timeoutMs`: how long the answer may be silent (a change waits its turn and is applied whole before it answers). */
+export function apiCall<T = unknown>(
+  socket: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  timeoutMs = 10000,
+): Promise<{ status: number; body: T }> {
   return new Promise((resolve, reject) => {
     const data = body === undefined ? undefined : JSON.stringify(body);
     const req = request(
@@ -67,7 +74,7 @@ export function apiCall<T = unknown>(socket: string, method: string, path: strin
       },
     );
     req.on('error', reject);
-    req.setTimeout(10000, () => req.destroy(new Error(`API ${method} ${path} timed out`)));
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`API ${method} ${path} timed out`)));
     if (data) req.write(data);
     req.end();
   });

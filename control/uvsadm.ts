@@ -79,7 +79,9 @@ class Unreachable extends Error {}
 
 async function call<T>(socket: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
   try {
-    return await apiCall<T>(socket, method, path, body);
+    // A change answers once it is applied: thousands of services on a busy machine take longer
+    // than a read's 10 s (issue 37's scale test timed out beside a CPU hog).
+    return await apiCall<T>(socket, method, path, body, method === 'GET' ? 10_000 : 300_000);
   } catch (e) {
     throw new Unreachable((e as Error).message);
   }
