@@ -190,8 +190,28 @@ export class ServiceModel {
   readonly maxRealServers: number;
   readonly maxServices: number;
   private services = new Map<string, LiveService>();
+  /** Live services by slot (the snapshot's dirty slots are looked up here). */
+  private bySlot = new Map<number, LiveService>();
+  /**
+   * The live service a configuration object was applied to (live.cfg): applySteps finds an
+   * unchanged service by the object's identity, without its key or a comparison (issue 37).
+   */
+  private liveOf = new WeakMap<ServiceConfig, LiveService>();
   private rsSlots = new Map<string, RsSlotInfo>(); // key: svcKey|addr:port
   private rsBySlot = new Map<number, RsSlotInfo>();
+  /** Slots in the trash (not listed, still allocated): what collectTrash looks at. */
+  private trashed = new Set<RsSlotInfo>();
+  /** Real-server slots allocated since the last takeFreshSlots() (their route MTU is not known yet). */
+  private fresh: number[] = [];
+  /**
+   * Service slots whose compiled form changed since the last snapshot(): the snapshot copies only
+   * those and shares the others with the last one (10,000 services copied took 10–20 ms a change).
+   */
+  private dirty = new Set<number>();
+  /** The last snapshot's services, at their slots. */
+  private published: CompiledService[] = [];
+  /** PROXY protocol version per real-server slot of the listed servers (Snapshot.proxyProtocol), kept as they change. */
+  private readonly pp: Uint8Array;
   private freeRs: number[] = [];
   private freeSvc: number[] = [];
   private svcSlotRefs: Int32Array;
@@ -243,6 +263,7 @@ export class ServiceModel {
     for (let i = maxRealServers - 1; i >= 0; i--) this.freeRs.push(i);
     for (let i = maxServices - 1; i >= 0; i--) this.freeSvc.push(i);
     this.svcSlotRefs = new Int32Array(maxServices);
+    this.pp = new Uint8Array(maxRealServers);
   }
 
   /** Applies a validated configuration; returns the new snapshot. Throws before changing anything if slots run out. */
@@ -262,7 +283,6 @@ export class ServiceModel {
     this.answerPing = cfg.dataplane.answerPing;
     this.expireNodestConn = cfg.gracefulTermination.expireNodestConn;
     this.expireQuiescentTemplate = cfg.dataplane.expireQuiescentTemplate;
-    this.sloppy = { tcp: cfg.dataplane.sloppyTcp, sctp: cfg.dataplane.sloppySctp };
     this.adopt = cfg.redis !== null;
     this.fullnat = cfg.dataplane.fullnat;
     this.tunnelSrc = cfg.dataplane.tunnelSource ? parseIPv4(cfg.dataplane.tunnelSource)! : 0;
@@ -278,29 +298,37 @@ export class ServiceModel {
       genKinds: g.kinds.reduce((m, k) => m | (1 << (L.GEN_KIND_NAMES as readonly string[]).indexOf(k)), 0),
     };
     this.policy = { maxDrainTime: cfg.gracefulTermination.maxDrainTime * 1000 };
-    const wanted = new Map<string, ServiceConfig>();
+    const sloppy = { tcp: cfg.dataplane.sloppyTcp, sctp: cfg.dataplane.sloppySctp };
+    if (sloppy.tcp !== this.sloppy.tcp || sloppy.sctp !== this.sloppy.sctp) for (const slot of this.bySlot.keys()) this.dirty.add(slot);
+    this.sloppy = sloppy;
     // Services whose configuration is what runs: nothing to do for them (a reload that changes
-    // one of 10,000 services costs that one, issue 37). In steps too: 10,000 keys are ~20 ms.
-    const same = new Set<string>();
+    // one of 10,000 services costs that one, issue 37). The object applied last is found by its
+    // identity (the control worker keeps an unchanged service's object: offload-jobs.ts); another
+    // object by key and value. In steps too: 10,000 keys are ~20 ms.
+    const wanted = new Set<LiveService>();
+    const todo: { key: string; s: ServiceConfig }[] = [];
+    let n = 0;
     for (const s of cfg.services) {
-      const key = serviceKey(s);
-      wanted.set(key, s);
-      const live = this.services.get(key);
-      if (live && !live.removing && sameValue(live.cfg, s)) same.add(key);
-      if (wanted.size % 1000 === 0) yield;
-    }
-    this.checkCapacity(wanted, same);
-    for (const live of [...this.services.values()]) {
-      if (!wanted.has(live.key) && !live.removing) yield* this.removeService(live);
-    }
-    let unchanged = 0;
-    for (const [key, s] of wanted) {
-      const live = this.services.get(key);
-      if (live && same.has(key)) {
-        live.cfg = s;
-        if (++unchanged % 512 === 0) yield;
+      if (++n % 1000 === 0) yield;
+      const mine = this.liveOf.get(s);
+      if (mine !== undefined && mine.cfg === s && !mine.removing && this.services.get(mine.key) === mine) {
+        wanted.add(mine);
         continue;
       }
+      const key = serviceKey(s);
+      const live = this.services.get(key);
+      if (live) wanted.add(live);
+      if (live && !live.removing && sameValue(live.cfg, s)) {
+        live.cfg = s;
+        this.liveOf.set(s, live);
+      } else todo.push({ key, s });
+    }
+    this.checkCapacity(todo);
+    for (const live of [...this.services.values()]) {
+      if (!wanted.has(live) && !live.removing) yield* this.removeService(live);
+    }
+    for (const { key, s } of todo) {
+      const live = this.services.get(key);
       if (live) yield* this.editService(live, s);
       else yield* this.addService(s);
       yield;
@@ -308,11 +336,10 @@ export class ServiceModel {
     return this.snapshot();
   }
 
-  private checkCapacity(wanted: Map<string, ServiceConfig>, same: Set<string>): void {
+  private checkCapacity(todo: { key: string; s: ServiceConfig }[]): void {
     let newSvcs = 0;
     let newRs = 0;
-    for (const [key, s] of wanted) {
-      if (same.has(key)) continue;
+    for (const { key, s } of todo) {
       if (!this.services.has(key)) newSvcs++;
       for (const r of s.realServers) if (!this.rsSlots.has(`${key}|${r.address}:${r.port}`)) newRs++;
     }
@@ -350,6 +377,7 @@ export class ServiceModel {
 
   /** ip_vs_bind_scheduler: fresh state words, init_service on the current list. */
   private bindScheduler(live: LiveService): void {
+    this.dirty.add(live.slot);
     const sched = getScheduler(live.cfg.scheduler)!;
     live.nextTick = sched.tick && sched.tickInterval ? (this.now() + sched.tickInterval) | 0 : null;
     live.compiled.scheduler = live.cfg.scheduler;
@@ -384,6 +412,9 @@ export class ServiceModel {
     };
     const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false, nextTick: null, lastRampStep: 0 };
     this.services.set(key, live);
+    this.bySlot.set(slot, live);
+    this.liveOf.set(s, live);
+    this.dirty.add(slot);
     this.bindScheduler(live);
     for (const r of s.realServers) {
       this.addDest(live, r);
@@ -395,6 +426,8 @@ export class ServiceModel {
     const schedChanged = s.scheduler !== live.cfg.scheduler || s.mhTableSize !== live.cfg.mhTableSize;
     live.removing = false;
     live.cfg = s;
+    this.liveOf.set(s, live);
+    this.dirty.add(live.slot);
     live.compiled.schedFlags = ServiceModel.flagBits(s);
     live.compiled.persistMs = (s.persistence ?? 0) * 1000;
     Object.assign(live.compiled, ServiceModel.netmasks(s));
@@ -465,6 +498,8 @@ export class ServiceModel {
   private deleteService(live: LiveService): void {
     for (const d of [...live.compiled.dests]) this.delDest(live, `${destAddr(d)}:${d.port}`);
     this.services.delete(live.key);
+    this.bySlot.delete(live.slot);
+    this.dirty.add(live.slot);
     if (this.svcSlotRefs[live.slot] === 0) this.freeSvc.push(live.slot);
     else this.orphanSvcSlots.add(live.slot);
   }
@@ -703,6 +738,7 @@ export class ServiceModel {
   }
 
   private change(live: LiveService, kind: DestListChange['kind'], rs: number, position: number, before: SchedDest[]): void {
+    this.dirty.add(live.slot);
     const sched = getScheduler(live.cfg.scheduler)!;
     live.compiled.data = sched.prepare?.(live.compiled) ?? null;
     if (sched.update) {
@@ -725,8 +761,10 @@ export class ServiceModel {
       const o = slot * L.RS_WORDS;
       for (let i = 0; i < L.RS_WORDS; i++) Atomics.store(this.rs, o + i, 0);
       this.onFreshRealServerSlot?.(slot);
+      this.fresh.push(slot);
     }
     info.listed = true;
+    this.trashed.delete(info);
     this.setMasq(info, r.forwarding === 'masq');
     if (this.drainedTrash.delete(slotKey)) Atomics.and(this.rs, info.slot * L.RS_WORDS + L.RS_FLAGS, ~L.RSF_DRAINED);
     live.rsCfg.set(k, r);
@@ -751,6 +789,7 @@ export class ServiceModel {
       fwd: FWD[r.forwarding]!,
       pp: PP[r.proxyProtocol ?? ''] ?? 0,
     };
+    this.pp[info.slot] = d.pp;
     live.compiled.dests = [d, ...before]; // list_add_rcu: at the head
     this.change(live, 'add', info.slot, -1, before);
   }
@@ -765,6 +804,7 @@ export class ServiceModel {
     Atomics.store(this.rs, o + L.RS_WEIGHT, weight);
     const before = live.compiled.dests.slice();
     const position = before.findIndex((d) => d.rs === info.slot);
+    this.pp[info.slot] = PP[r.proxyProtocol ?? ''] ?? 0;
     live.compiled.dests = before.map((d, i) =>
       // last_weight follows the weight unless the new weight is 0 (mh keeps its table on quiesce).
       i === position
@@ -798,6 +838,7 @@ export class ServiceModel {
       );
       changes.push({ rs: info.slot, position, before });
     }
+    this.dirty.add(live.slot);
     const sched = getScheduler(live.cfg.scheduler)!;
     live.compiled.data = sched.prepare?.(live.compiled) ?? null;
     if (sched.update) {
@@ -815,6 +856,8 @@ export class ServiceModel {
     this.unhealthy.delete(`${live.key}|${k}`);
     this.ramps.delete(`${live.key}|${k}`);
     info.listed = false;
+    this.trashed.add(info);
+    this.pp[info.slot] = 0;
     Atomics.and(this.rs, info.slot * L.RS_WORDS + L.RS_FLAGS, ~L.RSF_AVAILABLE);
     this.change(live, 'del', info.slot, position, before);
   }
@@ -854,8 +897,8 @@ export class ServiceModel {
   collectTrash(need = 0): number {
     let freed = 0;
     const now = this.clock();
-    for (const [k, info] of this.rsSlots) {
-      if (info.listed) continue;
+    for (const info of [...this.trashed]) {
+      const k = `${info.svcKey}|${info.addr}:${info.port}`;
       // A drained server's records are served until `until`; flows adopted meanwhile keep the slot
       // (and RSF_DRAINED) as long as they live, as a kernel dest stays in the trash while referenced.
       const drained = this.drainedTrash.get(k);
@@ -890,6 +933,7 @@ export class ServiceModel {
     this.setMasq(info, false);
     this.rsSlots.delete(k);
     this.rsBySlot.delete(info.slot);
+    this.trashed.delete(info);
     this.freeRs.push(info.slot);
     if (--this.svcSlotRefs[info.svcSlot]! === 0 && this.orphanSvcSlots.delete(info.svcSlot)) this.freeSvc.push(info.svcSlot);
     return true;
@@ -913,13 +957,24 @@ export class ServiceModel {
   }
 
   snapshot(): Snapshot {
-    for (const l of this.services.values()) l.compiled.sloppy = this.sloppyOf(l);
     // Copies: the daemon sends a snapshot to one worker per slice, and a change applied meanwhile
     // sets fields of the live objects (flags, netmasks, data) — a later worker must not get those
     // under this version. A service's dest list and its entries are never changed in place.
-    // Each at its slot (lb/snapshot.ts SnapshotDelta: an unchanged service keeps its place).
-    const services: CompiledService[] = [];
-    for (const l of this.services.values()) services[l.compiled.slot] = { ...l.compiled };
+    // Each at its slot (lb/snapshot.ts SnapshotDelta: an unchanged service keeps its place), and
+    // only the changed ones copied: the others are the last snapshot's (never changed either).
+    const services = this.published.slice();
+    for (const slot of this.dirty) {
+      const l = this.bySlot.get(slot);
+      if (l) {
+        l.compiled.sloppy = this.sloppyOf(l);
+        services[slot] = { ...l.compiled };
+      } else delete services[slot];
+    }
+    this.dirty.clear();
+    let len = services.length;
+    while (len > 0 && services[len - 1] === undefined) len--;
+    services.length = len;
+    this.published = services;
     const { lookup, lookupMask } = buildLookup(services);
     const v4 = this.vipCidrs.map((c) => parseCidr(c)).filter((c) => c !== null);
     const vips = new Int32Array(v4.length * 2);
@@ -936,8 +991,7 @@ export class ServiceModel {
     const pool6 = this.fullnat.addresses.map((a) => parseIPv6(a)).filter((a) => a !== null);
     const fullnatAddrs6 = new Int32Array(pool6.length * 4);
     pool6.forEach((a, i) => fullnatAddrs6.set(a, i * 4));
-    const proxyProtocol = new Uint8Array(this.maxRealServers);
-    for (const l of services) if (l) for (const d of l.dests) proxyProtocol[d.rs] = d.pp;
+    const proxyProtocol = this.pp.slice();
     return {
       version: ++this.version,
       services,
@@ -1122,18 +1176,43 @@ export class ServiceModel {
 
   /** Service key of a service slot (live services only). */
   serviceOfSlot(svcSlot: number): string | null {
-    for (const l of this.services.values()) if (l.slot === svcSlot) return l.key;
-    return null;
+    return this.bySlot.get(svcSlot)?.key ?? null;
   }
 
   /** Slots of trashed real servers (deleted; connections remaining, or held by the scheduler). */
   trash(): RsSlotInfo[] {
-    return [...this.rsSlots.values()].filter((i) => !i.listed);
+    return [...this.trashed];
   }
 
   /** Every real-server slot in use (listed or trashed) with its address. */
   rsSlotAddrs(): { slot: number; addr: string }[] {
     return [...this.rsSlots.values()].map((i) => ({ slot: i.slot, addr: i.addr }));
+  }
+
+  /** rsSlotAddrs() one at a time (a reader in slices), without the array. */
+  *eachRsSlotAddr(): Generator<{ slot: number; addr: string }> {
+    for (const i of this.rsSlots.values()) yield i;
+  }
+
+  /** Real-server slots allocated since the last call, still allocated, with their addresses. */
+  takeFreshSlots(): { slot: number; addr: string }[] {
+    const out: { slot: number; addr: string }[] = [];
+    for (const slot of this.fresh) {
+      const i = this.rsBySlot.get(slot);
+      if (i) out.push({ slot, addr: i.addr });
+    }
+    this.fresh = [];
+    return out;
+  }
+
+  /**
+   * The services' compiled forms built whole, as snapshot() built them before it copied only
+   * what changed: tests check the incremental snapshot against it.
+   */
+  compiledWhole(): CompiledService[] {
+    const out: CompiledService[] = [];
+    for (const l of this.services.values()) out[l.slot] = { ...l.compiled, sloppy: this.sloppyOf(l) };
+    return out;
   }
 
   /**

@@ -32,7 +32,7 @@
  * same way where it applies (program time for start, one service's endpoints replaced for edit).
  */
 import { spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -207,6 +207,20 @@ async function uvsadm(lab: Lab, args: string[]): Promise<number> {
   return r.ms;
 }
 
+/** The ms per phase of each change uvsd applied (its log lines 'configuration …': control/daemon.ts applyDoc). */
+function changePhases(lab: Lab): string[] {
+  const out: string[] = [];
+  for (const line of readFileSync(join(lab.dir, 'uvsd.log'), 'utf8').split('\n')) {
+    if (!line.includes('"msg":"configuration')) continue;
+    try {
+      out.push(JSON.stringify((JSON.parse(line) as { ms: unknown }).ms));
+    } catch {
+      /* not a JSON line */
+    }
+  }
+  return out;
+}
+
 async function lastSeconds(lab: Lab): Promise<number> {
   return (await apiCall<StatsResponse>(lab.socket, 'GET', '/v1/stats')).body.reloads.lastSeconds;
 }
@@ -304,6 +318,7 @@ async function measureUvs(lab: Lab, shape: Shape): Promise<Row> {
   const churnWallMs = await uvsadm(lab, ['--reload']);
   const churnDaemonMs = (await lastSeconds(lab)) * 1000;
   log(`uvs ${shape.name}: edit ${editWallMs} ms, reload ${reloadWallMs} ms, churn ${churnWallMs} ms`);
+  for (const p of changePhases(lab).slice(-3)) log(`uvs ${shape.name}: daemon phases (ms) ${p}`);
   const connect = await connectP99(lab, vip(210, last), port(last));
   const udp = await udpPps(lab, vip(210, 0));
   const ping = await pingAvg(lab);

@@ -45,8 +45,10 @@ function randomServices(r: () => number) {
     for (const a of ADDRS) {
       if (r() < 0.5) continue;
       const port = PORTS[Math.floor(r() * PORTS.length)]!;
-      const forwarding = port === s.port && r() < 0.4 ? 'tunnel' : 'masq';
-      servers.set(`${a}:${port}`, { address: a, port, forwarding, weight: Math.floor(r() * 3) });
+      const f = r();
+      const forwarding = port === s.port && f < 0.3 ? 'tunnel' : s.protocol === 'tcp' && f > 0.7 ? 'fullnat' : 'masq';
+      const pp = forwarding === 'fullnat' ? [undefined, 'v1', 'v2'][Math.floor(r() * 3)] : undefined;
+      servers.set(`${a}:${port}`, { address: a, port, forwarding, weight: Math.floor(r() * 3), ...(pp ? { proxyProtocol: pp } : {}) });
     }
     return {
       ...s,
@@ -59,20 +61,40 @@ function randomServices(r: () => number) {
 
 const config = (services: unknown[]) =>
   validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254' },
+    dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254', fullnat: { addresses: ['10.0.0.200'] } },
     services,
   });
+
+/** Snapshot.proxyProtocol built from every listed server, as snapshot() built it before it kept it up to date. */
+function wholePp(m: ServiceModel): Uint8Array {
+  const pp = new Uint8Array(SLOTS);
+  for (const l of m.compiledWhole()) if (l) for (const d of l.dests) pp[d.rs] = d.pp;
+  return pp;
+}
 
 test('a worker patched by snapshot deltas holds what a whole snapshot holds, after every step of 300 random sequences', () => {
   for (let seed = 1; seed <= 300; seed++) {
     const r = rng(seed);
     const rsSab = createRealServerRegion(SLOTS);
+    const rs = new Int32Array(rsSab);
     const m = new ServiceModel(rsSab, new SharedArrayBuffer(8 * L.SCHED_WORDS * 4), SLOTS, 8);
     m.clock = () => 1_000_000;
     let published = m.apply(config([]));
     let worker: Snapshot = structuredClone(published);
+    let raw: ReturnType<typeof randomServices> = [];
     for (let step = 0; step < 10; step++) {
-      const next = m.apply(config(randomServices(r)));
+      // Half the steps keep some services' mappings (the same objects, as the control worker's
+      // document does): validation that remembers gives their same configuration objects, which
+      // the model takes as unchanged by identity; the others are compared by key and value.
+      const fresh = randomServices(r);
+      const keep = r() < 0.5;
+      const before = new Map(raw.map((x) => [serviceKey(x), x]));
+      raw = fresh.map((x) => (keep && r() < 0.6 ? before.get(serviceKey(x)) : undefined) ?? x);
+      const dataplane = { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254', fullnat: { addresses: ['10.0.0.200'] } };
+      const next = m.apply(keep ? validateRemembering({ dataplane, services: raw }) : config(raw));
+      // Only the changed services are copied into a snapshot: it must hold what a whole copy holds.
+      assert.deepEqual(next.services, m.compiledWhole(), `seed ${seed} step ${step}: the snapshot against a whole rebuild`);
+      assert.deepEqual(next.proxyProtocol, wholePp(m), `seed ${seed} step ${step}: PROXY protocol by slot`);
       // postMessage clones: the worker never shares objects with the control thread.
       worker = applyDelta(worker, structuredClone(snapshotDelta(published, next)));
       published = next;
@@ -94,6 +116,24 @@ test('a worker patched by snapshot deltas holds what a whole snapshot holds, aft
       published = same;
       worker = applyDelta(worker, structuredClone(d));
       for (const s of next.services) if (s) assert.ok(sameService(s, same.services[s.slot]!), where);
+      // Changes between configurations: health verdicts, and connections on some servers so that
+      // the next configuration leaves removed TCP servers draining, which a later step deletes.
+      for (const s of m.list())
+        for (const x of s.realServers) {
+          if (r() < 0.3) m.setHealthy(s.key, `${x.address}:${x.port}`, r() < 0.5);
+          rs[x.slot * L.RS_WORDS + L.RS_ACTIVE] = r() < 0.3 ? 1 : 0;
+        }
+      if (r() < 0.5) {
+        for (let i = 0; i < SLOTS; i++) rs[i * L.RS_WORDS + L.RS_ACTIVE] = 0;
+        m.checkDrains();
+        m.collectTrash();
+      }
+      const between = m.snapshot();
+      assert.deepEqual(between.services, m.compiledWhole(), `${where}: after verdicts and drains`);
+      assert.deepEqual(between.proxyProtocol, wholePp(m), `${where}: PROXY protocol by slot after verdicts and drains`);
+      worker = applyDelta(worker, structuredClone(snapshotDelta(published, between)));
+      published = between;
+      for (let i = 0; i < between.services.length; i++) assert.deepEqual(worker.services[i], between.services[i], `${where}: slot ${i}`);
     }
   }
 });
@@ -159,7 +199,7 @@ test('the control worker’s answer as a patch: applied to the running configura
   for (let seed = 1; seed <= 200; seed++) {
     const r = rng(seed);
     const doc1 = {
-      dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254' },
+      dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254', fullnat: { addresses: ['10.0.0.200'] } },
       services: randomServices(r),
     };
     const cfg1 = validateConfig(doc1);
@@ -192,7 +232,7 @@ test('the control worker’s answer as a patch: applied to the running configura
 test('validation that remembers services gives what a whole validation gives; other sections changed, it validates again', () => {
   for (let seed = 1; seed <= 100; seed++) {
     const r = rng(seed);
-    const dataplane = { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254' };
+    const dataplane = { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254', fullnat: { addresses: ['10.0.0.200'] } };
     let services = randomServices(r) as unknown[];
     for (let step = 0; step < 5; step++) {
       // Keep some mappings (the same objects, as the control worker's document does), replace others.
