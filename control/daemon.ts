@@ -15,7 +15,7 @@ import { Defense, type PoolUse } from '../conntrack/defense';
 import { RedisSync } from '../conntrack/redis-sync';
 import { SCTP_STATE_KEYS } from '../conntrack/sctp-state';
 import { TCP_STATE_NAMES } from '../conntrack/state';
-import { Dataplane, deviceMtu, routeMtus, type RouteMtu } from '../lb/dataplane';
+import { Dataplane } from '../lb/dataplane';
 import { stopWatchingGcs, watchFullGcs } from './memory';
 import { Announcer } from './announce';
 import { HealthChecker } from './health';
@@ -30,6 +30,7 @@ import { applyPatch, fromJobError, toJobError, type BaseRef, type Job, type JobR
 import { runSliced, stopWatchingLoopDelay, watchLoopDelay } from './slices';
 import type { Snapshot } from '../lb/snapshot';
 import type { ListenerStatus } from './listen';
+import { RouteMtus } from './route-mtus';
 import { StatsReader } from './stats';
 import { validateStateDrains } from './state-file';
 
@@ -128,6 +129,7 @@ export class Daemon {
     this.model.onFreshRealServerSlot = (slot) => this.stats.zeroRealServer(slot);
     this.model.onFreshServiceSlot = (slot) => this.stats.zeroService(slot);
     this.model.now = () => this.table.now();
+    this.mtus = new RouteMtus(this.model, log);
     const drainLog = log.child({ component: 'graceful-termination' });
     this.model.onDrainEvent = (e) => {
       const f = { service: e.service, realServer: e.realServer, activeConnection: e.activeConns, inactiveConnection: e.inactConns };
@@ -230,12 +232,13 @@ export class Daemon {
       // The route MTUs of a few thousand servers are known before traffic is drawn; beyond (one
       // `ip route get` each: seconds at 100,000) they arrive meanwhile — a server's path-MTU check
       // starts with its first answer.
-      const mtus = d.refreshMtus();
-      if (d.model.rsSlotAddrs().length <= 4096) await mtus;
+      d.model.takeFreshSlots(); // the refresh of every slot below covers these
+      const mtus = d.mtus.refresh(true);
+      if (d.model.rsSlotCount() <= 4096) await mtus;
       // The control worker gets the running configuration now, and the file's parse for its
       // cache, so that the first change is not the one that pays for them (offload-jobs.ts).
       void d.based((base, doc) => ({ kind: 'prime', file: configFile, base, ...(doc ? { doc } : {}) }));
-      d.mtuTimer = setInterval(() => void d.refreshMtus(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
+      d.mtuTimer = setInterval(() => void d.mtus.refresh(++d.mtuTicks % ROUTE_REFRESH_TICKS === 0), MTU_REFRESH_MS);
       d.sweeper = setInterval(() => d.sweep(), Math.round(cfg.timeouts.sweepInterval * 1000));
       watchFullGcs(); // memory.heapAfterFullGc (control/memory.ts)
       d.defenseTimer = setInterval(() => d.defense.tick(), DEFENSE_PERIOD_MS);
@@ -290,53 +293,9 @@ export class Daemon {
     return n;
   }
 
-  /** How each real server's address is routed (refreshed by refreshMtus with `ip`). */
-  private routes = new Map<string, RouteMtu>();
-  /** Addresses routeMtus was asked for since the last full refresh (routed or not). */
-  private routesAsked = new Set<string>();
+  /** The route MTU of every real server (RS_MTU): control/route-mtus.ts. */
+  private readonly mtus: RouteMtus;
   private mtuTicks = 0;
-
-  /** A refreshMtus is running (the timer skips a turn rather than start a second `ip`). */
-  private mtuBusy = false;
-
-  /**
-   * Writes the MTU of the route to every real server into the shared region (RS_MTU), where
-   * workers check DF packets against it (ICMP fragmentation needed, as IPVS). Routes and device
-   * MTUs change without telling us: every MTU_REFRESH_MS the devices' MTUs are re-read from sysfs
-   * (cheap: no process is started), and the routes themselves with `ip` (one process for all,
-   * not waited for on this thread) on every configuration change and every ROUTE_REFRESH_TICKS
-   * refreshes.
-   */
-  async refreshMtus(routesToo = true): Promise<void> {
-    if (this.mtuBusy) return;
-    this.mtuBusy = true;
-    try {
-      let slots = this.model.rsSlotAddrs();
-      if (routesToo) {
-        const all = [...new Set(slots.map((x) => x.addr))];
-        this.routes = await routeMtus(all);
-        this.routesAsked = new Set(all);
-        slots = this.model.rsSlotAddrs(); // the model may have changed meanwhile
-      } else if (slots.some((x) => !this.routesAsked.has(x.addr))) {
-        // A configuration change: only addresses not asked for yet (the periodic refresh asks for
-        // all), so a change costs its own size; one without a route stays asked until then.
-        const fresh = [...new Set(slots.filter((x) => !this.routesAsked.has(x.addr)).map((x) => x.addr))];
-        for (const a of fresh) this.routesAsked.add(a);
-        for (const [a, r] of await routeMtus(fresh)) this.routes.set(a, r);
-        slots = this.model.rsSlotAddrs();
-      } else {
-        for (const r of this.routes.values()) if (r.routeMtu === null) r.mtu = deviceMtu(r.dev);
-      }
-      for (const x of slots) Atomics.store(this.model.rs, x.slot * L.RS_WORDS + L.RS_MTU, this.routes.get(x.addr)?.mtu ?? 0);
-    } catch (e) {
-      this.log.warn(
-        { err: (e as Error).message },
-        'cannot read the MTU of the routes to the real servers; path-MTU checks keep the last values',
-      );
-    } finally {
-      this.mtuBusy = false;
-    }
-  }
 
   sweep(): void {
     const now = this.table.now();
@@ -760,7 +719,7 @@ export class Daemon {
     }
     await this.dataplane.changeReplyRules(this.model.replyChanges());
     phase('replies');
-    await this.refreshMtus(false);
+    await this.mtus.changed();
     phase('mtus');
     this.health.sync(cfg.services);
     this.saveState();

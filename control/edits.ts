@@ -65,6 +65,20 @@ function keyOf(r: ServiceRef): string {
   return `${r.protocol} ${String(canonAddr(r.address))}:${r.port}`;
 }
 
+/**
+ * A service mapping's key, computed once per mapping: the control worker's document keeps its
+ * unchanged mappings from change to change (control/offload-jobs.ts), and 10,000 keys with their
+ * addresses parsed again cost ~4 ms an edit. An edit never changes a mapping's key fields (an
+ * editService finds the mapping by them), so the key stays true for the mapping's life.
+ */
+const mappingKeys = new WeakMap<object, string>();
+
+function mappingKey(s: Svc): string {
+  let k = mappingKeys.get(s);
+  if (k === undefined) mappingKeys.set(s, (k = keyOf(refOf(s))));
+  return k;
+}
+
 function rsKey(svc: Svc, r: Record<string, unknown>): string {
   return `${String(canonAddr(r.address))}:${rsPort(svc, r)}`;
 }
@@ -80,7 +94,10 @@ class DocIndex {
   readonly gone = new Set<object>();
 
   constructor(private readonly doc: Doc) {
-    for (const s of services(doc)) if (!this.svcs.has(keyOf(refOf(s)))) this.svcs.set(keyOf(refOf(s)), s);
+    for (const s of services(doc)) {
+      const k = mappingKey(s);
+      if (!this.svcs.has(k)) this.svcs.set(k, s);
+    }
   }
 
   find(ref: ServiceRef): Svc | undefined {
@@ -206,10 +223,13 @@ export function applyEdits(doc: Doc, ops: EditOp[]): void {
       }
       case 'setTimeouts': {
         // ipvsadm --set tcp tcpfin udp: 0 leaves a value unchanged.
-        const t = (doc.timeouts ??= {}) as Record<string, unknown>;
+        // A copy: the section may be the running document's own (control/offload-jobs.ts cowDoc
+        // copies only services), which a refused edit must leave as it was.
+        const t = { ...((doc.timeouts ?? {}) as Record<string, unknown>) };
         if (o.tcp) t.tcp = o.tcp;
         if (o.tcpFin) t.tcpFin = o.tcpFin;
         if (o.udp) t.udp = o.udp;
+        doc.timeouts = t;
         break;
       }
       default:
@@ -233,12 +253,11 @@ export interface EditLimits {
  */
 export function checkBatchLimits(doc: unknown, ops: EditOp[], limits: EditLimits): void {
   const rsCount = (list: unknown) => (Array.isArray(list) ? list.length : 0);
-  const key = (r: { protocol?: unknown; address?: unknown; port?: unknown } | undefined) =>
-    `${String(r?.protocol ?? DEFAULT_PROTOCOL)} ${String(canonAddr(r?.address))}:${String(r?.port)}`;
+  const key = (r: unknown) => (r !== null && typeof r === 'object' ? keyOf(refOf(r as Record<string, unknown>)) : '');
   const count = new Map<string, number>(); // service → real servers
   const svcs = (doc as { services?: unknown } | null)?.services;
   if (Array.isArray(svcs))
-    for (const s of svcs as Record<string, unknown>[]) if (s && typeof s === 'object') count.set(key(s), rsCount(s.realServers));
+    for (const s of svcs as Svc[]) if (s && typeof s === 'object') count.set(mappingKey(s), rsCount(s.realServers));
   for (const o of ops) {
     if (o === null || typeof o !== 'object') continue; // not an operation: the body schema refuses it
     const k = o.op === 'addService' || o.op === 'editService' ? key(o.service) : 'ref' in o ? key(o.ref) : '';

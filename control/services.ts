@@ -1194,6 +1194,16 @@ export class ServiceModel {
     for (const i of this.rsSlots.values()) yield i;
   }
 
+  /** The address of an allocated real-server slot, or null. */
+  slotAddr(slot: number): string | null {
+    return this.rsBySlot.get(slot)?.addr ?? null;
+  }
+
+  /** Real-server slots allocated (listed or in the trash). */
+  rsSlotCount(): number {
+    return this.rsBySlot.size;
+  }
+
   /** Real-server slots allocated since the last call, still allocated, with their addresses. */
   takeFreshSlots(): { slot: number; addr: string }[] {
     const out: { slot: number; addr: string }[] = [];

@@ -240,6 +240,7 @@ export async function routeMtus(addrs: string[]): Promise<Map<string, RouteMtu>>
     )
   ).stdout;
   const lines = text.split('\n');
+  const devices = new Map<string, number>(); // one sysfs read per device, not per address
   for (let i = 0; i < lines.length; i++) {
     // 100,000 servers are 100,000 answers: the control thread answers between thousands.
     if (i % 2000 === 1999) await new Promise((r) => setImmediate(r));
@@ -248,7 +249,9 @@ export async function routeMtus(addrs: string[]): Promise<Map<string, RouteMtu>>
     for (const r of JSON.parse(line) as { dst: string; dev?: string; metrics?: { mtu?: number }[] }[]) {
       if (!r.dev) continue;
       const routeMtu = r.metrics?.find((x) => x.mtu !== undefined)?.mtu ?? null;
-      const mtu = routeMtu ?? deviceMtu(r.dev);
+      let dev = devices.get(r.dev);
+      if (dev === undefined) devices.set(r.dev, (dev = deviceMtu(r.dev)));
+      const mtu = routeMtu ?? dev;
       if (mtu) out.set(r.dst, { dev: r.dev, routeMtu, mtu });
     }
   }

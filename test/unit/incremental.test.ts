@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { createRealServerRegion } from '../../conntrack/table';
 import { validateConfig, validateRemembering } from '../../control/config';
-import { applyPatch, makePatch } from '../../control/offload-jobs';
+import { applyPatch, makePatch, runJob } from '../../control/offload-jobs';
 import { sameValue, ServiceModel, serviceKey } from '../../control/services';
 import { ruleKey } from '../../lb/nftables';
 import { applyDelta, type Snapshot, sameService, snapshotDelta } from '../../lb/snapshot';
@@ -259,4 +259,21 @@ test('validation that remembers services gives what a whole validation gives; ot
     b.services[0],
     'remembered',
   );
+});
+
+test('a refused edit leaves the control worker’s running configuration as it was (timeouts too)', () => {
+  const doc = {
+    dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8 },
+    timeouts: { tcp: 900 },
+    services: [{ protocol: 'tcp', address: '10.96.0.10', port: 80, realServers: [{ address: '10.0.0.1' }] }],
+  };
+  const cfg = validateConfig(doc);
+  const limits = { maxServices: 8, maxRealServers: SLOTS };
+  const bad = runJob({ kind: 'edit', doc, ops: [{ op: 'setTimeouts', tcp: 99_999_999, tcpFin: 0, udp: 0 }], limits, base: { version: 7, next: 8, cfg } }, null);
+  assert.equal(bad.ok, false, 'a TCP timeout beyond the table’s range is refused');
+  assert.equal((bad as { stage: string }).stage, 'config');
+  // The next edit names the same running version: it must start from tcp 900, not the refused value.
+  const ok = runJob({ kind: 'edit', ops: [{ op: 'setTimeouts', tcp: 0, tcpFin: 0, udp: 40 }], limits, base: { version: 7, next: 9 } }, null);
+  assert.ok(ok.ok && 'patch' in ok, JSON.stringify(ok));
+  assert.deepEqual(ok.patch.docTop.timeouts, { tcp: 900, udp: 40 });
 });
