@@ -417,9 +417,15 @@ function editBody(json: JsonSchema) {
   return { schema: { body: json }, validatorCompiler: () => () => true };
 }
 
-/** The counter blocks whose rates the estimator follows (ipvsadm --rate): every listed service and real server. */
-function rateBlocks(d: Daemon): number[] {
-  return d.model.counterSlots().flatMap((s) => [d.stats.serviceBase(s.slot), ...s.realServers.map((r) => d.stats.realServerBase(r))]);
+/**
+ * The counter blocks whose rates the estimator follows (ipvsadm --rate): every listed service and
+ * real server, read as the estimator goes (110,000 bases built first took ~40 ms in one piece).
+ */
+function* rateBlocks(d: Daemon): Generator<number> {
+  for (const s of d.model.eachCounterSlots()) {
+    yield d.stats.serviceBase(s.slot);
+    for (const x of s.dests) yield d.stats.realServerBase(x.rs);
+  }
 }
 
 export async function startApi(d: Daemon, socket: string, log: Logger, tcp?: { listen: string; token?: string }): Promise<ApiServer> {

@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { availableParallelism, hostname } from 'node:os';
 import { parseConfigYaml } from './yaml-items';
-import { checkYamlDepth, parseYamlBounded as parseYaml } from './yaml-limits';
+import { parseYamlBounded as parseYaml } from './yaml-limits';
 import { formatIPv6, hostPort, inAnyCidr, isCidr, maskBits, parseIPv4, parseIPv6, splitHostPort } from '../net/addr';
 import { PROTOCOLS, type Protocol } from '../net/proto';
 import type { RedisSyncOptions } from '../conntrack/redis-sync';
@@ -1050,8 +1050,7 @@ export function readConfigDoc(file: string): unknown {
   }
   let doc: unknown;
   try {
-    checkYamlDepth(text);
-    doc = parseConfigYaml(text); // only the services not seen in the last parse (control/yaml-items.ts)
+    doc = parseConfigYaml(text); // its depth checked, only the services not seen in the last parse (control/yaml-items.ts)
   } catch (e) {
     throw new UvsError('UVS_ERR_CONFIG_READ', `${file}: not valid YAML: ${(e as Error).message}`);
   }

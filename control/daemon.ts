@@ -38,6 +38,8 @@ import { validateStateDrains } from './state-file';
 const MTU_REFRESH_MS = 5000;
 /** Every this many MTU refreshes the routes themselves are looked up again (`ip`, a fork). */
 const ROUTE_REFRESH_TICKS = 12;
+/** Trashed real-server slots the periodic sweep frees at most per turn (control/services.ts collectTrash). */
+const TRASH_PER_SWEEP = 500;
 /** The defense timer (kernel DEFENSE_TIMER_PERIOD, 1 s). */
 const DEFENSE_PERIOD_MS = 1000;
 /** Slow-start check period: steps are ≥ 1 s apart per service, so 250 ms keeps them on time within a quarter. */
@@ -303,7 +305,9 @@ export class Daemon {
     this.expiredTotal += removed;
     if (this.applying) return; // the model's timers and trash wait for the change being applied
     this.model.tick(now);
-    const freed = this.model.collectTrash();
+    // A bounded number per sweep: 10,000 slots freed at once (a churn's) held the control thread
+    // ~240 ms (their reply elements, one nft change); the rest wait for the next sweeps (~12 ms each).
+    const freed = this.model.collectTrash(0, TRASH_PER_SWEEP);
     if (freed > 0) void this.dataplane.changeReplyRules(this.model.replyChanges());
   }
 

@@ -323,7 +323,7 @@ export class ServiceModel {
         this.liveOf.set(s, live);
       } else todo.push({ key, s });
     }
-    this.checkCapacity(todo);
+    yield* this.checkCapacity(todo);
     for (const live of [...this.services.values()]) {
       if (!wanted.has(live) && !live.removing) yield* this.removeService(live);
     }
@@ -336,12 +336,14 @@ export class ServiceModel {
     return this.snapshot();
   }
 
-  private checkCapacity(todo: { key: string; s: ServiceConfig }[]): void {
+  /** Throws, before anything changed, when the services to add or edit need more slots than are free. In steps: 100,000 servers are ~100 ms. */
+  private *checkCapacity(todo: { key: string; s: ServiceConfig }[]): Generator<void> {
     let newSvcs = 0;
     let newRs = 0;
     for (const { key, s } of todo) {
       if (!this.services.has(key)) newSvcs++;
       for (const r of s.realServers) if (!this.rsSlots.has(`${key}|${r.address}:${r.port}`)) newRs++;
+      yield;
     }
     // Drained servers held only for late records give their slots up first (never one in use).
     if (newSvcs > this.freeSvc.length) this.collectTrash(Number.POSITIVE_INFINITY);
@@ -892,12 +894,14 @@ export class ServiceModel {
   /**
    * Frees trashed real-server slots nothing references any more (the kernel's dest trash GC,
    * ip_vs_dest_trash_expire: refcnt down to the trash's own): no connections or templates left,
-   * and not held by the scheduler state of its service (lblc's cache entry, lblcr's set).
+   * and not held by the scheduler state of its service (lblc's cache entry, lblcr's set). At most
+   * `limit` slots a call: the periodic sweep frees a churn's thousands of slots over several turns.
    */
-  collectTrash(need = 0): number {
+  collectTrash(need = 0, limit = Number.POSITIVE_INFINITY): number {
     let freed = 0;
     const now = this.clock();
     for (const info of [...this.trashed]) {
+      if (freed >= limit) break;
       const k = `${info.svcKey}|${info.addr}:${info.port}`;
       // A drained server's records are served until `until`; flows adopted meanwhile keep the slot
       // (and RSF_DRAINED) as long as they live, as a kernel dest stays in the trash while referenced.
@@ -1062,6 +1066,11 @@ export class ServiceModel {
       out.push({ key: l.key, slot: l.slot, realServers: l.compiled.dests.map((d) => d.rs) });
     }
     return out;
+  }
+
+  /** counterSlots() one service at a time, without arrays: its slot and its listed servers' (the rate estimator). */
+  *eachCounterSlots(): Generator<{ slot: number; dests: readonly { readonly rs: number }[] }> {
+    for (const l of this.services.values()) yield l.compiled;
   }
 
   /**

@@ -42,27 +42,38 @@ export interface PacketCounters {
 /** The kernel's estimator period (ip_vs_est.c: 2 s). */
 export const RATE_PERIOD_MS = 2000;
 
-/** Estimator state of one counter block: the last counters and the scaled averages. */
-interface Estimate {
-  last: FlowStats;
-  cps: number;
-  inpps: number;
-  outpps: number;
-  inbps: number;
-  outbps: number;
-}
+/**
+ * Estimator state per counter block, EST_WORDS doubles at (block index) × EST_WORDS: the last five
+ * counters (RSC_* order), then the scaled averages (cps, inpps, outpps, inbps, outbps).
+ */
+const EST_WORDS = 10;
+const EST_AVG = 5;
 
 export class StatsReader {
   private readonly regions: Float64Array[];
   private readonly maxRealServers: number;
-  /** Zero points (ipvsadm -Z and slot reuse): subtracted from the sums. */
-  private readonly zero = new Map<number, number>();
-  /** Rate estimator state per counter block (see estimate()). */
-  private readonly est = new Map<number, Estimate>();
+  /**
+   * Zero points (ipvsadm -Z and slot reuse), per word: subtracted from the sums. Typed arrays, not
+   * maps: at 10,000 services × 10 servers the estimator reads 550,000 words every 2 s, and a map
+   * lookup per word made a round ~250 ms of the control thread (perf/SCALE.md).
+   */
+  private readonly zero: Float64Array;
+  /** Rate estimator state (see estimate()), by block index; `known` 0 = not seen since its start or zero. */
+  private readonly est: Float64Array;
+  private readonly known: Uint8Array;
+  /** The estimator round that last saw each block: blocks a round did not list are forgotten. */
+  private readonly seenRound: Uint32Array;
+  private round = 0;
 
   constructor(regions: SharedArrayBuffer[], maxRealServers: number) {
     this.regions = regions.map((r) => new Float64Array(r));
     this.maxRealServers = maxRealServers;
+    const words = this.regions[0]?.length ?? L.W_GLOBAL_WORDS;
+    this.zero = new Float64Array(words);
+    const blocks = Math.max(0, Math.ceil((words - L.W_GLOBAL_WORDS) / L.RSC_WORDS));
+    this.est = new Float64Array(blocks * EST_WORDS);
+    this.known = new Uint8Array(blocks);
+    this.seenRound = new Uint32Array(blocks);
   }
 
   /** The largest value of word i among the workers (gauges such as L.C_CHAIN_MAX). */
@@ -86,7 +97,12 @@ export class StatsReader {
   word(i: number): number {
     let s = 0;
     for (const r of this.regions) s += r[i]!;
-    return s - (this.zero.get(i) ?? 0);
+    return s - this.zero[i]!;
+  }
+
+  /** A counter block's index in the estimator state. */
+  private static blockOf(base: number): number {
+    return (base - L.W_GLOBAL_WORDS) / L.RSC_WORDS;
   }
 
   private block(base: number): FlowStats {
@@ -112,9 +128,9 @@ export class StatsReader {
     for (let k = 0; k < L.RSC_WORDS; k++) {
       let s = 0;
       for (const r of this.regions) s += r[base + k]!;
-      this.zero.set(base + k, s);
+      this.zero[base + k] = s;
     }
-    this.est.delete(base); // ip_vs_zero_estimator: the rates start again from zero
+    this.known[StatsReader.blockOf(base)] = 0; // ip_vs_zero_estimator: the rates start again from zero
   }
   zeroRealServer(slot: number): void {
     this.zeroBlock(L.rsCounterBase(slot));
@@ -131,60 +147,70 @@ export class StatsReader {
    * avg += (rate − avg) >> 2 (EWMA, weight 1/4). A block seen for the first time, or zeroed since
    * (-Z, slot reuse), starts from its current counters with rates 0; blocks not listed are forgotten.
    */
-  estimate(bases: number[]): void {
+  estimate(bases: Iterable<number>): void {
     for (const _ of this.estimateSteps(bases));
   }
 
   /**
    * estimate() as steps of 1,000 blocks (control/slices.ts runSliced): at 10,000 services × 10
-   * servers one tick is 110,000 blocks, ~150–300 ms of the control thread in one piece. Each
-   * block's rate still spans the period between two of its own visits.
+   * servers one tick is 110,000 blocks, ~30 ms of the control thread. Each block's rate still
+   * spans the period between two of its own visits. `bases` may be read lazily.
    */
-  *estimateSteps(bases: number[]): Generator<void> {
-    const seen = new Set(bases);
+  *estimateSteps(bases: Iterable<number>): Generator<void> {
+    const round = ++this.round;
+    const e = this.est;
     let n = 0;
     for (const base of bases) {
       if (++n % 1000 === 0) yield;
+      const b = StatsReader.blockOf(base);
+      this.seenRound[b] = round;
       const conns = this.word(base + L.RSC_CONNS);
       const inPkts = this.word(base + L.RSC_INPKTS);
       const outPkts = this.word(base + L.RSC_OUTPKTS);
       const inBytes = this.word(base + L.RSC_INBYTES);
       const outBytes = this.word(base + L.RSC_OUTBYTES);
-      const e = this.est.get(base);
-      const last = e?.last;
+      const o = b * EST_WORDS;
       if (
-        !e ||
-        !last ||
-        conns < last.conns ||
-        inPkts < last.inPkts ||
-        outPkts < last.outPkts ||
-        inBytes < last.inBytes ||
-        outBytes < last.outBytes
+        this.known[b] === 0 ||
+        conns < e[o]! ||
+        inPkts < e[o + 1]! ||
+        outPkts < e[o + 2]! ||
+        inBytes < e[o + 3]! ||
+        outBytes < e[o + 4]!
       ) {
-        this.est.set(base, { last: { conns, inPkts, outPkts, inBytes, outBytes }, cps: 0, inpps: 0, outpps: 0, inbps: 0, outbps: 0 });
+        this.known[b] = 1;
+        e[o] = conns;
+        e[o + 1] = inPkts;
+        e[o + 2] = outPkts;
+        e[o + 3] = inBytes;
+        e[o + 4] = outBytes;
+        e.fill(0, o + EST_AVG, o + EST_WORDS);
         continue;
       }
-      e.cps = ewma(e.cps, (conns - last.conns) * 512);
-      e.inpps = ewma(e.inpps, (inPkts - last.inPkts) * 512);
-      e.outpps = ewma(e.outpps, (outPkts - last.outPkts) * 512);
-      e.inbps = ewma(e.inbps, (inBytes - last.inBytes) * 16);
-      e.outbps = ewma(e.outbps, (outBytes - last.outBytes) * 16);
-      last.conns = conns;
-      last.inPkts = inPkts;
-      last.outPkts = outPkts;
-      last.inBytes = inBytes;
-      last.outBytes = outBytes;
+      e[o + EST_AVG] = ewma(e[o + EST_AVG]!, (conns - e[o]!) * 512);
+      e[o + EST_AVG + 1] = ewma(e[o + EST_AVG + 1]!, (inPkts - e[o + 1]!) * 512);
+      e[o + EST_AVG + 2] = ewma(e[o + EST_AVG + 2]!, (outPkts - e[o + 2]!) * 512);
+      e[o + EST_AVG + 3] = ewma(e[o + EST_AVG + 3]!, (inBytes - e[o + 3]!) * 16);
+      e[o + EST_AVG + 4] = ewma(e[o + EST_AVG + 4]!, (outBytes - e[o + 4]!) * 16);
+      e[o] = conns;
+      e[o + 1] = inPkts;
+      e[o + 2] = outPkts;
+      e[o + 3] = inBytes;
+      e[o + 4] = outBytes;
     }
-    for (const b of this.est.keys()) if (!seen.has(b)) this.est.delete(b);
+    // Blocks this round did not list (their service or server is gone): forgotten.
+    for (let b = 0; b < this.known.length; b++) if (this.seenRound[b] !== round) this.known[b] = 0;
   }
 
   /** The estimator's read-out (ip_vs_read_estimator): per second, rounded as the kernel does. */
   rates(base: number): FlowRates {
-    const e = this.est.get(base);
-    if (!e) return { cps: 0, inPps: 0, outPps: 0, inBps: 0, outBps: 0 };
+    const b = StatsReader.blockOf(base);
+    if (this.known[b] !== 1) return { cps: 0, inPps: 0, outPps: 0, inBps: 0, outBps: 0 };
+    const e = this.est;
+    const o = b * EST_WORDS + EST_AVG;
     const pps = (v: number) => Math.floor((v + 0x1ff) / 1024);
     const bps = (v: number) => Math.floor((v + 0xf) / 32);
-    return { cps: pps(e.cps), inPps: pps(e.inpps), outPps: pps(e.outpps), inBps: bps(e.inbps), outBps: bps(e.outbps) };
+    return { cps: pps(e[o]!), inPps: pps(e[o + 1]!), outPps: pps(e[o + 2]!), inBps: bps(e[o + 3]!), outBps: bps(e[o + 4]!) };
   }
   serviceBase(slot: number): number {
     return L.svcCounterBase(this.maxRealServers, slot);
