@@ -26,7 +26,7 @@ import { serviceKey, ServiceModel, type PersistedDrain } from './services';
 import type { EditLimits, EditOp, ServiceRef } from './edits';
 import type { DisruptionPreview, PreviewService } from './disruption';
 import { Offload } from './offload';
-import { applyPatch, fromJobError, toJobError, type BaseRef, type Job, type JobResult } from './offload-jobs';
+import { applyPatch, fromJobError, toJobError, unpackSteps, type BaseRef, type Job, type JobResult } from './offload-jobs';
 import { runSliced, stopWatchingLoopDelay, watchLoopDelay } from './slices';
 import type { Snapshot } from '../lb/snapshot';
 import type { ListenerStatus } from './listen';
@@ -558,23 +558,22 @@ export class Daemon {
     }
   }
 
-  private applyResult(r: JobResult, source: 'file' | 'api'): Promise<Applied> {
+  private async applyResult(r: JobResult, source: 'file' | 'api'): Promise<Applied> {
     // A request refused for itself (an unknown service, a field, the limits) is no rejected configuration.
-    if (!r.ok)
-      return Promise.resolve(r.stage === 'config' ? this.rejected(fromJobError(r.error)) : { ok: false, error: fromJobError(r.error) });
+    if (!r.ok) return r.stage === 'config' ? this.rejected(fromJobError(r.error)) : { ok: false, error: fromJobError(r.error) };
     if ('patch' in r) {
       // What changed, on the configuration this thread runs (the unchanged services keep their objects).
       let next: { doc: Record<string, unknown>; cfg: UvsConfig };
       try {
+        await runSliced('unpack', unpackSteps(r.patch));
         next = applyPatch({ doc: this.doc as Record<string, unknown>, cfg: this.cfg }, r.patch);
       } catch (e) {
         this.docVersion = 0;
-        return Promise.resolve(this.rejected(e));
+        return this.rejected(e);
       }
       return this.applyDoc(next.doc, next.cfg, source, r.version);
     }
-    if (!('cfg' in r))
-      return Promise.resolve(this.rejected(new UvsError('UVS_ERR_API_INTERNAL', 'the control worker gave no configuration')));
+    if (!('cfg' in r)) return this.rejected(new UvsError('UVS_ERR_API_INTERNAL', 'the control worker gave no configuration'));
     return this.applyDoc(r.doc, r.cfg, source);
   }
 

@@ -13,6 +13,7 @@
  * a full 64 k table 100–290 ms; 100 000 batch operations seconds. Here they cost the control
  * thread the result's structured clone only (≈ 4 ms for that configuration).
  */
+import { deserialize, serialize } from 'node:v8';
 import * as L from '../conntrack/layout';
 import { entryAddr, type ConnTable } from '../conntrack/table';
 import { inAnyCidr } from '../net/addr';
@@ -72,6 +73,44 @@ export interface ConfigPatch {
   /** Per service of the answer, in order: its index in the base's services, or -1 for the next of `changed`. */
   from: Int32Array;
   changed: { key: string; doc: unknown; cfg: ServiceConfig }[];
+  /**
+   * Many changed services come serialized in parts (packPatch), `changed` empty: a message of
+   * 10,000 services is deserialized in one piece when it arrives, ~150 ms of the control thread;
+   * parts are read in slices (unpackSteps).
+   */
+  packed?: { bytes: Uint8Array; ends: number[] };
+}
+
+/** Changed services per serialized part (a part is read in a few ms). */
+const PACK_PART = 200;
+
+/** The worker's side: `changed` serialized in parts, into one buffer to move (not copy) to the control thread. */
+export function packPatch(p: ConfigPatch): ConfigPatch {
+  if (p.changed.length <= PACK_PART) return p;
+  const parts: Buffer[] = [];
+  for (let i = 0; i < p.changed.length; i += PACK_PART) parts.push(serialize(p.changed.slice(i, i + PACK_PART)));
+  const bytes = new Uint8Array(parts.reduce((n, b) => n + b.length, 0));
+  const ends: number[] = [];
+  let at = 0;
+  for (const b of parts) {
+    bytes.set(b, at);
+    ends.push((at += b.length));
+  }
+  return { ...p, changed: [], packed: { bytes, ends } };
+}
+
+/** The control thread's side: the parts read back into `changed`, one part a step (control/slices.ts). */
+export function* unpackSteps(p: ConfigPatch): Generator<void> {
+  const k = p.packed;
+  if (!k) return;
+  const buf = Buffer.from(k.bytes.buffer, k.bytes.byteOffset, k.bytes.byteLength);
+  let from = 0;
+  for (const end of k.ends) {
+    for (const c of deserialize(buf.subarray(from, end)) as ConfigPatch['changed']) p.changed.push(c);
+    from = end;
+    yield;
+  }
+  delete p.packed;
 }
 
 export type Job =
@@ -434,6 +473,10 @@ export function runJob(job: Job, table: ConnTable | null): JobResult {
       }
       try {
         held = { version: b.version, doc, cfg: validateRemembering(doc) };
+        // An edit of nothing, as an edit runs: its code compiled before the first real one comes
+        // (the first edit at 10,000 services took 4× the later ones).
+        const none = editDocument(cowDoc(held.doc, []), [], { maxServices: Infinity, maxRealServers: Infinity });
+        makePatch(held, none, validateRemembering(none));
       } catch {
         /* keeps the configuration it was sent */
       }

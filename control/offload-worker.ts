@@ -8,7 +8,7 @@ import { setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import * as L from '../conntrack/layout';
 import { ConnTable } from '../conntrack/table';
-import { runJob, type Job } from './offload-jobs';
+import { packPatch, runJob, type Job } from './offload-jobs';
 
 /**
  * This thread's nice value: its work (seconds of parsing for a 64 MB batch) waits for a CPU behind
@@ -34,5 +34,10 @@ parentPort!.on('message', (m: { id: number; job: Job }) => {
     const u = result.json;
     const own = u.byteOffset === 0 && u.byteLength === u.buffer.byteLength ? u : new Uint8Array(u);
     parentPort!.postMessage({ id: m.id, result: { ...result, json: own } }, [own.buffer as ArrayBuffer]);
+  } else if ('patch' in result && result.patch.changed.length > 0) {
+    // Many changed services: serialized in parts the control thread reads in slices (packPatch).
+    const patch = packPatch(result.patch);
+    const moved = patch.packed ? [patch.packed.bytes.buffer as ArrayBuffer] : [];
+    parentPort!.postMessage({ id: m.id, result: { ...result, patch } }, moved);
   } else parentPort!.postMessage({ id: m.id, result });
 });

@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { createRealServerRegion } from '../../conntrack/table';
 import { validateConfig, validateRemembering } from '../../control/config';
-import { applyPatch, makePatch, runJob } from '../../control/offload-jobs';
+import { applyPatch, makePatch, packPatch, runJob, unpackSteps } from '../../control/offload-jobs';
 import { sameValue, ServiceModel, serviceKey } from '../../control/services';
 import { ruleKey } from '../../lb/nftables';
 import { applyDelta, type Snapshot, sameService, snapshotDelta } from '../../lb/snapshot';
@@ -276,4 +276,26 @@ test('a refused edit leaves the control worker’s running configuration as it w
   const ok = runJob({ kind: 'edit', ops: [{ op: 'setTimeouts', tcp: 0, tcpFin: 0, udp: 40 }], limits, base: { version: 7, next: 9 } }, null);
   assert.ok(ok.ok && 'patch' in ok, JSON.stringify(ok));
   assert.deepEqual(ok.patch.docTop.timeouts, { tcp: 900, udp: 40 });
+});
+
+test('a patch of many changed services, packed in parts and read back in steps, gives the same configuration', () => {
+  const svc = (i: number, w: number) => ({ protocol: 'tcp', address: `10.96.${i >> 8}.${i & 255}`, port: 80, realServers: [{ address: '10.0.0.1', weight: w }] });
+  const dataplane = { vipCidrs: ['10.96.0.0/16'], maxRealServers: 4096, maxServices: 4096 };
+  const doc1 = { dataplane, services: Array.from({ length: 900 }, (_, i) => svc(i, 1)) };
+  const doc2 = { dataplane, services: Array.from({ length: 900 }, (_, i) => (i % 3 === 0 ? doc1.services[i]! : svc(i, 2))) };
+  const from = { doc: doc1 as Record<string, unknown>, cfg: validateConfig(doc1) };
+  const cfg2 = validateConfig(doc2);
+  const made = makePatch(from, doc2, cfg2);
+  assert.equal(made.changed.length, 600);
+  const packed = packPatch(made);
+  assert.equal(packed.changed.length, 0, 'the changed services travel packed');
+  assert.equal(packed.packed!.ends.length, 3, 'in parts of 200');
+  const moved = structuredClone(packed, { transfer: [packed.packed!.bytes.buffer as ArrayBuffer] });
+  let steps = 0;
+  for (const _ of unpackSteps(moved)) steps++;
+  assert.equal(steps, 3, 'one step a part');
+  assert.equal(moved.packed, undefined);
+  const got = applyPatch(from, moved);
+  assert.deepEqual(got.cfg, cfg2);
+  assert.deepEqual(got.doc, doc2);
 });
