@@ -733,7 +733,13 @@ export class Daemon {
     this.reloads.ok++;
     phase('rest');
     this.log.info(
-      { version: snapshot.version, services: cfg.services.length, source, ms: { worker: this.lastJobMs, ...phases } },
+      {
+        version: snapshot.version,
+        services: cfg.services.length,
+        source,
+        // worker: the job's round trip from this thread; job: its run in the worker alone.
+        ms: { worker: this.lastJobMs, job: Math.round(this.offload.lastJobMs), ...phases },
+      },
       source === 'file' ? 'configuration reloaded' : 'configuration changed through the API',
     );
     return { ok: true, version: snapshot.version };

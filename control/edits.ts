@@ -256,8 +256,7 @@ export function checkBatchLimits(doc: unknown, ops: EditOp[], limits: EditLimits
   const key = (r: unknown) => (r !== null && typeof r === 'object' ? keyOf(refOf(r as Record<string, unknown>)) : '');
   const count = new Map<string, number>(); // service → real servers
   const svcs = (doc as { services?: unknown } | null)?.services;
-  if (Array.isArray(svcs))
-    for (const s of svcs as Svc[]) if (s && typeof s === 'object') count.set(mappingKey(s), rsCount(s.realServers));
+  if (Array.isArray(svcs)) for (const s of svcs as Svc[]) if (s && typeof s === 'object') count.set(mappingKey(s), rsCount(s.realServers));
   for (const o of ops) {
     if (o === null || typeof o !== 'object') continue; // not an operation: the body schema refuses it
     const k = o.op === 'addService' || o.op === 'editService' ? key(o.service) : 'ref' in o ? key(o.ref) : '';

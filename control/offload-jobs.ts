@@ -359,7 +359,8 @@ export function applyPatch(
   for (let i = 0; i < p.from.length; i++) {
     const j = p.from[i]!;
     if (j >= 0) {
-      if (j >= fromSvcs.length) throw new UvsError('UVS_ERR_API_INTERNAL', `the control worker's answer names service ${j} of ${fromSvcs.length}`);
+      if (j >= fromSvcs.length)
+        throw new UvsError('UVS_ERR_API_INTERNAL', `the control worker's answer names service ${j} of ${fromSvcs.length}`);
       docSvcs[i] = fromDoc[j];
       cfgSvcs[i] = fromSvcs[j]!;
     } else {

@@ -27,17 +27,19 @@ const shared = workerData as { table: SharedArrayBuffer; realServers: SharedArra
 const table = shared ? new ConnTable(shared.table, shared.realServers, L.OWNER_CONTROL) : null;
 
 parentPort!.on('message', (m: { id: number; job: Job }) => {
+  const t0 = performance.now();
   const result = runJob(m.job, table);
+  const ms = performance.now() - t0; // the job alone, without the messages (Offload.lastJobMs)
   // A listing's bytes move to the control thread instead of being copied; a small Buffer may be
   // a slice of Node's shared pool, which must not move: it is copied into its own memory first.
   if ('json' in result) {
     const u = result.json;
     const own = u.byteOffset === 0 && u.byteLength === u.buffer.byteLength ? u : new Uint8Array(u);
-    parentPort!.postMessage({ id: m.id, result: { ...result, json: own } }, [own.buffer as ArrayBuffer]);
+    parentPort!.postMessage({ id: m.id, ms, result: { ...result, json: own } }, [own.buffer as ArrayBuffer]);
   } else if ('patch' in result && result.patch.changed.length > 0) {
     // Many changed services: serialized in parts the control thread reads in slices (packPatch).
     const patch = packPatch(result.patch);
     const moved = patch.packed ? [patch.packed.bytes.buffer as ArrayBuffer] : [];
-    parentPort!.postMessage({ id: m.id, result: { ...result, patch } }, moved);
-  } else parentPort!.postMessage({ id: m.id, result });
+    parentPort!.postMessage({ id: m.id, ms, result: { ...result, patch } }, moved);
+  } else parentPort!.postMessage({ id: m.id, ms, result });
 });

@@ -22,6 +22,8 @@ export class Offload {
   private nextId = 1;
   private readonly pending = new Map<number, { resolve: (r: JobResult) => void; reject: (e: Error) => void }>();
   private stopped = false;
+  /** How long the last job answered ran in the worker (ms), its messages aside. */
+  lastJobMs = 0;
 
   constructor(
     private readonly shared: { table: SharedArrayBuffer; realServers: SharedArrayBuffer } | null,
@@ -33,7 +35,8 @@ export class Offload {
       workerData: this.shared,
       resourceLimits: { maxOldGenerationSizeMb: WORKER_HEAP_MB },
     });
-    w.on('message', (m: { id: number; result: JobResult }) => {
+    w.on('message', (m: { id: number; ms: number; result: JobResult }) => {
+      this.lastJobMs = m.ms;
       const p = this.pending.get(m.id);
       this.pending.delete(m.id);
       p?.resolve(m.result);

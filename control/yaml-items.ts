@@ -25,6 +25,7 @@
  */
 import { parse } from 'yaml';
 import { checkYamlDepth } from './yaml-limits';
+import { parsePlainItem } from './yaml-plain';
 
 interface Cut {
   head: string;
@@ -120,8 +121,10 @@ function lastByText(): Map<string, unknown> {
   return m;
 }
 
-/** One item parsed alone, or undefined when it does not parse as exactly one item. */
+/** One item parsed alone (the plain subset without the library: yaml-plain.ts), or undefined when it does not parse as exactly one item. */
 function parseItem(item: string): unknown {
+  const plain = parsePlainItem(item);
+  if (plain !== undefined) return plain;
   const one = parse(item) as unknown;
   return Array.isArray(one) && one.length === 1 ? one[0] : undefined;
 }
@@ -133,9 +136,7 @@ const CHUNK = 1 << 16;
 function shared(a: Buffer, b: Buffer, max: number, fromEnd: boolean): number {
   // Whether the first (last) n + m bytes are equal, knowing the first (last) n are: native compares.
   const same = (n: number, m: number) =>
-    fromEnd
-      ? a.compare(b, b.length - n - m, b.length - n, a.length - n - m, a.length - n) === 0
-      : a.compare(b, n, n + m, n, n + m) === 0;
+    fromEnd ? a.compare(b, b.length - n - m, b.length - n, a.length - n - m, a.length - n) === 0 : a.compare(b, n, n + m, n, n + m) === 0;
   let n = 0;
   while (n < max) {
     const m = Math.min(CHUNK, max - n);

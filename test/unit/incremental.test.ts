@@ -61,7 +61,13 @@ function randomServices(r: () => number) {
 
 const config = (services: unknown[]) =>
   validateConfig({
-    dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254', fullnat: { addresses: ['10.0.0.200'] } },
+    dataplane: {
+      vipCidrs: ['10.96.0.0/24'],
+      maxRealServers: SLOTS,
+      maxServices: 8,
+      tunnelSource: '10.0.0.254',
+      fullnat: { addresses: ['10.0.0.200'] },
+    },
     services,
   });
 
@@ -90,7 +96,13 @@ test('a worker patched by snapshot deltas holds what a whole snapshot holds, aft
       const keep = r() < 0.5;
       const before = new Map(raw.map((x) => [serviceKey(x), x]));
       raw = fresh.map((x) => (keep && r() < 0.6 ? before.get(serviceKey(x)) : undefined) ?? x);
-      const dataplane = { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254', fullnat: { addresses: ['10.0.0.200'] } };
+      const dataplane = {
+        vipCidrs: ['10.96.0.0/24'],
+        maxRealServers: SLOTS,
+        maxServices: 8,
+        tunnelSource: '10.0.0.254',
+        fullnat: { addresses: ['10.0.0.200'] },
+      };
       const next = m.apply(keep ? validateRemembering({ dataplane, services: raw }) : config(raw));
       // Only the changed services are copied into a snapshot: it must hold what a whole copy holds.
       assert.deepEqual(next.services, m.compiledWhole(), `seed ${seed} step ${step}: the snapshot against a whole rebuild`);
@@ -199,7 +211,13 @@ test('the control worker’s answer as a patch: applied to the running configura
   for (let seed = 1; seed <= 200; seed++) {
     const r = rng(seed);
     const doc1 = {
-      dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254', fullnat: { addresses: ['10.0.0.200'] } },
+      dataplane: {
+        vipCidrs: ['10.96.0.0/24'],
+        maxRealServers: SLOTS,
+        maxServices: 8,
+        tunnelSource: '10.0.0.254',
+        fullnat: { addresses: ['10.0.0.200'] },
+      },
       services: randomServices(r),
     };
     const cfg1 = validateConfig(doc1);
@@ -232,7 +250,13 @@ test('the control worker’s answer as a patch: applied to the running configura
 test('validation that remembers services gives what a whole validation gives; other sections changed, it validates again', () => {
   for (let seed = 1; seed <= 100; seed++) {
     const r = rng(seed);
-    const dataplane = { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8, tunnelSource: '10.0.0.254', fullnat: { addresses: ['10.0.0.200'] } };
+    const dataplane = {
+      vipCidrs: ['10.96.0.0/24'],
+      maxRealServers: SLOTS,
+      maxServices: 8,
+      tunnelSource: '10.0.0.254',
+      fullnat: { addresses: ['10.0.0.200'] },
+    };
     let services = randomServices(r) as unknown[];
     for (let step = 0; step < 5; step++) {
       // Keep some mappings (the same objects, as the control worker's document does), replace others.
@@ -269,17 +293,28 @@ test('a refused edit leaves the control worker’s running configuration as it w
   };
   const cfg = validateConfig(doc);
   const limits = { maxServices: 8, maxRealServers: SLOTS };
-  const bad = runJob({ kind: 'edit', doc, ops: [{ op: 'setTimeouts', tcp: 99_999_999, tcpFin: 0, udp: 0 }], limits, base: { version: 7, next: 8, cfg } }, null);
+  const bad = runJob(
+    { kind: 'edit', doc, ops: [{ op: 'setTimeouts', tcp: 99_999_999, tcpFin: 0, udp: 0 }], limits, base: { version: 7, next: 8, cfg } },
+    null,
+  );
   assert.equal(bad.ok, false, 'a TCP timeout beyond the table’s range is refused');
   assert.equal((bad as { stage: string }).stage, 'config');
   // The next edit names the same running version: it must start from tcp 900, not the refused value.
-  const ok = runJob({ kind: 'edit', ops: [{ op: 'setTimeouts', tcp: 0, tcpFin: 0, udp: 40 }], limits, base: { version: 7, next: 9 } }, null);
+  const ok = runJob(
+    { kind: 'edit', ops: [{ op: 'setTimeouts', tcp: 0, tcpFin: 0, udp: 40 }], limits, base: { version: 7, next: 9 } },
+    null,
+  );
   assert.ok(ok.ok && 'patch' in ok, JSON.stringify(ok));
   assert.deepEqual(ok.patch.docTop.timeouts, { tcp: 900, udp: 40 });
 });
 
 test('a patch of many changed services, packed in parts and read back in steps, gives the same configuration', () => {
-  const svc = (i: number, w: number) => ({ protocol: 'tcp', address: `10.96.${i >> 8}.${i & 255}`, port: 80, realServers: [{ address: '10.0.0.1', weight: w }] });
+  const svc = (i: number, w: number) => ({
+    protocol: 'tcp',
+    address: `10.96.${i >> 8}.${i & 255}`,
+    port: 80,
+    realServers: [{ address: '10.0.0.1', weight: w }],
+  });
   const dataplane = { vipCidrs: ['10.96.0.0/16'], maxRealServers: 4096, maxServices: 4096 };
   const doc1 = { dataplane, services: Array.from({ length: 900 }, (_, i) => svc(i, 1)) };
   const doc2 = { dataplane, services: Array.from({ length: 900 }, (_, i) => (i % 3 === 0 ? doc1.services[i]! : svc(i, 2))) };

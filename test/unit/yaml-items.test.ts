@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { cutServices, parseConfigYaml } from '../../control/yaml-items';
+import { mulberry32 } from '../helpers/rng';
 
 const ROOT = join(__dirname, '..', '..', '..');
 
@@ -68,14 +69,10 @@ test('an item that does not parse: the whole parse’s error, with the file’s 
   );
 });
 
+/** A number in [0, 1) per call, seeded. */
 function rng(seed: number): () => number {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    return (x >>> 0) / 4294967296;
-  };
+  const next = mulberry32(seed);
+  return () => next() / 4294967296;
 }
 
 /** yaml's whole parse, or its error message. */
@@ -132,7 +129,10 @@ test('a file changed a little at a time gives the whole parse’s value or error
       } else {
         // A few characters put in or taken out anywhere.
         const at = Math.floor(r() * (text.length + 1));
-        text = r() < 0.6 ? text.slice(0, at) + pieces[Math.floor(r() * pieces.length)]! + text.slice(at) : text.slice(0, at) + text.slice(at + 1 + Math.floor(r() * 3));
+        text =
+          r() < 0.6
+            ? text.slice(0, at) + pieces[Math.floor(r() * pieces.length)]! + text.slice(at)
+            : text.slice(0, at) + text.slice(at + 1 + Math.floor(r() * 3));
       }
       assert.deepEqual(ours(text), wholeParse(text), `seed ${seed} step ${step}:\n${text}`);
       assert.deepEqual(ours(text), wholeParse(text), `seed ${seed} step ${step}, the same text again`);
@@ -143,7 +143,12 @@ test('a file changed a little at a time gives the whole parse’s value or error
 test('a small change re-parses only the items it touches; the others and the rest keep their values', () => {
   const doc = (w: number) => ({
     dataplane: { vipCidrs: ['10.0.0.0/16'] },
-    services: Array.from({ length: 40 }, (_, i) => ({ protocol: 'tcp', address: '10.0.0.1', port: 1000 + i, realServers: [{ address: '10.1.0.1', weight: i === 20 ? w : 1 }] })),
+    services: Array.from({ length: 40 }, (_, i) => ({
+      protocol: 'tcp',
+      address: '10.0.0.1',
+      port: 1000 + i,
+      realServers: [{ address: '10.1.0.1', weight: i === 20 ? w : 1 }],
+    })),
     log: { level: 'info' },
   });
   const a = parseConfigYaml(stringify(doc(1))) as { services: unknown[]; dataplane: unknown };
@@ -166,7 +171,12 @@ test('nesting too deep inside a changed item is refused as in a whole parse', ()
 test('a large file (many compare chunks): changes near its start, middle and end give the whole parse’s value', () => {
   const doc = {
     dataplane: { vipCidrs: ['10.0.0.0/16'] },
-    services: Array.from({ length: 1500 }, (_, i) => ({ protocol: 'tcp', address: '10.0.0.1', port: 1000 + i, realServers: [{ address: '10.1.0.1', weight: 1 }] })),
+    services: Array.from({ length: 1500 }, (_, i) => ({
+      protocol: 'tcp',
+      address: '10.0.0.1',
+      port: 1000 + i,
+      realServers: [{ address: '10.1.0.1', weight: 1 }],
+    })),
     log: { level: 'info' },
   };
   parseConfigYaml(stringify(doc));
