@@ -252,6 +252,9 @@ export interface EditLimits {
  * the full check would also refuse; it just refuses it first.
  */
 export function checkBatchLimits(doc: unknown, ops: EditOp[], limits: EditLimits): void {
+  // Edits of a real server and timeouts change no count: nothing to check (and no walk of 10,000
+  // services). An editService may bring another real-server list: it is counted.
+  if (ops.every((o) => o !== null && typeof o === 'object' && (o.op === 'editRealServer' || o.op === 'setTimeouts'))) return;
   const rsCount = (list: unknown) => (Array.isArray(list) ? list.length : 0);
   const key = (r: unknown) => (r !== null && typeof r === 'object' ? keyOf(refOf(r as Record<string, unknown>)) : '');
   const count = new Map<string, number>(); // service → real servers

@@ -103,7 +103,7 @@ export class HealthChecker {
     }
     for (const [k, t] of this.targets) {
       const w = want.get(k);
-      if (!w || JSON.stringify(w.cfg) !== JSON.stringify(t.cfg) || w.port !== t.port) {
+      if (!w || (w.cfg !== t.cfg && JSON.stringify(w.cfg) !== JSON.stringify(t.cfg)) || w.port !== t.port) {
         if (t.timer) clearTimeout(t.timer);
         this.targets.delete(k);
       }

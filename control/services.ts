@@ -89,6 +89,21 @@ export function slowStartWeight(weight: number, elapsed: number, window: number)
   return Math.max(1, Math.ceil((weight * Math.max(0, elapsed)) / window));
 }
 
+/** applySteps compares with the last list place by place while at most this many places differ. */
+const MAX_PLACES = 256;
+
+/** The places where two lists hold other objects (past the shorter one's end too), or null beyond `max`. */
+function differingPlaces<T>(a: readonly T[], b: readonly T[], max: number): number[] | null {
+  const out: number[] = [];
+  const n = Math.max(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    if (a[i] === b[i]) continue;
+    if (out.length === max) return null;
+    out.push(i);
+  }
+  return out;
+}
+
 export function serviceKey(s: { protocol: string; address: string; port: number }): string {
   return `${s.protocol} ${s.address}:${s.port}`;
 }
@@ -190,6 +205,8 @@ export class ServiceModel {
   readonly maxRealServers: number;
   readonly maxServices: number;
   private services = new Map<string, LiveService>();
+  /** The configuration's services as last applied, in order (applySteps compares place by place); null after a change that did not end. */
+  private applied: ServiceConfig[] | null = null;
   /** Live services by slot (the snapshot's dirty slots are looked up here). */
   private bySlot = new Map<number, LiveService>();
   /**
@@ -304,16 +321,15 @@ export class ServiceModel {
     // Services whose configuration is what runs: nothing to do for them (a reload that changes
     // one of 10,000 services costs that one, issue 37). The object applied last is found by its
     // identity (the control worker keeps an unchanged service's object: offload-jobs.ts); another
-    // object by key and value. In steps too: 10,000 keys are ~20 ms.
+    // object by key and value. Where the list is the last one's but for a few places, only those
+    // are looked at; in steps, as 10,000 keys are ~20 ms.
     const wanted = new Set<LiveService>();
     const todo: { key: string; s: ServiceConfig }[] = [];
-    let n = 0;
-    for (const s of cfg.services) {
-      if (++n % 1000 === 0) yield;
+    const look = (s: ServiceConfig): void => {
       const mine = this.liveOf.get(s);
       if (mine !== undefined && mine.cfg === s && !mine.removing && this.services.get(mine.key) === mine) {
         wanted.add(mine);
-        continue;
+        return;
       }
       const key = serviceKey(s);
       const live = this.services.get(key);
@@ -322,10 +338,34 @@ export class ServiceModel {
         live.cfg = s;
         this.liveOf.set(s, live);
       } else todo.push({ key, s });
+    };
+    const prev = this.applied;
+    this.applied = null; // until this change has run to its end
+    const places = prev ? differingPlaces(prev, cfg.services, MAX_PLACES) : null;
+    let gone: ServiceConfig[];
+    if (prev && places) {
+      for (const i of places) if (i < cfg.services.length) look(cfg.services[i]!);
+      gone = places.filter((i) => i < prev.length).map((i) => prev[i]!);
+    } else {
+      let n = 0;
+      for (const s of cfg.services) {
+        if (++n % 1000 === 0) yield;
+        look(s);
+      }
+      gone = [];
     }
     yield* this.checkCapacity(todo);
-    for (const live of [...this.services.values()]) {
-      if (!wanted.has(live) && !live.removing) yield* this.removeService(live);
+    if (prev && places) {
+      // Only services at the differing places can have left: those whose object is gone and whose key nothing took.
+      for (const o of gone) {
+        const live = this.liveOf.get(o);
+        if (live && live.cfg === o && !live.removing && !wanted.has(live) && this.services.get(live.key) === live)
+          yield* this.removeService(live);
+      }
+    } else {
+      for (const live of [...this.services.values()]) {
+        if (!wanted.has(live) && !live.removing) yield* this.removeService(live);
+      }
     }
     for (const { key, s } of todo) {
       const live = this.services.get(key);
@@ -333,6 +373,7 @@ export class ServiceModel {
       else yield* this.addService(s);
       yield;
     }
+    this.applied = cfg.services.slice();
     return this.snapshot();
   }
 

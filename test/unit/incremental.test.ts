@@ -103,7 +103,20 @@ test('a worker patched by snapshot deltas holds what a whole snapshot holds, aft
         tunnelSource: '10.0.0.254',
         fullnat: { addresses: ['10.0.0.200'] },
       };
-      const next = m.apply(keep ? validateRemembering({ dataplane, services: raw }) : config(raw));
+      const cfg = keep ? validateRemembering({ dataplane, services: raw }) : config(raw);
+      const next = m.apply(cfg);
+      // The model holds what the configuration says: its services (those not configured only drain)
+      // and, in each, every configured server with its configured weight where nothing quiesced it.
+      const listed = m.list().filter((x) => !x.removing);
+      assert.deepEqual(listed.map((x) => x.key).sort(), cfg.services.map(serviceKey).sort(), `seed ${seed} step ${step}: services`);
+      for (const c of cfg.services) {
+        const x = listed.find((l) => l.key === serviceKey(c))!;
+        for (const rc of c.realServers) {
+          const v = x.realServers.find((y) => y.address === rc.address && y.port === rc.port);
+          assert.ok(v, `seed ${seed} step ${step}: ${serviceKey(c)} lists ${rc.address}:${rc.port}`);
+          assert.equal(v.configuredWeight, rc.weight, `seed ${seed} step ${step}: ${serviceKey(c)} ${rc.address}:${rc.port} weight`);
+        }
+      }
       // Only the changed services are copied into a snapshot: it must hold what a whole copy holds.
       assert.deepEqual(next.services, m.compiledWhole(), `seed ${seed} step ${step}: the snapshot against a whole rebuild`);
       assert.deepEqual(next.proxyProtocol, wholePp(m), `seed ${seed} step ${step}: PROXY protocol by slot`);
