@@ -229,6 +229,13 @@ export class ServiceModel {
   private published: CompiledService[] = [];
   /** PROXY protocol version per real-server slot of the listed servers (Snapshot.proxyProtocol), kept as they change. */
   private readonly pp: Uint8Array;
+  /**
+   * The last snapshot's service index and PROXY protocol copy, kept while nothing they hold
+   * changed (a service added or removed; a server's PROXY protocol): the same objects go in the
+   * next snapshot, and the workers' delta leaves them out (lb/snapshot.ts snapshotDelta).
+   */
+  private lastIndex: { lookup: Int32Array; lookupMask: number } | null = null;
+  private lastPp: Uint8Array | null = null;
   private freeRs: number[] = [];
   private freeSvc: number[] = [];
   private svcSlotRefs: Int32Array;
@@ -456,6 +463,7 @@ export class ServiceModel {
     const live: LiveService = { key, slot, cfg: s, compiled, rsCfg: new Map(), removing: false, nextTick: null, lastRampStep: 0 };
     this.services.set(key, live);
     this.bySlot.set(slot, live);
+    this.lastIndex = null;
     this.liveOf.set(s, live);
     this.dirty.add(slot);
     this.bindScheduler(live);
@@ -542,6 +550,7 @@ export class ServiceModel {
     for (const d of [...live.compiled.dests]) this.delDest(live, `${destAddr(d)}:${d.port}`);
     this.services.delete(live.key);
     this.bySlot.delete(live.slot);
+    this.lastIndex = null;
     this.dirty.add(live.slot);
     if (this.svcSlotRefs[live.slot] === 0) this.freeSvc.push(live.slot);
     else this.orphanSvcSlots.add(live.slot);
@@ -832,7 +841,7 @@ export class ServiceModel {
       fwd: FWD[r.forwarding]!,
       pp: PP[r.proxyProtocol ?? ''] ?? 0,
     };
-    this.pp[info.slot] = d.pp;
+    this.setPp(info.slot, d.pp);
     live.compiled.dests = [d, ...before]; // list_add_rcu: at the head
     this.change(live, 'add', info.slot, -1, before);
   }
@@ -847,7 +856,7 @@ export class ServiceModel {
     Atomics.store(this.rs, o + L.RS_WEIGHT, weight);
     const before = live.compiled.dests.slice();
     const position = before.findIndex((d) => d.rs === info.slot);
-    this.pp[info.slot] = PP[r.proxyProtocol ?? ''] ?? 0;
+    this.setPp(info.slot, PP[r.proxyProtocol ?? ''] ?? 0);
     live.compiled.dests = before.map((d, i) =>
       // last_weight follows the weight unless the new weight is 0 (mh keeps its table on quiesce).
       i === position
@@ -900,9 +909,15 @@ export class ServiceModel {
     this.ramps.delete(`${live.key}|${k}`);
     info.listed = false;
     this.trashed.add(info);
-    this.pp[info.slot] = 0;
+    this.setPp(info.slot, 0);
     Atomics.and(this.rs, info.slot * L.RS_WORDS + L.RS_FLAGS, ~L.RSF_AVAILABLE);
     this.change(live, 'del', info.slot, position, before);
+  }
+
+  private setPp(slot: number, v: number): void {
+    if (this.pp[slot] === v) return;
+    this.pp[slot] = v;
+    this.lastPp = null;
   }
 
   /**
@@ -1020,7 +1035,8 @@ export class ServiceModel {
     while (len > 0 && services[len - 1] === undefined) len--;
     services.length = len;
     this.published = services;
-    const { lookup, lookupMask } = buildLookup(services);
+    this.lastIndex ??= buildLookup(services);
+    const { lookup, lookupMask } = this.lastIndex;
     const v4 = this.vipCidrs.map((c) => parseCidr(c)).filter((c) => c !== null);
     const vips = new Int32Array(v4.length * 2);
     v4.forEach((p, i) => {
@@ -1036,7 +1052,8 @@ export class ServiceModel {
     const pool6 = this.fullnat.addresses.map((a) => parseIPv6(a)).filter((a) => a !== null);
     const fullnatAddrs6 = new Int32Array(pool6.length * 4);
     pool6.forEach((a, i) => fullnatAddrs6.set(a, i * 4));
-    const proxyProtocol = this.pp.slice();
+    this.lastPp ??= this.pp.slice();
+    const proxyProtocol = this.lastPp;
     return {
       version: ++this.version,
       services,

@@ -171,8 +171,12 @@ export function inVipRange(snap: Snapshot, addr: number): boolean {
  * cost to publish is its own size, where a whole snapshot cloned per worker took 130 ms at
  * 10,000 services × 10 servers. Values are absolute: applying a delta twice changes nothing.
  */
-export interface SnapshotDelta extends Omit<Snapshot, 'services'> {
+export interface SnapshotDelta extends Omit<Snapshot, 'services' | 'lookup' | 'lookupMask' | 'proxyProtocol'> {
   kind: 'delta';
+  /** Absent: the same as the last snapshot's (the control thread kept the object: 640 KB a worker at 16,384 services). */
+  lookup?: Int32Array;
+  lookupMask?: number;
+  proxyProtocol?: Uint8Array;
   set: CompiledService[];
   clear: number[];
   /** A part: more services of this delta follow; only the last part (without `more`) is applied, with all of them. */
@@ -208,7 +212,7 @@ export function sameService(a: CompiledService, b: CompiledService): boolean {
 
 /** The delta that turns a worker's `prev` into `next` (both with services at their slots). */
 export function snapshotDelta(prev: Snapshot, next: Snapshot): SnapshotDelta {
-  const { services, ...rest } = next;
+  const { services, lookup, lookupMask, proxyProtocol, ...rest } = next;
   const set: CompiledService[] = [];
   const clear: number[] = [];
   const n = Math.max(prev.services.length, services.length);
@@ -219,7 +223,14 @@ export function snapshotDelta(prev: Snapshot, next: Snapshot): SnapshotDelta {
       if (a !== undefined) clear.push(i);
     } else if (a === undefined || !sameService(a, b)) set.push(b);
   }
-  return { ...rest, kind: 'delta', set, clear };
+  return {
+    ...rest,
+    ...(lookup !== prev.lookup ? { lookup, lookupMask } : {}),
+    ...(proxyProtocol !== prev.proxyProtocol ? { proxyProtocol } : {}),
+    kind: 'delta',
+    set,
+    clear,
+  };
 }
 
 /** A worker's side: `cur` becomes the snapshot the delta was made for (in place; returned). */

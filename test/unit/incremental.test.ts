@@ -16,7 +16,7 @@ import { validateConfig, validateRemembering } from '../../control/config';
 import { applyPatch, makePatch, packPatch, runJob, unpackSteps } from '../../control/offload-jobs';
 import { sameValue, ServiceModel, serviceKey } from '../../control/services';
 import { ruleKey } from '../../lb/nftables';
-import { applyDelta, type Snapshot, sameService, snapshotDelta } from '../../lb/snapshot';
+import { applyDelta, buildLookup, type Snapshot, sameService, snapshotDelta } from '../../lb/snapshot';
 
 const SLOTS = 64;
 const SERVICES = [
@@ -120,6 +120,7 @@ test('a worker patched by snapshot deltas holds what a whole snapshot holds, aft
       // Only the changed services are copied into a snapshot: it must hold what a whole copy holds.
       assert.deepEqual(next.services, m.compiledWhole(), `seed ${seed} step ${step}: the snapshot against a whole rebuild`);
       assert.deepEqual(next.proxyProtocol, wholePp(m), `seed ${seed} step ${step}: PROXY protocol by slot`);
+      assert.deepEqual(next.lookup, buildLookup(m.compiledWhole()).lookup, `seed ${seed} step ${step}: the service index`);
       // postMessage clones: the worker never shares objects with the control thread.
       worker = applyDelta(worker, structuredClone(snapshotDelta(published, next)));
       published = next;
@@ -156,6 +157,7 @@ test('a worker patched by snapshot deltas holds what a whole snapshot holds, aft
       const between = m.snapshot();
       assert.deepEqual(between.services, m.compiledWhole(), `${where}: after verdicts and drains`);
       assert.deepEqual(between.proxyProtocol, wholePp(m), `${where}: PROXY protocol by slot after verdicts and drains`);
+      assert.deepEqual(between.lookup, buildLookup(m.compiledWhole()).lookup, `${where}: the service index after verdicts and drains`);
       worker = applyDelta(worker, structuredClone(snapshotDelta(published, between)));
       published = between;
       for (let i = 0; i < between.services.length; i++) assert.deepEqual(worker.services[i], between.services[i], `${where}: slot ${i}`);
