@@ -9,6 +9,10 @@
  * (protocol, address, port) and one ICMP address for every masq server listed or in the trash.
  */
 import { test } from 'node:test';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
 import assert from 'node:assert/strict';
 import * as L from '../../conntrack/layout';
 import { createRealServerRegion } from '../../conntrack/table';
@@ -348,4 +352,58 @@ test('a patch of many changed services, packed in parts and read back in steps, 
   const got = applyPatch(from, moved);
   assert.deepEqual(got.cfg, cfg2);
   assert.deepEqual(got.doc, doc2);
+});
+
+test('the prime job (file parsed, edit and reload paths warmed) leaves the running configuration as it is', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'uvs-prime-'));
+  try {
+    const file = join(dir, 'uvs.yaml');
+    const doc = {
+      dataplane: { vipCidrs: ['10.96.0.0/24'], maxRealServers: SLOTS, maxServices: 8 },
+      services: [0, 1, 2].map((i) => ({
+        protocol: 'tcp',
+        address: `10.96.0.${10 + i}`,
+        port: 80,
+        realServers: [{ address: '10.0.0.1', weight: 1 + i }],
+      })),
+    };
+    writeFileSync(file, stringify(doc));
+    const cfg = validateConfig(doc);
+    const limits = { maxServices: 8, maxRealServers: SLOTS };
+    const primed = runJob({ kind: 'prime', file, doc, base: { version: 41, next: 41, cfg } }, null);
+    assert.ok(primed.ok);
+    // The same file again: nothing changed, every service named by its place.
+    const same = runJob({ kind: 'file', file, base: { version: 41, next: 42 } }, null);
+    assert.ok(same.ok && 'patch' in same, JSON.stringify(same));
+    assert.deepEqual(same.patch.changed, []);
+    assert.deepEqual([...same.patch.from], [0, 1, 2]);
+    // One weight: one service, with the new weight and the others' as they were.
+    const one = runJob(
+      {
+        kind: 'edit',
+        ops: [
+          {
+            op: 'editRealServer',
+            ref: { protocol: 'tcp', address: '10.96.0.11', port: 80 },
+            realServer: { address: '10.0.0.1', weight: 9 },
+          },
+        ],
+        limits,
+        base: { version: 42, next: 43 },
+      },
+      null,
+    );
+    assert.ok(one.ok && 'patch' in one, JSON.stringify(one));
+    assert.deepEqual(
+      one.patch.changed.map((c) => [c.key, c.cfg.realServers[0]!.weight]),
+      [['tcp 10.96.0.11:80', 9]],
+    );
+    const got = applyPatch({ doc: doc as Record<string, unknown>, cfg }, one.patch);
+    assert.deepEqual(
+      got.cfg.services.map((x) => x.realServers[0]!.weight),
+      [1, 9, 3],
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
