@@ -720,10 +720,13 @@ export class Daemon {
       this.applying = false;
       for (const fn of this.afterApply.splice(0)) fn();
     }
-    await this.dataplane.changeReplyRules(this.model.replyChanges());
-    phase('replies');
-    await this.mtus.changed();
-    phase('mtus');
+    // The reply elements and the new slots' route MTUs together: two commands (nft, ip) that
+    // need nothing of each other; at 10,000 changed servers each takes ~150–350 ms. (Their phases
+    // in the log: the first to end counts from the publish, the other from that end.)
+    await Promise.all([
+      this.dataplane.changeReplyRules(this.model.replyChanges()).then(() => phase('replies')),
+      this.mtus.changed().then(() => phase('mtus')),
+    ]);
     this.health.sync(cfg.services);
     this.saveState();
     if (intervalChanged && this.drainTimer) {

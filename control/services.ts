@@ -40,7 +40,7 @@
  */
 import * as L from '../conntrack/layout';
 import type { FlowTarget } from '../conntrack/redis-record';
-import { formatIPv4 as formatAddr, formatIPv6, parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../net/addr';
+import { parseCidr, parseCidr6, parseIPv4, parseIPv6, prefixMask6 } from '../net/addr';
 import { PP_V1, PP_V2 } from '../net/proxy-protocol';
 import { PROTO_NUMBER, type Protocol } from '../net/proto';
 import { buildLookup, type CompiledDest, type CompiledService, type Snapshot } from '../lb/snapshot';
@@ -68,10 +68,6 @@ export function sameValue(a: unknown, b: unknown): boolean {
   if (ka.length !== Object.keys(b).length) return false;
   for (const k of ka) if (!sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
   return true;
-}
-
-function destAddr(d: CompiledDest): string {
-  return d.addr6 ? formatIPv6(d.addr6) : formatAddr(d.addr);
 }
 
 /** Schedulers whose choice is a function of the packet and the configuration alone: every node makes the same (sloppy `auto`). */
@@ -134,6 +130,8 @@ interface RsSlotInfo {
   svcSlot: number;
   addr: string;
   port: number;
+  /** "addr:port", its key in the service (made once: a churn of 100,000 servers formatted it per look). */
+  rsKey: string;
   /** In a service's list (false = trash). */
   listed: boolean;
   /** Masq: its replies are marked into the device (an element of uvs's nftables sets) while the slot lives. */
@@ -389,8 +387,13 @@ export class ServiceModel {
     let newSvcs = 0;
     let newRs = 0;
     for (const { key, s } of todo) {
-      if (!this.services.has(key)) newSvcs++;
-      for (const r of s.realServers) if (!this.rsSlots.has(`${key}|${r.address}:${r.port}`)) newRs++;
+      const live = this.services.get(key);
+      if (!live) newSvcs++;
+      for (const r of s.realServers) {
+        const k = `${r.address}:${r.port}`;
+        // Listed already (most of an edited service's), else a slot of its own or in the trash.
+        if (!live?.rsCfg.has(k) && !this.rsSlots.has(`${key}|${k}`)) newRs++;
+      }
       yield;
     }
     // Drained servers held only for late records give their slots up first (never one in use).
@@ -488,13 +491,13 @@ export class ServiceModel {
     const want = new Map(s.realServers.map((r) => [`${r.address}:${r.port}`, r]));
     // -d (or drain) in list order
     for (const d of [...live.compiled.dests]) {
-      const k = `${destAddr(d)}:${d.port}`;
+      const k = this.rsBySlot.get(d.rs)!.rsKey;
       if (!want.has(k)) this.removeDest(live, k);
       yield;
     }
     for (const [k, r] of want) {
-      const slotKey = `${live.key}|${k}`;
-      if (this.draining.has(slotKey)) {
+      const slotKey = this.draining.size > 0 ? `${live.key}|${k}` : '';
+      if (this.draining.size > 0 && this.draining.has(slotKey)) {
         // Re-added while draining: off the list, deleted and added back cleanly (kube-proxy's
         // MoveRSOutofGracefulDeleteList); the kernel revives the same server from the trash.
         const o = this.rsSlots.get(slotKey)!.slot * L.RS_WORDS;
@@ -540,14 +543,14 @@ export class ServiceModel {
   private *removeService(live: LiveService): Generator<void> {
     live.removing = true;
     for (const d of [...live.compiled.dests]) {
-      this.removeDest(live, `${destAddr(d)}:${d.port}`);
+      this.removeDest(live, this.rsBySlot.get(d.rs)!.rsKey);
       yield;
     }
     if (live.compiled.dests.length === 0) this.deleteService(live);
   }
 
   private deleteService(live: LiveService): void {
-    for (const d of [...live.compiled.dests]) this.delDest(live, `${destAddr(d)}:${d.port}`);
+    for (const d of [...live.compiled.dests]) this.delDest(live, this.rsBySlot.get(d.rs)!.rsKey);
     this.services.delete(live.key);
     this.bySlot.delete(live.slot);
     this.lastIndex = null;
@@ -806,7 +809,7 @@ export class ServiceModel {
     let info = this.rsSlots.get(slotKey);
     if (!info) {
       const slot = this.freeRs.pop()!;
-      info = { slot, svcKey: live.key, svcSlot: live.slot, addr: r.address, port: r.port, listed: false, masq: false };
+      info = { slot, svcKey: live.key, svcSlot: live.slot, addr: r.address, port: r.port, rsKey: k, listed: false, masq: false };
       this.rsSlots.set(slotKey, info);
       this.rsBySlot.set(slot, info);
       this.svcSlotRefs[live.slot]!++;
@@ -829,7 +832,7 @@ export class ServiceModel {
     // the schedulers' `before` as it is: no copy, which made adding n servers cost n² copies.
     const before = live.compiled.dests;
     // __ip_vs_update_dest: last_weight = weight on add.
-    const a6 = parseIPv6(r.address);
+    const a6 = r.address.includes(':') ? parseIPv6(r.address) : null;
     const addr = a6 ? a6[0]! ^ a6[1]! ^ a6[2]! ^ a6[3]! : parseIPv4(r.address)!;
     const d: CompiledDest = {
       rs: info.slot,
@@ -1098,7 +1101,7 @@ export class ServiceModel {
         slot: l.slot,
         removing: l.removing,
         realServers: l.compiled.dests.map((d) => {
-          const k = `${destAddr(d)}:${d.port}`;
+          const k = this.rsBySlot.get(d.rs)!.rsKey;
           return { ...this.rsView(l, k, d.rs, l.rsCfg.get(k)!), lastWeight: d.lastWeight ?? d.weight };
         }),
       };
