@@ -23,6 +23,10 @@
  *   healthz max  the slowest of /healthz answers asked every 10 ms over the API socket during all
  *                of the above but the start
  *
+ * The progress log (stderr) also prints, for the edit, the reload and the churn, uvsd's own ms
+ * per phase of each change (its log line "configuration …": the control worker's round trip and
+ * its job alone, the model, the publication, the nft elements, the route MTUs).
+ *
  * The first and the last service (and the UDP service) have the lab's real servers; the others
  * have addresses nothing answers for: the control plane's work is the same, and no lab can hold
  * 100,000 live servers. kube-proxy's model (`kube-proxy --proxy-mode nftables`: a verdict map
