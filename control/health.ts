@@ -119,7 +119,10 @@ export class HealthChecker {
         timer: null,
       };
       this.targets.set(k, t);
-      this.schedule(k, t, Math.random() * Math.min(1000, w.cfg.interval * 1000)); // spread the first checks
+      // The first checks spread over a whole interval (and so the later ones, each an interval
+      // after the last): 10,000 targets started within one second opened their sockets in
+      // bursts of thousands per timer turn, 200–400 ms of the control thread each (perf/SCALE.md).
+      this.schedule(k, t, Math.random() * w.cfg.interval * 1000);
     }
   }
 
