@@ -735,18 +735,44 @@ export class Dataplane {
         table.some((r) => r.dst === 'default' && r.type === 'blackhole') &&
         main.length >= plan.device &&
         holes.length >= plan.blackholes;
-      const lines = [...missingRules, ...(routesOk ? [] : want.filter((a) => a.includes('route')))].map((a) =>
+      // Without nftables: the rule of every masq server (ruleArgs) that is not there any more.
+      const missingReplies = this.replyPath.path === 'rules' ? this.missingReplyRules(rules, fam) : [];
+      const lines = [...missingRules, ...missingReplies, ...(routesOk ? [] : want.filter((a) => a.includes('route')))].map((a) =>
         (a[0] === '-6' ? a.slice(1) : a).join(' '),
       );
       if (lines.length === 0) continue;
       const r = await ipBatch([f], lines);
-      if (missingRules.length) this.repairCounts.rules++;
+      if (missingRules.length || missingReplies.length) this.repairCounts.rules++;
       if (!routesOk) this.repairCounts.routes++;
       this.log.warn(
         { family: fam, restored: lines, errors: r.stderr.trim() ? r.stderr.trim().split('\n').slice(0, 5) : undefined },
         'restored routes or rules someone removed',
       );
     }
+  }
+
+  /**
+   * The fallback's per-server reply rules (ruleArgs) of one family that `ip -j rule show` does not
+   * list, as `ip rule add` arguments: what an `ip rule flush` or a hand took away.
+   */
+  private missingReplyRules(listed: Record<string, unknown>[], fam: 4 | 6): string[][] {
+    const o = this.opts;
+    // `ip` names the protocol from /etc/protocols, or gives its number where that file lacks it.
+    const NUM: Record<string, number> = { icmp: 1, tcp: 6, udp: 17, 'ipv6-icmp': 58, sctp: 132 };
+    const num = (p: unknown) => (/^\d+$/.test(String(p)) ? Number(p) : (NUM[String(p)] ?? -1));
+    const have = new Set<string>();
+    for (const r of listed) {
+      if (r.priority !== o.rulePriority || r.table !== String(o.routeTable)) continue;
+      have.add(`${num(r.ipproto)} ${String(r.src)} ${r.sport === undefined ? 0 : Number(r.sport)}`);
+    }
+    const out: string[][] = [];
+    for (const r of this.rules.values()) {
+      const v6 = r.addr.includes(':');
+      if (v6 !== (fam === 6)) continue;
+      const proto = r.proto === 'icmp' && v6 ? 'ipv6-icmp' : r.proto;
+      if (!have.has(`${num(proto)} ${r.addr} ${r.proto === 'icmp' ? 0 : r.port}`)) out.push(ruleArgs(r, o));
+    }
+    return out;
   }
 
   /** inject's raw sockets (their packets carry the into-device bit), per family; −1 when not open. */

@@ -3,7 +3,9 @@
  * — reloads of configurations at issue 25's limits (maxServices 1024, maxRealServers 4096), a
  * POST /v1/batch of 100 000 operations (the schema's maximum), the reads of such a configuration
  * (metrics, GET /v1/services, /v1/config, /v1/connections), a capture of 100 000 packets, and a
- * disruption preview of 4 000 real servers against a full connection table — a probe asks
+ * disruption preview of 4 000 real servers against a full connection table, and at 5,000
+ * services under the default limits (issue 37) an edit, a reload of one weight and a reload that
+ * replaces one real server in every service — a probe asks
  * /healthz and GET /v1/info on the API socket and /healthz on TCP, one every 5 ms
  * (test/helpers/latency-probe.ts), and reads, for each answer, what uvsd's control thread and the
  * probe did meanwhile (schedstat).
@@ -158,23 +160,29 @@ describe('the control thread while the largest accepted requests run', {
     }
   }
 
-  before(async () => {
-    lab.up();
-    configFile = join(lab.dir, 'uvs.yaml');
-    write(small);
-    await lab.startUvsd(configFile);
-    await waitFor('workers ready', async () => (await stats().catch(() => null))?.workers.every((w) => w.ready) === true);
+  /** The probe against the running uvsd (its pid: the schedstat it reads). */
+  async function startProbe(): Promise<void> {
     probe = lab.spawn(lab.lbNs, process.execPath, [PROBE, lab.socket, String(lab.uvsdProcess!.pid), '5'], {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     let buf = '';
+    const n = samples.length;
     probe.stdout!.on('data', (d: Buffer) => {
       buf += d.toString();
       const lines = buf.split('\n');
       buf = lines.pop()!;
       for (const l of lines) if (l) samples.push(JSON.parse(l) as Sample);
     });
-    await waitFor('the probe answering', () => samples.length > 10);
+    await waitFor('the probe answering', () => samples.length > n + 10);
+  }
+
+  before(async () => {
+    lab.up();
+    configFile = join(lab.dir, 'uvs.yaml');
+    write(small);
+    await lab.startUvsd(configFile);
+    await waitFor('workers ready', async () => (await stats().catch(() => null))?.workers.every((w) => w.ready) === true);
+    await startProbe();
   });
 
   after(async (t) => {
@@ -267,5 +275,47 @@ describe('the control thread while the largest accepted requests run', {
       report.push(`preview: ${r.body.flows} flows of the service in the table, ${r.body.flowsMoved} of them moved`);
       assert.ok(r.body.flows > 30_000, `the preview saw ${r.body.flows} flows`);
     });
+  });
+  test('at 5,000 services under the default limits (issue 37): an edit, a reload of one weight, a reload replacing a server of every service', async () => {
+    // Its own uvsd: the limits above (issue 25's) cannot change on a reload.
+    probe?.kill('SIGTERM');
+    await lab.stopUvsd();
+    const N = 5000;
+    const svc = (i: number, gen: number) => ({
+      protocol: 'tcp',
+      address: `10.200.${1 + (i >> 8)}.${i & 255}`,
+      port: 2000 + (i & 255),
+      scheduler: 'rr',
+      realServers: [0, 1, 2, 3].map((j) => fake(i * 4 + j + (j === 0 ? gen * 40_000 : 0))),
+    });
+    const scaled = (gen: number, weight: number) =>
+      writeFileSync(
+        configFile,
+        stringify(
+          lab.config(
+            [http, ...Array.from({ length: N - 1 }, (_, i) => svc(i, gen))].map((s, i) =>
+              i === 1 ? { ...s, realServers: s.realServers.map((r, j) => (j === 1 ? { ...r, weight } : r)) } : s,
+            ),
+            { dataplane: { vipCidrs: ['10.200.0.0/16'] }, reload: { watch: false }, log: { level: 'warn' }, defense },
+          ),
+        ),
+      );
+    scaled(0, 1);
+    await lab.startUvsd(configFile, 120_000);
+    await waitFor('workers ready', async () => (await stats().catch(() => null))?.workers.every((w) => w.ready) === true, 60_000);
+    await startProbe();
+    await sleep(3000); // start-up's background work (the control worker's prime, the route MTUs)
+    const ref = { protocol: 'tcp', address: '10.200.1.7', port: 2007 };
+    await measured('an edit of one real server at 5,000 services', [], async () => {
+      const ops = [{ op: 'editRealServer', ref, realServer: { ...fake(7 * 4 + 2), weight: 3 } }];
+      const r = await apiCallRaw(lab.socket, 'POST', '/v1/batch', { ops }, 60_000);
+      assert.equal(r.status, 200, r.body.toString().slice(0, 300));
+    });
+    scaled(0, 4);
+    await measured('a reload changing one weight at 5,000 services', [], reload);
+    scaled(1, 4);
+    await measured('a reload replacing one real server in each of 5,000 services', ['apply', 'publish', 'unpack'], reload);
+    const s = await apiCall<{ services: { realServers: { address: string }[] }[] }>(lab.socket, 'GET', '/v1/services');
+    assert.equal(s.body.services.length, N);
   });
 });

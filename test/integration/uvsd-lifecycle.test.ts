@@ -15,7 +15,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { HealthResponse, MaintenanceResponse, ServicesResponse, StatsResponse } from '../../control/api-types';
@@ -459,5 +460,41 @@ describe('uvsd from start to cleanup', { skip, timeout: 600_000 }, () => {
     const settled = (await stats()).repairs;
     await sleep(1500);
     assert.deepEqual((await stats()).repairs, settled, 'a check that finds everything in place repairs nothing');
+  });
+  test('without nftables (one policy rule per masq server): rules someone removed are restored and counted', async () => {
+    await lab.stopUvsd();
+    // An `nft` that is not there: uvsd falls back to a rule per server (logged, shown in stats).
+    const shim = mkdtempSync(join(tmpdir(), 'uvs-no-nft-'));
+    writeFileSync(join(shim, 'nft'), '#!/bin/sh\necho "nft: not on this node (test)" >&2\nexit 1\n', { mode: 0o755 });
+    const path = process.env.PATH;
+    process.env.PATH = `${shim}:${path ?? ''}`;
+    try {
+      write(baseServices, { dataplane: { resyncInterval: 0.5 } });
+      await lab.startUvsd(configFile);
+    } finally {
+      process.env.PATH = path;
+    }
+    try {
+      await waitFor('traffic', () => /^rs\d$/.test(curl() ?? ''), 10_000);
+      const stats = async () => (await api<StatsResponse>('GET', '/v1/stats')).body.node;
+      assert.equal((await stats()).replies.path, 'rules');
+      const perServer = rules(4711);
+      assert.ok(perServer.length >= 2 * lab.rsAddrs.length, `a reply rule and an ICMP rule per masq server: ${perServer.join(' | ')}`);
+      const repairs = (await stats()).repairs.rules;
+      // Someone deletes them all (a hand, a script that cleans policy rules).
+      while (spawnSync('ip', ['-n', lab.lbNs, 'rule', 'del', 'pref', '4711']).status === 0);
+      assert.deepEqual(rules(4711), []);
+      await waitFor('the rules back', () => rules(4711).length === perServer.length, 15_000);
+      assert.deepEqual(rules(4711).sort(), [...perServer].sort(), 'the same rules, once each');
+      assert.ok((await stats()).repairs.rules > repairs, 'the repair counted');
+      await waitFor('traffic after the repair', () => /^rs\d$/.test(curl() ?? ''), 10_000);
+      // Everything in place: nothing more is repaired.
+      const settled = (await stats()).repairs;
+      await sleep(1500);
+      assert.deepEqual((await stats()).repairs, settled, 'a check that finds every rule repairs nothing');
+    } finally {
+      await lab.stopUvsd();
+      rmSync(shim, { recursive: true, force: true });
+    }
   });
 });
