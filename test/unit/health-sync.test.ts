@@ -308,7 +308,7 @@ test('the first checks are spread over the interval, not sent at once (10,000 at
     await waitFor('every first check', () => c.h.states().every((s) => s.checks === 1), 10_000);
     const at = c.h.states().map((s) => s.lastCheck! - t0);
     // Uniform over [0, 2000) ms: 20 draws all within 800 ms of each other has probability ~5e-7.
-    assert.ok(Math.max(...at) < 3000, `first checks at ${at.join(', ')} ms (within the 2 s interval, slack for load)`);
+    assert.ok(Math.max(...at) < 4000, `first checks at ${at.join(', ')} ms (within the 2 s interval, slack for load)`);
     assert.ok(Math.max(...at) - Math.min(...at) > 800, `first checks at ${at.join(', ')} ms: spread`);
   } finally {
     c.h.stop();

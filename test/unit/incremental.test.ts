@@ -63,15 +63,18 @@ function randomServices(r: () => number) {
   });
 }
 
+/** The dataplane section of every configuration here: a tunnel source and a full-NAT pool, so every forwarding is valid. */
+const DATAPLANE = {
+  vipCidrs: ['10.96.0.0/24'],
+  maxRealServers: SLOTS,
+  maxServices: 8,
+  tunnelSource: '10.0.0.254',
+  fullnat: { addresses: ['10.0.0.200'] },
+};
+
 const config = (services: unknown[]) =>
   validateConfig({
-    dataplane: {
-      vipCidrs: ['10.96.0.0/24'],
-      maxRealServers: SLOTS,
-      maxServices: 8,
-      tunnelSource: '10.0.0.254',
-      fullnat: { addresses: ['10.0.0.200'] },
-    },
+    dataplane: { ...DATAPLANE },
     services,
   });
 
@@ -100,13 +103,7 @@ test('a worker patched by snapshot deltas holds what a whole snapshot holds, aft
       const keep = r() < 0.5;
       const before = new Map(raw.map((x) => [serviceKey(x), x]));
       raw = fresh.map((x) => (keep && r() < 0.6 ? before.get(serviceKey(x)) : undefined) ?? x);
-      const dataplane = {
-        vipCidrs: ['10.96.0.0/24'],
-        maxRealServers: SLOTS,
-        maxServices: 8,
-        tunnelSource: '10.0.0.254',
-        fullnat: { addresses: ['10.0.0.200'] },
-      };
+      const dataplane = { ...DATAPLANE };
       const cfg = keep ? validateRemembering({ dataplane, services: raw }) : config(raw);
       const next = m.apply(cfg);
       // The model holds what the configuration says: its services (those not configured only drain)
@@ -230,13 +227,7 @@ test('the control worker’s answer as a patch: applied to the running configura
   for (let seed = 1; seed <= 200; seed++) {
     const r = rng(seed);
     const doc1 = {
-      dataplane: {
-        vipCidrs: ['10.96.0.0/24'],
-        maxRealServers: SLOTS,
-        maxServices: 8,
-        tunnelSource: '10.0.0.254',
-        fullnat: { addresses: ['10.0.0.200'] },
-      },
+      dataplane: { ...DATAPLANE },
       services: randomServices(r),
     };
     const cfg1 = validateConfig(doc1);
@@ -269,13 +260,7 @@ test('the control worker’s answer as a patch: applied to the running configura
 test('validation that remembers services gives what a whole validation gives; other sections changed, it validates again', () => {
   for (let seed = 1; seed <= 100; seed++) {
     const r = rng(seed);
-    const dataplane = {
-      vipCidrs: ['10.96.0.0/24'],
-      maxRealServers: SLOTS,
-      maxServices: 8,
-      tunnelSource: '10.0.0.254',
-      fullnat: { addresses: ['10.0.0.200'] },
-    };
+    const dataplane = { ...DATAPLANE };
     let services = randomServices(r) as unknown[];
     for (let step = 0; step < 5; step++) {
       // Keep some mappings (the same objects, as the control worker's document does), replace others.
