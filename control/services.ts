@@ -1254,12 +1254,7 @@ export class ServiceModel {
     return [...this.trashed];
   }
 
-  /** Every real-server slot in use (listed or trashed) with its address. */
-  rsSlotAddrs(): { slot: number; addr: string }[] {
-    return [...this.rsSlots.values()].map((i) => ({ slot: i.slot, addr: i.addr }));
-  }
-
-  /** rsSlotAddrs() one at a time (a reader in slices), without the array. */
+  /** Every real-server slot in use (listed or trashed) with its address, one at a time (a reader in slices). */
   *eachRsSlotAddr(): Generator<{ slot: number; addr: string }> {
     for (const i of this.rsSlots.values()) yield i;
   }

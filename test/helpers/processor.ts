@@ -81,7 +81,7 @@ export function makeProcessor(doc: Record<string, unknown>, o: ProcessorOptions 
   const drops = (name: (typeof L.DROP_NAMES)[number]) => counters[L.C_DROP_BASE + L.DROP_NAMES.indexOf(name)];
   /** Sets the route MTU uvsd would have read for every real server. */
   const setMtu = (mtu: number) => {
-    for (const r of model.rsSlotAddrs()) Atomics.store(model.rs, r.slot * L.RS_WORDS + L.RS_MTU, mtu);
+    for (const r of model.eachRsSlotAddr()) Atomics.store(model.rs, r.slot * L.RS_WORDS + L.RS_MTU, mtu);
   };
   /** Applies another configuration document (a reload): the model's new snapshot goes to the processor. */
   const apply = (next: Record<string, unknown>) => {

@@ -209,7 +209,7 @@ test("a new flow counts once: new connections, its server's and its service's co
   const p = setup();
   const conns = () => [
     p.counters[L.C_CONNS_NEW],
-    ...RS.map((_, k) => p.counters[L.rsCounterBase(p.model.rsSlotAddrs().find((r) => r.addr === RS[k])!.slot) + L.RSC_CONNS]),
+    ...RS.map((_, k) => p.counters[L.rsCounterBase([...p.model.eachRsSlotAddr()].find((r) => r.addr === RS[k])!.slot) + L.RSC_CONNS]),
     p.counters[L.svcCounterBase(16, 0) + L.RSC_CONNS],
   ];
   for (let i = 0; i < 3; i++) assert.equal(p.run(tcp({ src: CLIENT, dst: VIP, sport: 40000 + i, flags: TCPF_SYN })).v, FORWARD);

@@ -736,7 +736,7 @@ test('a service with no weighted server is not proxied (ICMP port unreachable); 
 
 test("another node's proxied flow (a Redis shadow with its SP words) is adopted and adjusted both ways", () => {
   const { p } = proxied('masq');
-  const slot = p.model.rsSlotAddrs().find((r) => r.addr.startsWith(RS))!.slot;
+  const slot = [...p.model.eachRsSlotAddr()].find((r) => r.addr.startsWith(RS))!.slot;
   const caddr = parseIPv4(CLIENT)!;
   const opts = 1460 | L.SPO_TS | (7 << L.SPO_WS_SHIFT) | (7 << L.SPO_OURWS_SHIFT) | (9 << L.SPO_SRVWS_SHIFT);
   const r = newFlow({
